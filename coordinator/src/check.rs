@@ -1,0 +1,243 @@
+//! `fleetsim check`: what an experiment derives, as text for people and JSON for scripts.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use sim::experiment::Experiment;
+use sim::layout::GroupKind;
+use sim::topology::Topology;
+
+/// Everything `fleetsim check` reports.
+#[derive(Debug)]
+pub struct CheckReport<'a> {
+    pub experiment: &'a Experiment,
+    pub topology: &'a Topology,
+    /// Seconds spent building the topology and its routing.
+    pub build_s: f64,
+}
+
+/// Groups whose members all sit in one host, and how many hosts a group spans at most.
+fn group_span(exp: &Experiment, kind: GroupKind) -> u32 {
+    let layout = &exp.layout;
+    let gph = exp.loaded.config.cluster.gpus_per_host;
+    // Groups are translates of one another under Megatron's layout; the first few suffice
+    // for the maximum, and checking every group would be O(GPUs · group size).
+    let count = layout.group_count(kind).min(64);
+    (0..count)
+        .map(|i| {
+            let mut hosts: Vec<u32> = layout.nth_group(kind, i).iter().map(|r| r / gph).collect();
+            hosts.dedup();
+            hosts.len() as u32
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn gb(bytes: f64) -> f64 {
+    (bytes / 1e9 * 100.0).round() / 100.0
+}
+
+impl CheckReport<'_> {
+    pub fn to_json(&self) -> Value {
+        let exp = self.experiment;
+        let topo = self.topology;
+        let c = &exp.loaded.config.cluster;
+        let mut gpu_hosts = serde_json::Map::new();
+        for (i, g) in exp.gpu_types.iter().enumerate() {
+            let n = exp.host_gpu_type.iter().filter(|&&t| usize::from(t) == i).count();
+            gpu_hosts.insert(g.name.clone(), json!(n));
+        }
+        let nodes: serde_json::Map<String, Value> = topo
+            .count_by_kind()
+            .into_iter()
+            .map(|(k, n)| (format!("{k:?}").to_lowercase(), json!(n)))
+            .collect();
+        let links: serde_json::Map<String, Value> = topo
+            .links_by_class()
+            .into_iter()
+            .map(|(k, (n, bw))| {
+                (format!("{k:?}").to_lowercase(), json!({ "links": n, "total_gbytes_per_s": bw / 1e9 }))
+            })
+            .collect();
+        let groups: Vec<Value> = GroupKind::ALL
+            .iter()
+            .map(|&k| {
+                json!({
+                    "kind": k.name(),
+                    "size": exp.layout.group_size(k),
+                    "count": exp.layout.group_count(k),
+                    "first": exp.layout.nth_group(k, 0),
+                    "max_hosts_spanned": group_span(exp, k),
+                })
+            })
+            .collect();
+        let placement: Vec<Value> = (0..exp.layout.world().min(16))
+            .map(|r| {
+                let co = exp.layout.coords(r);
+                json!({
+                    "rank": r, "host": r / c.gpus_per_host, "local_gpu": r % c.gpus_per_host,
+                    "tp": co.tp, "cp": co.cp, "dp": co.dp, "pp": co.pp, "ep": co.ep,
+                })
+            })
+            .collect();
+        let memory: Vec<Value> = exp
+            .memory
+            .iter()
+            .zip(&exp.stage_hbm)
+            .map(|(m, hbm)| {
+                json!({
+                    "stage": m.stage,
+                    "params_per_gpu": m.params,
+                    "weights_gb": gb(m.weights),
+                    "gradients_gb": gb(m.gradients),
+                    "optimizer_gb": gb(m.optimizer),
+                    "activations_gb": gb(m.activations),
+                    "total_gb": gb(m.total()),
+                    "hbm_gb": gb(*hbm),
+                    "fits": m.total() <= *hbm,
+                })
+            })
+            .collect();
+        let l = &exp.layout;
+        json!({
+            "name": exp.name(),
+            "file": exp.loaded.path.display().to_string(),
+            "cluster": {
+                "gpus": topo.gpu_count(),
+                "hosts": topo.host_count(),
+                "gpus_per_host": c.gpus_per_host,
+                "topology": format!("{:?}", c.topology).to_lowercase(),
+                "gpu_types": gpu_hosts,
+                "nodes": nodes,
+                "links": links,
+                "build_s": self.build_s,
+            },
+            "model": {
+                "name": exp.model.name,
+                "params": exp.model.total_params(),
+                "active_params": exp.model.active_params(),
+                "layers": exp.model.layers,
+                "hidden": exp.model.hidden,
+                "seq_len": exp.model.seq_len,
+            },
+            "parallel": {
+                "tp": l.tp, "cp": l.cp, "ep": l.ep, "dp": l.dp, "pp": l.pp, "vp": l.vp,
+                "expert_dp": l.expert_dp(),
+                "order": exp.loaded.config.parallel.order,
+                "groups": groups,
+                "placement": placement,
+            },
+            "batch": {
+                "global_batch": exp.global_batch,
+                "micro_batch": exp.micro_batch,
+                "micro_batches_per_replica": exp.micro_batches,
+                "tokens_per_iteration": exp.global_batch * exp.model.seq_len,
+            },
+            "lookahead_s": topo.host_preserving_lookahead_ps().map(|ps| ps as f64 * 1e-12),
+            "memory": memory,
+            "warnings": exp.warnings,
+        })
+    }
+
+    pub fn to_text(&self) -> String {
+        let exp = self.experiment;
+        let topo = self.topology;
+        let c = &exp.loaded.config.cluster;
+        let mut s = String::new();
+        let _ = writeln!(s, "experiment  {}  ({})", exp.name(), exp.loaded.path.display());
+        let types: Vec<String> = exp
+            .gpu_types
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let n = exp.host_gpu_type.iter().filter(|&&t| usize::from(t) == i).count();
+                format!("{} x {} hosts", g.name, n)
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "cluster     {} GPUs in {} hosts of {} ({}), {:?} fabric",
+            topo.gpu_count(),
+            topo.host_count(),
+            c.gpus_per_host,
+            types.join(", "),
+            c.topology
+        );
+        let nodes: Vec<String> =
+            topo.count_by_kind().into_iter().map(|(k, n)| format!("{k:?} {n}")).collect();
+        let _ = writeln!(s, "  nodes     {}", nodes.join(", "));
+        let links: Vec<String> = topo
+            .links_by_class()
+            .into_iter()
+            .map(|(k, (n, bw))| format!("{k:?} {n} ({:.1} TB/s)", bw / 1e12))
+            .collect();
+        let _ = writeln!(s, "  links     {} (directed)", links.join(", "));
+        let _ = writeln!(s, "  built in  {:.3} s", self.build_s);
+        let m = &exp.model;
+        let _ = writeln!(
+            s,
+            "model       {}: {:.2} B parameters ({:.2} B active), {} layers, hidden {}, seq {}",
+            m.name,
+            m.total_params() as f64 / 1e9,
+            m.active_params() as f64 / 1e9,
+            m.layers,
+            m.hidden,
+            m.seq_len
+        );
+        let _ = writeln!(s, "parallel    {}, order {}", exp.layout, exp.loaded.config.parallel.order);
+        for kind in GroupKind::ALL {
+            let size = exp.layout.group_size(kind);
+            if size == 1 {
+                continue;
+            }
+            let first = exp.layout.nth_group(kind, 0);
+            let shown: Vec<String> = first.iter().take(8).map(u32::to_string).collect();
+            let more = if first.len() > 8 { ", ..." } else { "" };
+            let _ = writeln!(
+                s,
+                "  {:<9} {} groups of {}, first [{}{}], spans up to {} host(s)",
+                kind.name(),
+                exp.layout.group_count(kind),
+                size,
+                shown.join(", "),
+                more,
+                group_span(exp, kind)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "batch       global {} = micro-batch {} x DP {} x {} micro-batches per replica",
+            exp.global_batch, exp.micro_batch, exp.layout.dp, exp.micro_batches
+        );
+        match topo.host_preserving_lookahead_ps() {
+            Some(ps) => {
+                let _ = writeln!(s, "lookahead   {:.3} us (host-preserving partition)", ps as f64 / 1e6);
+            }
+            None => {
+                let _ = writeln!(s, "lookahead   none: one host, nothing to cut");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "memory/GPU  stage  weights  grads  optim  activ  total GB  of HBM"
+        );
+        for (mem, hbm) in exp.memory.iter().zip(&exp.stage_hbm) {
+            let _ = writeln!(
+                s,
+                "            {:>5}  {:>7.2}  {:>5.2}  {:>5.2}  {:>5.2}  {:>8.2}  {:.0}{}",
+                mem.stage,
+                mem.weights / 1e9,
+                mem.gradients / 1e9,
+                mem.optimizer / 1e9,
+                mem.activations / 1e9,
+                mem.total() / 1e9,
+                hbm / 1e9,
+                if mem.total() <= *hbm { "" } else { "  DOES NOT FIT" }
+            );
+        }
+        for w in &exp.warnings {
+            let _ = writeln!(s, "warning     {w}");
+        }
+        s
+    }
+}

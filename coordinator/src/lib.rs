@@ -1,0 +1,6 @@
+//! The coordinator: builds the experiment, partitions it, drives windows and writes reports.
+//!
+//! Invariant: knows nothing of LP internals; it talks to workers through the window-driver
+//! interface only. Today it hosts the experiment checks behind `fleetsim check`.
+
+pub mod check;

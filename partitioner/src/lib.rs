@@ -1,0 +1,59 @@
+//! Maps logical processes (one per topology node) to partitions, and measures the result.
+//!
+//! Invariant: knows the topology, never the engine. A partition assignment is a plain vector
+//! `partition_of[node]`; whatever runs the partitions reads nothing else from here.
+
+use sim::topology::{HOST_NONE, Topology};
+
+/// `partition_of[node]` for every topology node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub partition_of: Vec<u32>,
+    pub partitions: u32,
+}
+
+/// One partition per host (all of a host's GPUs, NICs and PCIe switches together) plus one per
+/// shared switch or memory node. The finest partitioning that never cuts inside a host.
+pub fn by_host(topology: &Topology) -> Assignment {
+    let hosts = topology.host_count();
+    let mut next = hosts;
+    let partition_of = topology
+        .nodes()
+        .iter()
+        .map(|n| {
+            if n.host == HOST_NONE {
+                next += 1;
+                next - 1
+            } else {
+                n.host
+            }
+        })
+        .collect();
+    Assignment { partition_of, partitions: next }
+}
+
+/// Lookahead of an assignment: the smallest latency of any link between two partitions, in
+/// picoseconds (DESIGN.md, "Windows and mailboxes"). `None` when no link is cut.
+pub fn lookahead_ps(topology: &Topology, assignment: &Assignment) -> Option<u64> {
+    topology
+        .links()
+        .iter()
+        .filter(|l| {
+            assignment.partition_of[l.src as usize] != assignment.partition_of[l.dst as usize]
+        })
+        .map(|l| l.latency_ps)
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_host_lookahead_matches_the_topology_host_preserving_lookahead() {
+        let topo = sim::topology::tests_support::small_rail_topology();
+        let a = by_host(&topo);
+        assert_eq!(lookahead_ps(&topo, &a), topo.host_preserving_lookahead_ps());
+        assert!(a.partitions > topo.host_count());
+    }
+}

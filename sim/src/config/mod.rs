@@ -1,0 +1,530 @@
+//! The experiment file (SPEC.md, "Experiment file"): typed sections, loading and validation.
+//!
+//! Loading goes file → located tree (every value knows its file and line) → includes merged →
+//! `--set` applied → presets expanded → typed structs. Every error names where the bad value was
+//! written.
+
+mod source;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use source::{Located, Origin, PathSegment, Value, parse_path, parse_text, parse_typed};
+
+/// One clear error about the configuration: where, which key, what is wrong and how to fix it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ConfigError {
+    pub origin: Origin,
+    /// Dotted key, empty when the whole file is at fault.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.origin, self.message)
+        } else {
+            write!(f, "{}: `{}`: {}", self.origin, self.key, self.message)
+        }
+    }
+}
+
+impl ConfigError {
+    pub fn new(origin: Origin, key: &str, message: impl Into<String>) -> Self {
+        ConfigError { origin, key: key.to_string(), message: message.into() }
+    }
+
+    /// An error about a whole file.
+    pub fn at_file(file: &str, message: impl Into<String>) -> Self {
+        Self::new(Origin::WholeFile(file.to_string()), "", format!("file {}", message.into()))
+    }
+
+    /// An error about a key of a file whose lines are not tracked.
+    pub fn plain(file: &str, key: &str, message: impl Into<String>) -> Self {
+        Self::new(Origin::WholeFile(file.to_string()), key, message)
+    }
+}
+
+/// A whole experiment, as written in SPEC.md.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentConfig {
+    pub name: String,
+    pub cluster: ClusterConfig,
+    pub model: crate::model::ModelConfig,
+    #[serde(default)]
+    pub parallel: ParallelConfig,
+    #[serde(default)]
+    pub training: TrainingConfig,
+    #[serde(default)]
+    pub network: NetworkConfig,
+    #[serde(default)]
+    pub collectives: CollectivesConfig,
+    #[serde(default)]
+    pub engine: EngineConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyKind {
+    /// Multi-rail fabric: NIC *i* of every host of a segment on leaf *i* (Alibaba HPN, NVIDIA
+    /// SuperPOD).
+    RailOptimized,
+    /// Classic 3-tier k-ary fat-tree (Al-Fares et al., SIGCOMM'08).
+    FatTree,
+    /// 2-tier leaf-spine: every host's NICs on its rack's leaf, every leaf on every spine.
+    SpineLeaf,
+    /// An explicit graph file (`cluster.graph_file`).
+    Graph,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScaleUp {
+    /// NVSwitch for NVIDIA parts with NVLink, a full mesh for AMD, none without a fabric.
+    Auto,
+    /// One NVSwitch domain of `nvlink_domain` GPUs (the switch chips modelled as one node).
+    Nvswitch,
+    /// Point-to-point links between every pair of GPUs of a host (AMD Infinity Fabric).
+    Mesh,
+    /// GPUs talk through PCIe only.
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub gpus: u32,
+    #[serde(default = "defaults::gpus_per_host")]
+    pub gpus_per_host: u32,
+    /// A name from `configs/gpus/`, or a path to a GPU file (`*.toml`, relative to the file
+    /// that names it). Absent when `gpu_mix` places several types.
+    pub gpu: Option<String>,
+    #[serde(default)]
+    pub gpu_mix: Vec<GpuMixEntry>,
+    #[serde(default = "defaults::topology")]
+    pub topology: TopologyKind,
+    /// Default: one NIC per GPU.
+    pub nics_per_host: Option<u32>,
+    /// Line rate of one NIC (all its ports together), Gb/s.
+    #[serde(default = "defaults::nic_gbps")]
+    pub nic_gbps: f64,
+    /// Ports per NIC (2 for dual-ToR or dual-plane); each port runs at nic_gbps / nic_ports.
+    #[serde(default = "defaults::one")]
+    pub nic_ports: u32,
+    /// Dual-plane (Alibaba HPN): port *p* of every NIC joins plane *p*, planes share no switch.
+    #[serde(default)]
+    pub dual_plane: bool,
+    #[serde(default = "defaults::scale_up")]
+    pub scale_up: ScaleUp,
+    /// GPUs in one NVLink domain (8 in a DGX, 72 in a GB200 NVL72). Default: gpus_per_host.
+    pub nvlink_domain: Option<u32>,
+    /// PCIe switches per host between GPUs and NICs. Default: one per two GPUs (DGX H100).
+    pub pcie_switches_per_host: Option<u32>,
+    /// Rail-optimised: hosts under one set of rail leaves (a SuperPOD scalable unit).
+    #[serde(default = "defaults::hosts_per_segment")]
+    pub hosts_per_segment: u32,
+    /// Spine-leaf and fat-tree: hosts under one leaf; also the unit of `gpu_mix.racks`.
+    pub hosts_per_rack: Option<u32>,
+    /// Rail-optimised: segments under one set of spines; more segments add a core tier.
+    #[serde(default = "defaults::segments_per_pod")]
+    pub segments_per_pod: u32,
+    /// Spines per pod and plane. Default: enough port-speed links for the leaf uplinks.
+    pub spines_per_pod: Option<u32>,
+    /// Fat-tree switch radix k. Default: the smallest even k that holds every NIC port.
+    pub fat_tree_k: Option<u32>,
+    /// Leaf downlink to uplink capacity ratio (1 = non-blocking).
+    #[serde(default = "defaults::one_f")]
+    pub oversubscription: f64,
+    /// Spine downlink to core uplink capacity ratio.
+    #[serde(default = "defaults::one_f")]
+    pub core_oversubscription: f64,
+    /// Switch-to-switch link speed, Gb/s. Default: the NIC port speed.
+    pub fabric_link_gbps: Option<f64>,
+    /// Explicit topology (`topology = "graph"`), relative to the file that names it.
+    pub graph_file: Option<String>,
+    #[serde(default)]
+    pub latency_ns: LatencyConfig,
+    pub cxl: Option<CxlConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuMixEntry {
+    pub gpu: String,
+    pub hosts: Option<u32>,
+    pub racks: Option<u32>,
+}
+
+/// One-way latency per link hop, by link class, nanoseconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyConfig {
+    #[serde(default = "defaults::nvlink_ns")]
+    pub nvlink: f64,
+    #[serde(default = "defaults::pcie_ns")]
+    pub pcie: f64,
+    #[serde(default = "defaults::network_ns")]
+    pub network: f64,
+    #[serde(default = "defaults::cxl_ns")]
+    pub cxl: f64,
+}
+
+impl Default for LatencyConfig {
+    fn default() -> Self {
+        LatencyConfig {
+            nvlink: defaults::nvlink_ns(),
+            pcie: defaults::pcie_ns(),
+            network: defaults::network_ns(),
+            cxl: defaults::cxl_ns(),
+        }
+    }
+}
+
+/// A cache-coherent CXL tier (HCSim): a CXL switch per group of hosts, linking their GPUs and
+/// memory nodes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CxlConfig {
+    #[serde(default = "defaults::one")]
+    pub hosts_per_switch: u32,
+    #[serde(default = "defaults::one")]
+    pub memory_nodes_per_switch: u32,
+    /// Capacity of one memory node, GB.
+    pub memory_node_gb: f64,
+    /// Bandwidth of a memory node's link to its switch, GB/s per direction.
+    #[serde(default = "defaults::cxl_memory_gb_s")]
+    pub memory_node_gb_s: f64,
+    /// Bandwidth of a GPU's CXL link, GB/s per direction (CXL 2.0/3.0 on a PCIe 5 x16 port: 64).
+    #[serde(default = "defaults::cxl_link_gb_s")]
+    pub link_gb_s: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelConfig {
+    #[serde(default = "defaults::one")]
+    pub tp: u32,
+    #[serde(default = "defaults::one")]
+    pub pp: u32,
+    /// Derived from cluster.gpus when absent.
+    pub dp: Option<u32>,
+    #[serde(default = "defaults::one")]
+    pub cp: u32,
+    #[serde(default = "defaults::one")]
+    pub ep: u32,
+    #[serde(default = "defaults::one")]
+    pub vp: u32,
+    #[serde(default)]
+    pub sequence_parallel: bool,
+    #[serde(default = "defaults::zero_stage")]
+    pub zero: u32,
+    #[serde(default = "defaults::one")]
+    pub micro_batch: u32,
+    /// Default: micro_batch × DP (one micro-batch per replica).
+    pub global_batch: Option<u32>,
+    /// Layers on the first / last pipeline stage when they differ from the others
+    /// (Megatron-LM `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`;
+    /// Llama 3 405B drops one layer from each, Llama 3 paper §3.3.2).
+    pub first_stage_layers: Option<u32>,
+    pub last_stage_layers: Option<u32>,
+    /// Rank order, fastest-varying first (Megatron-LM `--order`, default tp-cp-ep-dp-pp).
+    #[serde(default = "defaults::order")]
+    pub order: String,
+}
+
+impl Default for ParallelConfig {
+    fn default() -> Self {
+        ParallelConfig {
+            tp: 1,
+            pp: 1,
+            dp: None,
+            cp: 1,
+            ep: 1,
+            vp: 1,
+            sequence_parallel: false,
+            zero: defaults::zero_stage(),
+            micro_batch: 1,
+            global_batch: None,
+            first_stage_layers: None,
+            last_stage_layers: None,
+            order: defaults::order(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Bf16,
+    Fp16,
+    Fp8,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Fp8 => "fp8",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    None,
+    Selective,
+    Full,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryCheck {
+    /// An experiment that does not fit in HBM is an error.
+    Error,
+    Warn,
+    Off,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingConfig {
+    #[serde(default = "defaults::precision")]
+    pub precision: Precision,
+    #[serde(default = "defaults::recompute")]
+    pub recompute: Recompute,
+    #[serde(default = "defaults::one")]
+    pub iterations: u32,
+    #[serde(default = "defaults::memory_check")]
+    pub memory_check: MemoryCheck,
+    /// Flash-style fused attention (keeps no s×s softmax); Megatron-Core with Transformer
+    /// Engine uses it by default.
+    #[serde(default = "defaults::yes")]
+    pub flash_attention: bool,
+}
+
+impl Default for TrainingConfig {
+    fn default() -> Self {
+        TrainingConfig {
+            precision: defaults::precision(),
+            recompute: defaults::recompute(),
+            iterations: 1,
+            memory_check: defaults::memory_check(),
+            flash_attention: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkModel {
+    Packet,
+    Analytical,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    #[serde(default = "defaults::network_model")]
+    pub model: NetworkModel,
+    #[serde(default = "defaults::segment_bytes")]
+    pub segment_bytes: u64,
+    #[serde(default = "defaults::intra_host")]
+    pub intra_host: NetworkModel,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            model: defaults::network_model(),
+            segment_bytes: defaults::segment_bytes(),
+            intra_host: defaults::intra_host(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveAlgorithm {
+    Auto,
+    Ring,
+    Tree,
+    Nvls,
+    NvlsTree,
+    Pat,
+    Direct,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectivesConfig {
+    /// Like NCCL_ALGO.
+    #[serde(default = "defaults::algorithm")]
+    pub algorithm: CollectiveAlgorithm,
+}
+
+impl Default for CollectivesConfig {
+    fn default() -> Self {
+        CollectivesConfig { algorithm: defaults::algorithm() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    #[serde(default = "defaults::partition")]
+    pub partition: String,
+    #[serde(default = "defaults::seed")]
+    pub seed: u64,
+    /// In-process workers of an embedded run.
+    #[serde(default = "defaults::one")]
+    pub workers: u32,
+    /// Threads per worker; 0 = the machine's cores.
+    #[serde(default)]
+    pub threads: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { partition: defaults::partition(), seed: defaults::seed(), workers: 1, threads: 0 }
+    }
+}
+
+mod defaults {
+    use super::*;
+    pub fn one() -> u32 {
+        1
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn one_f() -> f64 {
+        1.0
+    }
+    pub fn gpus_per_host() -> u32 {
+        8
+    }
+    pub fn topology() -> TopologyKind {
+        TopologyKind::RailOptimized
+    }
+    pub fn nic_gbps() -> f64 {
+        400.0
+    }
+    pub fn scale_up() -> ScaleUp {
+        ScaleUp::Auto
+    }
+    /// A SuperPOD scalable unit is 32 DGX hosts (NVIDIA DGX SuperPOD reference architecture).
+    pub fn hosts_per_segment() -> u32 {
+        32
+    }
+    pub fn segments_per_pod() -> u32 {
+        16
+    }
+    /// DESIGN.md: NVLink and PCIe hops ~100 ns, network links ~1 µs.
+    pub fn nvlink_ns() -> f64 {
+        100.0
+    }
+    pub fn pcie_ns() -> f64 {
+        100.0
+    }
+    pub fn network_ns() -> f64 {
+        1000.0
+    }
+    /// CXL switch hop; HCSim and CXL 2.0 switch measurements put one hop at 100-250 ns.
+    pub fn cxl_ns() -> f64 {
+        200.0
+    }
+    pub fn cxl_memory_gb_s() -> f64 {
+        64.0
+    }
+    pub fn cxl_link_gb_s() -> f64 {
+        64.0
+    }
+    pub fn zero_stage() -> u32 {
+        1
+    }
+    pub fn order() -> String {
+        "tp-cp-ep-dp-pp".into()
+    }
+    pub fn precision() -> Precision {
+        Precision::Bf16
+    }
+    pub fn recompute() -> Recompute {
+        Recompute::None
+    }
+    pub fn memory_check() -> MemoryCheck {
+        MemoryCheck::Error
+    }
+    pub fn network_model() -> NetworkModel {
+        NetworkModel::Packet
+    }
+    pub fn segment_bytes() -> u64 {
+        1 << 20
+    }
+    pub fn intra_host() -> NetworkModel {
+        NetworkModel::Analytical
+    }
+    pub fn algorithm() -> CollectiveAlgorithm {
+        CollectiveAlgorithm::Auto
+    }
+    pub fn partition() -> String {
+        "auto".into()
+    }
+    pub fn seed() -> u64 {
+        1
+    }
+}
+
+/// An experiment as read from disk: the typed config plus where each value came from.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub config: ExperimentConfig,
+    pub tree: Located,
+    pub path: PathBuf,
+}
+
+impl LoadedConfig {
+    /// Where `dotted.key` was written (the deepest part that exists).
+    pub fn origin(&self, key: &str) -> Origin {
+        self.tree.origin_of(&parse_path(key))
+    }
+
+    /// An error about `key`, located where the key was written.
+    pub fn error(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError::new(self.origin(key), key, message)
+    }
+
+    /// Resolves a path written in the config relative to the file that wrote it.
+    pub fn resolve_path(&self, key: &str, written: &str) -> PathBuf {
+        let p = Path::new(written);
+        if p.is_absolute() {
+            return p.to_path_buf();
+        }
+        match self.origin(key) {
+            Origin::File { file, .. } | Origin::WholeFile(file) => {
+                Path::new(&file).parent().unwrap_or(Path::new(".")).join(p)
+            }
+            _ => p.to_path_buf(),
+        }
+    }
+}
+
+/// Reads an experiment file with its includes, `--set` overrides and model preset.
+pub fn load(path: &Path, sets: &[String]) -> Result<LoadedConfig, ConfigError> {
+    let mut tree = source::load_with_includes(path, &mut Vec::new())?;
+    for assignment in sets {
+        source::apply_set(&mut tree, assignment)?;
+    }
+    crate::model::expand_model_sources(&mut tree)?;
+    let config: ExperimentConfig = source::deserialize(&tree)?;
+    Ok(LoadedConfig { config, tree, path: path.to_path_buf() })
+}

@@ -1,0 +1,494 @@
+//! Reading experiment files: TOML with `include`, `--set` overrides and presets, where every
+//! value remembers the file and line it came from so that errors can point at it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use toml::de::{DeTable, DeValue};
+
+use super::ConfigError;
+
+/// Where a value was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    File { file: String, line: u32 },
+    /// A whole file, when no single line is to blame (missing file, empty file).
+    WholeFile(String),
+    /// A `--set KEY=VALUE` on the command line.
+    CommandLine,
+    /// Filled in by the loader (a preset, a Hugging Face config, a default).
+    Derived(String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File { file, line } => write!(f, "{file}:{line}"),
+            Origin::WholeFile(file) => write!(f, "{file}"),
+            Origin::CommandLine => write!(f, "--set"),
+            Origin::Derived(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+/// A TOML value whose every part knows its origin.
+#[derive(Debug, Clone)]
+pub struct Located {
+    pub value: Value,
+    pub origin: Origin,
+}
+
+#[derive(Debug, Clone)]
+pub enum Value {
+    Table(BTreeMap<String, Located>),
+    Array(Vec<Located>),
+    String(String),
+    Integer(i64),
+    Float(f64),
+    Boolean(bool),
+}
+
+impl Located {
+    pub fn table(origin: Origin) -> Self {
+        Located { value: Value::Table(BTreeMap::new()), origin }
+    }
+
+    pub fn as_table(&self) -> Option<&BTreeMap<String, Located>> {
+        match &self.value {
+            Value::Table(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Follows a dotted path (`cluster.gpu_mix[1].hosts` split into segments).
+    pub fn lookup(&self, path: &[PathSegment]) -> Option<&Located> {
+        let mut here = self;
+        for seg in path {
+            here = match (seg, &here.value) {
+                (PathSegment::Key(k), Value::Table(t)) => t.get(k)?,
+                (PathSegment::Index(i), Value::Array(a)) => a.get(*i)?,
+                _ => return None,
+            };
+        }
+        Some(here)
+    }
+
+    /// The origin of the deepest existing value along `path`.
+    pub fn origin_of(&self, path: &[PathSegment]) -> Origin {
+        let mut here = self;
+        for seg in path {
+            let next = match (seg, &here.value) {
+                (PathSegment::Key(k), Value::Table(t)) => t.get(k),
+                (PathSegment::Index(i), Value::Array(a)) => a.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(n) => here = n,
+                None => break,
+            }
+        }
+        here.origin.clone()
+    }
+
+    /// Removes and returns a key of a table.
+    pub fn remove(&mut self, key: &str) -> Option<Located> {
+        match &mut self.value {
+            Value::Table(t) => t.remove(key),
+            _ => None,
+        }
+    }
+
+    /// Deep merge: tables merge key by key, anything else in `over` replaces `self`.
+    pub fn merge(&mut self, over: Located) {
+        match (&mut self.value, over.value) {
+            (Value::Table(base), Value::Table(top)) => {
+                for (k, v) in top {
+                    match base.get_mut(&k) {
+                        Some(existing) => existing.merge(v),
+                        None => {
+                            base.insert(k, v);
+                        }
+                    }
+                }
+            }
+            (_, value) => {
+                self.value = value;
+                self.origin = over.origin;
+            }
+        }
+    }
+
+    /// Sets `path` to `value`, creating tables on the way.
+    pub fn set(&mut self, path: &[String], value: Located) -> Result<(), String> {
+        let Some((last, parents)) = path.split_last() else {
+            return Err("empty key".into());
+        };
+        let mut here = self;
+        for (depth, key) in parents.iter().enumerate() {
+            let Value::Table(t) = &mut here.value else {
+                return Err(format!("`{}` is not a table", parents[..depth].join(".")));
+            };
+            here = t
+                .entry(key.clone())
+                .or_insert_with(|| Located::table(value.origin.clone()));
+        }
+        match &mut here.value {
+            Value::Table(t) => {
+                match t.get_mut(last) {
+                    Some(existing) => existing.merge(value),
+                    None => {
+                        t.insert(last.clone(), value);
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(format!("`{}` is not a table", parents.join("."))),
+        }
+    }
+
+    /// Plain TOML value for serde, without origins.
+    pub fn to_toml(&self) -> toml::Value {
+        match &self.value {
+            Value::Table(t) => {
+                toml::Value::Table(t.iter().map(|(k, v)| (k.clone(), v.to_toml())).collect())
+            }
+            Value::Array(a) => toml::Value::Array(a.iter().map(Located::to_toml).collect()),
+            Value::String(s) => toml::Value::String(s.clone()),
+            Value::Integer(i) => toml::Value::Integer(*i),
+            Value::Float(x) => toml::Value::Float(*x),
+            Value::Boolean(b) => toml::Value::Boolean(*b),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathSegment {
+    Key(String),
+    Index(usize),
+}
+
+/// Splits serde_path_to_error's rendering (`a.b[2].c`) into segments.
+pub fn parse_path(path: &str) -> Vec<PathSegment> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let mut rest = part;
+        if let Some(open) = rest.find('[') {
+            if open > 0 {
+                out.push(PathSegment::Key(rest[..open].to_string()));
+            }
+            rest = &rest[open..];
+            while let Some(stripped) = rest.strip_prefix('[') {
+                let Some(close) = stripped.find(']') else { break };
+                if let Ok(i) = stripped[..close].parse() {
+                    out.push(PathSegment::Index(i));
+                }
+                rest = &stripped[close + 1..];
+            }
+        } else if !rest.is_empty() && rest != "?" {
+            out.push(PathSegment::Key(rest.to_string()));
+        }
+    }
+    out
+}
+
+/// Line numbers of byte offsets in one text.
+struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
+    }
+
+    fn line(&self, offset: usize) -> u32 {
+        let idx = self.starts.partition_point(|&s| s <= offset);
+        u32::try_from(idx.max(1)).unwrap_or(u32::MAX)
+    }
+}
+
+/// Parses TOML text into a located tree.
+pub fn parse_text(file: &str, text: &str) -> Result<Located, ConfigError> {
+    if text.contains('\0') {
+        return Err(ConfigError::at_file(
+            file,
+            "is binary, not a TOML text file (it contains NUL bytes)",
+        ));
+    }
+    let lines = LineIndex::new(text);
+    let doc = DeTable::parse(text).map_err(|e| {
+        let line = e.span().map(|s| lines.line(s.start)).unwrap_or(1);
+        let message = e.message().trim().replace('\n', " ");
+        ConfigError::new(
+            Origin::File { file: file.to_string(), line },
+            "",
+            format!("invalid TOML: {message}"),
+        )
+    })?;
+    let origin = Origin::File { file: file.to_string(), line: 1 };
+    let mut table = BTreeMap::new();
+    for (k, v) in doc.get_ref() {
+        table.insert(k.get_ref().to_string(), convert(file, &lines, k.span().start, v)?);
+    }
+    Ok(Located { value: Value::Table(table), origin })
+}
+
+fn convert(
+    file: &str,
+    lines: &LineIndex,
+    key_offset: usize,
+    value: &toml::Spanned<DeValue<'_>>,
+) -> Result<Located, ConfigError> {
+    // A table header's span covers the whole table; the key's line is the one users look for.
+    let line = lines.line(key_offset.min(value.span().start));
+    let origin = Origin::File { file: file.to_string(), line };
+    let v = match value.get_ref() {
+        DeValue::String(s) => Value::String(s.to_string()),
+        DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+            Ok(n) => Value::Integer(n),
+            Err(_) => {
+                return Err(ConfigError::new(
+                    origin,
+                    "",
+                    format!("integer {} does not fit in 64 bits", i.as_str()),
+                ));
+            }
+        },
+        DeValue::Float(x) => {
+            let parsed: f64 = x.as_str().replace('_', "").parse().map_err(|_| {
+                ConfigError::new(origin.clone(), "", format!("bad float {}", x.as_str()))
+            })?;
+            if !parsed.is_finite() {
+                return Err(ConfigError::new(
+                    origin,
+                    "",
+                    format!("{} is not a finite number", x.as_str()),
+                ));
+            }
+            Value::Float(parsed)
+        }
+        DeValue::Boolean(b) => Value::Boolean(*b),
+        DeValue::Datetime(d) => {
+            return Err(ConfigError::new(
+                origin,
+                "",
+                format!("date-time {d} is not a valid value anywhere in an experiment file"),
+            ));
+        }
+        DeValue::Array(a) => Value::Array(
+            a.iter()
+                .map(|item| convert(file, lines, item.span().start, item))
+                .collect::<Result<_, _>>()?,
+        ),
+        DeValue::Table(t) => {
+            let mut out = BTreeMap::new();
+            for (k, v) in t {
+                out.insert(k.get_ref().to_string(), convert(file, lines, k.span().start, v)?);
+            }
+            Value::Table(out)
+        }
+    };
+    Ok(Located { value: v, origin })
+}
+
+/// Reads a file and resolves its `include`s: included files first, in order, then the file's own
+/// keys on top ("later keys win"). Paths are relative to the including file.
+pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Located, ConfigError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| {
+        let what = match e.kind() {
+            std::io::ErrorKind::NotFound => "does not exist".to_string(),
+            _ => format!("cannot be read: {e}"),
+        };
+        ConfigError::at_file(&shown, what)
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        ConfigError::at_file(
+            &shown,
+            format!("is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to()),
+        )
+    })?;
+    if text.trim().is_empty() {
+        return Err(ConfigError::at_file(
+            &shown,
+            "is empty; an experiment needs at least `name`, [cluster] and [model]",
+        ));
+    }
+    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    chain.push(canonical);
+    let mut own = parse_text(&shown, &text)?;
+    let mut merged = Located::table(own.origin.clone());
+    if let Some(include) = own.remove("include") {
+        let items: Vec<Located> = match include.value {
+            Value::String(_) => vec![include],
+            Value::Array(items) => items,
+            _ => {
+                return Err(ConfigError::new(
+                    include.origin,
+                    "include",
+                    "expected a list of file paths, e.g. include = [\"../models/gpt3-175b.toml\"]",
+                ));
+            }
+        };
+        let base = path.parent().unwrap_or(Path::new("."));
+        for item in items {
+            let Some(rel) = item.as_str() else {
+                return Err(ConfigError::new(
+                    item.origin,
+                    "include",
+                    "expected a file path string",
+                ));
+            };
+            let target = base.join(rel);
+            let canonical = target.canonicalize().map_err(|_| {
+                ConfigError::new(
+                    item.origin.clone(),
+                    "include",
+                    format!(
+                        "included file {} does not exist (paths are relative to the including file)",
+                        target.display()
+                    ),
+                )
+            })?;
+            if let Some(pos) = chain.iter().position(|p| *p == canonical) {
+                let cycle: Vec<String> = chain[pos..]
+                    .iter()
+                    .chain(std::iter::once(&canonical))
+                    .map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+                    .collect();
+                return Err(ConfigError::new(
+                    item.origin.clone(),
+                    "include",
+                    format!("include cycle: {}", cycle.join(" -> ")),
+                ));
+            }
+            let included = load_with_includes(&target, chain)?;
+            merged.merge(included);
+        }
+    }
+    chain.pop();
+    merged.merge(own);
+    Ok(merged)
+}
+
+/// Applies one `--set dotted.key=value`. The value is read as TOML when it parses (numbers,
+/// booleans, arrays, quoted strings) and as a bare string otherwise.
+pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError> {
+    let Some((key, raw)) = assignment.split_once('=') else {
+        return Err(ConfigError::new(
+            Origin::CommandLine,
+            assignment,
+            "expected KEY=VALUE, e.g. --set parallel.tp=4",
+        ));
+    };
+    let key = key.trim();
+    let path: Vec<String> = key.split('.').map(|s| s.trim().to_string()).collect();
+    if path.iter().any(String::is_empty) {
+        return Err(ConfigError::new(
+            Origin::CommandLine,
+            key,
+            "expected a dotted key such as cluster.nic_gbps",
+        ));
+    }
+    let raw = raw.trim();
+    let value = match parse_text("--set", &format!("v = {raw}")) {
+        Ok(mut t) => match t.remove("v") {
+            Some(v) => relocate(v, &Origin::CommandLine),
+            None => Located { value: Value::String(raw.to_string()), origin: Origin::CommandLine },
+        },
+        Err(_) => Located { value: Value::String(raw.to_string()), origin: Origin::CommandLine },
+    };
+    root.set(&path, value)
+        .map_err(|e| ConfigError::new(Origin::CommandLine, key, e))
+}
+
+/// Re-labels every part of a value with one origin.
+pub fn relocate(mut v: Located, origin: &Origin) -> Located {
+    v.origin = origin.clone();
+    v.value = match v.value {
+        Value::Table(t) => {
+            Value::Table(t.into_iter().map(|(k, x)| (k, relocate(x, origin))).collect())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(|x| relocate(x, origin)).collect()),
+        other => other,
+    };
+    v
+}
+
+/// Deserializes a located tree into a typed config; errors point at the offending key.
+pub fn deserialize<T: DeserializeOwned>(root: &Located) -> Result<T, ConfigError> {
+    let value = root.to_toml();
+    let result: Result<T, serde_path_to_error::Error<toml::de::Error>> =
+        serde_path_to_error::deserialize(value);
+    result.map_err(|err| {
+        let rendered = err.path().to_string();
+        let path = parse_path(&rendered);
+        let origin = root.origin_of(&path);
+        let message = err.inner().message().trim().replace('\n', " ");
+        let key = if rendered == "." { String::new() } else { rendered };
+        ConfigError::new(origin, &key, describe_serde_message(&message))
+    })
+}
+
+/// Turns serde's wording into the one users of this tool see.
+fn describe_serde_message(message: &str) -> String {
+    let m = message.replace("invalid type: ", "wrong type: got ");
+    let m = m.replace("unknown field", "unknown key");
+    let m = m.replace("missing field", "missing required key");
+    let m = m.replace("unknown variant", "unknown value");
+    m.replace(", expected", "; expected")
+}
+
+/// Parses one self-contained TOML document (a GPU file, a preset) into a typed value.
+pub fn parse_typed<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
+    let tree = parse_text(file, text)?;
+    deserialize(&tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_rendering_round_trips() {
+        assert_eq!(
+            parse_path("cluster.gpu_mix[1].hosts"),
+            vec![
+                PathSegment::Key("cluster".into()),
+                PathSegment::Key("gpu_mix".into()),
+                PathSegment::Index(1),
+                PathSegment::Key("hosts".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn values_know_their_line() {
+        let t = parse_text("x.toml", "name = \"a\"\n\n[parallel]\ntp = 4\n").unwrap();
+        let tp = t
+            .lookup(&[PathSegment::Key("parallel".into()), PathSegment::Key("tp".into())])
+            .unwrap();
+        assert_eq!(tp.origin, Origin::File { file: "x.toml".into(), line: 4 });
+    }
+
+    #[test]
+    fn set_parses_toml_values_and_falls_back_to_strings() {
+        let mut t = parse_text("x.toml", "[cluster]\ngpu = \"A\"\n").unwrap();
+        apply_set(&mut t, "cluster.gpu=H100-SXM").unwrap();
+        apply_set(&mut t, "parallel.tp=4").unwrap();
+        let v = t.to_toml();
+        assert_eq!(v["cluster"]["gpu"].as_str(), Some("H100-SXM"));
+        assert_eq!(v["parallel"]["tp"].as_integer(), Some(4));
+    }
+}

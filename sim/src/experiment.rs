@@ -1,0 +1,418 @@
+//! A validated experiment: the config resolved into GPU types, model, parallel layout, batch
+//! schedule and memory estimate. Every check names the key to fix and where it was written.
+
+use std::path::Path;
+
+use crate::config::{self, ConfigError, LoadedConfig, MemoryCheck, Precision, TopologyKind};
+use crate::gpu::{GpuDatabase, GpuSpec};
+use crate::layout::{ParallelLayout, parse_order};
+use crate::memory::{self, MemoryInputs, StageMemory};
+use crate::model::ModelSpec;
+use crate::topology::{GraphFile, Topology};
+
+/// Largest cluster fleetsim accepts: GPU ids must fit comfortably in 32-bit node ids.
+pub const MAX_GPUS: u32 = 1 << 24;
+
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub loaded: LoadedConfig,
+    /// Distinct GPU types of the cluster, in order of first appearance.
+    pub gpu_types: Vec<GpuSpec>,
+    /// Index into `gpu_types` for every host.
+    pub host_gpu_type: Vec<u16>,
+    pub model: ModelSpec,
+    pub layout: ParallelLayout,
+    pub global_batch: u64,
+    pub micro_batch: u64,
+    /// Micro-batches per iteration of each data-parallel replica (gradient accumulation).
+    pub micro_batches: u64,
+    pub memory: Vec<StageMemory>,
+    /// Smallest HBM among the GPUs of each stage, bytes.
+    pub stage_hbm: Vec<f64>,
+    /// Warnings that did not stop the experiment (e.g. memory with memory_check = "warn").
+    pub warnings: Vec<String>,
+}
+
+impl Experiment {
+    /// Reads and validates an experiment file.
+    pub fn load(path: &Path, sets: &[String]) -> Result<Experiment, ConfigError> {
+        let loaded = config::load(path, sets)?;
+        Self::from_loaded(loaded)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.loaded.config.name
+    }
+
+    pub fn hosts(&self) -> u32 {
+        self.host_gpu_type.len() as u32
+    }
+
+    /// GPU type of a rank under the default placement (rank r on GPU r).
+    pub fn gpu_of_rank(&self, rank: u32) -> &GpuSpec {
+        let gph = self.loaded.config.cluster.gpus_per_host;
+        &self.gpu_types[usize::from(self.host_gpu_type[(rank / gph) as usize])]
+    }
+
+    pub fn from_loaded(loaded: LoadedConfig) -> Result<Experiment, ConfigError> {
+        let cfg = &loaded.config;
+        let err = |key: &str, msg: String| loaded.error(key, msg);
+        if cfg.name.trim().is_empty() {
+            return Err(err("name", "must not be empty".into()));
+        }
+
+        // --- cluster size and GPU types ---
+        let c = &cfg.cluster;
+        positive(&loaded, "cluster.gpus", u64::from(c.gpus))?;
+        positive(&loaded, "cluster.gpus_per_host", u64::from(c.gpus_per_host))?;
+        if c.gpus > MAX_GPUS {
+            return Err(err("cluster.gpus", format!("{} exceeds the limit of {MAX_GPUS} GPUs", c.gpus)));
+        }
+        if c.gpus % c.gpus_per_host != 0 {
+            return Err(err(
+                "cluster.gpus",
+                format!("{} GPUs do not fill whole hosts of cluster.gpus_per_host = {}", c.gpus, c.gpus_per_host),
+            ));
+        }
+        let hosts = c.gpus / c.gpus_per_host;
+        let db = GpuDatabase::embedded()?;
+        let (gpu_types, host_gpu_type) = resolve_gpus(&loaded, &db, hosts)?;
+
+        // --- model ---
+        let model = ModelSpec::resolve(&cfg.model, &|k, m| loaded.error(k, m))?;
+
+        // --- parallelism ---
+        let p = &cfg.parallel;
+        for (key, v) in [
+            ("parallel.tp", p.tp),
+            ("parallel.pp", p.pp),
+            ("parallel.cp", p.cp),
+            ("parallel.ep", p.ep),
+            ("parallel.vp", p.vp),
+            ("parallel.micro_batch", p.micro_batch),
+        ] {
+            positive(&loaded, key, u64::from(v))?;
+        }
+        let order = parse_order(&p.order).map_err(|m| err("parallel.order", m))?;
+        let model_parallel = u64::from(p.tp) * u64::from(p.pp) * u64::from(p.cp);
+        let dp = match p.dp {
+            Some(0) => return Err(err("parallel.dp", "must be greater than 0".into())),
+            Some(dp) => {
+                if model_parallel * u64::from(dp) != u64::from(c.gpus) {
+                    return Err(err(
+                        "parallel.dp",
+                        format!(
+                            "TP {} x PP {} x CP {} x DP {dp} = {} but cluster.gpus = {}; omit parallel.dp to derive it",
+                            p.tp, p.pp, p.cp, model_parallel * u64::from(dp), c.gpus
+                        ),
+                    ));
+                }
+                dp
+            }
+            None => {
+                if u64::from(c.gpus) % model_parallel != 0 {
+                    return Err(err(
+                        "parallel.tp",
+                        format!(
+                            "cluster.gpus = {} is not divisible by TP {} x PP {} x CP {} = {model_parallel}",
+                            c.gpus, p.tp, p.pp, p.cp
+                        ),
+                    ));
+                }
+                (u64::from(c.gpus) / model_parallel) as u32
+            }
+        };
+        if model.heads % u64::from(p.tp) != 0 {
+            return Err(err(
+                "parallel.tp",
+                format!("TP {} must divide model.heads = {} (Megatron splits attention heads across TP)", p.tp, model.heads),
+            ));
+        }
+        if model.kv_heads % u64::from(p.tp) != 0 && u64::from(p.tp) % model.kv_heads != 0 {
+            return Err(err(
+                "parallel.tp",
+                format!(
+                    "TP {} and model.kv_heads = {} must divide one another (Megatron splits or replicates query groups)",
+                    p.tp, model.kv_heads
+                ),
+            ));
+        }
+        if model.ffn_hidden % u64::from(p.tp) != 0 {
+            return Err(err(
+                "parallel.tp",
+                format!("TP {} must divide model.ffn_hidden = {}", p.tp, model.ffn_hidden),
+            ));
+        }
+        if p.vp > 1 && p.pp < 2 {
+            return Err(err("parallel.vp", format!("vp = {} needs pp >= 2 (interleaving splits pipeline stages)", p.vp)));
+        }
+        let stages = u64::from(p.pp) * u64::from(p.vp);
+        if model.layers % stages != 0 {
+            return Err(err(
+                "parallel.pp",
+                format!(
+                    "model.layers = {} is not divisible by PP {} x VP {} = {stages}",
+                    model.layers, p.pp, p.vp
+                ),
+            ));
+        }
+        if p.cp > 1 && model.seq_len % (2 * u64::from(p.cp)) != 0 {
+            return Err(err(
+                "parallel.cp",
+                format!(
+                    "model.seq_len = {} must be divisible by 2 x CP = {} (Megatron's load-balanced context split)",
+                    model.seq_len,
+                    2 * p.cp
+                ),
+            ));
+        }
+        if p.ep > 1 {
+            let Some(moe) = model.moe else {
+                return Err(err("parallel.ep", format!("ep = {} needs a mixture-of-experts model (model.experts)", p.ep)));
+            };
+            if moe.experts % u64::from(p.ep) != 0 {
+                return Err(err("parallel.ep", format!("EP {} must divide model.experts = {}", p.ep, moe.experts)));
+            }
+            if (u64::from(dp) * u64::from(p.cp)) % u64::from(p.ep) != 0 {
+                return Err(err(
+                    "parallel.ep",
+                    format!("EP {} must divide DP {dp} x CP {} (experts are sharded over data-parallel ranks)", p.ep, p.cp),
+                ));
+            }
+        }
+        if p.zero > 3 {
+            return Err(err("parallel.zero", format!("must be 0, 1, 2 or 3, got {}", p.zero)));
+        }
+        let layout = ParallelLayout { tp: p.tp, cp: p.cp, ep: p.ep, dp, pp: p.pp, vp: p.vp, order };
+
+        // --- batch ---
+        let micro_batch = u64::from(p.micro_batch);
+        let per_step = micro_batch * u64::from(dp);
+        let global_batch = match p.global_batch {
+            Some(0) => return Err(err("parallel.global_batch", "must be greater than 0".into())),
+            Some(g) => u64::from(g),
+            None => per_step,
+        };
+        if global_batch % per_step != 0 {
+            return Err(err(
+                "parallel.global_batch",
+                format!(
+                    "{global_batch} is not divisible by micro_batch {micro_batch} x DP {dp} = {per_step}"
+                ),
+            ));
+        }
+        let micro_batches = global_batch / per_step;
+        if p.vp > 1 && micro_batches % u64::from(p.pp) != 0 {
+            return Err(err(
+                "parallel.global_batch",
+                format!(
+                    "the interleaved schedule needs micro-batches per replica ({micro_batches}) divisible by PP {}",
+                    p.pp
+                ),
+            ));
+        }
+
+        // --- training, network, engine ---
+        let t = &cfg.training;
+        positive(&loaded, "training.iterations", u64::from(t.iterations))?;
+        for g in &gpu_types {
+            if g.peak_flops(t.precision) <= 0.0 {
+                let supported: Vec<&str> = [Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16, Precision::Fp8]
+                    .into_iter()
+                    .filter(|&p| g.peak_flops(p) > 0.0)
+                    .map(Precision::name)
+                    .collect();
+                return Err(err(
+                    "training.precision",
+                    format!(
+                        "{} has no {} tensor support; choose one of: {}",
+                        g.name,
+                        t.precision.name(),
+                        supported.join(", ")
+                    ),
+                ));
+            }
+        }
+        positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
+        let known = ["auto", "round-robin", "linear", "by-rack", "by-segment", "by-pod", "by-rail", "metis", "latency-aware"];
+        if !known.contains(&cfg.engine.partition.as_str()) {
+            return Err(err(
+                "engine.partition",
+                format!("unknown strategy `{}`; valid: {}", cfg.engine.partition, known.join(", ")),
+            ));
+        }
+        positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
+
+        // --- memory ---
+        let inputs = MemoryInputs {
+            precision: t.precision,
+            zero: p.zero,
+            recompute: t.recompute,
+            sequence_parallel: p.sequence_parallel,
+            flash_attention: t.flash_attention,
+            micro_batch,
+            micro_batches,
+        };
+        let memory = memory::estimate(&model, &layout, &inputs);
+        let gph = c.gpus_per_host;
+        let mut stage_hbm = vec![f64::INFINITY; p.pp as usize];
+        for rank in 0..c.gpus {
+            let stage = layout.coords(rank).pp as usize;
+            let g = &gpu_types[usize::from(host_gpu_type[(rank / gph) as usize])];
+            stage_hbm[stage] = stage_hbm[stage].min(g.hbm_bytes());
+        }
+        let mut warnings = Vec::new();
+        if let Some((m, hbm)) = memory
+            .iter()
+            .zip(&stage_hbm)
+            .find(|(m, hbm)| m.total() > **hbm)
+        {
+            let message = format!(
+                "does not fit: stage {} needs {:.1} GB per GPU (weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}) but HBM holds {:.1} GB; \
+                 raise TP/PP, use ZeRO or recompute, or set training.memory_check = \"warn\"",
+                m.stage,
+                m.total() / 1e9,
+                m.weights / 1e9,
+                m.gradients / 1e9,
+                m.optimizer / 1e9,
+                m.activations / 1e9,
+                hbm / 1e9
+            );
+            match t.memory_check {
+                MemoryCheck::Error => return Err(err("training.memory_check", message)),
+                MemoryCheck::Warn => warnings.push(format!("memory {message}")),
+                MemoryCheck::Off => {}
+            }
+        }
+
+        Ok(Experiment {
+            loaded,
+            gpu_types,
+            host_gpu_type,
+            model,
+            layout,
+            global_batch,
+            micro_batch,
+            micro_batches,
+            memory,
+            stage_hbm,
+            warnings,
+        })
+    }
+
+    /// Builds the cluster's topology with its routing structures.
+    pub fn build_topology(&self) -> Result<Topology, ConfigError> {
+        let c = &self.loaded.config.cluster;
+        let graph = match (c.topology, &c.graph_file) {
+            (TopologyKind::Graph, Some(file)) => {
+                let path = self.loaded.resolve_path("cluster.graph_file", file);
+                let shown = path.display().to_string();
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    self.loaded.error("cluster.graph_file", format!("cannot read {shown}: {e}"))
+                })?;
+                Some(GraphFile::parse(&shown, &text)?)
+            }
+            (TopologyKind::Graph, None) => {
+                return Err(self.loaded.error(
+                    "cluster.topology",
+                    "topology = \"graph\" needs cluster.graph_file = \"path/to/graph.toml\"",
+                ));
+            }
+            (_, Some(_)) => {
+                return Err(self.loaded.error(
+                    "cluster.graph_file",
+                    "is only read with cluster.topology = \"graph\"",
+                ));
+            }
+            (_, None) => None,
+        };
+        Topology::build(c, &self.gpu_types, &self.host_gpu_type, graph)
+            .map_err(|e| self.loaded.error(e.key(), e.to_string()))
+    }
+}
+
+fn positive(loaded: &LoadedConfig, key: &str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(loaded.error(key, "must be greater than 0"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Resolves `cluster.gpu` or `[[cluster.gpu_mix]]` into GPU types per host.
+fn resolve_gpus(
+    loaded: &LoadedConfig,
+    db: &GpuDatabase,
+    hosts: u32,
+) -> Result<(Vec<GpuSpec>, Vec<u16>), ConfigError> {
+    let c = &loaded.config.cluster;
+    let lookup = |key: &str, name: &str| -> Result<GpuSpec, ConfigError> {
+        if name.ends_with(".toml") {
+            return GpuDatabase::load_file(&loaded.resolve_path(key, name));
+        }
+        db.get(name).cloned().ok_or_else(|| {
+            loaded.error(
+                key,
+                format!(
+                    "unknown GPU `{name}`; known: {} (or a path to a GPU file ending in .toml)",
+                    db.names().join(", ")
+                ),
+            )
+        })
+    };
+    match (&c.gpu, c.gpu_mix.is_empty()) {
+        (Some(name), true) => Ok((vec![lookup("cluster.gpu", name)?], vec![0; hosts as usize])),
+        (None, true) => Err(loaded.error(
+            "cluster.gpu",
+            "missing; name a GPU (e.g. gpu = \"H100-SXM\") or list [[cluster.gpu_mix]] entries",
+        )),
+        (Some(_), false) => Err(loaded.error(
+            "cluster.gpu_mix",
+            "give either cluster.gpu or [[cluster.gpu_mix]], not both",
+        )),
+        (None, false) => {
+            let hosts_per_rack = c.hosts_per_rack.unwrap_or(c.hosts_per_segment);
+            let mut types: Vec<GpuSpec> = Vec::new();
+            let mut per_host = Vec::with_capacity(hosts as usize);
+            for (i, entry) in c.gpu_mix.iter().enumerate() {
+                let key = format!("cluster.gpu_mix[{i}]");
+                let spec = lookup(&format!("{key}.gpu"), &entry.gpu)?;
+                let count = match (entry.hosts, entry.racks) {
+                    (Some(h), None) => u64::from(h),
+                    (None, Some(r)) => u64::from(r) * u64::from(hosts_per_rack),
+                    _ => {
+                        return Err(loaded.error(
+                            &key,
+                            "give exactly one of hosts = N or racks = N",
+                        ));
+                    }
+                };
+                if count == 0 {
+                    return Err(loaded.error(&key, "places no host; hosts or racks must be > 0"));
+                }
+                let idx = match types.iter().position(|t| t.name == spec.name) {
+                    Some(i) => i,
+                    None => {
+                        types.push(spec);
+                        types.len() - 1
+                    }
+                };
+                let idx = u16::try_from(idx).map_err(|_| loaded.error(&key, "too many GPU types"))?;
+                if per_host.len() as u64 + count > u64::from(hosts) {
+                    return Err(loaded.error(
+                        &key,
+                        format!("gpu_mix places more hosts than the cluster has ({hosts} = cluster.gpus / gpus_per_host)"),
+                    ));
+                }
+                per_host.extend(std::iter::repeat_n(idx, count as usize));
+            }
+            if per_host.len() as u64 != u64::from(hosts) {
+                return Err(loaded.error(
+                    "cluster.gpu_mix",
+                    format!("places {} hosts but the cluster has {hosts} (cluster.gpus / gpus_per_host)", per_host.len()),
+                ));
+            }
+            Ok((types, per_host))
+        }
+    }
+}

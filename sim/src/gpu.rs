@@ -1,0 +1,233 @@
+//! The GPU database: one TOML file per GPU under `configs/gpus/`, embedded at build time.
+//!
+//! Every number in a file carries its source in the `source` key of its section. A user can
+//! describe a GPU that does not exist yet by pointing `cluster.gpu` at a file of the same format.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigError, Precision, parse_typed};
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_configs.rs"));
+}
+
+/// One GPU model, as described in `configs/gpus/NAME.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    /// Canonical name, used in experiment files (`cluster.gpu`).
+    pub name: String,
+    /// Other names users write for the same part.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub vendor: Vendor,
+    /// Architecture family (`volta`, `ampere`, `hopper`, `blackwell`, `cdna3`): measured kernel
+    /// tables are scaled only within a family.
+    pub architecture: String,
+    /// Streaming multiprocessors (NVIDIA) or compute units (AMD).
+    pub sms: u32,
+    pub dense_tflops: DenseTflops,
+    pub hbm: Hbm,
+    pub nvlink: NvLink,
+    pub pcie: Pcie,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    Nvidia,
+    Amd,
+}
+
+/// Dense (no structured sparsity) tensor peak per data type, TFLOP/s. Zero means the part has no
+/// hardware support for that type.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenseTflops {
+    pub fp32: f64,
+    pub tf32: f64,
+    pub bf16: f64,
+    pub fp16: f64,
+    pub fp8: f64,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hbm {
+    /// Capacity in GB (10^9 bytes), as vendors state it.
+    pub capacity_gb: f64,
+    /// Peak bandwidth in TB/s (10^12 bytes/s).
+    pub bandwidth_tb_s: f64,
+    pub source: String,
+}
+
+/// The scale-up fabric port of the GPU: NVLink on NVIDIA parts, Infinity Fabric (xGMI) on AMD.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLink {
+    /// Bandwidth per direction over all ports together, GB/s. Zero when the part has none.
+    pub bandwidth_gb_s: f64,
+    pub ports: u32,
+    /// NVLink generation (or Infinity Fabric generation on AMD).
+    pub generation: u32,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pcie {
+    pub generation: u32,
+    pub lanes: u32,
+    pub source: String,
+}
+
+impl Pcie {
+    /// Usable bandwidth per direction in bytes/s: the raw rate after line encoding
+    /// (8b/10b for gen 1-2, 128b/130b for gen 3-5, FLIT for gen 6), per PCI-SIG's specifications.
+    pub fn bytes_per_s(&self) -> f64 {
+        let per_lane_gbit = match self.generation {
+            1 => 2.5 * 0.8,
+            2 => 5.0 * 0.8,
+            3 => 8.0 * 128.0 / 130.0,
+            4 => 16.0 * 128.0 / 130.0,
+            5 => 32.0 * 128.0 / 130.0,
+            _ => 64.0 * 242.0 / 256.0,
+        };
+        per_lane_gbit * 1e9 / 8.0 * f64::from(self.lanes)
+    }
+}
+
+impl GpuSpec {
+    /// Dense peak in FLOP/s for a precision (0 when unsupported).
+    pub fn peak_flops(&self, precision: Precision) -> f64 {
+        let t = &self.dense_tflops;
+        let tflops = match precision {
+            Precision::Fp32 => t.fp32,
+            Precision::Tf32 => t.tf32,
+            Precision::Bf16 => t.bf16,
+            Precision::Fp16 => t.fp16,
+            Precision::Fp8 => t.fp8,
+        };
+        tflops * 1e12
+    }
+
+    pub fn hbm_bytes(&self) -> f64 {
+        self.hbm.capacity_gb * 1e9
+    }
+
+    pub fn nvlink_bytes_per_s(&self) -> f64 {
+        self.nvlink.bandwidth_gb_s * 1e9
+    }
+
+    fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let t = &self.dense_tflops;
+        let checks: [(&str, f64, bool); 9] = [
+            ("dense_tflops.fp32", t.fp32, false),
+            ("dense_tflops.tf32", t.tf32, true),
+            ("dense_tflops.bf16", t.bf16, true),
+            ("dense_tflops.fp16", t.fp16, false),
+            ("dense_tflops.fp8", t.fp8, true),
+            ("hbm.capacity_gb", self.hbm.capacity_gb, false),
+            ("hbm.bandwidth_tb_s", self.hbm.bandwidth_tb_s, false),
+            ("nvlink.bandwidth_gb_s", self.nvlink.bandwidth_gb_s, true),
+            ("sms", f64::from(self.sms), false),
+        ];
+        for (key, value, zero_ok) in checks {
+            let bad = !value.is_finite() || value < 0.0 || (!zero_ok && value == 0.0);
+            if bad {
+                return Err(ConfigError::plain(
+                    file,
+                    key,
+                    format!(
+                        "must be a finite number {} 0, got {value}",
+                        if zero_ok { ">=" } else { ">" }
+                    ),
+                ));
+            }
+        }
+        if !(1..=7).contains(&self.pcie.generation) || self.pcie.lanes == 0 {
+            return Err(ConfigError::plain(
+                file,
+                "pcie",
+                format!(
+                    "generation must be 1-7 and lanes > 0, got gen {} x{}",
+                    self.pcie.generation, self.pcie.lanes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// All GPUs known to this build, keyed by canonical name.
+#[derive(Debug, Clone)]
+pub struct GpuDatabase {
+    gpus: BTreeMap<String, GpuSpec>,
+}
+
+impl GpuDatabase {
+    /// The GPUs embedded from `configs/gpus/`.
+    pub fn embedded() -> Result<Self, ConfigError> {
+        let mut gpus = BTreeMap::new();
+        for (stem, text) in embedded::GPUS {
+            let file = format!("configs/gpus/{stem}.toml");
+            let spec: GpuSpec = parse_typed(&file, text)?;
+            spec.validate(&file)?;
+            gpus.insert(spec.name.clone(), spec);
+        }
+        Ok(Self { gpus })
+    }
+
+    /// Names users may write, canonical names first.
+    pub fn names(&self) -> Vec<&str> {
+        self.gpus.keys().map(String::as_str).collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &GpuSpec> {
+        self.gpus.values()
+    }
+
+    /// Looks a GPU up by canonical name or alias, ignoring ASCII case.
+    pub fn get(&self, name: &str) -> Option<&GpuSpec> {
+        self.gpus.values().find(|g| {
+            g.name.eq_ignore_ascii_case(name) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// Reads a user's GPU file (same format as `configs/gpus/*.toml`).
+    pub fn load_file(path: &Path) -> Result<GpuSpec, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::plain(&file, "cluster.gpu", format!("cannot read GPU file: {e}"))
+        })?;
+        let spec: GpuSpec = parse_typed(&file, &text)?;
+        spec.validate(&file)?;
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_gpu_parses_and_required_parts_exist() {
+        let db = GpuDatabase::embedded().unwrap();
+        for name in [
+            "V100", "A100-SXM-40GB", "A100-SXM-80GB", "A800", "H100-SXM", "H100-PCIe", "H800",
+            "H20", "H200-SXM", "B200", "GB200", "MI300X",
+        ] {
+            assert!(db.get(name).is_some(), "{name} missing from configs/gpus");
+        }
+    }
+
+    #[test]
+    fn pcie_gen5_x16_is_about_63_gbytes_per_s() {
+        let p = Pcie { generation: 5, lanes: 16, source: String::new() };
+        assert!((p.bytes_per_s() / 1e9 - 63.0).abs() < 0.1);
+    }
+}

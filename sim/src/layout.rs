@@ -1,0 +1,293 @@
+//! Rank placement and parallel groups, as Megatron-LM computes them.
+//!
+//! Megatron-Core's `RankGenerator` (megatron/core/parallel_state.py) lays ranks out along an
+//! order string, fastest-varying dimension first (default `tp-cp-ep-dp-pp`). Dense layers use
+//! the generator with `ep = 1`; expert layers use one with `cp = 1` and the data-parallel size
+//! replaced by the expert-data-parallel size `dp·cp / ep`. A group of kind X holds the ranks that
+//! differ only in coordinate X. Nothing here stores per-rank tables: coordinates and groups are
+//! computed on demand, so 131,072 ranks cost nothing.
+
+use std::fmt;
+
+/// One parallel dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Dim {
+    Tp,
+    Cp,
+    Ep,
+    Dp,
+    Pp,
+}
+
+impl Dim {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dim::Tp => "tp",
+            Dim::Cp => "cp",
+            Dim::Ep => "ep",
+            Dim::Dp => "dp",
+            Dim::Pp => "pp",
+        }
+    }
+
+    const ALL: [Dim; 5] = [Dim::Tp, Dim::Cp, Dim::Ep, Dim::Dp, Dim::Pp];
+}
+
+/// Parses an order string such as `tp-cp-ep-dp-pp`.
+pub fn parse_order(order: &str) -> Result<[Dim; 5], String> {
+    let parts: Vec<&str> = order.split('-').map(str::trim).collect();
+    let mut dims = Vec::with_capacity(5);
+    for p in &parts {
+        let d = Dim::ALL
+            .into_iter()
+            .find(|d| d.name().eq_ignore_ascii_case(p))
+            .ok_or_else(|| format!("unknown dimension `{p}`; use each of tp, cp, ep, dp, pp once"))?;
+        if dims.contains(&d) {
+            return Err(format!("dimension `{p}` appears twice; use each of tp, cp, ep, dp, pp once"));
+        }
+        dims.push(d);
+    }
+    dims.try_into().map_err(|_| {
+        "must name all five dimensions tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp".to_string()
+    })
+}
+
+/// The kinds of communicator groups Megatron-LM creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GroupKind {
+    /// Tensor parallel.
+    Tp,
+    /// Context parallel.
+    Cp,
+    /// Data parallel of dense parameters (gradients are reduced over dp, per cp rank).
+    Dp,
+    /// Data parallel with context parallel: the group the distributed optimizer shards over.
+    DpCp,
+    /// Pipeline parallel: one rank per stage.
+    Pp,
+    /// Expert parallel (all-to-all of MoE layers).
+    Ep,
+    /// Expert data parallel: reduces expert gradients.
+    ExpertDp,
+}
+
+impl GroupKind {
+    pub const ALL: [GroupKind; 7] = [
+        GroupKind::Tp,
+        GroupKind::Cp,
+        GroupKind::Dp,
+        GroupKind::DpCp,
+        GroupKind::Pp,
+        GroupKind::Ep,
+        GroupKind::ExpertDp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupKind::Tp => "tp",
+            GroupKind::Cp => "cp",
+            GroupKind::Dp => "dp",
+            GroupKind::DpCp => "dp-cp",
+            GroupKind::Pp => "pp",
+            GroupKind::Ep => "ep",
+            GroupKind::ExpertDp => "expert-dp",
+        }
+    }
+}
+
+/// Sizes and order of the parallel dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParallelLayout {
+    pub tp: u32,
+    pub cp: u32,
+    pub ep: u32,
+    pub dp: u32,
+    pub pp: u32,
+    pub vp: u32,
+    pub order: [Dim; 5],
+}
+
+/// A rank's coordinates in the dense and expert layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coords {
+    pub tp: u32,
+    pub cp: u32,
+    pub dp: u32,
+    pub pp: u32,
+    pub ep: u32,
+    pub expert_dp: u32,
+}
+
+impl ParallelLayout {
+    pub fn world(&self) -> u32 {
+        self.tp * self.cp * self.dp * self.pp
+    }
+
+    /// Expert-data-parallel size, `dp·cp / ep`.
+    pub fn expert_dp(&self) -> u32 {
+        self.dp * self.cp / self.ep
+    }
+
+    fn size(&self, d: Dim, expert: bool) -> u32 {
+        match (d, expert) {
+            (Dim::Tp, _) => self.tp,
+            (Dim::Cp, false) => self.cp,
+            (Dim::Cp, true) => 1,
+            (Dim::Ep, false) => 1,
+            (Dim::Ep, true) => self.ep,
+            (Dim::Dp, false) => self.dp,
+            (Dim::Dp, true) => self.expert_dp(),
+            (Dim::Pp, _) => self.pp,
+        }
+    }
+
+    fn stride(&self, d: Dim, expert: bool) -> u32 {
+        let mut stride = 1;
+        for o in self.order {
+            if o == d {
+                return stride;
+            }
+            stride *= self.size(o, expert);
+        }
+        stride
+    }
+
+    fn coord(&self, rank: u32, d: Dim, expert: bool) -> u32 {
+        (rank / self.stride(d, expert)) % self.size(d, expert)
+    }
+
+    pub fn coords(&self, rank: u32) -> Coords {
+        Coords {
+            tp: self.coord(rank, Dim::Tp, false),
+            cp: self.coord(rank, Dim::Cp, false),
+            dp: self.coord(rank, Dim::Dp, false),
+            pp: self.coord(rank, Dim::Pp, false),
+            ep: self.coord(rank, Dim::Ep, true),
+            expert_dp: self.coord(rank, Dim::Dp, true),
+        }
+    }
+
+    /// The dimensions a group kind varies, and in which layout.
+    fn group_dims(kind: GroupKind) -> (&'static [Dim], bool) {
+        match kind {
+            GroupKind::Tp => (&[Dim::Tp], false),
+            GroupKind::Cp => (&[Dim::Cp], false),
+            GroupKind::Dp => (&[Dim::Dp], false),
+            GroupKind::DpCp => (&[Dim::Dp, Dim::Cp], false),
+            GroupKind::Pp => (&[Dim::Pp], false),
+            GroupKind::Ep => (&[Dim::Ep], true),
+            GroupKind::ExpertDp => (&[Dim::Dp], true),
+        }
+    }
+
+    pub fn group_size(&self, kind: GroupKind) -> u32 {
+        let (dims, expert) = Self::group_dims(kind);
+        dims.iter().map(|&d| self.size(d, expert)).product()
+    }
+
+    pub fn group_count(&self, kind: GroupKind) -> u32 {
+        self.world() / self.group_size(kind)
+    }
+
+    /// Members of `rank`'s group of `kind`, in ascending group-local order (the varying
+    /// coordinates in layout order, as Megatron enumerates them).
+    pub fn group(&self, kind: GroupKind, rank: u32) -> Vec<u32> {
+        let (dims, expert) = Self::group_dims(kind);
+        let mut base = rank;
+        for &d in dims {
+            base -= self.coord(rank, d, expert) * self.stride(d, expert);
+        }
+        let mut members = vec![base];
+        for &d in dims {
+            let (size, stride) = (self.size(d, expert), self.stride(d, expert));
+            members = (0..size).flat_map(|i| members.iter().map(move |&m| m + i * stride)).collect();
+        }
+        members.sort_unstable();
+        members
+    }
+
+    /// The `index`-th group of `kind` (groups numbered by their smallest member).
+    pub fn nth_group(&self, kind: GroupKind, index: u32) -> Vec<u32> {
+        let mut found = 0;
+        for rank in 0..self.world() {
+            let g = self.group(kind, rank);
+            if g[0] == rank {
+                if found == index {
+                    return g;
+                }
+                found += 1;
+            }
+        }
+        Vec::new()
+    }
+}
+
+impl fmt::Display for ParallelLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TP {} x CP {} x DP {} x PP {} = {} (EP {}, expert-DP {}, VP {})",
+            self.tp,
+            self.cp,
+            self.dp,
+            self.pp,
+            self.world(),
+            self.ep,
+            self.expert_dp(),
+            self.vp
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(tp: u32, cp: u32, ep: u32, dp: u32, pp: u32) -> ParallelLayout {
+        ParallelLayout { tp, cp, ep, dp, pp, vp: 1, order: parse_order("tp-cp-ep-dp-pp").unwrap() }
+    }
+
+    /// Megatron-LM's docstring example (parallel_state.initialize_model_parallel): 16 GPUs,
+    /// TP 2, PP 4, DP 2 gives TP groups [g0,g1],[g2,g3]…, DP groups [g0,g2],[g1,g3]…, PP groups
+    /// [g0,g4,g8,g12],[g1,g5,g9,g13]….
+    #[test]
+    fn megatron_docstring_example() {
+        let l = layout(2, 1, 1, 2, 4);
+        assert_eq!(l.group(GroupKind::Tp, 3), vec![2, 3]);
+        assert_eq!(l.group(GroupKind::Dp, 1), vec![1, 3]);
+        assert_eq!(l.group(GroupKind::Dp, 4), vec![4, 6]);
+        assert_eq!(l.group(GroupKind::Pp, 5), vec![1, 5, 9, 13]);
+        assert_eq!(l.group_count(GroupKind::Pp), 4);
+    }
+
+    #[test]
+    fn expert_groups_fold_into_data_parallel() {
+        // TP 2, DP 4, EP 2: expert groups are consecutive DP ranks.
+        let l = layout(2, 1, 2, 4, 1);
+        assert_eq!(l.group(GroupKind::Ep, 0), vec![0, 2]);
+        assert_eq!(l.group(GroupKind::ExpertDp, 0), vec![0, 4]);
+        assert_eq!(l.group_size(GroupKind::ExpertDp), 2);
+    }
+
+    #[test]
+    fn every_rank_is_in_exactly_one_group_of_each_kind() {
+        let l = layout(2, 2, 2, 2, 2);
+        for kind in GroupKind::ALL {
+            let mut seen = vec![0u32; l.world() as usize];
+            for g in 0..l.group_count(kind) {
+                for r in l.nth_group(kind, g) {
+                    seen[r as usize] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn bad_orders_are_rejected() {
+        assert!(parse_order("tp-dp-pp").is_err());
+        assert!(parse_order("tp-tp-cp-dp-pp").is_err());
+        assert!(parse_order("tp-cp-xx-dp-pp").is_err());
+        assert!(parse_order("pp-dp-ep-cp-tp").is_ok());
+    }
+}

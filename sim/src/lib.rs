@@ -1,0 +1,14 @@
+//! fleetsim's domain model: what is simulated, independent of how the simulation is executed.
+//!
+//! Invariants: no threads, sockets, tokio or file output here (files are only read while
+//! parsing configuration); nothing iterates a randomly seeded hash map; simulated time is an
+//! integer number of picoseconds.
+
+pub mod config;
+pub mod event;
+pub mod experiment;
+pub mod gpu;
+pub mod layout;
+pub mod memory;
+pub mod model;
+pub mod topology;

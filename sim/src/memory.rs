@@ -1,0 +1,309 @@
+//! Memory per GPU: weights, gradients, optimizer state and activations, per pipeline stage.
+//!
+//! Sources:
+//! - Bytes per parameter by precision and their sharding under the distributed optimizer:
+//!   Megatron-LM `docs/source/api-guide/dist_optimizer.md` (bf16 params with fp32 grads:
+//!   18 bytes, or 6 + 12/d distributed; fp16: 20 or 4 + 16/d; fp32: 16 or 8 + 8/d).
+//! - ZeRO stages 2 and 3 additionally shard gradients, then parameters (Rajbhandari et al.,
+//!   "ZeRO", SC'20, §5.1, Figure 1).
+//! - Activations per layer: Korthikanti et al., "Reducing Activation Recomputation in Large
+//!   Transformer Models" (MLSys'23), §4: `sbh(34/t + 5as/(ht))` with sequence parallelism,
+//!   `sbh(10 + 24/t + 5as/(ht))` without, `34sbh/t` with selective recompute, `2sbh` for full
+//!   recompute. We keep the same terms but generalise them to GQA widths, any FFN size and
+//!   SwiGLU (three `f`-wide tensors instead of two), and with flash attention (the default of
+//!   Megatron-Core with Transformer Engine) the `5as²b` softmax term becomes the fp32
+//!   log-sum-exp, `4·a·s·b`.
+//! - Micro-batches in flight on stage `s`: Megatron's 1F1B warm-up `pp − s − 1` plus one
+//!   (`megatron/core/pipeline_parallel/schedules.py`); interleaved:
+//!   `2(pp − s − 1) + (vp − 1)·pp` warm-up model chunks plus one.
+
+use crate::config::{Precision, Recompute};
+use crate::layout::ParallelLayout;
+use crate::model::{Activation, ModelSpec};
+
+/// What the memory estimate depends on beyond model and layout.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryInputs {
+    pub precision: Precision,
+    pub zero: u32,
+    pub recompute: Recompute,
+    pub sequence_parallel: bool,
+    pub flash_attention: bool,
+    pub micro_batch: u64,
+    /// Micro-batches per iteration per replica (gradient accumulation steps).
+    pub micro_batches: u64,
+}
+
+/// Bytes per GPU on one pipeline stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageMemory {
+    pub stage: u32,
+    /// Parameters held by one GPU of this stage (before ZeRO-3 sharding).
+    pub params: f64,
+    pub weights: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    pub activations: f64,
+}
+
+impl StageMemory {
+    pub fn total(&self) -> f64 {
+        self.weights + self.gradients + self.optimizer + self.activations
+    }
+}
+
+/// Bytes per parameter for (weights, gradients, optimizer state) before sharding.
+pub fn bytes_per_param(p: Precision) -> (f64, f64, f64) {
+    match p {
+        // Transformer Engine keeps bf16 weights and casts to fp8 per GEMM; the optimizer is the
+        // bf16 one.
+        Precision::Bf16 | Precision::Fp8 => (2.0, 4.0, 12.0),
+        Precision::Fp16 => (2.0, 2.0, 16.0),
+        Precision::Fp32 | Precision::Tf32 => (4.0, 4.0, 8.0),
+    }
+}
+
+/// Layers of model chunk `chunk` on stage `stage` (Megatron's interleaved assignment:
+/// virtual stage `chunk·pp + stage` holds a contiguous block of `layers / (pp·vp)`).
+pub fn stage_layers(model: &ModelSpec, layout: &ParallelLayout, stage: u32) -> Vec<u64> {
+    let per_chunk = model.layers / u64::from(layout.pp * layout.vp);
+    (0..layout.vp)
+        .flat_map(|chunk| {
+            let vs = u64::from(chunk * layout.pp + stage);
+            vs * per_chunk..(vs + 1) * per_chunk
+        })
+        .collect()
+}
+
+/// Activation bytes of one layer for one micro-batch on one GPU.
+pub fn layer_activation_bytes(
+    model: &ModelSpec,
+    layout: &ParallelLayout,
+    inputs: &MemoryInputs,
+    layer: u64,
+) -> f64 {
+    let t = f64::from(layout.tp);
+    let sp = inputs.sequence_parallel && layout.tp > 1;
+    let s = (model.seq_len / u64::from(layout.cp)) as f64;
+    let sb = s * inputs.micro_batch as f64;
+    let h = model.hidden as f64;
+    if inputs.recompute == Recompute::Full {
+        // Only each layer's input is kept.
+        return 2.0 * sb * h / if sp { t } else { 1.0 };
+    }
+    let (q, kv) = model.qkv_widths();
+    let (q, kv) = (q as f64, kv as f64);
+    // Kept whole on every TP rank unless sequence parallel: the inputs of QKV and of the MLP,
+    // two dropout masks and two norm inputs.
+    let replicated = 10.0 * sb * h;
+    let core = match (inputs.recompute, inputs.flash_attention) {
+        (Recompute::Selective, _) => 0.0,
+        (_, true) => 4.0 * model.heads as f64 * sb,
+        (_, false) => 5.0 * model.heads as f64 * s * sb,
+    };
+    // Q and K, V, and the attention output feeding the output projection.
+    let attention = 2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + core;
+    let mlp_inner = |f: f64| match model.activation {
+        Activation::Gelu => 4.0 * sb * f,
+        Activation::Swiglu => 6.0 * sb * f,
+    };
+    let mlp = match model.moe {
+        Some(m) if model.is_moe_layer(layer) => {
+            // Each token is copied to top_k routed experts (their inputs and inner
+            // activations) and runs through the shared experts.
+            let copies = (m.top_k + m.shared_experts) as f64;
+            copies * (2.0 * sb * h + mlp_inner(m.ffn_hidden as f64))
+        }
+        _ => mlp_inner(model.ffn_hidden as f64),
+    };
+    if sp { (replicated + attention + mlp) / t } else { replicated + (attention + mlp) / t }
+}
+
+/// Memory of every pipeline stage.
+pub fn estimate(model: &ModelSpec, layout: &ParallelLayout, inputs: &MemoryInputs) -> Vec<StageMemory> {
+    (0..layout.pp).map(|stage| stage_memory(model, layout, inputs, stage)).collect()
+}
+
+fn stage_memory(
+    model: &ModelSpec,
+    layout: &ParallelLayout,
+    inputs: &MemoryInputs,
+    stage: u32,
+) -> StageMemory {
+    let t = f64::from(layout.tp);
+    let layers = stage_layers(model, layout, stage);
+    let first = stage == 0;
+    let last = stage + 1 == layout.pp;
+    let norm = model.norm_params() as f64;
+
+    // Norms are replicated across TP; everything else is split (column/row-parallel linears,
+    // vocab-parallel embedding). Expert weights split over EP and expert-TP (= TP).
+    let mut dense = 0.0;
+    let mut expert = 0.0;
+    for &l in &layers {
+        dense += (model.layer_dense_params(l) as f64 - 2.0 * norm) / t + 2.0 * norm;
+        expert += model.layer_expert_params(l) as f64 / (f64::from(layout.ep) * t);
+    }
+    if first {
+        dense += model.embedding_params() as f64 / t;
+    }
+    if last {
+        dense += norm;
+        // With tied embeddings and PP > 1 the last stage keeps its own copy of the word
+        // embeddings (Megatron-LM `shared_embedding_or_output_weight`).
+        let output = if model.tied_embeddings && layout.pp > 1 {
+            model.vocab * model.hidden
+        } else {
+            model.output_params()
+        };
+        dense += output as f64 / t;
+    }
+
+    let (w, g, o) = bytes_per_param(inputs.precision);
+    let d_dense = f64::from(layout.dp * layout.cp);
+    let d_expert = f64::from(layout.expert_dp());
+    let shard = |params: f64, bytes: f64, sharded: bool, d: f64| {
+        if sharded { params * bytes / d } else { params * bytes }
+    };
+    let z = inputs.zero;
+    let part = |bytes: f64, sharded: bool| {
+        shard(dense, bytes, sharded, d_dense) + shard(expert, bytes, sharded, d_expert)
+    };
+    let weights = part(w, z >= 3);
+    let gradients = part(g, z >= 2);
+    let optimizer = part(o, z >= 1);
+
+    let vp = u64::from(layout.vp);
+    let pp = u64::from(layout.pp);
+    let m = inputs.micro_batches;
+    let s = u64::from(stage);
+    let chunks_in_flight = if vp == 1 {
+        (pp - s).min(m)
+    } else {
+        ((pp - s - 1) * 2 + (vp - 1) * pp + 1).min(m * vp)
+    };
+    let per_layer_avg = layers
+        .iter()
+        .map(|&l| layer_activation_bytes(model, layout, inputs, l))
+        .sum::<f64>()
+        / layers.len().max(1) as f64;
+    let layers_per_chunk = (layers.len() as u64 / vp) as f64;
+    let mut activations = chunks_in_flight as f64 * layers_per_chunk * per_layer_avg;
+    let sp = inputs.sequence_parallel && layout.tp > 1;
+    let sb = (model.seq_len / u64::from(layout.cp) * inputs.micro_batch) as f64;
+    if first {
+        // Embedding dropout mask, per micro-batch in flight.
+        activations += chunks_in_flight as f64 * sb * model.hidden as f64 / if sp { t } else { 1.0 };
+    }
+    if last {
+        // fp32 logits for the cross-entropy of one micro-batch (Korthikanti et al. §4.3).
+        activations += 4.0 * sb * model.vocab as f64 / t;
+    }
+    StageMemory { stage, params: dense + expert, weights, gradients, optimizer, activations }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigError;
+    use crate::layout::parse_order;
+
+    fn gpt3_175b() -> ModelSpec {
+        let cfg = crate::model::preset("gpt3-175b").unwrap();
+        ModelSpec::resolve(&cfg, &|k, m| ConfigError::plain("t", k, m)).unwrap()
+    }
+
+    /// GPT-3 175B on 1,024 GPUs, TP 8, PP 8, DP 16, ZeRO-1 (Megatron distributed optimizer),
+    /// bf16 with fp32 master weights and Adam, micro-batch 1, global batch 1536, sequence
+    /// parallel, no recompute, flash attention. Computed by hand here, independently of the
+    /// code above.
+    #[test]
+    fn gpt3_175b_tp8_pp8_zero1_matches_hand_computation() {
+        let model = gpt3_175b();
+        let layout = ParallelLayout {
+            tp: 8, cp: 1, ep: 1, dp: 16, pp: 8, vp: 1,
+            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
+        };
+        let inputs = MemoryInputs {
+            precision: Precision::Bf16,
+            zero: 1,
+            recompute: Recompute::None,
+            sequence_parallel: true,
+            flash_attention: true,
+            micro_batch: 1,
+            micro_batches: 1536 / 16,
+        };
+        let stages = estimate(&model, &layout, &inputs);
+
+        let (h, v, s, a) = (12288.0_f64, 51200.0_f64, 2048.0_f64, 96.0_f64);
+        // One layer: QKV 3h² + 3h, out-proj h² + h, MLP 8h² + 4h + h, two LayerNorms 4h.
+        // Split by TP 8 except the LayerNorms.
+        let layer = (12.0 * h * h + 9.0 * h) / 8.0 + 4.0 * h;
+        let middle_params = 12.0 * layer;
+        // bf16 weights 2 B + fp32 grads 4 B + (fp32 master, Adam m, v) 12 B / DP 16.
+        let bytes_per_param = 2.0 + 4.0 + 12.0 / 16.0;
+        // Per layer per micro-batch with SP: 34·s·b·h/8 plus flash's fp32 LSE 4·a·s·b/8.
+        let act_layer = (34.0 * s * h + 4.0 * a * s) / 8.0;
+
+        // Stage 3 (a middle stage): 8 − 3 = 5 micro-batches in flight.
+        let mid = &stages[3];
+        assert!((mid.params - middle_params).abs() < 1.0);
+        let want = middle_params * bytes_per_param + 5.0 * 12.0 * act_layer;
+        assert!((mid.total() - want).abs() / want < 1e-9, "{} vs {want}", mid.total());
+        // ≈ 23.5 GB: the GPT-3 175B layout of Narayanan et al. fits an 80 GB GPU.
+        assert!((mid.total() / 1e9 - 23.5).abs() < 0.5, "{}", mid.total() / 1e9);
+
+        // Stage 0: + vocab-parallel word and position embeddings; 8 micro-batches in flight,
+        // each also keeping the embedding dropout mask s·h/8.
+        let first_params = middle_params + (v * h + s * h) / 8.0;
+        let want0 = first_params * bytes_per_param + 8.0 * (12.0 * act_layer + s * h / 8.0);
+        assert!((stages[0].total() - want0).abs() / want0 < 1e-9);
+
+        // Last stage: + final LayerNorm and its copy of the tied word embeddings; one
+        // micro-batch in flight plus fp32 logits 4·s·V/8.
+        let last_params = middle_params + 2.0 * h + v * h / 8.0;
+        let want7 = last_params * bytes_per_param + 12.0 * act_layer + 4.0 * s * v / 8.0;
+        assert!((stages[7].total() - want7).abs() / want7 < 1e-9);
+    }
+
+    #[test]
+    fn zero_stages_shrink_memory_monotonically() {
+        let model = gpt3_175b();
+        let layout = ParallelLayout {
+            tp: 8, cp: 1, ep: 1, dp: 16, pp: 8, vp: 1,
+            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
+        };
+        let mut last = f64::INFINITY;
+        for zero in 0..=3 {
+            let inputs = MemoryInputs {
+                precision: Precision::Bf16, zero, recompute: Recompute::Full,
+                sequence_parallel: true, flash_attention: true, micro_batch: 1, micro_batches: 96,
+            };
+            let total = estimate(&model, &layout, &inputs)[0].total();
+            assert!(total < last);
+            last = total;
+        }
+    }
+
+    #[test]
+    fn recompute_modes_order_activation_memory() {
+        let model = gpt3_175b();
+        let layout = ParallelLayout {
+            tp: 8, cp: 1, ep: 1, dp: 1, pp: 1, vp: 1,
+            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
+        };
+        let act = |recompute| {
+            let inputs = MemoryInputs {
+                precision: Precision::Bf16, zero: 0, recompute, sequence_parallel: false,
+                flash_attention: false, micro_batch: 1, micro_batches: 1,
+            };
+            layer_activation_bytes(&model, &layout, &inputs, 0)
+        };
+        let (s, h, a, t) = (2048.0, 12288.0, 96.0, 8.0);
+        // Korthikanti et al. Table 2: no SP, no recompute: sbh(10 + 24/t + 5as/(ht)).
+        let paper = s * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+        assert!((act(Recompute::None) - paper).abs() / paper < 1e-12);
+        assert!((act(Recompute::Selective) - s * h * (10.0 + 24.0 / t)).abs() < 1.0);
+        assert!((act(Recompute::Full) - 2.0 * s * h).abs() < 1.0);
+    }
+}

@@ -1,0 +1,537 @@
+//! Transformer model shapes: the `[model]` table, presets from `configs/models/`, Hugging Face
+//! `config.json` files, and parameter counts.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigError, Located, Origin, Value, parse_typed};
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_configs.rs"));
+}
+
+/// Other names for presets (Llama 3 405B was released as Llama 3.1).
+const PRESET_ALIASES: &[(&str, &str)] = &[("llama3-405b", "llama3.1-405b")];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    Gelu,
+    Swiglu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Norm {
+    Layernorm,
+    Rmsnorm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Position {
+    /// Learned absolute position embeddings (GPT-2/3): `seq_len × hidden` parameters.
+    Learned,
+    /// Rotary embeddings: no parameters.
+    Rope,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3, arXiv 2412.19437 §2.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mla {
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+/// The `[model]` table as written; [`ModelSpec::resolve`] checks it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// A file stem of `configs/models/` whose `[model]` table underlies this one.
+    pub preset: Option<String>,
+    /// A Hugging Face `config.json`, relative to the file that names it.
+    pub hf_config: Option<String>,
+    pub name: Option<String>,
+    pub layers: Option<u64>,
+    pub hidden: Option<u64>,
+    pub ffn_hidden: Option<u64>,
+    pub heads: Option<u64>,
+    pub kv_heads: Option<u64>,
+    pub head_dim: Option<u64>,
+    pub seq_len: Option<u64>,
+    pub vocab: Option<u64>,
+    pub activation: Option<Activation>,
+    pub norm: Option<Norm>,
+    pub position: Option<Position>,
+    pub bias: Option<bool>,
+    pub tied_embeddings: Option<bool>,
+    pub experts: Option<u64>,
+    pub top_k: Option<u64>,
+    pub moe_ffn_hidden: Option<u64>,
+    pub shared_experts: Option<u64>,
+    pub dense_layers: Option<u64>,
+    pub mla: Option<Mla>,
+}
+
+/// Mixture-of-experts layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moe {
+    pub experts: u64,
+    pub top_k: u64,
+    pub ffn_hidden: u64,
+    pub shared_experts: u64,
+    /// The first `dense_layers` layers have a dense MLP instead.
+    pub dense_layers: u64,
+}
+
+/// A validated model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub ffn_hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub seq_len: u64,
+    pub vocab: u64,
+    pub activation: Activation,
+    pub norm: Norm,
+    pub position: Position,
+    pub bias: bool,
+    pub tied_embeddings: bool,
+    pub moe: Option<Moe>,
+    pub mla: Option<Mla>,
+}
+
+/// Names of the embedded presets.
+pub fn preset_names() -> Vec<&'static str> {
+    embedded::MODELS.iter().map(|(stem, _)| *stem).collect()
+}
+
+fn preset_text(name: &str) -> Option<&'static str> {
+    let name = PRESET_ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, real)| real);
+    embedded::MODELS.iter().find(|(stem, _)| stem.eq_ignore_ascii_case(name)).map(|(_, t)| *t)
+}
+
+/// Puts the preset's and the Hugging Face config's values under the experiment's own `[model]`
+/// keys (own keys win over `hf_config`, which wins over `preset`).
+pub fn expand_model_sources(root: &mut Located) -> Result<(), ConfigError> {
+    let Some(Value::Table(tables)) = Some(&mut root.value) else { return Ok(()) };
+    let Some(model) = tables.get_mut("model") else { return Ok(()) };
+    let Some(table) = model.as_table() else { return Ok(()) };
+    let preset = table.get("preset").cloned();
+    let hf = table.get("hf_config").cloned();
+    if preset.is_none() && hf.is_none() {
+        return Ok(());
+    }
+    let mut base = Located::table(model.origin.clone());
+    if let Some(p) = preset {
+        let Some(name) = p.as_str() else {
+            return Err(ConfigError::new(p.origin, "model.preset", "expected a preset name string"));
+        };
+        let Some(text) = preset_text(name) else {
+            return Err(ConfigError::new(
+                p.origin.clone(),
+                "model.preset",
+                format!("unknown preset `{name}`; valid presets: {}", preset_names().join(", ")),
+            ));
+        };
+        let file = format!("configs/models/{name}.toml");
+        let mut fragment = crate::config::parse_text(&file, text)?;
+        if let Some(m) = fragment.remove("model") {
+            base.merge(m);
+        }
+    }
+    if let Some(h) = hf {
+        let Some(written) = h.as_str() else {
+            return Err(ConfigError::new(h.origin, "model.hf_config", "expected a file path string"));
+        };
+        let path = match &h.origin {
+            Origin::File { file, .. } | Origin::WholeFile(file) => {
+                Path::new(file).parent().unwrap_or(Path::new(".")).join(written)
+            }
+            _ => Path::new(written).to_path_buf(),
+        };
+        base.merge(read_hf_config(&path, &h.origin)?);
+    }
+    let own = std::mem::replace(model, base);
+    model.merge(own);
+    Ok(())
+}
+
+/// Maps a Hugging Face `config.json` onto `[model]` keys.
+fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            named_at.clone(),
+            "model.hf_config",
+            format!("cannot read {shown}: {e} (paths are relative to the file that names them)"),
+        )
+    })?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        ConfigError::new(
+            Origin::File { file: shown.clone(), line: u32::try_from(e.line()).unwrap_or(0) },
+            "",
+            format!("invalid JSON in Hugging Face config: {e}"),
+        )
+    })?;
+    let Some(obj) = json.as_object() else {
+        return Err(ConfigError::at_file(&shown, "is not a JSON object"));
+    };
+    let origin = Origin::WholeFile(shown.clone());
+    let mut out: BTreeMap<String, Located> = BTreeMap::new();
+    let int = |key: &str| -> Result<Option<i64>, ConfigError> {
+        match obj.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+                ConfigError::plain(&shown, key, format!("expected an integer, got {v}"))
+            }),
+        }
+    };
+    let put_int = |ours: &str, theirs: &[&str], out: &mut BTreeMap<String, Located>| {
+        for key in theirs {
+            if let Some(v) = int(key)? {
+                out.insert(ours.into(), Located { value: Value::Integer(v), origin: origin.clone() });
+                break;
+            }
+        }
+        Ok::<(), ConfigError>(())
+    };
+    put_int("hidden", &["hidden_size", "n_embd", "d_model"], &mut out)?;
+    put_int("layers", &["num_hidden_layers", "n_layer", "num_layers"], &mut out)?;
+    put_int("ffn_hidden", &["intermediate_size", "n_inner", "ffn_dim"], &mut out)?;
+    put_int("heads", &["num_attention_heads", "n_head"], &mut out)?;
+    put_int("kv_heads", &["num_key_value_heads"], &mut out)?;
+    put_int("vocab", &["vocab_size"], &mut out)?;
+    put_int("experts", &["num_local_experts", "n_routed_experts", "num_experts"], &mut out)?;
+    put_int("top_k", &["num_experts_per_tok"], &mut out)?;
+    put_int("moe_ffn_hidden", &["moe_intermediate_size"], &mut out)?;
+    put_int("shared_experts", &["n_shared_experts"], &mut out)?;
+    put_int("dense_layers", &["first_k_dense_replace"], &mut out)?;
+    put_int("head_dim", &["head_dim"], &mut out)?;
+    put_int("seq_len", &["max_position_embeddings", "n_positions"], &mut out)?;
+    if !out.contains_key("kv_heads") {
+        if let Some(h) = out.get("heads").cloned() {
+            out.insert("kv_heads".into(), h);
+        }
+    }
+    let text_value = |s: &str| Located { value: Value::String(s.into()), origin: origin.clone() };
+    let bool_value = |b: bool| Located { value: Value::Boolean(b), origin: origin.clone() };
+    if let Some(act) = obj.get("hidden_act").or_else(|| obj.get("activation_function")) {
+        let act = act.as_str().unwrap_or_default();
+        let ours = if act == "silu" || act == "swiglu" {
+            "swiglu"
+        } else if act.starts_with("gelu") {
+            "gelu"
+        } else {
+            return Err(ConfigError::plain(
+                &shown,
+                "hidden_act",
+                format!("activation `{act}` is not modelled; expected silu or gelu*"),
+            ));
+        };
+        out.insert("activation".into(), text_value(ours));
+    }
+    let is_llama_like = obj.contains_key("rms_norm_eps");
+    out.insert(
+        "norm".into(),
+        text_value(if is_llama_like { "rmsnorm" } else { "layernorm" }),
+    );
+    out.insert(
+        "position".into(),
+        text_value(if obj.contains_key("rope_theta") || is_llama_like { "rope" } else { "learned" }),
+    );
+    let bias = obj
+        .get("attention_bias")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(!is_llama_like);
+    out.insert("bias".into(), bool_value(bias));
+    let tied = obj.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
+    out.insert("tied_embeddings".into(), bool_value(tied));
+    if let Some(q) = int("kv_lora_rank")? {
+        let mut mla = BTreeMap::new();
+        mla.insert("kv_lora_rank".into(), Located { value: Value::Integer(q), origin: origin.clone() });
+        for key in ["q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"] {
+            let v = int(key)?.unwrap_or(0);
+            mla.insert(key.into(), Located { value: Value::Integer(v), origin: origin.clone() });
+        }
+        out.insert("mla".into(), Located { value: Value::Table(mla), origin: origin.clone() });
+    }
+    let name = path
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "hf-model".into());
+    out.insert("name".into(), text_value(&name));
+    Ok(Located { value: Value::Table(out), origin })
+}
+
+impl ModelSpec {
+    /// Checks the `[model]` table; `error` locates a key for messages.
+    pub fn resolve(
+        cfg: &ModelConfig,
+        error: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<ModelSpec, ConfigError> {
+        let need = |v: Option<u64>, key: &str| -> Result<u64, ConfigError> {
+            match v {
+                None => Err(error(
+                    &format!("model.{key}"),
+                    format!(
+                        "missing; set model.{key}, or use model.preset (one of: {}) or model.hf_config",
+                        preset_names().join(", ")
+                    ),
+                )),
+                Some(0) => Err(error(&format!("model.{key}"), "must be greater than 0".into())),
+                Some(x) => Ok(x),
+            }
+        };
+        let layers = need(cfg.layers, "layers")?;
+        let hidden = need(cfg.hidden, "hidden")?;
+        let heads = need(cfg.heads, "heads")?;
+        let kv_heads = cfg.kv_heads.unwrap_or(heads);
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(error(
+                "model.kv_heads",
+                format!("must divide model.heads ({heads}), got {kv_heads}"),
+            ));
+        }
+        let head_dim = match cfg.head_dim {
+            Some(0) => return Err(error("model.head_dim", "must be greater than 0".into())),
+            Some(d) => d,
+            None if hidden % heads == 0 => hidden / heads,
+            None => {
+                return Err(error(
+                    "model.heads",
+                    format!("model.hidden ({hidden}) is not divisible by heads ({heads}); set model.head_dim"),
+                ));
+            }
+        };
+        let ffn_hidden = need(cfg.ffn_hidden, "ffn_hidden")?;
+        let seq_len = need(cfg.seq_len, "seq_len")?;
+        let vocab = need(cfg.vocab, "vocab")?;
+        let moe = match cfg.experts {
+            None | Some(0) | Some(1) if cfg.top_k.is_none() => None,
+            experts => {
+                let experts = need(experts, "experts")?;
+                let top_k = need(cfg.top_k, "top_k")?;
+                if top_k > experts {
+                    return Err(error(
+                        "model.top_k",
+                        format!("must not exceed model.experts ({experts}), got {top_k}"),
+                    ));
+                }
+                let dense_layers = cfg.dense_layers.unwrap_or(0);
+                if dense_layers >= layers {
+                    return Err(error(
+                        "model.dense_layers",
+                        format!("must be below model.layers ({layers}), got {dense_layers}"),
+                    ));
+                }
+                Some(Moe {
+                    experts,
+                    top_k,
+                    ffn_hidden: cfg.moe_ffn_hidden.unwrap_or(ffn_hidden),
+                    shared_experts: cfg.shared_experts.unwrap_or(0),
+                    dense_layers,
+                })
+            }
+        };
+        Ok(ModelSpec {
+            name: cfg.name.clone().or_else(|| cfg.preset.clone()).unwrap_or_else(|| "model".into()),
+            layers,
+            hidden,
+            ffn_hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            seq_len,
+            vocab,
+            activation: cfg.activation.unwrap_or(Activation::Swiglu),
+            norm: cfg.norm.unwrap_or(Norm::Rmsnorm),
+            position: cfg.position.unwrap_or(Position::Rope),
+            bias: cfg.bias.unwrap_or(false),
+            tied_embeddings: cfg.tied_embeddings.unwrap_or(false),
+            moe,
+            mla: cfg.mla,
+        })
+    }
+
+    /// Parameters of one norm layer (LayerNorm has a bias, RMSNorm does not).
+    pub fn norm_params(&self) -> u64 {
+        match self.norm {
+            Norm::Layernorm => 2 * self.hidden,
+            Norm::Rmsnorm => self.hidden,
+        }
+    }
+
+    /// Query width (heads × head dim) and key/value width (kv heads × head dim).
+    pub fn qkv_widths(&self) -> (u64, u64) {
+        (self.heads * self.head_dim, self.kv_heads * self.head_dim)
+    }
+
+    /// Self-attention parameters of one layer: QKV and output projections (GQA-aware), or
+    /// MLA's down- and up-projections with the decoupled RoPE key (arXiv 2412.19437 eq. 1-11).
+    pub fn attention_params(&self) -> u64 {
+        let h = self.hidden;
+        if let Some(m) = &self.mla {
+            let qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            let q = if m.q_lora_rank > 0 {
+                h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * self.heads * qk_head
+            } else {
+                h * self.heads * qk_head
+            };
+            let kv = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+                + m.kv_lora_rank
+                + m.kv_lora_rank * self.heads * (m.qk_nope_head_dim + m.v_head_dim);
+            let o = self.heads * m.v_head_dim * h;
+            return q + kv + o;
+        }
+        let (q, kv) = self.qkv_widths();
+        let weights = h * (q + 2 * kv) + q * h;
+        let biases = if self.bias { q + 2 * kv + h } else { 0 };
+        weights + biases
+    }
+
+    /// Parameters of one MLP of intermediate size `ffn`.
+    pub fn mlp_params(&self, ffn: u64) -> u64 {
+        let h = self.hidden;
+        match (self.activation, self.bias) {
+            (Activation::Gelu, false) => 2 * h * ffn,
+            (Activation::Gelu, true) => 2 * h * ffn + ffn + h,
+            (Activation::Swiglu, false) => 3 * h * ffn,
+            (Activation::Swiglu, true) => 3 * h * ffn + 2 * ffn + h,
+        }
+    }
+
+    pub fn is_moe_layer(&self, layer: u64) -> bool {
+        self.moe.is_some_and(|m| layer >= m.dense_layers)
+    }
+
+    /// Parameters of layer `layer` that are not expert weights (attention, norms, dense MLP or
+    /// router and shared experts).
+    pub fn layer_dense_params(&self, layer: u64) -> u64 {
+        let base = self.attention_params() + 2 * self.norm_params();
+        match self.moe {
+            Some(m) if self.is_moe_layer(layer) => {
+                base + self.hidden * m.experts + m.shared_experts * self.mlp_params(m.ffn_hidden)
+            }
+            _ => base + self.mlp_params(self.ffn_hidden),
+        }
+    }
+
+    /// Routed-expert parameters of layer `layer` (all experts).
+    pub fn layer_expert_params(&self, layer: u64) -> u64 {
+        match self.moe {
+            Some(m) if self.is_moe_layer(layer) => m.experts * self.mlp_params(m.ffn_hidden),
+            _ => 0,
+        }
+    }
+
+    /// Input embedding (with learned positions) parameters.
+    pub fn embedding_params(&self) -> u64 {
+        let pos = match self.position {
+            Position::Learned => self.seq_len * self.hidden,
+            Position::Rope => 0,
+        };
+        self.vocab * self.hidden + pos
+    }
+
+    /// Output layer parameters (zero when tied to the input embedding).
+    pub fn output_params(&self) -> u64 {
+        if self.tied_embeddings { 0 } else { self.vocab * self.hidden }
+    }
+
+    pub fn total_params(&self) -> u64 {
+        (0..self.layers).map(|l| self.layer_dense_params(l) + self.layer_expert_params(l)).sum::<u64>()
+            + self.embedding_params()
+            + self.output_params()
+            + self.norm_params()
+    }
+
+    /// Parameters a token passes through (MoE: top-k routed experts plus shared ones).
+    pub fn active_params(&self) -> u64 {
+        let routed_active: u64 = match self.moe {
+            Some(m) => (0..self.layers)
+                .filter(|&l| self.is_moe_layer(l))
+                .map(|_| m.top_k * self.mlp_params(m.ffn_hidden))
+                .sum(),
+            None => 0,
+        };
+        (0..self.layers).map(|l| self.layer_dense_params(l)).sum::<u64>()
+            + routed_active
+            + self.embedding_params()
+            + self.output_params()
+            + self.norm_params()
+    }
+}
+
+/// Parses a preset text (used by tests and `fleetsim check`).
+pub fn preset(name: &str) -> Result<ModelConfig, ConfigError> {
+    let text = preset_text(name).ok_or_else(|| {
+        ConfigError::plain("configs/models", "model.preset", format!("unknown preset `{name}`"))
+    })?;
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Fragment {
+        model: ModelConfig,
+    }
+    let f: Fragment = parse_typed(&format!("configs/models/{name}.toml"), text)?;
+    Ok(f.model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> ModelSpec {
+        let cfg = preset(name).unwrap();
+        ModelSpec::resolve(&cfg, &|k, m| ConfigError::plain("test", k, m)).unwrap()
+    }
+
+    #[test]
+    fn every_preset_resolves() {
+        for name in preset_names() {
+            spec(name);
+        }
+    }
+
+    /// Megatron-LM's count for GPT models, 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h))
+    /// (Narayanan et al., SC'21, §5.1), with tied embeddings.
+    #[test]
+    fn gpt3_175b_parameter_count_matches_megatron_formula() {
+        let m = spec("gpt3-175b");
+        let (l, h, v, s) = (96.0, 12288.0, 51200.0, 2048.0);
+        let formula = 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (v + s) / (12.0 * l * h));
+        let ours = m.total_params() as f64;
+        assert!((ours - formula).abs() / formula < 1e-3, "ours {ours} formula {formula}");
+    }
+
+    #[test]
+    fn published_sizes_are_reproduced() {
+        // (preset, published total parameters in billions, tolerance)
+        for (name, billions, tol) in [
+            ("llama2-70b", 68.98, 0.01),
+            ("llama3-8b", 8.03, 0.01),
+            ("llama3.1-405b", 405.9, 0.01),
+            ("mixtral-8x7b", 46.7, 0.01),
+            ("deepseek-v3", 671.0, 0.02),
+        ] {
+            let got = spec(name).total_params() as f64 / 1e9;
+            assert!((got - billions).abs() / billions < tol, "{name}: {got} B vs {billions} B");
+        }
+        let active = spec("mixtral-8x7b").active_params() as f64 / 1e9;
+        assert!((active - 12.9).abs() / 12.9 < 0.01, "mixtral active {active}");
+    }
+}
