@@ -51,7 +51,13 @@ mod tests {
 
     #[test]
     fn by_host_lookahead_matches_the_topology_host_preserving_lookahead() {
-        let topo = sim::topology::tests_support::small_rail_topology();
+        let cluster: sim::config::ClusterConfig = toml::from_str(
+            "gpus = 64\ngpu = \"H100-SXM\"\nhosts_per_segment = 4\nsegments_per_pod = 1",
+        )
+        .unwrap();
+        let db = sim::gpu::GpuDatabase::embedded().unwrap();
+        let h100 = db.get("H100-SXM").unwrap().clone();
+        let topo = Topology::build(&cluster, &[h100], &[0; 8], None).unwrap();
         let a = by_host(&topo);
         assert_eq!(lookahead_ps(&topo, &a), topo.host_preserving_lookahead_ps());
         assert!(a.partitions > topo.host_count());

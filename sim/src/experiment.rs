@@ -26,6 +26,8 @@ pub struct Experiment {
     pub micro_batch: u64,
     /// Micro-batches per iteration of each data-parallel replica (gradient accumulation).
     pub micro_batches: u64,
+    /// Transformer layers on each pipeline stage.
+    pub stage_layers: Vec<u64>,
     pub memory: Vec<StageMemory>,
     /// Smallest HBM among the GPUs of each stage, bytes.
     pub stage_hbm: Vec<f64>,
@@ -128,11 +130,12 @@ impl Experiment {
                 format!("TP {} must divide model.heads = {} (Megatron splits attention heads across TP)", p.tp, model.heads),
             ));
         }
-        if model.kv_heads % u64::from(p.tp) != 0 && u64::from(p.tp) % model.kv_heads != 0 {
+        // megatron/training/arguments.py: num_query_groups % tensor_model_parallel_size == 0.
+        if model.kv_heads % u64::from(p.tp) != 0 {
             return Err(err(
                 "parallel.tp",
                 format!(
-                    "TP {} and model.kv_heads = {} must divide one another (Megatron splits or replicates query groups)",
+                    "TP {} must divide model.kv_heads = {} (Megatron splits query groups across TP)",
                     p.tp, model.kv_heads
                 ),
             ));
@@ -146,16 +149,7 @@ impl Experiment {
         if p.vp > 1 && p.pp < 2 {
             return Err(err("parallel.vp", format!("vp = {} needs pp >= 2 (interleaving splits pipeline stages)", p.vp)));
         }
-        let stages = u64::from(p.pp) * u64::from(p.vp);
-        if model.layers % stages != 0 {
-            return Err(err(
-                "parallel.pp",
-                format!(
-                    "model.layers = {} is not divisible by PP {} x VP {} = {stages}",
-                    model.layers, p.pp, p.vp
-                ),
-            ));
-        }
+        let stage_layers = split_layers(&loaded, model.layers, p.pp, p.vp)?;
         if p.cp > 1 && model.seq_len % (2 * u64::from(p.cp)) != 0 {
             return Err(err(
                 "parallel.cp",
@@ -253,7 +247,7 @@ impl Experiment {
             micro_batch,
             micro_batches,
         };
-        let memory = memory::estimate(&model, &layout, &inputs);
+        let memory = memory::estimate(&model, &layout, &stage_layers, &inputs);
         let gph = c.gpus_per_host;
         let mut stage_hbm = vec![f64::INFINITY; p.pp as usize];
         for rank in 0..c.gpus {
@@ -294,6 +288,7 @@ impl Experiment {
             global_batch,
             micro_batch,
             micro_batches,
+            stage_layers,
             memory,
             stage_hbm,
             warnings,
@@ -329,6 +324,54 @@ impl Experiment {
         Topology::build(c, &self.gpu_types, &self.host_gpu_type, graph)
             .map_err(|e| self.loaded.error(e.key(), e.to_string()))
     }
+}
+
+/// Layers per pipeline stage: even, or with Megatron's first/last-stage overrides.
+fn split_layers(loaded: &LoadedConfig, layers: u64, pp: u32, vp: u32) -> Result<Vec<u64>, ConfigError> {
+    let p = &loaded.config.parallel;
+    let pp64 = u64::from(pp);
+    let first = p.first_stage_layers.map(u64::from);
+    let last = p.last_stage_layers.map(u64::from);
+    if (first.is_some() || last.is_some()) && pp < 2 {
+        return Err(loaded.error("parallel.first_stage_layers", "uneven stages need pp >= 2"));
+    }
+    let special = u64::from(first.is_some()) + u64::from(last.is_some());
+    let fixed = first.unwrap_or(0) + last.unwrap_or(0);
+    let rest_stages = pp64 - special;
+    let even = if rest_stages == 0 {
+        if fixed != layers {
+            return Err(loaded.error(
+                "parallel.first_stage_layers",
+                format!("first + last stage layers = {fixed} but model.layers = {layers}"),
+            ));
+        }
+        0
+    } else {
+        if fixed >= layers || (layers - fixed) % rest_stages != 0 {
+            let key = if special > 0 { "parallel.first_stage_layers" } else { "parallel.pp" };
+            return Err(loaded.error(
+                key,
+                format!(
+                    "model.layers = {layers} minus first/last-stage layers ({fixed}) does not split evenly over the other {rest_stages} stage(s) of PP {pp}"
+                ),
+            ));
+        }
+        (layers - fixed) / rest_stages
+    };
+    let mut counts = vec![even; pp as usize];
+    if let Some(f) = first {
+        counts[0] = f;
+    }
+    if let Some(l) = last {
+        counts[pp as usize - 1] = l;
+    }
+    if let Some((s, &c)) = counts.iter().enumerate().find(|(_, c)| **c == 0 || **c % u64::from(vp) != 0) {
+        return Err(loaded.error(
+            "parallel.vp",
+            format!("stage {s} has {c} layers, which VP {vp} model chunks cannot split evenly (each needs >= 1)"),
+        ));
+    }
+    Ok(counts)
 }
 
 fn positive(loaded: &LoadedConfig, key: &str, value: u64) -> Result<(), ConfigError> {

@@ -10,9 +10,7 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, Precision, parse_typed};
 
-mod embedded {
-    include!(concat!(env!("OUT_DIR"), "/embedded_configs.rs"));
-}
+use crate::embedded;
 
 /// One GPU model, as described in `configs/gpus/NAME.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

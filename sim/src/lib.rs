@@ -5,6 +5,7 @@
 //! integer number of picoseconds.
 
 pub mod config;
+mod embedded;
 pub mod event;
 pub mod experiment;
 pub mod gpu;

@@ -8,9 +8,7 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, Located, Origin, Value, parse_typed};
 
-mod embedded {
-    include!(concat!(env!("OUT_DIR"), "/embedded_configs.rs"));
-}
+use crate::embedded;
 
 /// Other names for presets (Llama 3 405B was released as Llama 3.1).
 const PRESET_ALIASES: &[(&str, &str)] = &[("llama3-405b", "llama3.1-405b")];

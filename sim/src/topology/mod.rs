@@ -1,0 +1,476 @@
+//! The cluster topology: nodes (GPUs, switches, NICs, memory nodes) and directed links, built
+//! from the `[cluster]` table, and routing over them.
+//!
+//! Generators:
+//! - inside a host ([`host`]): GPUs, PCIe switches, the CPU root complex, NICs, the scale-up
+//!   fabric (one NVSwitch node per NVLink domain, or a point-to-point mesh for AMD Infinity
+//!   Fabric), and an optional CXL tier with memory nodes (HCSim);
+//! - the scale-out fabric ([`clos`]): one folded-Clos builder for rail-optimised, fat-tree and
+//!   spine-leaf networks;
+//! - an explicit graph file ([`graph_file`]).
+//!
+//! Routing ([`routing`]) is computed from structure (up/down through the Clos, arithmetic on
+//! node coordinates); only explicit graphs fall back to shortest paths, cached per destination.
+//! Nothing here is O(GPUs²): a 131,072-GPU rail-optimised cluster builds in well under a second.
+//!
+//! Conventions: every physical cable is two directed links with ids `2i` (a→b) and `2i+1`
+//! (b→a), so the reverse of link `l` is `l ^ 1`; bandwidth is bytes/s per direction; latency is
+//! integer picoseconds (DESIGN.md: no floating point in time arithmetic).
+
+use std::collections::BTreeMap;
+
+use crate::config::{ClusterConfig, ConfigError, LatencyConfig, LoadedConfig, TopologyKind};
+use crate::gpu::GpuSpec;
+
+mod clos;
+mod graph_file;
+mod host;
+mod routing;
+#[cfg(test)]
+mod testutil;
+
+pub use graph_file::{GraphFile, GraphLink, GraphNode};
+pub use routing::RoutingError;
+
+/// Index of a node in [`Topology::nodes`].
+pub type NodeId = u32;
+/// Index of a directed link in [`Topology::links`].
+pub type LinkId = u32;
+
+/// [`Node::host`] of nodes shared by several hosts (fabric switches, multi-host NVSwitch and
+/// CXL domains) or, in graph files, not placed in a host.
+pub const HOST_NONE: u32 = u32::MAX;
+
+/// What a node is. The order is the order of [`Topology::count_by_kind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeKind {
+    Gpu,
+    NvSwitch,
+    PcieSwitch,
+    /// The CPU's PCIe root complex: joins the PCIe switches of a host.
+    Cpu,
+    Nic,
+    Leaf,
+    /// A tier-2 switch (a spine, or a fat-tree aggregation switch).
+    Spine,
+    Core,
+    CxlSwitch,
+    MemoryNode,
+}
+
+impl NodeKind {
+    /// The name used in graph files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeKind::Gpu => "gpu",
+            NodeKind::NvSwitch => "nvswitch",
+            NodeKind::PcieSwitch => "pcie-switch",
+            NodeKind::Cpu => "cpu",
+            NodeKind::Nic => "nic",
+            NodeKind::Leaf => "leaf",
+            NodeKind::Spine => "spine",
+            NodeKind::Core => "core",
+            NodeKind::CxlSwitch => "cxl-switch",
+            NodeKind::MemoryNode => "memory-node",
+        }
+    }
+
+    /// Flows start and end at GPUs and memory nodes; nothing else is an endpoint.
+    pub fn is_endpoint(self) -> bool {
+        matches!(self, NodeKind::Gpu | NodeKind::MemoryNode)
+    }
+}
+
+/// The technology of a link; it selects the latency of `cluster.latency_ns` and the network
+/// model of the link (`network.intra_host` applies to NVLink and PCIe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkClass {
+    NvLink,
+    Pcie,
+    Network,
+    Cxl,
+}
+
+impl LinkClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkClass::NvLink => "nvlink",
+            LinkClass::Pcie => "pcie",
+            LinkClass::Network => "network",
+            LinkClass::Cxl => "cxl",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub kind: NodeKind,
+    /// The host the node sits in, or [`HOST_NONE`] for shared switches.
+    pub host: u32,
+    /// Index within its kind: GPU rank, global NIC number, leaf number, NVLink domain of an
+    /// NVSwitch, …
+    pub index: u32,
+}
+
+/// One direction of a cable.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Link {
+    pub src: NodeId,
+    pub dst: NodeId,
+    pub class: LinkClass,
+    /// Per direction.
+    pub bytes_per_s: f64,
+    pub latency_ps: u64,
+}
+
+/// A configuration the topology cannot be built from.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TopologyError {
+    /// A value of `[cluster]` is out of range or inconsistent with another; `key` is the dotted
+    /// key to fix (e.g. `cluster.nics_per_host`).
+    #[error("{message}")]
+    Config { key: String, message: String },
+    /// The explicit graph file (`cluster.graph_file`) is malformed; the error names its file.
+    #[error(transparent)]
+    GraphFile(#[from] ConfigError),
+}
+
+impl TopologyError {
+    pub(crate) fn config(key: &str, message: impl Into<String>) -> Self {
+        TopologyError::Config {
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// The experiment key to fix.
+    pub fn key(&self) -> &str {
+        match self {
+            TopologyError::Config { key, .. } => key,
+            TopologyError::GraphFile(_) => "cluster.graph_file",
+        }
+    }
+
+    /// The error located where the offending key was written (graph file errors already name
+    /// their file).
+    pub fn located(self, config: &LoadedConfig) -> ConfigError {
+        match self {
+            TopologyError::Config { key, message } => config.error(&key, message),
+            TopologyError::GraphFile(e) => e,
+        }
+    }
+}
+
+/// Nodes, links, out-adjacency (CSR) and the routing structure of a cluster.
+#[derive(Debug)]
+pub struct Topology {
+    nodes: Vec<Node>,
+    links: Vec<Link>,
+    /// `out_ids[out_start[n]..out_start[n + 1]]` are the links leaving `n`, ascending.
+    out_start: Vec<u32>,
+    out_ids: Vec<LinkId>,
+    gpu_of_rank: Vec<NodeId>,
+    host_count: u32,
+    /// Per host, an index into the `gpu_types` the topology was built with.
+    host_gpu_type: Vec<u16>,
+    lookahead_ps: Option<u64>,
+    routing: routing::Routing,
+}
+
+impl Topology {
+    /// Builds the topology of `cluster`. `gpu_types[host_gpu_type[h]]` is the GPU of host `h`
+    /// (one entry per host, `cluster.gpus / cluster.gpus_per_host` of them); `graph` is the
+    /// parsed `cluster.graph_file` when `cluster.topology = "graph"`.
+    pub fn build(
+        cluster: &ClusterConfig,
+        gpu_types: &[GpuSpec],
+        host_gpu_type: &[u16],
+        graph: Option<GraphFile>,
+    ) -> Result<Topology, TopologyError> {
+        let latency = Latencies::from_config(&cluster.latency_ns)?;
+        match (cluster.topology, graph) {
+            (TopologyKind::Graph, Some(graph)) => {
+                graph_file::build(cluster, gpu_types, host_gpu_type, &graph, latency)
+            }
+            (TopologyKind::Graph, None) => Err(TopologyError::config(
+                "cluster.graph_file",
+                "cluster.topology = \"graph\" needs cluster.graph_file (a TOML file of [[nodes]] \
+                 and [[links]])",
+            )),
+            (_, Some(_)) => Err(TopologyError::config(
+                "cluster.graph_file",
+                "cluster.graph_file is given but cluster.topology is not \"graph\"; set \
+                 cluster.topology = \"graph\" or remove cluster.graph_file",
+            )),
+            (_, None) => host::build_structured(cluster, gpu_types, host_gpu_type, latency),
+        }
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// Links leaving `n`, in ascending id order. Panics if `n` is not a node of this topology.
+    pub fn out_links(&self, n: NodeId) -> &[LinkId] {
+        let i = n as usize;
+        &self.out_ids[self.out_start[i] as usize..self.out_start[i + 1] as usize]
+    }
+
+    /// The node of GPU `rank`. Panics if `rank >= gpu_count()`.
+    pub fn gpu(&self, rank: u32) -> NodeId {
+        self.gpu_of_rank[rank as usize]
+    }
+
+    pub fn gpu_count(&self) -> u32 {
+        // Fits: ranks come from `cluster.gpus: u32`.
+        self.gpu_of_rank.len() as u32
+    }
+
+    pub fn host_count(&self) -> u32 {
+        self.host_count
+    }
+
+    /// Per host, the index into the `gpu_types` passed to [`Topology::build`].
+    pub fn host_gpu_types(&self) -> &[u16] {
+        &self.host_gpu_type
+    }
+
+    /// Index into the build's `gpu_types` of GPU `rank` (0 for graph GPUs outside any host).
+    pub fn gpu_type(&self, rank: u32) -> u16 {
+        let host = self.nodes[self.gpu(rank) as usize].host;
+        self.host_gpu_type.get(host as usize).copied().unwrap_or(0)
+    }
+
+    pub fn count_by_kind(&self) -> BTreeMap<NodeKind, u32> {
+        let mut counts = BTreeMap::new();
+        for n in &self.nodes {
+            *counts.entry(n.kind).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Per class: the number of directed links and the sum of their bandwidths (bytes/s).
+    pub fn links_by_class(&self) -> BTreeMap<LinkClass, (u32, f64)> {
+        let mut by = BTreeMap::new();
+        for l in &self.links {
+            let e = by.entry(l.class).or_insert((0u32, 0.0f64));
+            e.0 += 1;
+            e.1 += l.bytes_per_s;
+        }
+        by
+    }
+
+    /// Min latency over links whose endpoints are not inside one host (either endpoint
+    /// [`HOST_NONE`], or hosts differ): the lookahead a host-preserving partition gets
+    /// (DESIGN.md, "Windows and mailboxes"). `None` when every link is inside a host.
+    pub fn host_preserving_lookahead_ps(&self) -> Option<u64> {
+        self.lookahead_ps
+    }
+}
+
+/// Per-class link latency in picoseconds, from `cluster.latency_ns`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Latencies {
+    pub nvlink: u64,
+    pub pcie: u64,
+    pub network: u64,
+    pub cxl: u64,
+}
+
+impl Latencies {
+    fn from_config(l: &LatencyConfig) -> Result<Self, TopologyError> {
+        Ok(Latencies {
+            nvlink: ns_to_ps(l.nvlink, "cluster.latency_ns.nvlink")?,
+            pcie: ns_to_ps(l.pcie, "cluster.latency_ns.pcie")?,
+            network: ns_to_ps(l.network, "cluster.latency_ns.network")?,
+            cxl: ns_to_ps(l.cxl, "cluster.latency_ns.cxl")?,
+        })
+    }
+
+    pub fn of(&self, class: LinkClass) -> u64 {
+        match class {
+            LinkClass::NvLink => self.nvlink,
+            LinkClass::Pcie => self.pcie,
+            LinkClass::Network => self.network,
+            LinkClass::Cxl => self.cxl,
+        }
+    }
+}
+
+/// Nanoseconds (as users write them) to integer picoseconds, rounded to nearest.
+pub(crate) fn ns_to_ps(ns: f64, key: &str) -> Result<u64, TopologyError> {
+    // 1e12 ns (~17 minutes) is far beyond any link and keeps the product exact enough.
+    if !ns.is_finite() || !(0.0..=1e12).contains(&ns) {
+        return Err(TopologyError::config(
+            key,
+            format!("{key} ({ns}) must be a latency between 0 and 1e12 ns"),
+        ));
+    }
+    // In range by the check above, so the cast does not saturate.
+    Ok((ns * 1000.0).round() as u64)
+}
+
+/// A positive, finite quantity (bandwidth, ratio).
+pub(crate) fn positive(value: f64, key: &str) -> Result<f64, TopologyError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(TopologyError::config(
+            key,
+            format!("{key} ({value}) must be a finite number > 0"),
+        ))
+    }
+}
+
+/// Gb/s (network line rates) to bytes/s.
+pub(crate) fn gbps_to_bytes(gbps: f64) -> f64 {
+    gbps * 1e9 / 8.0
+}
+
+/// SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
+/// OOPSLA'14): a cheap, well-mixed hash for ECMP choices.
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Accumulates nodes and cables; [`Builder::finish`] lays out the CSR adjacency.
+#[derive(Debug)]
+pub(crate) struct Builder {
+    nodes: Vec<Node>,
+    links: Vec<Link>,
+    latency: Latencies,
+}
+
+/// The largest number of links a topology may hold (ids are `u32`, and `u32::MAX` stays free).
+const MAX_LINKS: u64 = u32::MAX as u64 - 1;
+
+impl Builder {
+    pub fn new(latency: Latencies, nodes: usize, cables: usize) -> Self {
+        Builder {
+            nodes: Vec::with_capacity(nodes),
+            links: Vec::with_capacity(cables.saturating_mul(2)),
+            latency,
+        }
+    }
+
+    pub fn node_count(&self) -> u32 {
+        // `node` keeps the count below u32::MAX.
+        self.nodes.len() as u32
+    }
+
+    pub fn add_node(
+        &mut self,
+        kind: NodeKind,
+        host: u32,
+        index: u32,
+    ) -> Result<NodeId, TopologyError> {
+        let id = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&id| id < u32::MAX)
+            .ok_or_else(|| too_large("nodes"))?;
+        self.nodes.push(Node { kind, host, index });
+        Ok(id)
+    }
+
+    /// A cable between `a` and `b` with the latency of its class: links `2i` (a→b) and `2i+1`.
+    pub fn cable(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        class: LinkClass,
+        bytes_per_s: f64,
+    ) -> Result<LinkId, TopologyError> {
+        let latency_ps = self.latency.of(class);
+        self.cable_with_latency(a, b, class, bytes_per_s, latency_ps)
+    }
+
+    pub fn cable_with_latency(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        class: LinkClass,
+        bytes_per_s: f64,
+        latency_ps: u64,
+    ) -> Result<LinkId, TopologyError> {
+        if self.links.len() as u64 + 2 > MAX_LINKS {
+            return Err(too_large("links"));
+        }
+        let id = self.links.len() as LinkId;
+        self.links.push(Link {
+            src: a,
+            dst: b,
+            class,
+            bytes_per_s,
+            latency_ps,
+        });
+        self.links.push(Link {
+            src: b,
+            dst: a,
+            class,
+            bytes_per_s,
+            latency_ps,
+        });
+        Ok(id)
+    }
+
+    /// Lays out the out-adjacency; links were added in id order, so every list is ascending.
+    pub fn finish(
+        self,
+        gpu_of_rank: Vec<NodeId>,
+        host_count: u32,
+        host_gpu_type: Vec<u16>,
+        routing: routing::Routing,
+    ) -> Topology {
+        let Builder { nodes, links, .. } = self;
+        let mut out_start = vec![0u32; nodes.len() + 1];
+        for l in &links {
+            out_start[l.src as usize + 1] += 1;
+        }
+        for i in 0..nodes.len() {
+            out_start[i + 1] += out_start[i];
+        }
+        let mut fill = out_start.clone();
+        let mut out_ids = vec![0 as LinkId; links.len()];
+        for (id, l) in links.iter().enumerate() {
+            let slot = &mut fill[l.src as usize];
+            out_ids[*slot as usize] = id as LinkId;
+            *slot += 1;
+        }
+        let lookahead_ps = links
+            .iter()
+            .filter(|l| {
+                let (a, b) = (nodes[l.src as usize].host, nodes[l.dst as usize].host);
+                a == HOST_NONE || b == HOST_NONE || a != b
+            })
+            .map(|l| l.latency_ps)
+            .min();
+        Topology {
+            nodes,
+            links,
+            out_start,
+            out_ids,
+            gpu_of_rank,
+            host_count,
+            host_gpu_type,
+            lookahead_ps,
+            routing,
+        }
+    }
+}
+
+fn too_large(what: &str) -> TopologyError {
+    TopologyError::config(
+        "cluster.gpus",
+        format!(
+            "the topology needs more than {MAX_LINKS} {what}, more than 32-bit ids address; \
+             lower cluster.gpus or raise cluster.oversubscription"
+        ),
+    )
+}

@@ -1,0 +1,562 @@
+//! Routing from structure: which links a flow takes, hop by hop, without per-destination tables.
+//!
+//! Endpoints are GPUs and memory nodes; every other node forwards. For a flow `src → dst` in a
+//! generated topology the route is, in order of preference:
+//!
+//! 1. same NVLink domain → NVLink: GPU → NVSwitch → GPU, or the direct mesh link;
+//! 2. same host without NVLink → PCIe: GPU → PCIe switch → (CPU → PCIe switch, when the two
+//!    GPUs sit under different switches) → GPU;
+//! 3. same CXL switch (a memory node at either end, or GPUs of different hosts or domains that
+//!    share a CXL switch) → CXL: endpoint → CXL switch → endpoint. A memory node is unreachable
+//!    from outside its CXL switch ([`RoutingError::Unreachable`]);
+//! 4. otherwise the network: source GPU → (PCIe) → the NIC the GPU is bound to (NCCL binds a
+//!    GPU to its nearest NIC, `src/graph/search.cc`; this rail affinity is what a
+//!    rail-optimised fabric is built for) → up/down through the Clos → the destination GPU's NIC
+//!    → (PCIe) → destination GPU. Up/down (Al-Fares et al., SIGCOMM'08 §3.3, two-level routing
+//!    tables): the source NIC spreads over its ports (planes or ToRs); a leaf that holds a port
+//!    of the destination NIC goes down to it, otherwise up to every spine of its pod and plane;
+//!    a spine of the destination's pod goes down to the leaves (of its plane) holding the
+//!    destination NIC's ports, otherwise up to every core of its group; a core goes down to the
+//!    spine of its group in the destination's pod.
+//!
+//! Every choice is computed from node coordinates (host block offsets, switch plane/pod/index)
+//! in O(degree of the NIC) per hop. Equal-cost choices are returned in ascending link id order;
+//! [`Topology::path`] picks among them with a SplitMix64 hash of the flow hash and hop index.
+//!
+//! Explicit graphs use shortest paths in which GPUs and memory nodes never forward: one BFS
+//! distance array per destination, computed on first use and cached, so memory grows only with
+//! the destinations actually used.
+
+use std::collections::VecDeque;
+use std::sync::OnceLock;
+
+use super::clos::{FabricLayout, SwitchCoord};
+use super::host::{CxlLayout, DomainFabric, HostLayout, ScaleUpLayout};
+use super::{LinkClass, LinkId, NodeId, NodeKind, Topology, splitmix64};
+
+/// Why no route could be given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoutingError {
+    #[error("node {node} does not exist (the topology has {count} nodes)")]
+    UnknownNode { node: NodeId, count: u32 },
+    #[error("node {node} is a {kind:?}; flows start and end at GPUs and memory nodes")]
+    NotEndpoint { node: NodeId, kind: NodeKind },
+    #[error("no route from node {src} to node {dst}: {reason}")]
+    Unreachable {
+        src: NodeId,
+        dst: NodeId,
+        reason: &'static str,
+    },
+    #[error("node {at} ({kind:?}) is not on any route from node {src} to node {dst}")]
+    NotOnPath {
+        at: NodeId,
+        kind: NodeKind,
+        src: NodeId,
+        dst: NodeId,
+    },
+}
+
+/// The routing structure of a topology.
+#[derive(Debug)]
+pub(crate) enum Routing {
+    Structured(Box<Structured>),
+    Graph(GraphRoutes),
+}
+
+/// Coordinates of a generated topology; enough to route arithmetically.
+#[derive(Debug)]
+pub(crate) struct Structured {
+    pub hosts: HostLayout,
+    pub scale_up: ScaleUpLayout,
+    pub cxl: Option<CxlLayout>,
+    pub fabric: FabricLayout,
+}
+
+/// Cached shortest-path distances for explicit graphs.
+#[derive(Debug)]
+pub(crate) struct GraphRoutes {
+    /// Per node: its endpoint index (GPU or memory node), or `u32::MAX`.
+    endpoint_of: Vec<u32>,
+    /// Per endpoint: hops from every node to it, computed on first use.
+    dist: Vec<OnceLock<Box<[u32]>>>,
+}
+
+const FAR: u32 = u32::MAX;
+
+/// The route class of a flow in a generated topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    NvSwitch(NodeId),
+    Mesh,
+    Pcie,
+    Cxl(NodeId),
+    Network,
+}
+
+impl Topology {
+    /// Equal-cost next links from `at` for a flow `src → dst` (GPUs or memory nodes), in
+    /// ascending id order; empty when `at == dst`. The policy is in the module documentation.
+    pub fn next_hops(
+        &self,
+        at: NodeId,
+        src: NodeId,
+        dst: NodeId,
+        out: &mut Vec<LinkId>,
+    ) -> Result<(), RoutingError> {
+        out.clear();
+        self.check_endpoint(src)?;
+        self.check_endpoint(dst)?;
+        self.check_node(at)?;
+        if at == dst {
+            return Ok(());
+        }
+        match &self.routing {
+            Routing::Structured(s) => s.next_hops(self, at, src, dst, out),
+            Routing::Graph(g) => g.next_hops(self, at, src, dst, out),
+        }
+    }
+
+    /// The whole route of a flow, choosing among equal-cost hops by
+    /// `splitmix64(flow_hash ^ splitmix64(hop))`: deterministic, and independent flows spread
+    /// over ECMP paths.
+    pub fn path(
+        &self,
+        src: NodeId,
+        dst: NodeId,
+        flow_hash: u64,
+    ) -> Result<Vec<LinkId>, RoutingError> {
+        let mut path = Vec::with_capacity(12);
+        let mut hops = Vec::with_capacity(8);
+        let mut at = src;
+        // Checks src and dst even for an empty path.
+        self.next_hops(at, src, dst, &mut hops)?;
+        while at != dst {
+            if path.len() > self.nodes.len() {
+                return Err(RoutingError::Unreachable {
+                    src,
+                    dst,
+                    reason: "routing loop",
+                });
+            }
+            if !path.is_empty() {
+                self.next_hops(at, src, dst, &mut hops)?;
+            }
+            let h = splitmix64(flow_hash ^ splitmix64(path.len() as u64));
+            // Lemire's multiply-shift maps the hash onto [0, n) without a division.
+            let pick = ((u128::from(h) * hops.len() as u128) >> 64) as usize;
+            let Some(&l) = hops.get(pick) else {
+                return Err(RoutingError::Unreachable {
+                    src,
+                    dst,
+                    reason: "no next hop",
+                });
+            };
+            path.push(l);
+            at = self.links[l as usize].dst;
+        }
+        Ok(path)
+    }
+
+    fn check_node(&self, n: NodeId) -> Result<NodeKind, RoutingError> {
+        self.nodes
+            .get(n as usize)
+            .map(|node| node.kind)
+            .ok_or(RoutingError::UnknownNode {
+                node: n,
+                count: self.nodes.len() as u32,
+            })
+    }
+
+    fn check_endpoint(&self, n: NodeId) -> Result<(), RoutingError> {
+        let kind = self.check_node(n)?;
+        if kind.is_endpoint() {
+            Ok(())
+        } else {
+            Err(RoutingError::NotEndpoint { node: n, kind })
+        }
+    }
+
+    fn kind(&self, n: NodeId) -> NodeKind {
+        self.nodes[n as usize].kind
+    }
+
+    /// The link `a → b`, looked up from the side with fewer links (the reverse of `b → a` is
+    /// `(b → a) ^ 1`).
+    fn link_between(&self, a: NodeId, b: NodeId) -> Option<LinkId> {
+        let (from_a, from_b) = (self.out_links(a), self.out_links(b));
+        if from_a.len() <= from_b.len() {
+            from_a
+                .iter()
+                .copied()
+                .find(|&l| self.links[l as usize].dst == b)
+        } else {
+            from_b
+                .iter()
+                .copied()
+                .find(|&l| self.links[l as usize].dst == a)
+                .map(|l| l ^ 1)
+        }
+    }
+
+    fn network_links(&self, nic: NodeId) -> impl Iterator<Item = LinkId> + '_ {
+        self.out_links(nic)
+            .iter()
+            .copied()
+            .filter(|&l| self.links[l as usize].class == LinkClass::Network)
+    }
+}
+
+fn missing(src: NodeId, dst: NodeId) -> RoutingError {
+    RoutingError::Unreachable {
+        src,
+        dst,
+        reason: "the topology lacks a link its structure implies",
+    }
+}
+
+impl Structured {
+    fn classify(&self, t: &Topology, src: NodeId, dst: NodeId) -> Result<Route, RoutingError> {
+        let (s, d) = (t.nodes[src as usize], t.nodes[dst as usize]);
+        let cxl_switch = |n: &super::Node| -> Option<NodeId> {
+            let cxl = self.cxl.as_ref()?;
+            Some(match n.kind {
+                NodeKind::MemoryNode => cxl.switch_of_memory(n.index),
+                _ => cxl.switch_of_host(n.host),
+            })
+        };
+        if s.kind == NodeKind::Gpu && d.kind == NodeKind::Gpu {
+            let domain = s.index / self.scale_up.domain_size;
+            if domain == d.index / self.scale_up.domain_size {
+                match self.scale_up.fabric[domain as usize] {
+                    DomainFabric::NvSwitch => {
+                        return Ok(Route::NvSwitch(self.scale_up.nvswitch[domain as usize]));
+                    }
+                    DomainFabric::Mesh => return Ok(Route::Mesh),
+                    DomainFabric::None => {}
+                }
+            }
+            if s.host == d.host {
+                return Ok(Route::Pcie);
+            }
+        }
+        match (cxl_switch(&s), cxl_switch(&d)) {
+            (Some(a), Some(b)) if a == b => Ok(Route::Cxl(a)),
+            _ if s.kind == NodeKind::MemoryNode || d.kind == NodeKind::MemoryNode => {
+                Err(RoutingError::Unreachable {
+                    src,
+                    dst,
+                    reason: "a memory node is reached only through its own CXL switch",
+                })
+            }
+            _ => Ok(Route::Network),
+        }
+    }
+
+    fn next_hops(
+        &self,
+        t: &Topology,
+        at: NodeId,
+        src: NodeId,
+        dst: NodeId,
+        out: &mut Vec<LinkId>,
+    ) -> Result<(), RoutingError> {
+        let not_on_path = || RoutingError::NotOnPath {
+            at,
+            kind: t.kind(at),
+            src,
+            dst,
+        };
+        let one = |out: &mut Vec<LinkId>, a: NodeId, b: NodeId| -> Result<(), RoutingError> {
+            out.push(t.link_between(a, b).ok_or_else(|| missing(src, dst))?);
+            Ok(())
+        };
+        match self.classify(t, src, dst)? {
+            Route::NvSwitch(sw) if at == src => one(out, src, sw),
+            Route::NvSwitch(sw) if at == sw => one(out, sw, dst),
+            Route::Mesh if at == src => one(out, src, dst),
+            Route::Cxl(sw) if at == src => one(out, src, sw),
+            Route::Cxl(sw) if at == sw => one(out, sw, dst),
+            Route::Pcie => {
+                let node = t.nodes[at as usize];
+                let on_path = match node.kind {
+                    NodeKind::Gpu => at == src,
+                    NodeKind::PcieSwitch | NodeKind::Cpu => node.host == t.nodes[src as usize].host,
+                    _ => false,
+                };
+                if !on_path {
+                    return Err(not_on_path());
+                }
+                self.pcie_step(t, at, dst, out)
+                    .map_err(|()| missing(src, dst))
+            }
+            Route::Network => {
+                let (src_host, dst_host) = (t.nodes[src as usize].host, t.nodes[dst as usize].host);
+                let nic_src = self.nic_of_gpu(src);
+                let nic_dst = self.nic_of_gpu(dst);
+                let node = t.nodes[at as usize];
+                match node.kind {
+                    NodeKind::Gpu if at == src => self
+                        .pcie_step(t, at, nic_src, out)
+                        .map_err(|()| missing(src, dst)),
+                    NodeKind::Nic if at == nic_src => {
+                        out.extend(t.network_links(at));
+                        Ok(())
+                    }
+                    NodeKind::Nic if at == nic_dst => self
+                        .pcie_step(t, at, dst, out)
+                        .map_err(|()| missing(src, dst)),
+                    NodeKind::PcieSwitch | NodeKind::Cpu if node.host == src_host => self
+                        .pcie_step(t, at, nic_src, out)
+                        .map_err(|()| missing(src, dst)),
+                    NodeKind::PcieSwitch | NodeKind::Cpu if node.host == dst_host => self
+                        .pcie_step(t, at, dst, out)
+                        .map_err(|()| missing(src, dst)),
+                    NodeKind::Leaf | NodeKind::Spine | NodeKind::Core => {
+                        self.fabric_step(t, at, nic_dst, out, src, dst)
+                    }
+                    _ => Err(not_on_path()),
+                }
+            }
+            _ => Err(not_on_path()),
+        }
+    }
+
+    fn nic_of_gpu(&self, gpu: NodeId) -> NodeId {
+        let (h, g) = self.hosts.split(gpu);
+        self.hosts.nic(h, self.hosts.nic_of_gpu(g))
+    }
+
+    /// One PCIe hop from `at` (a GPU, NIC, PCIe switch or CPU) towards `target` (a GPU or NIC
+    /// of the same host): up to the switch, across the CPU when the switches differ, down.
+    fn pcie_step(
+        &self,
+        t: &Topology,
+        at: NodeId,
+        target: NodeId,
+        out: &mut Vec<LinkId>,
+    ) -> Result<(), ()> {
+        let to_switch = self.hosts.switch_above(target);
+        let next = match t.kind(at) {
+            NodeKind::Gpu | NodeKind::Nic => self.hosts.switch_above(at),
+            NodeKind::PcieSwitch if at == to_switch => target,
+            NodeKind::PcieSwitch => self.hosts.cpu(self.hosts.split(at).0),
+            NodeKind::Cpu => to_switch,
+            _ => return Err(()),
+        };
+        out.push(t.link_between(at, next).ok_or(())?);
+        Ok(())
+    }
+
+    fn fabric_step(
+        &self,
+        t: &Topology,
+        at: NodeId,
+        nic_dst: NodeId,
+        out: &mut Vec<LinkId>,
+        src: NodeId,
+        dst: NodeId,
+    ) -> Result<(), RoutingError> {
+        let c = self.fabric.coord(at);
+        let up = |out: &mut Vec<LinkId>, c: SwitchCoord| -> Result<(), RoutingError> {
+            let ups = &t.out_links(at)[c.down as usize..];
+            if ups.is_empty() {
+                return Err(missing(src, dst));
+            }
+            out.extend_from_slice(ups);
+            Ok(())
+        };
+        match t.kind(at) {
+            NodeKind::Leaf => {
+                // Down when this leaf holds a port of the destination NIC (the reverse of the
+                // NIC's port link), else up to every spine.
+                out.extend(
+                    t.network_links(nic_dst)
+                        .filter(|&l| t.links[l as usize].dst == at)
+                        .map(|l| l ^ 1),
+                );
+                if out.is_empty() {
+                    up(out, c)?;
+                }
+            }
+            NodeKind::Spine => {
+                for l in t.network_links(nic_dst) {
+                    let leaf = t.links[l as usize].dst;
+                    let lc = self.fabric.coord(leaf);
+                    if lc.plane == c.plane && lc.pod == c.pod {
+                        // The leaf's j-th up-link goes to spine j of its pod (clos.rs id order).
+                        let Some(&l_up) = t.out_links(leaf).get((lc.down + c.j) as usize) else {
+                            return Err(missing(src, dst));
+                        };
+                        debug_assert_eq!(t.links[l_up as usize].dst, at);
+                        out.push(l_up ^ 1);
+                    }
+                }
+                if out.is_empty() {
+                    up(out, c)?;
+                }
+            }
+            NodeKind::Core => {
+                let pod = t
+                    .network_links(nic_dst)
+                    .map(|l| self.fabric.coord(t.links[l as usize].dst))
+                    .find(|lc| lc.plane == c.plane)
+                    .map(|lc| lc.pod)
+                    .ok_or_else(|| missing(src, dst))?;
+                // A core's out-link p goes to its group's spine in pod p (clos.rs id order).
+                let l = *t
+                    .out_links(at)
+                    .get(pod as usize)
+                    .ok_or_else(|| missing(src, dst))?;
+                out.push(l);
+            }
+            _ => return Err(missing(src, dst)),
+        }
+        // Parallel ports of one NIC on one leaf give the same spine→leaf link twice.
+        out.sort_unstable();
+        out.dedup();
+        Ok(())
+    }
+}
+
+impl GraphRoutes {
+    pub fn new(kinds: impl Iterator<Item = NodeKind>) -> Self {
+        let mut count = 0u32;
+        let endpoint_of = kinds
+            .map(|kind| {
+                if kind.is_endpoint() {
+                    count += 1;
+                    count - 1
+                } else {
+                    FAR
+                }
+            })
+            .collect();
+        GraphRoutes {
+            endpoint_of,
+            dist: (0..count).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Hops from every node to `dst` over paths whose inner nodes are not endpoints.
+    pub fn distances<'a>(&'a self, t: &Topology, dst: NodeId) -> &'a [u32] {
+        let e = self.endpoint_of[dst as usize] as usize;
+        self.dist[e].get_or_init(|| {
+            let mut dist = vec![FAR; t.nodes.len()].into_boxed_slice();
+            let mut queue = VecDeque::new();
+            dist[dst as usize] = 0;
+            queue.push_back(dst);
+            while let Some(v) = queue.pop_front() {
+                // Endpoints are reached but never pass a flow on.
+                if v != dst && self.endpoint_of[v as usize] != FAR {
+                    continue;
+                }
+                // Cables are symmetric: a neighbour u reaches v over the reverse of v → u.
+                for &l in t.out_links(v) {
+                    let u = t.links[l as usize].dst;
+                    if dist[u as usize] == FAR {
+                        dist[u as usize] = dist[v as usize] + 1;
+                        queue.push_back(u);
+                    }
+                }
+            }
+            dist
+        })
+    }
+
+    fn next_hops(
+        &self,
+        t: &Topology,
+        at: NodeId,
+        src: NodeId,
+        dst: NodeId,
+        out: &mut Vec<LinkId>,
+    ) -> Result<(), RoutingError> {
+        if at != src && self.endpoint_of[at as usize] != FAR {
+            return Err(RoutingError::NotOnPath {
+                at,
+                kind: t.kind(at),
+                src,
+                dst,
+            });
+        }
+        let dist = self.distances(t, dst);
+        let here = dist[at as usize];
+        if here == FAR {
+            return Err(RoutingError::Unreachable {
+                src,
+                dst,
+                reason: "no path in the graph file that avoids passing through other GPUs or memory nodes",
+            });
+        }
+        out.extend(t.out_links(at).iter().copied().filter(|&l| {
+            let v = t.links[l as usize].dst;
+            // `here ≥ 1`: `at != dst`.
+            dist[v as usize] == here - 1 && (v == dst || self.endpoint_of[v as usize] == FAR)
+        }));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::testutil::*;
+    use super::super::*;
+
+    fn mid() -> Topology {
+        // 256 GPUs, 4 pods, dual-plane: every kind of hop.
+        build_toml(
+            "gpus = 256\nnic_ports = 2\ndual_plane = true\nhosts_per_segment = 4\nsegments_per_pod = 2\n",
+            &[h100()],
+            None,
+        )
+    }
+
+    #[test]
+    fn errors_for_bad_nodes() {
+        let t = build_toml("gpus = 16\n", &[h100()], None);
+        let nic = (0..t.nodes().len() as u32)
+            .find(|&n| t.nodes()[n as usize].kind == NodeKind::Nic)
+            .unwrap();
+        assert!(matches!(
+            t.path(t.gpu(0), nic, 0),
+            Err(RoutingError::NotEndpoint { .. })
+        ));
+        assert!(matches!(
+            t.path(t.gpu(0), 1 << 30, 0),
+            Err(RoutingError::UnknownNode { .. })
+        ));
+        let mut hops = vec![7];
+        // A third GPU does not forward.
+        assert!(matches!(
+            t.next_hops(t.gpu(2), t.gpu(0), t.gpu(9), &mut hops),
+            Err(RoutingError::NotOnPath { .. })
+        ));
+        t.next_hops(t.gpu(9), t.gpu(0), t.gpu(9), &mut hops)
+            .unwrap();
+        assert!(hops.is_empty());
+        assert!(t.path(t.gpu(3), t.gpu(3), 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn mid_size_all_pairs_sample() {
+        let t = mid();
+        // Every pair from a few sources, several hashes.
+        check_pairs(&t, &[0, 1, 77, 255], &[0, 1, 2, 3]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn random_flows_are_valid_shortest_paths(src in 0u32..256, dst in 0u32..256, hash: u64) {
+            let t = mid_cached();
+            check_flow(t, t.gpu(src), t.gpu(dst), hash);
+        }
+    }
+
+    fn mid_cached() -> &'static Topology {
+        static T: std::sync::OnceLock<Topology> = std::sync::OnceLock::new();
+        T.get_or_init(mid)
+    }
+}

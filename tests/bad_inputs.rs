@@ -1,0 +1,87 @@
+//! Every malformed experiment in `tests/fixtures/bad/` exits non-zero with one clear line that
+//! names the file (and line or key) and says what is wrong. None panics.
+
+use std::fs;
+use std::path::Path;
+
+use assert_cmd::Command;
+
+/// What the error must say: the fixture's `# expect:` first line, or its `.expect` file.
+fn expectation(path: &Path) -> String {
+    let side = path.with_extension("expect");
+    if side.exists() {
+        return fs::read_to_string(side).expect("read .expect").trim().to_string();
+    }
+    let bytes = fs::read(path).expect("read fixture");
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# expect: "))
+        .unwrap_or_else(|| panic!("{} has no `# expect:` line or .expect file", path.display()))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn every_bad_fixture_fails_with_one_clear_line() {
+    let dir = Path::new("tests/fixtures/bad");
+    let mut fixtures: Vec<_> = fs::read_dir(dir)
+        .expect("fixtures dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 40, "only {} bad fixtures", fixtures.len());
+    let mut transcript = String::new();
+    for path in &fixtures {
+        let out = Command::cargo_bin("fleetsim")
+            .expect("binary")
+            .arg("check")
+            .arg(path)
+            .output()
+            .expect("run fleetsim");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = path.display();
+        assert!(!out.status.success(), "{name}: exited 0");
+        assert_eq!(out.status.code(), Some(1), "{name}: exit status {:?}", out.status.code());
+        assert!(out.stdout.is_empty(), "{name}: printed to stdout: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(!stderr.contains("panicked"), "{name}: panicked: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: not one line: {stderr}");
+        assert!(stderr.starts_with("error: "), "{name}: {stderr}");
+        let file_name = path.file_name().unwrap().to_string_lossy();
+        let names_file = stderr.contains(&*file_name)
+            || stderr.contains("parts/")
+            || stderr.contains("configs/");
+        assert!(names_file, "{name}: error does not name the file: {stderr}");
+        let want = expectation(path);
+        assert!(stderr.contains(&want), "{name}: expected `{want}` in: {stderr}");
+        transcript.push_str(&stderr);
+    }
+    insta::assert_snapshot!("bad_input_messages", transcript);
+}
+
+#[test]
+fn a_malformed_set_override_is_one_clear_error() {
+    let out = Command::cargo_bin("fleetsim")
+        .unwrap()
+        .args(["check", "configs/experiments/quickstart.toml", "--set", "parallel.tp"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("expected KEY=VALUE"), "{stderr}");
+}
+
+#[test]
+fn a_missing_experiment_file_is_one_clear_error() {
+    let out = Command::cargo_bin("fleetsim")
+        .unwrap()
+        .args(["check", "no/such/experiment.toml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim(), "error: no/such/experiment.toml: file does not exist");
+}

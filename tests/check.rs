@@ -1,0 +1,102 @@
+//! `fleetsim check` on the shipped experiments, `--set` overrides and `--json`.
+
+use std::fs;
+
+use assert_cmd::Command;
+
+fn check(args: &[&str]) -> (bool, String, String) {
+    let out = Command::cargo_bin("fleetsim").unwrap().arg("check").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_shipped_experiment_except_the_largest_checks() {
+    let mut n = 0;
+    for entry in fs::read_dir("configs/experiments").unwrap() {
+        let path = entry.unwrap().path();
+        // The 131,072-GPU experiment is covered by the topology benchmark (release build).
+        if path.to_string_lossy().contains("131072") {
+            continue;
+        }
+        let (ok, stdout, stderr) = check(&[path.to_str().unwrap()]);
+        assert!(ok, "{}: {stderr}", path.display());
+        assert!(stdout.contains("memory/GPU"), "{stdout}");
+        n += 1;
+    }
+    assert!(n >= 6);
+}
+
+#[test]
+fn json_report_has_the_derived_numbers() {
+    let (ok, stdout, stderr) = check(&["configs/experiments/gpt3-175b-h100-1024.toml", "--json"]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["cluster"]["gpus"], 1024);
+    assert_eq!(v["cluster"]["hosts"], 128);
+    assert_eq!(v["parallel"]["dp"], 16);
+    assert_eq!(v["batch"]["micro_batches_per_replica"], 96);
+    assert_eq!(v["lookahead_s"].as_f64().unwrap(), 1e-6);
+    let tp = &v["parallel"]["groups"][0];
+    assert_eq!(tp["kind"], "tp");
+    assert_eq!(tp["max_hosts_spanned"], 1);
+    assert!(v["memory"].as_array().unwrap().iter().all(|m| m["fits"] == true));
+}
+
+#[test]
+fn set_overrides_win_and_change_the_derivation() {
+    let (ok, stdout, stderr) = check(&[
+        "configs/experiments/quickstart.toml",
+        "--json",
+        "--set",
+        "parallel.tp=8",
+        "--set",
+        "parallel.pp=1",
+        "--set",
+        "cluster.nic_gbps=200",
+    ]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["parallel"]["tp"], 8);
+    assert_eq!(v["parallel"]["dp"], 16);
+}
+
+#[test]
+fn later_includes_and_own_keys_win() {
+    // quickstart includes rail-h100.toml (gpus_per_host 8) and sets its own gpus = 128.
+    let (ok, stdout, _) = check(&["configs/experiments/quickstart.toml", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["cluster"]["gpus"], 128);
+    assert_eq!(v["cluster"]["gpus_per_host"], 8);
+}
+
+#[test]
+fn hugging_face_config_is_read() {
+    let dir = tempdir();
+    let exp = dir.join("hf.toml");
+    let cfg = fs::canonicalize("tests/fixtures/hf/mixtral-8x7b-config.json").unwrap();
+    fs::write(
+        &exp,
+        format!(
+            "name = \"hf\"\n[cluster]\ngpus = 64\ngpu = \"H100-SXM\"\n[model]\nhf_config = {:?}\nseq_len = 4096\n[parallel]\ntp = 2\npp = 4\nep = 8\n",
+            cfg.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = check(&[exp.to_str().unwrap(), "--json"]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let params = v["model"]["params"].as_f64().unwrap();
+    assert!((params / 1e9 - 46.7).abs() < 0.5, "{params}");
+    assert_eq!(v["model"]["seq_len"], 4096);
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("fleetsim-check-{}", std::process::id()));
+    fs::create_dir_all(&d).unwrap();
+    d
+}
