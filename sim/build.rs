@@ -20,7 +20,10 @@ fn main() {
         ));
         for file in files {
             println!("cargo:rerun-if-changed={}", file.display());
-            let stem = file.file_stem().and_then(|s| s.to_str()).expect("utf-8 file name");
+            let stem = file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .expect("utf-8 file name");
             let abs = fs::canonicalize(&file).expect("config file exists");
             out.push_str(&format!(
                 "    ({stem:?}, include_str!({:?})),\n",
@@ -29,6 +32,7 @@ fn main() {
         }
         out.push_str("];\n");
     }
-    let dest = Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("embedded_configs.rs");
+    let dest =
+        Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("embedded_configs.rs");
     fs::write(dest, out).expect("write embedded_configs.rs");
 }

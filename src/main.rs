@@ -10,7 +10,11 @@ use coordinator::check::CheckReport;
 use sim::experiment::Experiment;
 
 #[derive(Parser, Debug)]
-#[command(name = "fleetsim", version, about = "Simulates LLM training on GPU clusters")]
+#[command(
+    name = "fleetsim",
+    version,
+    about = "Simulates LLM training on GPU clusters"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,7 +49,11 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Check { experiment, json, sets } => {
+        Command::Check {
+            experiment,
+            json,
+            sets,
+        } => {
             let exp = Experiment::load(&experiment, &sets)?;
             let started = Instant::now();
             let topology = exp.build_topology()?;

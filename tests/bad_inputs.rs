@@ -10,7 +10,10 @@ use assert_cmd::Command;
 fn expectation(path: &Path) -> String {
     let side = path.with_extension("expect");
     if side.exists() {
-        return fs::read_to_string(side).expect("read .expect").trim().to_string();
+        return fs::read_to_string(side)
+            .expect("read .expect")
+            .trim()
+            .to_string();
     }
     let bytes = fs::read(path).expect("read fixture");
     let text = String::from_utf8_lossy(&bytes);
@@ -44,8 +47,17 @@ fn every_bad_fixture_fails_with_one_clear_line() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let name = path.display();
         assert!(!out.status.success(), "{name}: exited 0");
-        assert_eq!(out.status.code(), Some(1), "{name}: exit status {:?}", out.status.code());
-        assert!(out.stdout.is_empty(), "{name}: printed to stdout: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: exit status {:?}",
+            out.status.code()
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{name}: printed to stdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert!(!stderr.contains("panicked"), "{name}: panicked: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{name}: not one line: {stderr}");
         assert!(stderr.starts_with("error: "), "{name}: {stderr}");
@@ -55,7 +67,10 @@ fn every_bad_fixture_fails_with_one_clear_line() {
             || stderr.contains("configs/");
         assert!(names_file, "{name}: error does not name the file: {stderr}");
         let want = expectation(path);
-        assert!(stderr.contains(&want), "{name}: expected `{want}` in: {stderr}");
+        assert!(
+            stderr.contains(&want),
+            "{name}: expected `{want}` in: {stderr}"
+        );
         transcript.push_str(&stderr);
     }
     insta::assert_snapshot!("bad_input_messages", transcript);
@@ -65,7 +80,12 @@ fn every_bad_fixture_fails_with_one_clear_line() {
 fn a_malformed_set_override_is_one_clear_error() {
     let out = Command::cargo_bin("fleetsim")
         .unwrap()
-        .args(["check", "configs/experiments/quickstart.toml", "--set", "parallel.tp"])
+        .args([
+            "check",
+            "configs/experiments/quickstart.toml",
+            "--set",
+            "parallel.tp",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -83,5 +103,8 @@ fn a_missing_experiment_file_is_one_clear_error() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert_eq!(stderr.trim(), "error: no/such/experiment.toml: file does not exist");
+    assert_eq!(
+        stderr.trim(),
+        "error: no/such/experiment.toml: file does not exist"
+    );
 }

@@ -5,7 +5,12 @@ use std::fs;
 use assert_cmd::Command;
 
 fn check(args: &[&str]) -> (bool, String, String) {
-    let out = Command::cargo_bin("fleetsim").unwrap().arg("check").args(args).output().unwrap();
+    let out = Command::cargo_bin("fleetsim")
+        .expect("fleetsim binary is built")
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("fleetsim runs");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -43,7 +48,13 @@ fn json_report_has_the_derived_numbers() {
     let tp = &v["parallel"]["groups"][0];
     assert_eq!(tp["kind"], "tp");
     assert_eq!(tp["max_hosts_spanned"], 1);
-    assert!(v["memory"].as_array().unwrap().iter().all(|m| m["fits"] == true));
+    assert!(
+        v["memory"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["fits"] == true)
+    );
 }
 
 #[test]
@@ -97,6 +108,6 @@ fn hugging_face_config_is_read() {
 
 fn tempdir() -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("fleetsim-check-{}", std::process::id()));
-    fs::create_dir_all(&d).unwrap();
+    fs::create_dir_all(&d).expect("create temp dir");
     d
 }

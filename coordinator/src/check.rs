@@ -44,7 +44,11 @@ impl CheckReport<'_> {
         let c = &exp.loaded.config.cluster;
         let mut gpu_hosts = serde_json::Map::new();
         for (i, g) in exp.gpu_types.iter().enumerate() {
-            let n = exp.host_gpu_type.iter().filter(|&&t| usize::from(t) == i).count();
+            let n = exp
+                .host_gpu_type
+                .iter()
+                .filter(|&&t| usize::from(t) == i)
+                .count();
             gpu_hosts.insert(g.name.clone(), json!(n));
         }
         let nodes: serde_json::Map<String, Value> = topo
@@ -56,7 +60,10 @@ impl CheckReport<'_> {
             .links_by_class()
             .into_iter()
             .map(|(k, (n, bw))| {
-                (format!("{k:?}").to_lowercase(), json!({ "links": n, "total_gbytes_per_s": bw / 1e9 }))
+                (
+                    format!("{k:?}").to_lowercase(),
+                    json!({ "links": n, "total_gbytes_per_s": bw / 1e9 }),
+                )
             })
             .collect();
         let groups: Vec<Value> = GroupKind::ALL
@@ -144,13 +151,22 @@ impl CheckReport<'_> {
         let topo = self.topology;
         let c = &exp.loaded.config.cluster;
         let mut s = String::new();
-        let _ = writeln!(s, "experiment  {}  ({})", exp.name(), exp.loaded.path.display());
+        let _ = writeln!(
+            s,
+            "experiment  {}  ({})",
+            exp.name(),
+            exp.loaded.path.display()
+        );
         let types: Vec<String> = exp
             .gpu_types
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                let n = exp.host_gpu_type.iter().filter(|&&t| usize::from(t) == i).count();
+                let n = exp
+                    .host_gpu_type
+                    .iter()
+                    .filter(|&&t| usize::from(t) == i)
+                    .count();
                 format!("{} x {} hosts", g.name, n)
             })
             .collect();
@@ -163,8 +179,11 @@ impl CheckReport<'_> {
             types.join(", "),
             c.topology
         );
-        let nodes: Vec<String> =
-            topo.count_by_kind().into_iter().map(|(k, n)| format!("{k:?} {n}")).collect();
+        let nodes: Vec<String> = topo
+            .count_by_kind()
+            .into_iter()
+            .map(|(k, n)| format!("{k:?} {n}"))
+            .collect();
         let _ = writeln!(s, "  nodes     {}", nodes.join(", "));
         let links: Vec<String> = topo
             .links_by_class()
@@ -184,7 +203,11 @@ impl CheckReport<'_> {
             m.hidden,
             m.seq_len
         );
-        let _ = writeln!(s, "parallel    {}, order {}", exp.layout, exp.loaded.config.parallel.order);
+        let _ = writeln!(
+            s,
+            "parallel    {}, order {}",
+            exp.layout, exp.loaded.config.parallel.order
+        );
         for kind in GroupKind::ALL {
             let size = exp.layout.group_size(kind);
             if size == 1 {
@@ -211,7 +234,11 @@ impl CheckReport<'_> {
         );
         match topo.host_preserving_lookahead_ps() {
             Some(ps) => {
-                let _ = writeln!(s, "lookahead   {:.3} us (host-preserving partition)", ps as f64 / 1e6);
+                let _ = writeln!(
+                    s,
+                    "lookahead   {:.3} us (host-preserving partition)",
+                    ps as f64 / 1e6
+                );
             }
             None => {
                 let _ = writeln!(s, "lookahead   none: one host, nothing to cut");
@@ -232,7 +259,11 @@ impl CheckReport<'_> {
                 mem.activations / 1e9,
                 mem.total() / 1e9,
                 hbm / 1e9,
-                if mem.total() <= *hbm { "" } else { "  DOES NOT FIT" }
+                if mem.total() <= *hbm {
+                    ""
+                } else {
+                    "  DOES NOT FIT"
+                }
             );
         }
         for w in &exp.warnings {

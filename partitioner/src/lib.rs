@@ -29,7 +29,10 @@ pub fn by_host(topology: &Topology) -> Assignment {
             }
         })
         .collect();
-    Assignment { partition_of, partitions: next }
+    Assignment {
+        partition_of,
+        partitions: next,
+    }
 }
 
 /// Lookahead of an assignment: the smallest latency of any link between two partitions, in

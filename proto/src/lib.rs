@@ -22,6 +22,9 @@ mod tests {
             events_processed: 42,
         };
         let bytes = report.encode_to_vec();
-        assert_eq!(super::v1::WindowReport::decode(bytes.as_slice()).unwrap(), report);
+        assert_eq!(
+            super::v1::WindowReport::decode(bytes.as_slice()).unwrap(),
+            report
+        );
     }
 }

@@ -68,12 +68,18 @@ impl Experiment {
         positive(&loaded, "cluster.gpus", u64::from(c.gpus))?;
         positive(&loaded, "cluster.gpus_per_host", u64::from(c.gpus_per_host))?;
         if c.gpus > MAX_GPUS {
-            return Err(err("cluster.gpus", format!("{} exceeds the limit of {MAX_GPUS} GPUs", c.gpus)));
-        }
-        if c.gpus % c.gpus_per_host != 0 {
             return Err(err(
                 "cluster.gpus",
-                format!("{} GPUs do not fill whole hosts of cluster.gpus_per_host = {}", c.gpus, c.gpus_per_host),
+                format!("{} exceeds the limit of {MAX_GPUS} GPUs", c.gpus),
+            ));
+        }
+        if !c.gpus.is_multiple_of(c.gpus_per_host) {
+            return Err(err(
+                "cluster.gpus",
+                format!(
+                    "{} GPUs do not fill whole hosts of cluster.gpus_per_host = {}",
+                    c.gpus, c.gpus_per_host
+                ),
             ));
         }
         let hosts = c.gpus / c.gpus_per_host;
@@ -105,7 +111,11 @@ impl Experiment {
                         "parallel.dp",
                         format!(
                             "TP {} x PP {} x CP {} x DP {dp} = {} but cluster.gpus = {}; omit parallel.dp to derive it",
-                            p.tp, p.pp, p.cp, model_parallel * u64::from(dp), c.gpus
+                            p.tp,
+                            p.pp,
+                            p.cp,
+                            model_parallel * u64::from(dp),
+                            c.gpus
                         ),
                     ));
                 }
@@ -127,7 +137,10 @@ impl Experiment {
         if model.heads % u64::from(p.tp) != 0 {
             return Err(err(
                 "parallel.tp",
-                format!("TP {} must divide model.heads = {} (Megatron splits attention heads across TP)", p.tp, model.heads),
+                format!(
+                    "TP {} must divide model.heads = {} (Megatron splits attention heads across TP)",
+                    p.tp, model.heads
+                ),
             ));
         }
         // megatron/training/arguments.py: num_query_groups % tensor_model_parallel_size == 0.
@@ -143,11 +156,20 @@ impl Experiment {
         if model.ffn_hidden % u64::from(p.tp) != 0 {
             return Err(err(
                 "parallel.tp",
-                format!("TP {} must divide model.ffn_hidden = {}", p.tp, model.ffn_hidden),
+                format!(
+                    "TP {} must divide model.ffn_hidden = {}",
+                    p.tp, model.ffn_hidden
+                ),
             ));
         }
         if p.vp > 1 && p.pp < 2 {
-            return Err(err("parallel.vp", format!("vp = {} needs pp >= 2 (interleaving splits pipeline stages)", p.vp)));
+            return Err(err(
+                "parallel.vp",
+                format!(
+                    "vp = {} needs pp >= 2 (interleaving splits pipeline stages)",
+                    p.vp
+                ),
+            ));
         }
         let stage_layers = split_layers(&loaded, model.layers, p.pp, p.vp)?;
         if p.cp > 1 && model.seq_len % (2 * u64::from(p.cp)) != 0 {
@@ -162,28 +184,56 @@ impl Experiment {
         }
         if p.ep > 1 {
             let Some(moe) = model.moe else {
-                return Err(err("parallel.ep", format!("ep = {} needs a mixture-of-experts model (model.experts)", p.ep)));
+                return Err(err(
+                    "parallel.ep",
+                    format!(
+                        "ep = {} needs a mixture-of-experts model (model.experts)",
+                        p.ep
+                    ),
+                ));
             };
             if moe.experts % u64::from(p.ep) != 0 {
-                return Err(err("parallel.ep", format!("EP {} must divide model.experts = {}", p.ep, moe.experts)));
+                return Err(err(
+                    "parallel.ep",
+                    format!("EP {} must divide model.experts = {}", p.ep, moe.experts),
+                ));
             }
             if (u64::from(dp) * u64::from(p.cp)) % u64::from(p.ep) != 0 {
                 return Err(err(
                     "parallel.ep",
-                    format!("EP {} must divide DP {dp} x CP {} (experts are sharded over data-parallel ranks)", p.ep, p.cp),
+                    format!(
+                        "EP {} must divide DP {dp} x CP {} (experts are sharded over data-parallel ranks)",
+                        p.ep, p.cp
+                    ),
                 ));
             }
         }
         if p.zero > 3 {
-            return Err(err("parallel.zero", format!("must be 0, 1, 2 or 3, got {}", p.zero)));
+            return Err(err(
+                "parallel.zero",
+                format!("must be 0, 1, 2 or 3, got {}", p.zero),
+            ));
         }
-        let layout = ParallelLayout { tp: p.tp, cp: p.cp, ep: p.ep, dp, pp: p.pp, vp: p.vp, order };
+        let layout = ParallelLayout {
+            tp: p.tp,
+            cp: p.cp,
+            ep: p.ep,
+            dp,
+            pp: p.pp,
+            vp: p.vp,
+            order,
+        };
 
         // --- batch ---
         let micro_batch = u64::from(p.micro_batch);
         let per_step = micro_batch * u64::from(dp);
         let global_batch = match p.global_batch {
-            Some(0) => return Err(err("parallel.global_batch", "must be greater than 0".into())),
+            Some(0) => {
+                return Err(err(
+                    "parallel.global_batch",
+                    "must be greater than 0".into(),
+                ));
+            }
             Some(g) => u64::from(g),
             None => per_step,
         };
@@ -211,11 +261,17 @@ impl Experiment {
         positive(&loaded, "training.iterations", u64::from(t.iterations))?;
         for g in &gpu_types {
             if g.peak_flops(t.precision) <= 0.0 {
-                let supported: Vec<&str> = [Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16, Precision::Fp8]
-                    .into_iter()
-                    .filter(|&p| g.peak_flops(p) > 0.0)
-                    .map(Precision::name)
-                    .collect();
+                let supported: Vec<&str> = [
+                    Precision::Fp32,
+                    Precision::Tf32,
+                    Precision::Bf16,
+                    Precision::Fp16,
+                    Precision::Fp8,
+                ]
+                .into_iter()
+                .filter(|&p| g.peak_flops(p) > 0.0)
+                .map(Precision::name)
+                .collect();
                 return Err(err(
                     "training.precision",
                     format!(
@@ -228,11 +284,25 @@ impl Experiment {
             }
         }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
-        let known = ["auto", "round-robin", "linear", "by-rack", "by-segment", "by-pod", "by-rail", "metis", "latency-aware"];
+        let known = [
+            "auto",
+            "round-robin",
+            "linear",
+            "by-rack",
+            "by-segment",
+            "by-pod",
+            "by-rail",
+            "metis",
+            "latency-aware",
+        ];
         if !known.contains(&cfg.engine.partition.as_str()) {
             return Err(err(
                 "engine.partition",
-                format!("unknown strategy `{}`; valid: {}", cfg.engine.partition, known.join(", ")),
+                format!(
+                    "unknown strategy `{}`; valid: {}",
+                    cfg.engine.partition,
+                    known.join(", ")
+                ),
             ));
         }
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
@@ -303,7 +373,8 @@ impl Experiment {
                 let path = self.loaded.resolve_path("cluster.graph_file", file);
                 let shown = path.display().to_string();
                 let text = std::fs::read_to_string(&path).map_err(|e| {
-                    self.loaded.error("cluster.graph_file", format!("cannot read {shown}: {e}"))
+                    self.loaded
+                        .error("cluster.graph_file", format!("cannot read {shown}: {e}"))
                 })?;
                 Some(GraphFile::parse(&shown, &text)?)
             }
@@ -327,7 +398,12 @@ impl Experiment {
 }
 
 /// Layers per pipeline stage: even, or with Megatron's first/last-stage overrides.
-fn split_layers(loaded: &LoadedConfig, layers: u64, pp: u32, vp: u32) -> Result<Vec<u64>, ConfigError> {
+fn split_layers(
+    loaded: &LoadedConfig,
+    layers: u64,
+    pp: u32,
+    vp: u32,
+) -> Result<Vec<u64>, ConfigError> {
     let p = &loaded.config.parallel;
     let pp64 = u64::from(pp);
     let first = p.first_stage_layers.map(u64::from);
@@ -347,8 +423,12 @@ fn split_layers(loaded: &LoadedConfig, layers: u64, pp: u32, vp: u32) -> Result<
         }
         0
     } else {
-        if fixed >= layers || (layers - fixed) % rest_stages != 0 {
-            let key = if special > 0 { "parallel.first_stage_layers" } else { "parallel.pp" };
+        if fixed >= layers || !(layers - fixed).is_multiple_of(rest_stages) {
+            let key = if special > 0 {
+                "parallel.first_stage_layers"
+            } else {
+                "parallel.pp"
+            };
             return Err(loaded.error(
                 key,
                 format!(
@@ -365,7 +445,11 @@ fn split_layers(loaded: &LoadedConfig, layers: u64, pp: u32, vp: u32) -> Result<
     if let Some(l) = last {
         counts[pp as usize - 1] = l;
     }
-    if let Some((s, &c)) = counts.iter().enumerate().find(|(_, c)| **c == 0 || **c % u64::from(vp) != 0) {
+    if let Some((s, &c)) = counts
+        .iter()
+        .enumerate()
+        .find(|(_, c)| **c == 0 || **c % u64::from(vp) != 0)
+    {
         return Err(loaded.error(
             "parallel.vp",
             format!("stage {s} has {c} layers, which VP {vp} model chunks cannot split evenly (each needs >= 1)"),
@@ -424,10 +508,9 @@ fn resolve_gpus(
                     (Some(h), None) => u64::from(h),
                     (None, Some(r)) => u64::from(r) * u64::from(hosts_per_rack),
                     _ => {
-                        return Err(loaded.error(
-                            &key,
-                            "give exactly one of hosts = N or racks = N",
-                        ));
+                        return Err(
+                            loaded.error(&key, "give exactly one of hosts = N or racks = N")
+                        );
                     }
                 };
                 if count == 0 {
@@ -440,7 +523,8 @@ fn resolve_gpus(
                         types.len() - 1
                     }
                 };
-                let idx = u16::try_from(idx).map_err(|_| loaded.error(&key, "too many GPU types"))?;
+                let idx =
+                    u16::try_from(idx).map_err(|_| loaded.error(&key, "too many GPU types"))?;
                 if per_host.len() as u64 + count > u64::from(hosts) {
                     return Err(loaded.error(
                         &key,

@@ -192,7 +192,8 @@ impl GpuDatabase {
     /// Looks a GPU up by canonical name or alias, ignoring ASCII case.
     pub fn get(&self, name: &str) -> Option<&GpuSpec> {
         self.gpus.values().find(|g| {
-            g.name.eq_ignore_ascii_case(name) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+            g.name.eq_ignore_ascii_case(name)
+                || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
         })
     }
 
@@ -216,8 +217,18 @@ mod tests {
     fn every_embedded_gpu_parses_and_required_parts_exist() {
         let db = GpuDatabase::embedded().unwrap();
         for name in [
-            "V100", "A100-SXM-40GB", "A100-SXM-80GB", "A800", "H100-SXM", "H100-PCIe", "H800",
-            "H20", "H200-SXM", "B200", "GB200", "MI300X",
+            "V100",
+            "A100-SXM-40GB",
+            "A100-SXM-80GB",
+            "A800",
+            "H100-SXM",
+            "H100-PCIe",
+            "H800",
+            "H20",
+            "H200-SXM",
+            "B200",
+            "GB200",
+            "MI300X",
         ] {
             assert!(db.get(name).is_some(), "{name} missing from configs/gpus");
         }
@@ -225,7 +236,11 @@ mod tests {
 
     #[test]
     fn pcie_gen5_x16_is_about_63_gbytes_per_s() {
-        let p = Pcie { generation: 5, lanes: 16, source: String::new() };
+        let p = Pcie {
+            generation: 5,
+            lanes: 16,
+            source: String::new(),
+        };
         assert!((p.bytes_per_s() / 1e9 - 63.0).abs() < 0.1);
     }
 }

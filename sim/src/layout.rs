@@ -41,9 +41,13 @@ pub fn parse_order(order: &str) -> Result<[Dim; 5], String> {
         let d = Dim::ALL
             .into_iter()
             .find(|d| d.name().eq_ignore_ascii_case(p))
-            .ok_or_else(|| format!("unknown dimension `{p}`; use each of tp, cp, ep, dp, pp once"))?;
+            .ok_or_else(|| {
+                format!("unknown dimension `{p}`; use each of tp, cp, ep, dp, pp once")
+            })?;
         if dims.contains(&d) {
-            return Err(format!("dimension `{p}` appears twice; use each of tp, cp, ep, dp, pp once"));
+            return Err(format!(
+                "dimension `{p}` appears twice; use each of tp, cp, ep, dp, pp once"
+            ));
         }
         dims.push(d);
     }
@@ -200,25 +204,30 @@ impl ParallelLayout {
         let mut members = vec![base];
         for &d in dims {
             let (size, stride) = (self.size(d, expert), self.stride(d, expert));
-            members = (0..size).flat_map(|i| members.iter().map(move |&m| m + i * stride)).collect();
+            members = (0..size)
+                .flat_map(|i| members.iter().map(move |&m| m + i * stride))
+                .collect();
         }
         members.sort_unstable();
         members
     }
 
-    /// The `index`-th group of `kind` (groups numbered by their smallest member).
+    /// The `index`-th group of `kind`, groups numbered by their smallest member. That member
+    /// has zero in the varying coordinates; counting the others in mixed radix, fastest
+    /// dimension least significant, enumerates the smallest members in ascending order.
     pub fn nth_group(&self, kind: GroupKind, index: u32) -> Vec<u32> {
-        let mut found = 0;
-        for rank in 0..self.world() {
-            let g = self.group(kind, rank);
-            if g[0] == rank {
-                if found == index {
-                    return g;
-                }
-                found += 1;
+        let (dims, expert) = Self::group_dims(kind);
+        let mut rest = index;
+        let mut base = 0;
+        for d in self.order {
+            if dims.contains(&d) {
+                continue;
             }
+            let size = self.size(d, expert);
+            base += (rest % size) * self.stride(d, expert);
+            rest /= size;
         }
-        Vec::new()
+        self.group(kind, base)
     }
 }
 
@@ -244,7 +253,15 @@ mod tests {
     use super::*;
 
     fn layout(tp: u32, cp: u32, ep: u32, dp: u32, pp: u32) -> ParallelLayout {
-        ParallelLayout { tp, cp, ep, dp, pp, vp: 1, order: parse_order("tp-cp-ep-dp-pp").unwrap() }
+        ParallelLayout {
+            tp,
+            cp,
+            ep,
+            dp,
+            pp,
+            vp: 1,
+            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
+        }
     }
 
     /// Megatron-LM's docstring example (parallel_state.initialize_model_parallel): 16 GPUs,
@@ -289,5 +306,25 @@ mod tests {
         assert!(parse_order("tp-tp-cp-dp-pp").is_err());
         assert!(parse_order("tp-cp-xx-dp-pp").is_err());
         assert!(parse_order("pp-dp-ep-cp-tp").is_ok());
+    }
+
+    #[test]
+    fn nth_group_enumerates_groups_by_smallest_member() {
+        for order in ["tp-cp-ep-dp-pp", "tp-pp-dp-cp-ep"] {
+            let l = ParallelLayout {
+                order: parse_order(order).unwrap(),
+                ..layout(2, 2, 2, 2, 3)
+            };
+            for kind in GroupKind::ALL {
+                let mut firsts: Vec<u32> = (0..l.world())
+                    .filter(|&r| l.group(kind, r)[0] == r)
+                    .collect();
+                firsts.sort_unstable();
+                let got: Vec<u32> = (0..l.group_count(kind))
+                    .map(|i| l.nth_group(kind, i)[0])
+                    .collect();
+                assert_eq!(got, firsts, "{order} {kind:?}");
+            }
+        }
     }
 }

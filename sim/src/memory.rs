@@ -123,7 +123,11 @@ pub fn layer_activation_bytes(
         }
         _ => mlp_inner(model.ffn_hidden as f64),
     };
-    if sp { (replicated + attention + mlp) / t } else { replicated + (attention + mlp) / t }
+    if sp {
+        (replicated + attention + mlp) / t
+    } else {
+        replicated + (attention + mlp) / t
+    }
 }
 
 /// Memory of every pipeline stage.
@@ -133,7 +137,9 @@ pub fn estimate(
     per_stage: &[u64],
     inputs: &MemoryInputs,
 ) -> Vec<StageMemory> {
-    (0..layout.pp).map(|stage| stage_memory(model, layout, per_stage, inputs, stage)).collect()
+    (0..layout.pp)
+        .map(|stage| stage_memory(model, layout, per_stage, inputs, stage))
+        .collect()
 }
 
 fn stage_memory(
@@ -176,7 +182,11 @@ fn stage_memory(
     let d_dense = f64::from(layout.dp * layout.cp);
     let d_expert = f64::from(layout.expert_dp());
     let shard = |params: f64, bytes: f64, sharded: bool, d: f64| {
-        if sharded { params * bytes / d } else { params * bytes }
+        if sharded {
+            params * bytes / d
+        } else {
+            params * bytes
+        }
     };
     let z = inputs.zero;
     let part = |bytes: f64, sharded: bool| {
@@ -206,13 +216,21 @@ fn stage_memory(
     let sb = (model.seq_len / u64::from(layout.cp) * inputs.micro_batch) as f64;
     if first {
         // Embedding dropout mask, per micro-batch in flight.
-        activations += chunks_in_flight as f64 * sb * model.hidden as f64 / if sp { t } else { 1.0 };
+        activations +=
+            chunks_in_flight as f64 * sb * model.hidden as f64 / if sp { t } else { 1.0 };
     }
     if last {
         // fp32 logits for the cross-entropy of one micro-batch (Korthikanti et al. §4.3).
         activations += 4.0 * sb * model.vocab as f64 / t;
     }
-    StageMemory { stage, params: dense + expert, weights, gradients, optimizer, activations }
+    StageMemory {
+        stage,
+        params: dense + expert,
+        weights,
+        gradients,
+        optimizer,
+        activations,
+    }
 }
 
 #[cfg(test)]
@@ -234,7 +252,12 @@ mod tests {
     fn gpt3_175b_tp8_pp8_zero1_matches_hand_computation() {
         let model = gpt3_175b();
         let layout = ParallelLayout {
-            tp: 8, cp: 1, ep: 1, dp: 16, pp: 8, vp: 1,
+            tp: 8,
+            cp: 1,
+            ep: 1,
+            dp: 16,
+            pp: 8,
+            vp: 1,
             order: parse_order("tp-cp-ep-dp-pp").unwrap(),
         };
         let inputs = MemoryInputs {
@@ -262,9 +285,17 @@ mod tests {
         let mid = &stages[3];
         assert!((mid.params - middle_params).abs() < 1.0);
         let want = middle_params * bytes_per_param + 5.0 * 12.0 * act_layer;
-        assert!((mid.total() - want).abs() / want < 1e-9, "{} vs {want}", mid.total());
+        assert!(
+            (mid.total() - want).abs() / want < 1e-9,
+            "{} vs {want}",
+            mid.total()
+        );
         // ≈ 24.8 GB: the GPT-3 175B layout of Narayanan et al. fits an 80 GB GPU.
-        assert!((mid.total() / 1e9 - 24.8).abs() < 0.1, "{}", mid.total() / 1e9);
+        assert!(
+            (mid.total() / 1e9 - 24.8).abs() < 0.1,
+            "{}",
+            mid.total() / 1e9
+        );
 
         // Stage 0: + vocab-parallel word and position embeddings; 8 micro-batches in flight,
         // each also keeping the embedding dropout mask s·h/8.
@@ -283,14 +314,24 @@ mod tests {
     fn zero_stages_shrink_memory_monotonically() {
         let model = gpt3_175b();
         let layout = ParallelLayout {
-            tp: 8, cp: 1, ep: 1, dp: 16, pp: 8, vp: 1,
+            tp: 8,
+            cp: 1,
+            ep: 1,
+            dp: 16,
+            pp: 8,
+            vp: 1,
             order: parse_order("tp-cp-ep-dp-pp").unwrap(),
         };
         let mut last = f64::INFINITY;
         for zero in 0..=3 {
             let inputs = MemoryInputs {
-                precision: Precision::Bf16, zero, recompute: Recompute::Full,
-                sequence_parallel: true, flash_attention: true, micro_batch: 1, micro_batches: 96,
+                precision: Precision::Bf16,
+                zero,
+                recompute: Recompute::Full,
+                sequence_parallel: true,
+                flash_attention: true,
+                micro_batch: 1,
+                micro_batches: 96,
             };
             let total = estimate(&model, &layout, &[12; 8], &inputs)[0].total();
             assert!(total < last);
@@ -302,13 +343,23 @@ mod tests {
     fn recompute_modes_order_activation_memory() {
         let model = gpt3_175b();
         let layout = ParallelLayout {
-            tp: 8, cp: 1, ep: 1, dp: 1, pp: 1, vp: 1,
+            tp: 8,
+            cp: 1,
+            ep: 1,
+            dp: 1,
+            pp: 1,
+            vp: 1,
             order: parse_order("tp-cp-ep-dp-pp").unwrap(),
         };
         let act = |recompute| {
             let inputs = MemoryInputs {
-                precision: Precision::Bf16, zero: 0, recompute, sequence_parallel: false,
-                flash_attention: false, micro_batch: 1, micro_batches: 1,
+                precision: Precision::Bf16,
+                zero: 0,
+                recompute,
+                sequence_parallel: false,
+                flash_attention: false,
+                micro_batch: 1,
+                micro_batches: 1,
             };
             layer_activation_bytes(&model, &layout, &inputs, 0)
         };

@@ -119,15 +119,24 @@ fn preset_text(name: &str) -> Option<&'static str> {
         .iter()
         .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
         .map_or(name, |(_, real)| real);
-    embedded::MODELS.iter().find(|(stem, _)| stem.eq_ignore_ascii_case(name)).map(|(_, t)| *t)
+    embedded::MODELS
+        .iter()
+        .find(|(stem, _)| stem.eq_ignore_ascii_case(name))
+        .map(|(_, t)| *t)
 }
 
 /// Puts the preset's and the Hugging Face config's values under the experiment's own `[model]`
 /// keys (own keys win over `hf_config`, which wins over `preset`).
 pub fn expand_model_sources(root: &mut Located) -> Result<(), ConfigError> {
-    let Some(Value::Table(tables)) = Some(&mut root.value) else { return Ok(()) };
-    let Some(model) = tables.get_mut("model") else { return Ok(()) };
-    let Some(table) = model.as_table() else { return Ok(()) };
+    let Some(Value::Table(tables)) = Some(&mut root.value) else {
+        return Ok(());
+    };
+    let Some(model) = tables.get_mut("model") else {
+        return Ok(());
+    };
+    let Some(table) = model.as_table() else {
+        return Ok(());
+    };
     let preset = table.get("preset").cloned();
     let hf = table.get("hf_config").cloned();
     if preset.is_none() && hf.is_none() {
@@ -136,13 +145,20 @@ pub fn expand_model_sources(root: &mut Located) -> Result<(), ConfigError> {
     let mut base = Located::table(model.origin.clone());
     if let Some(p) = preset {
         let Some(name) = p.as_str() else {
-            return Err(ConfigError::new(p.origin, "model.preset", "expected a preset name string"));
+            return Err(ConfigError::new(
+                p.origin,
+                "model.preset",
+                "expected a preset name string",
+            ));
         };
         let Some(text) = preset_text(name) else {
             return Err(ConfigError::new(
                 p.origin.clone(),
                 "model.preset",
-                format!("unknown preset `{name}`; valid presets: {}", preset_names().join(", ")),
+                format!(
+                    "unknown preset `{name}`; valid presets: {}",
+                    preset_names().join(", ")
+                ),
             ));
         };
         let file = format!("configs/models/{name}.toml");
@@ -153,12 +169,17 @@ pub fn expand_model_sources(root: &mut Located) -> Result<(), ConfigError> {
     }
     if let Some(h) = hf {
         let Some(written) = h.as_str() else {
-            return Err(ConfigError::new(h.origin, "model.hf_config", "expected a file path string"));
+            return Err(ConfigError::new(
+                h.origin,
+                "model.hf_config",
+                "expected a file path string",
+            ));
         };
         let path = match &h.origin {
-            Origin::File { file, .. } | Origin::WholeFile(file) => {
-                Path::new(file).parent().unwrap_or(Path::new(".")).join(written)
-            }
+            Origin::File { file, .. } | Origin::WholeFile(file) => Path::new(file)
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(written),
             _ => Path::new(written).to_path_buf(),
         };
         base.merge(read_hf_config(&path, &h.origin)?);
@@ -180,7 +201,10 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     })?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         ConfigError::new(
-            Origin::File { file: shown.clone(), line: u32::try_from(e.line()).unwrap_or(0) },
+            Origin::File {
+                file: shown.clone(),
+                line: u32::try_from(e.line()).unwrap_or(0),
+            },
             "",
             format!("invalid JSON in Hugging Face config: {e}"),
         )
@@ -201,33 +225,64 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     let put_int = |ours: &str, theirs: &[&str], out: &mut BTreeMap<String, Located>| {
         for key in theirs {
             if let Some(v) = int(key)? {
-                out.insert(ours.into(), Located { value: Value::Integer(v), origin: origin.clone() });
+                out.insert(
+                    ours.into(),
+                    Located {
+                        value: Value::Integer(v),
+                        origin: origin.clone(),
+                    },
+                );
                 break;
             }
         }
         Ok::<(), ConfigError>(())
     };
     put_int("hidden", &["hidden_size", "n_embd", "d_model"], &mut out)?;
-    put_int("layers", &["num_hidden_layers", "n_layer", "num_layers"], &mut out)?;
-    put_int("ffn_hidden", &["intermediate_size", "n_inner", "ffn_dim"], &mut out)?;
+    put_int(
+        "layers",
+        &["num_hidden_layers", "n_layer", "num_layers"],
+        &mut out,
+    )?;
+    put_int(
+        "ffn_hidden",
+        &["intermediate_size", "n_inner", "ffn_dim"],
+        &mut out,
+    )?;
     put_int("heads", &["num_attention_heads", "n_head"], &mut out)?;
     put_int("kv_heads", &["num_key_value_heads"], &mut out)?;
     put_int("vocab", &["vocab_size"], &mut out)?;
-    put_int("experts", &["num_local_experts", "n_routed_experts", "num_experts"], &mut out)?;
+    put_int(
+        "experts",
+        &["num_local_experts", "n_routed_experts", "num_experts"],
+        &mut out,
+    )?;
     put_int("top_k", &["num_experts_per_tok"], &mut out)?;
     put_int("moe_ffn_hidden", &["moe_intermediate_size"], &mut out)?;
     put_int("shared_experts", &["n_shared_experts"], &mut out)?;
     put_int("dense_layers", &["first_k_dense_replace"], &mut out)?;
     put_int("head_dim", &["head_dim"], &mut out)?;
-    put_int("seq_len", &["max_position_embeddings", "n_positions"], &mut out)?;
-    if !out.contains_key("kv_heads") {
-        if let Some(h) = out.get("heads").cloned() {
-            out.insert("kv_heads".into(), h);
-        }
+    put_int(
+        "seq_len",
+        &["max_position_embeddings", "n_positions"],
+        &mut out,
+    )?;
+    if !out.contains_key("kv_heads")
+        && let Some(h) = out.get("heads").cloned()
+    {
+        out.insert("kv_heads".into(), h);
     }
-    let text_value = |s: &str| Located { value: Value::String(s.into()), origin: origin.clone() };
-    let bool_value = |b: bool| Located { value: Value::Boolean(b), origin: origin.clone() };
-    if let Some(act) = obj.get("hidden_act").or_else(|| obj.get("activation_function")) {
+    let text_value = |s: &str| Located {
+        value: Value::String(s.into()),
+        origin: origin.clone(),
+    };
+    let bool_value = |b: bool| Located {
+        value: Value::Boolean(b),
+        origin: origin.clone(),
+    };
+    if let Some(act) = obj
+        .get("hidden_act")
+        .or_else(|| obj.get("activation_function"))
+    {
         let act = act.as_str().unwrap_or_default();
         let ours = if act == "silu" || act == "swiglu" {
             "swiglu"
@@ -245,27 +300,61 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     let is_llama_like = obj.contains_key("rms_norm_eps");
     out.insert(
         "norm".into(),
-        text_value(if is_llama_like { "rmsnorm" } else { "layernorm" }),
+        text_value(if is_llama_like {
+            "rmsnorm"
+        } else {
+            "layernorm"
+        }),
     );
     out.insert(
         "position".into(),
-        text_value(if obj.contains_key("rope_theta") || is_llama_like { "rope" } else { "learned" }),
+        text_value(if obj.contains_key("rope_theta") || is_llama_like {
+            "rope"
+        } else {
+            "learned"
+        }),
     );
     let bias = obj
         .get("attention_bias")
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(!is_llama_like);
     out.insert("bias".into(), bool_value(bias));
-    let tied = obj.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
+    let tied = obj
+        .get("tie_word_embeddings")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
     out.insert("tied_embeddings".into(), bool_value(tied));
     if let Some(q) = int("kv_lora_rank")? {
         let mut mla = BTreeMap::new();
-        mla.insert("kv_lora_rank".into(), Located { value: Value::Integer(q), origin: origin.clone() });
-        for key in ["q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"] {
+        mla.insert(
+            "kv_lora_rank".into(),
+            Located {
+                value: Value::Integer(q),
+                origin: origin.clone(),
+            },
+        );
+        for key in [
+            "q_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+        ] {
             let v = int(key)?.unwrap_or(0);
-            mla.insert(key.into(), Located { value: Value::Integer(v), origin: origin.clone() });
+            mla.insert(
+                key.into(),
+                Located {
+                    value: Value::Integer(v),
+                    origin: origin.clone(),
+                },
+            );
         }
-        out.insert("mla".into(), Located { value: Value::Table(mla), origin: origin.clone() });
+        out.insert(
+            "mla".into(),
+            Located {
+                value: Value::Table(mla),
+                origin: origin.clone(),
+            },
+        );
     }
     let name = path
         .parent()
@@ -273,7 +362,10 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "hf-model".into());
     out.insert("name".into(), text_value(&name));
-    Ok(Located { value: Value::Table(out), origin })
+    Ok(Located {
+        value: Value::Table(out),
+        origin,
+    })
 }
 
 impl ModelSpec {
@@ -291,7 +383,10 @@ impl ModelSpec {
                         preset_names().join(", ")
                     ),
                 )),
-                Some(0) => Err(error(&format!("model.{key}"), "must be greater than 0".into())),
+                Some(0) => Err(error(
+                    &format!("model.{key}"),
+                    "must be greater than 0".into(),
+                )),
                 Some(x) => Ok(x),
             }
         };
@@ -312,7 +407,9 @@ impl ModelSpec {
             None => {
                 return Err(error(
                     "model.heads",
-                    format!("model.hidden ({hidden}) is not divisible by heads ({heads}); set model.head_dim"),
+                    format!(
+                        "model.hidden ({hidden}) is not divisible by heads ({heads}); set model.head_dim"
+                    ),
                 ));
             }
         };
@@ -347,7 +444,11 @@ impl ModelSpec {
             }
         };
         Ok(ModelSpec {
-            name: cfg.name.clone().or_else(|| cfg.preset.clone()).unwrap_or_else(|| "model".into()),
+            name: cfg
+                .name
+                .clone()
+                .or_else(|| cfg.preset.clone())
+                .unwrap_or_else(|| "model".into()),
             layers,
             hidden,
             ffn_hidden,
@@ -448,11 +549,17 @@ impl ModelSpec {
 
     /// Output layer parameters (zero when tied to the input embedding).
     pub fn output_params(&self) -> u64 {
-        if self.tied_embeddings { 0 } else { self.vocab * self.hidden }
+        if self.tied_embeddings {
+            0
+        } else {
+            self.vocab * self.hidden
+        }
     }
 
     pub fn total_params(&self) -> u64 {
-        (0..self.layers).map(|l| self.layer_dense_params(l) + self.layer_expert_params(l)).sum::<u64>()
+        (0..self.layers)
+            .map(|l| self.layer_dense_params(l) + self.layer_expert_params(l))
+            .sum::<u64>()
             + self.embedding_params()
             + self.output_params()
             + self.norm_params()
@@ -467,7 +574,9 @@ impl ModelSpec {
                 .sum(),
             None => 0,
         };
-        (0..self.layers).map(|l| self.layer_dense_params(l)).sum::<u64>()
+        (0..self.layers)
+            .map(|l| self.layer_dense_params(l))
+            .sum::<u64>()
             + routed_active
             + self.embedding_params()
             + self.output_params()
@@ -478,7 +587,11 @@ impl ModelSpec {
 /// Parses a preset text (used by tests and `fleetsim check`).
 pub fn preset(name: &str) -> Result<ModelConfig, ConfigError> {
     let text = preset_text(name).ok_or_else(|| {
-        ConfigError::plain("configs/models", "model.preset", format!("unknown preset `{name}`"))
+        ConfigError::plain(
+            "configs/models",
+            "model.preset",
+            format!("unknown preset `{name}`"),
+        )
     })?;
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -513,7 +626,10 @@ mod tests {
         let (l, h, v, s) = (96.0, 12288.0, 51200.0, 2048.0);
         let formula = 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (v + s) / (12.0 * l * h));
         let ours = m.total_params() as f64;
-        assert!((ours - formula).abs() / formula < 1e-3, "ours {ours} formula {formula}");
+        assert!(
+            (ours - formula).abs() / formula < 1e-3,
+            "ours {ours} formula {formula}"
+        );
     }
 
     #[test]
@@ -527,9 +643,15 @@ mod tests {
             ("deepseek-v3", 671.0, 0.02),
         ] {
             let got = spec(name).total_params() as f64 / 1e9;
-            assert!((got - billions).abs() / billions < tol, "{name}: {got} B vs {billions} B");
+            assert!(
+                (got - billions).abs() / billions < tol,
+                "{name}: {got} B vs {billions} B"
+            );
         }
         let active = spec("mixtral-8x7b").active_params() as f64 / 1e9;
-        assert!((active - 12.9).abs() / 12.9 < 0.01, "mixtral active {active}");
+        assert!(
+            (active - 12.9).abs() / 12.9 < 0.01,
+            "mixtral active {active}"
+        );
     }
 }

@@ -38,7 +38,9 @@ impl<E> Ord for Entry<E> {
 
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
-        EventQueue { heap: BinaryHeap::new() }
+        EventQueue {
+            heap: BinaryHeap::new(),
+        }
     }
 }
 
@@ -99,7 +101,14 @@ mod tests {
     #[test]
     fn window_end_is_exclusive() {
         let mut q = EventQueue::default();
-        q.push(EventKey { time_ps: 10, origin_lp: 0, origin_seq: 0 }, 'a');
+        q.push(
+            EventKey {
+                time_ps: 10,
+                origin_lp: 0,
+                origin_seq: 0,
+            },
+            'a',
+        );
         assert!(q.pop_before(10).is_none());
         assert_eq!(q.pop_before(11).map(|(_, e)| e), Some('a'));
     }

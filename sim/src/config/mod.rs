@@ -34,12 +34,20 @@ impl fmt::Display for ConfigError {
 
 impl ConfigError {
     pub fn new(origin: Origin, key: &str, message: impl Into<String>) -> Self {
-        ConfigError { origin, key: key.to_string(), message: message.into() }
+        ConfigError {
+            origin,
+            key: key.to_string(),
+            message: message.into(),
+        }
     }
 
     /// An error about a whole file.
     pub fn at_file(file: &str, message: impl Into<String>) -> Self {
-        Self::new(Origin::WholeFile(file.to_string()), "", format!("file {}", message.into()))
+        Self::new(
+            Origin::WholeFile(file.to_string()),
+            "",
+            format!("file {}", message.into()),
+        )
     }
 
     /// An error about a key of a file whose lines are not tracked.
@@ -374,7 +382,9 @@ pub struct CollectivesConfig {
 
 impl Default for CollectivesConfig {
     fn default() -> Self {
-        CollectivesConfig { algorithm: defaults::algorithm() }
+        CollectivesConfig {
+            algorithm: defaults::algorithm(),
+        }
     }
 }
 
@@ -395,7 +405,12 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { partition: defaults::partition(), seed: defaults::seed(), workers: 1, threads: 0 }
+        EngineConfig {
+            partition: defaults::partition(),
+            seed: defaults::seed(),
+            workers: 1,
+            threads: 0,
+        }
     }
 }
 
@@ -526,5 +541,9 @@ pub fn load(path: &Path, sets: &[String]) -> Result<LoadedConfig, ConfigError> {
     }
     crate::model::expand_model_sources(&mut tree)?;
     let config: ExperimentConfig = source::deserialize(&tree)?;
-    Ok(LoadedConfig { config, tree, path: path.to_path_buf() })
+    Ok(LoadedConfig {
+        config,
+        tree,
+        path: path.to_path_buf(),
+    })
 }

@@ -13,7 +13,10 @@ use super::ConfigError;
 /// Where a value was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
-    File { file: String, line: u32 },
+    File {
+        file: String,
+        line: u32,
+    },
     /// A whole file, when no single line is to blame (missing file, empty file).
     WholeFile(String),
     /// A `--set KEY=VALUE` on the command line.
@@ -52,7 +55,10 @@ pub enum Value {
 
 impl Located {
     pub fn table(origin: Origin) -> Self {
-        Located { value: Value::Table(BTreeMap::new()), origin }
+        Located {
+            value: Value::Table(BTreeMap::new()),
+            origin,
+        }
     }
 
     pub fn as_table(&self) -> Option<&BTreeMap<String, Located>> {
@@ -187,7 +193,9 @@ pub fn parse_path(path: &str) -> Vec<PathSegment> {
             }
             rest = &rest[open..];
             while let Some(stripped) = rest.strip_prefix('[') {
-                let Some(close) = stripped.find(']') else { break };
+                let Some(close) = stripped.find(']') else {
+                    break;
+                };
                 if let Ok(i) = stripped[..close].parse() {
                     out.push(PathSegment::Index(i));
                 }
@@ -231,17 +239,29 @@ pub fn parse_text(file: &str, text: &str) -> Result<Located, ConfigError> {
         let line = e.span().map(|s| lines.line(s.start)).unwrap_or(1);
         let message = e.message().trim().replace('\n', " ");
         ConfigError::new(
-            Origin::File { file: file.to_string(), line },
+            Origin::File {
+                file: file.to_string(),
+                line,
+            },
             "",
             format!("invalid TOML: {message}"),
         )
     })?;
-    let origin = Origin::File { file: file.to_string(), line: 1 };
+    let origin = Origin::File {
+        file: file.to_string(),
+        line: 1,
+    };
     let mut table = BTreeMap::new();
     for (k, v) in doc.get_ref() {
-        table.insert(k.get_ref().to_string(), convert(file, &lines, k.span().start, v)?);
+        table.insert(
+            k.get_ref().to_string(),
+            convert(file, &lines, k.span().start, v)?,
+        );
     }
-    Ok(Located { value: Value::Table(table), origin })
+    Ok(Located {
+        value: Value::Table(table),
+        origin,
+    })
 }
 
 fn convert(
@@ -252,7 +272,10 @@ fn convert(
 ) -> Result<Located, ConfigError> {
     // A table header's span covers the whole table; the key's line is the one users look for.
     let line = lines.line(key_offset.min(value.span().start));
-    let origin = Origin::File { file: file.to_string(), line };
+    let origin = Origin::File {
+        file: file.to_string(),
+        line,
+    };
     let v = match value.get_ref() {
         DeValue::String(s) => Value::String(s.to_string()),
         DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
@@ -294,7 +317,10 @@ fn convert(
         DeValue::Table(t) => {
             let mut out = BTreeMap::new();
             for (k, v) in t {
-                out.insert(k.get_ref().to_string(), convert(file, lines, k.span().start, v)?);
+                out.insert(
+                    k.get_ref().to_string(),
+                    convert(file, lines, k.span().start, v)?,
+                );
             }
             Value::Table(out)
         }
@@ -316,7 +342,10 @@ pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Locat
     let text = String::from_utf8(bytes).map_err(|e| {
         ConfigError::at_file(
             &shown,
-            format!("is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to()),
+            format!(
+                "is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
         )
     })?;
     if text.trim().is_empty() {
@@ -365,7 +394,11 @@ pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Locat
                 let cycle: Vec<String> = chain[pos..]
                     .iter()
                     .chain(std::iter::once(&canonical))
-                    .map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+                    .map(|p| {
+                        p.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default()
+                    })
                     .collect();
                 return Err(ConfigError::new(
                     item.origin.clone(),
@@ -405,9 +438,15 @@ pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError
     let value = match parse_text("--set", &format!("v = {raw}")) {
         Ok(mut t) => match t.remove("v") {
             Some(v) => relocate(v, &Origin::CommandLine),
-            None => Located { value: Value::String(raw.to_string()), origin: Origin::CommandLine },
+            None => Located {
+                value: Value::String(raw.to_string()),
+                origin: Origin::CommandLine,
+            },
         },
-        Err(_) => Located { value: Value::String(raw.to_string()), origin: Origin::CommandLine },
+        Err(_) => Located {
+            value: Value::String(raw.to_string()),
+            origin: Origin::CommandLine,
+        },
     };
     root.set(&path, value)
         .map_err(|e| ConfigError::new(Origin::CommandLine, key, e))
@@ -417,9 +456,11 @@ pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError
 pub fn relocate(mut v: Located, origin: &Origin) -> Located {
     v.origin = origin.clone();
     v.value = match v.value {
-        Value::Table(t) => {
-            Value::Table(t.into_iter().map(|(k, x)| (k, relocate(x, origin))).collect())
-        }
+        Value::Table(t) => Value::Table(
+            t.into_iter()
+                .map(|(k, x)| (k, relocate(x, origin)))
+                .collect(),
+        ),
         Value::Array(a) => Value::Array(a.into_iter().map(|x| relocate(x, origin)).collect()),
         other => other,
     };
@@ -436,7 +477,11 @@ pub fn deserialize<T: DeserializeOwned>(root: &Located) -> Result<T, ConfigError
         let path = parse_path(&rendered);
         let origin = root.origin_of(&path);
         let message = err.inner().message().trim().replace('\n', " ");
-        let key = if rendered == "." { String::new() } else { rendered };
+        let key = if rendered == "." {
+            String::new()
+        } else {
+            rendered
+        };
         ConfigError::new(origin, &key, describe_serde_message(&message))
     })
 }
@@ -477,9 +522,18 @@ mod tests {
     fn values_know_their_line() {
         let t = parse_text("x.toml", "name = \"a\"\n\n[parallel]\ntp = 4\n").unwrap();
         let tp = t
-            .lookup(&[PathSegment::Key("parallel".into()), PathSegment::Key("tp".into())])
+            .lookup(&[
+                PathSegment::Key("parallel".into()),
+                PathSegment::Key("tp".into()),
+            ])
             .unwrap();
-        assert_eq!(tp.origin, Origin::File { file: "x.toml".into(), line: 4 });
+        assert_eq!(
+            tp.origin,
+            Origin::File {
+                file: "x.toml".into(),
+                line: 4
+            }
+        );
     }
 
     #[test]

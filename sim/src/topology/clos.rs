@@ -4,15 +4,17 @@
 //! All three are leaves (tier 1) under spines (tier 2, a full mesh between the leaves and spines
 //! of one pod and plane) and, when there is more than one pod, cores (tier 3): core group `j` of
 //! a plane serves spine `j` of every pod, which is the k-ary fat-tree wiring of Al-Fares, Loukissas
-//! and Vahdat, "A Scalable, Commodity Data Center Network Architecture", SIGCOMM'08 §3.
+//! and Vahdat, "A Scalable, Commodity Data Center Network Architecture", SIGCOMM'08 (§2.2 the
+//! k-ary fat-tree, §3 its wiring and routing).
 //!
 //! - Rail-optimised: NIC `i` (rail `i`) of every host of a segment sits on leaf `i` of that
 //!   segment (NVIDIA DGX SuperPOD reference architecture: a 32-node scalable unit with one leaf
 //!   per rail); dual-plane puts port `p` of every NIC into plane `p`, planes sharing no switch
-//!   (Alibaba HPN, Qian et al., SIGCOMM'24 §4); with two ports and one plane the ports go to two
-//!   leaves of the same plane (dual-ToR, HPN §4.1).
+//!   (Qian et al., "Alibaba HPN: A Data Center Network for Large Language Model Training",
+//!   SIGCOMM'24); with two ports and one plane the ports go to two leaves of the same plane
+//!   (HPN's dual-ToR).
 //! - Fat-tree: the classic k-ary tree: k/2 hosts' worth of ports per edge leaf, pods of k/2
-//!   leaves and k/2 aggregation switches, (k/2)² cores (Al-Fares et al. §3.1).
+//!   leaves and k/2 aggregation switches, (k/2)² cores (Al-Fares et al. §2.2).
 //! - Spine-leaf: racks of hosts under a leaf (or a leaf pair), every leaf on every spine.
 //!
 //! Ids are laid out so that routing is arithmetic: leaves, then spines `(plane, pod, j)`, then
@@ -354,7 +356,7 @@ fn check_count(n: u64, what: &str) -> Result<(), TopologyError> {
 
 /// The fat-tree radix and hosts per edge leaf. Without `cluster.fat_tree_k`: the smallest even
 /// k ≥ 4 that holds every host — at least the smallest with k³/4 ≥ NIC ports (Al-Fares et al.
-/// §3.1), larger when whole hosts do not fill a leaf's k/2 down ports.
+/// §2.2), larger when whole hosts do not fill a leaf's k/2 down ports.
 fn fat_tree_k(
     cluster: &ClusterConfig,
     hosts: u32,

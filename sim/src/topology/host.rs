@@ -66,9 +66,9 @@ impl HostLayout {
         scale(n, self.pcie_per_host, self.nics_per_host)
     }
 
-    /// The NIC GPU `g` sends through: its nearest one, as NCCL binds each GPU to the NIC
-    /// closest in PCIe topology (NCCL `src/graph/search.cc`); with fewer NICs than GPUs,
-    /// neighbouring GPUs share one.
+    /// The NIC GPU `g` sends through: its nearest one, as NCCL binds each GPU to the NIC with
+    /// the best path from it (NCCL `src/graph/paths.cc`, `ncclTopoGetLocalNet`); with fewer
+    /// NICs than GPUs, neighbouring GPUs share one.
     pub fn nic_of_gpu(&self, g: u32) -> u32 {
         scale(g, self.nics_per_host, self.gpus_per_host)
     }

@@ -2,14 +2,14 @@
 //! from the `[cluster]` table, and routing over them.
 //!
 //! Generators:
-//! - inside a host ([`host`]): GPUs, PCIe switches, the CPU root complex, NICs, the scale-up
+//! - inside a host (`host.rs`): GPUs, PCIe switches, the CPU root complex, NICs, the scale-up
 //!   fabric (one NVSwitch node per NVLink domain, or a point-to-point mesh for AMD Infinity
 //!   Fabric), and an optional CXL tier with memory nodes (HCSim);
-//! - the scale-out fabric ([`clos`]): one folded-Clos builder for rail-optimised, fat-tree and
+//! - the scale-out fabric (`clos.rs`): one folded-Clos builder for rail-optimised, fat-tree and
 //!   spine-leaf networks;
-//! - an explicit graph file ([`graph_file`]).
+//! - an explicit graph file (`graph_file.rs`).
 //!
-//! Routing ([`routing`]) is computed from structure (up/down through the Clos, arithmetic on
+//! Routing (`routing.rs`) is computed from structure (up/down through the Clos, arithmetic on
 //! node coordinates); only explicit graphs fall back to shortest paths, cached per destination.
 //! Nothing here is O(GPUs²): a 131,072-GPU rail-optimised cluster builds in well under a second.
 //!
@@ -18,6 +18,7 @@
 //! integer picoseconds (DESIGN.md: no floating point in time arithmetic).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use crate::config::{ClusterConfig, ConfigError, LatencyConfig, LoadedConfig, TopologyKind};
 use crate::gpu::GpuSpec;
@@ -162,7 +163,6 @@ impl TopologyError {
 }
 
 /// Nodes, links, out-adjacency (CSR) and the routing structure of a cluster.
-#[derive(Debug)]
 pub struct Topology {
     nodes: Vec<Node>,
     links: Vec<Link>,
@@ -175,6 +175,19 @@ pub struct Topology {
     host_gpu_type: Vec<u16>,
     lookahead_ps: Option<u64>,
     routing: routing::Routing,
+}
+
+/// A summary: the full `{:?}` of a 131,072-GPU cluster would be hundreds of megabytes.
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topology")
+            .field("nodes", &self.nodes.len())
+            .field("links", &self.links.len())
+            .field("gpus", &self.gpu_of_rank.len())
+            .field("hosts", &self.host_count)
+            .field("lookahead_ps", &self.lookahead_ps)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Topology {

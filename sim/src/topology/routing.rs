@@ -10,10 +10,10 @@
 //!    share a CXL switch) → CXL: endpoint → CXL switch → endpoint. A memory node is unreachable
 //!    from outside its CXL switch ([`RoutingError::Unreachable`]);
 //! 4. otherwise the network: source GPU → (PCIe) → the NIC the GPU is bound to (NCCL binds a
-//!    GPU to its nearest NIC, `src/graph/search.cc`; this rail affinity is what a
+//!    GPU to its nearest NIC, `src/graph/paths.cc` `ncclTopoGetLocalNet`; this rail affinity is what a
 //!    rail-optimised fabric is built for) → up/down through the Clos → the destination GPU's NIC
-//!    → (PCIe) → destination GPU. Up/down (Al-Fares et al., SIGCOMM'08 §3.3, two-level routing
-//!    tables): the source NIC spreads over its ports (planes or ToRs); a leaf that holds a port
+//!    → (PCIe) → destination GPU. Up/down (Al-Fares et al., SIGCOMM'08 §3: up to any core,
+//!    then the one way down): the source NIC spreads over its ports (planes or ToRs); a leaf that holds a port
 //!    of the destination NIC goes down to it, otherwise up to every spine of its pod and plane;
 //!    a spine of the destination's pod goes down to the leaves (of its plane) holding the
 //!    destination NIC's ports, otherwise up to every core of its group; a core goes down to the
@@ -358,6 +358,7 @@ impl Structured {
     ) -> Result<(), RoutingError> {
         let c = self.fabric.coord(at);
         let up = |out: &mut Vec<LinkId>, c: SwitchCoord| -> Result<(), RoutingError> {
+            // A contiguous run of the ascending out-list: sorted and unique already.
             let ups = &t.out_links(at)[c.down as usize..];
             if ups.is_empty() {
                 return Err(missing(src, dst));
@@ -375,7 +376,7 @@ impl Structured {
                         .map(|l| l ^ 1),
                 );
                 if out.is_empty() {
-                    up(out, c)?;
+                    return up(out, c);
                 }
             }
             NodeKind::Spine => {
@@ -392,7 +393,7 @@ impl Structured {
                     }
                 }
                 if out.is_empty() {
-                    up(out, c)?;
+                    return up(out, c);
                 }
             }
             NodeKind::Core => {
@@ -411,7 +412,7 @@ impl Structured {
             }
             _ => return Err(missing(src, dst)),
         }
-        // Parallel ports of one NIC on one leaf give the same spine→leaf link twice.
+        // Down-links: parallel ports of one NIC on one leaf give the same spine→leaf link twice.
         out.sort_unstable();
         out.dedup();
         Ok(())
