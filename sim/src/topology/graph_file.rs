@@ -71,50 +71,8 @@ struct FileToml {
 #[serde(deny_unknown_fields)]
 struct NodeToml {
     name: String,
-    kind: KindToml,
+    kind: NodeKind,
     host: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum KindToml {
-    Gpu,
-    #[serde(rename = "nvswitch")]
-    NvSwitch,
-    PcieSwitch,
-    Cpu,
-    Nic,
-    Leaf,
-    Spine,
-    Core,
-    CxlSwitch,
-    MemoryNode,
-}
-
-impl From<KindToml> for NodeKind {
-    fn from(k: KindToml) -> NodeKind {
-        match k {
-            KindToml::Gpu => NodeKind::Gpu,
-            KindToml::NvSwitch => NodeKind::NvSwitch,
-            KindToml::PcieSwitch => NodeKind::PcieSwitch,
-            KindToml::Cpu => NodeKind::Cpu,
-            KindToml::Nic => NodeKind::Nic,
-            KindToml::Leaf => NodeKind::Leaf,
-            KindToml::Spine => NodeKind::Spine,
-            KindToml::Core => NodeKind::Core,
-            KindToml::CxlSwitch => NodeKind::CxlSwitch,
-            KindToml::MemoryNode => NodeKind::MemoryNode,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum ClassToml {
-    Nvlink,
-    Pcie,
-    Network,
-    Cxl,
 }
 
 #[derive(Deserialize)]
@@ -122,7 +80,7 @@ enum ClassToml {
 struct LinkToml {
     a: String,
     b: String,
-    class: ClassToml,
+    class: LinkClass,
     gb_s: Option<f64>,
     gbps: Option<f64>,
     latency_ns: Option<f64>,
@@ -204,12 +162,7 @@ impl GraphFile {
                 ns_to_ps(ns, "latency_ns")
                     .map_err(|e| err(format!("links[{i}].latency_ns"), e.to_string()))?;
             }
-            let class = match l.class {
-                ClassToml::Nvlink => LinkClass::NvLink,
-                ClassToml::Pcie => LinkClass::Pcie,
-                ClassToml::Network => LinkClass::Network,
-                ClassToml::Cxl => LinkClass::Cxl,
-            };
+            let class = l.class;
             links.push(GraphLink {
                 a,
                 b,
@@ -222,7 +175,7 @@ impl GraphFile {
         for n in raw.nodes {
             nodes.push(GraphNode {
                 name: n.name,
-                kind: n.kind.into(),
+                kind: n.kind,
                 host: n.host,
             });
         }

@@ -43,9 +43,11 @@ pub type LinkId = u32;
 pub const HOST_NONE: u32 = u32::MAX;
 
 /// What a node is. The order is the order of [`Topology::count_by_kind`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum NodeKind {
     Gpu,
+    #[serde(rename = "nvswitch")]
     NvSwitch,
     PcieSwitch,
     /// The CPU's PCIe root complex: joins the PCIe switches of a host.
@@ -84,7 +86,8 @@ impl NodeKind {
 
 /// The technology of a link; it selects the latency of `cluster.latency_ns` and the network
 /// model of the link (`network.intra_host` applies to NVLink and PCIe).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LinkClass {
     NvLink,
     Pcie,
