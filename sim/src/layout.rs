@@ -73,10 +73,18 @@ pub enum GroupKind {
     Ep,
     /// Expert data parallel: reduces expert gradients.
     ExpertDp,
+    /// Tensor × pipeline parallel: the model-parallel group the gradient norm is reduced over
+    /// (Megatron-LM `parallel_state.get_model_parallel_group`).
+    ModelParallel,
+    /// First and last pipeline stage of a pipeline group: all-reduces the gradients of tied
+    /// word embeddings (Megatron-LM `_allreduce_word_embedding_grads`). Middle stages belong to
+    /// none, so this kind is not in [`GroupKind::ALL`].
+    Embedding,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 7] = [
+    /// Kinds that partition the ranks (every rank in exactly one group of each).
+    pub const ALL: [GroupKind; 8] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Dp,
@@ -84,6 +92,7 @@ impl GroupKind {
         GroupKind::Pp,
         GroupKind::Ep,
         GroupKind::ExpertDp,
+        GroupKind::ModelParallel,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +104,8 @@ impl GroupKind {
             GroupKind::Pp => "pp",
             GroupKind::Ep => "ep",
             GroupKind::ExpertDp => "expert-dp",
+            GroupKind::ModelParallel => "tp-pp",
+            GroupKind::Embedding => "embedding",
         }
     }
 }
@@ -181,15 +192,23 @@ impl ParallelLayout {
             GroupKind::Pp => (&[Dim::Pp], false),
             GroupKind::Ep => (&[Dim::Ep], true),
             GroupKind::ExpertDp => (&[Dim::Dp], true),
+            GroupKind::ModelParallel => (&[Dim::Tp, Dim::Pp], false),
+            GroupKind::Embedding => (&[Dim::Pp], false),
         }
     }
 
     pub fn group_size(&self, kind: GroupKind) -> u32 {
+        if kind == GroupKind::Embedding {
+            return self.pp.min(2);
+        }
         let (dims, expert) = Self::group_dims(kind);
         dims.iter().map(|&d| self.size(d, expert)).product()
     }
 
     pub fn group_count(&self, kind: GroupKind) -> u32 {
+        if kind == GroupKind::Embedding {
+            return self.group_count(GroupKind::Pp);
+        }
         self.world() / self.group_size(kind)
     }
 
@@ -209,6 +228,14 @@ impl ParallelLayout {
                 .collect();
         }
         members.sort_unstable();
+        if kind == GroupKind::Embedding {
+            let last = *members.last().unwrap_or(&base);
+            members = if last == base {
+                vec![base]
+            } else {
+                vec![base, last]
+            };
+        }
         members
     }
 

@@ -13,3 +13,4 @@ pub mod layout;
 pub mod memory;
 pub mod model;
 pub mod topology;
+pub mod workload;

@@ -63,6 +63,9 @@ pub struct ExperimentConfig {
     pub name: String,
     pub cluster: ClusterConfig,
     pub model: crate::model::ModelConfig,
+    /// A SimAI workload file to run instead of compiling `model` (`fleetsim workload` imports
+    /// it; relative to the experiment file).
+    pub workload_file: Option<String>,
     #[serde(default)]
     pub parallel: ParallelConfig,
     #[serde(default)]
@@ -242,6 +245,21 @@ pub struct ParallelConfig {
     /// Rank order, fastest-varying first (Megatron-LM `--order`, default tp-cp-ep-dp-pp).
     #[serde(default = "defaults::order")]
     pub order: String,
+    /// How context-parallel attention exchanges keys and values: `p2p` (ring attention,
+    /// Transformer Engine's default `cp_comm_type`) or `all-gather`.
+    #[serde(default)]
+    pub cp_comm: CpComm,
+}
+
+/// Transformer Engine's `cp_comm_type` (`transformer_engine/pytorch/attention.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpComm {
+    /// Ring attention: KV blocks travel around the CP ring, overlapping the block attention.
+    #[default]
+    P2p,
+    /// All-gather KV before attention, reduce-scatter dKV after.
+    AllGather,
 }
 
 impl Default for ParallelConfig {
@@ -260,11 +278,12 @@ impl Default for ParallelConfig {
             first_stage_layers: None,
             last_stage_layers: None,
             order: defaults::order(),
+            cp_comm: CpComm::P2p,
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     Fp32,
@@ -318,6 +337,22 @@ pub struct TrainingConfig {
     /// Engine uses it by default.
     #[serde(default = "defaults::yes")]
     pub flash_attention: bool,
+    /// Overlap TP all-gather / reduce-scatter with the neighbouring GEMMs (Transformer Engine
+    /// userbuffers, Megatron-LM `--tp-comm-overlap`). Off: TP communication is on the critical
+    /// path.
+    #[serde(default)]
+    pub tp_comm_overlap: bool,
+    /// Launch each gradient bucket's reduction as soon as its gradients are complete in the
+    /// last micro-batch's backward (Megatron-LM `--overlap-grad-reduce`).
+    #[serde(default = "defaults::yes")]
+    pub overlap_grad_reduce: bool,
+    /// With the distributed optimizer, gather updated parameters bucket by bucket during the
+    /// next forward instead of after the optimizer step (Megatron-LM `--overlap-param-gather`).
+    #[serde(default = "defaults::yes")]
+    pub overlap_param_gather: bool,
+    /// Parameters per gradient bucket; default max(40M, 1M x DP) as Megatron-LM's
+    /// `training.py` sets `bucket_size`.
+    pub bucket_params: Option<u64>,
 }
 
 impl Default for TrainingConfig {
@@ -328,6 +363,10 @@ impl Default for TrainingConfig {
             iterations: 1,
             memory_check: defaults::memory_check(),
             flash_attention: true,
+            tp_comm_overlap: false,
+            overlap_grad_reduce: true,
+            overlap_param_gather: true,
+            bucket_params: None,
         }
     }
 }

@@ -1,0 +1,650 @@
+//! Compiles an experiment into per-stage programs: Megatron-LM's schedule around the layer
+//! kernels of [`super::layer`], pipeline sends and receives, data-parallel gradient buckets
+//! and the optimizer step.
+//!
+//! Sources (Megatron-LM):
+//! - Pipeline communication: `megatron/core/pipeline_parallel/schedules.py` and
+//!   `p2p_communication.py`. 1F1B's `send_forward_recv_backward` & co. are blocking batched
+//!   isend/irecv: the next kernel waits for every transfer issued since the previous kernel.
+//!   The interleaved schedule overlaps them (`overlap_p2p_comm`, on by default): receives are
+//!   posted ahead and waited on right before use, sends are not waited on.
+//!   Activations travel as `(s/cp/tp if SP else s/cp) × b × h` tensors (`get_tensor_shapes`).
+//! - Gradient buckets: `megatron/core/distributed/param_and_grad_buffer.py`; parameters in
+//!   reverse order fill buckets of `bucket_size` (`training.py`: max(40M, 1M × DP)). With
+//!   `overlap_grad_reduce` each bucket is all-reduced (reduce-scattered with the distributed
+//!   optimizer) as soon as its last gradient is computed in the last micro-batch; otherwise
+//!   all at the end (`finalize_model_grads`). Gradients are fp32 (`accumulate_allreduce_grads_
+//!   in_fp32`), reduced over DP × CP, expert gradients over expert-DP.
+//! - `finalize_model_grads.py`: after the DP sync, SP LayerNorm gradients are all-reduced over
+//!   TP and tied word-embedding gradients over the first and last stage.
+//! - Distributed optimizer (`distrib_optimizer.py`): shard step, then parameter all-gather per
+//!   bucket, overlapped with the next forward under `overlap_param_gather`.
+//! - ZeRO-2 (Rajbhandari et al. SC'20 §5) reduce-scatters each micro-batch's gradients;
+//!   ZeRO-3 / FSDP also gathers each layer's parameters before its forward and backward,
+//!   prefetching one layer ahead.
+
+use crate::config::ConfigError;
+use crate::experiment::Experiment;
+use crate::layout::{GroupKind, ParallelLayout};
+use crate::memory::bytes_per_param;
+use crate::model::ModelSpec;
+
+use super::layer::{Builder, Dims, LayerEmitter};
+use super::schedule::{Step, stage_steps};
+use super::{
+    CollectiveOp, Kernel, KernelName, Module, NO_LAYER, Pass, Peer, Phase, Program, Shape, Stream,
+    Workload,
+};
+
+/// Knobs of the compiler beyond the model and layout.
+#[derive(Debug, Clone)]
+pub struct CompileOptions {
+    pub micro_batch: u64,
+    /// Micro-batches of every DP replica (index = DP coordinate).
+    pub replica_micro_batches: Vec<u64>,
+    /// Layers of every pipeline stage (all chunks together).
+    pub stage_layers: Vec<u64>,
+    pub dims: Dims,
+    pub zero: u32,
+    pub overlap_grad_reduce: bool,
+    pub overlap_param_gather: bool,
+    pub bucket_params: u64,
+}
+
+impl CompileOptions {
+    pub fn from_experiment(exp: &Experiment) -> Self {
+        let cfg = &exp.loaded.config;
+        let t = &cfg.training;
+        let p = &cfg.parallel;
+        let layout = exp.layout;
+        let bucket_params = t
+            .bucket_params
+            .unwrap_or_else(|| 40_000_000u64.max(1_000_000 * u64::from(layout.dp)));
+        CompileOptions {
+            micro_batch: exp.micro_batch,
+            replica_micro_batches: vec![exp.micro_batches; layout.dp as usize],
+            stage_layers: exp.stage_layers.clone(),
+            dims: Dims {
+                tp: u64::from(layout.tp),
+                cp: u64::from(layout.cp),
+                ep: u64::from(layout.ep),
+                batch: exp.micro_batch,
+                seq: exp.model.seq_len,
+                sequence_parallel: p.sequence_parallel,
+                precision: t.precision,
+                recompute: t.recompute,
+                flash: t.flash_attention,
+                tp_comm_overlap: t.tp_comm_overlap,
+                cp_comm: p.cp_comm,
+            },
+            zero: p.zero,
+            overlap_grad_reduce: t.overlap_grad_reduce,
+            overlap_param_gather: t.overlap_param_gather,
+            bucket_params: bucket_params.max(1),
+        }
+    }
+}
+
+/// Compiles the experiment's model and parallel layout into its workload.
+pub fn compile(exp: &Experiment) -> Result<Workload, ConfigError> {
+    let options = CompileOptions::from_experiment(exp);
+    Ok(compile_with(&exp.model, &exp.layout, &options, exp.name()))
+}
+
+/// Compiles with explicit options (non-uniform micro-batches per replica, planner output).
+pub fn compile_with(
+    model: &ModelSpec,
+    layout: &ParallelLayout,
+    options: &CompileOptions,
+    source: &str,
+) -> Workload {
+    // Replica classes: DP replicas with the same micro-batch count share programs.
+    let mut class_counts: Vec<u64> = Vec::new();
+    let replica_class: Vec<u16> = options
+        .replica_micro_batches
+        .iter()
+        .map(|m| {
+            let i = class_counts.iter().position(|c| c == m).unwrap_or_else(|| {
+                class_counts.push(*m);
+                class_counts.len() - 1
+            });
+            i as u16
+        })
+        .collect();
+    let mut programs = Vec::with_capacity(class_counts.len() * layout.pp as usize);
+    for &m in &class_counts {
+        for stage in 0..layout.pp {
+            programs.push(StageCompiler::new(model, layout, options, stage, m as u32).compile());
+        }
+    }
+    let samples: u64 = options
+        .replica_micro_batches
+        .iter()
+        .map(|m| m * options.micro_batch)
+        .sum();
+    Workload {
+        layout: *layout,
+        micro_batch: options.micro_batch,
+        stage_layers: options.stage_layers.clone(),
+        replica_class,
+        programs,
+        tokens: samples * model.seq_len,
+        source: source.to_string(),
+    }
+}
+
+/// Parameters whose gradients become ready together, in backward order.
+#[derive(Debug, Clone, Copy)]
+struct GradUnit {
+    dense: u64,
+    expert: u64,
+}
+
+struct StageCompiler<'a> {
+    model: &'a ModelSpec,
+    layout: &'a ParallelLayout,
+    options: &'a CompileOptions,
+    stage: u32,
+    micro_batches: u32,
+    /// Layers of each chunk on this stage.
+    chunk_layers: Vec<Vec<u64>>,
+}
+
+impl<'a> StageCompiler<'a> {
+    fn new(
+        model: &'a ModelSpec,
+        layout: &'a ParallelLayout,
+        options: &'a CompileOptions,
+        stage: u32,
+        micro_batches: u32,
+    ) -> Self {
+        let layers = crate::memory::stage_layers(layout, &options.stage_layers, stage);
+        let per_chunk = (options.stage_layers[stage as usize] / u64::from(layout.vp)) as usize;
+        let chunk_layers = (0..layout.vp as usize)
+            .map(|c| layers[c * per_chunk..(c + 1) * per_chunk].to_vec())
+            .collect();
+        StageCompiler {
+            model,
+            layout,
+            options,
+            stage,
+            micro_batches,
+            chunk_layers,
+        }
+    }
+
+    fn virtual_stage(&self, chunk: u32) -> u32 {
+        chunk * self.layout.pp + self.stage
+    }
+
+    fn virtual_stages(&self) -> u32 {
+        self.layout.pp * self.layout.vp
+    }
+
+    fn has_embedding(&self, chunk: u32) -> bool {
+        self.virtual_stage(chunk) == 0
+    }
+
+    fn has_logits(&self, chunk: u32) -> bool {
+        self.virtual_stage(chunk) + 1 == self.virtual_stages()
+    }
+
+    fn emitter(&self) -> LayerEmitter<'a> {
+        LayerEmitter {
+            model: self.model,
+            dims: self.options.dims,
+        }
+    }
+
+    /// Bytes of the activation (or its gradient) crossing a pipeline boundary, per rank.
+    fn boundary_bytes(&self) -> u64 {
+        let d = &self.options.dims;
+        d.sp_tokens() * self.model.hidden * d.act_bytes()
+    }
+
+    fn tp(&self) -> u64 {
+        u64::from(self.layout.tp)
+    }
+
+    /// Gradient units of `chunk` in the order backward completes them.
+    fn grad_units(&self, chunk: u32) -> Vec<GradUnit> {
+        let tp = self.tp();
+        let ep = u64::from(self.layout.ep);
+        let mut units = Vec::new();
+        if self.has_logits(chunk) {
+            let output = if self.model.tied_embeddings && self.layout.pp > 1 {
+                self.model.vocab * self.model.hidden
+            } else {
+                self.model.output_params()
+            };
+            units.push(GradUnit {
+                dense: output / tp + self.model.norm_params(),
+                expert: 0,
+            });
+        }
+        let norms = 2 * self.model.norm_params();
+        for &l in self.chunk_layers[chunk as usize].iter().rev() {
+            units.push(GradUnit {
+                dense: (self.model.layer_dense_params(l) - norms) / tp + norms,
+                expert: self.model.layer_expert_params(l) / (ep * tp),
+            });
+        }
+        if self.has_embedding(chunk) {
+            units.push(GradUnit {
+                dense: self.model.embedding_params() / tp,
+                expert: 0,
+            });
+        }
+        units
+    }
+
+    /// Splits units into buckets of at least `bucket_params` (the last may be smaller);
+    /// returns for each bucket its parameter count and the index of its last unit.
+    fn buckets(&self, units: &[GradUnit], expert: bool) -> Vec<(u64, usize)> {
+        let mut out = Vec::new();
+        let mut acc = 0;
+        for (i, u) in units.iter().enumerate() {
+            acc += if expert { u.expert } else { u.dense };
+            if acc >= self.options.bucket_params {
+                out.push((acc, i));
+                acc = 0;
+            }
+        }
+        if acc > 0 {
+            out.push((acc, units.len() - 1));
+        }
+        out
+    }
+
+    fn compile(&self) -> Program {
+        let mut program = Program::new(self.stage, self.micro_batches);
+        let mut b = Builder::new(&mut program);
+        let steps = stage_steps(
+            self.layout.pp,
+            self.layout.vp,
+            self.stage,
+            self.micro_batches,
+        );
+        let zero = self.options.zero;
+        let distributed = zero >= 1;
+
+        // Parameter gathers of the distributed optimizer, overlapped with this forward: the
+        // first forward of each chunk waits for its buckets' gathers.
+        let mut gather_waits: Vec<Vec<u32>> = vec![Vec::new(); self.layout.vp as usize];
+        if distributed && zero < 3 && self.options.overlap_param_gather {
+            b.label.phase = Phase::Optimizer;
+            b.label.module = Module::GradSync;
+            for chunk in 0..self.layout.vp {
+                gather_waits[chunk as usize] = self.param_gathers(&mut b, chunk);
+            }
+        }
+
+        let blocking_p2p = self.layout.vp == 1;
+        let mut p2p_since_compute: Vec<u32> = Vec::new();
+        for step in &steps {
+            let last_of_chunk = step.micro_batch + 1 == self.micro_batches;
+            b.label.micro_batch = step.micro_batch;
+            b.label.chunk = step.chunk as u16;
+            b.label.phase = if step.forward {
+                Phase::Forward
+            } else {
+                Phase::Backward
+            };
+            // Receive this step's input.
+            let recv = self.receive(&mut b, step, blocking_p2p);
+            if let Some(r) = recv {
+                p2p_since_compute.push(r);
+            }
+            for op in p2p_since_compute.drain(..) {
+                b.wait(op);
+            }
+            if step.forward {
+                if step.micro_batch == 0 {
+                    for &g in &gather_waits[step.chunk as usize] {
+                        b.wait(g);
+                    }
+                }
+                self.forward(&mut b, step.chunk);
+            } else {
+                self.backward(&mut b, step.chunk, last_of_chunk);
+            }
+            // Send this step's output.
+            if let Some(s) = self.send(&mut b, step) {
+                if blocking_p2p {
+                    p2p_since_compute.push(s);
+                }
+            }
+        }
+        // Megatron waits for outstanding sends before leaving the schedule.
+        for op in p2p_since_compute.drain(..) {
+            b.wait(op);
+        }
+        self.finalize(&mut b);
+        program
+    }
+
+    fn receive(&self, b: &mut Builder, step: &Step, blocking: bool) -> Option<u32> {
+        let v = self.virtual_stage(step.chunk);
+        let bytes = self.boundary_bytes();
+        let (needed, peer, stream) = if step.forward {
+            (v > 0, Peer::PpPrev, Stream::RecvPrev)
+        } else {
+            (
+                v + 1 < self.virtual_stages(),
+                Peer::PpNext,
+                Stream::RecvNext,
+            )
+        };
+        if !needed {
+            return None;
+        }
+        b.label.module = Module::Pipeline;
+        // Blocking: posted once the previous kernel is issued; overlapped: posted as early
+        // as its lane allows.
+        let deps: Vec<u32> = if blocking {
+            b.last_compute().into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        Some(b.p2p(false, peer, bytes, stream, &deps))
+    }
+
+    fn send(&self, b: &mut Builder, step: &Step) -> Option<u32> {
+        let v = self.virtual_stage(step.chunk);
+        let (needed, peer, stream) = if step.forward {
+            (
+                v + 1 < self.virtual_stages(),
+                Peer::PpNext,
+                Stream::SendNext,
+            )
+        } else {
+            (v > 0, Peer::PpPrev, Stream::SendPrev)
+        };
+        if !needed {
+            return None;
+        }
+        b.label.module = Module::Pipeline;
+        let deps: Vec<u32> = b.last_compute().into_iter().collect();
+        Some(b.p2p(true, peer, self.boundary_bytes(), stream, &deps))
+    }
+
+    fn forward(&self, b: &mut Builder, chunk: u32) {
+        let e = self.emitter();
+        if self.has_embedding(chunk) {
+            e.embedding_forward(b);
+        }
+        let layers = &self.chunk_layers[chunk as usize];
+        let zero3 = self.options.zero >= 3;
+        let mut gathers: Vec<u32> = Vec::new();
+        for (i, &l) in layers.iter().enumerate() {
+            if zero3 {
+                if i == 0 {
+                    gathers.push(self.layer_gather(b, l));
+                }
+                if let Some(&next) = layers.get(i + 1) {
+                    gathers.push(self.layer_gather(b, next));
+                }
+                b.wait(gathers[i]);
+            }
+            e.layer_forward(b, l);
+        }
+        if self.has_logits(chunk) {
+            e.logits_forward(b);
+        }
+    }
+
+    fn backward(&self, b: &mut Builder, chunk: u32, last_micro_batch: bool) {
+        let e = self.emitter();
+        let units = self.grad_units(chunk);
+        let zero = self.options.zero;
+        // Buckets reduce in the last micro-batch (ZeRO-2: every micro-batch) when overlapped.
+        let reduce_now =
+            self.options.overlap_grad_reduce && zero < 3 && (last_micro_batch || zero == 2);
+        let dense = self.buckets(&units, false);
+        let expert = self.buckets(&units, true);
+        let mut unit = 0usize;
+        let reduce_done = |b: &mut Builder, unit: usize| {
+            if !reduce_now {
+                return;
+            }
+            for &(params, last) in &dense {
+                if last == unit {
+                    self.reduce_bucket(b, params, false);
+                }
+            }
+            for &(params, last) in &expert {
+                if last == unit {
+                    self.reduce_bucket(b, params, true);
+                }
+            }
+        };
+        if self.has_logits(chunk) {
+            e.logits_backward(b);
+            reduce_done(b, unit);
+            unit += 1;
+        }
+        let layers = &self.chunk_layers[chunk as usize];
+        let zero3 = zero >= 3;
+        let mut gathers: Vec<u32> = Vec::new();
+        for (i, &l) in layers.iter().enumerate().rev() {
+            if zero3 {
+                let j = layers.len() - 1 - i;
+                if j == 0 {
+                    gathers.push(self.layer_gather(b, l));
+                }
+                if i > 0 {
+                    gathers.push(self.layer_gather(b, layers[i - 1]));
+                }
+                b.wait(gathers[j]);
+            }
+            e.layer_backward(b, l);
+            if zero3 {
+                // ZeRO-3 reduce-scatters each layer's gradients every micro-batch.
+                let u = units[unit];
+                let label = b.label;
+                b.label.module = Module::GradSync;
+                self.reduce_bucket(b, u.dense, false);
+                if u.expert > 0 {
+                    self.reduce_bucket(b, u.expert, true);
+                }
+                b.label = label;
+            }
+            reduce_done(b, unit);
+            unit += 1;
+        }
+        if self.has_embedding(chunk) {
+            e.embedding_backward(b);
+            reduce_done(b, unit);
+        }
+    }
+
+    fn grad_bytes(&self) -> u64 {
+        bytes_per_param(self.options.dims.precision).1 as u64
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        bytes_per_param(self.options.dims.precision).0 as u64
+    }
+
+    /// Reduces one bucket of gradients over its data-parallel group.
+    fn reduce_bucket(&self, b: &mut Builder, params: u64, expert: bool) -> Option<u32> {
+        let group = if expert {
+            GroupKind::ExpertDp
+        } else {
+            GroupKind::DpCp
+        };
+        if self.layout.group_size(group) <= 1 {
+            return None;
+        }
+        let op = if self.options.zero >= 1 {
+            CollectiveOp::ReduceScatter
+        } else {
+            CollectiveOp::AllReduce
+        };
+        let label = b.label;
+        b.label.module = Module::GradSync;
+        let c = b.collective(op, group, params * self.grad_bytes());
+        b.label = label;
+        Some(c)
+    }
+
+    /// ZeRO-3: gathers one layer's parameters.
+    fn layer_gather(&self, b: &mut Builder, layer: u64) -> u32 {
+        let tp = self.tp();
+        let norms = 2 * self.model.norm_params();
+        let dense = (self.model.layer_dense_params(layer) - norms) / tp + norms;
+        let expert = self.model.layer_expert_params(layer) / (u64::from(self.layout.ep) * tp);
+        let label = b.label;
+        b.label.module = Module::GradSync;
+        b.label.layer = layer as u32;
+        let deps: Vec<u32> = b.last_compute().into_iter().collect();
+        let w = self.weight_bytes();
+        let mut c = b.collective_after(CollectiveOp::AllGather, GroupKind::DpCp, dense * w, &deps);
+        if expert > 0 && self.layout.group_size(GroupKind::ExpertDp) > 1 {
+            c = b.collective_after(
+                CollectiveOp::AllGather,
+                GroupKind::ExpertDp,
+                expert * w,
+                &deps,
+            );
+        }
+        b.label = label;
+        c
+    }
+
+    /// Distributed optimizer: one parameter all-gather per bucket of `chunk`.
+    fn param_gathers(&self, b: &mut Builder, chunk: u32) -> Vec<u32> {
+        let units = self.grad_units(chunk);
+        let w = self.weight_bytes();
+        let mut out = Vec::new();
+        for (expert, group) in [(false, GroupKind::DpCp), (true, GroupKind::ExpertDp)] {
+            if self.layout.group_size(group) <= 1 {
+                continue;
+            }
+            // Forward needs the buckets in the reverse of their backward order.
+            for &(params, _) in self.buckets(&units, expert).iter().rev() {
+                let deps: Vec<u32> = b.last_compute().into_iter().collect();
+                out.push(b.collective_after(CollectiveOp::AllGather, group, params * w, &deps));
+            }
+        }
+        out
+    }
+
+    /// After the schedule: remaining gradient reduction, SP norm and tied-embedding
+    /// gradients, gradient norm, optimizer step, parameter gather.
+    fn finalize(&self, b: &mut Builder) {
+        b.label.phase = Phase::Optimizer;
+        b.label.module = Module::GradSync;
+        b.label.micro_batch = self.micro_batches.saturating_sub(1);
+        b.label.layer = NO_LAYER;
+        let zero = self.options.zero;
+        let mut waits = Vec::new();
+        if !self.options.overlap_grad_reduce && zero < 3 {
+            for chunk in 0..self.layout.vp {
+                b.label.chunk = chunk as u16;
+                let units = self.grad_units(chunk);
+                for expert in [false, true] {
+                    for (params, _) in self.buckets(&units, expert) {
+                        waits.extend(self.reduce_bucket(b, params, expert));
+                    }
+                }
+            }
+        }
+        b.label.chunk = 0;
+        // Wait for every bucket: later steps read the reduced gradients.
+        let dp_ops: Vec<u32> = (0..b.program.ops.len() as u32)
+            .filter(|&i| b.program.ops[i as usize].stream == Stream::Dp)
+            .collect();
+        if let Some(&last) = dp_ops.last() {
+            waits.push(last);
+        }
+        for w in waits {
+            b.wait(w);
+        }
+        let d = self.options.dims;
+        let g = self.grad_bytes();
+        if d.sp() {
+            // `_allreduce_layernorm_grads`: norm weights are replicated across TP under SP.
+            let norms: u64 = self
+                .chunk_layers
+                .iter()
+                .map(|c| c.len() as u64)
+                .sum::<u64>()
+                * 2
+                * self.model.norm_params();
+            b.compute(self.grad_copy(norms));
+            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, norms * g);
+        }
+        let ends = self.stage == 0 || self.stage + 1 == self.layout.pp;
+        if self.model.tied_embeddings && self.layout.pp > 1 && ends {
+            let params = self.model.vocab * self.model.hidden / self.tp();
+            b.compute(self.grad_copy(params));
+            b.blocking(CollectiveOp::AllReduce, GroupKind::Embedding, params * g);
+        }
+        b.label.module = Module::Optimizer;
+        // Gradient clipping: local squared norm, then a scalar all-reduce over model parallel.
+        let local = self.local_params(zero >= 1);
+        b.compute(Kernel {
+            name: KernelName::GradNorm,
+            pass: Pass::Forward,
+            shape: Shape::Elementwise { elements: local },
+            flops: 2 * local,
+            bytes: local * g,
+            dtype: d.precision,
+        });
+        if self.layout.group_size(GroupKind::ModelParallel) > 1 {
+            b.blocking(CollectiveOp::AllReduce, GroupKind::ModelParallel, 4);
+        }
+        // Adam: read fp32 master, m, v and the gradient; write master, m, v and the bf16 copy.
+        b.compute(Kernel {
+            name: KernelName::OptimizerStep,
+            pass: Pass::Forward,
+            shape: Shape::Elementwise { elements: local },
+            flops: 12 * local,
+            bytes: local * (4 * 3 + g + 4 * 3 + self.weight_bytes()),
+            dtype: d.precision,
+        });
+        if zero >= 1 && zero < 3 && !self.options.overlap_param_gather {
+            b.label.module = Module::GradSync;
+            for chunk in 0..self.layout.vp {
+                b.label.chunk = chunk as u16;
+                for g in self.param_gathers(b, chunk) {
+                    b.wait(g);
+                }
+            }
+            b.label.chunk = 0;
+        }
+    }
+
+    /// A memory pass over `params` gradients (copy into the communication buffer).
+    fn grad_copy(&self, params: u64) -> Kernel {
+        let d = self.options.dims;
+        Kernel {
+            name: KernelName::OptimizerStep,
+            pass: Pass::Backward,
+            shape: Shape::Elementwise { elements: params },
+            flops: 0,
+            bytes: 2 * params * self.grad_bytes(),
+            dtype: d.precision,
+        }
+    }
+
+    /// Parameters this rank updates: its shard under the distributed optimizer.
+    fn local_params(&self, sharded: bool) -> u64 {
+        let mut dense = 0;
+        let mut expert = 0;
+        for chunk in 0..self.layout.vp {
+            for u in self.grad_units(chunk) {
+                dense += u.dense;
+                expert += u.expert;
+            }
+        }
+        if sharded {
+            let d = u64::from(self.layout.group_size(GroupKind::DpCp));
+            let e = u64::from(self.layout.group_size(GroupKind::ExpertDp));
+            dense.div_ceil(d) + expert.div_ceil(e)
+        } else {
+            dense + expert
+        }
+    }
+}

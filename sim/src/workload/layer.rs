@@ -1,0 +1,964 @@
+//! Kernels and communication of one model chunk's forward and backward, per rank, as
+//! Megatron-Core with Transformer Engine issues them.
+//!
+//! Sources (Megatron-LM, `megatron/core/`):
+//! - `tensor_parallel/layers.py`: `ColumnParallelLinear` / `RowParallelLinear` and
+//!   `LinearWithGradAccumulationAndAsyncCommunication`. Forward: column-parallel input is
+//!   copied (TP) or all-gathered (SP); row-parallel output is all-reduced (TP) or
+//!   reduce-scattered (SP). Backward of a column-parallel linear: with SP the input is
+//!   all-gathered again (overlapping dgrad) and the input gradient reduce-scattered
+//!   (overlapping wgrad); without SP the input gradient is all-reduced asynchronously,
+//!   overlapping wgrad. Backward of a row-parallel linear under SP all-gathers the output
+//!   gradient on the critical path.
+//! - `tensor_parallel/cross_entropy.py`: vocab-parallel cross entropy, three all-reduces of
+//!   one fp32 value per token (max, predicted logit, sum of exponentials).
+//! - `tensor_parallel/layers.py` `VocabParallelEmbedding`: lookup then all-reduce (TP) or
+//!   reduce-scatter (SP).
+//! - `transformer/moe/token_dispatcher.py` `MoEAlltoAllTokenDispatcher`: permute, all-to-all
+//!   in the EP group, all-gather over expert-TP (= TP), grouped expert GEMMs, reduce-scatter,
+//!   all-to-all back, unpermute; shared experts run as a TP MLP.
+//! - Context parallelism (Transformer Engine `attention.py`, `AttnFuncWithCPAndKVP2P`): the
+//!   load-balanced ring passes KV blocks to the next CP rank while the current block's
+//!   attention runs (`cp` steps, `cp − 1` transfers; backward passes KV and dKV); the
+//!   `all-gather` flavour gathers KV first and reduce-scatters dKV.
+//! - Recomputation (`transformer/transformer_block.py` `_checkpointed_forward`, uniform, one
+//!   layer per checkpoint): full recompute re-runs each layer's forward right before its
+//!   backward; selective recomputes only core attention (Korthikanti et al., MLSys'23 §5).
+
+use crate::config::{CpComm, Precision, Recompute};
+use crate::layout::GroupKind;
+use crate::model::{Activation, ModelSpec, Norm, Position};
+
+use super::{
+    CollectiveOp, Kernel, KernelName, Label, Module, NO_LAYER, OpKind, Pass, Peer, Phase, Program,
+    Shape, Stream,
+};
+
+/// Everything about a rank's slice of the model that fixes its kernel shapes.
+#[derive(Debug, Clone, Copy)]
+pub struct Dims {
+    pub tp: u64,
+    pub cp: u64,
+    pub ep: u64,
+    /// Micro-batch size.
+    pub batch: u64,
+    /// Sequence length of the whole model.
+    pub seq: u64,
+    pub sequence_parallel: bool,
+    pub precision: Precision,
+    pub recompute: Recompute,
+    pub flash: bool,
+    pub tp_comm_overlap: bool,
+    pub cp_comm: CpComm,
+}
+
+impl Dims {
+    /// Tokens of one micro-batch on this CP rank (what TP GEMMs see).
+    pub fn tokens(&self) -> u64 {
+        self.batch * self.seq / self.cp
+    }
+
+    /// Tokens of the norms and residuals on this rank (split over TP with SP).
+    pub fn sp_tokens(&self) -> u64 {
+        if self.sp() {
+            self.tokens() / self.tp
+        } else {
+            self.tokens()
+        }
+    }
+
+    pub fn sp(&self) -> bool {
+        self.sequence_parallel && self.tp > 1
+    }
+
+    /// Bytes of an activation element (fp8 training keeps activations in bf16).
+    pub fn act_bytes(&self) -> u64 {
+        match self.precision {
+            Precision::Fp32 | Precision::Tf32 => 4,
+            _ => 2,
+        }
+    }
+
+    /// Bytes of a GEMM operand.
+    pub fn gemm_bytes(&self) -> u64 {
+        match self.precision {
+            Precision::Fp32 | Precision::Tf32 => 4,
+            Precision::Fp8 => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Appends ops to a program, tracking what the next kernel must wait for.
+pub struct Builder<'a> {
+    pub program: &'a mut Program,
+    pub label: Label,
+    /// The most recent compute op: what a collective's data comes from.
+    last_compute: Option<u32>,
+    /// Ops the next compute op must wait for.
+    pending: Vec<u32>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(program: &'a mut Program) -> Self {
+        Builder {
+            program,
+            label: Label {
+                phase: Phase::Forward,
+                module: Module::Embedding,
+                micro_batch: 0,
+                chunk: 0,
+                layer: NO_LAYER,
+            },
+            last_compute: None,
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn last_compute(&self) -> Option<u32> {
+        self.last_compute
+    }
+
+    /// The next compute op waits for `op`.
+    pub fn wait(&mut self, op: u32) {
+        self.pending.push(op);
+    }
+
+    pub fn compute(&mut self, kernel: Kernel) -> u32 {
+        let k = self.program.intern(kernel);
+        let deps = std::mem::take(&mut self.pending);
+        let id = self.program.push(
+            OpKind::Compute { kernel: k },
+            Stream::Compute,
+            self.label,
+            &deps,
+        );
+        self.last_compute = Some(id);
+        id
+    }
+
+    /// Issues a collective whose input is what the last compute op produced.
+    pub fn collective(&mut self, op: CollectiveOp, group: GroupKind, bytes: u64) -> u32 {
+        let deps: Vec<u32> = self.last_compute.into_iter().collect();
+        self.collective_after(op, group, bytes, &deps)
+    }
+
+    pub fn collective_after(
+        &mut self,
+        op: CollectiveOp,
+        group: GroupKind,
+        bytes: u64,
+        deps: &[u32],
+    ) -> u32 {
+        let stream = match group {
+            GroupKind::Tp => Stream::Tp,
+            GroupKind::Cp => Stream::Cp,
+            GroupKind::Ep => Stream::Ep,
+            GroupKind::Dp | GroupKind::DpCp | GroupKind::ExpertDp => Stream::Dp,
+            GroupKind::Pp | GroupKind::ModelParallel | GroupKind::Embedding => Stream::Pp,
+        };
+        self.program.push(
+            OpKind::Collective { op, group, bytes },
+            stream,
+            self.label,
+            deps,
+        )
+    }
+
+    /// A collective on the critical path: the next kernel waits for it.
+    pub fn blocking(&mut self, op: CollectiveOp, group: GroupKind, bytes: u64) -> u32 {
+        let c = self.collective(op, group, bytes);
+        self.wait(c);
+        c
+    }
+
+    pub fn p2p(&mut self, send: bool, peer: Peer, bytes: u64, stream: Stream, deps: &[u32]) -> u32 {
+        let kind = if send {
+            OpKind::Send { peer, bytes }
+        } else {
+            OpKind::Recv { peer, bytes }
+        };
+        self.program.push(kind, stream, self.label, deps)
+    }
+}
+
+/// FLOPs of one elementwise pass: a handful per element (norms, activations, dropout).
+const ELEMENTWISE_FLOPS: u64 = 4;
+
+fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Dims) -> Kernel {
+    let e = d.gemm_bytes();
+    Kernel {
+        name,
+        pass,
+        shape: Shape::Gemm { m, n, k, batch },
+        flops: 2 * m * n * k * batch,
+        bytes: batch * (m * k + k * n) * e + batch * m * n * d.act_bytes(),
+        dtype: d.precision,
+    }
+}
+
+fn elementwise(name: KernelName, pass: Pass, elements: u64, bytes: u64, d: &Dims) -> Kernel {
+    Kernel {
+        name,
+        pass,
+        shape: Shape::Elementwise { elements },
+        flops: ELEMENTWISE_FLOPS * elements,
+        bytes,
+        dtype: d.precision,
+    }
+}
+
+/// A weight-bearing linear layer of a rank: `tokens × k_in` by `k_in × n_out`, `batch` copies.
+#[derive(Clone, Copy)]
+struct Linear {
+    name: KernelName,
+    tokens: u64,
+    k_in: u64,
+    n_out: u64,
+    batch: u64,
+}
+
+impl Linear {
+    fn forward(&self, d: &Dims) -> Kernel {
+        gemm(
+            self.name,
+            Pass::Forward,
+            self.tokens,
+            self.n_out,
+            self.k_in,
+            self.batch,
+            d,
+        )
+    }
+    fn dgrad(&self, d: &Dims) -> Kernel {
+        gemm(
+            self.name,
+            Pass::Dgrad,
+            self.tokens,
+            self.k_in,
+            self.n_out,
+            self.batch,
+            d,
+        )
+    }
+    fn wgrad(&self, d: &Dims) -> Kernel {
+        gemm(
+            self.name,
+            Pass::Wgrad,
+            self.k_in,
+            self.n_out,
+            self.tokens,
+            self.batch,
+            d,
+        )
+    }
+}
+
+/// A memory-bound op: forward reads `read` and writes `write` elements; backward moves twice.
+#[derive(Clone, Copy)]
+struct Pointwise {
+    name: KernelName,
+    elements: u64,
+    read: u64,
+    write: u64,
+}
+
+impl Pointwise {
+    fn forward(&self, d: &Dims) -> Kernel {
+        let bytes = (self.read + self.write) * d.act_bytes();
+        elementwise(self.name, Pass::Forward, self.elements, bytes, d)
+    }
+    fn backward(&self, d: &Dims) -> Kernel {
+        let bytes = 2 * (self.read + self.write) * d.act_bytes();
+        let mut k = elementwise(self.name, Pass::Backward, self.elements, bytes, d);
+        k.flops *= 2;
+        k
+    }
+}
+
+/// Emits the kernels and communication of transformer layers, embedding and logits.
+pub struct LayerEmitter<'m> {
+    pub model: &'m ModelSpec,
+    pub dims: Dims,
+}
+
+impl LayerEmitter<'_> {
+    fn tp_group_active(&self) -> bool {
+        self.dims.tp > 1
+    }
+
+    fn norm(&self, name: KernelName) -> Pointwise {
+        let t = self.dims.sp_tokens();
+        let h = self.model.hidden;
+        // LayerNorm computes mean and variance; RMSNorm only the mean square.
+        let extra = match self.model.norm {
+            Norm::Layernorm => 2,
+            Norm::Rmsnorm => 1,
+        };
+        Pointwise {
+            name,
+            elements: t * h * extra,
+            read: t * h,
+            write: t * h,
+        }
+    }
+
+    fn residual(&self, name: KernelName) -> Pointwise {
+        let t = self.dims.sp_tokens();
+        let h = self.model.hidden;
+        // Fused bias + dropout + add: read the output and the residual, write the sum.
+        Pointwise {
+            name,
+            elements: t * h,
+            read: 2 * t * h,
+            write: t * h,
+        }
+    }
+
+    /// Bytes of a full `tokens × hidden` activation of this CP rank.
+    fn hidden_bytes(&self) -> u64 {
+        self.dims.tokens() * self.model.hidden * self.dims.act_bytes()
+    }
+
+    // ----- TP communication patterns around column- and row-parallel linears -----
+
+    /// Forward into a column-parallel linear: all-gather (SP) before `run`.
+    fn column_forward(&self, b: &mut Builder, linear: Kernel) {
+        if self.dims.sp() {
+            let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, self.hidden_bytes());
+            if self.dims.tp_comm_overlap {
+                // Transformer Engine pipelines the gather with the GEMM's chunks.
+                b.compute(linear);
+                b.wait(ag);
+                return;
+            }
+            b.wait(ag);
+        }
+        b.compute(linear);
+    }
+
+    /// Forward out of a row-parallel linear: all-reduce (TP) or reduce-scatter (SP).
+    fn row_forward(&self, b: &mut Builder, linear: Kernel, bytes: u64) {
+        if !self.tp_group_active() {
+            b.compute(linear);
+            return;
+        }
+        let op = if self.dims.sp() {
+            CollectiveOp::ReduceScatter
+        } else {
+            CollectiveOp::AllReduce
+        };
+        if self.dims.sp() && self.dims.tp_comm_overlap {
+            // The reduce-scatter of each finished GEMM chunk overlaps the next chunk.
+            let before: Vec<u32> = b.last_compute().into_iter().collect();
+            b.compute(linear);
+            let rs = b.collective_after(op, GroupKind::Tp, bytes, &before);
+            b.wait(rs);
+            return;
+        }
+        b.compute(linear);
+        b.blocking(op, GroupKind::Tp, bytes);
+    }
+
+    /// Backward of a row-parallel linear: (SP) all-gather the output gradient, dgrad, wgrad.
+    fn row_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
+        if self.dims.sp() {
+            let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
+            if self.dims.tp_comm_overlap {
+                b.compute(l.dgrad(&self.dims));
+                b.wait(ag);
+            } else {
+                b.wait(ag);
+                b.compute(l.dgrad(&self.dims));
+            }
+        } else {
+            b.compute(l.dgrad(&self.dims));
+        }
+        b.compute(l.wgrad(&self.dims));
+    }
+
+    /// Backward of a column-parallel linear: dgrad, then the input-gradient reduction
+    /// overlapping wgrad; under SP the input is re-gathered for wgrad while dgrad runs.
+    fn column_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
+        let regather = if self.dims.sp() {
+            Some(b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes))
+        } else {
+            None
+        };
+        b.compute(l.dgrad(&self.dims));
+        let reduce = if !self.tp_group_active() {
+            None
+        } else if self.dims.sp() {
+            Some(b.collective(CollectiveOp::ReduceScatter, GroupKind::Tp, bytes))
+        } else {
+            Some(b.collective(CollectiveOp::AllReduce, GroupKind::Tp, bytes))
+        };
+        if let Some(ag) = regather {
+            b.wait(ag);
+        }
+        b.compute(l.wgrad(&self.dims));
+        if let Some(r) = reduce {
+            b.wait(r);
+        }
+    }
+
+    // ----- attention -----
+
+    fn qkv(&self) -> Linear {
+        let (q, kv) = self.model.qkv_widths();
+        let (q, kv) = self.mla_widths().unwrap_or((q, kv));
+        Linear {
+            name: KernelName::QkvProj,
+            tokens: self.dims.tokens(),
+            k_in: self.model.hidden,
+            n_out: (q + 2 * kv) / self.dims.tp,
+            batch: 1,
+        }
+    }
+
+    /// MLA: the projections' parameter count expressed as equivalent q / kv widths, so that
+    /// GEMM FLOPs equal 2 × tokens × projection parameters (see docs/models.md).
+    fn mla_widths(&self) -> Option<(u64, u64)> {
+        let m = self.model.mla.as_ref()?;
+        let h = self.model.hidden;
+        let o = self.model.heads * m.v_head_dim;
+        let proj = self.model.attention_params() - o * h;
+        let q = self.model.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+        // Spread the remaining projection parameters over q + 2kv.
+        let kv = (proj / h).saturating_sub(q) / 2;
+        Some((q, kv))
+    }
+
+    fn out_proj(&self) -> Linear {
+        let q = match &self.model.mla {
+            Some(m) => self.model.heads * m.v_head_dim,
+            None => self.model.qkv_widths().0,
+        };
+        Linear {
+            name: KernelName::OutProj,
+            tokens: self.dims.tokens(),
+            k_in: q / self.dims.tp,
+            n_out: self.model.hidden,
+            batch: 1,
+        }
+    }
+
+    fn head_dim(&self) -> u64 {
+        match &self.model.mla {
+            Some(m) => m.qk_nope_head_dim + m.qk_rope_head_dim,
+            None => self.model.head_dim,
+        }
+    }
+
+    /// Core attention over `seq_kv` keys for this rank's queries, scaled by `share` (1/cp per
+    /// ring step).
+    fn attention_kernel(&self, pass: Pass, seq_kv: u64, causal: bool, steps: u64) -> Kernel {
+        let d = &self.dims;
+        let heads = self.model.heads / d.tp;
+        let kv_heads = (self.model.kv_heads / d.tp).max(1);
+        let hd = self.head_dim();
+        let seq_q = d.seq / d.cp;
+        let e = d.act_bytes();
+        // Megatron-LM's accounting: QKᵀ and AV over the full s × s matrix, 2 FLOPs per MAC;
+        // the whole sequence's keys spread over `steps` ring steps.
+        let fwd_flops = 4 * d.batch * seq_q * d.seq * heads * hd / steps;
+        let t = d.batch * seq_q;
+        let io = t * (2 * heads + 2 * kv_heads) * hd * e;
+        let scores = if d.flash {
+            0
+        } else {
+            // Unfused: scores, softmax and dropout mask go through HBM.
+            d.batch * heads * seq_q * seq_kv * (2 * e + 1)
+        };
+        let (flops, bytes) = match pass {
+            Pass::Forward => (fwd_flops, io + scores),
+            _ => (2 * fwd_flops, 2 * io + 2 * scores),
+        };
+        Kernel {
+            name: KernelName::CoreAttention,
+            pass,
+            shape: Shape::Attention {
+                batch: d.batch,
+                heads,
+                kv_heads,
+                seq_q,
+                seq_kv,
+                head_dim: hd,
+                causal,
+                flash: d.flash,
+            },
+            flops,
+            bytes,
+            dtype: d.precision,
+        }
+    }
+
+    /// KV bytes of this CP rank's block (keys and values of its `s/cp` tokens).
+    fn kv_block_bytes(&self) -> u64 {
+        let d = &self.dims;
+        let kv_heads = (self.model.kv_heads / d.tp).max(1);
+        2 * d.tokens() * kv_heads * self.head_dim() * d.act_bytes()
+    }
+
+    fn core_attention_forward(&self, b: &mut Builder) {
+        let d = self.dims;
+        if d.cp == 1 {
+            b.compute(self.attention_kernel(Pass::Forward, d.seq, true, 1));
+            return;
+        }
+        let block = d.seq / d.cp;
+        match d.cp_comm {
+            CpComm::AllGather => {
+                b.blocking(
+                    CollectiveOp::AllGather,
+                    GroupKind::Cp,
+                    d.cp * self.kv_block_bytes(),
+                );
+                b.compute(self.attention_kernel(Pass::Forward, d.seq, true, 1));
+            }
+            CpComm::P2p => self.ring(b, Pass::Forward, block, self.kv_block_bytes()),
+        }
+    }
+
+    /// Ring attention: `cp` block steps; while step `i` computes, the KV block moves on.
+    fn ring(&self, b: &mut Builder, pass: Pass, block: u64, bytes: u64) {
+        let cp = self.dims.cp;
+        let mut data = b.last_compute();
+        for step in 0..cp {
+            let transfer = if step + 1 < cp {
+                let deps: Vec<u32> = data.into_iter().collect();
+                let send = b.p2p(true, Peer::CpNext, bytes, Stream::CpSendNext, &deps);
+                let recv = b.p2p(false, Peer::CpPrev, bytes, Stream::CpRecvPrev, &[]);
+                Some((send, recv))
+            } else {
+                None
+            };
+            // Load-balanced split: the diagonal step is causal, every step does 1/cp of the work.
+            b.compute(self.attention_kernel(pass, block, step == 0, cp));
+            if let Some((send, recv)) = transfer {
+                b.wait(send);
+                b.wait(recv);
+                data = Some(recv);
+            }
+        }
+    }
+
+    fn core_attention_backward(&self, b: &mut Builder) {
+        let d = self.dims;
+        if d.cp == 1 {
+            b.compute(self.attention_kernel(Pass::Backward, d.seq, true, 1));
+            return;
+        }
+        match d.cp_comm {
+            CpComm::AllGather => {
+                let bytes = d.cp * self.kv_block_bytes();
+                b.blocking(CollectiveOp::AllGather, GroupKind::Cp, bytes);
+                b.compute(self.attention_kernel(Pass::Backward, d.seq, true, 1));
+                b.blocking(CollectiveOp::ReduceScatter, GroupKind::Cp, bytes);
+            }
+            // KV and dKV travel together.
+            CpComm::P2p => self.ring(b, Pass::Backward, d.seq / d.cp, 2 * self.kv_block_bytes()),
+        }
+    }
+
+    fn rope(&self) -> Option<Pointwise> {
+        if self.model.position != Position::Rope {
+            return None;
+        }
+        let l = self.qkv();
+        let (q, kv) = self.model.qkv_widths();
+        let width = (q + kv) / self.dims.tp;
+        Some(Pointwise {
+            name: KernelName::Rope,
+            elements: l.tokens * width,
+            read: l.tokens * width,
+            write: l.tokens * width,
+        })
+    }
+
+    pub fn attention_forward(&self, b: &mut Builder) {
+        let d = self.dims;
+        b.label.module = Module::Attention;
+        b.compute(self.norm(KernelName::InputNorm).forward(&d));
+        self.column_forward(b, self.qkv().forward(&d));
+        if let Some(r) = self.rope() {
+            b.compute(r.forward(&d));
+        }
+        self.core_attention_forward(b);
+        self.row_forward(b, self.out_proj().forward(&d), self.hidden_bytes());
+        b.compute(self.residual(KernelName::AttnResidual).forward(&d));
+    }
+
+    pub fn attention_backward(&self, b: &mut Builder) {
+        let d = self.dims;
+        b.label.module = Module::Attention;
+        b.compute(self.residual(KernelName::AttnResidual).backward(&d));
+        self.row_backward(b, &self.out_proj(), self.hidden_bytes());
+        if d.recompute == Recompute::Selective {
+            let phase = b.label.phase;
+            b.label.phase = Phase::Recompute;
+            self.core_attention_forward(b);
+            b.label.phase = phase;
+        }
+        self.core_attention_backward(b);
+        if let Some(r) = self.rope() {
+            b.compute(r.backward(&d));
+        }
+        self.column_backward(b, &self.qkv(), self.hidden_bytes());
+        b.compute(self.norm(KernelName::InputNorm).backward(&d));
+    }
+
+    // ----- MLP -----
+
+    fn gated(&self) -> u64 {
+        match self.model.activation {
+            Activation::Swiglu => 2,
+            Activation::Gelu => 1,
+        }
+    }
+
+    fn mlp_linears(
+        &self,
+        tokens: u64,
+        ffn: u64,
+        batch: u64,
+        names: [KernelName; 2],
+    ) -> [Linear; 2] {
+        let tp = self.dims.tp;
+        let h = self.model.hidden;
+        [
+            Linear {
+                name: names[0],
+                tokens,
+                k_in: h,
+                n_out: self.gated() * ffn / tp,
+                batch,
+            },
+            Linear {
+                name: names[1],
+                tokens,
+                k_in: ffn / tp,
+                n_out: h,
+                batch,
+            },
+        ]
+    }
+
+    fn activation(&self, name: KernelName, tokens: u64, ffn: u64, batch: u64) -> Pointwise {
+        let f = ffn / self.dims.tp * batch;
+        Pointwise {
+            name,
+            elements: tokens * f,
+            read: self.gated() * tokens * f,
+            write: tokens * f,
+        }
+    }
+
+    /// A TP-split MLP on this CP rank's tokens (dense MLP or shared experts).
+    fn dense_mlp_forward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
+        let d = self.dims;
+        let [up, down] = self.mlp_linears(d.tokens(), ffn, 1, [names[0], names[2]]);
+        self.column_forward(b, up.forward(&d));
+        b.compute(self.activation(names[1], d.tokens(), ffn, 1).forward(&d));
+        self.row_forward(b, down.forward(&d), self.hidden_bytes());
+    }
+
+    fn dense_mlp_backward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
+        let d = self.dims;
+        let [up, down] = self.mlp_linears(d.tokens(), ffn, 1, [names[0], names[2]]);
+        self.row_backward(b, &down, self.hidden_bytes());
+        b.compute(self.activation(names[1], d.tokens(), ffn, 1).backward(&d));
+        self.column_backward(b, &up, self.hidden_bytes());
+    }
+
+    const MLP: [KernelName; 3] = [
+        KernelName::MlpUp,
+        KernelName::MlpActivation,
+        KernelName::MlpDown,
+    ];
+    const SHARED: [KernelName; 3] = [
+        KernelName::SharedUp,
+        KernelName::SharedActivation,
+        KernelName::SharedDown,
+    ];
+    const EXPERT: [KernelName; 3] = [
+        KernelName::ExpertUp,
+        KernelName::ExpertActivation,
+        KernelName::ExpertDown,
+    ];
+
+    pub fn mlp_forward(&self, b: &mut Builder, layer: u64) {
+        let d = self.dims;
+        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+        match self.model.moe {
+            Some(moe) if self.model.is_moe_layer(layer) => {
+                b.label.module = Module::Moe;
+                self.moe_forward(b, moe.experts, moe.top_k, moe.ffn_hidden);
+                if moe.shared_experts > 0 {
+                    self.dense_mlp_forward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
+                }
+            }
+            _ => {
+                b.label.module = Module::Mlp;
+                self.dense_mlp_forward(b, self.model.ffn_hidden, Self::MLP);
+            }
+        }
+        b.compute(self.residual(KernelName::MlpResidual).forward(&d));
+    }
+
+    pub fn mlp_backward(&self, b: &mut Builder, layer: u64) {
+        let d = self.dims;
+        b.compute(self.residual(KernelName::MlpResidual).backward(&d));
+        match self.model.moe {
+            Some(moe) if self.model.is_moe_layer(layer) => {
+                b.label.module = Module::Moe;
+                if moe.shared_experts > 0 {
+                    self.dense_mlp_backward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
+                }
+                self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden);
+            }
+            _ => {
+                b.label.module = Module::Mlp;
+                self.dense_mlp_backward(b, self.model.ffn_hidden, Self::MLP);
+            }
+        }
+        b.compute(self.norm(KernelName::PreMlpNorm).backward(&d));
+    }
+
+    // ----- MoE -----
+
+    /// Tokens routed by this rank, copies per token, local experts and tokens per local
+    /// expert after dispatch (balanced routing).
+    fn moe_sizes(&self, experts: u64, top_k: u64) -> (u64, u64, u64) {
+        let d = self.dims;
+        let routed = d.sp_tokens() * top_k;
+        let local_experts = experts / d.ep;
+        // All-to-all brings back as many copies as were sent (balanced), then expert-TP
+        // gathers those of the other TP ranks when the input was sequence-split.
+        let gathered = if d.sp() { routed * d.tp } else { routed };
+        (routed, local_experts, gathered / local_experts)
+    }
+
+    fn router(&self, experts: u64) -> Linear {
+        Linear {
+            name: KernelName::Router,
+            tokens: self.dims.sp_tokens(),
+            k_in: self.model.hidden,
+            n_out: experts,
+            batch: 1,
+        }
+    }
+
+    fn permute(&self, name: KernelName, routed: u64) -> Pointwise {
+        let h = self.model.hidden;
+        Pointwise {
+            name,
+            elements: routed * h,
+            read: routed * h,
+            write: routed * h,
+        }
+    }
+
+    fn moe_forward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
+        let d = self.dims;
+        let h = self.model.hidden;
+        let e = d.act_bytes();
+        let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
+        b.compute(self.router(experts).forward(&d));
+        b.compute(self.permute(KernelName::Permute, routed).forward(&d));
+        if d.ep > 1 {
+            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
+        }
+        if d.sp() {
+            b.blocking(
+                CollectiveOp::AllGather,
+                GroupKind::Tp,
+                d.tp * routed * h * e,
+            );
+        }
+        let [up, down] =
+            self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
+        b.compute(up.forward(&d));
+        b.compute(
+            self.activation(Self::EXPERT[1], per_expert, ffn, local)
+                .forward(&d),
+        );
+        b.compute(down.forward(&d));
+        if d.sp() {
+            b.blocking(
+                CollectiveOp::ReduceScatter,
+                GroupKind::Tp,
+                d.tp * routed * h * e,
+            );
+        } else if d.tp > 1 {
+            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, routed * h * e);
+        }
+        if d.ep > 1 {
+            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
+        }
+        b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
+    }
+
+    fn moe_backward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
+        let d = self.dims;
+        let h = self.model.hidden;
+        let e = d.act_bytes();
+        let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
+        b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
+        if d.ep > 1 {
+            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
+        }
+        if d.sp() {
+            b.blocking(
+                CollectiveOp::AllGather,
+                GroupKind::Tp,
+                d.tp * routed * h * e,
+            );
+        }
+        let [up, down] =
+            self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
+        b.compute(down.dgrad(&d));
+        b.compute(down.wgrad(&d));
+        b.compute(
+            self.activation(Self::EXPERT[1], per_expert, ffn, local)
+                .backward(&d),
+        );
+        b.compute(up.dgrad(&d));
+        b.compute(up.wgrad(&d));
+        if d.sp() {
+            b.blocking(
+                CollectiveOp::ReduceScatter,
+                GroupKind::Tp,
+                d.tp * routed * h * e,
+            );
+        } else if d.tp > 1 {
+            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, routed * h * e);
+        }
+        if d.ep > 1 {
+            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
+        }
+        b.compute(self.permute(KernelName::Permute, routed).backward(&d));
+        let router = self.router(experts);
+        b.compute(router.dgrad(&d));
+        b.compute(router.wgrad(&d));
+    }
+
+    // ----- whole layers -----
+
+    pub fn layer_forward(&self, b: &mut Builder, layer: u64) {
+        b.label.layer = layer as u32;
+        self.attention_forward(b);
+        self.mlp_forward(b, layer);
+    }
+
+    pub fn layer_backward(&self, b: &mut Builder, layer: u64) {
+        b.label.layer = layer as u32;
+        if self.dims.recompute == Recompute::Full {
+            let phase = b.label.phase;
+            b.label.phase = Phase::Recompute;
+            self.layer_forward(b, layer);
+            b.label.phase = phase;
+        }
+        self.mlp_backward(b, layer);
+        self.attention_backward(b);
+    }
+
+    // ----- embedding and logits -----
+
+    pub fn embedding_forward(&self, b: &mut Builder) {
+        let d = self.dims;
+        b.label.module = Module::Embedding;
+        b.label.layer = NO_LAYER;
+        let t = d.tokens();
+        let h = self.model.hidden;
+        let lookup = Pointwise {
+            name: KernelName::Embedding,
+            elements: t * h,
+            read: t * h,
+            write: t * h,
+        };
+        b.compute(lookup.forward(&d));
+        if d.tp > 1 {
+            let op = if d.sp() {
+                CollectiveOp::ReduceScatter
+            } else {
+                CollectiveOp::AllReduce
+            };
+            b.blocking(op, GroupKind::Tp, self.hidden_bytes());
+        }
+    }
+
+    pub fn embedding_backward(&self, b: &mut Builder) {
+        let d = self.dims;
+        b.label.module = Module::Embedding;
+        b.label.layer = NO_LAYER;
+        if d.sp() {
+            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, self.hidden_bytes());
+        }
+        let t = d.tokens();
+        let h = self.model.hidden;
+        // Scatter-add of the token gradients into this rank's vocabulary shard.
+        let grad = elementwise(
+            KernelName::Embedding,
+            Pass::Wgrad,
+            t * h,
+            3 * t * h * d.act_bytes(),
+            &d,
+        );
+        b.compute(grad);
+    }
+
+    fn logits_linear(&self) -> Linear {
+        Linear {
+            name: KernelName::Logits,
+            tokens: self.dims.tokens(),
+            k_in: self.model.hidden,
+            n_out: self.model.vocab / self.dims.tp,
+            batch: 1,
+        }
+    }
+
+    fn cross_entropy(&self, pass: Pass) -> Kernel {
+        let d = self.dims;
+        let n = d.tokens() * self.model.vocab / d.tp;
+        // fp32 logits: read them, write softmax statistics / gradients.
+        let bytes = n * (d.act_bytes() + 4);
+        let k = elementwise(KernelName::CrossEntropy, pass, n, bytes, &d);
+        Kernel {
+            shape: Shape::Elementwise { elements: n },
+            ..k
+        }
+    }
+
+    pub fn logits_forward(&self, b: &mut Builder) {
+        let d = self.dims;
+        b.label.module = Module::Logits;
+        b.label.layer = NO_LAYER;
+        b.compute(self.norm(KernelName::FinalNorm).forward(&d));
+        self.column_forward(b, self.logits_linear().forward(&d));
+        if d.tp > 1 {
+            // Max, predicted logit, sum of exponentials: one fp32 per token each.
+            for _ in 0..3 {
+                b.compute(self.cross_entropy_part());
+                b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, d.tokens() * 4);
+            }
+        }
+        b.compute(self.cross_entropy(Pass::Forward));
+    }
+
+    /// One of the reductions of vocab-parallel cross entropy (max, gather, sum of exp).
+    fn cross_entropy_part(&self) -> Kernel {
+        let d = self.dims;
+        let n = d.tokens() * self.model.vocab / d.tp;
+        elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * 4, &d)
+    }
+
+    pub fn logits_backward(&self, b: &mut Builder) {
+        let d = self.dims;
+        b.label.module = Module::Logits;
+        b.label.layer = NO_LAYER;
+        b.compute(self.cross_entropy(Pass::Backward));
+        self.column_backward(b, &self.logits_linear(), self.hidden_bytes());
+        b.compute(self.norm(KernelName::FinalNorm).backward(&d));
+    }
+}

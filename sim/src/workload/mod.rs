@@ -1,0 +1,503 @@
+//! The workload IR: what every GPU runs in one training iteration, compiled from model +
+//! parallel layout + schedule the way Megatron-LM runs them (DESIGN.md, "Workload IR").
+//!
+//! One [`Program`] per pipeline stage and replica class (DP replicas that run the same number
+//! of micro-batches). A rank is its coordinates plus cursors into its stage's program; the
+//! groups it talks to are computed from the coordinates ([`crate::layout`]), so 131,072 ranks
+//! cost no more memory than the handful of distinct programs.
+//!
+//! ## Execution semantics (what the engine must honour)
+//! - Every op runs on one [`Stream`]. A stream is a FIFO, like a CUDA stream or a NCCL
+//!   communicator's stream: an op starts only after the previous op *on its stream* finished.
+//! - An op also waits for its explicit `deps` (earlier ops of the same program, any stream):
+//!   CUDA-event waits between streams.
+//! - Because streams are FIFO and complete in order, a rank's whole progress is one counter of
+//!   completed ops per stream: "op j is done" ⇔ `done[stream(j)] > position of j in its stream`.
+//! - A collective completes when every member of the rank's group (of its [`GroupKind`]) has
+//!   reached it; the k-th collective of a stream matches the k-th of the same stream on every
+//!   member. A send matches the receiving peer's next receive on the mirror stream
+//!   (`SendNext` ↔ `RecvPrev`); the transfer starts when both are posted (NCCL rendezvous).
+//! - Compute ops carry FLOPs, bytes and shapes; turning them into time is the compute model's
+//!   job. FLOPs follow Megatron-LM's accounting (full attention matrix, backward = 2 × forward)
+//!   so that `tflops_per_gpu` and MFU match what Megatron reports; shapes say what is really
+//!   executed (causal masking, flash attention's recomputation in backward).
+
+pub mod compile;
+pub mod evaluate;
+mod layer;
+pub mod schedule;
+// simai added below
+
+pub mod summary;
+
+use crate::config::Precision;
+use crate::layout::{GroupKind, ParallelLayout};
+
+pub use compile::{CompileOptions, compile};
+
+/// Streams of a rank. FIFO each; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stream {
+    /// Kernels, in program order.
+    Compute,
+    /// Tensor-parallel collectives (also sequence-parallel all-gather / reduce-scatter).
+    Tp,
+    /// Context-parallel collectives (all-gather flavour of CP).
+    Cp,
+    /// Expert-parallel all-to-all.
+    Ep,
+    /// Data-parallel gradient reduction and parameter gathers (dense and expert).
+    Dp,
+    /// Small collectives across pipeline stages: tied-embedding gradients, gradient norm.
+    Pp,
+    /// Point-to-point lanes to the next / previous pipeline stage.
+    SendNext,
+    SendPrev,
+    RecvPrev,
+    RecvNext,
+    /// Ring-attention lanes inside the CP group.
+    CpSendNext,
+    CpRecvPrev,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 12] = [
+        Stream::Compute,
+        Stream::Tp,
+        Stream::Cp,
+        Stream::Ep,
+        Stream::Dp,
+        Stream::Pp,
+        Stream::SendNext,
+        Stream::SendPrev,
+        Stream::RecvPrev,
+        Stream::RecvNext,
+        Stream::CpSendNext,
+        Stream::CpRecvPrev,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Compute => "compute",
+            Stream::Tp => "tp",
+            Stream::Cp => "cp",
+            Stream::Ep => "ep",
+            Stream::Dp => "dp",
+            Stream::Pp => "pp",
+            Stream::SendNext => "send-next",
+            Stream::SendPrev => "send-prev",
+            Stream::RecvPrev => "recv-prev",
+            Stream::RecvNext => "recv-next",
+            Stream::CpSendNext => "cp-send-next",
+            Stream::CpRecvPrev => "cp-recv-prev",
+        }
+    }
+}
+
+/// NCCL collective operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CollectiveOp {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Broadcast,
+}
+
+impl CollectiveOp {
+    pub const ALL: [CollectiveOp; 5] = [
+        CollectiveOp::AllReduce,
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::AllToAll,
+        CollectiveOp::Broadcast,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce => "all-reduce",
+            CollectiveOp::AllGather => "all-gather",
+            CollectiveOp::ReduceScatter => "reduce-scatter",
+            CollectiveOp::AllToAll => "all-to-all",
+            CollectiveOp::Broadcast => "broadcast",
+        }
+    }
+
+    /// Bytes one rank sends with the bandwidth-optimal (ring / pairwise) algorithm, for a
+    /// collective of `size` bytes (nccl-tests' "size": the all-reduce buffer, the gathered
+    /// output, the scattered input, the all-to-all send buffer) over `n` ranks.
+    /// NCCL `doc/PERFORMANCE.md`: all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n.
+    pub fn wire_bytes_per_rank(self, size: u64, n: u32) -> f64 {
+        if n <= 1 {
+            return 0.0;
+        }
+        let n = f64::from(n);
+        let size = size as f64;
+        match self {
+            CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n * size,
+            CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
+                (n - 1.0) / n * size
+            }
+            CollectiveOp::Broadcast => size,
+        }
+    }
+}
+
+/// Point-to-point peers, relative to the rank's own coordinates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// Next pipeline stage; the last stage's next is the first (interleaved schedules wrap).
+    PpNext,
+    PpPrev,
+    /// Next / previous rank in the CP ring.
+    CpNext,
+    CpPrev,
+}
+
+/// What an op does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A kernel of [`Program::kernels`].
+    Compute {
+        kernel: u32,
+    },
+    /// A collective on the rank's group of `group`; `bytes` in nccl-tests' convention.
+    Collective {
+        op: CollectiveOp,
+        group: GroupKind,
+        bytes: u64,
+    },
+    Send {
+        peer: Peer,
+        bytes: u64,
+    },
+    Recv {
+        peer: Peer,
+        bytes: u64,
+    },
+}
+
+/// Where in the iteration an op belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    Forward,
+    Backward,
+    /// Forward work redone in backward (activation recomputation).
+    Recompute,
+    /// Gradient reduction, optimizer step, parameter gather.
+    Optimizer,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Recompute => "recompute",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// The part of the model an op belongs to; SimAI's submodules (Embedding, Attention, MLP,
+/// Layernorm, Logits, Grad gather, Grad param).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Module {
+    Embedding,
+    Attention,
+    Mlp,
+    Moe,
+    Logits,
+    /// Pipeline send / receive.
+    Pipeline,
+    /// Data-parallel gradient reduction and parameter gathers.
+    GradSync,
+    Optimizer,
+    /// An imported op without a finer label.
+    Imported,
+}
+
+impl Module {
+    pub fn name(self) -> &'static str {
+        match self {
+            Module::Embedding => "embedding",
+            Module::Attention => "attention",
+            Module::Mlp => "mlp",
+            Module::Moe => "moe",
+            Module::Logits => "logits",
+            Module::Pipeline => "pipeline",
+            Module::GradSync => "grad-sync",
+            Module::Optimizer => "optimizer",
+            Module::Imported => "imported",
+        }
+    }
+}
+
+/// Sentinel for "no layer" in [`Label::layer`].
+pub const NO_LAYER: u32 = u32::MAX;
+
+/// Where an op comes from: enough to attribute time and to export it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Label {
+    pub phase: Phase,
+    pub module: Module,
+    pub micro_batch: u32,
+    /// Model chunk (virtual pipeline stage index on this rank).
+    pub chunk: u16,
+    /// Global transformer layer index, or [`NO_LAYER`].
+    pub layer: u32,
+}
+
+/// One op of a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub stream: Stream,
+    pub label: Label,
+    deps_start: u32,
+    deps_len: u16,
+}
+
+/// What a kernel computes, with the shape the compute model needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// `batch` GEMMs of (m × k) · (k × n).
+    Gemm { m: u64, n: u64, k: u64, batch: u64 },
+    /// Fused (flash) attention of `batch × heads` query heads of `seq_q` tokens over `seq_kv`
+    /// keys, with `kv_heads` key/value heads (GQA).
+    Attention {
+        batch: u64,
+        heads: u64,
+        kv_heads: u64,
+        seq_q: u64,
+        seq_kv: u64,
+        head_dim: u64,
+        causal: bool,
+        flash: bool,
+    },
+    /// Memory-bound elementwise / reduction work over `elements` values.
+    Elementwise { elements: u64 },
+    /// A fixed duration from an imported workload (SimAI compute times).
+    Fixed { ns: u64 },
+}
+
+/// Kernel names, after Megatron-Core's modules and SimAI's kernel split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KernelName {
+    Embedding,
+    InputNorm,
+    QkvProj,
+    Rope,
+    CoreAttention,
+    OutProj,
+    AttnResidual,
+    PreMlpNorm,
+    /// fc1: up (and gate, fused, for SwiGLU) projection.
+    MlpUp,
+    MlpActivation,
+    /// fc2.
+    MlpDown,
+    MlpResidual,
+    Router,
+    Permute,
+    Unpermute,
+    ExpertUp,
+    ExpertActivation,
+    ExpertDown,
+    SharedUp,
+    SharedActivation,
+    SharedDown,
+    FinalNorm,
+    Logits,
+    CrossEntropy,
+    GradNorm,
+    OptimizerStep,
+    /// An imported SimAI compute time.
+    Imported,
+}
+
+impl KernelName {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelName::Embedding => "embedding",
+            KernelName::InputNorm => "input_norm",
+            KernelName::QkvProj => "qkv_proj",
+            KernelName::Rope => "rope",
+            KernelName::CoreAttention => "core_attention",
+            KernelName::OutProj => "out_proj",
+            KernelName::AttnResidual => "attn_bias_dropout_add",
+            KernelName::PreMlpNorm => "pre_mlp_norm",
+            KernelName::MlpUp => "mlp_up",
+            KernelName::MlpActivation => "mlp_activation",
+            KernelName::MlpDown => "mlp_down",
+            KernelName::MlpResidual => "mlp_bias_dropout_add",
+            KernelName::Router => "router",
+            KernelName::Permute => "moe_permute",
+            KernelName::Unpermute => "moe_unpermute",
+            KernelName::ExpertUp => "expert_up",
+            KernelName::ExpertActivation => "expert_activation",
+            KernelName::ExpertDown => "expert_down",
+            KernelName::SharedUp => "shared_expert_up",
+            KernelName::SharedActivation => "shared_expert_activation",
+            KernelName::SharedDown => "shared_expert_down",
+            KernelName::FinalNorm => "final_norm",
+            KernelName::Logits => "logits",
+            KernelName::CrossEntropy => "cross_entropy",
+            KernelName::GradNorm => "grad_norm",
+            KernelName::OptimizerStep => "optimizer_step",
+            KernelName::Imported => "imported",
+        }
+    }
+}
+
+/// Which pass of a kernel: forward, or backward split into data and weight gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pass {
+    Forward,
+    /// Input (data) gradient.
+    Dgrad,
+    /// Weight gradient.
+    Wgrad,
+    /// Backward of a kernel without weights.
+    Backward,
+}
+
+impl Pass {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "fwd",
+            Pass::Dgrad => "dgrad",
+            Pass::Wgrad => "wgrad",
+            Pass::Backward => "bwd",
+        }
+    }
+}
+
+/// One distinct kernel of a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub name: KernelName,
+    pub pass: Pass,
+    pub shape: Shape,
+    /// FLOPs in Megatron-LM's accounting (see the module docs).
+    pub flops: u64,
+    /// HBM bytes read plus written.
+    pub bytes: u64,
+    pub dtype: Precision,
+}
+
+/// The ops one rank of a pipeline stage runs in one iteration, in issue order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Program {
+    pub stage: u32,
+    /// Micro-batches this program runs (its replica class's share of the global batch).
+    pub micro_batches: u32,
+    pub ops: Vec<Op>,
+    deps: Vec<u32>,
+    pub kernels: Vec<Kernel>,
+}
+
+impl Program {
+    pub fn new(stage: u32, micro_batches: u32) -> Self {
+        Program {
+            stage,
+            micro_batches,
+            ..Program::default()
+        }
+    }
+
+    /// Earlier ops `op` waits for, besides its stream predecessor.
+    pub fn deps(&self, op: usize) -> &[u32] {
+        let o = &self.ops[op];
+        &self.deps[o.deps_start as usize..o.deps_start as usize + usize::from(o.deps_len)]
+    }
+
+    /// Appends an op; `deps` must name earlier ops. Returns its index.
+    pub fn push(&mut self, kind: OpKind, stream: Stream, label: Label, deps: &[u32]) -> u32 {
+        let index = self.ops.len() as u32;
+        debug_assert!(deps.iter().all(|&d| d < index), "deps must be earlier ops");
+        let deps_start = self.deps.len() as u32;
+        // Deduplicate; keep order for readable dumps.
+        let mut len = 0u16;
+        for &d in deps {
+            if !self.deps[deps_start as usize..].contains(&d) {
+                self.deps.push(d);
+                len += 1;
+            }
+        }
+        self.ops.push(Op {
+            kind,
+            stream,
+            label,
+            deps_start,
+            deps_len: len,
+        });
+        index
+    }
+
+    /// Index of `kernel` in the kernel table, adding it when new.
+    pub fn intern(&mut self, kernel: Kernel) -> u32 {
+        // Programs hold tens of distinct kernels: a linear scan beats hashing here.
+        if let Some(i) = self.kernels.iter().position(|k| *k == kernel) {
+            return i as u32;
+        }
+        self.kernels.push(kernel);
+        (self.kernels.len() - 1) as u32
+    }
+
+    pub fn kernel_of(&self, op: &Op) -> Option<&Kernel> {
+        match op.kind {
+            OpKind::Compute { kernel } => Some(&self.kernels[kernel as usize]),
+            _ => None,
+        }
+    }
+
+    /// Bytes the program holds, for the memory budget of huge runs.
+    pub fn heap_bytes(&self) -> usize {
+        self.ops.capacity() * std::mem::size_of::<Op>()
+            + self.deps.capacity() * 4
+            + self.kernels.capacity() * std::mem::size_of::<Kernel>()
+    }
+}
+
+/// A compiled workload: the programs and how ranks map onto them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub layout: ParallelLayout,
+    pub micro_batch: u64,
+    /// Transformer layers per pipeline stage.
+    pub stage_layers: Vec<u64>,
+    /// Replica class of every DP replica (index by the rank's `dp` coordinate).
+    pub replica_class: Vec<u16>,
+    /// Programs, `class × pp + stage`.
+    pub programs: Vec<Program>,
+    /// Tokens one iteration trains on (global batch × sequence length).
+    pub tokens: u64,
+    /// Where the workload came from (experiment or SimAI file), for reports.
+    pub source: String,
+}
+
+impl Workload {
+    pub fn classes(&self) -> usize {
+        self.programs.len() / self.layout.pp as usize
+    }
+
+    pub fn program(&self, class: usize, stage: u32) -> &Program {
+        &self.programs[class * self.layout.pp as usize + stage as usize]
+    }
+
+    /// The program rank `rank` runs.
+    pub fn program_of_rank(&self, rank: u32) -> &Program {
+        let c = self.layout.coords(rank);
+        self.program(usize::from(self.replica_class[c.dp as usize]), c.pp)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.programs.iter().map(Program::heap_bytes).sum::<usize>() + self.replica_class.len() * 2
+    }
+}

@@ -1,0 +1,483 @@
+//! Closed-form checks of the compiled workload: FLOPs against Megatron-LM's and Narayanan et
+//! al.'s formulas, bytes per collective against textbook volumes, and the schedules' bubble.
+
+use std::path::PathBuf;
+
+use sim::experiment::Experiment;
+use sim::layout::GroupKind;
+use sim::workload::evaluate::evaluate;
+use sim::workload::summary::{summarize, total_hardware_flops, total_model_flops};
+use sim::workload::{
+    CollectiveOp, Module, OpKind, Phase, Program, Shape, Stream, Workload, compile,
+};
+
+/// Writes `body` as an experiment next to the shipped ones (so includes resolve) and loads it.
+fn experiment(name: &str, body: &str) -> Experiment {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workload-tests");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join(format!("{name}.toml"));
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let text = format!(
+        "name = \"{name}\"\ninclude = [\"{root}/configs/clusters/rail-h100.toml\"]\n{body}"
+    );
+    std::fs::write(&path, text).expect("write experiment");
+    Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Megatron-LM `training.py` `num_floating_point_operations` (3 × 2 × 2 expansion).
+fn megatron_flops(exp: &Experiment) -> f64 {
+    let m = &exp.model;
+    let b = exp.global_batch as f64;
+    let s = m.seq_len as f64;
+    let l = m.layers as f64;
+    let h = m.hidden as f64;
+    let q = (m.heads * m.head_dim) as f64;
+    let (routed, ffn, shared) = match m.moe {
+        Some(moe) => (
+            moe.top_k as f64,
+            moe.ffn_hidden as f64,
+            (moe.shared_experts * moe.ffn_hidden) as f64,
+        ),
+        None => (1.0, m.ffn_hidden as f64, 0.0),
+    };
+    let gated = match m.activation {
+        sim::model::Activation::Swiglu => 1.5,
+        sim::model::Activation::Gelu => 1.0,
+    };
+    12.0 * b
+        * s
+        * l
+        * h
+        * h
+        * ((1.0 + m.kv_heads as f64 / m.heads as f64 + s / h) * q / h
+            + ffn / h * routed * gated
+            + shared / h * gated
+            + m.vocab as f64 / (2.0 * l * h))
+}
+
+fn assert_close(got: f64, want: f64, tol: f64, what: &str) {
+    let err = (got - want).abs() / want;
+    assert!(
+        err < tol,
+        "{what}: got {got:.6e}, want {want:.6e} ({:.3}%)",
+        err * 100.0
+    );
+}
+
+const GPT3_175B: &str = r#"
+[cluster]
+gpus = 1024
+[model]
+preset = "gpt3-175b"
+[parallel]
+tp = 8
+pp = 8
+sequence_parallel = true
+micro_batch = 1
+global_batch = 1536
+[training]
+memory_check = "off"
+"#;
+
+#[test]
+fn gpt3_175b_flops_match_megatron_and_narayanan() {
+    let exp = experiment("gpt3-175b", GPT3_175B);
+    let w = compile(&exp).expect("compile");
+    let sums = summarize(&w);
+    assert_close(
+        total_model_flops(&sums),
+        megatron_flops(&exp),
+        0.005,
+        "model FLOPs",
+    );
+    // No recompute: hardware FLOPs = model FLOPs.
+    assert_eq!(total_hardware_flops(&sums), total_model_flops(&sums));
+
+    // Full recompute: Narayanan et al. SC'21 eq. (3), 96·B·s·l·h²(1 + s/6h + V/16lh).
+    let exp = experiment(
+        "gpt3-175b-recompute",
+        &format!("{GPT3_175B}recompute = \"full\"\n"),
+    );
+    let w = compile(&exp).expect("compile");
+    let sums = summarize(&w);
+    let (b, s, l, h, v) = (1536.0, 2048.0, 96.0, 12288.0, 51200.0);
+    let paper = 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h));
+    assert_close(total_hardware_flops(&sums), paper, 0.005, "hardware FLOPs");
+    assert_close(
+        total_model_flops(&sums),
+        megatron_flops(&exp),
+        0.005,
+        "model FLOPs",
+    );
+}
+
+#[test]
+fn llama3_70b_flops_match_megatron() {
+    let exp = experiment(
+        "llama3-70b",
+        r#"
+[cluster]
+gpus = 512
+[model]
+preset = "llama3-70b"
+[parallel]
+tp = 8
+pp = 4
+cp = 2
+sequence_parallel = true
+micro_batch = 1
+global_batch = 64
+[training]
+memory_check = "off"
+"#,
+    );
+    let w = compile(&exp).expect("compile");
+    assert_close(
+        total_model_flops(&summarize(&w)),
+        megatron_flops(&exp),
+        0.005,
+        "Llama 3 70B",
+    );
+}
+
+#[test]
+fn mixtral_8x7b_flops_match_megatron() {
+    let exp = experiment(
+        "mixtral",
+        r#"
+[cluster]
+gpus = 256
+[model]
+preset = "mixtral-8x7b"
+[parallel]
+tp = 2
+pp = 4
+ep = 8
+sequence_parallel = true
+micro_batch = 1
+global_batch = 512
+[training]
+recompute = "selective"
+memory_check = "off"
+"#,
+    );
+    let w = compile(&exp).expect("compile");
+    let sums = summarize(&w);
+    assert_close(
+        total_model_flops(&sums),
+        megatron_flops(&exp),
+        0.005,
+        "Mixtral",
+    );
+    // Selective recompute re-runs core attention: 4·b·s²·q per layer forward.
+    let m = &exp.model;
+    let attn = 4.0
+        * exp.global_batch as f64
+        * (m.seq_len * m.seq_len * m.heads * m.head_dim) as f64
+        * m.layers as f64;
+    assert_close(
+        total_hardware_flops(&sums) - total_model_flops(&sums),
+        attn,
+        1e-9,
+        "recomputed attention",
+    );
+}
+
+fn collective(w: &Workload, stage: u32, op: CollectiveOp, group: GroupKind) -> (u64, u64, f64) {
+    let s = &summarize(w)[stage as usize];
+    s.collectives
+        .get(&(op, group))
+        .map_or((0, 0, 0.0), |t| (t.count, t.bytes, t.wire_bytes))
+}
+
+/// Forward and backward TP all-reduces per layer without sequence parallelism: two each, of
+/// b·s·h activations (Narayanan et al. SC'21 §3.3, Korthikanti et al. §3).
+#[test]
+fn tp_all_reduce_bytes_match_textbook() {
+    let exp = experiment(
+        "tp-bytes",
+        r#"
+[cluster]
+gpus = 16
+[model]
+preset = "gpt3-6.7b"
+[parallel]
+tp = 8
+pp = 1
+micro_batch = 2
+global_batch = 8
+[training]
+memory_check = "off"
+"#,
+    );
+    let w = compile(&exp).expect("compile");
+    let m = &exp.model;
+    let (b, s, h) = (2, m.seq_len, m.hidden);
+    let msg = b * s * h * 2; // bf16
+    let micro_batches = 2; // 8 / (micro_batch 2 × DP 2)
+    let p = w.program(0, 0);
+    let per_layer_dir = |phase: Phase| {
+        p.ops
+            .iter()
+            .filter(|o| {
+                o.label.phase == phase
+                    && o.label.layer == 0
+                    && o.label.micro_batch == 0
+                    && matches!(
+                        o.kind,
+                        OpKind::Collective { op: CollectiveOp::AllReduce, group: GroupKind::Tp, bytes } if bytes == msg
+                    )
+            })
+            .count()
+    };
+    assert_eq!(per_layer_dir(Phase::Forward), 2);
+    assert_eq!(per_layer_dir(Phase::Backward), 2);
+    // All TP all-reduces of the iteration: 4 per layer per micro-batch, plus embedding and
+    // logits (1 each of b·s·h) and cross entropy's three fp32 b·s reductions.
+    let (count, bytes, _) = collective(&w, 0, CollectiveOp::AllReduce, GroupKind::Tp);
+    let layers = m.layers;
+    assert_eq!(count, micro_batches * (4 * layers + 2 + 3));
+    assert_eq!(
+        bytes,
+        micro_batches * ((4 * layers + 2) * msg + 3 * b * s * 4)
+    );
+}
+
+/// Without ZeRO, DP sends 2(n−1)/n × the fp32 gradient bytes per rank (ring all-reduce).
+#[test]
+fn dp_all_reduce_bytes_match_ring_volume() {
+    let exp = experiment(
+        "dp-bytes",
+        r#"
+[cluster]
+gpus = 64
+[model]
+preset = "gpt3-6.7b"
+[parallel]
+tp = 4
+pp = 2
+zero = 0
+micro_batch = 1
+global_batch = 32
+[training]
+memory_check = "off"
+"#,
+    );
+    let w = compile(&exp).expect("compile");
+    let dp = exp.layout.dp;
+    assert_eq!(dp, 8);
+    for stage in 0..2 {
+        let (_, bytes, wire) = collective(&w, stage, CollectiveOp::AllReduce, GroupKind::DpCp);
+        let grads = exp.memory[stage as usize].params * 4.0;
+        assert_close(bytes as f64, grads, 1e-6, "gradient bytes");
+        let n = f64::from(dp);
+        assert_close(wire, 2.0 * (n - 1.0) / n * grads, 1e-6, "ring volume");
+    }
+    // The distributed optimizer reduce-scatters the same bytes and gathers bf16 parameters.
+    let exp = experiment(
+        "dp-bytes-zero1",
+        r#"
+[cluster]
+gpus = 64
+[model]
+preset = "gpt3-6.7b"
+[parallel]
+tp = 4
+pp = 2
+zero = 1
+micro_batch = 1
+global_batch = 32
+[training]
+memory_check = "off"
+"#,
+    );
+    let w = compile(&exp).expect("compile");
+    let grads = exp.memory[1].params * 4.0;
+    let (_, rs, _) = collective(&w, 1, CollectiveOp::ReduceScatter, GroupKind::DpCp);
+    let (_, ag, _) = collective(&w, 1, CollectiveOp::AllGather, GroupKind::DpCp);
+    assert_close(rs as f64, grads, 1e-6, "reduce-scatter bytes");
+    assert_close(ag as f64, grads / 2.0, 1e-6, "all-gather bytes");
+}
+
+/// Each micro-batch crosses each pipeline boundary once forward (activations) and once
+/// backward (gradients): b·s·h elements, split over TP under sequence parallelism.
+#[test]
+fn pp_send_recv_bytes_match_textbook() {
+    for (sp, vp) in [(false, 1u64), (true, 1), (true, 2)] {
+        let exp = experiment(
+            &format!("pp-bytes-{sp}-{vp}"),
+            &format!(
+                r#"
+[cluster]
+gpus = 64
+[model]
+preset = "gpt3-6.7b"
+[parallel]
+tp = 4
+pp = 4
+vp = {vp}
+sequence_parallel = {sp}
+micro_batch = 2
+global_batch = 32
+[training]
+memory_check = "off"
+"#
+            ),
+        );
+        let w = compile(&exp).expect("compile");
+        let m = &exp.model;
+        let per_rank = 2 * m.seq_len * m.hidden * 2 / if sp { 4 } else { 1 };
+        let mb = 4; // 32 / (micro_batch 2 × DP 4)
+        let sums = summarize(&w);
+        for s in &sums {
+            let v = vp;
+            // Boundaries a stage's chunks send across: all virtual stages but the last.
+            let sends_fwd = if s.stage == 3 { v - 1 } else { v };
+            let sends_bwd = if s.stage == 0 { v - 1 } else { v };
+            assert_eq!(
+                s.send_bytes,
+                mb * (sends_fwd + sends_bwd) * per_rank,
+                "sp {sp} vp {vp} stage {}",
+                s.stage
+            );
+            assert_eq!(s.recv_bytes, s.send_bytes);
+        }
+    }
+}
+
+/// MoE all-to-all: each of dispatch and combine sends every routed token copy's hidden state
+/// once, forward and backward.
+#[test]
+fn ep_all_to_all_bytes_match_routed_tokens() {
+    let exp = experiment(
+        "ep-bytes",
+        r#"
+[cluster]
+gpus = 64
+[model]
+preset = "mixtral-8x7b"
+[parallel]
+tp = 2
+pp = 1
+ep = 8
+sequence_parallel = true
+micro_batch = 1
+global_batch = 32
+[training]
+memory_check = "off"
+"#,
+    );
+    let w = compile(&exp).expect("compile");
+    let m = &exp.model;
+    let moe = m.moe.expect("moe");
+    let tokens_per_rank = m.seq_len / 2; // sequence-parallel share
+    let per_a2a = tokens_per_rank * moe.top_k * m.hidden * 2;
+    let (count, bytes, wire) = collective(&w, 0, CollectiveOp::AllToAll, GroupKind::Ep);
+    let micro_batches = 1;
+    assert_eq!(count, micro_batches * m.layers * 4);
+    assert_eq!(bytes, count * per_a2a);
+    assert_close(wire, bytes as f64 * 7.0 / 8.0, 1e-9, "a2a wire bytes");
+}
+
+/// A cost that makes every chunk forward take F and backward 2F: GEMM and attention FLOPs of
+/// the layers only; everything else is free.
+fn layer_flops_cost(p: &Program, op: &sim::workload::Op) -> u64 {
+    match op.kind {
+        OpKind::Compute { kernel } => {
+            let k = &p.kernels[kernel as usize];
+            let layer = matches!(op.label.module, Module::Attention | Module::Mlp);
+            if layer && matches!(k.shape, Shape::Gemm { .. } | Shape::Attention { .. }) {
+                k.flops / 1_000_000
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// In the no-communication limit the bubble over ideal time is (p − 1)/(m·v).
+#[test]
+fn bubble_fraction_matches_schedule_theory() {
+    for (vp, m) in [(1, 8), (2, 8), (1, 16), (4, 8)] {
+        let exp = experiment(
+            &format!("bubble-{vp}-{m}"),
+            &format!(
+                r#"
+[cluster]
+gpus = 4
+gpus_per_host = 4
+[model]
+preset = "gpt3-6.7b"
+layers = 32
+[parallel]
+pp = 4
+vp = {vp}
+micro_batch = 1
+global_batch = {m}
+[training]
+memory_check = "off"
+"#
+            ),
+        );
+        let w = compile(&exp).expect("compile");
+        let timing = evaluate(&w, 0, &layer_flops_cost).expect("no deadlock");
+        let want = 3.0 / f64::from(m * vp);
+        assert_close(
+            timing.bubble_fraction(),
+            want,
+            1e-3,
+            &format!("vp {vp} m {m}"),
+        );
+    }
+}
+
+/// Every shipped experiment compiles to programs that run to completion.
+#[test]
+fn shipped_experiments_compile_without_deadlock() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/experiments");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .expect("experiments")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| !p.to_string_lossy().contains("131072"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let exp = Experiment::load(&path, &[]).expect("load");
+        let w = compile(&exp).expect("compile");
+        let cost = |p: &Program, op: &sim::workload::Op| match op.kind {
+            OpKind::Compute { kernel } => 1 + p.kernels[kernel as usize].flops / 1_000_000_000,
+            _ => 10,
+        };
+        evaluate(&w, 0, &cost).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // Streams hold what they should.
+        for p in &w.programs {
+            for op in &p.ops {
+                match op.kind {
+                    OpKind::Compute { .. } => assert_eq!(op.stream, Stream::Compute),
+                    OpKind::Send { .. } | OpKind::Recv { .. } => {
+                        assert!(op.stream > Stream::Pp)
+                    }
+                    OpKind::Collective { .. } => {
+                        assert!(op.stream != Stream::Compute && op.stream < Stream::SendNext)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Llama 3 405B on 131,072 GPUs compiles to a few small programs.
+#[test]
+fn llama3_405b_131072_is_compact() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/experiments/llama3-405b-h100-131072.toml"
+    );
+    let exp = Experiment::load(std::path::Path::new(path), &[]).expect("load");
+    let w = compile(&exp).expect("compile");
+    assert_eq!(w.programs.len(), 16);
+    assert!(w.heap_bytes() < 1 << 30, "{} bytes", w.heap_bytes());
+    assert_eq!(w.program_of_rank(131_071).stage, 15);
+}
