@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use coordinator::check::CheckReport;
+use coordinator::workload_report::WorkloadReport;
 use sim::experiment::Experiment;
 
 #[derive(Parser, Debug)]
@@ -33,6 +34,32 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
+    /// Compiles the experiment's workload and prints per stage: op counts, FLOPs, bytes per
+    /// collective and group, and the schedule's bubble; or exports it.
+    Workload {
+        /// Experiment file (TOML).
+        experiment: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Export format (simai: SimAI's workload text file).
+        #[arg(long, value_enum, requires = "output")]
+        export: Option<ExportFormat>,
+        /// File the export is written to.
+        #[arg(long, requires = "export")]
+        output: Option<PathBuf>,
+        /// Run a SimAI workload file instead of compiling the model (like `workload_file`).
+        #[arg(long, value_name = "FILE")]
+        workload_file: Option<PathBuf>,
+        /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ExportFormat {
+    Simai,
 }
 
 fn main() -> ExitCode {
@@ -71,5 +98,44 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Workload {
+            experiment,
+            json,
+            export,
+            output,
+            workload_file,
+            sets,
+        } => workload_command(&experiment, json, export, output, workload_file, &sets),
     }
+}
+
+fn workload_command(
+    experiment: &std::path::Path,
+    json: bool,
+    export: Option<ExportFormat>,
+    output: Option<PathBuf>,
+    workload_file: Option<PathBuf>,
+    sets: &[String],
+) -> anyhow::Result<()> {
+    let exp = Experiment::load(experiment, sets)?;
+    let started = Instant::now();
+    let workload = sim::workload::load_or_compile(&exp, workload_file.as_deref())?;
+    let compile_s = started.elapsed().as_secs_f64();
+    if let (Some(ExportFormat::Simai), Some(path)) = (export, output) {
+        let text = sim::workload::simai_convert::export(&workload, &exp);
+        std::fs::write(&path, text)
+            .with_context(|| format!("writing the SimAI workload to {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+        return Ok(());
+    }
+    let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
+    let report = WorkloadReport::new(exp.name(), workload, &gpu_of_stage, compile_s);
+    if json {
+        let text = serde_json::to_string_pretty(&report.to_json())
+            .context("rendering the report as JSON")?;
+        println!("{text}");
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
 }

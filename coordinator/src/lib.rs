@@ -4,3 +4,4 @@
 //! interface only. Today it hosts the experiment checks behind `fleetsim check`.
 
 pub mod check;
+pub mod workload_report;

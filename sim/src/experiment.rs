@@ -56,6 +56,17 @@ impl Experiment {
         &self.gpu_types[usize::from(self.host_gpu_type[(rank / gph) as usize])]
     }
 
+    /// The slowest GPU (lowest dense peak at the run's precision) among the ranks of
+    /// pipeline stage `stage`: the one that paces the stage.
+    pub fn gpu_of_stage(&self, stage: u32) -> &GpuSpec {
+        let precision = self.loaded.config.training.precision;
+        (0..self.layout.world())
+            .filter(|&r| self.layout.coords(r).pp == stage)
+            .map(|r| self.gpu_of_rank(r))
+            .min_by(|a, b| a.peak_flops(precision).total_cmp(&b.peak_flops(precision)))
+            .unwrap_or(&self.gpu_types[0])
+    }
+
     pub fn from_loaded(loaded: LoadedConfig) -> Result<Experiment, ConfigError> {
         let cfg = &loaded.config;
         let err = |key: &str, msg: String| loaded.error(key, msg);

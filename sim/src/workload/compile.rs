@@ -130,7 +130,126 @@ pub fn compile_with(
         programs,
         tokens: samples * model.seq_len,
         source: source.to_string(),
+        line_names: Vec::new(),
     }
+}
+
+/// Where a program sits in the pipeline, for [`run_schedule`].
+#[derive(Debug, Clone, Copy)]
+pub struct PipelinePosition {
+    pub pp: u32,
+    pub vp: u32,
+    pub stage: u32,
+    pub micro_batches: u32,
+    /// Bytes of one activation (or gradient) crossing a stage boundary, per rank.
+    pub boundary_bytes: u64,
+}
+
+impl PipelinePosition {
+    fn virtual_stage(&self, chunk: u32) -> u32 {
+        chunk * self.pp + self.stage
+    }
+
+    fn virtual_stages(&self) -> u32 {
+        self.pp * self.vp
+    }
+}
+
+/// Runs Megatron's schedule for one stage: for each step, receives its input from the
+/// neighbouring stage, lets `body` emit the step's work, and sends its output on.
+pub fn run_schedule(
+    b: &mut Builder,
+    pipeline: &PipelinePosition,
+    body: &mut dyn FnMut(&mut Builder, &Step),
+) {
+    let steps = stage_steps(
+        pipeline.pp,
+        pipeline.vp,
+        pipeline.stage,
+        pipeline.micro_batches,
+    );
+    let blocking = pipeline.vp == 1;
+    let mut p2p_since_compute: Vec<u32> = Vec::new();
+    for step in &steps {
+        b.label.micro_batch = step.micro_batch;
+        b.label.chunk = step.chunk as u16;
+        b.label.phase = if step.forward {
+            Phase::Forward
+        } else {
+            Phase::Backward
+        };
+        if let Some(r) = receive(b, pipeline, step, blocking) {
+            p2p_since_compute.push(r);
+        }
+        for op in p2p_since_compute.drain(..) {
+            b.wait(op);
+        }
+        body(b, step);
+        if let Some(s) = send(b, pipeline, step)
+            && blocking
+        {
+            p2p_since_compute.push(s);
+        }
+    }
+    // Megatron waits for outstanding transfers before leaving the schedule.
+    for op in p2p_since_compute.drain(..) {
+        b.wait(op);
+    }
+}
+
+fn receive(
+    b: &mut Builder,
+    pipeline: &PipelinePosition,
+    step: &Step,
+    blocking: bool,
+) -> Option<u32> {
+    let v = pipeline.virtual_stage(step.chunk);
+    let (needed, peer, stream) = if step.forward {
+        (v > 0, Peer::PpPrev, Stream::RecvPrev)
+    } else {
+        (
+            v + 1 < pipeline.virtual_stages(),
+            Peer::PpNext,
+            Stream::RecvNext,
+        )
+    };
+    if !needed {
+        return None;
+    }
+    let module = b.label.module;
+    b.label.module = Module::Pipeline;
+    // Blocking: posted once the previous kernel is issued; overlapped: posted as early as its
+    // lane allows.
+    let deps: Vec<u32> = if blocking {
+        b.last_compute().into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let r = b.p2p(false, peer, pipeline.boundary_bytes, stream, &deps);
+    b.label.module = module;
+    Some(r)
+}
+
+fn send(b: &mut Builder, pipeline: &PipelinePosition, step: &Step) -> Option<u32> {
+    let v = pipeline.virtual_stage(step.chunk);
+    let (needed, peer, stream) = if step.forward {
+        (
+            v + 1 < pipeline.virtual_stages(),
+            Peer::PpNext,
+            Stream::SendNext,
+        )
+    } else {
+        (v > 0, Peer::PpPrev, Stream::SendPrev)
+    };
+    if !needed {
+        return None;
+    }
+    let module = b.label.module;
+    b.label.module = Module::Pipeline;
+    let deps: Vec<u32> = b.last_compute().into_iter().collect();
+    let s = b.p2p(true, peer, pipeline.boundary_bytes, stream, &deps);
+    b.label.module = module;
+    Some(s)
 }
 
 /// Parameters whose gradients become ready together, in backward order.
@@ -259,12 +378,6 @@ impl<'a> StageCompiler<'a> {
     fn compile(&self) -> Program {
         let mut program = Program::new(self.stage, self.micro_batches);
         let mut b = Builder::new(&mut program);
-        let steps = stage_steps(
-            self.layout.pp,
-            self.layout.vp,
-            self.stage,
-            self.micro_batches,
-        );
         let zero = self.options.zero;
         let distributed = zero >= 1;
 
@@ -279,93 +392,27 @@ impl<'a> StageCompiler<'a> {
             }
         }
 
-        let blocking_p2p = self.layout.vp == 1;
-        let mut p2p_since_compute: Vec<u32> = Vec::new();
-        for step in &steps {
-            let last_of_chunk = step.micro_batch + 1 == self.micro_batches;
-            b.label.micro_batch = step.micro_batch;
-            b.label.chunk = step.chunk as u16;
-            b.label.phase = if step.forward {
-                Phase::Forward
-            } else {
-                Phase::Backward
-            };
-            // Receive this step's input.
-            let recv = self.receive(&mut b, step, blocking_p2p);
-            if let Some(r) = recv {
-                p2p_since_compute.push(r);
-            }
-            for op in p2p_since_compute.drain(..) {
-                b.wait(op);
-            }
+        let pipeline = PipelinePosition {
+            pp: self.layout.pp,
+            vp: self.layout.vp,
+            stage: self.stage,
+            micro_batches: self.micro_batches,
+            boundary_bytes: self.boundary_bytes(),
+        };
+        run_schedule(&mut b, &pipeline, &mut |b, step| {
             if step.forward {
                 if step.micro_batch == 0 {
                     for &g in &gather_waits[step.chunk as usize] {
                         b.wait(g);
                     }
                 }
-                self.forward(&mut b, step.chunk);
+                self.forward(b, step.chunk);
             } else {
-                self.backward(&mut b, step.chunk, last_of_chunk);
+                self.backward(b, step.chunk, step.micro_batch + 1 == self.micro_batches);
             }
-            // Send this step's output.
-            if let Some(s) = self.send(&mut b, step) {
-                if blocking_p2p {
-                    p2p_since_compute.push(s);
-                }
-            }
-        }
-        // Megatron waits for outstanding sends before leaving the schedule.
-        for op in p2p_since_compute.drain(..) {
-            b.wait(op);
-        }
+        });
         self.finalize(&mut b);
         program
-    }
-
-    fn receive(&self, b: &mut Builder, step: &Step, blocking: bool) -> Option<u32> {
-        let v = self.virtual_stage(step.chunk);
-        let bytes = self.boundary_bytes();
-        let (needed, peer, stream) = if step.forward {
-            (v > 0, Peer::PpPrev, Stream::RecvPrev)
-        } else {
-            (
-                v + 1 < self.virtual_stages(),
-                Peer::PpNext,
-                Stream::RecvNext,
-            )
-        };
-        if !needed {
-            return None;
-        }
-        b.label.module = Module::Pipeline;
-        // Blocking: posted once the previous kernel is issued; overlapped: posted as early
-        // as its lane allows.
-        let deps: Vec<u32> = if blocking {
-            b.last_compute().into_iter().collect()
-        } else {
-            Vec::new()
-        };
-        Some(b.p2p(false, peer, bytes, stream, &deps))
-    }
-
-    fn send(&self, b: &mut Builder, step: &Step) -> Option<u32> {
-        let v = self.virtual_stage(step.chunk);
-        let (needed, peer, stream) = if step.forward {
-            (
-                v + 1 < self.virtual_stages(),
-                Peer::PpNext,
-                Stream::SendNext,
-            )
-        } else {
-            (v > 0, Peer::PpPrev, Stream::SendPrev)
-        };
-        if !needed {
-            return None;
-        }
-        b.label.module = Module::Pipeline;
-        let deps: Vec<u32> = b.last_compute().into_iter().collect();
-        Some(b.p2p(true, peer, self.boundary_bytes(), stream, &deps))
     }
 
     fn forward(&self, b: &mut Builder, chunk: u32) {
@@ -604,7 +651,7 @@ impl<'a> StageCompiler<'a> {
             bytes: local * (4 * 3 + g + 4 * 3 + self.weight_bytes()),
             dtype: d.precision,
         });
-        if zero >= 1 && zero < 3 && !self.options.overlap_param_gather {
+        if (1..3).contains(&zero) && !self.options.overlap_param_gather {
             b.label.module = Module::GradSync;
             for chunk in 0..self.layout.vp {
                 b.label.chunk = chunk as u16;

@@ -90,6 +90,7 @@ impl Dims {
 }
 
 /// Appends ops to a program, tracking what the next kernel must wait for.
+#[derive(Debug)]
 pub struct Builder<'a> {
     pub program: &'a mut Program,
     pub label: Label,
@@ -687,19 +688,26 @@ impl LayerEmitter<'_> {
         KernelName::ExpertDown,
     ];
 
+    fn mlp_module(&self, layer: u64) -> Module {
+        if self.model.is_moe_layer(layer) {
+            Module::Moe
+        } else {
+            Module::Mlp
+        }
+    }
+
     pub fn mlp_forward(&self, b: &mut Builder, layer: u64) {
         let d = self.dims;
+        b.label.module = self.mlp_module(layer);
         b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
         match self.model.moe {
             Some(moe) if self.model.is_moe_layer(layer) => {
-                b.label.module = Module::Moe;
                 self.moe_forward(b, moe.experts, moe.top_k, moe.ffn_hidden);
                 if moe.shared_experts > 0 {
                     self.dense_mlp_forward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
                 }
             }
             _ => {
-                b.label.module = Module::Mlp;
                 self.dense_mlp_forward(b, self.model.ffn_hidden, Self::MLP);
             }
         }
@@ -708,17 +716,16 @@ impl LayerEmitter<'_> {
 
     pub fn mlp_backward(&self, b: &mut Builder, layer: u64) {
         let d = self.dims;
+        b.label.module = self.mlp_module(layer);
         b.compute(self.residual(KernelName::MlpResidual).backward(&d));
         match self.model.moe {
             Some(moe) if self.model.is_moe_layer(layer) => {
-                b.label.module = Module::Moe;
                 if moe.shared_experts > 0 {
                     self.dense_mlp_backward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
                 }
                 self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden);
             }
             _ => {
-                b.label.module = Module::Mlp;
                 self.dense_mlp_backward(b, self.model.ffn_hidden, Self::MLP);
             }
         }

@@ -26,7 +26,8 @@ pub mod compile;
 pub mod evaluate;
 mod layer;
 pub mod schedule;
-// simai added below
+pub mod simai;
+pub mod simai_convert;
 
 pub mod summary;
 
@@ -34,6 +35,33 @@ use crate::config::Precision;
 use crate::layout::{GroupKind, ParallelLayout};
 
 pub use compile::{CompileOptions, compile};
+
+use crate::config::ConfigError;
+use crate::experiment::Experiment;
+
+/// The experiment's workload: the SimAI file named by `workload_file` (or `override_file`)
+/// when there is one, else the model compiled under the parallel layout.
+pub fn load_or_compile(
+    exp: &Experiment,
+    override_file: Option<&std::path::Path>,
+) -> Result<Workload, ConfigError> {
+    let path = match (override_file, &exp.loaded.config.workload_file) {
+        (Some(p), _) => Some(p.to_path_buf()),
+        (None, Some(written)) => Some(exp.loaded.resolve_path("workload_file", written)),
+        (None, None) => None,
+    };
+    match path {
+        Some(path) => {
+            let file = simai::load(&path)?;
+            simai_convert::import(
+                &file,
+                &path.display().to_string(),
+                exp.loaded.config.cluster.gpus,
+            )
+        }
+        None => compile(exp),
+    }
+}
 
 /// Streams of a rank. FIFO each; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -480,6 +508,9 @@ pub struct Workload {
     pub tokens: u64,
     /// Where the workload came from (experiment or SimAI file), for reports.
     pub source: String,
+    /// Names of an imported SimAI file's layer lines; ops of [`Module::Imported`] carry their
+    /// line's index in [`Label::layer`]. Empty for compiled workloads.
+    pub line_names: Vec<String>,
 }
 
 impl Workload {

@@ -1,0 +1,194 @@
+//! `fleetsim workload`: the per-stage report, SimAI export and import, and clear errors for
+//! malformed SimAI files.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+fn fleetsim() -> Command {
+    Command::cargo_bin("fleetsim").expect("binary")
+}
+
+const QUICKSTART: &str = "configs/experiments/quickstart.toml";
+
+#[test]
+fn text_report_lists_every_stage() {
+    let out = fleetsim()
+        .args(["workload", QUICKSTART])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "stage 0",
+        "stage 1",
+        "(p-1)/(m*v) = 0.1250",
+        "reduce-scatter  dp-cp",
+        "1F1B",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+}
+
+#[test]
+fn json_report_has_flops_bytes_and_bubble() {
+    let out = fleetsim()
+        .args([
+            "workload",
+            QUICKSTART,
+            "--json",
+            "--set",
+            "parallel.vp=2",
+            "--set",
+            "parallel.global_batch=256",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["parallel"]["vp"], 2);
+    assert_eq!(v["stages"].as_array().map(Vec::len), Some(2));
+    // 16 micro-batches per replica, PP 2, VP 2.
+    let analytical = v["bubble_fraction"]["analytical"].as_f64().expect("bubble");
+    assert!((analytical - 1.0 / 32.0).abs() < 1e-12);
+    assert!(v["bubble_fraction"]["roofline_no_communication"]["bubble_fraction"].is_number());
+    assert!(v["model_flops_per_iteration"].as_f64().expect("flops") > 1e16);
+    let stage = &v["stages"][0];
+    assert!(stage["ops"]["compute"].as_u64().expect("ops") > 1000);
+    assert!(
+        stage["collectives"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    );
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workload-cli");
+    fs::create_dir_all(&dir).expect("tmp");
+    dir.join(name)
+}
+
+#[test]
+fn simai_export_imports_back() {
+    let file = tmp("quickstart.simai.txt");
+    let out = fleetsim()
+        .args(["workload", QUICKSTART, "--export", "simai", "--output"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = fs::read_to_string(&file).expect("export");
+    assert!(text.starts_with("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 4"));
+    let out = fleetsim()
+        .args(["workload", QUICKSTART, "--json", "--workload-file"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["parallel"]["tp"], 4);
+    assert_eq!(v["parallel"]["pp"], 2);
+    assert_eq!(v["stages"][0]["micro_batches"], 8);
+}
+
+#[test]
+fn shipped_simai_experiment_runs_its_file() {
+    let out = fleetsim()
+        .args([
+            "workload",
+            "configs/experiments/simai-gpt3-175b-h100-1024.toml",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["source"].as_str().is_some_and(|s| s.ends_with(".txt")));
+    assert_eq!(v["stages"][0]["micro_batches"], 32);
+}
+
+fn bad_files(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("fixtures")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every malformed SimAI file, given to a real command, is one clear line naming the file.
+#[test]
+fn malformed_simai_files_fail_with_one_clear_line() {
+    let mut seen = 0;
+    for dir in [
+        "tests/fixtures/bad-simai",
+        "tests/fixtures/bad-simai-import",
+    ] {
+        for path in bad_files(dir) {
+            seen += 1;
+            let out = fleetsim()
+                .args(["workload", QUICKSTART, "--workload-file"])
+                .arg(&path)
+                .output()
+                .expect("run");
+            let name = path.display();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+            assert!(out.stdout.is_empty(), "{name}: printed a result");
+            assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+            let want = fs::read_to_string(path.with_extension("expect")).expect("expect file");
+            assert!(
+                stderr.contains(want.trim()),
+                "{name}: expected `{}` in {stderr}",
+                want.trim()
+            );
+            let file_name = Path::new(&path)
+                .file_name()
+                .expect("name")
+                .to_string_lossy();
+            assert!(stderr.contains(&*file_name), "{name}: {stderr}");
+        }
+    }
+    assert!(seen >= 18, "only {seen} bad SimAI fixtures");
+}
+
+#[test]
+fn a_missing_workload_file_is_one_clear_error() {
+    let out = fleetsim()
+        .args([
+            "workload",
+            QUICKSTART,
+            "--workload-file",
+            "does/not/exist.txt",
+        ])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("does/not/exist.txt"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
