@@ -84,10 +84,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let exp = Experiment::load(&experiment, &sets)?;
             let started = Instant::now();
             let topology = exp.build_topology()?;
+            let build_s = started.elapsed().as_secs_f64();
+            let workload = sim::workload::load_or_compile(&exp, None)?;
+            let summaries = sim::workload::summary::summarize(&workload);
             let report = CheckReport {
                 experiment: &exp,
                 topology: &topology,
-                build_s: started.elapsed().as_secs_f64(),
+                build_s,
+                workload: &summaries,
             };
             if json {
                 let text = serde_json::to_string_pretty(&report.to_json())

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
 use sim::topology::Topology;
+use sim::workload::summary::StageSummary;
 
 /// Everything `fleetsim check` reports.
 #[derive(Debug)]
@@ -14,6 +15,8 @@ pub struct CheckReport<'a> {
     pub topology: &'a Topology,
     /// Seconds spent building the topology and its routing.
     pub build_s: f64,
+    /// The compiled workload's summary per program (op counts per rank of each stage).
+    pub workload: &'a [StageSummary],
 }
 
 /// Groups whose members all sit in one host, and how many hosts a group spans at most.
@@ -140,6 +143,14 @@ impl CheckReport<'_> {
                 "micro_batches_per_replica": exp.micro_batches,
                 "tokens_per_iteration": exp.global_batch * exp.model.seq_len,
             },
+            "ops_per_rank": self.workload.iter().map(|w| json!({
+                "stage": w.stage,
+                "class": w.class,
+                "total": w.ops,
+                "compute": w.compute_ops,
+                "collective": w.collective_ops,
+                "p2p": w.p2p_ops,
+            })).collect::<Vec<_>>(),
             "lookahead_s": topo.host_preserving_lookahead_ps().map(|ps| ps as f64 * 1e-12),
             "memory": memory,
             "warnings": exp.warnings,
@@ -232,6 +243,14 @@ impl CheckReport<'_> {
             "batch       global {} = micro-batch {} x DP {} x {} micro-batches per replica",
             exp.global_batch, exp.micro_batch, exp.layout.dp, exp.micro_batches
         );
+        let ops: Vec<String> = self.workload.iter().map(|w| format!("{}", w.ops)).collect();
+        if !ops.is_empty() {
+            let _ = writeln!(
+                s,
+                "ops/rank    {} per stage (compute, collectives, send/recv; `fleetsim workload` details them)",
+                ops.join(", ")
+            );
+        }
         match topo.host_preserving_lookahead_ps() {
             Some(ps) => {
                 let _ = writeln!(

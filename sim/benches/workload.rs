@@ -1,0 +1,36 @@
+//! Compile time of the workload IR at the largest shipped scale: Llama 3 405B on 131,072 GPUs
+//! (target: under 5 s and 1 GiB, issue "Workload IR"), and on GPT-3 175B / 1,024 GPUs.
+
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use sim::experiment::Experiment;
+use sim::workload::compile;
+
+fn load(name: &str) -> Experiment {
+    let path = format!(
+        "{}/../configs/experiments/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    Experiment::load(Path::new(&path), &[]).expect("shipped experiment loads")
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("workload_compile");
+    group.sample_size(10);
+    for name in ["gpt3-175b-h100-1024.toml", "llama3-405b-h100-131072.toml"] {
+        let exp = load(name);
+        let w = compile(&exp).expect("compiles");
+        eprintln!(
+            "{name}: {} programs, {} ops, {:.2} MB",
+            w.programs.len(),
+            w.programs.iter().map(|p| p.ops.len()).sum::<usize>(),
+            w.heap_bytes() as f64 / 1e6
+        );
+        group.bench_function(name, |b| b.iter(|| compile(&exp).expect("compiles")));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
