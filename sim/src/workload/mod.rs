@@ -47,7 +47,19 @@ pub fn load_or_compile(
 ) -> Result<Workload, ConfigError> {
     let path = match (override_file, &exp.loaded.config.workload_file) {
         (Some(p), _) => Some(p.to_path_buf()),
-        (None, Some(written)) => Some(exp.loaded.resolve_path("workload_file", written)),
+        (None, Some(written)) => {
+            let path = exp.loaded.resolve_path("workload_file", written);
+            if !path.is_file() {
+                return Err(exp.loaded.error(
+                    "workload_file",
+                    format!(
+                        "cannot read `{}` (resolved relative to the experiment file); give the path of a SimAI workload file",
+                        path.display()
+                    ),
+                ));
+            }
+            Some(path)
+        }
         (None, None) => None,
     };
     match path {
