@@ -93,14 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 build_s,
                 workload: &summaries,
             };
-            if json {
-                let text = serde_json::to_string_pretty(&report.to_json())
-                    .context("rendering the report as JSON")?;
-                println!("{text}");
-            } else {
-                print!("{}", report.to_text());
-            }
-            Ok(())
+            print_report(json, || report.to_json(), || report.to_text())
         }
         Command::Workload {
             experiment,
@@ -134,12 +127,21 @@ fn workload_command(
     }
     let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
     let report = WorkloadReport::new(exp.name(), workload, &gpu_of_stage, compile_s);
+    print_report(json, || report.to_json(), || report.to_text())
+}
+
+/// Prints a report as pretty JSON or as text.
+fn print_report(
+    json: bool,
+    to_json: impl FnOnce() -> serde_json::Value,
+    to_text: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
     if json {
-        let text = serde_json::to_string_pretty(&report.to_json())
-            .context("rendering the report as JSON")?;
+        let text =
+            serde_json::to_string_pretty(&to_json()).context("rendering the report as JSON")?;
         println!("{text}");
     } else {
-        print!("{}", report.to_text());
+        print!("{}", to_text());
     }
     Ok(())
 }

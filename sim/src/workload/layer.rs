@@ -766,84 +766,64 @@ impl LayerEmitter<'_> {
         }
     }
 
+    /// Tokens to their experts: all-to-all over EP, then expert-TP gathers the tokens of the
+    /// sequence-parallel TP ranks. Also the backward of [`Self::moe_combine`].
+    fn moe_dispatch(&self, b: &mut Builder, routed: u64) {
+        let d = self.dims;
+        let bytes = routed * self.model.hidden * d.act_bytes();
+        if d.ep > 1 {
+            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+        }
+        if d.sp() {
+            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, d.tp * bytes);
+        }
+    }
+
+    /// Expert outputs back to their tokens: reduce over expert-TP, then all-to-all over EP.
+    /// Also the backward of [`Self::moe_dispatch`].
+    fn moe_combine(&self, b: &mut Builder, routed: u64) {
+        let d = self.dims;
+        let bytes = routed * self.model.hidden * d.act_bytes();
+        if d.sp() {
+            b.blocking(CollectiveOp::ReduceScatter, GroupKind::Tp, d.tp * bytes);
+        } else if d.tp > 1 {
+            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, bytes);
+        }
+        if d.ep > 1 {
+            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+        }
+    }
+
     fn moe_forward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
         let d = self.dims;
-        let h = self.model.hidden;
-        let e = d.act_bytes();
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.router(experts).forward(&d));
         b.compute(self.permute(KernelName::Permute, routed).forward(&d));
-        if d.ep > 1 {
-            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
-        }
-        if d.sp() {
-            b.blocking(
-                CollectiveOp::AllGather,
-                GroupKind::Tp,
-                d.tp * routed * h * e,
-            );
-        }
+        self.moe_dispatch(b, routed);
         let [up, down] =
             self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
+        let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
         b.compute(up.forward(&d));
-        b.compute(
-            self.activation(Self::EXPERT[1], per_expert, ffn, local)
-                .forward(&d),
-        );
+        b.compute(act.forward(&d));
         b.compute(down.forward(&d));
-        if d.sp() {
-            b.blocking(
-                CollectiveOp::ReduceScatter,
-                GroupKind::Tp,
-                d.tp * routed * h * e,
-            );
-        } else if d.tp > 1 {
-            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, routed * h * e);
-        }
-        if d.ep > 1 {
-            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
-        }
+        self.moe_combine(b, routed);
         b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
     }
 
     fn moe_backward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
         let d = self.dims;
-        let h = self.model.hidden;
-        let e = d.act_bytes();
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
-        if d.ep > 1 {
-            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
-        }
-        if d.sp() {
-            b.blocking(
-                CollectiveOp::AllGather,
-                GroupKind::Tp,
-                d.tp * routed * h * e,
-            );
-        }
+        self.moe_dispatch(b, routed);
         let [up, down] =
             self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
+        let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
         b.compute(down.dgrad(&d));
         b.compute(down.wgrad(&d));
-        b.compute(
-            self.activation(Self::EXPERT[1], per_expert, ffn, local)
-                .backward(&d),
-        );
+        b.compute(act.backward(&d));
         b.compute(up.dgrad(&d));
         b.compute(up.wgrad(&d));
-        if d.sp() {
-            b.blocking(
-                CollectiveOp::ReduceScatter,
-                GroupKind::Tp,
-                d.tp * routed * h * e,
-            );
-        } else if d.tp > 1 {
-            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, routed * h * e);
-        }
-        if d.ep > 1 {
-            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, routed * h * e);
-        }
+        self.moe_combine(b, routed);
         b.compute(self.permute(KernelName::Permute, routed).backward(&d));
         let router = self.router(experts);
         b.compute(router.dgrad(&d));
