@@ -481,3 +481,60 @@ fn llama3_405b_131072_is_compact() {
     assert!(w.heap_bytes() < 1 << 30, "{} bytes", w.heap_bytes());
     assert_eq!(w.program_of_rank(131_071).stage, 15);
 }
+
+/// Replicas may run different micro-batch counts (the heterogeneity-aware planner's lever):
+/// each distinct count gets its own programs, and ranks find theirs by DP coordinate.
+#[test]
+fn replicas_with_different_micro_batch_counts_get_their_own_programs() {
+    use sim::workload::compile::{CompileOptions, compile_with};
+    let exp = experiment(
+        "classes",
+        r#"
+[cluster]
+gpus = 32
+[model]
+preset = "gpt3-6.7b"
+[parallel]
+tp = 4
+pp = 2
+micro_batch = 1
+global_batch = 32
+[training]
+memory_check = "off"
+"#,
+    );
+    let mut options = CompileOptions::from_experiment(&exp);
+    assert_eq!(options.replica_micro_batches, vec![8; 4]);
+    options.replica_micro_batches = vec![10, 6, 10, 6];
+    let w = compile_with(&exp.model, &exp.layout, &options, "planned");
+    assert_eq!(w.classes(), 2);
+    assert_eq!(w.programs.len(), 4);
+    assert_eq!(w.tokens, 32 * exp.model.seq_len);
+    for rank in 0..32 {
+        let c = exp.layout.coords(rank);
+        let want = if c.dp % 2 == 0 { 10 } else { 6 };
+        assert_eq!(w.program_of_rank(rank).micro_batches, want);
+        assert_eq!(w.program_of_rank(rank).stage, c.pp);
+    }
+    // Fewer micro-batches, fewer forward passes; the same gradient buckets.
+    let sums = summarize(&w);
+    let fwd = |class: usize| {
+        w.program(class, 0)
+            .ops
+            .iter()
+            .filter(|o| o.label.phase == Phase::Forward && o.stream == Stream::Compute)
+            .count()
+    };
+    assert_eq!(fwd(0) * 6, fwd(1) * 10);
+    assert_eq!(
+        sums[0]
+            .collectives
+            .get(&(CollectiveOp::ReduceScatter, GroupKind::DpCp)),
+        sums[2]
+            .collectives
+            .get(&(CollectiveOp::ReduceScatter, GroupKind::DpCp))
+    );
+    for class in 0..2 {
+        evaluate(&w, class, &layer_flops_cost).expect("no deadlock");
+    }
+}
