@@ -512,7 +512,7 @@ memory_check = "off"
     assert_eq!(w.tokens, 32 * exp.model.seq_len);
     for rank in 0..32 {
         let c = exp.layout.coords(rank);
-        let want = if c.dp % 2 == 0 { 10 } else { 6 };
+        let want = if c.dp.is_multiple_of(2) { 10 } else { 6 };
         assert_eq!(w.program_of_rank(rank).micro_batches, want);
         assert_eq!(w.program_of_rank(rank).stage, c.pp);
     }
