@@ -82,6 +82,29 @@ pub fn stage_layers(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> V
     out
 }
 
+/// Dense and expert parameters of layer `layer` held by one GPU. Norms are replicated across
+/// TP; everything else is split (column/row-parallel linears). Expert weights split over EP and
+/// expert-TP (= TP).
+pub fn layer_params_per_rank(model: &ModelSpec, layout: &ParallelLayout, layer: u64) -> (f64, f64) {
+    let t = f64::from(layout.tp);
+    let norms = 2.0 * model.norm_params() as f64;
+    let dense = (model.layer_dense_params(layer) as f64 - norms) / t + norms;
+    let expert = model.layer_expert_params(layer) as f64 / (f64::from(layout.ep) * t);
+    (dense, expert)
+}
+
+/// Output-layer parameters on one GPU of the last stage (vocab-parallel). With tied embeddings
+/// and PP > 1 the last stage keeps its own copy of the word embeddings (Megatron-LM
+/// `shared_embedding_or_output_weight`).
+pub fn output_params_per_rank(model: &ModelSpec, layout: &ParallelLayout) -> f64 {
+    let output = if model.tied_embeddings && layout.pp > 1 {
+        model.vocab * model.hidden
+    } else {
+        model.output_params()
+    };
+    output as f64 / f64::from(layout.tp)
+}
+
 /// Activation bytes of one layer for one micro-batch on one GPU.
 pub fn layer_activation_bytes(
     model: &ModelSpec,
@@ -155,27 +178,18 @@ fn stage_memory(
     let last = stage + 1 == layout.pp;
     let norm = model.norm_params() as f64;
 
-    // Norms are replicated across TP; everything else is split (column/row-parallel linears,
-    // vocab-parallel embedding). Expert weights split over EP and expert-TP (= TP).
     let mut dense = 0.0;
     let mut expert = 0.0;
     for &l in &layers {
-        dense += (model.layer_dense_params(l) as f64 - 2.0 * norm) / t + 2.0 * norm;
-        expert += model.layer_expert_params(l) as f64 / (f64::from(layout.ep) * t);
+        let (d, e) = layer_params_per_rank(model, layout, l);
+        dense += d;
+        expert += e;
     }
     if first {
         dense += model.embedding_params() as f64 / t;
     }
     if last {
-        dense += norm;
-        // With tied embeddings and PP > 1 the last stage keeps its own copy of the word
-        // embeddings (Megatron-LM `shared_embedding_or_output_weight`).
-        let output = if model.tied_embeddings && layout.pp > 1 {
-            model.vocab * model.hidden
-        } else {
-            model.output_params()
-        };
-        dense += output as f64 / t;
+        dense += norm + output_params_per_rank(model, layout);
     }
 
     let (w, g, o) = bytes_per_param(inputs.precision);

@@ -26,7 +26,7 @@
 use crate::config::ConfigError;
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
-use crate::memory::bytes_per_param;
+use crate::memory::{bytes_per_param, layer_params_per_rank, output_params_per_rank};
 use crate::model::ModelSpec;
 
 use super::layer::{Builder, Dims, LayerEmitter};
@@ -197,27 +197,51 @@ pub fn run_schedule(
     }
 }
 
+/// The pipeline neighbour a step's input comes from (`input`) or its output goes to, with the
+/// lane it travels on; `None` at the ends of the virtual pipeline. Forward activations flow
+/// to the next stage, backward gradients to the previous one.
+fn boundary(pipeline: &PipelinePosition, step: &Step, input: bool) -> Option<(Peer, Stream)> {
+    let v = pipeline.virtual_stage(step.chunk);
+    let to_next = step.forward != input;
+    if to_next {
+        let lane = if input {
+            Stream::RecvNext
+        } else {
+            Stream::SendNext
+        };
+        (v + 1 < pipeline.virtual_stages()).then_some((Peer::PpNext, lane))
+    } else {
+        let lane = if input {
+            Stream::RecvPrev
+        } else {
+            Stream::SendPrev
+        };
+        (v > 0).then_some((Peer::PpPrev, lane))
+    }
+}
+
+/// Issues one pipeline transfer of `step`, labelled as pipeline work.
+fn transfer(
+    b: &mut Builder,
+    pipeline: &PipelinePosition,
+    step: &Step,
+    input: bool,
+    deps: &[u32],
+) -> Option<u32> {
+    let (peer, stream) = boundary(pipeline, step, input)?;
+    let module = b.label.module;
+    b.label.module = Module::Pipeline;
+    let op = b.p2p(!input, peer, pipeline.boundary_bytes, stream, deps);
+    b.label.module = module;
+    Some(op)
+}
+
 fn receive(
     b: &mut Builder,
     pipeline: &PipelinePosition,
     step: &Step,
     blocking: bool,
 ) -> Option<u32> {
-    let v = pipeline.virtual_stage(step.chunk);
-    let (needed, peer, stream) = if step.forward {
-        (v > 0, Peer::PpPrev, Stream::RecvPrev)
-    } else {
-        (
-            v + 1 < pipeline.virtual_stages(),
-            Peer::PpNext,
-            Stream::RecvNext,
-        )
-    };
-    if !needed {
-        return None;
-    }
-    let module = b.label.module;
-    b.label.module = Module::Pipeline;
     // Blocking: posted once the previous kernel is issued; overlapped: posted as early as its
     // lane allows.
     let deps: Vec<u32> = if blocking {
@@ -225,31 +249,12 @@ fn receive(
     } else {
         Vec::new()
     };
-    let r = b.p2p(false, peer, pipeline.boundary_bytes, stream, &deps);
-    b.label.module = module;
-    Some(r)
+    transfer(b, pipeline, step, true, &deps)
 }
 
 fn send(b: &mut Builder, pipeline: &PipelinePosition, step: &Step) -> Option<u32> {
-    let v = pipeline.virtual_stage(step.chunk);
-    let (needed, peer, stream) = if step.forward {
-        (
-            v + 1 < pipeline.virtual_stages(),
-            Peer::PpNext,
-            Stream::SendNext,
-        )
-    } else {
-        (v > 0, Peer::PpPrev, Stream::SendPrev)
-    };
-    if !needed {
-        return None;
-    }
-    let module = b.label.module;
-    b.label.module = Module::Pipeline;
     let deps: Vec<u32> = b.last_compute().into_iter().collect();
-    let s = b.p2p(true, peer, pipeline.boundary_bytes, stream, &deps);
-    b.label.module = module;
-    Some(s)
+    transfer(b, pipeline, step, false, &deps)
 }
 
 /// Parameters whose gradients become ready together, in backward order.
@@ -259,14 +264,20 @@ struct GradUnit {
     expert: u64,
 }
 
+/// Gradient buckets of a chunk: (parameters, index of the bucket's last unit), dense then
+/// expert.
+type Buckets = [Vec<(u64, usize)>; 2];
+
 struct StageCompiler<'a> {
     model: &'a ModelSpec,
     layout: &'a ParallelLayout,
     options: &'a CompileOptions,
-    stage: u32,
-    micro_batches: u32,
+    pipeline: PipelinePosition,
     /// Layers of each chunk on this stage.
     chunk_layers: Vec<Vec<u64>>,
+    /// Gradient units of each chunk, in the order backward completes them.
+    chunk_units: Vec<Vec<GradUnit>>,
+    chunk_buckets: Vec<Buckets>,
 }
 
 impl<'a> StageCompiler<'a> {
@@ -282,30 +293,42 @@ impl<'a> StageCompiler<'a> {
         let chunk_layers = (0..layout.vp as usize)
             .map(|c| layers[c * per_chunk..(c + 1) * per_chunk].to_vec())
             .collect();
-        StageCompiler {
+        let d = &options.dims;
+        let mut compiler = StageCompiler {
             model,
             layout,
             options,
-            stage,
-            micro_batches,
+            pipeline: PipelinePosition {
+                pp: layout.pp,
+                vp: layout.vp,
+                stage,
+                micro_batches,
+                boundary_bytes: d.sp_tokens() * model.hidden * d.act_bytes(),
+            },
             chunk_layers,
-        }
-    }
-
-    fn virtual_stage(&self, chunk: u32) -> u32 {
-        chunk * self.layout.pp + self.stage
-    }
-
-    fn virtual_stages(&self) -> u32 {
-        self.layout.pp * self.layout.vp
+            chunk_units: Vec::new(),
+            chunk_buckets: Vec::new(),
+        };
+        compiler.chunk_units = (0..layout.vp).map(|c| compiler.grad_units(c)).collect();
+        compiler.chunk_buckets = compiler
+            .chunk_units
+            .iter()
+            .map(|units| {
+                [
+                    compiler.buckets(units, false),
+                    compiler.buckets(units, true),
+                ]
+            })
+            .collect();
+        compiler
     }
 
     fn has_embedding(&self, chunk: u32) -> bool {
-        self.virtual_stage(chunk) == 0
+        self.pipeline.virtual_stage(chunk) == 0
     }
 
     fn has_logits(&self, chunk: u32) -> bool {
-        self.virtual_stage(chunk) + 1 == self.virtual_stages()
+        self.pipeline.virtual_stage(chunk) + 1 == self.pipeline.virtual_stages()
     }
 
     fn emitter(&self) -> LayerEmitter<'a> {
@@ -315,42 +338,38 @@ impl<'a> StageCompiler<'a> {
         }
     }
 
-    /// Bytes of the activation (or its gradient) crossing a pipeline boundary, per rank.
-    fn boundary_bytes(&self) -> u64 {
-        let d = &self.options.dims;
-        d.sp_tokens() * self.model.hidden * d.act_bytes()
-    }
-
     fn tp(&self) -> u64 {
         u64::from(self.layout.tp)
     }
 
+    /// Gradients of layer `layer` on this rank.
+    fn layer_unit(&self, layer: u64) -> GradUnit {
+        let (dense, expert) = layer_params_per_rank(self.model, self.layout, layer);
+        GradUnit {
+            dense: dense as u64,
+            expert: expert as u64,
+        }
+    }
+
     /// Gradient units of `chunk` in the order backward completes them.
     fn grad_units(&self, chunk: u32) -> Vec<GradUnit> {
-        let tp = self.tp();
-        let ep = u64::from(self.layout.ep);
         let mut units = Vec::new();
         if self.has_logits(chunk) {
-            let output = if self.model.tied_embeddings && self.layout.pp > 1 {
-                self.model.vocab * self.model.hidden
-            } else {
-                self.model.output_params()
-            };
             units.push(GradUnit {
-                dense: output / tp + self.model.norm_params(),
+                dense: output_params_per_rank(self.model, self.layout) as u64
+                    + self.model.norm_params(),
                 expert: 0,
             });
         }
-        let norms = 2 * self.model.norm_params();
-        for &l in self.chunk_layers[chunk as usize].iter().rev() {
-            units.push(GradUnit {
-                dense: (self.model.layer_dense_params(l) - norms) / tp + norms,
-                expert: self.model.layer_expert_params(l) / (ep * tp),
-            });
-        }
+        units.extend(
+            self.chunk_layers[chunk as usize]
+                .iter()
+                .rev()
+                .map(|&l| self.layer_unit(l)),
+        );
         if self.has_embedding(chunk) {
             units.push(GradUnit {
-                dense: self.model.embedding_params() / tp,
+                dense: self.model.embedding_params() / self.tp(),
                 expert: 0,
             });
         }
@@ -376,7 +395,7 @@ impl<'a> StageCompiler<'a> {
     }
 
     fn compile(&self) -> Program {
-        let mut program = Program::new(self.stage, self.micro_batches);
+        let mut program = Program::new(self.pipeline.stage, self.pipeline.micro_batches);
         let mut b = Builder::new(&mut program);
         let zero = self.options.zero;
         let distributed = zero >= 1;
@@ -392,14 +411,8 @@ impl<'a> StageCompiler<'a> {
             }
         }
 
-        let pipeline = PipelinePosition {
-            pp: self.layout.pp,
-            vp: self.layout.vp,
-            stage: self.stage,
-            micro_batches: self.micro_batches,
-            boundary_bytes: self.boundary_bytes(),
-        };
-        run_schedule(&mut b, &pipeline, &mut |b, step| {
+        let last_micro_batch = self.pipeline.micro_batches - 1;
+        run_schedule(&mut b, &self.pipeline, &mut |b, step| {
             if step.forward {
                 if step.micro_batch == 0 {
                     for &g in &gather_waits[step.chunk as usize] {
@@ -408,7 +421,7 @@ impl<'a> StageCompiler<'a> {
                 }
                 self.forward(b, step.chunk);
             } else {
-                self.backward(b, step.chunk, step.micro_batch + 1 == self.micro_batches);
+                self.backward(b, step.chunk, step.micro_batch == last_micro_batch);
             }
         });
         self.finalize(&mut b);
@@ -442,24 +455,23 @@ impl<'a> StageCompiler<'a> {
 
     fn backward(&self, b: &mut Builder, chunk: u32, last_micro_batch: bool) {
         let e = self.emitter();
-        let units = self.grad_units(chunk);
+        let units = &self.chunk_units[chunk as usize];
         let zero = self.options.zero;
         // Buckets reduce in the last micro-batch (ZeRO-2: every micro-batch) when overlapped.
         let reduce_now =
             self.options.overlap_grad_reduce && zero < 3 && (last_micro_batch || zero == 2);
-        let dense = self.buckets(&units, false);
-        let expert = self.buckets(&units, true);
+        let [dense, expert] = &self.chunk_buckets[chunk as usize];
         let mut unit = 0usize;
         let reduce_done = |b: &mut Builder, unit: usize| {
             if !reduce_now {
                 return;
             }
-            for &(params, last) in &dense {
+            for &(params, last) in dense {
                 if last == unit {
                     self.reduce_bucket(b, params, false);
                 }
             }
-            for &(params, last) in &expert {
+            for &(params, last) in expert {
                 if last == unit {
                     self.reduce_bucket(b, params, true);
                 }
@@ -537,10 +549,7 @@ impl<'a> StageCompiler<'a> {
 
     /// ZeRO-3: gathers one layer's parameters.
     fn layer_gather(&self, b: &mut Builder, layer: u64) -> u32 {
-        let tp = self.tp();
-        let norms = 2 * self.model.norm_params();
-        let dense = (self.model.layer_dense_params(layer) - norms) / tp + norms;
-        let expert = self.model.layer_expert_params(layer) / (u64::from(self.layout.ep) * tp);
+        let GradUnit { dense, expert } = self.layer_unit(layer);
         let label = b.label;
         b.label.module = Module::GradSync;
         b.label.layer = layer as u32;
@@ -561,7 +570,6 @@ impl<'a> StageCompiler<'a> {
 
     /// Distributed optimizer: one parameter all-gather per bucket of `chunk`.
     fn param_gathers(&self, b: &mut Builder, chunk: u32) -> Vec<u32> {
-        let units = self.grad_units(chunk);
         let w = self.weight_bytes();
         let mut out = Vec::new();
         for (expert, group) in [(false, GroupKind::DpCp), (true, GroupKind::ExpertDp)] {
@@ -569,7 +577,8 @@ impl<'a> StageCompiler<'a> {
                 continue;
             }
             // Forward needs the buckets in the reverse of their backward order.
-            for &(params, _) in self.buckets(&units, expert).iter().rev() {
+            let buckets = &self.chunk_buckets[chunk as usize][usize::from(expert)];
+            for &(params, _) in buckets.iter().rev() {
                 let deps: Vec<u32> = b.last_compute().into_iter().collect();
                 out.push(b.collective_after(CollectiveOp::AllGather, group, params * w, &deps));
             }
@@ -582,16 +591,18 @@ impl<'a> StageCompiler<'a> {
     fn finalize(&self, b: &mut Builder) {
         b.label.phase = Phase::Optimizer;
         b.label.module = Module::GradSync;
-        b.label.micro_batch = self.micro_batches.saturating_sub(1);
+        b.label.micro_batch = self.pipeline.micro_batches.saturating_sub(1);
         b.label.layer = NO_LAYER;
         let zero = self.options.zero;
         let mut waits = Vec::new();
         if !self.options.overlap_grad_reduce && zero < 3 {
             for chunk in 0..self.layout.vp {
                 b.label.chunk = chunk as u16;
-                let units = self.grad_units(chunk);
-                for expert in [false, true] {
-                    for (params, _) in self.buckets(&units, expert) {
+                for (expert, buckets) in [false, true]
+                    .into_iter()
+                    .zip(&self.chunk_buckets[chunk as usize])
+                {
+                    for &(params, _) in buckets {
                         waits.extend(self.reduce_bucket(b, params, expert));
                     }
                 }
@@ -622,7 +633,8 @@ impl<'a> StageCompiler<'a> {
             b.compute(self.grad_copy(norms));
             b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, norms * g);
         }
-        let ends = self.stage == 0 || self.stage + 1 == self.layout.pp;
+        let stage = self.pipeline.stage;
+        let ends = stage == 0 || stage + 1 == self.layout.pp;
         if self.model.tied_embeddings && self.layout.pp > 1 && ends {
             let params = self.model.vocab * self.model.hidden / self.tp();
             b.compute(self.grad_copy(params));
@@ -681,7 +693,7 @@ impl<'a> StageCompiler<'a> {
         let mut dense = 0;
         let mut expert = 0;
         for chunk in 0..self.layout.vp {
-            for u in self.grad_units(chunk) {
+            for u in &self.chunk_units[chunk as usize] {
                 dense += u.dense;
                 expert += u.expert;
             }

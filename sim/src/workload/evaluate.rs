@@ -137,8 +137,10 @@ pub fn evaluate(
         }
     }
     for (s, st) in stages.iter().enumerate() {
-        if let Some(stream) = Stream::ALL.iter().find(|&&x| st.head(x).is_some()) {
-            let op = st.head(*stream).unwrap_or(0);
+        if let Some((stream, op)) = Stream::ALL
+            .iter()
+            .find_map(|&x| st.head(x).map(|op| (x, op)))
+        {
             return Err(format!(
                 "stage {s} is stuck at op {op} ({:?}) on stream {}",
                 st.program.ops[op as usize],

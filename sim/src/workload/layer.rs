@@ -910,11 +910,7 @@ impl LayerEmitter<'_> {
         let n = d.tokens() * self.model.vocab / d.tp;
         // fp32 logits: read them, write softmax statistics / gradients.
         let bytes = n * (d.act_bytes() + 4);
-        let k = elementwise(KernelName::CrossEntropy, pass, n, bytes, &d);
-        Kernel {
-            shape: Shape::Elementwise { elements: n },
-            ..k
-        }
+        elementwise(KernelName::CrossEntropy, pass, n, bytes, &d)
     }
 
     pub fn logits_forward(&self, b: &mut Builder) {

@@ -51,8 +51,8 @@ pub fn warmup_steps(pp: u32, vp: u32, stage: u32, micro_batches: u32) -> u32 {
 pub fn stage_steps(pp: u32, vp: u32, stage: u32, micro_batches: u32) -> Vec<Step> {
     let total = micro_batches * vp;
     let warmup = warmup_steps(pp, vp, stage, micro_batches);
-    let fwd = |k: u32| Step {
-        forward: true,
+    let step = |k: u32, forward: bool| Step {
+        forward,
         micro_batch: if vp == 1 {
             k
         } else {
@@ -61,29 +61,16 @@ pub fn stage_steps(pp: u32, vp: u32, stage: u32, micro_batches: u32) -> Vec<Step
         chunk: if vp == 1 {
             0
         } else {
-            chunk_of(k, pp, vp, true)
-        },
-    };
-    let bwd = |k: u32| Step {
-        forward: false,
-        micro_batch: if vp == 1 {
-            k
-        } else {
-            micro_batch_of(k, pp, vp)
-        },
-        chunk: if vp == 1 {
-            0
-        } else {
-            chunk_of(k, pp, vp, false)
+            chunk_of(k, pp, vp, forward)
         },
     };
     let mut steps = Vec::with_capacity(2 * total as usize);
-    steps.extend((0..warmup).map(fwd));
+    steps.extend((0..warmup).map(|k| step(k, true)));
     for k in 0..total - warmup {
-        steps.push(fwd(k + warmup));
-        steps.push(bwd(k));
+        steps.push(step(k + warmup, true));
+        steps.push(step(k, false));
     }
-    steps.extend((total - warmup..total).map(bwd));
+    steps.extend((total - warmup..total).map(|k| step(k, false)));
     steps
 }
 
