@@ -362,6 +362,40 @@ pub enum KernelName {
 }
 
 impl KernelName {
+    pub const ALL: [KernelName; 27] = [
+        KernelName::Embedding,
+        KernelName::InputNorm,
+        KernelName::QkvProj,
+        KernelName::Rope,
+        KernelName::CoreAttention,
+        KernelName::OutProj,
+        KernelName::AttnResidual,
+        KernelName::PreMlpNorm,
+        KernelName::MlpUp,
+        KernelName::MlpActivation,
+        KernelName::MlpDown,
+        KernelName::MlpResidual,
+        KernelName::Router,
+        KernelName::Permute,
+        KernelName::Unpermute,
+        KernelName::ExpertUp,
+        KernelName::ExpertActivation,
+        KernelName::ExpertDown,
+        KernelName::SharedUp,
+        KernelName::SharedActivation,
+        KernelName::SharedDown,
+        KernelName::FinalNorm,
+        KernelName::Logits,
+        KernelName::CrossEntropy,
+        KernelName::GradNorm,
+        KernelName::OptimizerStep,
+        KernelName::Imported,
+    ];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             KernelName::Embedding => "embedding",
@@ -408,6 +442,12 @@ pub enum Pass {
 }
 
 impl Pass {
+    pub const ALL: [Pass; 4] = [Pass::Forward, Pass::Dgrad, Pass::Wgrad, Pass::Backward];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Pass::Forward => "fwd",

@@ -1,0 +1,246 @@
+//! Predictions against the public measurements of `../shared/calibration/` (copied, with
+//! sources, to `sim/tests/calibration/`): the compute-model tests and the fitting example
+//! both go through here, so what is fitted is what is tested.
+
+use crate::config::Precision;
+use crate::gpu::{GpuDatabase, GpuSpec};
+use crate::workload::{Kernel, KernelName, Pass, Shape};
+
+/// One measured case and the model's prediction of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// GPU column of the measurement (e.g. `h100_fp8`).
+    pub column: String,
+    /// The case, e.g. `4096x4096x4096` or `hd128 causal seq 2k`.
+    pub case: String,
+    pub measured: f64,
+    pub predicted: f64,
+}
+
+impl Comparison {
+    /// Signed relative error of the prediction.
+    pub fn error(&self) -> f64 {
+        (self.predicted - self.measured) / self.measured
+    }
+}
+
+/// Strips `#` comment lines.
+fn data_lines(csv: &str) -> impl Iterator<Item = &str> {
+    csv.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
+fn number(field: &str) -> Result<f64, String> {
+    field
+        .parse()
+        .map_err(|_| format!("`{field}` is not a number"))
+}
+
+/// A GPU column of `gemm_tflops.csv`: the GPU and data type it measured.
+fn gemm_column(name: &str) -> Result<(&'static str, Precision), String> {
+    Ok(match name {
+        "a100_fp16_tflops" => ("A100-SXM-80GB", Precision::Fp16),
+        "h100_fp8_tflops" => ("H100-SXM", Precision::Fp8),
+        "h200_fp8_tflops" => ("H200-SXM", Precision::Fp8),
+        other => return Err(format!("unknown GEMM column `{other}`")),
+    })
+}
+
+fn gpu<'a>(db: &'a GpuDatabase, name: &str) -> Result<&'a GpuSpec, String> {
+    db.get(name).ok_or_else(|| format!("GPU {name} missing"))
+}
+
+/// A standalone GEMM kernel as a benchmark runs it (output in 16-bit).
+pub fn gemm_kernel(m: u64, n: u64, k: u64, dtype: Precision) -> Kernel {
+    let e = match dtype {
+        Precision::Fp8 => 1,
+        Precision::Fp32 | Precision::Tf32 => 4,
+        _ => 2,
+    };
+    Kernel {
+        name: KernelName::MlpUp,
+        pass: Pass::Forward,
+        shape: Shape::Gemm { m, n, k, batch: 1 },
+        flops: 2 * m * n * k,
+        bytes: (m * k + k * n) * e + m * n * 2,
+        dtype,
+    }
+}
+
+/// `gemm_tflops.csv`: achieved TFLOP/s per shape and GPU column.
+pub fn compare_gemm(
+    csv: &str,
+    db: &GpuDatabase,
+    seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
+) -> Result<Vec<Comparison>, String> {
+    let mut lines = data_lines(csv);
+    let header: Vec<&str> = lines.next().ok_or("empty GEMM table")?.split(',').collect();
+    let mut out = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let dims: Vec<u64> = f[..3]
+            .iter()
+            .map(|x| x.parse().map_err(|_| format!("bad dimension `{x}`")))
+            .collect::<Result<_, _>>()?;
+        for (col, value) in header.iter().zip(&f).skip(3) {
+            if value.is_empty() {
+                continue;
+            }
+            let (name, dtype) = gemm_column(col)?;
+            let g = gpu(db, name)?;
+            let k = gemm_kernel(dims[0], dims[1], dims[2], dtype);
+            out.push(Comparison {
+                column: col.trim_end_matches("_tflops").to_string(),
+                case: format!("{}x{}x{}", dims[0], dims[1], dims[2]),
+                measured: number(value)?,
+                predicted: k.flops as f64 / seconds(&k, g) / 1e12,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The forward and backward kernels of FlashAttention-2's benchmark: hidden 2048, batch
+/// `16k / seq`, BF16 (`benchmarks/benchmark_flash_attention.py`).
+pub fn flash_benchmark_kernels(seq: u64, head_dim: u64, causal: bool) -> [Kernel; 2] {
+    let heads = 2048 / head_dim;
+    let batch = 16384 / seq;
+    let fwd_flops = 4 * batch * seq * seq * heads * head_dim;
+    let io = batch * seq * 4 * heads * head_dim * 2;
+    let shape = Shape::Attention {
+        batch,
+        heads,
+        kv_heads: heads,
+        seq_q: seq,
+        seq_kv: seq,
+        head_dim,
+        causal,
+        flash: true,
+    };
+    let kernel = |pass, flops, bytes| Kernel {
+        name: KernelName::CoreAttention,
+        pass,
+        shape,
+        flops,
+        bytes,
+        dtype: Precision::Bf16,
+    };
+    [
+        kernel(Pass::Forward, fwd_flops, io),
+        kernel(Pass::Backward, 2 * fwd_flops, 2 * io),
+    ]
+}
+
+/// `flash_attention_tflops.csv`: forward+backward TFLOP/s as the benchmark counts them
+/// (causal halves the work, backward is 2.5× forward): exactly [`super::executed_flops`].
+pub fn compare_flash_attention(
+    csv: &str,
+    db: &GpuDatabase,
+    seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
+) -> Result<Vec<Comparison>, String> {
+    let mut lines = data_lines(csv);
+    let header: Vec<&str> = lines.next().ok_or("empty attention table")?.split(',').collect();
+    let mut out = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let name = match f[0] {
+            "A100" => "A100-SXM-80GB",
+            "H100" => "H100-SXM",
+            other => return Err(format!("unknown GPU `{other}`")),
+        };
+        let g = gpu(db, name)?;
+        let head_dim: u64 = f[1].parse().map_err(|_| "bad head_dim".to_string())?;
+        let causal = f[2] == "true";
+        for (col, value) in header.iter().zip(&f).skip(3) {
+            if value.is_empty() {
+                continue;
+            }
+            let label = col.trim_start_matches("seq_");
+            let seq = match label.strip_suffix('k') {
+                Some(kilo) => kilo.parse::<u64>().map_err(|_| "bad seq")? * 1024,
+                None => label.parse::<u64>().map_err(|_| "bad seq")?,
+            };
+            let kernels = flash_benchmark_kernels(seq, head_dim, causal);
+            let flops: f64 = kernels.iter().map(super::executed_flops).sum();
+            let time: f64 = kernels.iter().map(|k| seconds(k, g)).sum();
+            out.push(Comparison {
+                column: f[0].to_string(),
+                case: format!(
+                    "hd{head_dim} {} seq {label}",
+                    if causal { "causal" } else { "full" }
+                ),
+                measured: number(value)?,
+                predicted: flops / time / 1e12,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Bus bandwidth (bytes/s) of a one-node all-reduce of `bytes`, interpolated log-log in
+/// `nccl_allreduce_1node.csv`'s column `column`.
+pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, String> {
+    let mut lines = data_lines(csv);
+    let header: Vec<&str> = lines.next().ok_or("empty NCCL table")?.split(',').collect();
+    let c = header
+        .iter()
+        .position(|h| *h == column)
+        .ok_or_else(|| format!("no column {column}"))?;
+    let points: Vec<(f64, f64)> = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Ok((number(f[0])?, number(f[c])? * 1e9))
+        })
+        .collect::<Result<_, String>>()?;
+    let (first, last) = (points[0], points[points.len() - 1]);
+    if bytes <= first.0 {
+        return Ok(first.1);
+    }
+    if bytes >= last.0 {
+        return Ok(last.1);
+    }
+    let i = points.iter().position(|p| p.0 >= bytes).unwrap_or(1).max(1);
+    let (a, b) = (points[i - 1], points[i]);
+    let t = (bytes.ln() - a.0.ln()) / (b.0.ln() - a.0.ln());
+    Ok((a.1.ln() + t * (b.1.ln() - a.1.ln())).exp())
+}
+
+/// Forward and backward time (s) of one transformer layer of `workload`'s first stage
+/// (its second layer, micro-batch 0), as the evaluator's critical path over that layer's ops
+/// alone: compute kernels from `kernel_seconds`, collectives from `collective_seconds`.
+pub fn layer_seconds(
+    workload: &crate::workload::Workload,
+    kernel_seconds: &dyn Fn(&Kernel) -> f64,
+    collective_seconds: &dyn Fn(crate::workload::CollectiveOp, u64) -> f64,
+) -> Result<(f64, f64), String> {
+    use crate::workload::{OpKind, Phase, evaluate::evaluate};
+    let program = workload.program(0, 0);
+    let layer = program
+        .ops
+        .iter()
+        .map(|o| o.label.layer)
+        .filter(|&l| l != crate::workload::NO_LAYER)
+        .min()
+        .ok_or("the workload has no transformer layer")?
+        + 1;
+    let time = |phases: &[Phase]| -> Result<f64, String> {
+        let cost = |p: &crate::workload::Program, o: &crate::workload::Op| -> u64 {
+            if o.label.layer != layer || o.label.micro_batch != 0 || !phases.contains(&o.label.phase)
+            {
+                return 0;
+            }
+            let s = match o.kind {
+                OpKind::Compute { kernel } => kernel_seconds(&p.kernels[kernel as usize]),
+                OpKind::Collective { op, bytes, .. } => collective_seconds(op, bytes),
+                _ => 0.0,
+            };
+            (s * 1e12).round() as u64
+        };
+        Ok(evaluate(workload, 0, &cost)?.iteration_ps as f64 * 1e-12)
+    };
+    Ok((
+        time(&[Phase::Forward])?,
+        time(&[Phase::Backward, Phase::Recompute])?,
+    ))
+}

@@ -1,0 +1,210 @@
+//! Calibrated kernel efficiency per GPU architecture family: how far below the roofline real
+//! kernels run, and why.
+//!
+//! One TOML file per family under `configs/compute/` (embedded at build time). The parameters
+//! are fitted to public measurements by `cargo run --release -p sim --example fit_compute`
+//! (see `docs/compute-model.md`); families without a fit use `default.toml`.
+//!
+//! - **GEMM** (cuBLASLt-like): the output is cut into `tm × tn` tiles, one per SM at a time,
+//!   so a GEMM takes `waves = ⌈tiles / SMs⌉` rounds of one tile's time. A tile streams its
+//!   `k` reduction through shared memory; fixed per-tile work (prologue, epilogue, pipeline
+//!   fill) costs the equivalent of `k_overhead` more steps. Small tiles reuse less data per
+//!   load, so their throughput scales with the tile's arithmetic intensity
+//!   `tm·tn/(tm+tn)`. The library picks the fastest tile for the shape, as cuBLAS's
+//!   heuristics do. This gives tile quantisation, wave quantisation (NVIDIA, "Matrix
+//!   Multiplication Background User's Guide", §"Dimension Quantization Effects") and the
+//!   small-dimension penalties in one formula.
+//! - **Fused attention** (FlashAttention-2, Dao 2023): each thread block owns 128 query rows
+//!   and loops over the keys, so a fixed per-block cost gives efficiency
+//!   `seq_kv/(seq_kv + seq_half)`; with a causal mask the diagonal blocks are partly wasted,
+//!   `nb/(nb + causal_blocks)` with `nb = seq_q/128`. Backward runs at `backward_relative` of
+//!   the forward efficiency (FA2 paper §4.1: up to 73% of peak forward, 63% backward on A100).
+//! - **Memory-bound kernels** reach `memory_efficiency` of the datasheet HBM bandwidth (the
+//!   measured STREAM-like bandwidth in `../shared/calibration/gpus.csv`).
+//! - Every kernel pays `launch_us` (launch plus the gap between back-to-back kernels).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigError, Precision, parse_typed};
+use crate::embedded;
+
+/// The efficiency parameters of one architecture family.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchEfficiency {
+    pub architecture: String,
+    /// Fixed cost of every kernel, microseconds.
+    pub launch_us: f64,
+    /// Achievable fraction of the datasheet HBM bandwidth.
+    pub memory_efficiency: f64,
+    pub source: String,
+    pub gemm: GemmEfficiency,
+    pub attention: AttentionEfficiency,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmEfficiency {
+    /// Output tiles (rows × columns) the library may choose from.
+    pub tiles: Vec<[u64; 2]>,
+    /// Fixed per-tile work, in 16-bit reduction steps (elements of `k`); scaled by the
+    /// dtype's peak over the 16-bit peak, since it is a fixed time.
+    pub k_overhead: f64,
+    /// Tile intensity `tm·tn/(tm+tn)` at which data reuse halves a tile's throughput.
+    pub tile_intensity_half: f64,
+    /// Fraction of the dense peak the family's best tile reaches, per data type.
+    pub peak_fraction: PeakFraction,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeakFraction {
+    pub fp32: f64,
+    pub tf32: f64,
+    pub bf16: f64,
+    pub fp16: f64,
+    pub fp8: f64,
+}
+
+impl PeakFraction {
+    pub fn get(&self, dtype: Precision) -> f64 {
+        match dtype {
+            Precision::Fp32 => self.fp32,
+            Precision::Tf32 => self.tf32,
+            Precision::Bf16 => self.bf16,
+            Precision::Fp16 => self.fp16,
+            Precision::Fp8 => self.fp8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionEfficiency {
+    /// Forward efficiency at long sequences, head dimension 64.
+    pub peak_fraction_hd64: f64,
+    /// Forward efficiency at long sequences, head dimension 128.
+    pub peak_fraction_hd128: f64,
+    /// Keys at which the per-block fixed cost halves the efficiency.
+    pub seq_half: f64,
+    /// Extra 128-row blocks' worth of waste from a causal mask.
+    pub causal_blocks: f64,
+    /// Backward efficiency relative to forward.
+    pub backward_relative: f64,
+    pub source: String,
+}
+
+impl AttentionEfficiency {
+    /// Long-sequence forward efficiency at head dimension `hd`: linear in log2(hd) between the
+    /// two fitted points, held constant outside them.
+    pub fn peak_fraction(&self, hd: u64) -> f64 {
+        let x = ((hd.max(1) as f64).log2() - 6.0).clamp(0.0, 1.0);
+        self.peak_fraction_hd64 + x * (self.peak_fraction_hd128 - self.peak_fraction_hd64)
+    }
+}
+
+/// The architecture used when a GPU's family has no file of its own.
+pub const DEFAULT_ARCHITECTURE: &str = "default";
+
+/// All efficiency files of this build, keyed by architecture.
+#[derive(Debug, Clone)]
+pub struct EfficiencyTable {
+    by_architecture: BTreeMap<String, ArchEfficiency>,
+}
+
+impl EfficiencyTable {
+    pub fn embedded() -> Result<Self, ConfigError> {
+        let mut by_architecture = BTreeMap::new();
+        for (stem, text) in embedded::COMPUTE {
+            let file = format!("configs/compute/{stem}.toml");
+            let arch: ArchEfficiency = parse_typed(&file, text)?;
+            validate(&arch, &file)?;
+            by_architecture.insert(arch.architecture.clone(), arch);
+        }
+        if !by_architecture.contains_key(DEFAULT_ARCHITECTURE) {
+            return Err(ConfigError::at_file(
+                "configs/compute/default.toml",
+                "is missing: the compute model needs a default architecture",
+            ));
+        }
+        Ok(Self { by_architecture })
+    }
+
+    /// The parameters for `architecture` and whether they were fitted for it (false: the
+    /// default family's).
+    pub fn for_architecture(&self, architecture: &str) -> (&ArchEfficiency, bool) {
+        match self.by_architecture.get(architecture) {
+            Some(a) => (a, true),
+            None => (&self.by_architecture[DEFAULT_ARCHITECTURE], false),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ArchEfficiency> {
+        self.by_architecture.values()
+    }
+}
+
+fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
+    let fraction = |key: &str, v: f64| {
+        if v.is_finite() && (0.0..=1.0).contains(&v) {
+            Ok(())
+        } else {
+            Err(ConfigError::plain(
+                file,
+                key,
+                format!("must be a fraction in [0, 1], got {v}"),
+            ))
+        }
+    };
+    let non_negative = |key: &str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(())
+        } else {
+            Err(ConfigError::plain(
+                file,
+                key,
+                format!("must be a finite number >= 0, got {v}"),
+            ))
+        }
+    };
+    non_negative("launch_us", a.launch_us)?;
+    fraction("memory_efficiency", a.memory_efficiency)?;
+    let p = &a.gemm.peak_fraction;
+    for (key, v) in [
+        ("gemm.peak_fraction.fp32", p.fp32),
+        ("gemm.peak_fraction.tf32", p.tf32),
+        ("gemm.peak_fraction.bf16", p.bf16),
+        ("gemm.peak_fraction.fp16", p.fp16),
+        ("gemm.peak_fraction.fp8", p.fp8),
+        ("attention.peak_fraction_hd64", a.attention.peak_fraction_hd64),
+        (
+            "attention.peak_fraction_hd128",
+            a.attention.peak_fraction_hd128,
+        ),
+        ("attention.backward_relative", a.attention.backward_relative),
+    ] {
+        fraction(key, v)?;
+    }
+    non_negative("gemm.k_overhead", a.gemm.k_overhead)?;
+    non_negative("gemm.tile_intensity_half", a.gemm.tile_intensity_half)?;
+    non_negative("attention.seq_half", a.attention.seq_half)?;
+    non_negative("attention.causal_blocks", a.attention.causal_blocks)?;
+    if a.memory_efficiency == 0.0 || a.attention.backward_relative == 0.0 {
+        return Err(ConfigError::plain(
+            file,
+            "memory_efficiency",
+            "memory_efficiency and attention.backward_relative must be > 0",
+        ));
+    }
+    if a.gemm.tiles.is_empty() || a.gemm.tiles.iter().any(|t| t[0] == 0 || t[1] == 0) {
+        return Err(ConfigError::plain(
+            file,
+            "gemm.tiles",
+            "must list at least one [rows, columns] tile, both > 0",
+        ));
+    }
+    Ok(())
+}

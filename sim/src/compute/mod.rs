@@ -1,0 +1,413 @@
+//! Kernel durations: a roofline with calibrated efficiency, overridden by measured tables.
+//!
+//! `time = max(flops / (peak(dtype) · e_c(kernel, shape)), bytes / (hbm_bw · e_m)) + launch`
+//! (Williams, Waterman, Patterson, "Roofline", CACM 2009), with `e_c` from the GEMM tile and
+//! attention-block models of [`efficiency`] and `e_m`, `launch` per architecture family.
+//! A measured kernel table ([`table`], the role of SimAI-CP's operation database) replaces
+//! the model for the kernels it lists; a GPU without a table borrows one of its family,
+//! scaled as SimAI-CP-Model does ([`table::KernelTables::lookup`]). Imported SimAI kernels
+//! keep their recorded times. [`interference`] slows compute and communication that overlap.
+
+pub mod calibration;
+pub mod efficiency;
+pub mod interference;
+pub mod table;
+
+use std::fmt;
+
+use crate::config::Precision;
+use crate::gpu::GpuSpec;
+use crate::workload::{Kernel, Pass, Program, Shape};
+
+pub use efficiency::{ArchEfficiency, EfficiencyTable};
+pub use interference::Interference;
+pub use table::{KernelTables, TableError};
+
+/// Rows of query (and key) handled by one fused-attention thread block (FlashAttention-2's
+/// `kBlockM` for the common head dimensions).
+const ATTENTION_BLOCK: u64 = 128;
+
+/// FLOPs the GPU really executes for `kernel`. Kernel FLOPs follow Megatron-LM's accounting;
+/// causal flash attention skips the masked half of the score matrix, and its backward
+/// recomputes the scores (FlashAttention-2, Dao 2023, §3: 5 matmuls in backward vs 2 forward,
+/// i.e. 2.5× instead of the 2× counted). Unfused attention computes the masked half too.
+pub fn executed_flops(kernel: &Kernel) -> f64 {
+    let flops = kernel.flops as f64;
+    match kernel.shape {
+        Shape::Attention {
+            causal: true,
+            flash: true,
+            ..
+        } => {
+            let recompute = if kernel.pass == Pass::Forward {
+                1.0
+            } else {
+                1.25
+            };
+            flops * 0.5 * recompute
+        }
+        _ => flops,
+    }
+}
+
+/// What limits a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bound {
+    /// Tensor-core throughput (with tile, wave and block effects).
+    Compute,
+    /// HBM bandwidth.
+    Memory,
+    /// The fixed launch cost exceeds the work.
+    Launch,
+    /// A recorded duration (an imported SimAI kernel).
+    Recorded,
+}
+
+impl Bound {
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Compute => "compute",
+            Bound::Memory => "memory",
+            Bound::Launch => "launch",
+            Bound::Recorded => "recorded",
+        }
+    }
+}
+
+/// Where a kernel's duration came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimeSource {
+    /// The calibrated roofline of the GPU's architecture family.
+    Model { fitted: bool },
+    /// A measured table row for this GPU.
+    Measured,
+    /// A measured row of another GPU of the same family, scaled by FLOPS or bandwidth.
+    Scaled { from: String },
+    /// The workload file's own duration.
+    Imported,
+}
+
+impl fmt::Display for TimeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeSource::Model { fitted: true } => write!(f, "model"),
+            TimeSource::Model { fitted: false } => write!(f, "model (default family)"),
+            TimeSource::Measured => write!(f, "measured"),
+            TimeSource::Scaled { from } => write!(f, "scaled from {from}"),
+            TimeSource::Imported => write!(f, "imported"),
+        }
+    }
+}
+
+/// A kernel's duration and how it was obtained.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    pub ps: u64,
+    pub bound: Bound,
+    /// Achieved fraction of the bounding resource's peak: executed FLOP/s over the dense
+    /// peak for compute-bound kernels, bytes/s over HBM bandwidth otherwise.
+    pub efficiency: f64,
+    pub source: TimeSource,
+}
+
+impl KernelTime {
+    pub fn seconds(&self) -> f64 {
+        self.ps as f64 * 1e-12
+    }
+}
+
+/// Times kernels on any GPU of the experiment.
+#[derive(Debug, Clone)]
+pub struct ComputeModel {
+    efficiency: EfficiencyTable,
+    tables: KernelTables,
+}
+
+impl ComputeModel {
+    pub fn new(efficiency: EfficiencyTable, tables: KernelTables) -> Self {
+        ComputeModel { efficiency, tables }
+    }
+
+    /// The calibrated model alone, without measured tables.
+    pub fn embedded() -> Result<Self, crate::config::ConfigError> {
+        Ok(Self::new(EfficiencyTable::embedded()?, KernelTables::default()))
+    }
+
+    pub fn tables(&self) -> &KernelTables {
+        &self.tables
+    }
+
+    /// The efficiency parameters used for `gpu` and whether they were fitted to its family.
+    pub fn efficiency_of(&self, gpu: &GpuSpec) -> (&ArchEfficiency, bool) {
+        self.efficiency.for_architecture(&gpu.architecture)
+    }
+
+    /// Duration of `kernel` on `gpu`: a measured (or scaled) table row if there is one, the
+    /// calibrated model otherwise.
+    pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
+        if let Shape::Fixed { ns } = kernel.shape {
+            return KernelTime {
+                ps: ns.saturating_mul(1000),
+                bound: Bound::Recorded,
+                efficiency: 0.0,
+                source: TimeSource::Imported,
+            };
+        }
+        let (eff, fitted) = self.efficiency_of(gpu);
+        let modelled = model_time(kernel, gpu, eff, fitted);
+        match self.tables.lookup(kernel, gpu) {
+            Some((ps, source)) => {
+                let seconds = ps as f64 * 1e-12;
+                let (bound, efficiency) = achieved(kernel, gpu, seconds, modelled.bound);
+                KernelTime {
+                    ps,
+                    bound,
+                    efficiency,
+                    source,
+                }
+            }
+            None => modelled,
+        }
+    }
+
+    /// Durations (ps) of every interned kernel of `program` on `gpu`, indexed like
+    /// `program.kernels`: what an executor looks up per compute op.
+    pub fn program_times(&self, program: &Program, gpu: &GpuSpec) -> Vec<u64> {
+        program
+            .kernels
+            .iter()
+            .map(|k| self.kernel_time(k, gpu).ps)
+            .collect()
+    }
+}
+
+/// Achieved efficiency of a kernel that took `seconds`, against the resource that bounds it.
+fn achieved(kernel: &Kernel, gpu: &GpuSpec, seconds: f64, bound: Bound) -> (Bound, f64) {
+    if seconds <= 0.0 {
+        return (bound, 0.0);
+    }
+    let peak = gpu.peak_flops(kernel.dtype);
+    let flops_eff = if peak > 0.0 {
+        executed_flops(kernel) / seconds / peak
+    } else {
+        0.0
+    };
+    let mem_eff = kernel.bytes as f64 / seconds / hbm_bytes_per_s(gpu);
+    match bound {
+        Bound::Compute => (bound, flops_eff),
+        _ => (bound, mem_eff),
+    }
+}
+
+fn hbm_bytes_per_s(gpu: &GpuSpec) -> f64 {
+    gpu.hbm.bandwidth_tb_s * 1e12
+}
+
+/// The calibrated roofline: duration, bound and achieved efficiency of `kernel` on `gpu`.
+pub fn model_time(kernel: &Kernel, gpu: &GpuSpec, eff: &ArchEfficiency, fitted: bool) -> KernelTime {
+    let launch_s = eff.launch_us * 1e-6;
+    let memory_s = kernel.bytes as f64 / (hbm_bytes_per_s(gpu) * eff.memory_efficiency);
+    let (work_s, bound) = match kernel.shape {
+        Shape::Gemm { m, n, k, batch } => {
+            let compute_s = gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff);
+            if compute_s >= memory_s {
+                (compute_s, Bound::Compute)
+            } else {
+                (memory_s, Bound::Memory)
+            }
+        }
+        Shape::Attention {
+            batch,
+            heads,
+            seq_q,
+            seq_kv,
+            head_dim,
+            causal,
+            flash: true,
+            ..
+        } => {
+            let peak = gpu.peak_flops(kernel.dtype);
+            let a = &eff.attention;
+            let blocks = seq_q.div_ceil(ATTENTION_BLOCK).max(1) as f64;
+            let mut e = a.peak_fraction(head_dim) * seq_kv as f64 / (seq_kv as f64 + a.seq_half);
+            if causal {
+                e *= blocks / (blocks + a.causal_blocks);
+            }
+            if kernel.pass != Pass::Forward {
+                e *= a.backward_relative;
+            }
+            // The grid is batch × heads × query blocks; a partial last wave idles SMs.
+            let grid = batch * heads * seq_q.div_ceil(ATTENTION_BLOCK);
+            e *= wave_utilisation(grid, u64::from(gpu.sms));
+            let compute_s = if peak > 0.0 && e > 0.0 {
+                executed_flops(kernel) / (peak * e)
+            } else {
+                0.0
+            };
+            if compute_s >= memory_s {
+                (compute_s, Bound::Compute)
+            } else {
+                (memory_s, Bound::Memory)
+            }
+        }
+        Shape::Attention {
+            batch,
+            heads,
+            seq_q,
+            seq_kv,
+            head_dim,
+            ..
+        } => {
+            // Unfused (Megatron's pre-flash path): batched GEMMs QKᵀ and AV (four in backward:
+            // dV, dP, dQ, dK) plus softmax / mask / dropout through HBM, one after another.
+            let b = batch * heads;
+            let (dt, hd) = (kernel.dtype, head_dim);
+            let scores = gemm_seconds(seq_q, seq_kv, hd, b, dt, gpu, eff);
+            let mix = gemm_seconds(seq_q, hd, seq_kv, b, dt, gpu, eff);
+            let (gemm_s, kernels) = if kernel.pass == Pass::Forward {
+                (scores + mix, 4.0)
+            } else {
+                (2.0 * (scores + mix), 6.0)
+            };
+            let total = gemm_s + memory_s + (kernels - 1.0) * launch_s;
+            let bound = if gemm_s >= memory_s {
+                Bound::Compute
+            } else {
+                Bound::Memory
+            };
+            (total, bound)
+        }
+        Shape::Elementwise { .. } => {
+            let vector_peak = gpu.peak_flops(Precision::Fp32);
+            let compute_s = if vector_peak > 0.0 {
+                kernel.flops as f64 / vector_peak
+            } else {
+                0.0
+            };
+            if compute_s > memory_s {
+                (compute_s, Bound::Compute)
+            } else {
+                (memory_s, Bound::Memory)
+            }
+        }
+        Shape::Fixed { ns } => (ns as f64 * 1e-9, Bound::Recorded),
+    };
+    let seconds = work_s + launch_s;
+    let bound = if launch_s > work_s && bound != Bound::Recorded {
+        Bound::Launch
+    } else {
+        bound
+    };
+    let (_, efficiency) = achieved(kernel, gpu, seconds, bound);
+    KernelTime {
+        ps: (seconds * 1e12).round() as u64,
+        bound,
+        efficiency,
+        source: TimeSource::Model { fitted },
+    }
+}
+
+/// Fraction of SM slots busy over all waves of a grid of `blocks` blocks.
+fn wave_utilisation(blocks: u64, sms: u64) -> f64 {
+    if blocks == 0 || sms == 0 {
+        return 1.0;
+    }
+    let waves = blocks.div_ceil(sms);
+    blocks as f64 / (waves * sms) as f64
+}
+
+/// Tensor-core time of `batch` GEMMs (m × k)·(k × n): the fastest of the family's tiles,
+/// each taking `⌈tiles / SMs⌉` waves of one tile's time (see [`efficiency`]).
+pub fn gemm_seconds(
+    m: u64,
+    n: u64,
+    k: u64,
+    batch: u64,
+    dtype: Precision,
+    gpu: &GpuSpec,
+    eff: &ArchEfficiency,
+) -> f64 {
+    let g = &eff.gemm;
+    let peak = gpu.peak_flops(dtype) * g.peak_fraction.get(dtype);
+    if peak <= 0.0 || m == 0 || n == 0 || k == 0 || batch == 0 {
+        return 0.0;
+    }
+    let sms = u64::from(gpu.sms);
+    let per_sm = peak / sms as f64;
+    let intensity = |tm: u64, tn: u64| (tm * tn) as f64 / (tm + tn) as f64;
+    let reuse = |i: f64| i / (i + g.tile_intensity_half);
+    // `peak_fraction` is what the family's best tile reaches; smaller tiles relative to it.
+    let best = g
+        .tiles
+        .iter()
+        .map(|&[tm, tn]| reuse(intensity(tm, tn)))
+        .fold(0.0, f64::max);
+    // The per-tile fixed cost is a time; in reduction steps it grows with the dtype's speed.
+    let sixteen_bit = gpu.peak_flops(Precision::Bf16);
+    let k_overhead = if sixteen_bit > 0.0 {
+        g.k_overhead * gpu.peak_flops(dtype) / sixteen_bit
+    } else {
+        g.k_overhead
+    };
+    g.tiles
+        .iter()
+        .map(|&[tm, tn]| {
+            let tiles = m.div_ceil(tm) * n.div_ceil(tn) * batch;
+            let waves = tiles.div_ceil(sms) as f64;
+            let utilisation = reuse(intensity(tm, tn)) / best;
+            let tile_s = 2.0 * (tm * tn) as f64 * (k as f64 + k_overhead) / (per_sm * utilisation);
+            waves * tile_s
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The plain roofline (no efficiency, no launch): the bound no real kernel beats.
+pub fn roofline_ps(kernel: &Kernel, gpu: &GpuSpec) -> u64 {
+    if let Shape::Fixed { ns } = kernel.shape {
+        return ns.saturating_mul(1000);
+    }
+    let peak = gpu.peak_flops(kernel.dtype);
+    let compute_s = if peak > 0.0 {
+        executed_flops(kernel) / peak
+    } else {
+        0.0
+    };
+    let memory_s = kernel.bytes as f64 / hbm_bytes_per_s(gpu);
+    (compute_s.max(memory_s) * 1e12).round() as u64
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Precision;
+    use crate::gpu::GpuDatabase;
+    use crate::workload::KernelName;
+
+    #[test]
+    fn big_gemm_is_compute_bound_and_norm_is_memory_bound() {
+        let db = GpuDatabase::embedded().unwrap();
+        let h100 = db.get("H100-SXM").unwrap();
+        let (m, n, k) = (8192u64, 8192u64, 8192u64);
+        let gemm = Kernel {
+            name: KernelName::MlpUp,
+            pass: Pass::Forward,
+            shape: Shape::Gemm { m, n, k, batch: 1 },
+            flops: 2 * m * n * k,
+            bytes: 3 * m * n * 2,
+            dtype: Precision::Bf16,
+        };
+        let t = roofline_ps(&gemm, h100) as f64 * 1e-12;
+        let want = 2.0 * (m * n * k) as f64 / h100.peak_flops(Precision::Bf16);
+        assert!((t - want).abs() / want < 1e-9);
+        let norm = Kernel {
+            name: KernelName::InputNorm,
+            pass: Pass::Forward,
+            shape: Shape::Elementwise { elements: m * n },
+            flops: 4 * m * n,
+            bytes: 4 * m * n,
+            dtype: Precision::Bf16,
+        };
+        let t = roofline_ps(&norm, h100) as f64 * 1e-12;
+        let want = (4 * m * n) as f64 / (h100.hbm.bandwidth_tb_s * 1e12);
+        assert!((t - want).abs() / want < 1e-6);
+    }
+}

@@ -1,0 +1,413 @@
+//! Measured kernel tables: the role of SimAI-CP's operation database (SimAI, NSDI'25 §4.2).
+//!
+//! A table is a CSV written by `tools/profile_kernels.py` (or by hand), one row per measured
+//! kernel, keyed by GPU, data type, kernel name, pass and shape:
+//!
+//! ```text
+//! gpu,dtype,kernel,pass,shape,flops,bytes,time_us,source
+//! H100-SXM,bf16,mlp_up,fwd,gemm:m=8192;n=28672;k=8192;batch=1,3848290697216,...,5210.4,profile_kernels.py ...
+//! ```
+//!
+//! Shapes are written `gemm:m=;n=;k=;batch=`,
+//! `attention:batch=;heads=;kv_heads=;seq_q=;seq_kv=;head_dim=;causal=;flash=` or
+//! `elementwise:elements=`. Lines starting with `#` are comments. No field may hold a comma
+//! or a quote. `fleetsim workload EXP --export kernels` writes a template in this format with
+//! the model's times, listing exactly the kernels the experiment runs.
+//!
+//! When a GPU has no row for a kernel, a row of another GPU of the same vendor and
+//! architecture family is scaled as SimAI-CP-Model does: by the dense-FLOPS ratio when the
+//! kernel is compute-bound on the measured GPU, by the HBM-bandwidth ratio when it is
+//! memory-bound (arithmetic intensity against the measured GPU's ridge point).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::config::{ConfigError, Origin, Precision};
+use crate::gpu::GpuSpec;
+use crate::workload::{Kernel, KernelName, Pass, Shape};
+
+use super::{TimeSource, executed_flops};
+
+/// The header every table starts with.
+pub const HEADER: &str = "gpu,dtype,kernel,pass,shape,flops,bytes,time_us,source";
+const COLUMNS: [&str; 9] = [
+    "gpu", "dtype", "kernel", "pass", "shape", "flops", "bytes", "time_us", "source",
+];
+
+/// A malformed table (an alias: table errors are configuration errors with file and line).
+pub type TableError = ConfigError;
+
+/// `(gpu, dtype, kernel, pass, shape key)`.
+type RowKey = (String, Precision, KernelName, Pass, String);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    flops: u64,
+    bytes: u64,
+    time_ps: u64,
+}
+
+/// Every measured row of an experiment's tables, with the GPUs they were measured on.
+#[derive(Debug, Clone, Default)]
+pub struct KernelTables {
+    rows: BTreeMap<RowKey, Row>,
+    gpus: BTreeMap<String, GpuSpec>,
+}
+
+/// The canonical text of a shape, as the table's `shape` column writes it.
+pub fn shape_key(shape: &Shape) -> String {
+    match *shape {
+        Shape::Gemm { m, n, k, batch } => format!("gemm:m={m};n={n};k={k};batch={batch}"),
+        Shape::Attention {
+            batch,
+            heads,
+            kv_heads,
+            seq_q,
+            seq_kv,
+            head_dim,
+            causal,
+            flash,
+        } => format!(
+            "attention:batch={batch};heads={heads};kv_heads={kv_heads};seq_q={seq_q};\
+             seq_kv={seq_kv};head_dim={head_dim};causal={causal};flash={flash}"
+        ),
+        Shape::Elementwise { elements } => format!("elementwise:elements={elements}"),
+        Shape::Fixed { ns } => format!("fixed:ns={ns}"),
+    }
+}
+
+/// Parses a `shape` column; the error says what was expected.
+pub fn parse_shape(text: &str) -> Result<Shape, String> {
+    let (kind, fields) = text
+        .split_once(':')
+        .ok_or_else(|| format!("`{text}` is not KIND:FIELDS (gemm, attention, elementwise)"))?;
+    let expected: &[&str] = match kind {
+        "gemm" => &["m", "n", "k", "batch"],
+        "attention" => &[
+            "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash",
+        ],
+        "elementwise" => &["elements"],
+        other => {
+            return Err(format!(
+                "unknown shape kind `{other}` (expected gemm, attention or elementwise)"
+            ));
+        }
+    };
+    let pairs: Vec<(&str, &str)> = fields
+        .split(';')
+        .map(|f| f.split_once('=').unwrap_or((f, "")))
+        .collect();
+    let names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+    if names != expected {
+        return Err(format!(
+            "`{text}`: {kind} shapes are written {kind}:{}",
+            expected
+                .iter()
+                .map(|f| format!("{f}=…"))
+                .collect::<Vec<_>>()
+                .join(";")
+        ));
+    }
+    let num = |i: usize| -> Result<u64, String> {
+        let (name, v) = pairs[i];
+        match v.parse::<u64>() {
+            Ok(x) if x > 0 => Ok(x),
+            _ => Err(format!("`{name}={v}` must be a positive integer")),
+        }
+    };
+    let flag = |i: usize| -> Result<bool, String> {
+        let (name, v) = pairs[i];
+        v.parse::<bool>()
+            .map_err(|_| format!("`{name}={v}` must be true or false"))
+    };
+    Ok(match kind {
+        "gemm" => Shape::Gemm {
+            m: num(0)?,
+            n: num(1)?,
+            k: num(2)?,
+            batch: num(3)?,
+        },
+        "attention" => Shape::Attention {
+            batch: num(0)?,
+            heads: num(1)?,
+            kv_heads: num(2)?,
+            seq_q: num(3)?,
+            seq_kv: num(4)?,
+            head_dim: num(5)?,
+            causal: flag(6)?,
+            flash: flag(7)?,
+        },
+        _ => Shape::Elementwise { elements: num(0)? },
+    })
+}
+
+impl KernelTables {
+    /// Reads tables. `gpu_named` resolves a `gpu` column to a known GPU (the embedded
+    /// database and the experiment's own GPU files).
+    pub fn load(
+        paths: &[(std::path::PathBuf, Origin)],
+        gpu_named: &dyn Fn(&str) -> Option<GpuSpec>,
+    ) -> Result<Self, ConfigError> {
+        let mut tables = KernelTables::default();
+        for (path, written_at) in paths {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new(
+                    written_at.clone(),
+                    "compute.kernel_tables",
+                    format!(
+                        "cannot read kernel table {}: {e} (paths are relative to the experiment file)",
+                        path.display()
+                    ),
+                )
+            })?;
+            tables.add_text(path, &text, gpu_named)?;
+        }
+        Ok(tables)
+    }
+
+    /// Adds the rows of one table's text; `path` names it in errors.
+    pub fn add_text(
+        &mut self,
+        path: &Path,
+        text: &str,
+        gpu_named: &dyn Fn(&str) -> Option<GpuSpec>,
+    ) -> Result<(), ConfigError> {
+        let file = path.display().to_string();
+        let at = |line: usize, column: &str, msg: String| {
+            ConfigError::new(
+                Origin::File {
+                    file: file.clone(),
+                    line: line as u32,
+                },
+                column,
+                msg,
+            )
+        };
+        let mut header_seen = false;
+        for (i, raw) in text.lines().enumerate() {
+            let line = i + 1;
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            if !header_seen {
+                if trimmed != HEADER {
+                    return Err(at(
+                        line,
+                        "",
+                        format!("the header must be `{HEADER}`, got `{trimmed}`"),
+                    ));
+                }
+                header_seen = true;
+                continue;
+            }
+            if trimmed.contains('"') {
+                return Err(at(
+                    line,
+                    "",
+                    "quotes are not allowed: fields never hold commas or quotes".into(),
+                ));
+            }
+            let fields: Vec<&str> = trimmed.split(',').map(str::trim).collect();
+            if fields.len() != COLUMNS.len() {
+                return Err(at(
+                    line,
+                    "",
+                    format!(
+                        "expected {} comma-separated fields ({HEADER}), got {}",
+                        COLUMNS.len(),
+                        fields.len()
+                    ),
+                ));
+            }
+            let gpu = gpu_named(fields[0]).ok_or_else(|| {
+                at(
+                    line,
+                    "gpu",
+                    format!(
+                        "unknown GPU `{}`: use a name from configs/gpus/ or the experiment's GPU file",
+                        fields[0]
+                    ),
+                )
+            })?;
+            let dtype = Precision::from_name(fields[1]).ok_or_else(|| {
+                at(
+                    line,
+                    "dtype",
+                    format!(
+                        "unknown data type `{}` (expected one of {})",
+                        fields[1],
+                        Precision::ALL.map(Precision::name).join(", ")
+                    ),
+                )
+            })?;
+            let kernel = KernelName::from_name(fields[2])
+                .filter(|k| *k != KernelName::Imported)
+                .ok_or_else(|| {
+                    at(
+                        line,
+                        "kernel",
+                        format!(
+                            "unknown kernel `{}` (expected one of {})",
+                            fields[2],
+                            KernelName::ALL[..KernelName::ALL.len() - 1]
+                                .iter()
+                                .map(|k| k.name())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?;
+            let pass = Pass::from_name(fields[3]).ok_or_else(|| {
+                at(
+                    line,
+                    "pass",
+                    format!(
+                        "unknown pass `{}` (expected one of {})",
+                        fields[3],
+                        Pass::ALL.map(Pass::name).join(", ")
+                    ),
+                )
+            })?;
+            let shape = parse_shape(fields[4]).map_err(|m| at(line, "shape", m))?;
+            let count = |col: usize| {
+                fields[col].parse::<u64>().map_err(|_| {
+                    at(
+                        line,
+                        COLUMNS[col],
+                        format!("`{}` must be a non-negative integer", fields[col]),
+                    )
+                })
+            };
+            let (flops, bytes) = (count(5)?, count(6)?);
+            let time_us: f64 = fields[7]
+                .parse()
+                .ok()
+                .filter(|t: &f64| t.is_finite() && *t > 0.0)
+                .ok_or_else(|| {
+                    at(
+                        line,
+                        "time_us",
+                        format!(
+                            "`{}` must be a positive number of microseconds",
+                            fields[7]
+                        ),
+                    )
+                })?;
+            let key = (gpu.name.clone(), dtype, kernel, pass, shape_key(&shape));
+            let row = Row {
+                flops,
+                bytes,
+                time_ps: (time_us * 1e6).round() as u64,
+            };
+            if self.rows.contains_key(&key) {
+                return Err(at(
+                    line,
+                    "",
+                    format!(
+                        "duplicate row for {} {} {} {} {}: keep one measurement per kernel",
+                        key.0,
+                        dtype.name(),
+                        kernel.name(),
+                        pass.name(),
+                        key.4
+                    ),
+                ));
+            }
+            self.rows.insert(key, row);
+            self.gpus.insert(gpu.name.clone(), gpu);
+        }
+        if !header_seen {
+            return Err(ConfigError::at_file(
+                &file,
+                format!("has no header: a kernel table starts with `{HEADER}`"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The measured (or family-scaled) duration of `kernel` on `gpu`, in ps.
+    pub fn lookup(&self, kernel: &Kernel, gpu: &GpuSpec) -> Option<(u64, TimeSource)> {
+        if self.rows.is_empty() {
+            return None;
+        }
+        let shape = shape_key(&kernel.shape);
+        let key = |g: &str| (g.to_string(), kernel.dtype, kernel.name, kernel.pass, shape.clone());
+        if let Some(row) = self.rows.get(&key(&gpu.name)) {
+            return Some((row.time_ps, TimeSource::Measured));
+        }
+        // The first GPU (by name) of the same vendor and family that measured this kernel.
+        let (base, row) = self.gpus.values().find_map(|g| {
+            let same_family = g.vendor == gpu.vendor && g.architecture == gpu.architecture;
+            let row = self.rows.get(&key(&g.name));
+            same_family.then_some(()).and(row).map(|r| (g, r))
+        })?;
+        Some((
+            scale(row, kernel, base, gpu),
+            TimeSource::Scaled {
+                from: base.name.clone(),
+            },
+        ))
+    }
+}
+
+/// SimAI-CP-Model's scaling of a measured kernel to another GPU of its family.
+fn scale(row: &Row, kernel: &Kernel, base: &GpuSpec, target: &GpuSpec) -> u64 {
+    let base_peak = base.peak_flops(kernel.dtype);
+    let target_peak = target.peak_flops(kernel.dtype);
+    let base_bw = base.hbm.bandwidth_tb_s;
+    let flops = executed_flops(&Kernel {
+        flops: row.flops,
+        ..*kernel
+    });
+    let intensity = if row.bytes == 0 {
+        f64::INFINITY
+    } else {
+        flops / row.bytes as f64
+    };
+    let ridge = base_peak / (base_bw * 1e12);
+    let ratio = if intensity >= ridge && target_peak > 0.0 {
+        base_peak / target_peak
+    } else {
+        base_bw / target.hbm.bandwidth_tb_s
+    };
+    (row.time_ps as f64 * ratio).round() as u64
+}
+
+/// Writes a table (`fleetsim workload --export kernels`): one row per
+/// `(gpu, kernel, time_us, source)`; kernels repeated on a GPU are written once.
+pub fn write_table<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Kernel, f64, String)>) -> String {
+    let mut out = String::new();
+    out.push_str(HEADER);
+    out.push('\n');
+    let mut seen = std::collections::BTreeSet::new();
+    for (gpu, k, time_us, source) in rows {
+        if matches!(k.shape, Shape::Fixed { .. }) {
+            continue;
+        }
+        let shape = shape_key(&k.shape);
+        if !seen.insert((gpu.to_string(), k.dtype, k.name, k.pass, shape.clone())) {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "{gpu},{},{},{},{shape},{},{},{time_us:.3},{}",
+            k.dtype.name(),
+            k.name.name(),
+            k.pass.name(),
+            k.flops,
+            k.bytes,
+            source.replace([',', '"'], " ")
+        );
+    }
+    out
+}
