@@ -7,7 +7,9 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use coordinator::check::CheckReport;
+use coordinator::kernel_report;
 use coordinator::workload_report::WorkloadReport;
+use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 
 #[derive(Parser, Debug)]
@@ -30,6 +32,12 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also list per stage the kernels taking the most time: bound, efficiency, source.
+        #[arg(long)]
+        kernels: bool,
+        /// How many kernels per stage `--kernels` lists.
+        #[arg(long, default_value_t = 10, requires = "kernels")]
+        top: usize,
         /// Override a key of the experiment file, e.g. --set parallel.tp=4.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
@@ -42,7 +50,8 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
-        /// Export format (simai: SimAI's workload text file).
+        /// Export format (simai: SimAI's workload text file; kernels: the measured-kernel
+        /// table template, every distinct kernel with the model's time).
         #[arg(long, value_enum, requires = "output")]
         export: Option<ExportFormat>,
         /// File the export is written to.
@@ -60,6 +69,7 @@ enum Command {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum ExportFormat {
     Simai,
+    Kernels,
 }
 
 fn main() -> ExitCode {
@@ -79,6 +89,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check {
             experiment,
             json,
+            kernels,
+            top,
             sets,
         } => {
             let exp = Experiment::load(&experiment, &sets)?;
@@ -86,6 +98,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let topology = exp.build_topology()?;
             let build_s = started.elapsed().as_secs_f64();
             let workload = sim::workload::load_or_compile(&exp, None)?;
+            // Validates `[compute]` and any measured kernel tables even without --kernels.
+            let model = ComputeModel::from_experiment(&exp)?;
             let summaries = sim::workload::summary::summarize(&workload);
             let report = CheckReport {
                 experiment: &exp,
@@ -93,7 +107,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 build_s,
                 workload: &summaries,
             };
-            print_report(json, || report.to_json(), || report.to_text())
+            if !kernels {
+                return print_report(json, || report.to_json(), || report.to_text());
+            }
+            let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
+            let stages = kernel_report::stage_kernels(&workload, &model, &gpu_of_stage);
+            print_report(
+                json,
+                || {
+                    let mut v = report.to_json();
+                    v["kernels"] = kernel_report::to_json(&stages, top);
+                    v
+                },
+                || report.to_text() + &kernel_report::to_text(&stages, top),
+            )
         }
         Command::Workload {
             experiment,
@@ -118,15 +145,25 @@ fn workload_command(
     let started = Instant::now();
     let workload = sim::workload::load_or_compile(&exp, workload_file.as_deref())?;
     let compile_s = started.elapsed().as_secs_f64();
-    if let (Some(ExportFormat::Simai), Some(path)) = (export, output) {
-        let text = sim::workload::simai_convert::export(&workload, &exp);
+    let model = ComputeModel::from_experiment(&exp)?;
+    let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
+    if let (Some(format), Some(path)) = (export, output) {
+        let (text, what) = match format {
+            ExportFormat::Simai => (
+                sim::workload::simai_convert::export(&workload, &exp, &model),
+                "the SimAI workload",
+            ),
+            ExportFormat::Kernels => {
+                let stages = kernel_report::stage_kernels(&workload, &model, &gpu_of_stage);
+                (kernel_report::kernel_table(&stages), "the kernel table")
+            }
+        };
         std::fs::write(&path, text)
-            .with_context(|| format!("writing the SimAI workload to {}", path.display()))?;
+            .with_context(|| format!("writing {what} to {}", path.display()))?;
         eprintln!("wrote {}", path.display());
         return Ok(());
     }
-    let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
-    let report = WorkloadReport::new(exp.name(), workload, &gpu_of_stage, compile_s);
+    let report = WorkloadReport::new(exp.name(), workload, &gpu_of_stage, &model, compile_s);
     print_report(json, || report.to_json(), || report.to_text())
 }
 

@@ -4,4 +4,5 @@
 //! interface only. Today it hosts the experiment checks behind `fleetsim check`.
 
 pub mod check;
+pub mod kernel_report;
 pub mod workload_report;

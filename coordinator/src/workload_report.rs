@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use sim::compute::roofline_ps;
+use sim::compute::ComputeModel;
 use sim::gpu::GpuSpec;
 use sim::workload::evaluate::{PipelineTiming, evaluate};
 use sim::workload::schedule::bubble_fraction;
@@ -17,7 +17,7 @@ pub struct WorkloadReport {
     pub name: String,
     pub workload: Workload,
     pub stages: Vec<StageSummary>,
-    /// The schedule timed with roofline kernels and free communication (class 0).
+    /// The schedule timed with the compute model's kernels and free communication (class 0).
     pub timing: Result<PipelineTiming, String>,
     pub compile_s: f64,
 }
@@ -28,14 +28,16 @@ impl WorkloadReport {
         name: &str,
         workload: Workload,
         gpu_of_stage: &dyn Fn(u32) -> GpuSpec,
+        model: &ComputeModel,
         compile_s: f64,
     ) -> Self {
         let stages = summarize(&workload);
-        let gpus: Vec<GpuSpec> = (0..workload.layout.pp).map(gpu_of_stage).collect();
+        // Kernel times per program of class 0, looked up by interned kernel index.
+        let times: Vec<Vec<u64>> = (0..workload.layout.pp)
+            .map(|s| model.program_times(workload.program(0, s), &gpu_of_stage(s)))
+            .collect();
         let timing = evaluate(&workload, 0, &|p, op| match op.kind {
-            OpKind::Compute { kernel } => {
-                roofline_ps(&p.kernels[kernel as usize], &gpus[p.stage as usize])
-            }
+            OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
             _ => 0,
         });
         WorkloadReport {

@@ -15,8 +15,8 @@ pub mod table;
 
 use std::fmt;
 
-use crate::config::Precision;
-use crate::gpu::GpuSpec;
+use crate::config::{ConfigError, Precision};
+use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::workload::{Kernel, Pass, Program, Shape};
 
 pub use efficiency::{ArchEfficiency, EfficiencyTable};
@@ -128,8 +128,43 @@ impl ComputeModel {
         ComputeModel { efficiency, tables }
     }
 
+    /// The model for an experiment: the embedded efficiency files, the experiment's
+    /// `compute.kernel_tables` (GPU names resolved against the embedded database and the
+    /// experiment's own GPU files), and a check of the interference factors.
+    pub fn from_experiment(exp: &crate::experiment::Experiment) -> Result<Self, ConfigError> {
+        let loaded = &exp.loaded;
+        let c = &loaded.config.compute;
+        for (key, value, max) in [
+            ("compute.comm_sm_share", c.comm_sm_share, 0.95),
+            ("compute.comm_slowdown", c.comm_slowdown, 10.0),
+        ] {
+            if !value.is_finite() || !(0.0..=max).contains(&value) {
+                return Err(loaded.error(
+                    key,
+                    format!("must be a number in [0, {max}], got {value} (0 turns interference off)"),
+                ));
+            }
+        }
+        let key = "compute.kernel_tables";
+        let paths: Vec<_> = c
+            .kernel_tables
+            .iter()
+            .map(|written| (loaded.resolve_path(key, written), loaded.origin(key)))
+            .collect();
+        let db = GpuDatabase::embedded()?;
+        let named = |name: &str| {
+            exp.gpu_types
+                .iter()
+                .find(|g| g.name.eq_ignore_ascii_case(name))
+                .or_else(|| db.get(name))
+                .cloned()
+        };
+        let tables = KernelTables::load(&paths, &named)?;
+        Ok(Self::new(EfficiencyTable::embedded()?, tables))
+    }
+
     /// The calibrated model alone, without measured tables.
-    pub fn embedded() -> Result<Self, crate::config::ConfigError> {
+    pub fn embedded() -> Result<Self, ConfigError> {
         Ok(Self::new(EfficiencyTable::embedded()?, KernelTables::default()))
     }
 

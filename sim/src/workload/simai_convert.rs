@@ -17,7 +17,7 @@
 //! Export writes the program of the first stage in the same layout, so the import of an export
 //! gives back the same lines; compiled kernels are timed with the roofline.
 
-use crate::compute::roofline_ps;
+use crate::compute::ComputeModel;
 use crate::config::{ConfigError, Origin, Precision};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout, parse_order};
@@ -466,9 +466,10 @@ pub fn to_simai(w: &Workload, kernel_ns: &dyn Fn(&Kernel) -> u64) -> SimaiFile {
     }
 }
 
-/// `fleetsim workload --export simai`: the text of the first stage's SimAI file.
-pub fn export(w: &Workload, exp: &Experiment) -> String {
+/// `fleetsim workload --export simai`: the text of the first stage's SimAI file, kernel times
+/// from the compute model (measured tables first).
+pub fn export(w: &Workload, exp: &Experiment, model: &ComputeModel) -> String {
     let gpu = exp.gpu_of_stage(0);
-    let ns = |k: &Kernel| roofline_ps(k, gpu).div_ceil(1000);
+    let ns = |k: &Kernel| model.kernel_time(k, gpu).ps.div_ceil(1000);
     super::simai::write(&to_simai(w, &ns))
 }

@@ -1,0 +1,185 @@
+//! `fleetsim check --kernels`: per pipeline stage, the kernels that take the most time, what
+//! bounds them, how efficiently they run and where their duration came from.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use sim::compute::{ComputeModel, KernelTime, table::shape_key};
+use sim::gpu::GpuSpec;
+use sim::workload::{Kernel, OpKind, Workload};
+
+/// One kernel of a stage: how often it runs per iteration and its duration.
+#[derive(Debug, Clone)]
+pub struct KernelRow {
+    pub kernel: Kernel,
+    pub count: u64,
+    pub time: KernelTime,
+}
+
+impl KernelRow {
+    pub fn total_ps(&self) -> u64 {
+        self.count * self.time.ps
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StageKernels {
+    pub stage: u32,
+    pub class: usize,
+    pub gpu: String,
+    /// Every distinct kernel, longest total time first.
+    pub rows: Vec<KernelRow>,
+    /// Sum over all compute ops of the stage, ps.
+    pub compute_ps: u64,
+}
+
+impl StageKernels {
+    /// How many distinct kernels took each path (model, measured, scaled, imported).
+    pub fn sources(&self) -> BTreeMap<String, usize> {
+        let mut by = BTreeMap::new();
+        for r in &self.rows {
+            *by.entry(r.time.source.to_string()).or_insert(0) += 1;
+        }
+        by
+    }
+}
+
+/// The kernels of every program of a workload, timed by `model`.
+pub fn stage_kernels(
+    workload: &Workload,
+    model: &ComputeModel,
+    gpu_of_stage: &dyn Fn(u32) -> GpuSpec,
+) -> Vec<StageKernels> {
+    let pp = workload.layout.pp as usize;
+    workload
+        .programs
+        .iter()
+        .enumerate()
+        .map(|(i, program)| {
+            let gpu = gpu_of_stage(program.stage);
+            let mut counts = vec![0u64; program.kernels.len()];
+            for op in &program.ops {
+                if let OpKind::Compute { kernel } = op.kind {
+                    counts[kernel as usize] += 1;
+                }
+            }
+            let mut rows: Vec<KernelRow> = program
+                .kernels
+                .iter()
+                .zip(counts)
+                .filter(|(_, c)| *c > 0)
+                .map(|(k, count)| KernelRow {
+                    kernel: *k,
+                    count,
+                    time: model.kernel_time(k, &gpu),
+                })
+                .collect();
+            rows.sort_by(|a, b| {
+                b.total_ps()
+                    .cmp(&a.total_ps())
+                    .then_with(|| a.kernel.name.cmp(&b.kernel.name))
+                    .then_with(|| a.kernel.pass.cmp(&b.kernel.pass))
+            });
+            let compute_ps = rows.iter().map(KernelRow::total_ps).sum();
+            StageKernels {
+                stage: program.stage,
+                class: i / pp,
+                gpu: gpu.name.clone(),
+                rows,
+                compute_ps,
+            }
+        })
+        .collect()
+}
+
+/// The top-`top` kernels of each stage as a table.
+pub fn to_text(stages: &[StageKernels], top: usize) -> String {
+    let mut s = String::new();
+    for st in stages {
+        let sources: Vec<String> = st
+            .sources()
+            .into_iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nkernels of stage {} (class {}, {}): {:.3} ms of compute per iteration; kernel times: {}",
+            st.stage,
+            st.class,
+            st.gpu,
+            st.compute_ps as f64 * 1e-9,
+            sources.join(", ")
+        );
+        let _ = writeln!(
+            s,
+            "  {:<24} {:<5} {:>6} {:>10} {:>10} {:>6}  {:<8} {:>6}  {:<20} shape",
+            "kernel", "pass", "count", "each_us", "total_ms", "share", "bound", "eff", "source"
+        );
+        for r in st.rows.iter().take(top) {
+            let share = if st.compute_ps > 0 {
+                100.0 * r.total_ps() as f64 / st.compute_ps as f64
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                s,
+                "  {:<24} {:<5} {:>6} {:>10.2} {:>10.3} {:>5.1}%  {:<8} {:>5.1}%  {:<20} {}",
+                r.kernel.name.name(),
+                r.kernel.pass.name(),
+                r.count,
+                r.time.ps as f64 * 1e-6,
+                r.total_ps() as f64 * 1e-9,
+                share,
+                r.time.bound.name(),
+                100.0 * r.time.efficiency,
+                r.time.source.to_string(),
+                shape_key(&r.kernel.shape)
+            );
+        }
+    }
+    s
+}
+
+pub fn to_json(stages: &[StageKernels], top: usize) -> Value {
+    json!(
+        stages
+            .iter()
+            .map(|st| json!({
+                "stage": st.stage,
+                "class": st.class,
+                "gpu": st.gpu,
+                "compute_s": st.compute_ps as f64 * 1e-12,
+                "sources": st.sources(),
+                "top": st.rows.iter().take(top).map(|r| json!({
+                    "kernel": r.kernel.name.name(),
+                    "pass": r.kernel.pass.name(),
+                    "dtype": r.kernel.dtype.name(),
+                    "shape": shape_key(&r.kernel.shape),
+                    "count": r.count,
+                    "time_s": r.time.seconds(),
+                    "total_s": r.total_ps() as f64 * 1e-12,
+                    "bound": r.time.bound.name(),
+                    "efficiency": r.time.efficiency,
+                    "source": r.time.source.to_string(),
+                })).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// `fleetsim workload --export kernels`: every distinct kernel of every stage, on the stage's
+/// GPU, in the measured-table format with the model's times: the template
+/// `tools/profile_kernels.py` measures.
+pub fn kernel_table(stages: &[StageKernels]) -> String {
+    sim::compute::table::write_table(stages.iter().flat_map(|st| {
+        st.rows.iter().map(move |r| {
+            (
+                st.gpu.as_str(),
+                &r.kernel,
+                r.time.ps as f64 * 1e-6,
+                r.time.source.to_string(),
+            )
+        })
+    }))
+}
