@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use sim::compute::calibration::{
     Comparison, compare_flash_attention, compare_gemm, layer_seconds, nccl_busbw,
 };
-use sim::compute::ComputeModel;
+use sim::compute::{ComputeModel, Interference};
 use sim::experiment::Experiment;
 use sim::gpu::GpuDatabase;
 use sim::workload::{CollectiveOp, compile};
@@ -115,9 +115,14 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
             };
             b * factor / nccl_busbw(&nccl, "a100_8gpu_busbw_gbs", b).expect("busbw")
         };
-        let (fwd, bwd) =
-            layer_seconds(&workload, &|k| m.kernel_time(k, &gpu).seconds(), &collective)
-                .expect("layer times");
+        let interference = Interference::from_config(&exp.loaded.config.compute);
+        let (fwd, bwd) = layer_seconds(
+            &workload,
+            &|k| m.kernel_time(k, &gpu).seconds(),
+            &collective,
+            &interference,
+        )
+        .expect("layer times");
         let want: Vec<f64> = f[1..4].iter().map(|x| x.parse::<f64>().expect("ms") * 1e-3).collect();
         let got = [fwd, bwd, fwd + bwd];
         for ((name, g), w) in ["forward", "backward", "total"].iter().zip(got).zip(&want) {

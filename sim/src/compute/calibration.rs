@@ -208,13 +208,15 @@ pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, String> {
 
 /// Forward and backward time (s) of one transformer layer of `workload`'s first stage
 /// (its second layer, micro-batch 0), as the evaluator's critical path over that layer's ops
-/// alone: compute kernels from `kernel_seconds`, collectives from `collective_seconds`.
+/// alone: compute kernels from `kernel_seconds`, collectives from `collective_seconds`, and
+/// compute–communication `interference` where they overlap.
 pub fn layer_seconds(
     workload: &crate::workload::Workload,
     kernel_seconds: &dyn Fn(&Kernel) -> f64,
     collective_seconds: &dyn Fn(crate::workload::CollectiveOp, u64) -> f64,
+    interference: &super::Interference,
 ) -> Result<(f64, f64), String> {
-    use crate::workload::{OpKind, Phase, evaluate::evaluate};
+    use crate::workload::{OpKind, Phase, evaluate::evaluate_with_interference};
     let program = workload.program(0, 0);
     let layer = program
         .ops
@@ -237,7 +239,7 @@ pub fn layer_seconds(
             };
             (s * 1e12).round() as u64
         };
-        Ok(evaluate(workload, 0, &cost)?.iteration_ps as f64 * 1e-12)
+        Ok(evaluate_with_interference(workload, 0, &cost, interference)?.iteration_ps as f64 * 1e-12)
     };
     Ok((
         time(&[Phase::Forward])?,

@@ -27,26 +27,34 @@ pub use table::{KernelTables, TableError};
 /// `kBlockM` for the common head dimensions).
 const ATTENTION_BLOCK: u64 = 128;
 
-/// FLOPs the GPU really executes for `kernel`. Kernel FLOPs follow Megatron-LM's accounting;
-/// causal flash attention skips the masked half of the score matrix, and its backward
-/// recomputes the scores (FlashAttention-2, Dao 2023, §3: 5 matmuls in backward vs 2 forward,
-/// i.e. 2.5× instead of the 2× counted). Unfused attention computes the masked half too.
+/// FLOPs the GPU really executes for `kernel`. Kernel FLOPs follow Megatron-LM's accounting
+/// (attention over the full `s × s` matrix); attention's executed work comes from its shape
+/// instead: 4·batch·heads·seq_q·seq_kv·head_dim forward, halved by a causal mask in a flash
+/// kernel (unfused attention computes the masked half too), and 2.5× forward in flash
+/// backward, which recomputes the scores (FlashAttention-2, Dao 2023, §3: 5 matmuls in
+/// backward vs 2 forward), 2× in unfused backward.
 pub fn executed_flops(kernel: &Kernel) -> f64 {
-    let flops = kernel.flops as f64;
     match kernel.shape {
         Shape::Attention {
-            causal: true,
-            flash: true,
+            batch,
+            heads,
+            seq_q,
+            seq_kv,
+            head_dim,
+            causal,
+            flash,
             ..
         } => {
-            let recompute = if kernel.pass == Pass::Forward {
-                1.0
-            } else {
-                1.25
+            let forward = 4.0 * (batch * heads * seq_q * seq_kv * head_dim) as f64;
+            let masked = if causal && flash { 0.5 } else { 1.0 };
+            let pass = match (kernel.pass, flash) {
+                (Pass::Forward, _) => 1.0,
+                (_, true) => 2.5,
+                (_, false) => 2.0,
             };
-            flops * 0.5 * recompute
+            forward * masked * pass
         }
-        _ => flops,
+        _ => kernel.flops as f64,
     }
 }
 

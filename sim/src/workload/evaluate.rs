@@ -8,6 +8,7 @@
 //! deadlocks: every op must complete. The engine (with a network) is separate.
 
 use super::{GroupKind, Op, OpKind, Peer, Program, Stream, Workload};
+use crate::compute::Interference;
 
 /// Result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +117,85 @@ pub fn evaluate(
     class: usize,
     cost: &dyn Fn(&Program, &Op) -> u64,
 ) -> Result<PipelineTiming, String> {
+    run(workload, class, &|p, i| cost(p, &p.ops[i as usize])).map(|(timing, _)| timing)
+}
+
+/// Op duration by op index: what the evaluation itself uses.
+type IndexCost<'a> = dyn Fn(&Program, u32) -> u64 + 'a;
+
+/// [`evaluate`] with compute–communication interference: a first pass finds, on every
+/// stage, how long each compute op ran beside communication ops (collectives, sends and
+/// receives: all NCCL kernels) and vice versa; the second pass stretches each op by
+/// [`Interference`]'s delay for that overlap. One pass of the fixed point, deterministic;
+/// the engine applies the rates exactly as kernels start and stop.
+pub fn evaluate_with_interference(
+    workload: &Workload,
+    class: usize,
+    cost: &dyn Fn(&Program, &Op) -> u64,
+    interference: &Interference,
+) -> Result<PipelineTiming, String> {
+    let (_, finish) = run(workload, class, &|p, i| cost(p, &p.ops[i as usize]))?;
+    let delays: Vec<Vec<u64>> = finish
+        .iter()
+        .enumerate()
+        .map(|(s, fin)| {
+            let program = workload.program(class, s as u32);
+            let interval = |i: usize| {
+                let end = fin[i].unwrap_or(0);
+                (end - cost(program, &program.ops[i]).min(end), end)
+            };
+            let is_compute = |i: usize| matches!(program.ops[i].kind, OpKind::Compute { .. });
+            let union = |compute: bool| {
+                merged((0..program.ops.len()).filter(|&i| is_compute(i) == compute).map(interval))
+            };
+            let (compute, comm) = (union(true), union(false));
+            (0..program.ops.len())
+                .map(|i| {
+                    let (a, b) = interval(i);
+                    if is_compute(i) {
+                        interference.compute_delay(overlap(&comm, a, b))
+                    } else {
+                        interference.comm_delay(overlap(&compute, a, b))
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let stretched =
+        |p: &Program, i: u32| cost(p, &p.ops[i as usize]) + delays[p.stage as usize][i as usize];
+    run(workload, class, &stretched).map(|(timing, _)| timing)
+}
+
+/// Sorted, disjoint union of intervals.
+fn merged(intervals: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = intervals.filter(|(a, b)| b > a).collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Length of `[a, b)` covered by the disjoint sorted `union`.
+fn overlap(union: &[(u64, u64)], a: u64, b: u64) -> u64 {
+    let first = union.partition_point(|&(_, end)| end <= a);
+    union[first..]
+        .iter()
+        .take_while(|&&(start, _)| start < b)
+        .map(|&(start, end)| end.min(b).saturating_sub(start.max(a)))
+        .sum()
+}
+
+/// The evaluation itself: the timing and every op's finish time per stage.
+fn run(
+    workload: &Workload,
+    class: usize,
+    cost: &IndexCost,
+) -> Result<(PipelineTiming, Vec<Vec<Option<u64>>>), String> {
     let pp = workload.layout.pp;
     let mut stages: Vec<StageState> = (0..pp)
         .map(|s| StageState::new(workload.program(class, s)))
@@ -158,16 +238,18 @@ pub fn evaluate(
             st.program
                 .ops
                 .iter()
-                .filter(|o| o.stream == Stream::Compute)
-                .map(|o| cost(st.program, o))
+                .enumerate()
+                .filter(|(_, o)| o.stream == Stream::Compute)
+                .map(|(i, _)| cost(st.program, i as u32))
                 .sum()
         })
         .collect();
-    Ok(PipelineTiming {
+    let timing = PipelineTiming {
         iteration_ps: finish_ps.iter().copied().max().unwrap_or(0),
         compute_ps,
         finish_ps,
-    })
+    };
+    Ok((timing, stages.into_iter().map(|st| st.finish).collect()))
 }
 
 /// Tries to complete `op`, the head of its stream on stage `s`.
@@ -176,13 +258,13 @@ fn resolve(
     s: usize,
     op: u32,
     pp: u32,
-    cost: &dyn Fn(&Program, &Op) -> u64,
+    cost: &IndexCost,
 ) -> bool {
     let Some(ready) = stages[s].ready(op) else {
         return false;
     };
     let o = stages[s].program.ops[op as usize];
-    let duration = cost(stages[s].program, &o);
+    let duration = cost(stages[s].program, op);
     match o.kind {
         OpKind::Compute { .. } => {
             stages[s].complete(op, ready + duration);
@@ -255,10 +337,7 @@ fn resolve(
             let d = if send {
                 duration
             } else {
-                cost(
-                    stages[other].program,
-                    &stages[other].program.ops[h as usize],
-                )
+                cost(stages[other].program, h)
             };
             stages[s].complete(op, start + d);
             stages[other].complete(h, start + d);

@@ -534,8 +534,12 @@ impl LayerEmitter<'_> {
             } else {
                 None
             };
-            // Load-balanced split: the diagonal step is causal, every step does 1/cp of the work.
-            b.compute(self.attention_kernel(pass, block, step == 0, cp));
+            // Load-balanced split (each rank holds chunks i and 2cp−1−i): the diagonal step is
+            // causal over the whole block; every other step attends the block's queries to
+            // half of the arriving keys (or half the queries to all of them), so it does the
+            // same work as the diagonal one: 1/cp of the rank's share.
+            let seq_kv = if step == 0 { block } else { block / 2 };
+            b.compute(self.attention_kernel(pass, seq_kv, step == 0, cp));
             if let Some((send, recv)) = transfer {
                 b.wait(send);
                 b.wait(recv);
