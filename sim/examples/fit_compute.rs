@@ -25,7 +25,9 @@ fn score(cases: &[Comparison]) -> f64 {
 }
 
 fn print(title: &str, cases: &[Comparison]) {
-    println!("\n{title}\n| column | case | measured | predicted | error |\n|---|---|---:|---:|---:|");
+    println!(
+        "\n{title}\n| column | case | measured | predicted | error |\n|---|---|---:|---:|---:|"
+    );
     for c in cases {
         println!(
             "| {} | {} | {:.1} | {:.1} | {:+.1}% |",
@@ -47,7 +49,12 @@ fn main() {
     let table = EfficiencyTable::embedded().expect("efficiency files");
     for (arch, dtype, columns, fa_column) in [
         ("ampere", Precision::Fp16, vec!["a100_fp16"], "A100"),
-        ("hopper", Precision::Fp8, vec!["h100_fp8", "h200_fp8"], "H100"),
+        (
+            "hopper",
+            Precision::Fp8,
+            vec!["h100_fp8", "h200_fp8"],
+            "H100",
+        ),
     ] {
         let (base, _) = table.for_architecture(arch);
         let gemm_cases = |e: &ArchEfficiency| -> Vec<Comparison> {
@@ -99,11 +106,17 @@ fn main() {
         };
         let g = db.get(gpu).expect("GPU");
         let kernel = calibration::gemm_kernel(m, n, k, Precision::Bf16);
-        let at = |e: &ArchEfficiency| kernel.flops as f64 / (model_time(&kernel, g, e, true).ps as f64 * 1e-12) / 1e12;
+        let at = |e: &ArchEfficiency| {
+            kernel.flops as f64 / (model_time(&kernel, g, e, true).ps as f64 * 1e-12) / 1e12
+        };
         let (mut lo, mut hi) = (0.05, 1.0);
         for _ in 0..50 {
             e.gemm.peak_fraction.bf16 = 0.5 * (lo + hi);
-            if at(&e) < tflops { lo = e.gemm.peak_fraction.bf16 } else { hi = e.gemm.peak_fraction.bf16 }
+            if at(&e) < tflops {
+                lo = e.gemm.peak_fraction.bf16
+            } else {
+                hi = e.gemm.peak_fraction.bf16
+            }
         }
         println!(
             "bf16 best shape {m}x{n}x{k} on {gpu}: measured {tflops}, fitted peak_fraction.bf16 = {:.3} ({:.1} TF)",

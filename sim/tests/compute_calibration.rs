@@ -13,7 +13,9 @@ use sim::gpu::GpuDatabase;
 use sim::workload::{CollectiveOp, compile};
 
 fn calibration(file: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/calibration").join(file);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/calibration")
+        .join(file);
     std::fs::read_to_string(&path).expect("calibration file")
 }
 
@@ -65,12 +67,16 @@ fn gemm_throughput_within_10_percent_for_80_percent_of_shapes_per_gpu() {
 fn flash_attention_within_10_percent_from_1k_tokens() {
     let m = model();
     let db = GpuDatabase::embedded().expect("GPU database");
-    let cases = compare_flash_attention(&calibration("flash_attention_tflops.csv"), &db, &|k, g| {
-        m.kernel_time(k, g).seconds()
-    })
-    .expect("attention table");
+    let cases =
+        compare_flash_attention(&calibration("flash_attention_tflops.csv"), &db, &|k, g| {
+            m.kernel_time(k, g).seconds()
+        })
+        .expect("attention table");
     assert_eq!(cases.len(), 47);
-    let long: Vec<&Comparison> = cases.iter().filter(|c| !c.case.ends_with("seq 512")).collect();
+    let long: Vec<&Comparison> = cases
+        .iter()
+        .filter(|c| !c.case.ends_with("seq 512"))
+        .collect();
     assert_eq!(long.len(), 40);
     for c in long {
         assert!(c.error().abs() <= 0.10, "{c:?}\n{}", table(&cases));
@@ -82,7 +88,8 @@ fn flash_attention_within_10_percent_from_1k_tokens() {
 fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
     let m = model();
     let nccl = calibration("nccl_allreduce_1node.csv");
-    let experiment = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/calibration/korthikanti-22b.toml");
+    let experiment =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/calibration/korthikanti-22b.toml");
     let measured = calibration("layer_times_22b.csv");
     let mut report = String::new();
     let mut worst: f64 = 0.0;
@@ -123,7 +130,10 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
             &interference,
         )
         .expect("layer times");
-        let want: Vec<f64> = f[1..4].iter().map(|x| x.parse::<f64>().expect("ms") * 1e-3).collect();
+        let want: Vec<f64> = f[1..4]
+            .iter()
+            .map(|x| x.parse::<f64>().expect("ms") * 1e-3)
+            .collect();
         let got = [fwd, bwd, fwd + bwd];
         for ((name, g), w) in ["forward", "backward", "total"].iter().zip(got).zip(&want) {
             let e = (g - w) / w;
@@ -138,5 +148,8 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
         }
     }
     println!("{report}");
-    assert!(worst <= 0.10, "a 22B layer time is off by more than 10%:\n{report}");
+    assert!(
+        worst <= 0.10,
+        "a 22B layer time is off by more than 10%:\n{report}"
+    );
 }

@@ -140,7 +140,11 @@ pub fn compare_flash_attention(
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
 ) -> Result<Vec<Comparison>, String> {
     let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines.next().ok_or("empty attention table")?.split(',').collect();
+    let header: Vec<&str> = lines
+        .next()
+        .ok_or("empty attention table")?
+        .split(',')
+        .collect();
     let mut out = Vec::new();
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
@@ -228,7 +232,9 @@ pub fn layer_seconds(
         + 1;
     let time = |phases: &[Phase]| -> Result<f64, String> {
         let cost = |p: &crate::workload::Program, o: &crate::workload::Op| -> u64 {
-            if o.label.layer != layer || o.label.micro_batch != 0 || !phases.contains(&o.label.phase)
+            if o.label.layer != layer
+                || o.label.micro_batch != 0
+                || !phases.contains(&o.label.phase)
             {
                 return 0;
             }
@@ -239,7 +245,10 @@ pub fn layer_seconds(
             };
             (s * 1e12).round() as u64
         };
-        Ok(evaluate_with_interference(workload, 0, &cost, interference)?.iteration_ps as f64 * 1e-12)
+        Ok(
+            evaluate_with_interference(workload, 0, &cost, interference)?.iteration_ps as f64
+                * 1e-12,
+        )
     };
     Ok((
         time(&[Phase::Forward])?,

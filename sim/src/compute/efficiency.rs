@@ -179,7 +179,10 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         ("gemm.peak_fraction.bf16", p.bf16),
         ("gemm.peak_fraction.fp16", p.fp16),
         ("gemm.peak_fraction.fp8", p.fp8),
-        ("attention.peak_fraction_hd64", a.attention.peak_fraction_hd64),
+        (
+            "attention.peak_fraction_hd64",
+            a.attention.peak_fraction_hd64,
+        ),
         (
             "attention.peak_fraction_hd128",
             a.attention.peak_fraction_hd128,

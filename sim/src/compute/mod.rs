@@ -149,7 +149,9 @@ impl ComputeModel {
             if !value.is_finite() || !(0.0..=max).contains(&value) {
                 return Err(loaded.error(
                     key,
-                    format!("must be a number in [0, {max}], got {value} (0 turns interference off)"),
+                    format!(
+                        "must be a number in [0, {max}], got {value} (0 turns interference off)"
+                    ),
                 ));
             }
         }
@@ -173,7 +175,10 @@ impl ComputeModel {
 
     /// The calibrated model alone, without measured tables.
     pub fn embedded() -> Result<Self, ConfigError> {
-        Ok(Self::new(EfficiencyTable::embedded()?, KernelTables::default()))
+        Ok(Self::new(
+            EfficiencyTable::embedded()?,
+            KernelTables::default(),
+        ))
     }
 
     pub fn tables(&self) -> &KernelTables {
@@ -247,7 +252,12 @@ fn hbm_bytes_per_s(gpu: &GpuSpec) -> f64 {
 }
 
 /// The calibrated roofline: duration, bound and achieved efficiency of `kernel` on `gpu`.
-pub fn model_time(kernel: &Kernel, gpu: &GpuSpec, eff: &ArchEfficiency, fitted: bool) -> KernelTime {
+pub fn model_time(
+    kernel: &Kernel,
+    gpu: &GpuSpec,
+    eff: &ArchEfficiency,
+    fitted: bool,
+) -> KernelTime {
     let launch_s = eff.launch_us * 1e-6;
     let memory_s = kernel.bytes as f64 / (hbm_bytes_per_s(gpu) * eff.memory_efficiency);
     let (work_s, bound) = match kernel.shape {

@@ -289,10 +289,7 @@ impl KernelTables {
                     at(
                         line,
                         "time_us",
-                        format!(
-                            "`{}` must be a positive number of microseconds",
-                            fields[7]
-                        ),
+                        format!("`{}` must be a positive number of microseconds", fields[7]),
                     )
                 })?;
             let key = (gpu.name.clone(), dtype, kernel, pass, shape_key(&shape));
@@ -341,7 +338,15 @@ impl KernelTables {
             return None;
         }
         let shape = shape_key(&kernel.shape);
-        let key = |g: &str| (g.to_string(), kernel.dtype, kernel.name, kernel.pass, shape.clone());
+        let key = |g: &str| {
+            (
+                g.to_string(),
+                kernel.dtype,
+                kernel.name,
+                kernel.pass,
+                shape.clone(),
+            )
+        };
         if let Some(row) = self.rows.get(&key(&gpu.name)) {
             return Some((row.time_ps, TimeSource::Measured));
         }
@@ -385,7 +390,9 @@ fn scale(row: &Row, kernel: &Kernel, base: &GpuSpec, target: &GpuSpec) -> u64 {
 
 /// Writes a table (`fleetsim workload --export kernels`): one row per
 /// `(gpu, kernel, time_us, source)`; kernels repeated on a GPU are written once.
-pub fn write_table<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Kernel, f64, String)>) -> String {
+pub fn write_table<'a>(
+    rows: impl IntoIterator<Item = (&'a str, &'a Kernel, f64, String)>,
+) -> String {
     let mut out = String::new();
     out.push_str(HEADER);
     out.push('\n');
@@ -410,4 +417,140 @@ pub fn write_table<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Kernel, f64,
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::ComputeModel;
+    use crate::gpu::GpuDatabase;
+
+    fn db() -> GpuDatabase {
+        GpuDatabase::embedded().unwrap()
+    }
+
+    fn tables(text: &str) -> Result<KernelTables, ConfigError> {
+        let db = db();
+        let mut t = KernelTables::default();
+        t.add_text(Path::new("t.csv"), text, &|n| db.get(n).cloned())?;
+        Ok(t)
+    }
+
+    fn gemm() -> Kernel {
+        crate::compute::calibration::gemm_kernel(8192, 8192, 8192, Precision::Bf16)
+    }
+
+    fn norm() -> Kernel {
+        Kernel {
+            name: KernelName::InputNorm,
+            pass: Pass::Forward,
+            shape: Shape::Elementwise { elements: 1 << 26 },
+            flops: 4 << 26,
+            bytes: 4 << 26,
+            dtype: Precision::Bf16,
+        }
+    }
+
+    #[test]
+    fn shape_keys_round_trip() {
+        for shape in [
+            gemm().shape,
+            norm().shape,
+            Shape::Attention {
+                batch: 1,
+                heads: 8,
+                kv_heads: 1,
+                seq_q: 4096,
+                seq_kv: 2048,
+                head_dim: 128,
+                causal: false,
+                flash: true,
+            },
+        ] {
+            assert_eq!(parse_shape(&shape_key(&shape)).unwrap(), shape);
+        }
+        assert!(parse_shape("gemm:m=1;n=0;k=1;batch=1").is_err());
+        assert!(parse_shape("conv:x=1").is_err());
+    }
+
+    #[test]
+    fn measured_rows_override_and_family_members_scale_by_flops_or_bandwidth() {
+        let db = db();
+        let (h100, h800, h20, a100) = (
+            db.get("H100-SXM").unwrap(),
+            db.get("H800").unwrap(),
+            db.get("H20").unwrap(),
+            db.get("A100-SXM-80GB").unwrap(),
+        );
+        let (g, n) = (gemm(), norm());
+        let text = write_table([
+            ("H100-SXM", &g, 1000.0, "test".to_string()),
+            ("H100-SXM", &n, 200.0, "test".to_string()),
+        ]);
+        let t = tables(&text).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            t.lookup(&g, h100),
+            Some((1_000_000_000, TimeSource::Measured))
+        );
+        // H800: same Hopper compute and HBM as H100, so the same times, marked as scaled.
+        let (ps, source) = t.lookup(&g, h800).unwrap();
+        assert_eq!(ps, 1_000_000_000);
+        assert_eq!(
+            source,
+            TimeSource::Scaled {
+                from: "H100-SXM".into()
+            }
+        );
+        // H20: compute-bound GEMM by the FLOPS ratio, memory-bound norm by the bandwidth ratio.
+        let (ps, _) = t.lookup(&g, h20).unwrap();
+        let want = 1e9 * h100.dense_tflops.bf16 / h20.dense_tflops.bf16;
+        assert!((ps as f64 - want).abs() < 1.0, "{ps} vs {want}");
+        let (ps, _) = t.lookup(&n, h20).unwrap();
+        let want = 2e8 * h100.hbm.bandwidth_tb_s / h20.hbm.bandwidth_tb_s;
+        assert!((ps as f64 - want).abs() < 1.0, "{ps} vs {want}");
+        // Another family is never scaled from Hopper; an unlisted kernel is not found.
+        assert_eq!(t.lookup(&g, a100), None);
+        let mut other = g;
+        other.shape = Shape::Gemm {
+            m: 8192,
+            n: 8192,
+            k: 4096,
+            batch: 1,
+        };
+        assert_eq!(t.lookup(&other, h100), None);
+        // The model falls back to the calibrated roofline and says so.
+        let model = ComputeModel::new(crate::compute::EfficiencyTable::embedded().unwrap(), t);
+        assert_eq!(model.kernel_time(&g, h100).source, TimeSource::Measured);
+        assert_eq!(
+            model.kernel_time(&g, a100).source,
+            TimeSource::Model { fitted: true }
+        );
+        let b200 = db.get("B200").unwrap();
+        assert_eq!(
+            model.kernel_time(&g, b200).source,
+            TimeSource::Model { fitted: false }
+        );
+    }
+
+    #[test]
+    fn malformed_rows_name_the_line_and_column() {
+        let row = "H100-SXM,bf16,mlp_up,fwd,gemm:m=1;n=1;k=1;batch=1,2,6,1.5,x";
+        let err = tables(&format!("# c\n{HEADER}\n{row}\n{row}\n")).unwrap_err();
+        assert_eq!(
+            err.origin,
+            Origin::File {
+                file: "t.csv".into(),
+                line: 4
+            }
+        );
+        let err = tables(&format!("{HEADER}\n{}\n", row.replace("1.5", "0"))).unwrap_err();
+        assert_eq!(err.key, "time_us");
+        let err = tables(&format!(
+            "{HEADER}\n{}\n",
+            row.replace("mlp_up", "imported")
+        ))
+        .unwrap_err();
+        assert_eq!(err.key, "kernel");
+    }
 }

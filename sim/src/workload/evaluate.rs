@@ -120,6 +120,9 @@ pub fn evaluate(
     run(workload, class, &|p, i| cost(p, &p.ops[i as usize])).map(|(timing, _)| timing)
 }
 
+/// Every op's finish time (ps), per stage; `None` for ops that never ran.
+type OpFinishes = Vec<Vec<Option<u64>>>;
+
 /// Op duration by op index: what the evaluation itself uses.
 type IndexCost<'a> = dyn Fn(&Program, u32) -> u64 + 'a;
 
@@ -146,7 +149,11 @@ pub fn evaluate_with_interference(
             };
             let is_compute = |i: usize| matches!(program.ops[i].kind, OpKind::Compute { .. });
             let union = |compute: bool| {
-                merged((0..program.ops.len()).filter(|&i| is_compute(i) == compute).map(interval))
+                merged(
+                    (0..program.ops.len())
+                        .filter(|&i| is_compute(i) == compute)
+                        .map(interval),
+                )
             };
             let (compute, comm) = (union(true), union(false));
             (0..program.ops.len())
@@ -195,7 +202,7 @@ fn run(
     workload: &Workload,
     class: usize,
     cost: &IndexCost,
-) -> Result<(PipelineTiming, Vec<Vec<Option<u64>>>), String> {
+) -> Result<(PipelineTiming, OpFinishes), String> {
     let pp = workload.layout.pp;
     let mut stages: Vec<StageState> = (0..pp)
         .map(|s| StageState::new(workload.program(class, s)))
@@ -253,13 +260,7 @@ fn run(
 }
 
 /// Tries to complete `op`, the head of its stream on stage `s`.
-fn resolve(
-    stages: &mut [StageState],
-    s: usize,
-    op: u32,
-    pp: u32,
-    cost: &IndexCost,
-) -> bool {
+fn resolve(stages: &mut [StageState], s: usize, op: u32, pp: u32, cost: &IndexCost) -> bool {
     let Some(ready) = stages[s].ready(op) else {
         return false;
     };
@@ -343,5 +344,20 @@ fn resolve(
             stages[other].complete(h, start + d);
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{merged, overlap};
+
+    #[test]
+    fn interval_union_and_overlap() {
+        let u = merged([(5, 8), (0, 2), (1, 3), (7, 10), (4, 4)].into_iter());
+        assert_eq!(u, [(0, 3), (5, 10)]);
+        assert_eq!(overlap(&u, 2, 6), 2);
+        assert_eq!(overlap(&u, 3, 5), 0);
+        assert_eq!(overlap(&u, 0, 100), 8);
+        assert_eq!(overlap(&[], 0, 100), 0);
     }
 }

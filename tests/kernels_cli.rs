@@ -1,0 +1,217 @@
+//! `fleetsim check --kernels`, `fleetsim workload --export kernels`, measured kernel tables
+//! overriding the model, and `tools/profile_kernels.py`'s CPU-side tests on what fleetsim
+//! writes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn fleetsim() -> Command {
+    Command::cargo_bin("fleetsim").expect("binary")
+}
+
+const QUICKSTART: &str = "configs/experiments/quickstart.toml";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run fleetsim");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn check_json(experiment: &Path) -> Value {
+    let text = stdout_of(
+        fleetsim()
+            .args(["check", "--kernels", "--top", "3", "--json"])
+            .arg(experiment),
+    );
+    serde_json::from_str(&text).expect("JSON")
+}
+
+#[test]
+fn check_kernels_lists_top_kernels_with_bound_efficiency_and_source() {
+    let text = stdout_of(fleetsim().args(["check", QUICKSTART, "--kernels", "--top", "4"]));
+    for want in [
+        "kernels of stage 0",
+        "kernels of stage 1",
+        "bound",
+        "compute",
+        "model",
+        "gemm:m=",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+    let v = check_json(Path::new(QUICKSTART));
+    let stages = v["kernels"].as_array().expect("kernels");
+    assert_eq!(stages.len(), 2);
+    for st in stages {
+        let top = st["top"].as_array().expect("top");
+        assert_eq!(top.len(), 3);
+        let totals: Vec<f64> = top
+            .iter()
+            .map(|k| k["total_s"].as_f64().expect("total"))
+            .collect();
+        assert!(
+            totals.windows(2).all(|w| w[0] >= w[1]),
+            "not sorted: {totals:?}"
+        );
+        for k in top {
+            let eff = k["efficiency"].as_f64().expect("efficiency");
+            assert!(eff > 0.0 && eff <= 1.0, "{k}");
+            assert_eq!(k["source"], "model");
+            assert!(["compute", "memory", "launch"].contains(&k["bound"].as_str().expect("bound")));
+        }
+    }
+}
+
+#[test]
+fn exported_kernel_table_overrides_the_model_when_measured() {
+    let dir = scratch("kernel-table");
+    let table = dir.join("h100.csv");
+    let out = fleetsim()
+        .args(["workload", QUICKSTART, "--export", "kernels", "--output"])
+        .arg(&table)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = fs::read_to_string(&table).expect("table");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    assert_eq!(
+        lines[0],
+        "gpu,dtype,kernel,pass,shape,flops,bytes,time_us,source"
+    );
+    assert!(lines.len() > 20, "{text}");
+    // Pretend the top kernel measured twice the model's time.
+    let before = check_json(Path::new(QUICKSTART));
+    let top = &before["kernels"][0]["top"][0];
+    let key = format!(
+        ",{},{},{},{},",
+        top["dtype"].as_str().expect("dtype"),
+        top["kernel"].as_str().expect("kernel"),
+        top["pass"].as_str().expect("pass"),
+        top["shape"].as_str().expect("shape")
+    );
+    let row = lines
+        .iter_mut()
+        .find(|l| l.contains(&key))
+        .expect("top kernel exported");
+    let mut f: Vec<String> = row.split(',').map(str::to_string).collect();
+    let model_us: f64 = f[7].parse().expect("time");
+    f[7] = format!("{:.3}", 2.0 * model_us);
+    f[8] = "test measurement".into();
+    *row = f.join(",");
+    fs::write(&table, lines.join("\n") + "\n").expect("write table");
+    let quickstart = fs::canonicalize(QUICKSTART).expect("quickstart");
+    let experiment = dir.join("measured.toml");
+    fs::write(
+        &experiment,
+        format!(
+            "name = \"measured\"\ninclude = [{:?}]\n\n[compute]\nkernel_tables = [\"h100.csv\"]\n",
+            quickstart.display().to_string()
+        ),
+    )
+    .expect("write experiment");
+    let after = check_json(&experiment);
+    let stage0 = &after["kernels"][0];
+    assert!(stage0["sources"]["measured"].as_u64().expect("measured") > 20);
+    let doubled = stage0["top"]
+        .as_array()
+        .expect("top")
+        .iter()
+        .find(|k| {
+            k["kernel"] == top["kernel"] && k["pass"] == top["pass"] && k["shape"] == top["shape"]
+        })
+        .expect("still listed");
+    assert_eq!(doubled["source"], "measured");
+    let ratio = doubled["time_s"].as_f64().expect("t") / top["time_s"].as_f64().expect("t");
+    assert!((ratio - 2.0).abs() < 1e-3, "{ratio}");
+    assert!(
+        stage0["sources"].get("model").is_none(),
+        "{}",
+        stage0["sources"]
+    );
+}
+
+fn python() -> Option<&'static str> {
+    Process::new("python3")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|_| "python3")
+}
+
+#[test]
+fn profile_kernels_tool_plans_every_kernel_fleetsim_exports() {
+    let python =
+        python().expect("python3 is needed for tools/profile_kernels.py (.ci/run installs it)");
+    let dir = scratch("profile-plan");
+    for experiment in [
+        "quickstart.toml",
+        "mixtral-8x7b-h100-256.toml",
+        "cxl-llama2-70b-h100-64.toml",
+    ] {
+        let table = dir.join(experiment.replace(".toml", ".csv"));
+        let out = fleetsim()
+            .args([
+                "workload",
+                &format!("configs/experiments/{experiment}"),
+                "--export",
+                "kernels",
+                "--output",
+            ])
+            .arg(&table)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = fs::read_to_string(&table).expect("table").lines().count() - 1;
+        let plan = Process::new(python)
+            .args(["tools/profile_kernels.py", "--plan", "--template"])
+            .arg(&table)
+            .arg("--out")
+            .arg(dir.join("unused.csv"))
+            .output()
+            .expect("run python");
+        let stderr = String::from_utf8_lossy(&plan.stderr);
+        assert!(plan.status.success(), "{experiment}: {stderr}");
+        let planned = String::from_utf8_lossy(&plan.stdout).lines().count();
+        assert_eq!(planned, rows, "{experiment}: {stderr}");
+    }
+}
+
+#[test]
+fn profile_kernels_tool_cpu_tests_pass() {
+    let python =
+        python().expect("python3 is needed for tools/profile_kernels.py (.ci/run installs it)");
+    let out = Process::new(python)
+        .args(["-m", "unittest", "discover", "-s", "tools/tests"])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
