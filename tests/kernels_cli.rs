@@ -32,6 +32,20 @@ fn stdout_of(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// `fleetsim workload EXPERIMENT --export kernels --output TABLE`.
+fn export_kernels(experiment: &str, table: &Path) {
+    let out = fleetsim()
+        .args(["workload", experiment, "--export", "kernels", "--output"])
+        .arg(table)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn check_json(experiment: &Path) -> Value {
     let text = stdout_of(
         fleetsim()
@@ -81,16 +95,7 @@ fn check_kernels_lists_top_kernels_with_bound_efficiency_and_source() {
 fn exported_kernel_table_overrides_the_model_when_measured() {
     let dir = scratch("kernel-table");
     let table = dir.join("h100.csv");
-    let out = fleetsim()
-        .args(["workload", QUICKSTART, "--export", "kernels", "--output"])
-        .arg(&table)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    export_kernels(QUICKSTART, &table);
     let text = fs::read_to_string(&table).expect("table");
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     assert_eq!(
@@ -168,22 +173,7 @@ fn profile_kernels_tool_plans_every_kernel_fleetsim_exports() {
         "cxl-llama2-70b-h100-64.toml",
     ] {
         let table = dir.join(experiment.replace(".toml", ".csv"));
-        let out = fleetsim()
-            .args([
-                "workload",
-                &format!("configs/experiments/{experiment}"),
-                "--export",
-                "kernels",
-                "--output",
-            ])
-            .arg(&table)
-            .output()
-            .expect("run");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        export_kernels(&format!("configs/experiments/{experiment}"), &table);
         let rows = fs::read_to_string(&table).expect("table").lines().count() - 1;
         let plan = Process::new(python)
             .args(["tools/profile_kernels.py", "--plan", "--template"])

@@ -261,14 +261,10 @@ pub fn model_time(
     let launch_s = eff.launch_us * 1e-6;
     let memory_s = kernel.bytes as f64 / (hbm_bytes_per_s(gpu) * eff.memory_efficiency);
     let (work_s, bound) = match kernel.shape {
-        Shape::Gemm { m, n, k, batch } => {
-            let compute_s = gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff);
-            if compute_s >= memory_s {
-                (compute_s, Bound::Compute)
-            } else {
-                (memory_s, Bound::Memory)
-            }
-        }
+        Shape::Gemm { m, n, k, batch } => slower(
+            gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff),
+            memory_s,
+        ),
         Shape::Attention {
             batch,
             heads,
@@ -297,11 +293,7 @@ pub fn model_time(
             } else {
                 0.0
             };
-            if compute_s >= memory_s {
-                (compute_s, Bound::Compute)
-            } else {
-                (memory_s, Bound::Memory)
-            }
+            slower(compute_s, memory_s)
         }
         Shape::Attention {
             batch,
@@ -337,11 +329,7 @@ pub fn model_time(
             } else {
                 0.0
             };
-            if compute_s > memory_s {
-                (compute_s, Bound::Compute)
-            } else {
-                (memory_s, Bound::Memory)
-            }
+            slower(compute_s, memory_s)
         }
         Shape::Fixed { ns } => (ns as f64 * 1e-9, Bound::Recorded),
     };
@@ -357,6 +345,15 @@ pub fn model_time(
         bound,
         efficiency,
         source: TimeSource::Model { fitted },
+    }
+}
+
+/// The roofline's maximum and the side that bounds it (ties count as compute-bound).
+fn slower(compute_s: f64, memory_s: f64) -> (f64, Bound) {
+    if compute_s >= memory_s {
+        (compute_s, Bound::Compute)
+    } else {
+        (memory_s, Bound::Memory)
     }
 }
 
