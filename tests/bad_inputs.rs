@@ -4,7 +4,9 @@
 use std::fs;
 use std::path::Path;
 
-use assert_cmd::Command;
+mod common;
+
+use common::{QUICKSTART, fleetsim, one_clear_error};
 
 /// What the error must say: the fixture's `# expect:` first line, or its `.expect` file.
 fn expectation(path: &Path) -> String {
@@ -38,29 +40,8 @@ fn every_bad_fixture_fails_with_one_clear_line() {
     assert!(fixtures.len() >= 40, "only {} bad fixtures", fixtures.len());
     let mut transcript = String::new();
     for path in &fixtures {
-        let out = Command::cargo_bin("fleetsim")
-            .expect("binary")
-            .arg("check")
-            .arg(path)
-            .output()
-            .expect("run fleetsim");
-        let stderr = String::from_utf8_lossy(&out.stderr);
         let name = path.display();
-        assert!(!out.status.success(), "{name}: exited 0");
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{name}: exit status {:?}",
-            out.status.code()
-        );
-        assert!(
-            out.stdout.is_empty(),
-            "{name}: printed to stdout: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert!(!stderr.contains("panicked"), "{name}: panicked: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{name}: not one line: {stderr}");
-        assert!(stderr.starts_with("error: "), "{name}: {stderr}");
+        let stderr = one_clear_error(fleetsim().arg("check").arg(path), &name.to_string());
         let file_name = path.file_name().unwrap().to_string_lossy();
         let names_file = stderr.contains(&*file_name)
             || stderr.contains("parts/")
@@ -78,31 +59,19 @@ fn every_bad_fixture_fails_with_one_clear_line() {
 
 #[test]
 fn a_malformed_set_override_is_one_clear_error() {
-    let out = Command::cargo_bin("fleetsim")
-        .unwrap()
-        .args([
-            "check",
-            "configs/experiments/quickstart.toml",
-            "--set",
-            "parallel.tp",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = one_clear_error(
+        fleetsim().args(["check", QUICKSTART, "--set", "parallel.tp"]),
+        "--set parallel.tp",
+    );
     assert!(stderr.contains("expected KEY=VALUE"), "{stderr}");
 }
 
 #[test]
 fn a_missing_experiment_file_is_one_clear_error() {
-    let out = Command::cargo_bin("fleetsim")
-        .unwrap()
-        .args(["check", "no/such/experiment.toml"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = one_clear_error(
+        fleetsim().args(["check", "no/such/experiment.toml"]),
+        "missing experiment",
+    );
     assert_eq!(
         stderr.trim(),
         "error: no/such/experiment.toml: file does not exist"

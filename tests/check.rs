@@ -2,11 +2,12 @@
 
 use std::fs;
 
-use assert_cmd::Command;
+mod common;
+
+use common::fleetsim;
 
 fn check(args: &[&str]) -> (bool, String, String) {
-    let out = Command::cargo_bin("fleetsim")
-        .expect("fleetsim binary is built")
+    let out = fleetsim()
         .arg("check")
         .args(args)
         .output()

@@ -2,62 +2,35 @@
 //! overriding the model, and `tools/profile_kernels.py`'s CPU-side tests on what fleetsim
 //! writes.
 
+mod common;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command as Process;
 
-use assert_cmd::Command;
+use common::{QUICKSTART, fleetsim, json_ok, scratch, stdout_ok};
 use serde_json::Value;
-
-fn fleetsim() -> Command {
-    Command::cargo_bin("fleetsim").expect("binary")
-}
-
-const QUICKSTART: &str = "configs/experiments/quickstart.toml";
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn stdout_of(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run fleetsim");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
 
 /// `fleetsim workload EXPERIMENT --export kernels --output TABLE`.
 fn export_kernels(experiment: &str, table: &Path) {
-    let out = fleetsim()
-        .args(["workload", experiment, "--export", "kernels", "--output"])
-        .arg(table)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    stdout_ok(
+        fleetsim()
+            .args(["workload", experiment, "--export", "kernels", "--output"])
+            .arg(table),
     );
 }
 
 fn check_json(experiment: &Path) -> Value {
-    let text = stdout_of(
+    json_ok(
         fleetsim()
             .args(["check", "--kernels", "--top", "3", "--json"])
             .arg(experiment),
-    );
-    serde_json::from_str(&text).expect("JSON")
+    )
 }
 
 #[test]
 fn check_kernels_lists_top_kernels_with_bound_efficiency_and_source() {
-    let text = stdout_of(fleetsim().args(["check", QUICKSTART, "--kernels", "--top", "4"]));
+    let text = stdout_ok(fleetsim().args(["check", QUICKSTART, "--kernels", "--top", "4"]));
     for want in [
         "kernels of stage 0",
         "kernels of stage 1",

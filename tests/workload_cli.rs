@@ -1,29 +1,16 @@
 //! `fleetsim workload`: the per-stage report, SimAI export and import, and clear errors for
 //! malformed SimAI files.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
-
-fn fleetsim() -> Command {
-    Command::cargo_bin("fleetsim").expect("binary")
-}
-
-const QUICKSTART: &str = "configs/experiments/quickstart.toml";
+use common::{QUICKSTART, fleetsim, json_ok, one_clear_error, scratch, stdout_ok};
 
 #[test]
 fn text_report_lists_every_stage() {
-    let out = fleetsim()
-        .args(["workload", QUICKSTART])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stdout_ok(fleetsim().args(["workload", QUICKSTART]));
     for want in [
         "stage 0",
         "stage 1",
@@ -37,24 +24,15 @@ fn text_report_lists_every_stage() {
 
 #[test]
 fn json_report_has_flops_bytes_and_bubble() {
-    let out = fleetsim()
-        .args([
-            "workload",
-            QUICKSTART,
-            "--json",
-            "--set",
-            "parallel.vp=2",
-            "--set",
-            "parallel.global_batch=256",
-        ])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = json_ok(fleetsim().args([
+        "workload",
+        QUICKSTART,
+        "--json",
+        "--set",
+        "parallel.vp=2",
+        "--set",
+        "parallel.global_batch=256",
+    ]));
     assert_eq!(v["parallel"]["vp"], 2);
     assert_eq!(v["stages"].as_array().map(Vec::len), Some(2));
     // 16 micro-batches per replica, PP 2, VP 2.
@@ -71,38 +49,21 @@ fn json_report_has_flops_bytes_and_bubble() {
     );
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workload-cli");
-    fs::create_dir_all(&dir).expect("tmp");
-    dir.join(name)
-}
-
 #[test]
 fn simai_export_imports_back() {
-    let file = tmp("quickstart.simai.txt");
-    let out = fleetsim()
-        .args(["workload", QUICKSTART, "--export", "simai", "--output"])
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let file = scratch("simai-export").join("quickstart.simai.txt");
+    stdout_ok(
+        fleetsim()
+            .args(["workload", QUICKSTART, "--export", "simai", "--output"])
+            .arg(&file),
     );
     let text = fs::read_to_string(&file).expect("export");
     assert!(text.starts_with("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 4"));
-    let out = fleetsim()
-        .args(["workload", QUICKSTART, "--json", "--workload-file"])
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = json_ok(
+        fleetsim()
+            .args(["workload", QUICKSTART, "--json", "--workload-file"])
+            .arg(&file),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["parallel"]["tp"], 4);
     assert_eq!(v["parallel"]["pp"], 2);
     assert_eq!(v["stages"][0]["micro_batches"], 8);
@@ -110,20 +71,11 @@ fn simai_export_imports_back() {
 
 #[test]
 fn shipped_simai_experiment_runs_its_file() {
-    let out = fleetsim()
-        .args([
-            "workload",
-            "configs/experiments/simai-gpt3-175b-h100-1024.toml",
-            "--json",
-        ])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = json_ok(fleetsim().args([
+        "workload",
+        "configs/experiments/simai-gpt3-175b-h100-1024.toml",
+        "--json",
+    ]));
     assert!(v["source"].as_str().is_some_and(|s| s.ends_with(".txt")));
     assert_eq!(v["stages"][0]["micro_batches"], 32);
 }
@@ -149,17 +101,13 @@ fn malformed_simai_files_fail_with_one_clear_line() {
     ] {
         for path in bad_files(dir) {
             seen += 1;
-            let out = fleetsim()
-                .args(["workload", QUICKSTART, "--workload-file"])
-                .arg(&path)
-                .output()
-                .expect("run");
             let name = path.display();
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
-            assert!(out.stdout.is_empty(), "{name}: printed a result");
-            assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
-            assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+            let stderr = one_clear_error(
+                fleetsim()
+                    .args(["workload", QUICKSTART, "--workload-file"])
+                    .arg(&path),
+                &name.to_string(),
+            );
             let want = fs::read_to_string(path.with_extension("expect")).expect("expect file");
             assert!(
                 stderr.contains(want.trim()),
@@ -178,17 +126,14 @@ fn malformed_simai_files_fail_with_one_clear_line() {
 
 #[test]
 fn a_missing_workload_file_is_one_clear_error() {
-    let out = fleetsim()
-        .args([
+    let stderr = one_clear_error(
+        fleetsim().args([
             "workload",
             QUICKSTART,
             "--workload-file",
             "does/not/exist.txt",
-        ])
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
+        ]),
+        "missing workload file",
+    );
     assert!(stderr.contains("does/not/exist.txt"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }

@@ -1,0 +1,60 @@
+//! Helpers shared by the integration tests that run the `fleetsim` binary. Each test crate
+//! uses a subset.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+pub const QUICKSTART: &str = "configs/experiments/quickstart.toml";
+
+pub fn fleetsim() -> Command {
+    Command::cargo_bin("fleetsim").expect("binary")
+}
+
+/// Runs `cmd`, fails the test with its stderr unless it exited 0, and returns its stdout.
+pub fn stdout_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run fleetsim");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// [`stdout_ok`], parsed as JSON.
+pub fn json_ok(cmd: &mut Command) -> serde_json::Value {
+    serde_json::from_str(&stdout_ok(cmd)).expect("JSON")
+}
+
+/// A fresh, empty directory under Cargo's per-test scratch space.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Runs `cmd` on a bad input and checks the contract for every bad input: exit status 1,
+/// nothing on stdout, and exactly one `error: …` line on stderr, never a panic. Returns that
+/// line; `what` names the case in failures.
+pub fn one_clear_error(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().expect("run fleetsim");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: exit status; stderr: {stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{what}: printed to stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "{what}: panicked: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: not one line: {stderr}");
+    assert!(stderr.starts_with("error: "), "{what}: {stderr}");
+    stderr
+}
