@@ -258,6 +258,19 @@ mod tests {
         ModelSpec::resolve(&cfg, &|k, m| ConfigError::plain("t", k, m)).unwrap()
     }
 
+    /// Megatron's default order with TP 8 and no CP or EP.
+    fn tp8(dp: u32, pp: u32) -> ParallelLayout {
+        ParallelLayout {
+            tp: 8,
+            cp: 1,
+            ep: 1,
+            dp,
+            pp,
+            vp: 1,
+            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
+        }
+    }
+
     /// GPT-3 175B on 1,024 GPUs, TP 8, PP 8, DP 16, ZeRO-1 (Megatron distributed optimizer),
     /// bf16 with fp32 master weights and Adam, micro-batch 1, global batch 1536, sequence
     /// parallel, no recompute, flash attention. Computed by hand here, independently of the
@@ -265,15 +278,7 @@ mod tests {
     #[test]
     fn gpt3_175b_tp8_pp8_zero1_matches_hand_computation() {
         let model = gpt3_175b();
-        let layout = ParallelLayout {
-            tp: 8,
-            cp: 1,
-            ep: 1,
-            dp: 16,
-            pp: 8,
-            vp: 1,
-            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
-        };
+        let layout = tp8(16, 8);
         let inputs = MemoryInputs {
             precision: Precision::Bf16,
             zero: 1,
@@ -327,15 +332,7 @@ mod tests {
     #[test]
     fn zero_stages_shrink_memory_monotonically() {
         let model = gpt3_175b();
-        let layout = ParallelLayout {
-            tp: 8,
-            cp: 1,
-            ep: 1,
-            dp: 16,
-            pp: 8,
-            vp: 1,
-            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
-        };
+        let layout = tp8(16, 8);
         let mut last = f64::INFINITY;
         for zero in 0..=3 {
             let inputs = MemoryInputs {
@@ -356,15 +353,7 @@ mod tests {
     #[test]
     fn recompute_modes_order_activation_memory() {
         let model = gpt3_175b();
-        let layout = ParallelLayout {
-            tp: 8,
-            cp: 1,
-            ep: 1,
-            dp: 1,
-            pp: 1,
-            vp: 1,
-            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
-        };
+        let layout = tp8(1, 1);
         let act = |recompute| {
             let inputs = MemoryInputs {
                 precision: Precision::Bf16,

@@ -51,19 +51,15 @@ fn gpu<'a>(db: &'a GpuDatabase, name: &str) -> Result<&'a GpuSpec, String> {
     db.get(name).ok_or_else(|| format!("GPU {name} missing"))
 }
 
-/// A standalone GEMM kernel as a benchmark runs it (output in 16-bit).
+/// A standalone GEMM kernel as a benchmark runs it, with the IR's operand and output sizes.
 pub fn gemm_kernel(m: u64, n: u64, k: u64, dtype: Precision) -> Kernel {
-    let e = match dtype {
-        Precision::Fp8 => 1,
-        Precision::Fp32 | Precision::Tf32 => 4,
-        _ => 2,
-    };
+    let e = dtype.gemm_operand_bytes();
     Kernel {
         name: KernelName::MlpUp,
         pass: Pass::Forward,
         shape: Shape::Gemm { m, n, k, batch: 1 },
         flops: 2 * m * n * k,
-        bytes: (m * k + k * n) * e + m * n * 2,
+        bytes: (m * k + k * n) * e + m * n * dtype.activation_bytes(),
         dtype,
     }
 }

@@ -308,6 +308,24 @@ impl Precision {
         Self::ALL.into_iter().find(|p| p.name() == name)
     }
 
+    /// Bytes of a GEMM operand element.
+    pub fn gemm_operand_bytes(self) -> u64 {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => 4,
+            Precision::Fp8 => 1,
+            Precision::Bf16 | Precision::Fp16 => 2,
+        }
+    }
+
+    /// Bytes of an activation element: FP8 training keeps activations in BF16
+    /// (Transformer Engine casts only GEMM inputs).
+    pub fn activation_bytes(self) -> u64 {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => 4,
+            _ => 2,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",

@@ -71,21 +71,14 @@ impl Dims {
         self.sequence_parallel && self.tp > 1
     }
 
-    /// Bytes of an activation element (fp8 training keeps activations in bf16).
+    /// Bytes of an activation element.
     pub fn act_bytes(&self) -> u64 {
-        match self.precision {
-            Precision::Fp32 | Precision::Tf32 => 4,
-            _ => 2,
-        }
+        self.precision.activation_bytes()
     }
 
     /// Bytes of a GEMM operand.
     pub fn gemm_bytes(&self) -> u64 {
-        match self.precision {
-            Precision::Fp32 | Precision::Tf32 => 4,
-            Precision::Fp8 => 1,
-            _ => 2,
-        }
+        self.precision.gemm_operand_bytes()
     }
 }
 
