@@ -141,10 +141,6 @@ impl EfficiencyTable {
             None => (&self.by_architecture[DEFAULT_ARCHITECTURE], false),
         }
     }
-
-    pub fn iter(&self) -> impl Iterator<Item = &ArchEfficiency> {
-        self.by_architecture.values()
-    }
 }
 
 fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {

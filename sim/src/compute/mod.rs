@@ -21,7 +21,7 @@ use crate::workload::{Kernel, Pass, Program, Shape};
 
 pub use efficiency::{ArchEfficiency, EfficiencyTable};
 pub use interference::Interference;
-pub use table::{KernelTables, TableError};
+pub use table::KernelTables;
 
 /// Rows of query (and key) handled by one fused-attention thread block (FlashAttention-2's
 /// `kBlockM` for the common head dimensions).
@@ -181,10 +181,6 @@ impl ComputeModel {
         ))
     }
 
-    pub fn tables(&self) -> &KernelTables {
-        &self.tables
-    }
-
     /// The efficiency parameters used for `gpu` and whether they were fitted to its family.
     pub fn efficiency_of(&self, gpu: &GpuSpec) -> (&ArchEfficiency, bool) {
         self.efficiency.for_architecture(&gpu.architecture)
@@ -193,14 +189,6 @@ impl ComputeModel {
     /// Duration of `kernel` on `gpu`: a measured (or scaled) table row if there is one, the
     /// calibrated model otherwise.
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
-        if let Shape::Fixed { ns } = kernel.shape {
-            return KernelTime {
-                ps: ns.saturating_mul(1000),
-                bound: Bound::Recorded,
-                efficiency: 0.0,
-                source: TimeSource::Imported,
-            };
-        }
         let (eff, fitted) = self.efficiency_of(gpu);
         let modelled = model_time(kernel, gpu, eff, fitted);
         match self.tables.lookup(kernel, gpu) {
@@ -331,10 +319,10 @@ pub fn model_time(
             };
             slower(compute_s, memory_s)
         }
-        Shape::Fixed { ns } => (ns as f64 * 1e-9, Bound::Recorded),
+        Shape::Fixed { ns } => return recorded(ns),
     };
     let seconds = work_s + launch_s;
-    let bound = if launch_s > work_s && bound != Bound::Recorded {
+    let bound = if launch_s > work_s {
         Bound::Launch
     } else {
         bound
@@ -354,6 +342,16 @@ fn slower(compute_s: f64, memory_s: f64) -> (f64, Bound) {
         (compute_s, Bound::Compute)
     } else {
         (memory_s, Bound::Memory)
+    }
+}
+
+/// An imported kernel's recorded duration.
+fn recorded(ns: u64) -> KernelTime {
+    KernelTime {
+        ps: ns.saturating_mul(1000),
+        bound: Bound::Recorded,
+        efficiency: 0.0,
+        source: TimeSource::Imported,
     }
 }
 
@@ -411,20 +409,6 @@ pub fn gemm_seconds(
         .fold(f64::INFINITY, f64::min)
 }
 
-/// The plain roofline (no efficiency, no launch): the bound no real kernel beats.
-pub fn roofline_ps(kernel: &Kernel, gpu: &GpuSpec) -> u64 {
-    if let Shape::Fixed { ns } = kernel.shape {
-        return ns.saturating_mul(1000);
-    }
-    let peak = gpu.peak_flops(kernel.dtype);
-    let compute_s = if peak > 0.0 {
-        executed_flops(kernel) / peak
-    } else {
-        0.0
-    };
-    let memory_s = kernel.bytes as f64 / hbm_bytes_per_s(gpu);
-    (compute_s.max(memory_s) * 1e12).round() as u64
-}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,21 +417,23 @@ mod tests {
     use crate::workload::KernelName;
 
     #[test]
-    fn big_gemm_is_compute_bound_and_norm_is_memory_bound() {
+    fn big_gemm_is_compute_bound_norm_memory_bound_and_imports_keep_their_time() {
         let db = GpuDatabase::embedded().unwrap();
         let h100 = db.get("H100-SXM").unwrap();
+        let model = ComputeModel::embedded().unwrap();
+        let (eff, fitted) = model.efficiency_of(h100);
+        assert!(fitted);
+        let launch_s = eff.launch_us * 1e-6;
         let (m, n, k) = (8192u64, 8192u64, 8192u64);
-        let gemm = Kernel {
-            name: KernelName::MlpUp,
-            pass: Pass::Forward,
-            shape: Shape::Gemm { m, n, k, batch: 1 },
-            flops: 2 * m * n * k,
-            bytes: 3 * m * n * 2,
-            dtype: Precision::Bf16,
-        };
-        let t = roofline_ps(&gemm, h100) as f64 * 1e-12;
-        let want = 2.0 * (m * n * k) as f64 / h100.peak_flops(Precision::Bf16);
-        assert!((t - want).abs() / want < 1e-9);
+        let gemm = crate::compute::calibration::gemm_kernel(m, n, k, Precision::Bf16);
+        let t = model.kernel_time(&gemm, h100);
+        assert_eq!(t.bound, Bound::Compute);
+        let want = gemm_seconds(m, n, k, 1, Precision::Bf16, h100, eff) + launch_s;
+        assert!((t.seconds() - want).abs() / want < 1e-9);
+        // Below the roofline, at most the best tile's fraction of peak.
+        let roofline = 2.0 * (m * n * k) as f64 / h100.peak_flops(Precision::Bf16);
+        assert!(t.efficiency > 0.7 && t.efficiency <= eff.gemm.peak_fraction.bf16);
+        assert!(t.seconds() > roofline);
         let norm = Kernel {
             name: KernelName::InputNorm,
             pass: Pass::Forward,
@@ -456,8 +442,17 @@ mod tests {
             bytes: 4 * m * n,
             dtype: Precision::Bf16,
         };
-        let t = roofline_ps(&norm, h100) as f64 * 1e-12;
-        let want = (4 * m * n) as f64 / (h100.hbm.bandwidth_tb_s * 1e12);
-        assert!((t - want).abs() / want < 1e-6);
+        let t = model.kernel_time(&norm, h100);
+        assert_eq!(t.bound, Bound::Memory);
+        let want = (4 * m * n) as f64 / (h100.hbm.bandwidth_tb_s * 1e12 * eff.memory_efficiency)
+            + launch_s;
+        assert!((t.seconds() - want).abs() / want < 1e-6);
+        let imported = Kernel {
+            shape: Shape::Fixed { ns: 1234 },
+            ..norm
+        };
+        let t = model.kernel_time(&imported, h100);
+        assert_eq!((t.ps, t.source.clone()), (1_234_000, TimeSource::Imported));
+        assert_eq!(model_time(&imported, h100, eff, true), t);
     }
 }

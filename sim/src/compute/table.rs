@@ -35,9 +35,6 @@ const COLUMNS: [&str; 9] = [
     "gpu", "dtype", "kernel", "pass", "shape", "flops", "bytes", "time_us", "source",
 ];
 
-/// A malformed table (an alias: table errors are configuration errors with file and line).
-pub type TableError = ConfigError;
-
 /// `(gpu, dtype, kernel, pass, shape key)`.
 type RowKey = (String, Precision, KernelName, Pass, String);
 
