@@ -110,8 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if !kernels {
                 return print_report(json, || report.to_json(), || report.to_text());
             }
-            let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
-            let stages = kernel_report::stage_kernels(&workload, &model, &gpu_of_stage);
+            let stages = kernel_report::stage_kernels(&workload, &model, &exp.stage_gpus());
             print_report(
                 json,
                 || {
@@ -146,7 +145,7 @@ fn workload_command(
     let workload = sim::workload::load_or_compile(&exp, workload_file.as_deref())?;
     let compile_s = started.elapsed().as_secs_f64();
     let model = ComputeModel::from_experiment(&exp)?;
-    let gpu_of_stage = |stage: u32| exp.gpu_of_stage(stage).clone();
+    let stage_gpus = exp.stage_gpus();
     if let (Some(format), Some(path)) = (export, output) {
         let (text, what) = match format {
             ExportFormat::Simai => (
@@ -154,7 +153,7 @@ fn workload_command(
                 "the SimAI workload",
             ),
             ExportFormat::Kernels => {
-                let stages = kernel_report::stage_kernels(&workload, &model, &gpu_of_stage);
+                let stages = kernel_report::stage_kernels(&workload, &model, &stage_gpus);
                 (kernel_report::kernel_table(&stages), "the kernel table")
             }
         };
@@ -163,7 +162,7 @@ fn workload_command(
         eprintln!("wrote {}", path.display());
         return Ok(());
     }
-    let report = WorkloadReport::new(exp.name(), workload, &gpu_of_stage, &model, compile_s);
+    let report = WorkloadReport::new(exp.name(), workload, &stage_gpus, &model, compile_s);
     print_report(json, || report.to_json(), || report.to_text())
 }
 

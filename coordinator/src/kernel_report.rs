@@ -45,11 +45,11 @@ impl StageKernels {
     }
 }
 
-/// The kernels of every program of a workload, timed by `model`.
+/// The kernels of every program of a workload, timed by `model` on each stage's GPU.
 pub fn stage_kernels(
     workload: &Workload,
     model: &ComputeModel,
-    gpu_of_stage: &dyn Fn(u32) -> GpuSpec,
+    stage_gpus: &[&GpuSpec],
 ) -> Vec<StageKernels> {
     let pp = workload.layout.pp as usize;
     workload
@@ -57,7 +57,7 @@ pub fn stage_kernels(
         .iter()
         .enumerate()
         .map(|(i, program)| {
-            let gpu = gpu_of_stage(program.stage);
+            let gpu = stage_gpus[program.stage as usize];
             let mut counts = vec![0u64; program.kernels.len()];
             for op in &program.ops {
                 if let OpKind::Compute { kernel } = op.kind {
@@ -72,7 +72,7 @@ pub fn stage_kernels(
                 .map(|(k, count)| KernelRow {
                     kernel: *k,
                     count,
-                    time: model.kernel_time(k, &gpu),
+                    time: model.kernel_time(k, gpu),
                 })
                 .collect();
             rows.sort_by(|a, b| {

@@ -23,18 +23,18 @@ pub struct WorkloadReport {
 }
 
 impl WorkloadReport {
-    /// Summarises `workload`; `gpu_of_stage` gives the GPU that times each stage's kernels.
+    /// Summarises `workload`; `stage_gpus` holds the GPU that times each stage's kernels.
     pub fn new(
         name: &str,
         workload: Workload,
-        gpu_of_stage: &dyn Fn(u32) -> GpuSpec,
+        stage_gpus: &[&GpuSpec],
         model: &ComputeModel,
         compile_s: f64,
     ) -> Self {
         let stages = summarize(&workload);
         // Kernel times per program of class 0, looked up by interned kernel index.
         let times: Vec<Vec<u64>> = (0..workload.layout.pp)
-            .map(|s| model.program_times(workload.program(0, s), &gpu_of_stage(s)))
+            .map(|s| model.program_times(workload.program(0, s), stage_gpus[s as usize]))
             .collect();
         let timing = evaluate(&workload, 0, &|p, op| match op.kind {
             OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],

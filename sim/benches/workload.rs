@@ -47,14 +47,12 @@ fn kernel_times(c: &mut Criterion) {
             "{name}: {kernels} distinct kernels over {} programs",
             w.programs.len()
         );
-        let gpus: Vec<_> = (0..w.layout.pp)
-            .map(|s| exp.gpu_of_stage(s).clone())
-            .collect();
+        let gpus = exp.stage_gpus();
         group.bench_function(name, |b| {
             b.iter(|| {
                 w.programs
                     .iter()
-                    .map(|p| model.program_times(p, &gpus[p.stage as usize]).len())
+                    .map(|p| model.program_times(p, gpus[p.stage as usize]).len())
                     .sum::<usize>()
             })
         });

@@ -56,15 +56,22 @@ impl Experiment {
         &self.gpu_types[usize::from(self.host_gpu_type[(rank / gph) as usize])]
     }
 
-    /// The slowest GPU (lowest dense peak at the run's precision) among the ranks of
-    /// pipeline stage `stage`: the one that paces the stage.
-    pub fn gpu_of_stage(&self, stage: u32) -> &GpuSpec {
+    /// For every pipeline stage, the slowest GPU (lowest dense peak at the run's precision)
+    /// among its ranks: the one that paces the stage. One pass over the ranks.
+    pub fn stage_gpus(&self) -> Vec<&GpuSpec> {
         let precision = self.loaded.config.training.precision;
-        (0..self.layout.world())
-            .filter(|&r| self.layout.coords(r).pp == stage)
-            .map(|r| self.gpu_of_rank(r))
-            .min_by(|a, b| a.peak_flops(precision).total_cmp(&b.peak_flops(precision)))
-            .unwrap_or(&self.gpu_types[0])
+        let mut slowest: Vec<Option<&GpuSpec>> = vec![None; self.layout.pp as usize];
+        for r in 0..self.layout.world() {
+            let gpu = self.gpu_of_rank(r);
+            let slot = &mut slowest[self.layout.coords(r).pp as usize];
+            if slot.is_none_or(|s| gpu.peak_flops(precision) < s.peak_flops(precision)) {
+                *slot = Some(gpu);
+            }
+        }
+        slowest
+            .into_iter()
+            .map(|g| g.unwrap_or(&self.gpu_types[0]))
+            .collect()
     }
 
     pub fn from_loaded(loaded: LoadedConfig) -> Result<Experiment, ConfigError> {

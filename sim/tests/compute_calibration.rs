@@ -108,7 +108,7 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
             format!("parallel.sequence_parallel={sp}"),
         ];
         let exp = Experiment::load(&experiment, &sets).expect("22B experiment");
-        let gpu = exp.gpu_of_stage(0).clone();
+        let gpu = exp.stage_gpus()[0].clone();
         let workload = compile(&exp).expect("compiles");
         let tp = 8.0;
         // TP communication from nccl-tests on the same 8-GPU A100 node: all-reduce moves

@@ -14,7 +14,7 @@ fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     let exp = Experiment::load(&path, &[]).expect("quickstart");
     let workload = compile(&exp).expect("compiles");
     let model = ComputeModel::embedded().expect("model");
-    let gpu = exp.gpu_of_stage(0).clone();
+    let gpu = exp.stage_gpus()[0].clone();
     let times: Vec<Vec<u64>> = (0..workload.layout.pp)
         .map(|s| model.program_times(workload.program(0, s), &gpu))
         .collect();
