@@ -348,11 +348,11 @@ impl KernelTables {
             return Some((row.time_ps, TimeSource::Measured));
         }
         // The first GPU (by name) of the same vendor and family that measured this kernel.
-        let (base, row) = self.gpus.values().find_map(|g| {
-            let same_family = g.vendor == gpu.vendor && g.architecture == gpu.architecture;
-            let row = self.rows.get(&key(&g.name));
-            same_family.then_some(()).and(row).map(|r| (g, r))
-        })?;
+        let (base, row) = self
+            .gpus
+            .values()
+            .filter(|g| g.vendor == gpu.vendor && g.architecture == gpu.architecture)
+            .find_map(|g| self.rows.get(&key(&g.name)).map(|r| (g, r)))?;
         Some((
             scale(row, kernel, base, gpu),
             TimeSource::Scaled {
