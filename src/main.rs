@@ -8,9 +8,13 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use coordinator::check::CheckReport;
 use coordinator::kernel_report;
+use coordinator::run::{RunOptions, run_embedded};
+use coordinator::run_report::write_outputs;
 use coordinator::workload_report::WorkloadReport;
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
+
+mod progress;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -63,6 +67,33 @@ enum Command {
         /// Override a key of the experiment file, e.g. --set parallel.tp=4.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
+    },
+    /// Simulates one training iteration embedded (in-process workers) and writes the output
+    /// directory: summary.json, ranks.csv, collectives.csv, links.csv (and trace.json).
+    Run {
+        /// Experiment file (TOML).
+        experiment: PathBuf,
+        /// Output directory. Default: runs/<experiment name>.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// In-process workers, each with its own partitions and mailboxes.
+        #[arg(long)]
+        workers: Option<u32>,
+        /// Threads per worker (default: engine.threads, 0 = all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Partition strategy (like --set engine.partition=S).
+        #[arg(long)]
+        partition: Option<String>,
+        /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Also write trace.json (Chrome / Perfetto trace event format).
+        #[arg(long)]
+        trace: bool,
+        /// No progress display.
+        #[arg(long)]
+        quiet: bool,
     },
 }
 
@@ -129,6 +160,49 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             workload_file,
             sets,
         } => workload_command(&experiment, json, export, output, workload_file, &sets),
+        Command::Run {
+            experiment,
+            out,
+            workers,
+            threads,
+            partition,
+            mut sets,
+            trace,
+            quiet,
+        } => {
+            if let Some(p) = partition {
+                sets.push(format!("engine.partition={p}"));
+            }
+            let exp = Experiment::load(&experiment, &sets)?;
+            let options = RunOptions {
+                workers,
+                threads,
+                trace,
+            };
+            let progress = (!quiet).then(|| progress::hook(&exp));
+            let output = run_embedded(&exp, &options, progress)?;
+            let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
+            write_outputs(&dir, &exp, &output.model, &output.results, &output.summary)
+                .with_context(|| format!("writing the results to {}", dir.display()))?;
+            let s = &output.summary.json;
+            println!(
+                "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
+                exp.name(),
+                s["iteration_time_s"].as_f64().unwrap_or(0.0),
+                s["tflops_per_gpu"].as_f64().unwrap_or(0.0),
+                s["mfu"].as_f64().unwrap_or(0.0),
+                output.summary.digest
+            );
+            println!(
+                "engine: {} events in {:.2} s ({:.2e} events/s), {} windows; results in {}",
+                s["engine"]["events"],
+                s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
+                s["engine"]["events_per_s"].as_f64().unwrap_or(0.0),
+                s["engine"]["windows"],
+                dir.display()
+            );
+            Ok(())
+        }
     }
 }
 

@@ -4,5 +4,9 @@
 //! interface only. Today it hosts the experiment checks behind `fleetsim check`.
 
 pub mod check;
+pub mod driver;
+pub mod embedded;
 pub mod kernel_report;
+pub mod run;
+pub mod run_report;
 pub mod workload_report;

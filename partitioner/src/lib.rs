@@ -3,7 +3,59 @@
 //! Invariant: knows the topology, never the engine. A partition assignment is a plain vector
 //! `partition_of[node]`; whatever runs the partitions reads nothing else from here.
 
-use sim::topology::{HOST_NONE, Topology};
+use sim::topology::{HOST_NONE, Topology, splitmix64};
+
+/// Strategies that exist today, by the name `engine.partition` and `--partition` take.
+pub const AVAILABLE: [&str; 5] = ["auto", "by-host", "round-robin", "linear", "random"];
+
+/// Maps every LP to a partition with the named strategy. The assignment never changes the
+/// simulated results, only how fast they come.
+/// - `auto`, `by-host`: [`by_host`];
+/// - `round-robin`: LP `i` to partition `i mod K`;
+/// - `linear`: contiguous blocks of LP ids;
+/// - `random`: each LP to a partition drawn from `(seed, LP id)`.
+///
+/// `K` is the number of partitions `by-host` makes, so every strategy has the same degree of
+/// over-decomposition.
+pub fn partition(topology: &Topology, strategy: &str, seed: u64) -> Result<Assignment, String> {
+    let hosts = by_host(topology);
+    let k = hosts.partitions.max(1);
+    let n = topology.nodes().len() as u32;
+    let partition_of: Vec<u32> = match strategy {
+        "auto" | "by-host" => return Ok(hosts),
+        "round-robin" => (0..n).map(|i| i % k).collect(),
+        "linear" => {
+            let block = n.div_ceil(k).max(1);
+            (0..n).map(|i| i / block).collect()
+        }
+        "random" => (0..n)
+            .map(|i| (splitmix64(seed ^ splitmix64(u64::from(i))) % u64::from(k)) as u32)
+            .collect(),
+        other => {
+            return Err(format!(
+                "partition strategy `{other}` is not available yet (it arrives with the partitioner work); available: {}",
+                AVAILABLE.join(", ")
+            ));
+        }
+    };
+    Ok(compact(partition_of))
+}
+
+/// Renumbers partitions densely (0..K in order of first appearance), dropping empty ones.
+fn compact(partition_of: Vec<u32>) -> Assignment {
+    let mut rename = std::collections::BTreeMap::new();
+    let partition_of: Vec<u32> = partition_of
+        .into_iter()
+        .map(|p| {
+            let next = rename.len() as u32;
+            *rename.entry(p).or_insert(next)
+        })
+        .collect();
+    Assignment {
+        partitions: rename.len() as u32,
+        partition_of,
+    }
+}
 
 /// `partition_of[node]` for every topology node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,9 @@
 /// The key every event is ordered by. It is unique: an LP numbers the events it creates, so
 /// `(time, origin LP, origin sequence)` never repeats and does not depend on how the topology
 /// was partitioned or how many workers or threads run it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct EventKey {
     /// Simulated time in picoseconds.
     pub time_ps: u64,

@@ -304,6 +304,8 @@ impl Experiment {
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
         let known = [
             "auto",
+            "by-host",
+            "random",
             "round-robin",
             "linear",
             "by-rack",

@@ -7,6 +7,7 @@
 pub mod compute;
 pub mod config;
 mod embedded;
+pub mod engine;
 pub mod event;
 pub mod experiment;
 pub mod gpu;

@@ -1,6 +1,14 @@
 //! Executes the LPs of the partitions a worker owns.
 //!
 //! Invariants: knows nothing of how partitions were chosen; no locks or atomics on per-LP state
-//! in the hot loop; no tokio in the hot loop.
+//! in the hot loop (a partition is run by one thread per window); no tokio in the hot loop.
 
+pub mod partition;
 pub mod queue;
+pub mod window;
+
+pub use partition::{LpMap, Partition};
+pub use window::{
+    Coordination, EngineError, EventBatch, WindowGrant, WindowReport, WorkerOutcome, WorkerSetup,
+    WorkerStats, run_worker,
+};

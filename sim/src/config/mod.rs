@@ -419,6 +419,19 @@ pub struct NetworkConfig {
     pub segment_bytes: u64,
     #[serde(default = "defaults::intra_host")]
     pub intra_host: NetworkModel,
+    /// Bytes a flow may have unacknowledged (RDMA-like window). Default: the flow path's
+    /// bandwidth-delay product, at least two segments.
+    pub window_bytes: Option<u64>,
+    /// Ingress buffer per switch port. Default: XOFF plus the PFC headroom the port needs.
+    pub buffer_bytes: Option<u64>,
+    /// PFC: pause the upstream port when its ingress bytes queued here reach XOFF, resume
+    /// at XON. Defaults: max(256 KiB, 2 segments) and half of XOFF.
+    pub pfc_xoff_bytes: Option<u64>,
+    pub pfc_xon_bytes: Option<u64>,
+    #[serde(default = "defaults::congestion_control")]
+    pub congestion_control: CongestionControl,
+    #[serde(default)]
+    pub dcqcn: DcqcnConfig,
 }
 
 impl Default for NetworkConfig {
@@ -427,6 +440,73 @@ impl Default for NetworkConfig {
             model: defaults::network_model(),
             segment_bytes: defaults::segment_bytes(),
             intra_host: defaults::intra_host(),
+            window_bytes: None,
+            buffer_bytes: None,
+            pfc_xoff_bytes: None,
+            pfc_xon_bytes: None,
+            congestion_control: defaults::congestion_control(),
+            dcqcn: DcqcnConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CongestionControl {
+    None,
+    Dcqcn,
+}
+
+/// DCQCN parameters (Zhu et al., "Congestion Control for Large-Scale RDMA Deployments",
+/// SIGCOMM 2015, §3 and Table 1; rate floor as ns-3's `RdmaHw` `MinRate`, which SimAI uses).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DcqcnConfig {
+    /// RED/ECN marking: none below `kmin_bytes` of egress queue, probability rising linearly
+    /// to `pmax` at `kmax_bytes`, every segment above.
+    #[serde(default = "defaults::dcqcn_kmin")]
+    pub kmin_bytes: u64,
+    #[serde(default = "defaults::dcqcn_kmax")]
+    pub kmax_bytes: u64,
+    #[serde(default = "defaults::dcqcn_pmax")]
+    pub pmax: f64,
+    /// EWMA gain of alpha.
+    #[serde(default = "defaults::dcqcn_g")]
+    pub g: f64,
+    /// Alpha-decay and rate-increase timer, microseconds.
+    #[serde(default = "defaults::dcqcn_timer_us")]
+    pub timer_us: f64,
+    /// Byte counter of the rate-increase state machine.
+    #[serde(default = "defaults::dcqcn_byte_counter")]
+    pub byte_counter_bytes: u64,
+    /// Fast-recovery stages before additive increase.
+    #[serde(default = "defaults::dcqcn_fast_recovery")]
+    pub fast_recovery_steps: u32,
+    #[serde(default = "defaults::dcqcn_rate_ai")]
+    pub rate_ai_gbps: f64,
+    #[serde(default = "defaults::dcqcn_rate_hai")]
+    pub rate_hai_gbps: f64,
+    #[serde(default = "defaults::dcqcn_min_rate")]
+    pub min_rate_gbps: f64,
+    /// At most one rate cut per flow per this interval (the NP's CNP interval), microseconds.
+    #[serde(default = "defaults::dcqcn_cnp_interval_us")]
+    pub cnp_interval_us: f64,
+}
+
+impl Default for DcqcnConfig {
+    fn default() -> Self {
+        DcqcnConfig {
+            kmin_bytes: defaults::dcqcn_kmin(),
+            kmax_bytes: defaults::dcqcn_kmax(),
+            pmax: defaults::dcqcn_pmax(),
+            g: defaults::dcqcn_g(),
+            timer_us: defaults::dcqcn_timer_us(),
+            byte_counter_bytes: defaults::dcqcn_byte_counter(),
+            fast_recovery_steps: defaults::dcqcn_fast_recovery(),
+            rate_ai_gbps: defaults::dcqcn_rate_ai(),
+            rate_hai_gbps: defaults::dcqcn_rate_hai(),
+            min_rate_gbps: defaults::dcqcn_min_rate(),
+            cnp_interval_us: defaults::dcqcn_cnp_interval_us(),
         }
     }
 }
@@ -595,6 +675,42 @@ mod defaults {
     }
     pub fn intra_host() -> NetworkModel {
         NetworkModel::Analytical
+    }
+    pub fn congestion_control() -> CongestionControl {
+        CongestionControl::None
+    }
+    pub fn dcqcn_kmin() -> u64 {
+        5 * 1024
+    }
+    pub fn dcqcn_kmax() -> u64 {
+        200 * 1024
+    }
+    pub fn dcqcn_pmax() -> f64 {
+        0.01
+    }
+    pub fn dcqcn_g() -> f64 {
+        1.0 / 256.0
+    }
+    pub fn dcqcn_timer_us() -> f64 {
+        55.0
+    }
+    pub fn dcqcn_byte_counter() -> u64 {
+        10 * 1024 * 1024
+    }
+    pub fn dcqcn_fast_recovery() -> u32 {
+        5
+    }
+    pub fn dcqcn_rate_ai() -> f64 {
+        0.04
+    }
+    pub fn dcqcn_rate_hai() -> f64 {
+        0.4
+    }
+    pub fn dcqcn_min_rate() -> f64 {
+        0.1
+    }
+    pub fn dcqcn_cnp_interval_us() -> f64 {
+        50.0
     }
     pub fn algorithm() -> CollectiveAlgorithm {
         CollectiveAlgorithm::Auto

@@ -31,7 +31,7 @@ mod routing;
 mod testutil;
 
 pub use graph_file::{GraphFile, GraphLink, GraphNode};
-pub use routing::RoutingError;
+pub use routing::{RoutingError, ecmp_pick};
 
 /// Index of a node in [`Topology::nodes`].
 pub type NodeId = u32;

@@ -93,6 +93,16 @@ enum Route {
     Network,
 }
 
+/// The equal-cost hop a flow with `flow_hash` takes as its `hop`-th link:
+/// `splitmix64(flow_hash ^ splitmix64(hop))`, so independent flows spread over ECMP paths and
+/// one flow keeps one path (no reordering). `None` when `hops` is empty.
+pub fn ecmp_pick(flow_hash: u64, hop: u32, hops: &[LinkId]) -> Option<LinkId> {
+    let h = splitmix64(flow_hash ^ splitmix64(u64::from(hop)));
+    // Lemire's multiply-shift maps the hash onto [0, n) without a division.
+    let pick = ((u128::from(h) * hops.len() as u128) >> 64) as usize;
+    hops.get(pick).copied()
+}
+
 impl Topology {
     /// Equal-cost next links from `at` for a flow `src → dst` (GPUs or memory nodes), in
     /// ascending id order; empty when `at == dst`. The policy is in the module documentation.
@@ -141,10 +151,7 @@ impl Topology {
             if !path.is_empty() {
                 self.next_hops(at, src, dst, &mut hops)?;
             }
-            let h = splitmix64(flow_hash ^ splitmix64(path.len() as u64));
-            // Lemire's multiply-shift maps the hash onto [0, n) without a division.
-            let pick = ((u128::from(h) * hops.len() as u128) >> 64) as usize;
-            let Some(&l) = hops.get(pick) else {
+            let Some(l) = ecmp_pick(flow_hash, path.len() as u32, &hops) else {
                 return Err(RoutingError::Unreachable {
                     src,
                     dst,

@@ -1,0 +1,101 @@
+//! The window driver: from every worker's report, the global lower bound on time stamps and
+//! the next window (DESIGN.md, "Windows and mailboxes"). Pure logic: the in-process and the
+//! gRPC coordinators both call it.
+
+use worker::{WindowGrant, WindowReport};
+
+/// Window length when no link is cut (one partition): any length gives the same results;
+/// this one keeps the progress display moving.
+pub const UNCUT_WINDOW_PS: u64 = 1_000_000_000;
+
+#[derive(Debug, Clone)]
+pub struct WindowDriver {
+    lookahead_ps: u64,
+    window: u64,
+    /// Lower bound of the last window granted, for progress.
+    pub time_ps: u64,
+    pub events: u64,
+}
+
+impl WindowDriver {
+    /// `lookahead_ps`: the smallest latency of a link between two partitions; `None` when no
+    /// link is cut.
+    pub fn new(lookahead_ps: Option<u64>) -> Self {
+        WindowDriver {
+            lookahead_ps: lookahead_ps.unwrap_or(UNCUT_WINDOW_PS).max(1),
+            window: 0,
+            time_ps: 0,
+            events: 0,
+        }
+    }
+
+    pub fn windows(&self) -> u64 {
+        self.window
+    }
+
+    /// The next grant for every worker. `T` = min over workers of (next local event, earliest
+    /// event in flight); every event before `T + lookahead` is safe to process, because any
+    /// event crossing a partition boundary is at least one cut-link latency later than the
+    /// event that caused it. Idle stretches are skipped: `T` jumps to the next event.
+    pub fn grant(&mut self, reports: &[WindowReport]) -> Vec<WindowGrant> {
+        let t = reports
+            .iter()
+            .map(|r| r.next_event_ps.min(r.earliest_sent_ps))
+            .min()
+            .unwrap_or(u64::MAX);
+        self.events = reports.iter().map(|r| r.events_processed).sum();
+        let finished = t == u64::MAX;
+        if !finished {
+            self.window += 1;
+            self.time_ps = t;
+        }
+        let end_ps = t.saturating_add(self.lookahead_ps);
+        (0..reports.len())
+            .map(|w| WindowGrant {
+                window: self.window,
+                end_ps,
+                batches_expected: reports
+                    .iter()
+                    .map(|r| r.batches_sent.get(w).copied().unwrap_or(0))
+                    .sum(),
+                finished,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(worker: u32, next: u64, sent: u64, batches: Vec<u32>) -> WindowReport {
+        WindowReport {
+            worker,
+            window: 0,
+            next_event_ps: next,
+            earliest_sent_ps: sent,
+            batches_sent: batches,
+            events_processed: 0,
+        }
+    }
+
+    #[test]
+    fn the_window_starts_at_the_earliest_event_anywhere_including_in_flight() {
+        let mut d = WindowDriver::new(Some(1000));
+        let g = d.grant(&[
+            report(0, 5_000, u64::MAX, vec![0, 2]),
+            report(1, 9_000, 4_200, vec![1, 0]),
+        ]);
+        assert_eq!(g[0].end_ps, 5_200);
+        assert_eq!(g[0].batches_expected, 1);
+        assert_eq!(g[1].batches_expected, 2);
+        assert!(!g[0].finished);
+    }
+
+    #[test]
+    fn nothing_pending_anywhere_finishes() {
+        let mut d = WindowDriver::new(None);
+        let g = d.grant(&[report(0, u64::MAX, u64::MAX, vec![0])]);
+        assert!(g[0].finished);
+    }
+}

@@ -1,0 +1,234 @@
+//! The embedded run: N in-process workers, each on its own thread with its own mailboxes and
+//! thread pool, as if on separate machines. They run the same window loop
+//! ([`worker::run_worker`]) as distributed workers; only [`Coordination`] differs: the window
+//! driver is a combining barrier (the last worker to report computes every grant) and
+//! mailboxes are per-worker inboxes.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use sim::engine::{RunResults, SimModel};
+use worker::{
+    Coordination, EngineError, EventBatch, LpMap, WindowGrant, WindowReport, WorkerSetup,
+    WorkerStats, run_worker,
+};
+
+use crate::driver::WindowDriver;
+
+/// Called after every grant with (window lower bound in ps, events so far).
+pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
+
+struct Barrier {
+    reports: Vec<Option<WindowReport>>,
+    arrived: usize,
+    generation: u64,
+    grants: Vec<WindowGrant>,
+    driver: WindowDriver,
+    progress: Option<ProgressHook>,
+    aborted: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<Barrier>,
+    cv: Condvar,
+    inboxes: Vec<Mutex<Vec<EventBatch>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn abort(&self, why: String) {
+        let mut s = lock(&self.state);
+        s.aborted.get_or_insert(why);
+        self.cv.notify_all();
+    }
+}
+
+/// One worker's handle on the in-process coordinator.
+struct InProcess {
+    id: u32,
+    shared: Arc<Shared>,
+}
+
+impl Coordination for InProcess {
+    fn send_batch(&mut self, to_worker: u32, batch: EventBatch) -> Result<(), EngineError> {
+        let inbox = self.shared.inboxes.get(to_worker as usize).ok_or_else(|| {
+            EngineError::Transport(format!("no worker {to_worker} to send a batch to"))
+        })?;
+        lock(inbox).push(batch);
+        Ok(())
+    }
+
+    fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError> {
+        let me = self.id as usize;
+        let mut s = lock(&self.shared.state);
+        let generation = s.generation;
+        s.reports[me] = Some(report);
+        s.arrived += 1;
+        if s.arrived == s.reports.len() {
+            let reports: Vec<WindowReport> = s.reports.iter_mut().filter_map(Option::take).collect();
+            s.grants = s.driver.grant(&reports);
+            s.arrived = 0;
+            s.generation += 1;
+            let (t, events) = (s.driver.time_ps, s.driver.events);
+            if let Some(p) = s.progress.as_mut() {
+                p(t, events);
+            }
+            self.shared.cv.notify_all();
+        } else {
+            while s.generation == generation && s.aborted.is_none() {
+                s = self
+                    .shared
+                    .cv
+                    .wait(s)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        if let Some(why) = &s.aborted {
+            return Err(EngineError::Transport(why.clone()));
+        }
+        Ok(s.grants[me].clone())
+    }
+
+    fn receive_batches(&mut self, expected: u32) -> Result<Vec<EventBatch>, EngineError> {
+        let batches = std::mem::take(&mut *lock(&self.shared.inboxes[self.id as usize]));
+        if batches.len() != expected as usize {
+            return Err(EngineError::Transport(format!(
+                "worker {} expected {expected} batches, got {}",
+                self.id,
+                batches.len()
+            )));
+        }
+        Ok(batches)
+    }
+}
+
+/// Engine statistics of a finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineStats {
+    pub workers: u32,
+    pub threads: usize,
+    pub partitions: u32,
+    pub windows: u64,
+    pub events: u64,
+    pub cross_partition_events: u64,
+    pub lookahead_ps: Option<u64>,
+    pub wall_s: f64,
+    /// Share of the workers' time spent outside window processing.
+    pub sync_fraction: f64,
+}
+
+/// Which worker runs each partition: contiguous blocks of partition ids, balanced by count.
+pub fn assign_workers(partitions: u32, workers: u32) -> Vec<u32> {
+    (0..partitions)
+        .map(|p| (u64::from(p) * u64::from(workers) / u64::from(partitions.max(1))) as u32)
+        .collect()
+}
+
+/// Runs the simulation on `workers` in-process workers of `threads` threads each.
+pub fn run(
+    model: Arc<SimModel>,
+    partition_of: Vec<u32>,
+    lookahead_ps: Option<u64>,
+    workers: u32,
+    threads: usize,
+    progress: Option<ProgressHook>,
+) -> Result<(RunResults, EngineStats), EngineError> {
+    let started = Instant::now();
+    let workers = workers.max(1);
+    let map = Arc::new(LpMap::new(partition_of));
+    let owner = Arc::new(assign_workers(map.partitions, workers));
+    let shared = Arc::new(Shared {
+        state: Mutex::new(Barrier {
+            reports: vec![None; workers as usize],
+            arrived: 0,
+            generation: 0,
+            grants: Vec::new(),
+            driver: WindowDriver::new(lookahead_ps),
+            progress,
+            aborted: None,
+        }),
+        cv: Condvar::new(),
+        inboxes: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
+    });
+    let outcomes = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|id| {
+                let setup = WorkerSetup {
+                    id,
+                    workers,
+                    model: Arc::clone(&model),
+                    map: Arc::clone(&map),
+                    owner: Arc::clone(&owner),
+                    threads: threads.max(1),
+                };
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("fleetsim-worker-{id}"))
+                    .spawn_scoped(scope, move || {
+                        let mut coord = InProcess {
+                            id,
+                            shared: Arc::clone(&shared),
+                        };
+                        let out = run_worker(&setup, &mut coord);
+                        if let Err(e) = &out {
+                            shared.abort(format!("worker {id} failed: {e}"));
+                        }
+                        out
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(EngineError::Transport("a worker thread panicked".into()))
+                }),
+                Err(e) => Err(EngineError::Transport(format!(
+                    "cannot start a worker thread: {e}"
+                ))),
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut reports = Vec::new();
+    let mut stats: Vec<WorkerStats> = Vec::new();
+    let mut first_error = None;
+    for o in outcomes {
+        match o {
+            Ok(o) => {
+                reports.extend(o.reports);
+                stats.push(o.stats);
+            }
+            Err(e) => {
+                // The worker that failed first explains; the others only saw the abort.
+                if first_error.is_none() || matches!(e, EngineError::Causality(_)) {
+                    first_error = Some(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let windows = lock(&shared.state).driver.windows();
+    let wall: f64 = stats.iter().map(|s| s.wall_s).sum();
+    let busy: f64 = stats.iter().map(|s| s.busy_s).sum();
+    let engine = EngineStats {
+        workers,
+        threads: threads.max(1),
+        partitions: map.partitions,
+        windows,
+        events: stats.iter().map(|s| s.events).sum(),
+        cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
+        lookahead_ps,
+        wall_s: started.elapsed().as_secs_f64(),
+        sync_fraction: if wall > 0.0 {
+            (1.0 - busy / wall).clamp(0.0, 1.0)
+        } else {
+            0.0
+        },
+    };
+    Ok((RunResults::assemble(reports), engine))
+}

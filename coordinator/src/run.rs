@@ -1,0 +1,103 @@
+//! `fleetsim run`: build the experiment, partition it, simulate it embedded, summarise.
+
+use std::sync::Arc;
+
+use sim::compute::ComputeModel;
+use sim::config::ConfigError;
+use sim::engine::{RunResults, SimModel};
+use sim::experiment::Experiment;
+
+use crate::embedded::{self, ProgressHook};
+use crate::run_report::{EngineInfo, RunSummary, summarize_run};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Partition(ConfigError),
+    #[error("simulation failed: {0}")]
+    Engine(#[from] worker::EngineError),
+    #[error("simulation did not complete: {0}")]
+    Incomplete(String),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// In-process workers; `None`: `engine.workers`.
+    pub workers: Option<u32>,
+    /// Threads per worker; `None`: `engine.threads` (0 = the machine's cores).
+    pub threads: Option<usize>,
+    pub trace: bool,
+}
+
+#[derive(Debug)]
+pub struct RunOutput {
+    pub model: SimModel,
+    pub results: RunResults,
+    pub summary: RunSummary,
+}
+
+/// Simulates one iteration of `exp` embedded. `progress` sees (simulated ps, events) after
+/// every window.
+pub fn run_embedded(
+    exp: &Experiment,
+    options: &RunOptions,
+    progress: Option<ProgressHook>,
+) -> Result<RunOutput, RunError> {
+    let workload = sim::workload::load_or_compile(exp, None)?;
+    let compute = ComputeModel::from_experiment(exp)?;
+    let model = SimModel::build(exp, workload, &compute, options.trace)?;
+    let engine_cfg = &exp.loaded.config.engine;
+    let strategy = engine_cfg.partition.clone();
+    let assignment = partitioner::partition(&model.topology, &strategy, engine_cfg.seed)
+        .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
+    let lookahead = partitioner::lookahead_ps(&model.topology, &assignment);
+    let workers = options.workers.unwrap_or(engine_cfg.workers).max(1);
+    let threads = options
+        .threads
+        .unwrap_or(engine_cfg.threads as usize)
+        .max(0);
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        threads
+    };
+    let model = Arc::new(model);
+    let (results, stats) = embedded::run(
+        Arc::clone(&model),
+        assignment.partition_of,
+        lookahead,
+        workers,
+        threads,
+        progress,
+    )?;
+    let model = Arc::try_unwrap(model).map_err(|_| {
+        RunError::Incomplete("the simulation model is still shared after the run".into())
+    })?;
+    let engine = EngineInfo {
+        mode: "embedded",
+        strategy,
+        stats,
+        peak_rss_bytes: peak_rss_bytes(),
+    };
+    let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
+    Ok(RunOutput {
+        model,
+        results,
+        summary,
+    })
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), 0 where unknown.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

@@ -1,0 +1,358 @@
+//! The output directory of a run (SPEC.md, "Output directory"): summary.json, ranks.csv,
+//! collectives.csv, links.csv and, with `--trace`, trace.json.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+use sim::engine::results::{CLASSES, class_index};
+use sim::engine::{RunResults, SimModel};
+use sim::experiment::Experiment;
+use sim::layout::GroupKind;
+use sim::workload::summary::{summarize, total_model_flops};
+use sim::workload::{CollectiveOp, OpKind, Stream};
+
+use crate::embedded::EngineStats;
+
+const PS: f64 = 1e-12;
+
+/// The headline numbers of a run, computed once for every output file.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub iteration_ps: u64,
+    pub digest: String,
+    pub json: serde_json::Value,
+}
+
+/// How the engine ran, for summary.json.
+#[derive(Debug, Clone)]
+pub struct EngineInfo {
+    pub mode: &'static str,
+    pub strategy: String,
+    pub stats: EngineStats,
+    pub peak_rss_bytes: u64,
+}
+
+fn group_name(g: u8) -> &'static str {
+    [
+        GroupKind::Tp,
+        GroupKind::Cp,
+        GroupKind::Dp,
+        GroupKind::DpCp,
+        GroupKind::Pp,
+        GroupKind::Ep,
+        GroupKind::ExpertDp,
+        GroupKind::ModelParallel,
+        GroupKind::Embedding,
+    ]
+    .into_iter()
+    .find(|k| *k as u8 == g)
+    .map_or("?", GroupKind::name)
+}
+
+fn collective(op: u8) -> CollectiveOp {
+    CollectiveOp::ALL
+        .into_iter()
+        .find(|c| *c as u8 == op)
+        .unwrap_or(CollectiveOp::AllReduce)
+}
+
+/// nccl-tests' bus-bandwidth factor (`doc/PERFORMANCE.md`).
+pub fn busbw_factor(op: CollectiveOp, n: u64) -> f64 {
+    let n = n.max(1) as f64;
+    match op {
+        CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
+        CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
+            (n - 1.0) / n
+        }
+        CollectiveOp::Broadcast => 1.0,
+    }
+}
+
+pub fn summarize_run(
+    exp: &Experiment,
+    model: &SimModel,
+    results: &RunResults,
+    engine: &EngineInfo,
+) -> Result<RunSummary, String> {
+    let iteration_ps = results.iteration_ps()?;
+    let t = iteration_ps as f64 * PS;
+    let gpus = exp.loaded.config.cluster.gpus;
+    let world = model.workload.layout.world().max(1);
+    let (mut compute, mut comm, mut bubble, mut idle) = (0.0, 0.0, 0.0, 0.0);
+    for g in results.gpus() {
+        compute += g.compute_ps as f64 * PS;
+        comm += g.exposed_comm_ps as f64 * PS;
+        bubble += g.bubble_ps as f64 * PS;
+        idle += (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)) as f64 * PS;
+    }
+    let ranks = f64::from(world);
+    let model_flops = total_model_flops(&summarize(&model.workload));
+    let precision = exp.loaded.config.training.precision;
+    let peak: f64 = (0..world)
+        .map(|r| exp.gpu_of_rank(r).peak_flops(precision))
+        .sum::<f64>()
+        / ranks;
+    let tflops_per_gpu = if t > 0.0 {
+        model_flops / t / ranks / 1e12
+    } else {
+        0.0
+    };
+    let digest = results.digest();
+    let s = &engine.stats;
+    let net = &exp.loaded.config.network;
+    let json = json!({
+        "name": exp.name(),
+        "gpus": gpus,
+        "iteration_time_s": t,
+        "tokens_per_s": if t > 0.0 { model.workload.tokens as f64 / t } else { 0.0 },
+        "tflops_per_gpu": tflops_per_gpu,
+        "mfu": if peak > 0.0 { tflops_per_gpu * 1e12 / peak } else { 0.0 },
+        "breakdown_s": {
+            "compute": compute / ranks,
+            "exposed_comm": comm / ranks,
+            "bubble": bubble / ranks,
+            "idle": idle / ranks,
+        },
+        "result_digest": digest,
+        "network": {
+            "model": format!("{:?}", net.model).to_lowercase(),
+            "intra_host": format!("{:?}", net.intra_host).to_lowercase(),
+            "segment_bytes": net.segment_bytes,
+            "congestion_control": format!("{:?}", net.congestion_control).to_lowercase(),
+        },
+        "engine": {
+            "mode": engine.mode,
+            "workers": s.workers,
+            "partitions": s.partitions,
+            "strategy": engine.strategy,
+            "threads": s.threads,
+            "events": s.events,
+            "windows": s.windows,
+            "cross_partition_events": s.cross_partition_events,
+            "lookahead_s": s.lookahead_ps.map(|l| l as f64 * PS),
+            "wall_s": s.wall_s,
+            "events_per_s": if s.wall_s > 0.0 { s.events as f64 / s.wall_s } else { 0.0 },
+            "sync_fraction": s.sync_fraction,
+            "peak_rss_bytes": engine.peak_rss_bytes,
+        },
+        "warnings": exp.warnings,
+    });
+    Ok(RunSummary {
+        iteration_ps,
+        digest,
+        json,
+    })
+}
+
+pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: u64) -> String {
+    let mut out = String::from(
+        "rank,gpu,stage,finish_s,compute_s,exposed_comm_s,bubble_s,idle_s,peak_memory_bytes\n",
+    );
+    for g in results.gpus() {
+        let finish = g.finish_ps.unwrap_or(iteration_ps);
+        let mem = exp
+            .memory
+            .get(g.stage as usize)
+            .map_or(0.0, |m| m.total());
+        let _ = writeln!(
+            out,
+            "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{:.0}",
+            g.rank,
+            exp.gpu_of_rank(g.rank).name,
+            g.stage,
+            finish as f64 * PS,
+            g.compute_ps as f64 * PS,
+            g.exposed_comm_ps as f64 * PS,
+            g.bubble_ps as f64 * PS,
+            (iteration_ps - finish) as f64 * PS,
+            mem
+        );
+    }
+    out
+}
+
+pub fn collectives_csv(results: &RunResults) -> String {
+    let mut merged = std::collections::BTreeMap::new();
+    for (_, r) in &results.reports {
+        for (k, v) in &r.collectives {
+            merged
+                .entry(*k)
+                .or_insert_with(sim::engine::results::CollectiveStats::default)
+                .merge(v);
+        }
+    }
+    let mut out = String::from(
+        "group,op,bytes,group_size,algorithm,count,mean_s,min_s,max_s,algbw_gbps,busbw_gbps\n",
+    );
+    for ((g, op, bytes), s) in merged {
+        let mean = s.total_ps as f64 / s.count.max(1) as f64 * PS;
+        let algbw = if mean > 0.0 {
+            bytes as f64 / mean / 1e9
+        } else {
+            0.0
+        };
+        let cop = collective(op);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},ring,{},{:.9},{:.9},{:.9},{:.3},{:.3}",
+            group_name(g),
+            cop.name(),
+            bytes,
+            s.group_size,
+            s.count,
+            mean,
+            s.min_ps as f64 * PS,
+            s.max_ps as f64 * PS,
+            algbw,
+            algbw * busbw_factor(cop, s.group_size)
+        );
+    }
+    out
+}
+
+/// Busiest links listed individually after the per-class rows.
+const TOP_LINKS: usize = 20;
+
+pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> String {
+    let topo = &model.topology;
+    let links = topo.links();
+    let nodes = topo.nodes();
+    let t = (iteration_ps as f64 * PS).max(f64::MIN_POSITIVE);
+    let mut out = String::from(
+        "scope,class,link,src,dst,links,bytes,analytical_bytes,utilisation,max_queue_bytes,pauses,ecn_marks\n",
+    );
+    let mut per_class = [(0u64, 0u64, 0u64, 0u64, 0u64); 4];
+    let mut analytical = [0u64; 4];
+    let mut ports = Vec::new();
+    for (_, r) in &results.reports {
+        for (c, b) in r.analytical_bytes.iter().enumerate() {
+            analytical[c] += b;
+        }
+        for p in &r.ports {
+            let c = class_index(links[p.link as usize].class);
+            let e = &mut per_class[c];
+            e.0 += p.bytes;
+            e.1 += p.busy_ps;
+            e.2 = e.2.max(p.max_queue_bytes);
+            e.3 += p.pauses;
+            e.4 += p.ecn_marks;
+            ports.push(p);
+        }
+    }
+    let counts = topo.links_by_class();
+    for (c, class) in CLASSES.iter().enumerate() {
+        let n = counts.get(class).map_or(0, |(n, _)| *n);
+        if n == 0 {
+            continue;
+        }
+        let (bytes, busy, maxq, pauses, marks) = per_class[c];
+        let _ = writeln!(
+            out,
+            "class,{},,,,{n},{bytes},{},{:.6},{maxq},{pauses},{marks}",
+            class.name(),
+            analytical[c],
+            busy as f64 * PS / t / f64::from(n)
+        );
+    }
+    ports.sort_by(|a, b| b.busy_ps.cmp(&a.busy_ps).then(a.link.cmp(&b.link)));
+    for p in ports.into_iter().take(TOP_LINKS) {
+        let l = links[p.link as usize];
+        let name = |n: u32| {
+            let node = nodes[n as usize];
+            format!("{}{}", node.kind.name(), node.index)
+        };
+        let _ = writeln!(
+            out,
+            "link,{},{},{},{},1,{},0,{:.6},{},{},{}",
+            l.class.name(),
+            p.link,
+            name(l.src),
+            name(l.dst),
+            p.bytes,
+            p.busy_ps as f64 * PS / t,
+            p.max_queue_bytes,
+            p.pauses,
+            p.ecn_marks
+        );
+    }
+    out
+}
+
+/// Chrome trace event format: one process per GPU (a thread per stream) and one process for
+/// the links (a thread per busy link). Times in microseconds.
+pub fn trace_json(model: &SimModel, results: &RunResults) -> serde_json::Value {
+    let mut events = Vec::new();
+    let us = |ps: u64| ps as f64 * 1e-6;
+    let links_pid = u64::from(model.workload.layout.world()) + 1;
+    events.push(json!({"ph": "M", "name": "process_name", "pid": links_pid, "args": {"name": "links"}}));
+    for (_, r) in &results.reports {
+        if let Some(g) = &r.gpu {
+            let pid = u64::from(g.rank);
+            events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": format!("rank {}", g.rank)}}));
+            let program = model.workload.program_of_rank(g.rank);
+            for (s, spans) in &r.op_spans {
+                let stream = Stream::ALL[usize::from(*s)];
+                events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": s, "args": {"name": stream.name()}}));
+                for sp in spans {
+                    let op = &program.ops[sp.name as usize];
+                    let name = match op.kind {
+                        OpKind::Compute { kernel } => {
+                            let k = &program.kernels[kernel as usize];
+                            format!("{} {}", k.name.name(), k.pass.name())
+                        }
+                        OpKind::Collective { op, group, bytes } => {
+                            format!("{} {} {bytes}B", op.name(), group.name())
+                        }
+                        OpKind::Send { bytes, .. } => format!("send {bytes}B"),
+                        OpKind::Recv { bytes, .. } => format!("recv {bytes}B"),
+                    };
+                    events.push(json!({
+                        "ph": "X", "pid": pid, "tid": s, "name": name,
+                        "cat": op.label.phase.name(),
+                        "ts": us(sp.start_ps), "dur": us(sp.end_ps - sp.start_ps),
+                        "args": {"op": sp.name, "micro_batch": op.label.micro_batch},
+                    }));
+                }
+            }
+        }
+        for (link, spans) in &r.link_spans {
+            let l = model.topology.links()[*link as usize];
+            events.push(json!({"ph": "M", "name": "thread_name", "pid": links_pid, "tid": link, "args": {"name": format!("{} {}→{}", l.class.name(), l.src, l.dst)}}));
+            for sp in spans {
+                events.push(json!({
+                    "ph": "X", "pid": links_pid, "tid": link, "name": "busy",
+                    "ts": us(sp.start_ps), "dur": us(sp.end_ps - sp.start_ps),
+                }));
+            }
+        }
+    }
+    json!({"traceEvents": events, "displayTimeUnit": "ns"})
+}
+
+/// Writes the output directory.
+pub fn write_outputs(
+    dir: &Path,
+    exp: &Experiment,
+    model: &SimModel,
+    results: &RunResults,
+    summary: &RunSummary,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    std::fs::write(dir.join("summary.json"), pretty(&summary.json) + "\n")?;
+    std::fs::write(
+        dir.join("ranks.csv"),
+        ranks_csv(exp, results, summary.iteration_ps),
+    )?;
+    std::fs::write(dir.join("collectives.csv"), collectives_csv(results))?;
+    std::fs::write(
+        dir.join("links.csv"),
+        links_csv(model, results, summary.iteration_ps),
+    )?;
+    if model.trace {
+        let trace = serde_json::to_string(&trace_json(model, results)).unwrap_or_default();
+        std::fs::write(dir.join("trace.json"), trace)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! What an LP does when an event arrives (DESIGN.md, "The event model"): the semantics of the
+//! simulation, independent of how it is executed. `worker/` owns queues, windows and threads;
+//! this module owns LP state and event handlers.
+//!
+//! - One LP per topology node ([`Lp`]): a GPU runs its rank's program ([`gpu`]); every node
+//!   with queued output ports (NICs, switches, and in `intra_host = "packet"` mode NVSwitches
+//!   and PCIe switches) forwards segments ([`net`]).
+//! - An LP touches only its own state. It talks to other LPs only through events it emits via
+//!   [`Ctx`], each at least one link latency in the future when it crosses a link, so any
+//!   partition's lookahead (the smallest latency of a cut link) is respected.
+//! - Every event key is `(time, origin LP, origin sequence)`; an LP numbers the events it
+//!   emits. Same inputs, same event sequence per LP, whatever the partitioning.
+
+pub mod dcqcn;
+pub mod gpu;
+pub mod net;
+pub mod params;
+pub mod results;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compute::{ComputeModel, Interference};
+use crate::event::EventKey;
+use crate::experiment::Experiment;
+use crate::topology::{LinkId, NodeId, NodeKind, Topology};
+use crate::workload::{Program, Stream, Workload};
+
+pub use params::NetworkParams;
+pub use results::{LpReport, RunResults};
+
+/// Identifies a message at its receiver: the receiver's stream, the op's position on the
+/// sender's matching stream (the k-th collective of a stream matches the k-th on every member),
+/// and the algorithm step or chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Tag {
+    pub stream: u8,
+    pub seq: u32,
+    pub step: u16,
+}
+
+/// A piece of a flow on its way through the fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Sending and receiving GPU nodes.
+    pub src: NodeId,
+    pub dst: NodeId,
+    /// The sender's flow slot, echoed in acknowledgements.
+    pub flow: u32,
+    pub bytes: u32,
+    pub hash: u64,
+    pub tag: Tag,
+    /// One-way latency of the flow's path: acknowledgements take it back to the sender.
+    pub path_ps: u64,
+    /// The queued link the segment arrived on, [`NO_LINK`] when it skipped analytical links.
+    pub ingress: LinkId,
+    /// Links crossed so far; ECMP picks by `(hash, hop)` as [`Topology::path`] does.
+    pub hop: u16,
+    pub last: bool,
+    /// ECN congestion-experienced mark.
+    pub ecn: bool,
+}
+
+/// "No link" in [`Segment::ingress`].
+pub const NO_LINK: LinkId = u32::MAX;
+
+/// What happens to an LP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Body {
+    /// A compute kernel on the GPU's compute stream finished.
+    ComputeDone,
+    /// A segment reaches the target node.
+    Segment(Segment),
+    /// The target's port on `link` finished serialising its head segment.
+    TxDone { link: LinkId },
+    /// PFC pause / resume of the target's output port on `link`.
+    Pause { link: LinkId },
+    Resume { link: LinkId },
+    /// The receiver got `bytes` of a flow; `ecn` echoes a congestion mark (DCQCN's CNP).
+    Ack { flow: u32, bytes: u32, ecn: bool },
+    /// A whole message, delivered by the analytical model.
+    Message { tag: Tag },
+    /// A send of stream `stream` completed (analytical model).
+    SendDone { stream: u8 },
+    /// The receiver posted the receive matching `tag` (NCCL rendezvous for send/receive).
+    ClearToSend { tag: Tag },
+    /// DCQCN pacing: the flow may send its next segment.
+    Pace { flow: u32 },
+}
+
+/// An event addressed to an LP (a topology node).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub target: NodeId,
+    pub body: Body,
+}
+
+/// How an LP emits events. The runner routes what lands in `out` to the local queue or a
+/// mailbox. `seq` is the LP's origin sequence counter, kept by the runner beside the LP.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    pub now: u64,
+    pub lp: NodeId,
+    seq: &'a mut u64,
+    pub out: &'a mut Vec<(EventKey, Event)>,
+    /// Scratch for routing.
+    pub hops: &'a mut Vec<LinkId>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(
+        now: u64,
+        lp: NodeId,
+        seq: &'a mut u64,
+        out: &'a mut Vec<(EventKey, Event)>,
+        hops: &'a mut Vec<LinkId>,
+    ) -> Self {
+        Ctx {
+            now,
+            lp,
+            seq,
+            out,
+            hops,
+        }
+    }
+
+    /// Schedules `body` at `target` at time `at` (≥ now).
+    pub fn emit(&mut self, target: NodeId, at: u64, body: Body) {
+        debug_assert!(at >= self.now);
+        let key = EventKey {
+            time_ps: at,
+            origin_lp: self.lp,
+            origin_seq: *self.seq,
+        };
+        *self.seq += 1;
+        self.out.push((key, Event { target, body }));
+    }
+}
+
+/// Per-program lookup tables the GPU LPs share.
+#[derive(Debug)]
+pub struct ProgramIndex {
+    /// Op indices of each stream, in order.
+    pub stream_ops: [Vec<u32>; Stream::COUNT],
+    /// Position of every op on its stream.
+    pub position: Vec<u32>,
+}
+
+impl ProgramIndex {
+    pub fn new(program: &Program) -> Self {
+        let mut stream_ops: [Vec<u32>; Stream::COUNT] = Default::default();
+        let mut position = Vec::with_capacity(program.ops.len());
+        for (i, op) in program.ops.iter().enumerate() {
+            let s = &mut stream_ops[op.stream.index()];
+            position.push(s.len() as u32);
+            s.push(i as u32);
+        }
+        ProgramIndex {
+            stream_ops,
+            position,
+        }
+    }
+}
+
+/// Everything LPs read and nobody writes during a run: shared by all partitions and threads.
+#[derive(Debug)]
+pub struct SimModel {
+    pub topology: Topology,
+    pub workload: Workload,
+    pub programs: Vec<ProgramIndex>,
+    /// Kernel durations, `kernel_ps[program * gpu_types + gpu_type][kernel]`.
+    pub kernel_ps: Vec<Vec<u64>>,
+    pub gpu_types: usize,
+    pub net: NetworkParams,
+    pub interference: Interference,
+    pub seed: u64,
+    /// Record per-op and per-link spans for the trace.
+    pub trace: bool,
+}
+
+impl SimModel {
+    /// Builds the topology, compiles (or loads) the workload, and times every kernel.
+    pub fn build(
+        exp: &Experiment,
+        workload: Workload,
+        compute: &ComputeModel,
+        trace: bool,
+    ) -> Result<SimModel, crate::config::ConfigError> {
+        let topology = exp.build_topology()?;
+        let net = NetworkParams::from_experiment(exp, &topology)?;
+        let programs = workload.programs.iter().map(ProgramIndex::new).collect();
+        let gpu_types = exp.gpu_types.len();
+        let kernel_ps = workload
+            .programs
+            .iter()
+            .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_times(p, g)))
+            .collect();
+        Ok(SimModel {
+            topology,
+            workload,
+            programs,
+            kernel_ps,
+            gpu_types,
+            net,
+            interference: Interference::from_config(&exp.loaded.config.compute),
+            seed: exp.loaded.config.engine.seed,
+            trace,
+        })
+    }
+
+    /// The LP of topology node `node`, in its state at time zero.
+    pub fn new_lp(&self, node: NodeId) -> Lp {
+        let n = self.topology.nodes()[node as usize];
+        match n.kind {
+            NodeKind::Gpu if n.index < self.workload.layout.world() => {
+                Lp::Gpu(Box::new(gpu::GpuLp::new(self, node, n.index)))
+            }
+            _ => Lp::Fabric(net::FabricLp::new(self, node)),
+        }
+    }
+}
+
+/// A logical process: one topology node and its state.
+#[derive(Debug)]
+pub enum Lp {
+    Gpu(Box<gpu::GpuLp>),
+    Fabric(net::FabricLp),
+}
+
+impl Lp {
+    /// Called once at time zero, before any event.
+    pub fn start(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        if let Lp::Gpu(g) = self {
+            g.start(model, ctx);
+        }
+    }
+
+    pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
+        match self {
+            Lp::Gpu(g) => g.handle(model, body, ctx),
+            Lp::Fabric(f) => f.handle(model, body, ctx),
+        }
+    }
+
+    /// What the LP contributes to the results, at the end of the run.
+    pub fn report(&self, model: &SimModel) -> LpReport {
+        match self {
+            Lp::Gpu(g) => g.report(model),
+            Lp::Fabric(f) => f.report(model),
+        }
+    }
+}

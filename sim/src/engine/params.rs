@@ -1,0 +1,174 @@
+//! `[network]` validated into the numbers the network model runs on.
+
+use crate::config::{CongestionControl, ConfigError, NetworkModel};
+use crate::experiment::Experiment;
+use super::results::class_index;
+use crate::topology::{LinkClass, Topology};
+
+/// Largest segment: a segment's size travels as `u32`.
+pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
+
+/// DCQCN in simulation units (bytes/s, picoseconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DcqcnParams {
+    pub kmin_bytes: u64,
+    pub kmax_bytes: u64,
+    pub pmax: f64,
+    pub g: f64,
+    pub timer_ps: u64,
+    pub byte_counter: u64,
+    pub fast_recovery_steps: u32,
+    pub rate_ai: f64,
+    pub rate_hai: f64,
+    pub min_rate: f64,
+    pub cnp_interval_ps: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkParams {
+    /// `network.model = "packet"`: flows over queued links are cut into segments.
+    pub packet: bool,
+    /// Per [`LinkClass`] (in declaration order): queued ports, or analytical.
+    queued: [bool; 4],
+    pub segment_bytes: u64,
+    /// `None`: each flow's bandwidth-delay product.
+    pub window_bytes: Option<u64>,
+    pub buffer_bytes: u64,
+    pub xoff_bytes: u64,
+    pub xon_bytes: u64,
+    pub dcqcn: Option<DcqcnParams>,
+}
+
+impl NetworkParams {
+    /// Whether links of `class` have queued output ports (segment level).
+    pub fn is_queued(&self, class: LinkClass) -> bool {
+        self.queued[class_index(class)]
+    }
+
+    pub fn from_experiment(exp: &Experiment, topology: &Topology) -> Result<Self, ConfigError> {
+        let loaded = &exp.loaded;
+        let n = &loaded.config.network;
+        let err = |key: &str, msg: String| loaded.error(key, msg);
+        if n.segment_bytes > MAX_SEGMENT_BYTES {
+            return Err(err(
+                "network.segment_bytes",
+                format!(
+                    "{} is larger than the limit of {MAX_SEGMENT_BYTES} bytes (1 GiB); use 4096 for packet-level detail or 1048576 for large clusters",
+                    n.segment_bytes
+                ),
+            ));
+        }
+        let packet = n.model == NetworkModel::Packet;
+        let intra = packet && n.intra_host == NetworkModel::Packet;
+        let queued = [intra, intra, packet, intra];
+        if let Some(w) = n.window_bytes
+            && w == 0
+        {
+            return Err(err(
+                "network.window_bytes",
+                "must be greater than 0 (leave it out for the bandwidth-delay product)".into(),
+            ));
+        }
+        let segment = n.segment_bytes;
+        let xoff = n.pfc_xoff_bytes.unwrap_or((256 * 1024).max(2 * segment));
+        let xon = n.pfc_xon_bytes.unwrap_or(xoff / 2);
+        if xoff == 0 {
+            return Err(err("network.pfc_xoff_bytes", "must be greater than 0".into()));
+        }
+        if xon >= xoff {
+            return Err(err(
+                "network.pfc_xon_bytes",
+                format!("{xon} must be below network.pfc_xoff_bytes ({xoff}) so paused ports resume"),
+            ));
+        }
+        // PFC headroom (IEEE 802.1Qbb; the DCQCN paper, §2): after XOFF is crossed, the pause
+        // frame needs one link latency to arrive, the upstream finishes the segment it is
+        // sending, and what is on the wire lands: 2·latency·bandwidth + 2 segments.
+        let headroom = topology
+            .links()
+            .iter()
+            .filter(|l| queued[class_index(l.class)])
+            .map(|l| (2.0 * l.latency_ps as f64 * 1e-12 * l.bytes_per_s).ceil() as u64)
+            .max()
+            .unwrap_or(0)
+            + 2 * segment;
+        let needed = xoff + headroom;
+        let buffer = n.buffer_bytes.unwrap_or(needed);
+        if buffer < needed {
+            return Err(err(
+                "network.buffer_bytes",
+                format!(
+                    "{buffer} bytes cannot hold XOFF ({xoff}) plus the PFC headroom of the fastest queued link ({headroom}); PFC would drop segments. Use at least {needed}, or lower network.pfc_xoff_bytes or network.segment_bytes"
+                ),
+            ));
+        }
+        let dcqcn = match n.congestion_control {
+            CongestionControl::None => None,
+            CongestionControl::Dcqcn => Some(dcqcn_params(exp)?),
+        };
+        Ok(NetworkParams {
+            packet,
+            queued,
+            segment_bytes: segment,
+            window_bytes: n.window_bytes,
+            buffer_bytes: buffer,
+            xoff_bytes: xoff,
+            xon_bytes: xon,
+            dcqcn,
+        })
+    }
+}
+
+fn dcqcn_params(exp: &Experiment) -> Result<DcqcnParams, ConfigError> {
+    let loaded = &exp.loaded;
+    let d = &loaded.config.network.dcqcn;
+    let err = |key: &str, msg: String| loaded.error(key, msg);
+    if d.kmin_bytes >= d.kmax_bytes {
+        return Err(err(
+            "network.dcqcn.kmin_bytes",
+            format!(
+                "{} must be below network.dcqcn.kmax_bytes ({})",
+                d.kmin_bytes, d.kmax_bytes
+            ),
+        ));
+    }
+    for (key, v, lo, hi) in [
+        ("network.dcqcn.pmax", d.pmax, 0.0, 1.0),
+        ("network.dcqcn.g", d.g, 0.0, 1.0),
+    ] {
+        if !v.is_finite() || v <= lo || v > hi {
+            return Err(err(key, format!("{v} must be in ({lo}, {hi}]")));
+        }
+    }
+    for (key, v) in [
+        ("network.dcqcn.timer_us", d.timer_us),
+        ("network.dcqcn.rate_ai_gbps", d.rate_ai_gbps),
+        ("network.dcqcn.rate_hai_gbps", d.rate_hai_gbps),
+        ("network.dcqcn.min_rate_gbps", d.min_rate_gbps),
+        ("network.dcqcn.cnp_interval_us", d.cnp_interval_us),
+    ] {
+        if !v.is_finite() || v <= 0.0 {
+            return Err(err(key, format!("{v} must be a positive number")));
+        }
+    }
+    if d.byte_counter_bytes == 0 {
+        return Err(err(
+            "network.dcqcn.byte_counter_bytes",
+            "must be greater than 0".into(),
+        ));
+    }
+    let gbps = |g: f64| g * 1e9 / 8.0;
+    Ok(DcqcnParams {
+        kmin_bytes: d.kmin_bytes,
+        kmax_bytes: d.kmax_bytes,
+        pmax: d.pmax,
+        g: d.g,
+        timer_ps: (d.timer_us * 1e6).round() as u64,
+        byte_counter: d.byte_counter_bytes,
+        fast_recovery_steps: d.fast_recovery_steps,
+        rate_ai: gbps(d.rate_ai_gbps),
+        rate_hai: gbps(d.rate_hai_gbps),
+        min_rate: gbps(d.min_rate_gbps),
+        cnp_interval_ps: (d.cnp_interval_us * 1e6).round() as u64,
+    })
+}

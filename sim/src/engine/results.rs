@@ -1,0 +1,172 @@
+//! What LPs report at the end of a run, and the run's results assembled from them.
+//!
+//! Reports are plain serialisable data: in a distributed run they travel to the coordinator.
+//! [`RunResults::assemble`] sorts them by LP id, so the results (and the digest) do not depend
+//! on which worker ran which LP.
+
+use serde::{Deserialize, Serialize};
+
+use super::gpu::mix;
+use crate::topology::{LinkClass, LinkId, NodeId};
+
+/// Index of a link class in per-class arrays.
+pub fn class_index(class: LinkClass) -> usize {
+    match class {
+        LinkClass::NvLink => 0,
+        LinkClass::Pcie => 1,
+        LinkClass::Network => 2,
+        LinkClass::Cxl => 3,
+    }
+}
+
+pub const CLASSES: [LinkClass; 4] = [
+    LinkClass::NvLink,
+    LinkClass::Pcie,
+    LinkClass::Network,
+    LinkClass::Cxl,
+];
+
+/// A busy interval: an op on a stream (`name` = op index) or a link transmitting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub start_ps: u64,
+    pub end_ps: u64,
+    pub name: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PortReport {
+    pub link: LinkId,
+    pub bytes: u64,
+    pub segments: u64,
+    pub busy_ps: u64,
+    pub max_queue_bytes: u64,
+    pub pauses: u64,
+    pub ecn_marks: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    pub rank: u32,
+    pub stage: u32,
+    /// When the rank's last op finished; `None` if it never did.
+    pub finish_ps: Option<u64>,
+    pub compute_ps: u64,
+    pub exposed_comm_ps: u64,
+    pub bubble_ps: u64,
+    pub ops_done: u64,
+    /// Why the rank did not finish: the op each unfinished stream waits at.
+    pub blocked: Option<String>,
+}
+
+/// Time of one kind of collective on one rank: count, sum, extremes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveStats {
+    pub count: u64,
+    pub total_ps: u64,
+    pub min_ps: u64,
+    pub max_ps: u64,
+    pub group_size: u64,
+}
+
+impl CollectiveStats {
+    pub fn add(&mut self, ps: u64, group_size: u64) {
+        self.min_ps = if self.count == 0 {
+            ps
+        } else {
+            self.min_ps.min(ps)
+        };
+        self.count += 1;
+        self.total_ps += ps;
+        self.max_ps = self.max_ps.max(ps);
+        self.group_size = group_size;
+    }
+
+    pub fn merge(&mut self, other: &CollectiveStats) {
+        if other.count == 0 {
+            return;
+        }
+        self.min_ps = if self.count == 0 {
+            other.min_ps
+        } else {
+            self.min_ps.min(other.min_ps)
+        };
+        self.count += other.count;
+        self.total_ps += other.total_ps;
+        self.max_ps = self.max_ps.max(other.max_ps);
+        self.group_size = other.group_size;
+    }
+}
+
+/// (group kind, collective op, bytes) as their discriminants.
+pub type CollectiveKey = (u8, u8, u64);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LpReport {
+    /// The LP's running hash over its completion times.
+    pub digest: u64,
+    pub gpu: Option<GpuReport>,
+    pub ports: Vec<PortReport>,
+    /// Deepest ingress buffer occupancy at this node (PFC accounting).
+    pub max_ingress_bytes: u64,
+    /// Bytes this GPU sent analytically, per link class crossed.
+    pub analytical_bytes: [u64; 4],
+    pub collectives: Vec<(CollectiveKey, CollectiveStats)>,
+    /// Trace: op spans per stream, busy spans per link.
+    pub op_spans: Vec<(u8, Vec<Span>)>,
+    pub link_spans: Vec<(LinkId, Vec<Span>)>,
+}
+
+/// Every LP's report, in LP id order.
+#[derive(Debug, Clone, Default)]
+pub struct RunResults {
+    pub reports: Vec<(NodeId, LpReport)>,
+}
+
+impl RunResults {
+    pub fn assemble(mut reports: Vec<(NodeId, LpReport)>) -> Self {
+        reports.sort_by_key(|(id, _)| *id);
+        RunResults { reports }
+    }
+
+    /// Hash over every LP's completion times, 128 bits as hex. Independent of partitioning:
+    /// each LP's digest depends only on its own event sequence.
+    pub fn digest(&self) -> String {
+        let (mut a, mut b) = (0x6a09_e667_f3bc_c908u64, 0xbb67_ae85_84ca_a73bu64);
+        for (id, r) in &self.reports {
+            a = mix(a, u64::from(*id), r.digest);
+            b = mix(b ^ 0x5555, r.digest, u64::from(*id));
+        }
+        format!("{a:016x}{b:016x}")
+    }
+
+    pub fn gpus(&self) -> impl Iterator<Item = &GpuReport> {
+        self.reports.iter().filter_map(|(_, r)| r.gpu.as_ref())
+    }
+
+    /// The iteration time: when the last rank finished. `Err` lists ranks that never did.
+    pub fn iteration_ps(&self) -> Result<u64, String> {
+        let mut end = 0;
+        let mut stuck = Vec::new();
+        for g in self.gpus() {
+            match (g.finish_ps, &g.blocked) {
+                (Some(t), _) => end = end.max(t),
+                (None, why) => stuck.push(format!(
+                    "rank {}: {}",
+                    g.rank,
+                    why.as_deref().unwrap_or("unknown")
+                )),
+            }
+        }
+        if stuck.is_empty() {
+            Ok(end)
+        } else {
+            let n = stuck.len();
+            stuck.truncate(3);
+            Err(format!(
+                "{n} rank(s) never finished (a deadlock in the workload or a routing failure); first: {}",
+                stuck.join(" | ")
+            ))
+        }
+    }
+}

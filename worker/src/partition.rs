@@ -1,0 +1,169 @@
+//! A partition: a set of LPs with one event queue, processed one window at a time by one
+//! thread. Nothing here is shared while a window runs: the LPs, their sequence counters, the
+//! queue and the outbox belong to the partition, so the hot loop takes no locks and touches
+//! no atomics.
+
+use sim::engine::{Ctx, Event, Lp, LpReport, SimModel};
+use sim::event::EventKey;
+use sim::topology::{LinkId, NodeId};
+
+use crate::queue::EventQueue;
+
+/// Where every LP lives: its partition and its index inside it. Read-only during a run.
+#[derive(Debug, Clone)]
+pub struct LpMap {
+    pub partition_of: Vec<u32>,
+    pub local_index: Vec<u32>,
+    pub partitions: u32,
+}
+
+impl LpMap {
+    pub fn new(partition_of: Vec<u32>) -> Self {
+        let partitions = partition_of.iter().copied().max().map_or(0, |p| p + 1);
+        let mut counts = vec![0u32; partitions as usize];
+        let local_index = partition_of
+            .iter()
+            .map(|&p| {
+                let c = &mut counts[p as usize];
+                *c += 1;
+                *c - 1
+            })
+            .collect();
+        LpMap {
+            partition_of,
+            local_index,
+            partitions,
+        }
+    }
+
+    /// LP ids of partition `p`, ascending.
+    pub fn members(&self, p: u32) -> Vec<NodeId> {
+        (0..self.partition_of.len() as u32)
+            .filter(|&n| self.partition_of[n as usize] == p)
+            .collect()
+    }
+}
+
+/// An event that was addressed to an LP of another partition before the window it was
+/// created in ended: conservative synchronisation was broken (a bug, never bad input).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "causality violation: LP {origin} sent an event for {time_ps} ps to LP {target} in another partition inside the window ending at {window_end_ps} ps"
+)]
+pub struct CausalityError {
+    pub origin: NodeId,
+    pub target: NodeId,
+    pub time_ps: u64,
+    pub window_end_ps: u64,
+}
+
+#[derive(Debug)]
+pub struct Partition {
+    pub id: u32,
+    lp_ids: Vec<NodeId>,
+    lps: Vec<Lp>,
+    seqs: Vec<u64>,
+    queue: EventQueue<Event>,
+    /// Events for LPs of other partitions, produced by the last window.
+    pub outbox: Vec<(EventKey, Event)>,
+    emitted: Vec<(EventKey, Event)>,
+    hops: Vec<LinkId>,
+    /// Events processed in the last window: the cost estimate for longest-first scheduling.
+    pub last_window_events: u64,
+    pub events: u64,
+    pub error: Option<CausalityError>,
+}
+
+impl Partition {
+    pub fn new(model: &SimModel, map: &LpMap, id: u32) -> Self {
+        let lp_ids = map.members(id);
+        let lps = lp_ids.iter().map(|&n| model.new_lp(n)).collect();
+        Partition {
+            id,
+            seqs: vec![0; lp_ids.len()],
+            lp_ids,
+            lps,
+            queue: EventQueue::default(),
+            outbox: Vec::new(),
+            emitted: Vec::new(),
+            hops: Vec::with_capacity(8),
+            last_window_events: 0,
+            events: 0,
+            error: None,
+        }
+    }
+
+    /// Time zero: every LP schedules its first events.
+    pub fn start(&mut self, model: &SimModel, map: &LpMap) {
+        for i in 0..self.lps.len() {
+            let mut ctx = Ctx::new(
+                0,
+                self.lp_ids[i],
+                &mut self.seqs[i],
+                &mut self.emitted,
+                &mut self.hops,
+            );
+            self.lps[i].start(model, &mut ctx);
+            self.route_emitted(map, 0);
+        }
+    }
+
+    pub fn push(&mut self, key: EventKey, event: Event) {
+        self.queue.push(key, event);
+    }
+
+    pub fn next_time_ps(&self) -> Option<u64> {
+        self.queue.next_time_ps()
+    }
+
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Processes every event before `end_ps`, in key order.
+    pub fn run_window(&mut self, model: &SimModel, map: &LpMap, end_ps: u64) {
+        let mut n = 0;
+        while let Some((key, event)) = self.queue.pop_before(end_ps) {
+            let i = map.local_index[event.target as usize] as usize;
+            let mut ctx = Ctx::new(
+                key.time_ps,
+                event.target,
+                &mut self.seqs[i],
+                &mut self.emitted,
+                &mut self.hops,
+            );
+            self.lps[i].handle(model, event.body, &mut ctx);
+            self.route_emitted(map, end_ps);
+            n += 1;
+        }
+        self.last_window_events = n;
+        self.events += n;
+    }
+
+    fn route_emitted(&mut self, map: &LpMap, end_ps: u64) {
+        for (key, event) in self.emitted.drain(..) {
+            if map.partition_of[event.target as usize] == self.id {
+                self.queue.push(key, event);
+            } else {
+                if key.time_ps < end_ps && self.error.is_none() {
+                    self.error = Some(CausalityError {
+                        origin: key.origin_lp,
+                        target: event.target,
+                        time_ps: key.time_ps,
+                        window_end_ps: end_ps,
+                    });
+                }
+                self.outbox.push((key, event));
+            }
+        }
+    }
+
+    /// Every LP's report, with its id.
+    pub fn reports(&self, model: &SimModel) -> Vec<(NodeId, LpReport)> {
+        self.lp_ids
+            .iter()
+            .zip(&self.lps)
+            .map(|(&id, lp)| (id, lp.report(model)))
+            .collect()
+    }
+}
