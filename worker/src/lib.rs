@@ -5,6 +5,7 @@
 
 pub mod partition;
 pub mod queue;
+mod team;
 pub mod window;
 
 pub use partition::{LpMap, Partition};

@@ -11,7 +11,8 @@
 //! The embedded run implements [`Coordination`] in-process; the distributed run implements it
 //! over gRPC. Both drive this same loop.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ use sim::event::EventKey;
 use sim::topology::NodeId;
 
 use crate::partition::{CausalityError, LpMap, Partition};
+use crate::team::{Team, lock};
 
 /// What a worker tells the coordinator at the end of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +122,60 @@ pub struct WorkerOutcome {
     pub stats: WorkerStats,
 }
 
+/// Windows with fewer predicted events than this run on the worker thread alone: waking the
+/// helpers would cost more than it saves.
+const PARALLEL_MIN_EVENTS: u64 = 64;
+
+/// Earliest pending event of each partition, with a lazy min-heap over them: between windows
+/// only the partitions that ran or received events are looked at, never all of them.
+struct NextTimes {
+    time: Vec<u64>,
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+}
+
+impl NextTimes {
+    fn update(&mut self, slot: usize, time: Option<u64>) {
+        let t = time.unwrap_or(u64::MAX);
+        if self.time[slot] != t {
+            self.time[slot] = t;
+            if t != u64::MAX {
+                self.heap.push(Reverse((t, slot)));
+            }
+        }
+    }
+
+    /// Drops heap entries that no longer match their partition's next time.
+    fn clean_top(&mut self) {
+        while let Some(&Reverse((t, slot))) = self.heap.peek() {
+            if self.time[slot] == t {
+                return;
+            }
+            self.heap.pop();
+        }
+    }
+
+    fn min(&mut self) -> u64 {
+        self.clean_top();
+        self.heap.peek().map_or(u64::MAX, |Reverse((t, _))| *t)
+    }
+
+    /// Partitions with an event before `end`; their entries leave the heap.
+    fn take_before(&mut self, end: u64) -> Vec<usize> {
+        let mut out = Vec::new();
+        loop {
+            self.clean_top();
+            match self.heap.peek() {
+                Some(&Reverse((t, slot))) if t < end => {
+                    self.heap.pop();
+                    self.time[slot] = u64::MAX;
+                    out.push(slot);
+                }
+                _ => return out,
+            }
+        }
+    }
+}
+
 /// Runs the worker's partitions to the end of the simulation.
 pub fn run_worker(
     setup: &WorkerSetup,
@@ -135,45 +191,53 @@ pub fn run_worker(
     for (i, &p) in mine.iter().enumerate() {
         slot_of[p as usize] = i as u32;
     }
-    let partitions: Vec<Mutex<Partition>> = mine
+    let mut partitions: Vec<Partition> = mine
         .iter()
-        .map(|&p| Mutex::new(Partition::new(model, map, p)))
+        .map(|&p| Partition::new(model, map, p))
         .collect();
-    let worker_id = setup.id;
-    let pool = if setup.threads > 1 {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(setup.threads)
-            .thread_name(move |i| format!("fleetsim-w{worker_id}-t{i}"))
-            .build()
-            .ok()
-    } else {
-        None
+    for p in &mut partitions {
+        p.start(model, map);
+    }
+    let mut next = NextTimes {
+        time: vec![u64::MAX; partitions.len()],
+        heap: BinaryHeap::new(),
     };
+    let team = Team::new(
+        partitions,
+        Arc::clone(&setup.model),
+        Arc::clone(&setup.map),
+        setup.threads,
+        setup.id,
+    );
+    let parts = &team.shared.partitions;
     let mut stats = WorkerStats {
         partitions: mine.len() as u32,
         ..WorkerStats::default()
     };
-    for p in &partitions {
-        lock(p).start(model, map);
-    }
     let mut window = 0u64;
     let mut outgoing: Vec<Vec<(EventKey, Event)>> = vec![Vec::new(); setup.workers as usize];
+    // Partitions that ran last window (they hold the outboxes) or received events.
+    let mut ran: Vec<usize> = (0..parts.len()).collect();
+    let mut touched: Vec<usize> = (0..parts.len()).collect();
+    let mut cost = vec![0u64; parts.len()];
     loop {
         // 1. Route what the last window produced for other partitions.
         let mut earliest_sent = u64::MAX;
-        for p in &partitions {
-            let mut p = lock(p);
+        for &slot in &ran {
+            let mut p = lock(&parts[slot]);
             if let Some(e) = p.error.take() {
                 return Err(e.into());
             }
             let outbox = std::mem::take(&mut p.outbox);
+            cost[slot] = p.last_window_events;
             drop(p);
             stats.cross_partition_events += outbox.len() as u64;
             for (key, event) in outbox {
                 let target = map.partition_of[event.target as usize];
-                let slot = slot_of[target as usize];
-                if slot != u32::MAX {
-                    lock(&partitions[slot as usize]).push(key, event);
+                let to = slot_of[target as usize];
+                if to != u32::MAX {
+                    lock(&parts[to as usize]).push(key, event);
+                    touched.push(to as usize);
                 } else {
                     earliest_sent = earliest_sent.min(key.time_ps);
                     outgoing[setup.owner[target as usize] as usize].push((key, event));
@@ -190,16 +254,14 @@ pub fn run_worker(
             events.clear();
             batches_sent[w] += 1;
         }
+        for slot in touched.drain(..) {
+            next.update(slot, lock(&parts[slot]).next_time_ps());
+        }
         // 2. Report; get the next window.
-        let next_event_ps = partitions
-            .iter()
-            .filter_map(|p| lock(p).next_time_ps())
-            .min()
-            .unwrap_or(u64::MAX);
         let grant = coord.exchange(WindowReport {
             worker: setup.id,
             window,
-            next_event_ps,
+            next_event_ps: next.min(),
             earliest_sent_ps: earliest_sent,
             batches_sent,
             events_processed: stats.events,
@@ -211,71 +273,55 @@ pub fn run_worker(
         for batch in coord.receive_batches(grant.batches_expected)? {
             for (key, event) in batch.decode()? {
                 let target = map.partition_of[event.target as usize];
-                let slot = slot_of[target as usize];
-                if slot == u32::MAX {
+                let to = slot_of[target as usize];
+                if to == u32::MAX {
                     return Err(EngineError::Transport(format!(
                         "worker {} received an event for partition {target}, which it does not own",
                         setup.id
                     )));
                 }
-                lock(&partitions[slot as usize]).push(key, event);
+                let mut p = lock(&parts[to as usize]);
+                p.push(key, event);
+                let t = p.next_time_ps();
+                drop(p);
+                next.update(to as usize, t);
             }
         }
-        // 3. Run the window.
+        // 3. Run the window, longest first.
         let busy = Instant::now();
         let end = grant.end_ps;
-        let mut active: Vec<(u64, usize)> = partitions
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                let p = lock(p);
-                (p.next_time_ps()? < end).then_some((p.last_window_events, i))
-            })
-            .collect();
-        // Longest first: the partition that was busiest last window starts first.
-        active.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let before: u64 = stats.events;
-        let processed = match (&pool, active.len()) {
-            (Some(pool), n) if n > 1 => {
-                let next = AtomicUsize::new(0);
-                let counts: Vec<u64> = pool.broadcast(|_| {
-                    let mut events = 0;
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(_, slot)) = active.get(i) else {
-                            break events;
-                        };
-                        let mut p = lock(&partitions[slot]);
-                        p.run_window(model, map, end);
-                        events += p.last_window_events;
-                    }
-                });
-                counts.iter().sum::<u64>()
-            }
-            _ => active
-                .iter()
-                .map(|&(_, slot)| {
-                    let mut p = lock(&partitions[slot]);
-                    p.run_window(model, map, end);
-                    p.last_window_events
-                })
-                .sum(),
+        let mut active = next.take_before(end);
+        active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
+        let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
+        let processed = if predicted >= PARALLEL_MIN_EVENTS {
+            team.run(end, active.clone())
+        } else {
+            run_inline(parts, model, map, end, &active)
         };
-        stats.events = before + processed;
+        stats.events += processed;
         stats.windows += 1;
         stats.busy_s += busy.elapsed().as_secs_f64();
+        touched.extend_from_slice(&active);
+        ran = active;
     }
     stats.wall_s = started.elapsed().as_secs_f64();
-    let reports = partitions
-        .iter()
-        .flat_map(|p| lock(p).reports(model))
-        .collect();
+    let reports = parts.iter().flat_map(|p| lock(p).reports(model)).collect();
     Ok(WorkerOutcome { reports, stats })
 }
 
-/// Each partition's mutex is taken by the one thread that claimed the partition for the
-/// window (or by the worker between windows): never contended, and never poisoned unless a
-/// handler panicked, in which case the run is lost anyway.
-fn lock(p: &Mutex<Partition>) -> std::sync::MutexGuard<'_, Partition> {
-    p.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn run_inline(
+    parts: &[Mutex<Partition>],
+    model: &SimModel,
+    map: &LpMap,
+    end: u64,
+    order: &[usize],
+) -> u64 {
+    order
+        .iter()
+        .map(|&slot| {
+            let mut p = lock(&parts[slot]);
+            p.run_window(model, map, end);
+            p.last_window_events
+        })
+        .sum()
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use super::dcqcn::Dcqcn;
 use super::net::{Ports, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span};
-use super::{Body, Ctx, Segment, SimModel, Tag};
+use super::{Body, Ctx, INJECTED, P2P, Segment, SimModel, Tag};
 use crate::layout::GroupKind;
 use crate::topology::{NodeId, splitmix64};
 use crate::workload::{CollectiveOp, OpKind, Peer, Stream};
@@ -51,6 +51,8 @@ enum Algo {
 struct CommRun {
     op: u32,
     start_ps: u64,
+    /// Communicator ([`P2P`] or a group kind) and sequence number on it.
+    group: u8,
     seq: u32,
     algo: Algo,
     ring: RingPos,
@@ -84,7 +86,7 @@ struct Flow {
     hash: u64,
     tag: Tag,
     path_ps: u64,
-    stream: u8,
+    notify: Option<u8>,
     line_rate: f64,
     dcqcn: Option<Dcqcn>,
     next_tx_ps: u64,
@@ -107,6 +109,8 @@ pub struct GpuLp {
     /// Analytical transfers: when each out link is free again (a FIFO share of it).
     link_free_ps: Vec<u64>,
     groups: [Option<RingPos>; 9],
+    /// Collectives started per group kind: the sequence number of the next one.
+    group_seq: [u32; 9],
     /// Collective streams with an op running.
     comm_active: u32,
     accounted_to_ps: u64,
@@ -120,6 +124,8 @@ pub struct GpuLp {
     analytical_bytes: [u64; 4],
     spans: Vec<Vec<Span>>,
     error: Option<String>,
+    /// Injected flows ([`SimModel::flows`]) that arrived here: (index, time).
+    flow_arrivals: Vec<(u32, u64)>,
 }
 
 fn is_collective_stream(s: usize) -> bool {
@@ -203,6 +209,7 @@ impl GpuLp {
             ports: Ports::new(model, node),
             link_free_ps: vec![0; out],
             groups: [None; 9],
+            group_seq: [0; 9],
             comm_active: 0,
             accounted_to_ps: 0,
             compute_ps: 0,
@@ -219,10 +226,16 @@ impl GpuLp {
                 Vec::new()
             },
             error: None,
+            flow_arrivals: Vec::new(),
         }
     }
 
     pub fn start(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        for (i, f) in model.flows.iter().enumerate() {
+            if f.src == self.rank {
+                ctx.emit(self.node, f.start_ps, Body::StartFlow { index: i as u32 });
+            }
+        }
         self.pump(model, ctx);
     }
 
@@ -240,12 +253,29 @@ impl GpuLp {
                         ecn: seg.ecn,
                     },
                 );
-                if seg.last {
+                if seg.last && seg.tag.group == INJECTED {
+                    self.flow_arrivals.push((seg.tag.seq, ctx.now));
+                    self.digest = mix(self.digest, u64::from(seg.tag.seq) | (1 << 41), ctx.now);
+                } else if seg.last {
                     self.arrived(model, seg.tag, ctx);
                 }
             }
             Body::Segment(seg) => self.ports.forward(model, seg, ctx),
+            Body::Message { tag } | Body::ClearToSend { tag } if tag.group == INJECTED => {
+                self.flow_arrivals.push((tag.seq, ctx.now));
+                self.digest = mix(self.digest, u64::from(tag.seq) | (1 << 41), ctx.now);
+            }
             Body::Message { tag } | Body::ClearToSend { tag } => self.arrived(model, tag, ctx),
+            Body::StartFlow { index } => {
+                let f = model.flows[index as usize];
+                let tag = Tag {
+                    stream: 0,
+                    group: INJECTED,
+                    seq: index,
+                    step: 0,
+                };
+                self.transmit(model, model.topology.gpu(f.dst), f.bytes, tag, None, ctx);
+            }
             Body::SendDone { stream } => self.send_done(model, usize::from(stream), ctx),
             Body::Ack { flow, bytes, ecn } => self.acked(model, flow, bytes, ecn, ctx),
             Body::Pace { flow } => {
@@ -312,7 +342,14 @@ impl GpuLp {
     fn start_op(&mut self, model: &SimModel, s: usize, op: u32, ctx: &mut Ctx) {
         let program = &model.workload.programs[self.program as usize];
         let o = program.ops[op as usize];
-        let seq = self.done[s];
+        let (comm_group, seq) = match o.kind {
+            OpKind::Collective { group, .. } => {
+                let g = &mut self.group_seq[group as usize];
+                *g += 1;
+                (group as u8, *g - 1)
+            }
+            _ => (P2P, self.done[s]),
+        };
         match o.kind {
             OpKind::Compute { kernel } => {
                 let base = model.kernel_ps[self.kernel_table as usize][kernel as usize];
@@ -330,7 +367,7 @@ impl GpuLp {
             OpKind::Collective { op: cop, group, bytes } => {
                 let ring = self.ring(model, group);
                 if ring.n <= 1 {
-                    self.running[s] = Running::Comm(Box::new(self.comm(op, seq, Algo::Direct, ring, 0, ctx)));
+                    self.running[s] = Running::Comm(Box::new(self.comm(op, (comm_group, seq), Algo::Direct, ring, 0, ctx)));
                     self.complete(model, s, ctx);
                     return;
                 }
@@ -351,7 +388,7 @@ impl GpuLp {
                         (Algo::Chain { chunks }, bytes.div_ceil(n), needed)
                     }
                 };
-                let mut run = self.comm(op, seq, algo, ring, step_bytes, ctx);
+                let mut run = self.comm(op, (comm_group, seq), algo, ring, step_bytes, ctx);
                 run.recv_needed = recv_needed;
                 run.collective = Some((group, cop, bytes));
                 self.running[s] = Running::Comm(Box::new(run));
@@ -378,19 +415,20 @@ impl GpuLp {
             }
             OpKind::Send { peer, bytes } => {
                 let peer = self.peer(model, peer);
-                let mut run = self.comm(op, seq, Algo::Send, self.ring_of_peer(), bytes, ctx);
+                let mut run = self.comm(op, (comm_group, seq), Algo::Send, self.ring_of_peer(), bytes, ctx);
                 run.peer = peer;
                 run.waiting_clear_to_send = true;
                 self.running[s] = Running::Comm(Box::new(run));
             }
             OpKind::Recv { peer, bytes } => {
                 let peer = self.peer(model, peer);
-                let mut run = self.comm(op, seq, Algo::Recv, self.ring_of_peer(), bytes, ctx);
+                let mut run = self.comm(op, (comm_group, seq), Algo::Recv, self.ring_of_peer(), bytes, ctx);
                 run.peer = peer;
                 run.recv_needed = 1;
                 self.running[s] = Running::Comm(Box::new(run));
                 let tag = Tag {
                     stream: mirror(Stream::ALL[s]).index() as u8,
+                    group: comm_group,
                     seq,
                     step: 0,
                 };
@@ -404,13 +442,13 @@ impl GpuLp {
         // Arrivals that came before the op started.
         let first = Tag {
             stream: s as u8,
+            group: comm_group,
             seq,
             step: 0,
         };
         let last = Tag {
-            stream: s as u8,
-            seq,
             step: u16::MAX,
+            ..first
         };
         let early: Vec<(Tag, u32)> = self
             .early
@@ -428,10 +466,19 @@ impl GpuLp {
         }
     }
 
-    fn comm(&self, op: u32, seq: u32, algo: Algo, ring: RingPos, step_bytes: u64, ctx: &Ctx) -> CommRun {
+    fn comm(
+        &self,
+        op: u32,
+        (group, seq): (u8, u32),
+        algo: Algo,
+        ring: RingPos,
+        step_bytes: u64,
+        ctx: &Ctx,
+    ) -> CommRun {
         CommRun {
             op,
             start_ps: ctx.now,
+            group,
             seq,
             algo,
             ring,
@@ -483,14 +530,18 @@ impl GpuLp {
 
     fn flow_hash(&self, model: &SimModel, dst: NodeId, tag: Tag) -> u64 {
         let a = (u64::from(self.node) << 32) | u64::from(dst);
-        let b = (u64::from(tag.stream) << 48) | (u64::from(tag.step) << 32) | u64::from(tag.seq);
+        let b = (u64::from(tag.stream) << 56)
+            | (u64::from(tag.group) << 48)
+            | (u64::from(tag.step) << 32)
+            | u64::from(tag.seq);
         splitmix64(model.seed ^ splitmix64(a) ^ splitmix64(b).rotate_left(17))
     }
 
     /// A message, or a clear-to-send, for stream `tag.stream`.
     fn arrived(&mut self, model: &SimModel, tag: Tag, ctx: &mut Ctx) {
         let s = usize::from(tag.stream);
-        let current = matches!(&self.running[s], Running::Comm(r) if r.seq == tag.seq);
+        let current =
+            matches!(&self.running[s], Running::Comm(r) if r.seq == tag.seq && r.group == tag.group);
         if current {
             self.apply_arrival(model, s, tag.step, ctx);
             self.check_done(model, s, ctx);
@@ -594,9 +645,24 @@ impl GpuLp {
         run.sends_open += 1;
         let tag = Tag {
             stream: to_stream as u8,
+            group: run.group,
             seq: run.seq,
             step,
         };
+        self.transmit(model, dst, bytes, tag, Some(s as u8), ctx);
+    }
+
+    /// Starts a flow of `bytes` to GPU `dst`, delivered as `tag`; when it completes, the op
+    /// on stream `notify` hears of it.
+    fn transmit(
+        &mut self,
+        model: &SimModel,
+        dst: NodeId,
+        bytes: u64,
+        tag: Tag,
+        notify: Option<u8>,
+        ctx: &mut Ctx,
+    ) {
         let hash = self.flow_hash(model, dst, tag);
         let path = match path_info(model, self.node, dst, hash) {
             Ok(p) => p,
@@ -623,7 +689,9 @@ impl GpuLp {
                 }
             }
             ctx.emit(dst, arrive, Body::Message { tag });
-            ctx.emit(self.node, arrive, Body::SendDone { stream: s as u8 });
+            if let Some(stream) = notify {
+                ctx.emit(self.node, arrive, Body::SendDone { stream });
+            }
             return;
         }
         let seg = model.net.segment_bytes;
@@ -642,7 +710,7 @@ impl GpuLp {
             hash,
             tag,
             path_ps: path.latency_ps,
-            stream: s as u8,
+            notify,
             line_rate: path.bytes_per_s,
             dcqcn: model
                 .net
@@ -722,11 +790,13 @@ impl GpuLp {
             dc.on_congestion(ctx.now, p);
         }
         if f.sent >= f.total && f.in_flight == 0 {
-            let stream = usize::from(f.stream);
+            let notify = f.notify;
             self.digest = mix(self.digest, u64::from(id) | (1 << 40), ctx.now);
             self.flows[id as usize] = None;
             self.free_flows.push(id);
-            self.send_done(model, stream, ctx);
+            if let Some(stream) = notify {
+                self.send_done(model, usize::from(stream), ctx);
+            }
         } else {
             self.pump_flow(model, id, ctx);
         }
@@ -768,6 +838,7 @@ impl GpuLp {
                 },
             }),
             analytical_bytes: self.analytical_bytes,
+            flow_arrivals: self.flow_arrivals.clone(),
             collectives: self
                 .collectives
                 .iter()

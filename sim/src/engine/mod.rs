@@ -28,14 +28,33 @@ use crate::workload::{Program, Stream, Workload};
 pub use params::NetworkParams;
 pub use results::{LpReport, RunResults};
 
-/// Identifies a message at its receiver: the receiver's stream, the op's position on the
-/// sender's matching stream (the k-th collective of a stream matches the k-th on every member),
-/// and the algorithm step or chunk.
+/// Identifies a message at its receiver: the receiver's stream; the communicator (a group
+/// kind, or [`P2P`]) and the op's sequence number on it (the k-th collective of a group
+/// matches the k-th on every member, as NCCL communicators order their operations); and the
+/// algorithm step or chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Tag {
     pub stream: u8,
+    pub group: u8,
     pub seq: u32,
     pub step: u16,
+}
+
+/// [`Tag::group`] of point-to-point sends and receives: their sequence is the op's position
+/// on its stream (the k-th send to the next stage matches its k-th receive from the previous).
+pub const P2P: u8 = u8::MAX;
+
+/// [`Tag::group`] of injected flows ([`SimModel::flows`]); `seq` is the flow's index.
+pub const INJECTED: u8 = u8::MAX - 1;
+
+/// A flow injected outside any workload: traffic patterns for network experiments and
+/// tests (incast, ECMP collisions, congestion control), between GPU ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSpec {
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    pub start_ps: u64,
 }
 
 /// A piece of a flow on its way through the fabric.
@@ -85,6 +104,8 @@ pub enum Body {
     ClearToSend { tag: Tag },
     /// DCQCN pacing: the flow may send its next segment.
     Pace { flow: u32 },
+    /// Start injected flow `index` of [`SimModel::flows`].
+    StartFlow { index: u32 },
 }
 
 /// An event addressed to an LP (a topology node).
@@ -175,6 +196,8 @@ pub struct SimModel {
     pub seed: u64,
     /// Record per-op and per-link spans for the trace.
     pub trace: bool,
+    /// Flows injected besides the workload (empty for training runs).
+    pub flows: Vec<FlowSpec>,
 }
 
 impl SimModel {
@@ -204,6 +227,7 @@ impl SimModel {
             interference: Interference::from_config(&exp.loaded.config.compute),
             seed: exp.loaded.config.engine.seed,
             trace,
+            flows: Vec::new(),
         })
     }
 

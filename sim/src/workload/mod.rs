@@ -14,8 +14,9 @@
 //! - Because streams are FIFO and complete in order, a rank's whole progress is one counter of
 //!   completed ops per stream: "op j is done" ⇔ `done[stream(j)] > position of j in its stream`.
 //! - A collective completes when every member of the rank's group (of its [`GroupKind`]) has
-//!   reached it; the k-th collective of a stream matches the k-th of the same stream on every
-//!   member. A send matches the receiving peer's next receive on the mirror stream
+//!   reached it; the k-th collective of a group kind matches the k-th of that kind on every
+//!   member (one NCCL communicator per group: the `pp` stream carries both the embedding and
+//!   the model-parallel group, which middle stages do not share). A send matches the receiving peer's next receive on the mirror stream
 //!   (`SendNext` ↔ `RecvPrev`); the transfer starts when both are posted (NCCL rendezvous).
 //! - Compute ops carry FLOPs, bytes and shapes; turning them into time is the compute model's
 //!   job. FLOPs follow Megatron-LM's accounting (full attention matrix, backward = 2 × forward)

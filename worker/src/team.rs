@@ -1,0 +1,192 @@
+//! The threads of one worker: the worker thread plus `threads − 1` helpers that stay alive
+//! for the whole run. A window's partitions are claimed one at a time from a list sorted
+//! longest first (UNISON's load-adaptive scheduling), so the biggest partitions start first
+//! and the small ones fill in. Helpers spin briefly between windows (windows are short and
+//! back to back), then sleep until the next one.
+//!
+//! The only shared mutable state is the claim counter and each partition's mutex, which the
+//! one thread that claimed the partition takes once per window: nothing is contended inside a
+//! window and nothing in the event loop locks.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use sim::engine::SimModel;
+
+use crate::partition::{LpMap, Partition};
+
+/// Spins before a helper goes to sleep waiting for the next window.
+const SPINS: u32 = 20_000;
+
+pub struct Shared {
+    pub partitions: Vec<Mutex<Partition>>,
+    model: Arc<SimModel>,
+    map: Arc<LpMap>,
+    /// The current window: end time and the slots to run, longest first.
+    job: Mutex<(u64, Arc<Vec<usize>>)>,
+    generation: AtomicU64,
+    next: AtomicUsize,
+    finished_helpers: AtomicUsize,
+    events: AtomicU64,
+    stop: AtomicBool,
+    sleepers: Mutex<u32>,
+    wake: Condvar,
+}
+
+pub fn lock(p: &Mutex<Partition>) -> std::sync::MutexGuard<'_, Partition> {
+    p.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Claims and runs partitions of the current window until none is left.
+    fn work(&self, end: u64, order: &[usize]) -> u64 {
+        let mut events = 0;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&slot) = order.get(i) else {
+                return events;
+            };
+            let mut p = lock(&self.partitions[slot]);
+            p.run_window(&self.model, &self.map, end);
+            events += p.last_window_events;
+        }
+    }
+}
+
+pub struct Team {
+    pub shared: Arc<Shared>,
+    helpers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team")
+            .field("helpers", &self.helpers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Team {
+    pub fn new(
+        partitions: Vec<Partition>,
+        model: Arc<SimModel>,
+        map: Arc<LpMap>,
+        threads: usize,
+        worker: u32,
+    ) -> Team {
+        let shared = Arc::new(Shared {
+            partitions: partitions.into_iter().map(Mutex::new).collect(),
+            model,
+            map,
+            job: Mutex::new((0, Arc::new(Vec::new()))),
+            generation: AtomicU64::new(0),
+            next: AtomicUsize::new(0),
+            finished_helpers: AtomicUsize::new(0),
+            events: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            sleepers: Mutex::new(0),
+            wake: Condvar::new(),
+        });
+        let helpers = (1..threads.max(1))
+            .filter_map(|i| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("fleetsim-w{worker}-t{i}"))
+                    .spawn(move || helper(&shared))
+                    .ok()
+            })
+            .collect();
+        Team { shared, helpers }
+    }
+
+    /// Runs the window `[.., end)` for the partitions in `order` (longest first) on every
+    /// thread of the team; returns the events processed.
+    pub fn run(&self, end: u64, order: Vec<usize>) -> u64 {
+        let s = &*self.shared;
+        if self.helpers.is_empty() || order.len() < 2 {
+            return s.work_inline(end, &order);
+        }
+        let order = Arc::new(order);
+        *s.job.lock().unwrap_or_else(PoisonError::into_inner) = (end, Arc::clone(&order));
+        s.next.store(0, Ordering::Relaxed);
+        s.finished_helpers.store(0, Ordering::Relaxed);
+        s.events.store(0, Ordering::Relaxed);
+        s.generation.fetch_add(1, Ordering::Release);
+        if *s.sleepers.lock().unwrap_or_else(PoisonError::into_inner) > 0 {
+            s.wake.notify_all();
+        }
+        let mut events = s.work(end, &order);
+        while s.finished_helpers.load(Ordering::Acquire) < self.helpers.len() {
+            std::hint::spin_loop();
+        }
+        events += s.events.load(Ordering::Relaxed);
+        events
+    }
+}
+
+impl Shared {
+    fn work_inline(&self, end: u64, order: &[usize]) -> u64 {
+        order
+            .iter()
+            .map(|&slot| {
+                let mut p = lock(&self.partitions[slot]);
+                p.run_window(&self.model, &self.map, end);
+                p.last_window_events
+            })
+            .sum()
+    }
+}
+
+fn helper(s: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        // Wait for the next window: spin, then sleep.
+        let mut spins = 0;
+        loop {
+            if s.stop.load(Ordering::Acquire) {
+                return;
+            }
+            if s.generation.load(Ordering::Acquire) != seen {
+                break;
+            }
+            spins += 1;
+            if spins < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut sleepers = s.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
+            *sleepers += 1;
+            while s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire)
+            {
+                sleepers = s
+                    .wake
+                    .wait(sleepers)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            *sleepers -= 1;
+        }
+        seen = s.generation.load(Ordering::Acquire);
+        let (end, order) = s.job.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let events = s.work(end, &order);
+        s.events.fetch_add(events, Ordering::Relaxed);
+        s.finished_helpers.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        {
+            let _g = self
+                .shared
+                .sleepers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.shared.wake.notify_all();
+        }
+        for h in self.helpers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
