@@ -148,6 +148,27 @@ fn mirror(s: Stream) -> Stream {
     }
 }
 
+/// The ECMP hash of a flow: fixed by the experiment seed, the endpoints and the message, so
+/// one flow keeps one path and reruns take the same paths.
+pub fn flow_hash(seed: u64, src: NodeId, dst: NodeId, tag: Tag) -> u64 {
+    let a = (u64::from(src) << 32) | u64::from(dst);
+    let b = (u64::from(tag.stream) << 56)
+        | (u64::from(tag.group) << 48)
+        | (u64::from(tag.step) << 32)
+        | u64::from(tag.seq);
+    splitmix64(seed ^ splitmix64(a) ^ splitmix64(b).rotate_left(17))
+}
+
+/// The tag of injected flow `index`.
+pub fn injected_tag(index: u32) -> Tag {
+    Tag {
+        stream: 0,
+        group: INJECTED,
+        seq: index,
+        step: 0,
+    }
+}
+
 /// Folds a completion into a digest.
 pub fn mix(digest: u64, a: u64, b: u64) -> u64 {
     splitmix64(digest ^ splitmix64(a ^ splitmix64(b)))
@@ -268,13 +289,8 @@ impl GpuLp {
             Body::Message { tag } | Body::ClearToSend { tag } => self.arrived(model, tag, ctx),
             Body::StartFlow { index } => {
                 let f = model.flows[index as usize];
-                let tag = Tag {
-                    stream: 0,
-                    group: INJECTED,
-                    seq: index,
-                    step: 0,
-                };
-                self.transmit(model, model.topology.gpu(f.dst), f.bytes, tag, None, ctx);
+                let dst = model.topology.gpu(f.dst);
+                self.transmit(model, dst, f.bytes, injected_tag(index), None, ctx);
             }
             Body::SendDone { stream } => self.send_done(model, usize::from(stream), ctx),
             Body::Ack { flow, bytes, ecn } => self.acked(model, flow, bytes, ecn, ctx),
@@ -529,12 +545,7 @@ impl GpuLp {
     }
 
     fn flow_hash(&self, model: &SimModel, dst: NodeId, tag: Tag) -> u64 {
-        let a = (u64::from(self.node) << 32) | u64::from(dst);
-        let b = (u64::from(tag.stream) << 56)
-            | (u64::from(tag.group) << 48)
-            | (u64::from(tag.step) << 32)
-            | u64::from(tag.seq);
-        splitmix64(model.seed ^ splitmix64(a) ^ splitmix64(b).rotate_left(17))
+        flow_hash(model.seed, self.node, dst, tag)
     }
 
     /// A message, or a clear-to-send, for stream `tag.stream`.

@@ -1,0 +1,91 @@
+//! Shared helpers of the engine tests: experiments from TOML text, flow-only models, runs.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use coordinator::embedded;
+use sim::compute::ComputeModel;
+use sim::engine::{FlowSpec, RunResults, SimModel};
+use sim::experiment::Experiment;
+
+/// Loads an experiment written as TOML text (through a real file, as users do).
+pub fn experiment(toml: &str) -> Experiment {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir: PathBuf = std::env::temp_dir().join(format!(
+        "fleetsim-engine-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("exp.toml");
+    std::fs::write(&path, toml).expect("write experiment");
+    let exp = Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    exp
+}
+
+/// The experiment's model with its workload compiled and timed.
+pub fn model(exp: &Experiment) -> SimModel {
+    let workload = sim::workload::load_or_compile(exp, None).expect("workload");
+    let compute = ComputeModel::from_experiment(exp).expect("compute model");
+    SimModel::build(exp, workload, &compute, false).expect("model")
+}
+
+/// A model whose GPUs run nothing but `flows`.
+pub fn flow_model(exp: &Experiment, flows: Vec<FlowSpec>) -> SimModel {
+    let mut m = model(exp);
+    for p in &mut m.workload.programs {
+        p.ops.clear();
+    }
+    m.programs = m
+        .workload
+        .programs
+        .iter()
+        .map(sim::engine::ProgramIndex::new)
+        .collect();
+    m.flows = flows;
+    m
+}
+
+/// Runs `model` with `partition_of` on `workers` × `threads`.
+pub fn run_with(
+    model: SimModel,
+    partition_of: Vec<u32>,
+    workers: u32,
+    threads: usize,
+) -> (Arc<SimModel>, RunResults) {
+    let model = Arc::new(model);
+    let assignment = partitioner::Assignment {
+        partitions: partition_of.iter().copied().max().unwrap_or(0) + 1,
+        partition_of,
+    };
+    let lookahead = partitioner::lookahead_ps(&model.topology, &assignment);
+    let (results, _) = embedded::run(
+        Arc::clone(&model),
+        assignment.partition_of,
+        lookahead,
+        workers,
+        threads,
+        None,
+    )
+    .expect("run");
+    (model, results)
+}
+
+/// Runs `model` partitioned by host on one worker and thread.
+pub fn run(model: SimModel) -> (Arc<SimModel>, RunResults) {
+    let partition_of = partitioner::by_host(&model.topology).partition_of;
+    run_with(model, partition_of, 1, 1)
+}
+
+/// Arrival time of every injected flow, by index.
+pub fn arrivals(results: &RunResults) -> BTreeMap<u32, u64> {
+    results
+        .reports
+        .iter()
+        .flat_map(|(_, r)| r.flow_arrivals.iter().copied())
+        .collect()
+}
