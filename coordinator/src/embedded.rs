@@ -92,8 +92,16 @@ impl Coordination for InProcess {
         Ok(s.grants[me].clone())
     }
 
-    fn receive_batches(&mut self, expected: u32) -> Result<Vec<EventBatch>, EngineError> {
-        let batches = std::mem::take(&mut *lock(&self.shared.inboxes[self.id as usize]));
+    fn receive_batches(
+        &mut self,
+        window: u64,
+        expected: u32,
+    ) -> Result<Vec<EventBatch>, EngineError> {
+        let mut inbox = lock(&self.shared.inboxes[self.id as usize]);
+        let (batches, later): (Vec<EventBatch>, Vec<EventBatch>) =
+            inbox.drain(..).partition(|b| b.window < window);
+        *inbox = later;
+        drop(inbox);
         if batches.len() != expected as usize {
             return Err(EngineError::Transport(format!(
                 "worker {} expected {expected} batches, got {}",

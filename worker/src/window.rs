@@ -87,8 +87,10 @@ pub trait Coordination {
     fn send_batch(&mut self, to_worker: u32, batch: EventBatch) -> Result<(), EngineError>;
     /// Reports the finished window and waits for the next grant.
     fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError>;
-    /// The `expected` batches peers sent for the coming window.
-    fn receive_batches(&mut self, expected: u32) -> Result<Vec<EventBatch>, EngineError>;
+    /// The `expected` batches peers sent before window `window` (tagged with an earlier
+    /// window). A fast peer may already have sent batches of `window` itself: they wait.
+    fn receive_batches(&mut self, window: u64, expected: u32)
+    -> Result<Vec<EventBatch>, EngineError>;
 }
 
 /// What a worker needs to run its share of the simulation.
@@ -270,7 +272,7 @@ pub fn run_worker(
             break;
         }
         window = grant.window;
-        for batch in coord.receive_batches(grant.batches_expected)? {
+        for batch in coord.receive_batches(grant.window, grant.batches_expected)? {
             for (key, event) in batch.decode()? {
                 let target = map.partition_of[event.target as usize];
                 let to = slot_of[target as usize];

@@ -1,0 +1,147 @@
+//! The result digest does not depend on how the simulation is split (issue 4, "Determinism"):
+//! random small clusters, workloads and seeds, run on 1, 2, 3 and 8 in-process workers with 1
+//! or 2 threads each, under every partition strategy and random LP→partition maps.
+
+mod support;
+
+use proptest::prelude::*;
+use sim::topology::splitmix64;
+use support::*;
+
+#[derive(Debug, Clone)]
+struct Case {
+    topology: &'static str,
+    gpus: u32,
+    gpus_per_host: u32,
+    tp: u32,
+    pp: u32,
+    network: &'static str,
+    intra_host: &'static str,
+    segment_bytes: u64,
+    cc: &'static str,
+    seed: u64,
+}
+
+impl Case {
+    fn toml(&self) -> String {
+        let dp = self.gpus / (self.tp * self.pp);
+        format!(
+            r#"
+name = "determinism"
+[cluster]
+gpus = {gpus}
+gpus_per_host = {gph}
+gpu = "H100-SXM"
+topology = "{topology}"
+nics_per_host = {gph}
+nic_gbps = 400
+hosts_per_rack = 2
+hosts_per_segment = 2
+[model]
+layers = 4
+hidden = 256
+ffn_hidden = 1024
+heads = 4
+kv_heads = 4
+seq_len = 256
+vocab = 2048
+[parallel]
+tp = {tp}
+pp = {pp}
+micro_batch = 1
+global_batch = {gbs}
+[network]
+model = "{network}"
+intra_host = "{intra}"
+segment_bytes = {seg}
+congestion_control = "{cc}"
+[engine]
+seed = {seed}
+"#,
+            gpus = self.gpus,
+            gph = self.gpus_per_host,
+            topology = self.topology,
+            tp = self.tp,
+            pp = self.pp,
+            gbs = dp * 2 * self.pp,
+            network = self.network,
+            intra = self.intra_host,
+            seg = self.segment_bytes,
+            cc = self.cc,
+            seed = self.seed,
+        )
+    }
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::sample::select(vec!["rail-optimized", "spine-leaf", "fat-tree"]),
+        prop::sample::select(vec![(16u32, 4u32), (16, 8), (32, 8)]),
+        prop::sample::select(vec![(1u32, 1u32), (2, 1), (2, 2), (4, 2), (1, 4)]),
+        prop::sample::select(vec![
+            ("packet", "analytical"),
+            ("packet", "packet"),
+            ("analytical", "analytical"),
+        ]),
+        prop::sample::select(vec![65536u64, 262144]),
+        prop::sample::select(vec!["none", "dcqcn"]),
+        0u64..1000,
+    )
+        .prop_map(
+            |(topology, (gpus, gpus_per_host), (tp, pp), (network, intra_host), seg, cc, seed)| {
+                Case {
+                    topology,
+                    gpus,
+                    gpus_per_host,
+                    tp,
+                    pp,
+                    network,
+                    intra_host,
+                    segment_bytes: seg,
+                    cc,
+                    seed,
+                }
+            },
+        )
+}
+
+/// A random LP→partition map over `k` partitions.
+fn random_map(nodes: usize, k: u32, seed: u64) -> Vec<u32> {
+    (0..nodes as u64)
+        .map(|i| (splitmix64(seed ^ splitmix64(i)) % u64::from(k)) as u32)
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_digest_is_the_same_however_the_run_is_split(case in case(), map_seed in 0u64..1000) {
+        let exp = experiment(&case.toml());
+        let m = model(&exp);
+        let topo = &m.topology;
+        let nodes = topo.nodes().len();
+        let by_host = partitioner::by_host(topo).partition_of;
+        let (_, base) = run_with(model(&exp), by_host.clone(), 1, 1);
+        let digest = base.digest();
+        let iteration = base.iteration_ps().expect("the baseline finishes");
+        prop_assert!(iteration > 0);
+
+        let mut splits: Vec<(String, Vec<u32>, u32, usize)> = Vec::new();
+        for (workers, threads) in [(1, 2), (2, 1), (3, 2), (8, 1), (8, 2)] {
+            splits.push((format!("by-host {workers}x{threads}"), by_host.clone(), workers, threads));
+        }
+        for strategy in partitioner::AVAILABLE {
+            let a = partitioner::partition(topo, strategy, case.seed).expect("strategy");
+            splits.push((strategy.to_string(), a.partition_of, 2, 2));
+        }
+        for (k, workers) in [(3u32, 3u32), (17, 8), (nodes as u32, 2)] {
+            splits.push((format!("random k={k}"), random_map(nodes, k, map_seed + u64::from(k)), workers, 2));
+        }
+        for (name, map, workers, threads) in splits {
+            let (_, r) = run_with(model(&exp), map, workers, threads);
+            prop_assert_eq!(r.digest(), digest.clone(), "{} differs for {:?}", name, case);
+            prop_assert_eq!(r.iteration_ps(), Ok(iteration));
+        }
+    }
+}
