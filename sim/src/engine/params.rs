@@ -102,10 +102,9 @@ impl NetworkParams {
                 ),
             ));
         }
-        let dcqcn = match n.congestion_control {
-            CongestionControl::None => None,
-            CongestionControl::Dcqcn => Some(dcqcn_params(exp)?),
-        };
+        // Validated even when off, so a typo does not wait for the day it is switched on.
+        let dcqcn = dcqcn_params(exp)?;
+        let dcqcn = (n.congestion_control == CongestionControl::Dcqcn).then_some(dcqcn);
         Ok(NetworkParams {
             packet,
             queued,

@@ -1,0 +1,111 @@
+//! `fleetsim run`: the output directory SPEC.md promises, the same digest however the run is
+//! split, and one clear error for what cannot run.
+
+mod common;
+
+use common::{QUICKSTART, fleetsim, one_clear_error, scratch, stdout_ok};
+
+/// The quickstart cut down to 32 GPUs and 4 layers: seconds in a debug build.
+const SMALL: [&str; 6] = [
+    "--set",
+    "cluster.gpus=32",
+    "--set",
+    "model.layers=4",
+    "--set",
+    "parallel.global_batch=16",
+];
+
+fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(out)
+            .args(SMALL)
+            .args(extra),
+    );
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json is JSON")
+}
+
+#[test]
+fn run_writes_every_output_and_the_digest_ignores_the_split() {
+    let one = scratch("run-one");
+    let split = scratch("run-split");
+    let a = run(&one, &["--workers", "1", "--threads", "1"]);
+    let b = run(
+        &split,
+        &[
+            "--workers",
+            "3",
+            "--threads",
+            "2",
+            "--partition",
+            "round-robin",
+            "--trace",
+        ],
+    );
+    for key in [
+        "name",
+        "gpus",
+        "iteration_time_s",
+        "tokens_per_s",
+        "tflops_per_gpu",
+        "mfu",
+        "result_digest",
+    ] {
+        assert!(!a[key].is_null(), "summary.json lacks {key}: {a}");
+    }
+    for key in ["compute", "exposed_comm", "bubble"] {
+        assert!(a["breakdown_s"][key].as_f64().is_some(), "breakdown lacks {key}");
+    }
+    for key in [
+        "mode",
+        "workers",
+        "partitions",
+        "strategy",
+        "threads",
+        "events",
+        "windows",
+        "cross_partition_events",
+        "lookahead_s",
+        "wall_s",
+        "events_per_s",
+        "sync_fraction",
+        "peak_rss_bytes",
+    ] {
+        assert!(!a["engine"][key].is_null(), "engine lacks {key}: {}", a["engine"]);
+    }
+    assert_eq!(a["result_digest"], b["result_digest"]);
+    assert_eq!(a["iteration_time_s"], b["iteration_time_s"]);
+    assert_eq!(b["engine"]["workers"], 3);
+    assert_eq!(b["engine"]["strategy"], "round-robin");
+    let t = a["iteration_time_s"].as_f64().unwrap();
+    let mfu = a["mfu"].as_f64().unwrap();
+    assert!(t > 0.0 && mfu > 0.0 && mfu < 1.0, "{a}");
+
+    let ranks = std::fs::read_to_string(one.join("ranks.csv")).unwrap();
+    assert!(ranks.starts_with("rank,gpu,stage,finish_s,compute_s,exposed_comm_s,bubble_s"));
+    assert_eq!(ranks.lines().count(), 33, "a header and one line per GPU");
+    let collectives = std::fs::read_to_string(one.join("collectives.csv")).unwrap();
+    assert!(collectives.contains("tp,all-gather"), "{collectives}");
+    let links = std::fs::read_to_string(one.join("links.csv")).unwrap();
+    assert!(links.contains("class,network"), "{links}");
+    assert!(!one.join("trace.json").exists(), "trace.json only with --trace");
+
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(split.join("trace.json")).unwrap())
+            .expect("trace.json is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    assert!(events.iter().any(|e| e["ph"] == "X" && e["cat"] == "forward"));
+    assert!(events.iter().any(|e| e["ph"] == "X" && e["name"] == "busy"), "link tracks");
+}
+
+#[test]
+fn a_strategy_that_is_not_available_is_one_clear_error() {
+    let stderr = one_clear_error(
+        fleetsim().args(["run", QUICKSTART, "--quiet", "--partition", "metis"]),
+        "run --partition metis",
+    );
+    assert!(stderr.contains("not available yet"), "{stderr}");
+    assert!(stderr.contains("available: auto, by-host"), "{stderr}");
+}
