@@ -126,6 +126,9 @@ pub struct EngineStats {
     pub wall_s: f64,
     /// Share of the workers' time spent outside window processing.
     pub sync_fraction: f64,
+    /// Windows run on all threads of a worker, and the events they held.
+    pub parallel_windows: u64,
+    pub parallel_events: u64,
 }
 
 /// Which worker runs each partition: contiguous blocks of partition ids, balanced by count.
@@ -232,6 +235,8 @@ pub fn run(
         cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
         lookahead_ps,
         wall_s: started.elapsed().as_secs_f64(),
+        parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
+        parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
         sync_fraction: if wall > 0.0 {
             (1.0 - busy / wall).clamp(0.0, 1.0)
         } else {

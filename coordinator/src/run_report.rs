@@ -134,6 +134,8 @@ pub fn summarize_run(
             "wall_s": s.wall_s,
             "events_per_s": if s.wall_s > 0.0 { s.events as f64 / s.wall_s } else { 0.0 },
             "sync_fraction": s.sync_fraction,
+            "parallel_windows": s.parallel_windows,
+            "parallel_events": s.parallel_events,
             "peak_rss_bytes": engine.peak_rss_bytes,
         },
         "warnings": exp.warnings,

@@ -1,8 +1,9 @@
 //! The threads of one worker: the worker thread plus `threads − 1` helpers that stay alive
-//! for the whole run. A window's partitions are claimed one at a time from a list sorted
-//! longest first (UNISON's load-adaptive scheduling), so the biggest partitions start first
-//! and the small ones fill in. Helpers spin briefly between windows (windows are short and
-//! back to back), then sleep until the next one.
+//! for the whole run. Every partition has a home thread, chosen from measured load (UNISON's
+//! load-adaptive scheduling, Bai et al., EuroSys'24 §4.3) and changed rarely, so LP state stays
+//! in one core's cache; in a window each thread runs its partitions longest first, then takes
+//! the ones other threads have not started. Helpers spin briefly between windows (windows are
+//! short and back to back), then sleep until the next one.
 //!
 //! The only shared mutable state is the claim counter and each partition's mutex, which the
 //! one thread that claimed the partition takes once per window: nothing is contended inside a
@@ -23,10 +24,11 @@ pub struct Shared {
     pub partitions: Vec<Mutex<Partition>>,
     model: Arc<SimModel>,
     map: Arc<LpMap>,
-    /// The current window: end time and the slots to run, longest first.
-    job: Mutex<(u64, Arc<Vec<usize>>)>,
+    /// The current window: end time and, per thread, the slots homed there, longest first.
+    job: Mutex<(u64, Arc<Vec<Vec<usize>>>)>,
     generation: AtomicU64,
-    next: AtomicUsize,
+    /// Claim counter of each thread's list.
+    next: Vec<AtomicUsize>,
     finished_helpers: AtomicUsize,
     events: AtomicU64,
     stop: AtomicBool,
@@ -39,18 +41,23 @@ pub fn lock(p: &Mutex<Partition>) -> std::sync::MutexGuard<'_, Partition> {
 }
 
 impl Shared {
-    /// Claims and runs partitions of the current window until none is left.
-    fn work(&self, end: u64, order: &[usize]) -> u64 {
+    /// Runs the thread's own partitions, longest first, then helps the others (taking what
+    /// they have not started) until nothing is left.
+    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize) -> u64 {
         let mut events = 0;
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(&slot) = order.get(i) else {
-                return events;
-            };
-            let mut p = lock(&self.partitions[slot]);
-            p.run_window(&self.model, &self.map, end);
-            events += p.last_window_events;
+        for k in 0..lists.len() {
+            let t = (me + k) % lists.len();
+            loop {
+                let i = self.next[t].fetch_add(1, Ordering::Relaxed);
+                let Some(&slot) = lists[t].get(i) else {
+                    break;
+                };
+                let mut p = lock(&self.partitions[slot]);
+                p.run_window(&self.model, &self.map, end);
+                events += p.last_window_events;
+            }
         }
+        events
     }
 }
 
@@ -81,7 +88,7 @@ impl Team {
             map,
             job: Mutex::new((0, Arc::new(Vec::new()))),
             generation: AtomicU64::new(0),
-            next: AtomicUsize::new(0),
+            next: (0..threads.max(1)).map(|_| AtomicUsize::new(0)).collect(),
             finished_helpers: AtomicUsize::new(0),
             events: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -93,30 +100,38 @@ impl Team {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("fleetsim-w{worker}-t{i}"))
-                    .spawn(move || helper(&shared))
+                    .spawn(move || helper(&shared, i))
                     .ok()
             })
             .collect();
         Team { shared, helpers }
     }
 
-    /// Runs the window `[.., end)` for the partitions in `order` (longest first) on every
-    /// thread of the team; returns the events processed.
-    pub fn run(&self, end: u64, order: Vec<usize>) -> u64 {
+    pub fn threads(&self) -> usize {
+        self.helpers.len() + 1
+    }
+
+    /// Runs the window `[.., end)`: `lists[t]` are the active partitions homed on thread `t`,
+    /// longest first. Homes keep a partition's LPs in one core's cache from window to
+    /// window; stealing evens out what homes do not. Returns the events processed.
+    pub fn run(&self, end: u64, lists: Vec<Vec<usize>>) -> u64 {
         let s = &*self.shared;
-        if self.helpers.is_empty() || order.len() < 2 {
-            return s.work_inline(end, &order);
+        if self.helpers.is_empty() {
+            let all: Vec<usize> = lists.into_iter().flatten().collect();
+            return s.work_inline(end, &all);
         }
-        let order = Arc::new(order);
-        *s.job.lock().unwrap_or_else(PoisonError::into_inner) = (end, Arc::clone(&order));
-        s.next.store(0, Ordering::Relaxed);
+        let lists = Arc::new(lists);
+        *s.job.lock().unwrap_or_else(PoisonError::into_inner) = (end, Arc::clone(&lists));
+        for n in &s.next {
+            n.store(0, Ordering::Relaxed);
+        }
         s.finished_helpers.store(0, Ordering::Relaxed);
         s.events.store(0, Ordering::Relaxed);
         s.generation.fetch_add(1, Ordering::Release);
         if *s.sleepers.lock().unwrap_or_else(PoisonError::into_inner) > 0 {
             s.wake.notify_all();
         }
-        let mut events = s.work(end, &order);
+        let mut events = s.work(end, &lists, 0);
         while s.finished_helpers.load(Ordering::Acquire) < self.helpers.len() {
             std::hint::spin_loop();
         }
@@ -138,7 +153,7 @@ impl Shared {
     }
 }
 
-fn helper(s: &Shared) {
+fn helper(s: &Shared, me: usize) {
     let mut seen = 0u64;
     loop {
         // Wait for the next window: spin, then sleep.
@@ -167,8 +182,8 @@ fn helper(s: &Shared) {
             *sleepers -= 1;
         }
         seen = s.generation.load(Ordering::Acquire);
-        let (end, order) = s.job.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let events = s.work(end, &order);
+        let (end, lists) = s.job.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let events = s.work(end, &lists, me);
         s.events.fetch_add(events, Ordering::Relaxed);
         s.finished_helpers.fetch_add(1, Ordering::Release);
     }

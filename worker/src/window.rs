@@ -116,6 +116,9 @@ pub struct WorkerStats {
     pub wall_s: f64,
     /// Time spent processing windows; the rest is synchronisation.
     pub busy_s: f64,
+    /// Windows big enough to run on all the worker's threads, and their events.
+    pub parallel_windows: u64,
+    pub parallel_events: u64,
 }
 
 #[derive(Debug)]
@@ -126,7 +129,7 @@ pub struct WorkerOutcome {
 
 /// Windows with fewer predicted events than this run on the worker thread alone: waking the
 /// helpers would cost more than it saves.
-const PARALLEL_MIN_EVENTS: u64 = 64;
+const PARALLEL_MIN_EVENTS: u64 = 32;
 
 /// Earliest pending event of each partition, with a lazy min-heap over them: between windows
 /// only the partitions that ran or received events are looked at, never all of them.
@@ -222,6 +225,9 @@ pub fn run_worker(
     let mut ran: Vec<usize> = (0..parts.len()).collect();
     let mut touched: Vec<usize> = (0..parts.len()).collect();
     let mut cost = vec![0u64; parts.len()];
+    // Home thread of every partition, and the load that places it.
+    let mut home: Vec<usize> = (0..parts.len()).map(|s| s % team.threads()).collect();
+    let mut load = vec![0u64; parts.len()];
     loop {
         // 1. Route what the last window produced for other partitions.
         let mut earliest_sent = u64::MAX;
@@ -295,8 +301,21 @@ pub fn run_worker(
         let mut active = next.take_before(end);
         active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
         let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
-        let processed = if predicted >= PARALLEL_MIN_EVENTS {
-            team.run(end, active.clone())
+        for &slot in &active {
+            load[slot] += cost[slot].max(1);
+        }
+        if stats.windows % REBALANCE_EVERY == REBALANCE_EVERY - 1 {
+            rebalance(&mut home, &mut load, team.threads());
+        }
+        let processed = if predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
+            let mut lists = vec![Vec::new(); team.threads()];
+            for &slot in &active {
+                lists[home[slot]].push(slot);
+            }
+            let n = team.run(end, lists);
+            stats.parallel_windows += 1;
+            stats.parallel_events += n;
+            n
         } else {
             run_inline(parts, model, map, end, &active)
         };
@@ -309,6 +328,23 @@ pub fn run_worker(
     stats.wall_s = started.elapsed().as_secs_f64();
     let reports = parts.iter().flat_map(|p| lock(p).reports(model)).collect();
     Ok(WorkerOutcome { reports, stats })
+}
+
+/// Windows between re-homing partitions.
+const REBALANCE_EVERY: u64 = 4096;
+
+/// Longest-processing-time-first placement of partitions on threads by recent load; the
+/// load then decays so the placement follows phases of the iteration.
+fn rebalance(home: &mut [usize], load: &mut [u64], threads: usize) {
+    let mut order: Vec<usize> = (0..home.len()).collect();
+    order.sort_by(|&a, &b| load[b].cmp(&load[a]).then(a.cmp(&b)));
+    let mut total = vec![0u64; threads];
+    for slot in order {
+        let t = (0..threads).min_by_key(|&t| (total[t], t)).unwrap_or(0);
+        total[t] += load[slot];
+        home[slot] = t;
+        load[slot] /= 2;
+    }
 }
 
 fn run_inline(
