@@ -56,7 +56,10 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         assert!(!a[key].is_null(), "summary.json lacks {key}: {a}");
     }
     for key in ["compute", "exposed_comm", "bubble"] {
-        assert!(a["breakdown_s"][key].as_f64().is_some(), "breakdown lacks {key}");
+        assert!(
+            a["breakdown_s"][key].as_f64().is_some(),
+            "breakdown lacks {key}"
+        );
     }
     for key in [
         "mode",
@@ -73,7 +76,11 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         "sync_fraction",
         "peak_rss_bytes",
     ] {
-        assert!(!a["engine"][key].is_null(), "engine lacks {key}: {}", a["engine"]);
+        assert!(
+            !a["engine"][key].is_null(),
+            "engine lacks {key}: {}",
+            a["engine"]
+        );
     }
     assert_eq!(a["result_digest"], b["result_digest"]);
     assert_eq!(a["iteration_time_s"], b["iteration_time_s"]);
@@ -90,14 +97,24 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     assert!(collectives.contains("tp,all-gather"), "{collectives}");
     let links = std::fs::read_to_string(one.join("links.csv")).unwrap();
     assert!(links.contains("class,network"), "{links}");
-    assert!(!one.join("trace.json").exists(), "trace.json only with --trace");
+    assert!(
+        !one.join("trace.json").exists(),
+        "trace.json only with --trace"
+    );
 
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(split.join("trace.json")).unwrap())
             .expect("trace.json is JSON");
     let events = trace["traceEvents"].as_array().expect("traceEvents");
-    assert!(events.iter().any(|e| e["ph"] == "X" && e["cat"] == "forward"));
-    assert!(events.iter().any(|e| e["ph"] == "X" && e["name"] == "busy"), "link tracks");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["ph"] == "X" && e["cat"] == "forward")
+    );
+    assert!(
+        events.iter().any(|e| e["ph"] == "X" && e["name"] == "busy"),
+        "link tracks"
+    );
 }
 
 #[test]

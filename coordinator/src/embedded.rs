@@ -68,7 +68,8 @@ impl Coordination for InProcess {
         s.reports[me] = Some(report);
         s.arrived += 1;
         if s.arrived == s.reports.len() {
-            let reports: Vec<WindowReport> = s.reports.iter_mut().filter_map(Option::take).collect();
+            let reports: Vec<WindowReport> =
+                s.reports.iter_mut().filter_map(Option::take).collect();
             s.grants = s.driver.grant(&reports);
             s.arrived = 0;
             s.generation += 1;

@@ -54,10 +54,7 @@ pub fn run_embedded(
         .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
     let lookahead = partitioner::lookahead_ps(&model.topology, &assignment);
     let workers = options.workers.unwrap_or(engine_cfg.workers).max(1);
-    let threads = options
-        .threads
-        .unwrap_or(engine_cfg.threads as usize)
-        .max(0);
+    let threads = options.threads.unwrap_or(engine_cfg.threads as usize);
     let threads = if threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {

@@ -153,10 +153,7 @@ pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: u64) -> S
     );
     for g in results.gpus() {
         let finish = g.finish_ps.unwrap_or(iteration_ps);
-        let mem = exp
-            .memory
-            .get(g.stage as usize)
-            .map_or(0.0, |m| m.total());
+        let mem = exp.memory.get(g.stage as usize).map_or(0.0, |m| m.total());
         let _ = writeln!(
             out,
             "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{:.0}",
@@ -287,7 +284,9 @@ pub fn trace_json(model: &SimModel, results: &RunResults) -> serde_json::Value {
     let mut events = Vec::new();
     let us = |ps: u64| ps as f64 * 1e-6;
     let links_pid = u64::from(model.workload.layout.world()) + 1;
-    events.push(json!({"ph": "M", "name": "process_name", "pid": links_pid, "args": {"name": "links"}}));
+    events.push(
+        json!({"ph": "M", "name": "process_name", "pid": links_pid, "args": {"name": "links"}}),
+    );
     for (_, r) in &results.reports {
         if let Some(g) = &r.gpu {
             let pid = u64::from(g.rank);

@@ -65,8 +65,14 @@ fn a_single_flow_takes_bytes_over_bandwidth_plus_hops_times_latency_and_one_segm
     let path = topo.path(topo.gpu(0), topo.gpu(3), hash).unwrap();
     let seg = model.net.segment_bytes as f64;
     let links: Vec<_> = path.iter().map(|&l| topo.links()[l as usize]).collect();
-    let network: Vec<_> = links.iter().filter(|l| l.class.name() == "network").collect();
-    let bw = network.iter().map(|l| l.bytes_per_s).fold(f64::INFINITY, f64::min);
+    let network: Vec<_> = links
+        .iter()
+        .filter(|l| l.class.name() == "network")
+        .collect();
+    let bw = network
+        .iter()
+        .map(|l| l.bytes_per_s)
+        .fold(f64::INFINITY, f64::min);
     // Store and forward: the first segment crosses every hop (latency + serialisation); the
     // others follow at the bottleneck's pace.
     let exact: f64 = links
@@ -82,7 +88,10 @@ fn a_single_flow_takes_bytes_over_bandwidth_plus_hops_times_latency_and_one_segm
     let t = arrivals(&results)[&0] as f64;
     assert!(rel(t, exact) < 1e-3, "simulated {t} ps, exact {exact} ps");
     // The PCIe hops inside the hosts add a little to the textbook formula.
-    assert!(rel(t, issue_formula) < 0.02, "simulated {t} ps, formula {issue_formula} ps");
+    assert!(
+        rel(t, issue_formula) < 0.02,
+        "simulated {t} ps, formula {issue_formula} ps"
+    );
 }
 
 #[test]
@@ -117,10 +126,18 @@ fn two_flows_colliding_on_one_ecmp_path_take_twice_as_long() {
                 let m = flow_model(&exp, vec![]);
                 let t = &m.topology;
                 let p0 = t
-                    .path(t.gpu(0), t.gpu(2), flow_hash(seed, t.gpu(0), t.gpu(2), injected_tag(0)))
+                    .path(
+                        t.gpu(0),
+                        t.gpu(2),
+                        flow_hash(seed, t.gpu(0), t.gpu(2), injected_tag(0)),
+                    )
                     .unwrap();
                 let p1 = t
-                    .path(t.gpu(1), t.gpu(3), flow_hash(seed, t.gpu(1), t.gpu(3), injected_tag(1)))
+                    .path(
+                        t.gpu(1),
+                        t.gpu(3),
+                        flow_hash(seed, t.gpu(1), t.gpu(3), injected_tag(1)),
+                    )
                     .unwrap();
                 let shared = p0.iter().any(|l| p1.contains(l));
                 shared == collide
@@ -139,7 +156,10 @@ fn two_flows_colliding_on_one_ecmp_path_take_twice_as_long() {
     let alone = time(colliding, vec![flow(0, 2, bytes, 0)]);
     let collided = time(colliding, both.clone());
     let spread = time(apart, both);
-    assert!(rel(collided, 2.0 * alone) < 0.05, "collided {collided}, alone {alone}");
+    assert!(
+        rel(collided, 2.0 * alone) < 0.05,
+        "collided {collided}, alone {alone}"
+    );
     assert!(rel(spread, alone) < 0.05, "spread {spread}, alone {alone}");
 }
 

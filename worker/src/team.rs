@@ -172,8 +172,7 @@ fn helper(s: &Shared, me: usize) {
             }
             let mut sleepers = s.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
             *sleepers += 1;
-            while s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire)
-            {
+            while s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire) {
                 sleepers = s
                     .wake
                     .wait(sleepers)

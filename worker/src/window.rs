@@ -89,8 +89,11 @@ pub trait Coordination {
     fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError>;
     /// The `expected` batches peers sent before window `window` (tagged with an earlier
     /// window). A fast peer may already have sent batches of `window` itself: they wait.
-    fn receive_batches(&mut self, window: u64, expected: u32)
-    -> Result<Vec<EventBatch>, EngineError>;
+    fn receive_batches(
+        &mut self,
+        window: u64,
+        expected: u32,
+    ) -> Result<Vec<EventBatch>, EngineError>;
 }
 
 /// What a worker needs to run its share of the simulation.

@@ -127,7 +127,10 @@ mod tests {
         let p = params();
         let mut d = Dcqcn::new(50e9, 0);
         d.on_congestion(1, &p);
-        assert!((d.rate - 25e9).abs() < 1.0, "alpha starts at 1: cut by half");
+        assert!(
+            (d.rate - 25e9).abs() < 1.0,
+            "alpha starts at 1: cut by half"
+        );
         // A second mark inside the CNP interval does nothing.
         d.on_congestion(2, &p);
         assert!((d.rate - 25e9).abs() < 1.0);

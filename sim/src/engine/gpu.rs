@@ -39,9 +39,13 @@ struct RingPos {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algo {
-    Ring { steps: u32 },
+    Ring {
+        steps: u32,
+    },
     /// Broadcast: chunks flow down the chain from position 0.
-    Chain { chunks: u32 },
+    Chain {
+        chunks: u32,
+    },
     Direct,
     Send,
     Recv,
@@ -380,10 +384,21 @@ impl GpuLp {
                 };
                 ctx.emit(self.node, ctx.now + ps, Body::ComputeDone);
             }
-            OpKind::Collective { op: cop, group, bytes } => {
+            OpKind::Collective {
+                op: cop,
+                group,
+                bytes,
+            } => {
                 let ring = self.ring(model, group);
                 if ring.n <= 1 {
-                    self.running[s] = Running::Comm(Box::new(self.comm(op, (comm_group, seq), Algo::Direct, ring, 0, ctx)));
+                    self.running[s] = Running::Comm(Box::new(self.comm(
+                        op,
+                        (comm_group, seq),
+                        Algo::Direct,
+                        ring,
+                        0,
+                        ctx,
+                    )));
                     self.complete(model, s, ctx);
                     return;
                 }
@@ -431,14 +446,28 @@ impl GpuLp {
             }
             OpKind::Send { peer, bytes } => {
                 let peer = self.peer(model, peer);
-                let mut run = self.comm(op, (comm_group, seq), Algo::Send, self.ring_of_peer(), bytes, ctx);
+                let mut run = self.comm(
+                    op,
+                    (comm_group, seq),
+                    Algo::Send,
+                    self.ring_of_peer(),
+                    bytes,
+                    ctx,
+                );
                 run.peer = peer;
                 run.waiting_clear_to_send = true;
                 self.running[s] = Running::Comm(Box::new(run));
             }
             OpKind::Recv { peer, bytes } => {
                 let peer = self.peer(model, peer);
-                let mut run = self.comm(op, (comm_group, seq), Algo::Recv, self.ring_of_peer(), bytes, ctx);
+                let mut run = self.comm(
+                    op,
+                    (comm_group, seq),
+                    Algo::Recv,
+                    self.ring_of_peer(),
+                    bytes,
+                    ctx,
+                );
                 run.peer = peer;
                 run.recv_needed = 1;
                 self.running[s] = Running::Comm(Box::new(run));
@@ -551,8 +580,7 @@ impl GpuLp {
     /// A message, or a clear-to-send, for stream `tag.stream`.
     fn arrived(&mut self, model: &SimModel, tag: Tag, ctx: &mut Ctx) {
         let s = usize::from(tag.stream);
-        let current =
-            matches!(&self.running[s], Running::Comm(r) if r.seq == tag.seq && r.group == tag.group);
+        let current = matches!(&self.running[s], Running::Comm(r) if r.seq == tag.seq && r.group == tag.group);
         if current {
             self.apply_arrival(model, s, tag.step, ctx);
             self.check_done(model, s, ctx);

@@ -90,22 +90,42 @@ pub enum Body {
     /// A segment reaches the target node.
     Segment(Segment),
     /// The target's port on `link` finished serialising its head segment.
-    TxDone { link: LinkId },
+    TxDone {
+        link: LinkId,
+    },
     /// PFC pause / resume of the target's output port on `link`.
-    Pause { link: LinkId },
-    Resume { link: LinkId },
+    Pause {
+        link: LinkId,
+    },
+    Resume {
+        link: LinkId,
+    },
     /// The receiver got `bytes` of a flow; `ecn` echoes a congestion mark (DCQCN's CNP).
-    Ack { flow: u32, bytes: u32, ecn: bool },
+    Ack {
+        flow: u32,
+        bytes: u32,
+        ecn: bool,
+    },
     /// A whole message, delivered by the analytical model.
-    Message { tag: Tag },
+    Message {
+        tag: Tag,
+    },
     /// A send of stream `stream` completed (analytical model).
-    SendDone { stream: u8 },
+    SendDone {
+        stream: u8,
+    },
     /// The receiver posted the receive matching `tag` (NCCL rendezvous for send/receive).
-    ClearToSend { tag: Tag },
+    ClearToSend {
+        tag: Tag,
+    },
     /// DCQCN pacing: the flow may send its next segment.
-    Pace { flow: u32 },
+    Pace {
+        flow: u32,
+    },
     /// Start injected flow `index` of [`SimModel::flows`].
-    StartFlow { index: u32 },
+    StartFlow {
+        index: u32,
+    },
 }
 
 /// An event addressed to an LP (a topology node).

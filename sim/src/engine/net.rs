@@ -236,7 +236,11 @@ impl Ports {
             if self.upstream_paused[j] && self.ingress_bytes[j] <= model.net.xon_bytes {
                 self.upstream_paused[j] = false;
                 let up = model.topology.links()[ingress as usize];
-                ctx.emit(up.src, ctx.now + up.latency_ps, Body::Resume { link: ingress });
+                ctx.emit(
+                    up.src,
+                    ctx.now + up.latency_ps,
+                    Body::Resume { link: ingress },
+                );
             }
         }
     }

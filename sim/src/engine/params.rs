@@ -1,8 +1,8 @@
 //! `[network]` validated into the numbers the network model runs on.
 
-use crate::config::{CongestionControl, ConfigError, NetworkModel};
-use crate::experiment::Experiment;
 use super::results::class_index;
+use crate::config::{ConfigError, CongestionControl, NetworkModel};
+use crate::experiment::Experiment;
 use crate::topology::{LinkClass, Topology};
 
 /// Largest segment: a segment's size travels as `u32`.
@@ -73,12 +73,17 @@ impl NetworkParams {
         let xoff = n.pfc_xoff_bytes.unwrap_or((256 * 1024).max(2 * segment));
         let xon = n.pfc_xon_bytes.unwrap_or(xoff / 2);
         if xoff == 0 {
-            return Err(err("network.pfc_xoff_bytes", "must be greater than 0".into()));
+            return Err(err(
+                "network.pfc_xoff_bytes",
+                "must be greater than 0".into(),
+            ));
         }
         if xon >= xoff {
             return Err(err(
                 "network.pfc_xon_bytes",
-                format!("{xon} must be below network.pfc_xoff_bytes ({xoff}) so paused ports resume"),
+                format!(
+                    "{xon} must be below network.pfc_xoff_bytes ({xoff}) so paused ports resume"
+                ),
             ));
         }
         // PFC headroom (IEEE 802.1Qbb; the DCQCN paper, §2): after XOFF is crossed, the pause
