@@ -24,28 +24,20 @@ fn model(experiment: &str, sets: &[&str]) -> SimModel {
 
 /// 128 H100s exchanging 8 MiB with the GPU one host over (rail-aligned) at 4 KiB segments.
 fn permutation_model() -> SimModel {
-    let mut m = model(
+    model(
         "configs/experiments/quickstart.toml",
         &["network.segment_bytes=4096"],
-    );
-    for p in &mut m.workload.programs {
-        p.ops.clear();
-    }
-    m.programs = m
-        .workload
-        .programs
-        .iter()
-        .map(sim::engine::ProgramIndex::new)
-        .collect();
-    m.flows = (0..128u32)
-        .map(|src| FlowSpec {
-            src,
-            dst: (src + 8) % 128,
-            bytes: 8 << 20,
-            start_ps: 0,
-        })
-        .collect();
-    m
+    )
+    .only_flows(
+        (0..128u32)
+            .map(|src| FlowSpec {
+                src,
+                dst: (src + 8) % 128,
+                bytes: 8 << 20,
+                start_ps: 0,
+            })
+            .collect(),
+    )
 }
 
 fn run(model: &Arc<SimModel>, threads: usize) -> u64 {

@@ -34,20 +34,9 @@ pub struct EngineInfo {
 }
 
 fn group_name(g: u8) -> &'static str {
-    [
-        GroupKind::Tp,
-        GroupKind::Cp,
-        GroupKind::Dp,
-        GroupKind::DpCp,
-        GroupKind::Pp,
-        GroupKind::Ep,
-        GroupKind::ExpertDp,
-        GroupKind::ModelParallel,
-        GroupKind::Embedding,
-    ]
-    .into_iter()
-    .find(|k| *k as u8 == g)
-    .map_or("?", GroupKind::name)
+    GroupKind::EVERY
+        .get(usize::from(g))
+        .map_or("?", |k| k.name())
 }
 
 fn collective(op: u8) -> CollectiveOp {

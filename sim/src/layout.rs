@@ -95,6 +95,19 @@ impl GroupKind {
         GroupKind::ModelParallel,
     ];
 
+    /// Every kind, [`GroupKind::ALL`] and [`GroupKind::Embedding`], in declaration order.
+    pub const EVERY: [GroupKind; 9] = [
+        GroupKind::Tp,
+        GroupKind::Cp,
+        GroupKind::Dp,
+        GroupKind::DpCp,
+        GroupKind::Pp,
+        GroupKind::Ep,
+        GroupKind::ExpertDp,
+        GroupKind::ModelParallel,
+        GroupKind::Embedding,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             GroupKind::Tp => "tp",

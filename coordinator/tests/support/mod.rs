@@ -36,18 +36,7 @@ pub fn model(exp: &Experiment) -> SimModel {
 
 /// A model whose GPUs run nothing but `flows`.
 pub fn flow_model(exp: &Experiment, flows: Vec<FlowSpec>) -> SimModel {
-    let mut m = model(exp);
-    for p in &mut m.workload.programs {
-        p.ops.clear();
-    }
-    m.programs = m
-        .workload
-        .programs
-        .iter()
-        .map(sim::engine::ProgramIndex::new)
-        .collect();
-    m.flows = flows;
-    m
+    model(exp).only_flows(flows)
 }
 
 /// Runs `model` with `partition_of` on `workers` × `threads`.

@@ -251,6 +251,22 @@ impl SimModel {
         })
     }
 
+    /// This model with the workload's ops removed and `flows` injected instead: network
+    /// experiments (traffic patterns, congestion control) on the same cluster.
+    pub fn only_flows(mut self, flows: Vec<FlowSpec>) -> SimModel {
+        for p in &mut self.workload.programs {
+            p.ops.clear();
+        }
+        self.programs = self
+            .workload
+            .programs
+            .iter()
+            .map(ProgramIndex::new)
+            .collect();
+        self.flows = flows;
+        self
+    }
+
     /// The LP of topology node `node`, in its state at time zero.
     pub fn new_lp(&self, node: NodeId) -> Lp {
         let n = self.topology.nodes()[node as usize];
