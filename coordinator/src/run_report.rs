@@ -34,9 +34,7 @@ pub struct EngineInfo {
 }
 
 fn group_name(g: u8) -> &'static str {
-    GroupKind::EVERY
-        .get(usize::from(g))
-        .map_or("?", |k| k.name())
+    GroupKind::from_index(g).map_or("?", GroupKind::name)
 }
 
 fn collective(op: u8) -> CollectiveOp {

@@ -95,18 +95,14 @@ impl GroupKind {
         GroupKind::ModelParallel,
     ];
 
-    /// Every kind, [`GroupKind::ALL`] and [`GroupKind::Embedding`], in declaration order.
-    pub const EVERY: [GroupKind; 9] = [
-        GroupKind::Tp,
-        GroupKind::Cp,
-        GroupKind::Dp,
-        GroupKind::DpCp,
-        GroupKind::Pp,
-        GroupKind::Ep,
-        GroupKind::ExpertDp,
-        GroupKind::ModelParallel,
-        GroupKind::Embedding,
-    ];
+    /// The kind whose discriminant is `index` (as `kind as u8` wrote it), including
+    /// [`GroupKind::Embedding`], which [`GroupKind::ALL`] leaves out.
+    pub fn from_index(index: u8) -> Option<GroupKind> {
+        Self::ALL
+            .into_iter()
+            .chain([GroupKind::Embedding])
+            .find(|k| *k as u8 == index)
+    }
 
     pub fn name(self) -> &'static str {
         match self {

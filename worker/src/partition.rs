@@ -15,32 +15,34 @@ pub struct LpMap {
     pub partition_of: Vec<u32>,
     pub local_index: Vec<u32>,
     pub partitions: u32,
+    /// LP ids of each partition, ascending: built once, not searched per partition.
+    members: Vec<Vec<NodeId>>,
 }
 
 impl LpMap {
     pub fn new(partition_of: Vec<u32>) -> Self {
         let partitions = partition_of.iter().copied().max().map_or(0, |p| p + 1);
-        let mut counts = vec![0u32; partitions as usize];
+        let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); partitions as usize];
         let local_index = partition_of
             .iter()
-            .map(|&p| {
-                let c = &mut counts[p as usize];
-                *c += 1;
-                *c - 1
+            .enumerate()
+            .map(|(lp, &p)| {
+                let m = &mut members[p as usize];
+                m.push(lp as NodeId);
+                (m.len() - 1) as u32
             })
             .collect();
         LpMap {
             partition_of,
             local_index,
             partitions,
+            members,
         }
     }
 
     /// LP ids of partition `p`, ascending.
-    pub fn members(&self, p: u32) -> Vec<NodeId> {
-        (0..self.partition_of.len() as u32)
-            .filter(|&n| self.partition_of[n as usize] == p)
-            .collect()
+    pub fn members(&self, p: u32) -> &[NodeId] {
+        &self.members[p as usize]
     }
 }
 
@@ -76,7 +78,7 @@ pub struct Partition {
 
 impl Partition {
     pub fn new(model: &SimModel, map: &LpMap, id: u32) -> Self {
-        let lp_ids = map.members(id);
+        let lp_ids = map.members(id).to_vec();
         let lps = lp_ids.iter().map(|&n| model.new_lp(n)).collect();
         Partition {
             id,

@@ -141,7 +141,8 @@ impl Team {
 }
 
 impl Shared {
-    fn work_inline(&self, end: u64, order: &[usize]) -> u64 {
+    /// Runs `order` on the calling thread alone.
+    pub fn work_inline(&self, end: u64, order: &[usize]) -> u64 {
         order
             .iter()
             .map(|&slot| {

@@ -13,7 +13,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use sim::engine::{Event, LpReport, SimModel};
@@ -55,12 +55,21 @@ pub struct EventBatch {
 }
 
 impl EventBatch {
-    pub fn encode(from_worker: u32, window: u64, events: &[(EventKey, Event)]) -> Self {
-        EventBatch {
+    pub fn encode(
+        from_worker: u32,
+        window: u64,
+        events: &[(EventKey, Event)],
+    ) -> Result<Self, EngineError> {
+        let events = bitcode::serialize(events).map_err(|e| {
+            EngineError::Transport(format!(
+                "worker {from_worker} could not encode a batch of window {window}: {e}"
+            ))
+        })?;
+        Ok(EventBatch {
             from_worker,
             window,
-            events: bitcode::serialize(events).unwrap_or_default(),
-        }
+            events,
+        })
     }
 
     pub fn decode(&self) -> Result<Vec<(EventKey, Event)>, EngineError> {
@@ -261,7 +270,7 @@ pub fn run_worker(
                 continue;
             }
             stats.cross_worker_events += events.len() as u64;
-            coord.send_batch(w as u32, EventBatch::encode(setup.id, window, events))?;
+            coord.send_batch(w as u32, EventBatch::encode(setup.id, window, events)?)?;
             events.clear();
             batches_sent[w] += 1;
         }
@@ -320,7 +329,7 @@ pub fn run_worker(
             stats.parallel_events += n;
             n
         } else {
-            run_inline(parts, model, map, end, &active)
+            team.shared.work_inline(end, &active)
         };
         stats.events += processed;
         stats.windows += 1;
@@ -348,21 +357,4 @@ fn rebalance(home: &mut [usize], load: &mut [u64], threads: usize) {
         home[slot] = t;
         load[slot] /= 2;
     }
-}
-
-fn run_inline(
-    parts: &[Mutex<Partition>],
-    model: &SimModel,
-    map: &LpMap,
-    end: u64,
-    order: &[usize],
-) -> u64 {
-    order
-        .iter()
-        .map(|&slot| {
-            let mut p = lock(&parts[slot]);
-            p.run_window(model, map, end);
-            p.last_window_events
-        })
-        .sum()
 }

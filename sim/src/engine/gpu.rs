@@ -185,7 +185,7 @@ struct PathInfo {
     first_link: u32,
     hops: u32,
     queued: bool,
-    /// Bytes per link class, to account analytical traffic.
+    /// Link classes the path crosses, to account analytical traffic.
     classes: [bool; 4],
 }
 
@@ -484,10 +484,17 @@ impl GpuLp {
                 }
             }
         }
-        // Arrivals that came before the op started.
+        if matches!(self.running[s], Running::Comm(_)) {
+            self.drain_early(model, s, comm_group, seq, ctx);
+            self.check_done(model, s, ctx);
+        }
+    }
+
+    /// Applies the arrivals that came before the op (`group`, `seq`) on stream `s` started.
+    fn drain_early(&mut self, model: &SimModel, s: usize, group: u8, seq: u32, ctx: &mut Ctx) {
         let first = Tag {
             stream: s as u8,
-            group: comm_group,
+            group,
             seq,
             step: 0,
         };
@@ -505,9 +512,6 @@ impl GpuLp {
             for _ in 0..count {
                 self.apply_arrival(model, s, tag.step, ctx);
             }
-        }
-        if matches!(self.running[s], Running::Comm(_)) {
-            self.check_done(model, s, ctx);
         }
     }
 
