@@ -63,7 +63,13 @@ struct CommRun {
     step_bytes: u64,
     recv_needed: u32,
     recv_got: u32,
+    /// Segment-level flows not yet fully acknowledged.
     sends_open: u32,
+    /// When the last analytical send is delivered: the op cannot finish before. Tracked as a
+    /// time, not an event per send; one wake-up event is scheduled only if the op would
+    /// otherwise be done earlier.
+    analytical_sends_until: u64,
+    wake_scheduled: bool,
     waiting_clear_to_send: bool,
     /// Peer of a send or receive.
     peer: NodeId,
@@ -123,6 +129,8 @@ pub struct GpuLp {
     bubble_ps: u64,
     finish_ps: Option<u64>,
     ops_done: u64,
+    /// An op finished since the last [`GpuLp::pump`]: only then can another become ready.
+    pump_needed: bool,
     digest: u64,
     collectives: BTreeMap<(u8, u8, u64), CollectiveStats>,
     analytical_bytes: [u64; 4],
@@ -242,6 +250,7 @@ impl GpuLp {
             bubble_ps: 0,
             finish_ps: None,
             ops_done: 0,
+            pump_needed: true,
             digest: splitmix64(u64::from(node)),
             collectives: BTreeMap::new(),
             analytical_bytes: [0; 4],
@@ -296,7 +305,9 @@ impl GpuLp {
                 let dst = model.topology.gpu(f.dst);
                 self.transmit(model, dst, f.bytes, injected_tag(index), None, ctx);
             }
-            Body::SendDone { stream } => self.send_done(model, usize::from(stream), ctx),
+            Body::SendDone { stream } => {
+                self.analytical_sends_delivered(model, usize::from(stream), ctx)
+            }
             Body::Ack { flow, bytes, ecn } => self.acked(model, flow, bytes, ecn, ctx),
             Body::Pace { flow } => {
                 if let Some(Some(f)) = self.flows.get_mut(flow as usize) {
@@ -327,6 +338,10 @@ impl GpuLp {
 
     /// Starts every op whose stream is free and whose dependencies are done.
     fn pump(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        if !self.pump_needed {
+            return;
+        }
+        self.pump_needed = false;
         let index = &model.programs[self.program as usize];
         loop {
             let mut started = false;
@@ -535,6 +550,8 @@ impl GpuLp {
             recv_needed: 0,
             recv_got: 0,
             sends_open: 0,
+            analytical_sends_until: 0,
+            wake_scheduled: false,
             waiting_clear_to_send: false,
             peer: self.node,
             collective: None,
@@ -621,18 +638,33 @@ impl GpuLp {
     }
 
     fn check_done(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
-        if let Running::Comm(r) = &self.running[s]
+        if let Running::Comm(r) = &mut self.running[s]
             && r.recv_got >= r.recv_needed
             && r.sends_open == 0
             && !r.waiting_clear_to_send
         {
-            self.complete(model, s, ctx);
+            if ctx.now >= r.analytical_sends_until {
+                self.complete(model, s, ctx);
+            } else if !r.wake_scheduled {
+                r.wake_scheduled = true;
+                let stream = s as u8;
+                ctx.emit(self.node, r.analytical_sends_until, Body::SendDone { stream });
+            }
         }
     }
 
-    fn send_done(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
+    /// A segment-level flow of the op on stream `s` was fully acknowledged.
+    fn flow_done(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
         if let Running::Comm(r) = &mut self.running[s] {
             r.sends_open = r.sends_open.saturating_sub(1);
+        }
+        self.check_done(model, s, ctx);
+    }
+
+    /// The last analytical send of the op on stream `s` was delivered.
+    fn analytical_sends_delivered(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
+        if let Running::Comm(r) = &mut self.running[s] {
+            r.wake_scheduled = false;
         }
         self.check_done(model, s, ctx);
     }
@@ -659,6 +691,7 @@ impl GpuLp {
         };
         self.done[s] += 1;
         self.ops_done += 1;
+        self.pump_needed = true;
         self.digest = mix(self.digest, u64::from(op), ctx.now);
         if model.trace {
             self.spans[s].push(Span {
@@ -682,10 +715,9 @@ impl GpuLp {
         step: u16,
         ctx: &mut Ctx,
     ) {
-        let Running::Comm(run) = &mut self.running[s] else {
+        let Running::Comm(run) = &self.running[s] else {
             return;
         };
-        run.sends_open += 1;
         let tag = Tag {
             stream: to_stream as u8,
             group: run.group,
@@ -732,10 +764,17 @@ impl GpuLp {
                 }
             }
             ctx.emit(dst, arrive, Body::Message { tag });
-            if let Some(stream) = notify {
-                ctx.emit(self.node, arrive, Body::SendDone { stream });
+            if let Some(s) = notify
+                && let Running::Comm(run) = &mut self.running[usize::from(s)]
+            {
+                run.analytical_sends_until = run.analytical_sends_until.max(arrive);
             }
             return;
+        }
+        if let Some(s) = notify
+            && let Running::Comm(run) = &mut self.running[usize::from(s)]
+        {
+            run.sends_open += 1;
         }
         let seg = model.net.segment_bytes;
         let window = model.net.window_bytes.unwrap_or_else(|| {
@@ -838,7 +877,7 @@ impl GpuLp {
             self.flows[id as usize] = None;
             self.free_flows.push(id);
             if let Some(stream) = notify {
-                self.send_done(model, usize::from(stream), ctx);
+                self.flow_done(model, usize::from(stream), ctx);
             }
         } else {
             self.pump_flow(model, id, ctx);
@@ -874,10 +913,10 @@ impl GpuLp {
                 exposed_comm_ps: self.exposed_comm_ps,
                 bubble_ps: self.bubble_ps,
                 ops_done: self.ops_done,
-                blocked: if self.finish_ps.is_some() {
-                    None
-                } else {
-                    Some(self.error.clone().unwrap_or_else(|| blocked.join("; ")))
+                blocked: match (&self.error, self.finish_ps) {
+                    (Some(e), _) => Some(e.clone()),
+                    (None, Some(_)) => None,
+                    (None, None) => Some(blocked.join("; ")),
                 },
             }),
             analytical_bytes: self.analytical_bytes,

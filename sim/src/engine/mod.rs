@@ -110,7 +110,7 @@ pub enum Body {
     Message {
         tag: Tag,
     },
-    /// A send of stream `stream` completed (analytical model).
+    /// The analytical sends of the op on stream `stream` have been delivered.
     SendDone {
         stream: u8,
     },
