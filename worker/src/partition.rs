@@ -114,6 +114,13 @@ impl Partition {
         self.queue.push(key, event);
     }
 
+    /// Moves events other partitions sent into the queue.
+    pub fn absorb(&mut self, incoming: &mut Vec<(EventKey, Event)>) {
+        for (key, event) in incoming.drain(..) {
+            self.queue.push(key, event);
+        }
+    }
+
     pub fn next_time_ps(&self) -> Option<u64> {
         self.queue.next_time_ps()
     }

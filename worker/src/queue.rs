@@ -157,11 +157,11 @@ mod tests {
                 q.push(EventKey { time_ps: t, origin_lp: lp, origin_seq: seq }, (t, lp, seq));
                 // Pop some early on to exercise slot reuse; the earliest stays the earliest
                 // only among what was pushed, so compare as a multiset below.
-                if i == interleave {
-                    if let Some((k, e)) = q.pop_before(u64::MAX) {
-                        prop_assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
-                        out.push(e);
-                    }
+                if i == interleave
+                    && let Some((k, e)) = q.pop_before(u64::MAX)
+                {
+                    prop_assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
+                    out.push(e);
                 }
             }
             let mut rest = Vec::new();

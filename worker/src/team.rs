@@ -5,65 +5,169 @@
 //! the ones other threads have not started. Helpers spin briefly between windows (windows are
 //! short and back to back), then sleep until the next one.
 //!
-//! The only shared mutable state is the claim counter and each partition's mutex, which the
-//! one thread that claimed the partition takes once per window: nothing is contended inside a
-//! window and nothing in the event loop locks.
+//! A thread that finished a partition's window routes that partition's outbox at once, in
+//! parallel with the others, into the target partitions' incoming boxes (UNISON's per-LP
+//! mailboxes, §4.2); a partition moves its incoming box into its queue when it next runs.
+//! What each thread did is left in its [`ThreadResult`] for the worker thread to fold in
+//! between windows, so the serial part of a window stays small.
+//!
+//! Shared mutable state: the claim counters (one cache line each), each partition's mutex
+//! (taken once per window by the one thread that claimed it) and each incoming box's mutex
+//! (taken once per run of consecutive events for it). Nothing in the event loop locks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-use sim::engine::SimModel;
+use sim::engine::{Event, SimModel};
+use sim::event::EventKey;
 
-use crate::partition::{LpMap, Partition};
+use crate::partition::{CausalityError, LpMap, Partition};
 
 /// Spins before a helper goes to sleep waiting for the next window.
 const SPINS: u32 = 20_000;
 
+/// Keeps a value on its own cache line (two, for adjacent-line prefetch) so threads that
+/// write neighbouring counters do not slow each other down.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+struct Padded<T>(T);
+
+/// Keyed events in transit between partitions.
+pub type Events = Vec<(EventKey, Event)>;
+
+/// Where the events of a partition go: partitions of this worker by slot, others by worker.
+#[derive(Debug)]
+pub struct Routing {
+    /// Slot of each partition in this worker, `u32::MAX` when another worker owns it.
+    pub slot_of: Vec<u32>,
+    /// Worker owning each partition.
+    pub owner: Arc<Vec<u32>>,
+    pub workers: u32,
+}
+
+/// What one thread did in the last window (or at start-up), for the worker thread to fold in.
+#[derive(Debug, Default)]
+pub struct ThreadResult {
+    pub events: u64,
+    /// Every partition that ran: slot, its earliest pending event afterwards, its events.
+    pub ran: Vec<(usize, Option<u64>, u64)>,
+    /// Events put into incoming boxes: slot and the earliest time among them.
+    pub delivered: Vec<(usize, u64)>,
+    /// Events for partitions of other workers, by worker.
+    pub outgoing: Vec<Events>,
+    pub cross_partition_events: u64,
+    pub error: Option<CausalityError>,
+}
+
 pub struct Shared {
     pub partitions: Vec<Mutex<Partition>>,
+    /// Events for each partition from other partitions, not yet in its queue.
+    pub incoming: Vec<Mutex<Events>>,
+    pub results: Vec<Mutex<ThreadResult>>,
     model: Arc<SimModel>,
     map: Arc<LpMap>,
+    pub routing: Routing,
     /// The current window: end time and, per thread, the slots homed there, longest first.
-    job: Mutex<(u64, Arc<Vec<Vec<usize>>>)>,
-    generation: AtomicU64,
+    job: Mutex<(u64, Vec<Vec<usize>>)>,
+    generation: Padded<AtomicU64>,
     /// Claim counter of each thread's list.
-    next: Vec<AtomicUsize>,
-    finished_helpers: AtomicUsize,
-    events: AtomicU64,
+    next: Vec<Padded<AtomicUsize>>,
+    finished_helpers: Padded<AtomicUsize>,
     stop: AtomicBool,
     sleepers: Mutex<u32>,
     wake: Condvar,
 }
 
-pub fn lock(p: &Mutex<Partition>) -> std::sync::MutexGuard<'_, Partition> {
-    p.lock().unwrap_or_else(PoisonError::into_inner)
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shared {
     /// Runs the thread's own partitions, longest first, then helps the others (taking what
     /// they have not started) until nothing is left.
-    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize) -> u64 {
-        let mut events = 0;
+    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize, scratch: &mut Events) {
+        let mut res = lock(&self.results[me]);
         for k in 0..lists.len() {
             let t = (me + k) % lists.len();
             loop {
-                let i = self.next[t].fetch_add(1, Ordering::Relaxed);
+                let i = self.next[t].0.fetch_add(1, Ordering::Relaxed);
                 let Some(&slot) = lists[t].get(i) else {
                     break;
                 };
-                let mut p = lock(&self.partitions[slot]);
-                p.run_window(&self.model, &self.map, end);
-                events += p.last_window_events;
+                self.run_partition(slot, end, &mut res, scratch);
             }
         }
-        events
+    }
+
+    /// Runs `order` on the calling thread alone (thread 0's result).
+    pub fn work_inline(&self, end: u64, order: &[usize], scratch: &mut Events) {
+        let mut res = lock(&self.results[0]);
+        for &slot in order {
+            self.run_partition(slot, end, &mut res, scratch);
+        }
+    }
+
+    /// One partition's window: take in its incoming box, run it, route its outbox.
+    fn run_partition(&self, slot: usize, end: u64, res: &mut ThreadResult, scratch: &mut Events) {
+        let mut p = lock(&self.partitions[slot]);
+        p.absorb(&mut lock(&self.incoming[slot]));
+        p.run_window(&self.model, &self.map, end);
+        std::mem::swap(&mut p.outbox, scratch);
+        res.events += p.last_window_events;
+        res.ran.push((slot, p.next_time_ps(), p.last_window_events));
+        if let Some(e) = p.error.take() {
+            res.error.get_or_insert(e);
+        }
+        drop(p);
+        self.route(scratch, res);
+    }
+
+    /// Moves `outbox` into the incoming boxes of this worker's partitions and the outgoing
+    /// lists of other workers. Consecutive events for one partition share one lock.
+    pub fn route(&self, outbox: &mut Events, res: &mut ThreadResult) {
+        res.cross_partition_events += outbox.len() as u64;
+        if res.outgoing.len() < self.routing.workers as usize {
+            res.outgoing
+                .resize_with(self.routing.workers as usize, Vec::new);
+        }
+        // The incoming box being filled: slot, earliest time put in, its lock.
+        let mut held: Option<(usize, u64, MutexGuard<'_, Events>)> = None;
+        for (key, event) in outbox.drain(..) {
+            let target = self.map.partition_of[event.target as usize];
+            let slot = self.routing.slot_of[target as usize];
+            if slot == u32::MAX {
+                res.outgoing[self.routing.owner[target as usize] as usize].push((key, event));
+                continue;
+            }
+            let slot = slot as usize;
+            match &mut held {
+                Some((s, earliest, inbox)) if *s == slot => {
+                    *earliest = (*earliest).min(key.time_ps);
+                    inbox.push((key, event));
+                }
+                _ => {
+                    if let Some((s, earliest, _)) = held.take() {
+                        res.delivered.push((s, earliest));
+                    }
+                    let mut inbox = lock(&self.incoming[slot]);
+                    let t = key.time_ps;
+                    inbox.push((key, event));
+                    held = Some((slot, t, inbox));
+                }
+            }
+        }
+        if let Some((s, earliest, _)) = held {
+            res.delivered.push((s, earliest));
+        }
     }
 }
 
 pub struct Team {
     pub shared: Arc<Shared>,
     helpers: Vec<JoinHandle<()>>,
+    /// The worker thread's outbox buffer (helpers have their own).
+    scratch: Events,
 }
 
 impl std::fmt::Debug for Team {
@@ -79,23 +183,29 @@ impl Team {
         partitions: Vec<Partition>,
         model: Arc<SimModel>,
         map: Arc<LpMap>,
+        routing: Routing,
         threads: usize,
         worker: u32,
     ) -> Team {
+        let threads = threads.max(1);
         let shared = Arc::new(Shared {
+            incoming: partitions.iter().map(|_| Mutex::new(Vec::new())).collect(),
             partitions: partitions.into_iter().map(Mutex::new).collect(),
+            results: (0..threads)
+                .map(|_| Mutex::new(ThreadResult::default()))
+                .collect(),
             model,
             map,
-            job: Mutex::new((0, Arc::new(Vec::new()))),
-            generation: AtomicU64::new(0),
-            next: (0..threads.max(1)).map(|_| AtomicUsize::new(0)).collect(),
-            finished_helpers: AtomicUsize::new(0),
-            events: AtomicU64::new(0),
+            routing,
+            job: Mutex::new((0, Vec::new())),
+            generation: Padded(AtomicU64::new(0)),
+            next: (0..threads).map(|_| Padded(AtomicUsize::new(0))).collect(),
+            finished_helpers: Padded(AtomicUsize::new(0)),
             stop: AtomicBool::new(false),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
-        let helpers = (1..threads.max(1))
+        let helpers = (1..threads)
             .filter_map(|i| {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
@@ -104,7 +214,11 @@ impl Team {
                     .ok()
             })
             .collect();
-        Team { shared, helpers }
+        Team {
+            shared,
+            helpers,
+            scratch: Vec::new(),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -113,49 +227,59 @@ impl Team {
 
     /// Runs the window `[.., end)`: `lists[t]` are the active partitions homed on thread `t`,
     /// longest first. Homes keep a partition's LPs in one core's cache from window to
-    /// window; stealing evens out what homes do not. Returns the events processed.
-    pub fn run(&self, end: u64, lists: Vec<Vec<usize>>) -> u64 {
+    /// window; stealing evens out what homes do not.
+    pub fn run(&mut self, end: u64, lists: &[Vec<usize>]) {
         let s = &*self.shared;
         if self.helpers.is_empty() {
-            let all: Vec<usize> = lists.into_iter().flatten().collect();
-            return s.work_inline(end, &all);
+            let all: Vec<usize> = lists.iter().flatten().copied().collect();
+            return s.work_inline(end, &all, &mut self.scratch);
         }
-        let lists = Arc::new(lists);
-        *s.job.lock().unwrap_or_else(PoisonError::into_inner) = (end, Arc::clone(&lists));
+        {
+            let mut job = lock(&s.job);
+            job.0 = end;
+            job.1.resize_with(lists.len(), Vec::new);
+            for (to, from) in job.1.iter_mut().zip(lists) {
+                to.clear();
+                to.extend_from_slice(from);
+            }
+        }
         for n in &s.next {
-            n.store(0, Ordering::Relaxed);
+            n.0.store(0, Ordering::Relaxed);
         }
-        s.finished_helpers.store(0, Ordering::Relaxed);
-        s.events.store(0, Ordering::Relaxed);
-        s.generation.fetch_add(1, Ordering::Release);
-        if *s.sleepers.lock().unwrap_or_else(PoisonError::into_inner) > 0 {
+        s.finished_helpers.0.store(0, Ordering::Relaxed);
+        s.generation.0.fetch_add(1, Ordering::Release);
+        if *lock(&s.sleepers) > 0 {
             s.wake.notify_all();
         }
-        let mut events = s.work(end, &lists, 0);
-        while s.finished_helpers.load(Ordering::Acquire) < self.helpers.len() {
+        s.work(end, lists, 0, &mut self.scratch);
+        while s.finished_helpers.0.load(Ordering::Acquire) < self.helpers.len() {
             std::hint::spin_loop();
         }
-        events += s.events.load(Ordering::Relaxed);
-        events
     }
-}
 
-impl Shared {
-    /// Runs `order` on the calling thread alone.
-    pub fn work_inline(&self, end: u64, order: &[usize]) -> u64 {
-        order
-            .iter()
-            .map(|&slot| {
-                let mut p = lock(&self.partitions[slot]);
-                p.run_window(&self.model, &self.map, end);
-                p.last_window_events
-            })
-            .sum()
+    /// Runs `order` on the worker thread alone.
+    pub fn run_inline(&mut self, end: u64, order: &[usize]) {
+        self.shared.work_inline(end, order, &mut self.scratch);
+    }
+
+    /// Routes the outboxes partitions filled at start-up (worker thread, thread 0's result).
+    pub fn route_start(&mut self) {
+        let s = &*self.shared;
+        let mut res = lock(&s.results[0]);
+        for (slot, p) in s.partitions.iter().enumerate() {
+            let mut p = lock(p);
+            std::mem::swap(&mut p.outbox, &mut self.scratch);
+            res.ran.push((slot, p.next_time_ps(), 0));
+            drop(p);
+            s.route(&mut self.scratch, &mut res);
+        }
     }
 }
 
 fn helper(s: &Shared, me: usize) {
     let mut seen = 0u64;
+    let mut lists: Vec<Vec<usize>> = Vec::new();
+    let mut scratch = Vec::new();
     loop {
         // Wait for the next window: spin, then sleep.
         let mut spins = 0;
@@ -163,7 +287,7 @@ fn helper(s: &Shared, me: usize) {
             if s.stop.load(Ordering::Acquire) {
                 return;
             }
-            if s.generation.load(Ordering::Acquire) != seen {
+            if s.generation.0.load(Ordering::Acquire) != seen {
                 break;
             }
             spins += 1;
@@ -171,9 +295,10 @@ fn helper(s: &Shared, me: usize) {
                 std::hint::spin_loop();
                 continue;
             }
-            let mut sleepers = s.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut sleepers = lock(&s.sleepers);
             *sleepers += 1;
-            while s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire) {
+            while s.generation.0.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire)
+            {
                 sleepers = s
                     .wake
                     .wait(sleepers)
@@ -181,11 +306,18 @@ fn helper(s: &Shared, me: usize) {
             }
             *sleepers -= 1;
         }
-        seen = s.generation.load(Ordering::Acquire);
-        let (end, lists) = s.job.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let events = s.work(end, &lists, me);
-        s.events.fetch_add(events, Ordering::Relaxed);
-        s.finished_helpers.fetch_add(1, Ordering::Release);
+        seen = s.generation.0.load(Ordering::Acquire);
+        let end = {
+            let job = lock(&s.job);
+            lists.resize_with(job.1.len(), Vec::new);
+            for (to, from) in lists.iter_mut().zip(&job.1) {
+                to.clear();
+                to.extend_from_slice(from);
+            }
+            job.0
+        };
+        s.work(end, &lists, me, &mut scratch);
+        s.finished_helpers.0.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -193,11 +325,7 @@ impl Drop for Team {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         {
-            let _g = self
-                .shared
-                .sleepers
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let _g = lock(&self.shared.sleepers);
             self.shared.wake.notify_all();
         }
         for h in self.helpers.drain(..) {

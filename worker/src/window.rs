@@ -21,7 +21,7 @@ use sim::event::EventKey;
 use sim::topology::NodeId;
 
 use crate::partition::{CausalityError, LpMap, Partition};
-use crate::team::{Team, lock};
+use crate::team::{Routing, Team, lock};
 
 /// What a worker tells the coordinator at the end of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,13 +151,22 @@ struct NextTimes {
 }
 
 impl NextTimes {
-    fn update(&mut self, slot: usize, time: Option<u64>) {
+    /// The partition's earliest pending event is now `time`.
+    fn set(&mut self, slot: usize, time: Option<u64>) {
         let t = time.unwrap_or(u64::MAX);
         if self.time[slot] != t {
             self.time[slot] = t;
             if t != u64::MAX {
                 self.heap.push(Reverse((t, slot)));
             }
+        }
+    }
+
+    /// The partition received an event at `t`.
+    fn lower(&mut self, slot: usize, t: u64) {
+        if t < self.time[slot] {
+            self.time[slot] = t;
+            self.heap.push(Reverse((t, slot)));
         }
     }
 
@@ -176,9 +185,9 @@ impl NextTimes {
         self.heap.peek().map_or(u64::MAX, |Reverse((t, _))| *t)
     }
 
-    /// Partitions with an event before `end`; their entries leave the heap.
-    fn take_before(&mut self, end: u64) -> Vec<usize> {
-        let mut out = Vec::new();
+    /// Partitions with an event before `end`, into `out`; their entries leave the heap.
+    fn take_before(&mut self, end: u64, out: &mut Vec<usize>) {
+        out.clear();
         loop {
             self.clean_top();
             match self.heap.peek() {
@@ -187,7 +196,7 @@ impl NextTimes {
                     self.time[slot] = u64::MAX;
                     out.push(slot);
                 }
-                _ => return out,
+                _ => return,
             }
         }
     }
@@ -219,52 +228,69 @@ pub fn run_worker(
         time: vec![u64::MAX; partitions.len()],
         heap: BinaryHeap::new(),
     };
-    let team = Team::new(
+    let routing = Routing {
+        slot_of,
+        owner: Arc::clone(&setup.owner),
+        workers: setup.workers,
+    };
+    let mut team = Team::new(
         partitions,
         Arc::clone(&setup.model),
         Arc::clone(&setup.map),
+        routing,
         setup.threads,
         setup.id,
     );
-    let parts = &team.shared.partitions;
+    team.route_start();
+    let shared = Arc::clone(&team.shared);
+    let parts = &shared.partitions;
+    let threads = team.threads();
     let mut stats = WorkerStats {
         partitions: mine.len() as u32,
         ..WorkerStats::default()
     };
     let mut window = 0u64;
     let mut outgoing: Vec<Vec<(EventKey, Event)>> = vec![Vec::new(); setup.workers as usize];
-    // Partitions that ran last window (they hold the outboxes) or received events.
-    let mut ran: Vec<usize> = (0..parts.len()).collect();
-    let mut touched: Vec<usize> = (0..parts.len()).collect();
     let mut cost = vec![0u64; parts.len()];
-    // Home thread of every partition, and the load that places it.
-    let mut home: Vec<usize> = (0..parts.len()).map(|s| s % team.threads()).collect();
-    let mut load = vec![0u64; parts.len()];
+    // The thread each partition last ran on.
+    let mut home: Vec<usize> = (0..parts.len()).map(|s| s % threads).collect();
+    let mut batches_sent = vec![0u32; setup.workers as usize];
+    let mut active: Vec<usize> = Vec::new();
+    let mut lists: Vec<Vec<usize>> = vec![Vec::new(); threads];
+    let mut last_parallel = false;
     loop {
-        // 1. Route what the last window produced for other partitions.
-        let mut earliest_sent = u64::MAX;
-        for &slot in &ran {
-            let mut p = lock(&parts[slot]);
-            if let Some(e) = p.error.take() {
+        // 1. Fold in what the threads did: partitions that ran first (their queues' next
+        //    events), then deliveries (an incoming box can only lower a partition's next).
+        for r in &shared.results {
+            let mut r = lock(r);
+            if let Some(e) = r.error.take() {
                 return Err(e.into());
             }
-            let outbox = std::mem::take(&mut p.outbox);
-            cost[slot] = p.last_window_events;
-            drop(p);
-            stats.cross_partition_events += outbox.len() as u64;
-            for (key, event) in outbox {
-                let target = map.partition_of[event.target as usize];
-                let to = slot_of[target as usize];
-                if to != u32::MAX {
-                    lock(&parts[to as usize]).push(key, event);
-                    touched.push(to as usize);
-                } else {
-                    earliest_sent = earliest_sent.min(key.time_ps);
-                    outgoing[setup.owner[target as usize] as usize].push((key, event));
-                }
+            for (slot, t, events) in r.ran.drain(..) {
+                next.set(slot, t);
+                cost[slot] = events;
+            }
+            let events = std::mem::take(&mut r.events);
+            stats.events += events;
+            if last_parallel {
+                stats.parallel_events += events;
             }
         }
-        let mut batches_sent = vec![0u32; setup.workers as usize];
+        let mut earliest_sent = u64::MAX;
+        for r in &shared.results {
+            let mut r = lock(r);
+            for (slot, t) in r.delivered.drain(..) {
+                next.lower(slot, t);
+            }
+            stats.cross_partition_events += std::mem::take(&mut r.cross_partition_events);
+            for (w, events) in r.outgoing.iter_mut().enumerate() {
+                if let Some(t) = events.iter().map(|(k, _)| k.time_ps).min() {
+                    earliest_sent = earliest_sent.min(t);
+                }
+                outgoing[w].append(events);
+            }
+        }
+        batches_sent.fill(0);
         for (w, events) in outgoing.iter_mut().enumerate() {
             if events.is_empty() {
                 continue;
@@ -274,16 +300,13 @@ pub fn run_worker(
             events.clear();
             batches_sent[w] += 1;
         }
-        for slot in touched.drain(..) {
-            next.update(slot, lock(&parts[slot]).next_time_ps());
-        }
         // 2. Report; get the next window.
         let grant = coord.exchange(WindowReport {
             worker: setup.id,
             window,
             next_event_ps: next.min(),
             earliest_sent_ps: earliest_sent,
-            batches_sent,
+            batches_sent: batches_sent.clone(),
             events_processed: stats.events,
         })?;
         if grant.finished {
@@ -293,68 +316,69 @@ pub fn run_worker(
         for batch in coord.receive_batches(grant.window, grant.batches_expected)? {
             for (key, event) in batch.decode()? {
                 let target = map.partition_of[event.target as usize];
-                let to = slot_of[target as usize];
+                let to = shared.routing.slot_of[target as usize];
                 if to == u32::MAX {
                     return Err(EngineError::Transport(format!(
                         "worker {} received an event for partition {target}, which it does not own",
                         setup.id
                     )));
                 }
-                let mut p = lock(&parts[to as usize]);
-                p.push(key, event);
-                let t = p.next_time_ps();
-                drop(p);
-                next.update(to as usize, t);
+                next.lower(to as usize, key.time_ps);
+                lock(&shared.incoming[to as usize]).push((key, event));
             }
         }
         // 3. Run the window, longest first.
         let busy = Instant::now();
         let end = grant.end_ps;
-        let mut active = next.take_before(end);
+        next.take_before(end, &mut active);
         active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
         let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
-        for &slot in &active {
-            load[slot] += cost[slot].max(1);
-        }
-        if stats.windows % REBALANCE_EVERY == REBALANCE_EVERY - 1 {
-            rebalance(&mut home, &mut load, team.threads());
-        }
-        let processed = if predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
-            let mut lists = vec![Vec::new(); team.threads()];
-            for &slot in &active {
-                lists[home[slot]].push(slot);
-            }
-            let n = team.run(end, lists);
+        if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
+            assign_longest_first(&active, &cost, predicted, &mut home, &mut lists);
+            team.run(end, &lists);
             stats.parallel_windows += 1;
-            stats.parallel_events += n;
-            n
+            last_parallel = true;
         } else {
-            team.shared.work_inline(end, &active)
-        };
-        stats.events += processed;
+            team.run_inline(end, &active);
+            last_parallel = false;
+        }
         stats.windows += 1;
         stats.busy_s += busy.elapsed().as_secs_f64();
-        touched.extend_from_slice(&active);
-        ran = active;
     }
     stats.wall_s = started.elapsed().as_secs_f64();
     let reports = parts.iter().flat_map(|p| lock(p).reports(model)).collect();
     Ok(WorkerOutcome { reports, stats })
 }
 
-/// Windows between re-homing partitions.
-const REBALANCE_EVERY: u64 = 4096;
-
-/// Longest-processing-time-first placement of partitions on threads by recent load; the
-/// load then decays so the placement follows phases of the iteration.
-fn rebalance(home: &mut [usize], load: &mut [u64], threads: usize) {
-    let mut order: Vec<usize> = (0..home.len()).collect();
-    order.sort_by(|&a, &b| load[b].cmp(&load[a]).then(a.cmp(&b)));
-    let mut total = vec![0u64; threads];
-    for slot in order {
-        let t = (0..threads).min_by_key(|&t| (total[t], t)).unwrap_or(0);
-        total[t] += load[slot];
+/// Places the window's active partitions (sorted longest first by predicted events) on
+/// threads: longest-processing-time-first list scheduling (Graham 1969; UNISON's
+/// load-adaptive scheduling, Bai et al., EuroSys'24 §4.3), except that a partition stays on
+/// the thread it last ran on while that thread's share fits, which keeps its state in one
+/// core's cache. Mispredictions are evened out by stealing when the window runs.
+fn assign_longest_first(
+    active: &[usize],
+    cost: &[u64],
+    predicted: u64,
+    home: &mut [usize],
+    lists: &mut [Vec<usize>],
+) {
+    let threads = lists.len();
+    let share = predicted.div_ceil(threads as u64);
+    let mut loads = [0u64; 64];
+    let loads = &mut loads[..threads.min(64)];
+    for l in lists.iter_mut() {
+        l.clear();
+    }
+    for &slot in active {
+        let c = cost[slot].max(1);
+        let previous = home[slot] % loads.len();
+        let t = if loads[previous] + c <= share {
+            previous
+        } else {
+            (0..loads.len()).min_by_key(|&t| (loads[t], t)).unwrap_or(0)
+        };
+        loads[t] += c;
         home[slot] = t;
-        load[slot] /= 2;
+        lists[t].push(slot);
     }
 }

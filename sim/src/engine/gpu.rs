@@ -648,7 +648,11 @@ impl GpuLp {
             } else if !r.wake_scheduled {
                 r.wake_scheduled = true;
                 let stream = s as u8;
-                ctx.emit(self.node, r.analytical_sends_until, Body::SendDone { stream });
+                ctx.emit(
+                    self.node,
+                    r.analytical_sends_until,
+                    Body::SendDone { stream },
+                );
             }
         }
     }
