@@ -116,6 +116,7 @@ pub struct GpuLp {
     flows: Vec<Option<Flow>>,
     free_flows: Vec<u32>,
     ports: Ports,
+    paths: PathCache,
     /// Analytical transfers: when each out link is free again (a FIFO share of it).
     link_free_ps: Vec<u64>,
     groups: [Option<RingPos>; 9],
@@ -129,8 +130,9 @@ pub struct GpuLp {
     bubble_ps: u64,
     finish_ps: Option<u64>,
     ops_done: u64,
-    /// An op finished since the last [`GpuLp::pump`]: only then can another become ready.
-    pump_needed: bool,
+    /// Streams whose head op may have become ready (a bit per stream): set when an op
+    /// finishes, for its own stream and the streams of its dependents.
+    pump_streams: u32,
     digest: u64,
     collectives: BTreeMap<(u8, u8, u64), CollectiveStats>,
     analytical_bytes: [u64; 4],
@@ -187,6 +189,7 @@ pub fn mix(digest: u64, a: u64, b: u64) -> u64 {
 }
 
 /// A path's one-way latency, bottleneck bandwidth, first link and whether any link is queued.
+#[derive(Debug, Clone, Copy)]
 struct PathInfo {
     latency_ps: u64,
     bytes_per_s: f64,
@@ -197,28 +200,51 @@ struct PathInfo {
     classes: [bool; 4],
 }
 
-fn path_info(model: &SimModel, src: NodeId, dst: NodeId, hash: u64) -> Result<PathInfo, String> {
-    let path = model
-        .topology
-        .path(src, dst, hash)
-        .map_err(|e| format!("no route from node {src} to node {dst}: {e}"))?;
-    let links = model.topology.links();
-    let mut info = PathInfo {
-        latency_ps: 0,
-        bytes_per_s: f64::INFINITY,
-        first_link: path.first().copied().unwrap_or(u32::MAX),
-        hops: path.len() as u32,
-        queued: false,
-        classes: [false; 4],
-    };
-    for &l in &path {
-        let lk = links[l as usize];
-        info.latency_ps += lk.latency_ps;
-        info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
-        info.queued |= model.net.is_queued(lk.class);
-        info.classes[super::results::class_index(lk.class)] = true;
+/// Routes from one GPU: paths with a single choice at every hop (the same for every flow
+/// hash, such as NVLink inside a host) are computed once per destination.
+#[derive(Debug, Default)]
+struct PathCache {
+    fixed: Vec<(NodeId, PathInfo)>,
+    path: Vec<u32>,
+    hops: Vec<u32>,
+}
+
+impl PathCache {
+    fn get(
+        &mut self,
+        model: &SimModel,
+        src: NodeId,
+        dst: NodeId,
+        hash: u64,
+    ) -> Result<PathInfo, String> {
+        if let Some((_, info)) = self.fixed.iter().find(|(d, _)| *d == dst) {
+            return Ok(*info);
+        }
+        let single_choice = model
+            .topology
+            .path_into(src, dst, hash, &mut self.path, &mut self.hops)
+            .map_err(|e| format!("no route from node {src} to node {dst}: {e}"))?;
+        let links = model.topology.links();
+        let mut info = PathInfo {
+            latency_ps: 0,
+            bytes_per_s: f64::INFINITY,
+            first_link: self.path.first().copied().unwrap_or(u32::MAX),
+            hops: self.path.len() as u32,
+            queued: false,
+            classes: [false; 4],
+        };
+        for &l in &self.path {
+            let lk = links[l as usize];
+            info.latency_ps += lk.latency_ps;
+            info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
+            info.queued |= model.net.is_queued(lk.class);
+            info.classes[super::results::class_index(lk.class)] = true;
+        }
+        if single_choice {
+            self.fixed.push((dst, info));
+        }
+        Ok(info)
     }
-    Ok(info)
 }
 
 impl GpuLp {
@@ -240,6 +266,7 @@ impl GpuLp {
             flows: Vec::new(),
             free_flows: Vec::new(),
             ports: Ports::new(model, node),
+            paths: PathCache::default(),
             link_free_ps: vec![0; out],
             groups: [None; 9],
             group_seq: [0; 9],
@@ -250,7 +277,7 @@ impl GpuLp {
             bubble_ps: 0,
             finish_ps: None,
             ops_done: 0,
-            pump_needed: true,
+            pump_streams: (1 << STREAMS) - 1,
             digest: splitmix64(u64::from(node)),
             collectives: BTreeMap::new(),
             analytical_bytes: [0; 4],
@@ -338,32 +365,27 @@ impl GpuLp {
 
     /// Starts every op whose stream is free and whose dependencies are done.
     fn pump(&mut self, model: &SimModel, ctx: &mut Ctx) {
-        if !self.pump_needed {
+        if self.pump_streams == 0 {
             return;
         }
-        self.pump_needed = false;
         let index = &model.programs[self.program as usize];
-        loop {
-            let mut started = false;
-            for s in 0..STREAMS {
-                if !matches!(self.running[s], Running::Idle) {
-                    continue;
-                }
-                let Some(&op) = index.stream_ops[s].get(self.done[s] as usize) else {
-                    continue;
-                };
-                let program = &model.workload.programs[self.program as usize];
-                let ready = program.deps(op as usize).iter().all(|&d| {
-                    let ds = program.ops[d as usize].stream.index();
-                    self.done[ds] > index.position[d as usize]
-                });
-                if ready {
-                    self.start_op(model, s, op, ctx);
-                    started = true;
-                }
+        // Starting an op can finish it at once (a group of one), which marks more streams.
+        while self.pump_streams != 0 {
+            let s = self.pump_streams.trailing_zeros() as usize;
+            self.pump_streams &= !(1 << s);
+            if !matches!(self.running[s], Running::Idle) {
+                continue;
             }
-            if !started {
-                break;
+            let Some(&op) = index.stream_ops[s].get(self.done[s] as usize) else {
+                continue;
+            };
+            let program = &model.workload.programs[self.program as usize];
+            let ready = program.deps(op as usize).iter().all(|&d| {
+                let ds = program.ops[d as usize].stream.index();
+                self.done[ds] > index.position[d as usize]
+            });
+            if ready {
+                self.start_op(model, s, op, ctx);
             }
         }
         if self.finish_ps.is_none()
@@ -493,7 +515,7 @@ impl GpuLp {
                     step: 0,
                 };
                 let hash = self.flow_hash(model, peer, tag);
-                match path_info(model, self.node, peer, hash) {
+                match self.paths.get(model, self.node, peer, hash) {
                     Ok(p) => ctx.emit(peer, ctx.now + p.latency_ps, Body::ClearToSend { tag }),
                     Err(e) => self.fail(e),
                 }
@@ -695,7 +717,8 @@ impl GpuLp {
         };
         self.done[s] += 1;
         self.ops_done += 1;
-        self.pump_needed = true;
+        self.pump_streams |=
+            (1 << s) | model.programs[self.program as usize].dependent_streams[op as usize];
         self.digest = mix(self.digest, u64::from(op), ctx.now);
         if model.trace {
             self.spans[s].push(Span {
@@ -743,7 +766,7 @@ impl GpuLp {
         ctx: &mut Ctx,
     ) {
         let hash = self.flow_hash(model, dst, tag);
-        let path = match path_info(model, self.node, dst, hash) {
+        let path = match self.paths.get(model, self.node, dst, hash) {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };

@@ -184,20 +184,28 @@ pub struct ProgramIndex {
     pub stream_ops: [Vec<u32>; Stream::COUNT],
     /// Position of every op on its stream.
     pub position: Vec<u32>,
+    /// For every op, the streams of the ops that depend on it (a bit per stream): when it
+    /// finishes, only those streams' heads, and its own stream's, can become ready.
+    pub dependent_streams: Vec<u32>,
 }
 
 impl ProgramIndex {
     pub fn new(program: &Program) -> Self {
         let mut stream_ops: [Vec<u32>; Stream::COUNT] = Default::default();
         let mut position = Vec::with_capacity(program.ops.len());
+        let mut dependent_streams = vec![0u32; program.ops.len()];
         for (i, op) in program.ops.iter().enumerate() {
             let s = &mut stream_ops[op.stream.index()];
             position.push(s.len() as u32);
             s.push(i as u32);
+            for &d in program.deps(i) {
+                dependent_streams[d as usize] |= 1 << op.stream.index();
+            }
         }
         ProgramIndex {
             stream_ops,
             position,
+            dependent_streams,
         }
     }
 }

@@ -136,10 +136,25 @@ impl Topology {
         flow_hash: u64,
     ) -> Result<Vec<LinkId>, RoutingError> {
         let mut path = Vec::with_capacity(12);
-        let mut hops = Vec::with_capacity(8);
+        self.path_into(src, dst, flow_hash, &mut path, &mut Vec::with_capacity(8))?;
+        Ok(path)
+    }
+
+    /// [`Topology::path`] into caller-owned buffers (`hops` is scratch). Returns whether the
+    /// route had a single choice at every hop, i.e. is the same for every flow hash.
+    pub fn path_into(
+        &self,
+        src: NodeId,
+        dst: NodeId,
+        flow_hash: u64,
+        path: &mut Vec<LinkId>,
+        hops: &mut Vec<LinkId>,
+    ) -> Result<bool, RoutingError> {
+        path.clear();
+        let mut single_choice = true;
         let mut at = src;
         // Checks src and dst even for an empty path.
-        self.next_hops(at, src, dst, &mut hops)?;
+        self.next_hops(at, src, dst, hops)?;
         while at != dst {
             if path.len() > self.nodes.len() {
                 return Err(RoutingError::Unreachable {
@@ -149,9 +164,10 @@ impl Topology {
                 });
             }
             if !path.is_empty() {
-                self.next_hops(at, src, dst, &mut hops)?;
+                self.next_hops(at, src, dst, hops)?;
             }
-            let Some(l) = ecmp_pick(flow_hash, path.len() as u32, &hops) else {
+            single_choice &= hops.len() <= 1;
+            let Some(l) = ecmp_pick(flow_hash, path.len() as u32, hops) else {
                 return Err(RoutingError::Unreachable {
                     src,
                     dst,
@@ -161,7 +177,7 @@ impl Topology {
             path.push(l);
             at = self.links[l as usize].dst;
         }
-        Ok(path)
+        Ok(single_choice)
     }
 
     fn check_node(&self, n: NodeId) -> Result<NodeKind, RoutingError> {
