@@ -4,6 +4,7 @@
 //! driver is a combining barrier (the last worker to report computes every grant) and
 //! mailboxes are per-worker inboxes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -26,11 +27,21 @@ struct Barrier {
     driver: WindowDriver,
     progress: Option<ProgressHook>,
     aborted: Option<String>,
+    /// Workers asleep on the condition variable: the last to report wakes them only then.
+    sleepers: usize,
 }
 
 struct Shared {
     state: Mutex<Barrier>,
     cv: Condvar,
+    /// Mirrors `Barrier::generation` (`u64::MAX` on abort) so waiting workers can spin
+    /// briefly without the lock: windows are short, and a futex round trip per window would
+    /// dominate.
+    released: AtomicU64,
+    /// How long a waiting worker spins before it sleeps on `cv`; when more threads than
+    /// cores share the machine it yields its core instead of spinning.
+    spins: u32,
+    oversubscribed: bool,
     inboxes: Vec<Mutex<Vec<EventBatch>>>,
 }
 
@@ -42,6 +53,7 @@ impl Shared {
     fn abort(&self, why: String) {
         let mut s = lock(&self.state);
         s.aborted.get_or_insert(why);
+        self.released.store(u64::MAX, Ordering::Release);
         self.cv.notify_all();
     }
 }
@@ -77,14 +89,31 @@ impl Coordination for InProcess {
             if let Some(p) = s.progress.as_mut() {
                 p(t, events);
             }
-            self.shared.cv.notify_all();
+            self.shared.released.store(s.generation, Ordering::Release);
+            if s.sleepers > 0 {
+                self.shared.cv.notify_all();
+            }
         } else {
+            drop(s);
+            for _ in 0..self.shared.spins {
+                if self.shared.released.load(Ordering::Acquire) != generation {
+                    break;
+                }
+                if self.shared.oversubscribed {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            s = lock(&self.shared.state);
             while s.generation == generation && s.aborted.is_none() {
+                s.sleepers += 1;
                 s = self
                     .shared
                     .cv
                     .wait(s)
                     .unwrap_or_else(PoisonError::into_inner);
+                s.sleepers -= 1;
             }
         }
         if let Some(why) = &s.aborted {
@@ -152,6 +181,8 @@ pub fn run(
     let workers = workers.max(1);
     let map = Arc::new(LpMap::new(partition_of));
     let owner = Arc::new(assign_workers(map.partitions, workers));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let oversubscribed = workers as usize * threads.max(1) > cores;
     let shared = Arc::new(Shared {
         state: Mutex::new(Barrier {
             reports: vec![None; workers as usize],
@@ -161,8 +192,12 @@ pub fn run(
             driver: WindowDriver::new(lookahead_ps),
             progress,
             aborted: None,
+            sleepers: 0,
         }),
         cv: Condvar::new(),
+        released: AtomicU64::new(0),
+        spins: if oversubscribed { 200 } else { 50_000 },
+        oversubscribed,
         inboxes: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
     });
     let outcomes = std::thread::scope(|scope| {
@@ -175,6 +210,7 @@ pub fn run(
                     map: Arc::clone(&map),
                     owner: Arc::clone(&owner),
                     threads: threads.max(1),
+                    oversubscribed,
                 };
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()

@@ -24,8 +24,11 @@ use sim::event::EventKey;
 
 use crate::partition::{CausalityError, LpMap, Partition};
 
-/// Spins before a helper goes to sleep waiting for the next window.
+/// Spins before a helper goes to sleep waiting for the next window: long when every thread
+/// has a core of its own (windows are short and back to back); when threads share cores, a
+/// few rounds of yielding the core instead.
 const SPINS: u32 = 20_000;
+const SPINS_OVERSUBSCRIBED: u32 = 200;
 
 /// Keeps a value on its own cache line (two, for adjacent-line prefetch) so threads that
 /// write neighbouring counters do not slow each other down.
@@ -185,8 +188,14 @@ impl Team {
         map: Arc<LpMap>,
         routing: Routing,
         threads: usize,
+        oversubscribed: bool,
         worker: u32,
     ) -> Team {
+        let spins = if oversubscribed {
+            SPINS_OVERSUBSCRIBED
+        } else {
+            SPINS
+        };
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             incoming: partitions.iter().map(|_| Mutex::new(Vec::new())).collect(),
@@ -210,7 +219,7 @@ impl Team {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("fleetsim-w{worker}-t{i}"))
-                    .spawn(move || helper(&shared, i))
+                    .spawn(move || helper(&shared, i, spins, oversubscribed))
                     .ok()
             })
             .collect();
@@ -276,7 +285,7 @@ impl Team {
     }
 }
 
-fn helper(s: &Shared, me: usize) {
+fn helper(s: &Shared, me: usize, max_spins: u32, oversubscribed: bool) {
     let mut seen = 0u64;
     let mut lists: Vec<Vec<usize>> = Vec::new();
     let mut scratch = Vec::new();
@@ -291,8 +300,12 @@ fn helper(s: &Shared, me: usize) {
                 break;
             }
             spins += 1;
-            if spins < SPINS {
-                std::hint::spin_loop();
+            if spins < max_spins {
+                if oversubscribed {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let mut sleepers = lock(&s.sleepers);

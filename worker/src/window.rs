@@ -115,6 +115,9 @@ pub struct WorkerSetup {
     /// Worker owning each partition.
     pub owner: Arc<Vec<u32>>,
     pub threads: usize,
+    /// More threads than cores share this machine (e.g. several in-process workers): idle
+    /// helpers then give their core up almost at once instead of spinning for the next window.
+    pub oversubscribed: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -239,6 +242,7 @@ pub fn run_worker(
         Arc::clone(&setup.map),
         routing,
         setup.threads,
+        setup.oversubscribed,
         setup.id,
     );
     team.route_start();
