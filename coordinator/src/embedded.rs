@@ -11,7 +11,7 @@ use std::time::Instant;
 use sim::engine::{RunResults, SimModel};
 use worker::{
     Coordination, EngineError, EventBatch, LpMap, WindowGrant, WindowReport, WorkerSetup,
-    WorkerStats, run_worker,
+    WorkerStats, run_worker, wait_briefly,
 };
 
 use crate::driver::WindowDriver;
@@ -38,9 +38,7 @@ struct Shared {
     /// briefly without the lock: windows are short, and a futex round trip per window would
     /// dominate.
     released: AtomicU64,
-    /// How long a waiting worker spins before it sleeps on `cv`; when more threads than
-    /// cores share the machine it yields its core instead of spinning.
-    spins: u32,
+    /// More threads than cores: waiting workers yield their core rather than spin.
     oversubscribed: bool,
     inboxes: Vec<Mutex<Vec<EventBatch>>>,
 }
@@ -95,16 +93,10 @@ impl Coordination for InProcess {
             }
         } else {
             drop(s);
-            for _ in 0..self.shared.spins {
-                if self.shared.released.load(Ordering::Acquire) != generation {
-                    break;
-                }
-                if self.shared.oversubscribed {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
+            let released = &self.shared.released;
+            wait_briefly(self.shared.oversubscribed, || {
+                released.load(Ordering::Acquire) != generation
+            });
             s = lock(&self.shared.state);
             while s.generation == generation && s.aborted.is_none() {
                 s.sleepers += 1;
@@ -196,7 +188,6 @@ pub fn run(
         }),
         cv: Condvar::new(),
         released: AtomicU64::new(0),
-        spins: if oversubscribed { 200 } else { 50_000 },
         oversubscribed,
         inboxes: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
     });

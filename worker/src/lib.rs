@@ -6,6 +6,8 @@
 pub mod partition;
 pub mod queue;
 mod team;
+
+pub use team::wait_briefly;
 pub mod window;
 
 pub use partition::{LpMap, Partition};

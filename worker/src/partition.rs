@@ -72,7 +72,6 @@ pub struct Partition {
     hops: Vec<LinkId>,
     /// Events processed in the last window: the cost estimate for longest-first scheduling.
     pub last_window_events: u64,
-    pub events: u64,
     pub error: Option<CausalityError>,
 }
 
@@ -90,7 +89,6 @@ impl Partition {
             emitted: Vec::new(),
             hops: Vec::with_capacity(8),
             last_window_events: 0,
-            events: 0,
             error: None,
         }
     }
@@ -110,10 +108,6 @@ impl Partition {
         }
     }
 
-    pub fn push(&mut self, key: EventKey, event: Event) {
-        self.queue.push(key, event);
-    }
-
     /// Moves events other partitions sent into the queue.
     pub fn absorb(&mut self, incoming: &mut Vec<(EventKey, Event)>) {
         for (key, event) in incoming.drain(..) {
@@ -123,10 +117,6 @@ impl Partition {
 
     pub fn next_time_ps(&self) -> Option<u64> {
         self.queue.next_time_ps()
-    }
-
-    pub fn pending(&self) -> usize {
-        self.queue.len()
     }
 
     /// Processes every event before `end_ps`, in key order.
@@ -146,7 +136,6 @@ impl Partition {
             n += 1;
         }
         self.last_window_events = n;
-        self.events += n;
     }
 
     fn route_emitted(&mut self, map: &LpMap, end_ps: u64) {

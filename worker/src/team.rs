@@ -24,11 +24,33 @@ use sim::event::EventKey;
 
 use crate::partition::{CausalityError, LpMap, Partition};
 
-/// Spins before a helper goes to sleep waiting for the next window: long when every thread
-/// has a core of its own (windows are short and back to back); when threads share cores, a
-/// few rounds of yielding the core instead.
-const SPINS: u32 = 20_000;
-const SPINS_OVERSUBSCRIBED: u32 = 200;
+/// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
+/// sleep and wake-up per window would dominate.
+const SPINS: u32 = 50_000;
+/// Rounds a waiting thread yields its core before it sleeps, when threads outnumber cores.
+const YIELDS_OVERSUBSCRIBED: u32 = 200;
+
+/// Waits a little for `ready` without sleeping: spins when every thread has a core of its
+/// own, yields the core when threads outnumber cores. Returns whether `ready` came true; if
+/// not, the caller goes to sleep on its condition variable.
+pub fn wait_briefly(oversubscribed: bool, ready: impl Fn() -> bool) -> bool {
+    let rounds = if oversubscribed {
+        YIELDS_OVERSUBSCRIBED
+    } else {
+        SPINS
+    };
+    for _ in 0..rounds {
+        if ready() {
+            return true;
+        }
+        if oversubscribed {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    ready()
+}
 
 /// Keeps a value on its own cache line (two, for adjacent-line prefetch) so threads that
 /// write neighbouring counters do not slow each other down.
@@ -191,11 +213,6 @@ impl Team {
         oversubscribed: bool,
         worker: u32,
     ) -> Team {
-        let spins = if oversubscribed {
-            SPINS_OVERSUBSCRIBED
-        } else {
-            SPINS
-        };
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             incoming: partitions.iter().map(|_| Mutex::new(Vec::new())).collect(),
@@ -219,7 +236,7 @@ impl Team {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("fleetsim-w{worker}-t{i}"))
-                    .spawn(move || helper(&shared, i, spins, oversubscribed))
+                    .spawn(move || helper(&shared, i, oversubscribed))
                     .ok()
             })
             .collect();
@@ -234,15 +251,10 @@ impl Team {
         self.helpers.len() + 1
     }
 
-    /// Runs the window `[.., end)`: `lists[t]` are the active partitions homed on thread `t`,
-    /// longest first. Homes keep a partition's LPs in one core's cache from window to
-    /// window; stealing evens out what homes do not.
+    /// Runs the window `[.., end)`: `lists[t]` are the active partitions placed on thread
+    /// `t`, longest first; stealing evens out what the placement mispredicted.
     pub fn run(&mut self, end: u64, lists: &[Vec<usize>]) {
         let s = &*self.shared;
-        if self.helpers.is_empty() {
-            let all: Vec<usize> = lists.iter().flatten().copied().collect();
-            return s.work_inline(end, &all, &mut self.scratch);
-        }
         {
             let mut job = lock(&s.job);
             job.0 = end;
@@ -285,39 +297,27 @@ impl Team {
     }
 }
 
-fn helper(s: &Shared, me: usize, max_spins: u32, oversubscribed: bool) {
+fn helper(s: &Shared, me: usize, oversubscribed: bool) {
     let mut seen = 0u64;
     let mut lists: Vec<Vec<usize>> = Vec::new();
     let mut scratch = Vec::new();
     loop {
-        // Wait for the next window: spin, then sleep.
-        let mut spins = 0;
-        loop {
-            if s.stop.load(Ordering::Acquire) {
-                return;
-            }
-            if s.generation.0.load(Ordering::Acquire) != seen {
-                break;
-            }
-            spins += 1;
-            if spins < max_spins {
-                if oversubscribed {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
+        // Wait for the next window: briefly awake, then asleep.
+        let next_or_stop =
+            || s.stop.load(Ordering::Acquire) || s.generation.0.load(Ordering::Acquire) != seen;
+        if !wait_briefly(oversubscribed, next_or_stop) {
             let mut sleepers = lock(&s.sleepers);
             *sleepers += 1;
-            while s.generation.0.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire)
-            {
+            while !next_or_stop() {
                 sleepers = s
                     .wake
                     .wait(sleepers)
                     .unwrap_or_else(PoisonError::into_inner);
             }
             *sleepers -= 1;
+        }
+        if s.stop.load(Ordering::Acquire) {
+            return;
         }
         seen = s.generation.0.load(Ordering::Acquire);
         let end = {
