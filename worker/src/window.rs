@@ -1,12 +1,14 @@
 //! The worker's window loop and the trait it talks to the coordinator through.
 //!
 //! Per window (DESIGN.md, "Windows and mailboxes"):
-//! 1. events the last window produced for other partitions are routed: into the queue of a
-//!    partition this worker owns, or into one batch per peer worker, sent directly to it;
+//! 1. the threads already routed what the last window produced for other partitions (into
+//!    incoming boxes, see `team.rs`); the worker folds in their results and sends the
+//!    events for peer workers as one batch per peer, directly to it;
 //! 2. the worker reports its earliest pending event and the earliest event it sent, and gets
 //!    the next window `[T, T + lookahead)` back ([`Coordination::exchange`]);
-//! 3. it takes the batches peers sent it, then runs its partitions up to the window's end on
-//!    its threads, longest first (UNISON's load-adaptive scheduling).
+//! 3. it puts the batches peers sent it into incoming boxes, then runs its active partitions
+//!    up to the window's end on its threads, longest first (UNISON's load-adaptive
+//!    scheduling).
 //!
 //! The embedded run implements [`Coordination`] in-process; the distributed run implements it
 //! over gRPC. Both drive this same loop.
@@ -258,7 +260,6 @@ pub fn run_worker(
     let mut cost = vec![0u64; parts.len()];
     // The thread each partition last ran on.
     let mut home: Vec<usize> = (0..parts.len()).map(|s| s % threads).collect();
-    let mut batches_sent = vec![0u32; setup.workers as usize];
     let mut active: Vec<usize> = Vec::new();
     let mut lists: Vec<Vec<usize>> = vec![Vec::new(); threads];
     let mut last_parallel = false;
@@ -294,7 +295,7 @@ pub fn run_worker(
                 outgoing[w].append(events);
             }
         }
-        batches_sent.fill(0);
+        let mut batches_sent = vec![0u32; setup.workers as usize];
         for (w, events) in outgoing.iter_mut().enumerate() {
             if events.is_empty() {
                 continue;
@@ -310,7 +311,7 @@ pub fn run_worker(
             window,
             next_event_ps: next.min(),
             earliest_sent_ps: earliest_sent,
-            batches_sent: batches_sent.clone(),
+            batches_sent,
             events_processed: stats.events,
         })?;
         if grant.finished {
