@@ -4,6 +4,7 @@
 //! parsing configuration); nothing iterates a randomly seeded hash map; simulated time is an
 //! integer number of picoseconds.
 
+pub mod collective;
 pub mod compute;
 pub mod config;
 mod embedded;

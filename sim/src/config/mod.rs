@@ -518,23 +518,55 @@ pub enum CollectiveAlgorithm {
     Ring,
     Tree,
     Nvls,
+    #[serde(alias = "nvls-tree")]
     NvlsTree,
     Pat,
     Direct,
 }
 
+/// Like NCCL_PROTO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveProtocol {
+    Auto,
+    Ll,
+    Ll128,
+    Simple,
+}
+
+/// `[collectives]`: each key mirrors the NCCL environment variable in its comment.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CollectivesConfig {
-    /// Like NCCL_ALGO.
+    /// NCCL_ALGO.
     #[serde(default = "defaults::algorithm")]
     pub algorithm: CollectiveAlgorithm,
+    /// NCCL_PROTO.
+    #[serde(default = "defaults::protocol")]
+    pub protocol: CollectiveProtocol,
+    /// NCCL_MIN_NCHANNELS.
+    #[serde(default)]
+    pub min_channels: Option<u32>,
+    /// NCCL_MAX_NCHANNELS.
+    #[serde(default)]
+    pub max_channels: Option<u32>,
+    /// NCCL_NVLS_ENABLE.
+    #[serde(default = "defaults::yes")]
+    pub nvls_enable: bool,
+    /// NCCL_PXN_DISABLE.
+    #[serde(default)]
+    pub pxn_disable: bool,
 }
 
 impl Default for CollectivesConfig {
     fn default() -> Self {
         CollectivesConfig {
             algorithm: defaults::algorithm(),
+            protocol: defaults::protocol(),
+            min_channels: None,
+            max_channels: None,
+            nvls_enable: true,
+            pxn_disable: false,
         }
     }
 }
@@ -714,6 +746,9 @@ mod defaults {
     }
     pub fn algorithm() -> CollectiveAlgorithm {
         CollectiveAlgorithm::Auto
+    }
+    pub fn protocol() -> CollectiveProtocol {
+        CollectiveProtocol::Auto
     }
     pub fn partition() -> String {
         "auto".into()

@@ -1,0 +1,767 @@
+//! Collective communication as NCCL runs it: which algorithm, protocol and channel count a
+//! collective gets, and what it costs.
+//!
+//! The cost model has NCCL's own structure (`src/graph/tuning.cc`, NCCL 2.18–2.21; see
+//! `docs/research/nccl-tuning-facts.md`): a collective takes `latency + bytes / bandwidth`,
+//! where the latency is a base cost plus a per-step cost for every algorithm step (NVLink,
+//! PCIe or network step) and the bandwidth is the channels' share of the links times a
+//! protocol efficiency. Like NCCL's `ncclTopoGetAlgoTime`/`topoGetAlgoInfo`, the plan is the
+//! (algorithm, protocol) of least time among those enabled.
+//!
+//! Two things differ from NCCL's tables, both measured, not guessed ([`ArchParams`]):
+//! - NCCL's per-algorithm base latency (`baseLat`) is replaced by one measured per-call cost
+//!   (kernel launch and setup);
+//! - per-generation step latencies and link efficiencies, fitted to nccl-tests all-reduce runs
+//!   on 8-GPU NVSwitch nodes (`calibration/nccl_allreduce_1node.csv`). With NCCL's raw table
+//!   the model picks NVLS at 1 MiB on H100 and predicts 56% more bus bandwidth than measured;
+//!   the real library does not, so the table is what NCCL tunes with, not what it achieves.
+//!
+//! The engine uses this module in two ways ([`crate::engine::gpu`]): a group whose traffic
+//! crosses only analytical links completes in the planned time after its last member
+//! arrives; a group with packet-level links runs the algorithm's transfers ([`ring`]) over the
+//! real fabric and adds only the latency part.
+
+pub mod ring;
+
+use crate::config::{CollectiveAlgorithm, CollectiveProtocol, CollectivesConfig};
+use crate::workload::CollectiveOp;
+
+/// NCCL's algorithms, plus the direct exchanges NCCL runs as grouped sends and receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Algorithm {
+    Ring,
+    /// Double binary tree across nodes, a chain inside each node (NCCL 2.4+).
+    Tree,
+    /// NVLink SHARP: reduction and multicast in the NVSwitch (NCCL 2.17+).
+    Nvls,
+    /// NVLS inside each node, a double binary tree of NVLS heads across nodes.
+    NvlsTree,
+    /// Parallel aggregated trees: all-gather / reduce-scatter with one GPU per node (2.23+).
+    Pat,
+    /// Pairwise sends and receives (all-to-all).
+    Direct,
+}
+
+impl Algorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::Nvls => "nvls",
+            Algorithm::NvlsTree => "nvls-tree",
+            Algorithm::Pat => "pat",
+            Algorithm::Direct => "direct",
+        }
+    }
+}
+
+/// NCCL's protocols: `LL` (8-byte flag per 8 bytes), `LL128` (8 flag bytes per 128-byte
+/// line), `Simple` (bulk copies with a flag per step) (`src/include/device.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Ll,
+    Ll128,
+    Simple,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Ll => "LL",
+            Protocol::Ll128 => "LL128",
+            Protocol::Simple => "Simple",
+        }
+    }
+
+    /// Bytes on the wire per payload byte: LL lines carry 4 data + 4 flag bytes twice, LL128
+    /// lines 120 data bytes of 128 (`device.h`).
+    pub fn wire_factor(self) -> f64 {
+        match self {
+            Protocol::Ll => 2.0,
+            Protocol::Ll128 => 128.0 / 120.0,
+            Protocol::Simple => 1.0,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// GPU generations, as NCCL's tables index them (`compCapIndex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Volta,
+    Ampere,
+    Hopper,
+}
+
+impl Arch {
+    /// From `GpuSpec::architecture`. Blackwell uses Hopper's tables (NCCL 2.21 has none for
+    /// sm100); AMD parts use Ampere's (RCCL keeps NCCL's tables).
+    pub fn from_name(architecture: &str) -> Arch {
+        match architecture {
+            "volta" => Arch::Volta,
+            "hopper" | "blackwell" => Arch::Hopper,
+            _ => Arch::Ampere,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Measured execution parameters; see [`ArchParams`].
+    pub fn params(self) -> ArchParams {
+        match self {
+            // Fitted to the A100 column of nccl_allreduce_1node.csv (NCCL 2.18.5, Azure
+            // ND A100 v4). Volta has no public table here and shares it.
+            Arch::Volta | Arch::Ampere => ArchParams {
+                call_us: 4.0,
+                step_scale: 4.25,
+                link_efficiency: 0.758,
+                ll_factor: 0.5,
+                nvls_efficiency: 0.0,
+                nvls_us: 0.0,
+            },
+            // Fitted to the H100 and H200 columns (NCCL 2.18.5 / 2.20.5, Azure ND H100 v5 and
+            // ND H200 v5). Ring efficiency is NCCL's own 20.6 of 25 GB/s per NVLink4 link
+            // (`src/graph/topo.h`, SM90_NVLINK_BW), the ~370 GB/s ring bus bandwidth NCCL's
+            // maintainers quote for 8 H100 (nccl-tests issues #212, #290).
+            Arch::Hopper => ArchParams {
+                call_us: 6.0,
+                step_scale: 1.0,
+                link_efficiency: 0.824,
+                ll_factor: 0.21,
+                nvls_efficiency: 0.67,
+                nvls_us: 70.0,
+            },
+        }
+    }
+}
+
+/// What NCCL achieves on a GPU generation, beyond its tuning tables. Each value was fitted
+/// once to public nccl-tests measurements and is checked against them in
+/// `sim/tests/collective_calibration.rs`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArchParams {
+    /// Launch and setup of one collective call, µs.
+    pub call_us: f64,
+    /// Multiplier on NCCL's per-step NVLink/PCIe latency (`hwLat`).
+    pub step_scale: f64,
+    /// Ring/Simple bus bandwidth as a fraction of the scale-up link's line rate.
+    pub link_efficiency: f64,
+    /// Ring/LL bandwidth as a fraction of Simple's (NCCL 2.18: 1/4 for all-reduce; 2.21: 1/2).
+    pub ll_factor: f64,
+    /// NVLS: per-GPU NVLink throughput of multimem loads and stores, fraction of line rate.
+    pub nvls_efficiency: f64,
+    /// NVLS: fixed cost of a call (multicast barrier), µs.
+    pub nvls_us: f64,
+}
+
+/// Share of a NIC's line rate NCCL moves: one NDR 400G NIC gives 46–48 GB/s bus bandwidth
+/// (NCCL maintainers, nccl-tests issues #212, #290).
+pub const NET_EFFICIENCY: f64 = 0.96;
+
+/// `hwLat[NVLINK|PCI|NET][algo][proto]`, µs: Tree, Ring rows.
+const HW_LAT_NVLINK: [[f64; 3]; 2] = [[0.6, 1.25, 28.0], [0.6, 1.9, 3.4]];
+const HW_LAT_PCI: [[f64; 3]; 2] = [[1.0, 1.9, 28.0], [1.0, 2.5, 5.7]];
+const HW_LAT_NET: [[f64; 3]; 2] = [[5.0, 8.5, 28.0], [2.7, 4.0, 14.0]];
+/// Per-channel caps (GB/s), Volta/Ampere/Hopper, by node count N1/N2/N4+ (`tuning.cc`).
+const PER_CH_RING_LL128: [[f64; 3]; 3] = [[20.0; 3], [20.0; 3], [36.7; 3]];
+const PER_CH_TREE_LL128: [[f64; 3]; 3] = [[20.0; 3], [20.0; 3], [36.7, 36.7, 29.0]];
+const PER_CH_TREE: [[f64; 3]; 3] = [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0]];
+/// Ring graph search speeds, GB/s per channel (`src/graph/search.cc`).
+const SPEEDS_INTRA: &[f64] = &[40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0];
+const SPEEDS_INTRA_SM90: &[f64] = &[60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0];
+const SPEEDS_INTER: &[f64] = &[48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0];
+const SPEEDS_INTER_SM90: &[f64] = &[48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5];
+/// NCCL_NVLS_NCHANNELS default.
+const NVLS_CHANNELS: u32 = 16;
+const MAX_CHANNELS: u32 = 32;
+
+/// A communicator as the tuning model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommShape {
+    pub ranks: u32,
+    /// Hosts the members live on.
+    pub nodes: u32,
+    /// Most members on one host.
+    pub ranks_per_node: u32,
+    pub arch: Arch,
+    /// Members reach each other inside a host over NVLink (else PCIe).
+    pub nvlink: bool,
+    /// The NVLink domain has an NVSwitch with multicast (NVLS hardware).
+    pub nvswitch: bool,
+    /// Line rate of a member's scale-up link (NVLink or PCIe), bytes/s.
+    pub intra_bytes_per_s: f64,
+    /// Line rate of one NIC, bytes/s; 0 on a single node.
+    pub nic_bytes_per_s: f64,
+    pub nics_per_node: u32,
+}
+
+/// The user's `[collectives]` choices, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub algorithm: Option<Algorithm>,
+    pub protocol: Option<Protocol>,
+    pub min_channels: u32,
+    pub max_channels: u32,
+    pub nvls_enable: bool,
+    pub pxn_disable: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from_config(&CollectivesConfig::default())
+    }
+}
+
+impl Settings {
+    pub fn from_config(c: &CollectivesConfig) -> Settings {
+        Settings {
+            algorithm: match c.algorithm {
+                CollectiveAlgorithm::Auto => None,
+                CollectiveAlgorithm::Ring => Some(Algorithm::Ring),
+                CollectiveAlgorithm::Tree => Some(Algorithm::Tree),
+                CollectiveAlgorithm::Nvls => Some(Algorithm::Nvls),
+                CollectiveAlgorithm::NvlsTree => Some(Algorithm::NvlsTree),
+                CollectiveAlgorithm::Pat => Some(Algorithm::Pat),
+                CollectiveAlgorithm::Direct => Some(Algorithm::Direct),
+            },
+            protocol: match c.protocol {
+                CollectiveProtocol::Auto => None,
+                CollectiveProtocol::Ll => Some(Protocol::Ll),
+                CollectiveProtocol::Ll128 => Some(Protocol::Ll128),
+                CollectiveProtocol::Simple => Some(Protocol::Simple),
+            },
+            min_channels: c.min_channels.unwrap_or(1),
+            max_channels: c.max_channels.unwrap_or(MAX_CHANNELS),
+            nvls_enable: c.nvls_enable,
+            pxn_disable: c.pxn_disable,
+        }
+    }
+}
+
+/// What a collective runs with and what it costs when nothing else loads its links.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub algorithm: Algorithm,
+    pub protocol: Protocol,
+    pub channels: u32,
+    /// Call, base and per-step latencies, µs.
+    pub latency_us: f64,
+    /// Transfer time at the planned bandwidth, µs.
+    pub transfer_us: f64,
+}
+
+impl Plan {
+    pub fn time_us(&self) -> f64 {
+        self.latency_us + self.transfer_us
+    }
+
+    pub fn time_ps(&self) -> u64 {
+        (self.time_us() * 1e6).round() as u64
+    }
+
+    /// Picoseconds of latency, added to a transfer the engine ran over the fabric.
+    pub fn latency_ps(&self) -> u64 {
+        (self.latency_us * 1e6).round() as u64
+    }
+}
+
+/// nccl-tests' bus bandwidth factor (`doc/PERFORMANCE.md`): busbw = algbw × factor.
+pub fn bus_factor(op: CollectiveOp, ranks: u32) -> f64 {
+    let n = f64::from(ranks.max(1));
+    match op {
+        CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
+        CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
+            (n - 1.0) / n
+        }
+        CollectiveOp::Broadcast => 1.0,
+    }
+}
+
+/// Algorithm steps and the network ones among them (`tuning.cc`, `nsteps`, `nInterSteps`).
+fn ring_steps(op: CollectiveOp, ranks: u32, nodes: u32) -> (u32, u32) {
+    match op {
+        CollectiveOp::AllReduce => (2 * (ranks - 1), if nodes > 1 { 2 * nodes } else { 0 }),
+        CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
+            (ranks - 1, nodes - 1)
+        }
+        CollectiveOp::Broadcast => (ranks, nodes),
+    }
+}
+
+fn log2i(n: u32) -> f64 {
+    f64::from(31 - n.max(1).leading_zeros())
+}
+
+impl CommShape {
+    fn node_index(&self) -> usize {
+        (self.nodes.clamp(1, 3) - 1) as usize
+    }
+
+    fn intra_gbs(&self) -> f64 {
+        self.intra_bytes_per_s * 1e-9 * self.arch.params().link_efficiency
+    }
+
+    /// NICs' aggregate rate for one node's share of a ring: one NIC per channel, as many
+    /// as members there (NCCL binds each GPU to its nearest NIC; PXN lets a ring leave
+    /// through the NIC on its own rail).
+    fn inter_gbs(&self) -> f64 {
+        let nics = self.nics_per_node.min(self.ranks_per_node).max(1);
+        f64::from(nics) * self.nic_bytes_per_s * 1e-9 * NET_EFFICIENCY
+    }
+
+    /// The ring's bus bandwidth: the slower of the scale-up link and the node's NICs.
+    fn ring_gbs(&self) -> f64 {
+        if self.nodes > 1 {
+            self.intra_gbs().min(self.inter_gbs())
+        } else {
+            self.intra_gbs()
+        }
+    }
+
+    /// Channels of NCCL's ring graph at run time: the search's channel count at its best
+    /// speed, duplicated once by `ncclTopoDupChannels` and once more in `ncclTopoPostset`.
+    pub fn ring_channels(&self) -> u32 {
+        let hopper = self.arch == Arch::Hopper;
+        let (speeds, limit) = if self.nodes > 1 {
+            let s = if hopper {
+                SPEEDS_INTER_SM90
+            } else {
+                SPEEDS_INTER
+            };
+            (s, self.nic_bytes_per_s * 1e-9)
+        } else {
+            let s = if hopper {
+                SPEEDS_INTRA_SM90
+            } else {
+                SPEEDS_INTRA
+            };
+            (
+                s,
+                self.intra_bytes_per_s * 1e-9 * nccl_link_share(self.arch),
+            )
+        };
+        let speed = speeds
+            .iter()
+            .copied()
+            .find(|&s| s <= limit)
+            .unwrap_or(speeds[speeds.len() - 1]);
+        let search = if self.nodes > 1 {
+            self.nics_per_node.min(self.ranks_per_node).max(1)
+        } else {
+            ((limit / speed).floor() as u32).clamp(1, MAX_CHANNELS / 2)
+        };
+        let dup = speed >= 25.0 && !(hopper && speed < 50.0 && search > 4);
+        let search = if dup { 2 * search } else { search };
+        (2 * search).min(MAX_CHANNELS)
+    }
+
+    /// Estimated time of `op` on `bytes` (nccl-tests' size) with `algorithm` and `protocol`,
+    /// at `channels` of the ring's; `None` when NCCL does not offer the combination here.
+    pub fn cost(
+        &self,
+        op: CollectiveOp,
+        bytes: u64,
+        algorithm: Algorithm,
+        protocol: Protocol,
+        settings: &Settings,
+    ) -> Option<Plan> {
+        let n = self.ranks;
+        if n <= 1 {
+            return Some(Plan {
+                algorithm,
+                protocol,
+                channels: 1,
+                latency_us: 0.0,
+                transfer_us: 0.0,
+            });
+        }
+        let p = self.arch.params();
+        let arch = self.arch.index();
+        let ni = self.node_index();
+        let size = bytes as f64;
+        let intra_lat = if self.nvlink {
+            HW_LAT_NVLINK
+        } else {
+            HW_LAT_PCI
+        };
+        let pi = protocol.index();
+        let full_channels = self.ring_channels();
+        let channels = channels_for(bytes, protocol, n, full_channels, settings);
+        let channel_share = f64::from(channels) / f64::from(full_channels);
+        let simple_only = protocol == Protocol::Simple;
+        // NCCL runs all-to-all as grouped sends and receives, nothing else that way.
+        if (op == CollectiveOp::AllToAll) != (algorithm == Algorithm::Direct) {
+            return None;
+        }
+        match (algorithm, op) {
+            (Algorithm::Direct, _) => {
+                // Every rank sends (n−1)/n of its buffer: the off-node part through the NICs,
+                // the rest over NVLink, in parallel.
+                let ppn = f64::from(self.ranks_per_node);
+                let nf = f64::from(n);
+                let intra = size * (ppn - 1.0) / nf / (self.intra_gbs() * 1e3);
+                let inter = if self.nodes > 1 {
+                    size * ppn * (nf - ppn)
+                        / nf
+                        / (f64::from(self.nics_per_node.max(1))
+                            * self.nic_bytes_per_s
+                            * 1e-9
+                            * NET_EFFICIENCY
+                            * 1e3)
+                } else {
+                    0.0
+                };
+                let hw = if self.nodes > 1 {
+                    HW_LAT_NET[1][pi]
+                } else {
+                    intra_lat[1][pi] * p.step_scale
+                };
+                let eff = protocol_efficiency(protocol, p.ll_factor);
+                Some(Plan {
+                    algorithm,
+                    protocol,
+                    channels,
+                    latency_us: p.call_us + hw,
+                    transfer_us: intra.max(inter) / eff / channel_share,
+                })
+            }
+            (Algorithm::Ring, _) => {
+                let (steps, inter_steps) = ring_steps(op, n, self.nodes);
+                let mut bus = self.ring_gbs();
+                bus *= match protocol {
+                    Protocol::Ll => p.ll_factor,
+                    Protocol::Ll128 => {
+                        let f = if self.ranks_per_node < 2 && self.nodes > 1 {
+                            0.7
+                        } else {
+                            0.92
+                        };
+                        return self.finish_ring(
+                            op,
+                            size,
+                            (bus * f).min(f64::from(channels) * PER_CH_RING_LL128[arch][ni]),
+                            (steps, inter_steps),
+                            (algorithm, protocol, channels, channel_share),
+                        );
+                    }
+                    Protocol::Simple => 1.0,
+                };
+                self.finish_ring(
+                    op,
+                    size,
+                    bus,
+                    (steps, inter_steps),
+                    (algorithm, protocol, channels, channel_share),
+                )
+            }
+            // On one node NCCL's tree degenerates to a chain; single-node nccl-tests runs
+            // (the calibration table) are never faster than the ring, so it is not offered.
+            (Algorithm::Tree, CollectiveOp::AllReduce) if self.nodes > 1 => {
+                let mut bus =
+                    (self.ring_gbs() * 0.92).min(f64::from(channels) * PER_CH_TREE[arch][ni]);
+                bus = match protocol {
+                    Protocol::Ll => bus / 3.8,
+                    Protocol::Ll128 => {
+                        let f = if self.nodes == 1 {
+                            7.0 / 9.0
+                        } else {
+                            120.0 / 128.0
+                        };
+                        (bus * f).min(f64::from(channels) * PER_CH_TREE_LL128[arch][ni])
+                    }
+                    Protocol::Simple => bus,
+                };
+                let ppn = f64::from(self.ranks_per_node);
+                let lat = 2.0
+                    * ((ppn - 1.0) * intra_lat[0][pi] * p.step_scale
+                        + log2i(self.nodes) * HW_LAT_NET[0][pi]);
+                Some(Plan {
+                    algorithm,
+                    protocol,
+                    channels,
+                    latency_us: p.call_us + lat,
+                    // Up the tree and down again: algorithm bandwidth is half the bus's.
+                    transfer_us: size / (0.5 * bus * channel_share * 1e3),
+                })
+            }
+            (
+                Algorithm::Nvls,
+                CollectiveOp::AllReduce | CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
+            ) if simple_only && self.nvls_possible(settings) && self.nodes == 1 => {
+                let nf = f64::from(n);
+                let link = self.intra_bytes_per_s * 1e-9 * p.nvls_efficiency;
+                // All-reduce: each GPU's link carries its buffer up for the in-switch
+                // reduction and 1/n of it for the multicast store (and the mirror down).
+                // All-gather / reduce-scatter: (n−1)/n of it, as a ring does.
+                let per_link = match op {
+                    CollectiveOp::AllReduce => size * (nf + 1.0) / nf,
+                    _ => size * (nf - 1.0) / nf,
+                };
+                Some(Plan {
+                    algorithm,
+                    protocol,
+                    channels: NVLS_CHANNELS.clamp(settings.min_channels, settings.max_channels),
+                    latency_us: p.call_us + p.nvls_us,
+                    transfer_us: per_link / (link * 1e3),
+                })
+            }
+            (Algorithm::NvlsTree, CollectiveOp::AllReduce)
+                if simple_only && self.nvls_possible(settings) && self.nodes > 1 =>
+            {
+                let nf = f64::from(self.ranks_per_node);
+                let link = self.intra_bytes_per_s * 1e-9 * p.nvls_efficiency;
+                let intra = size * (nf + 1.0) / nf / (link * 1e3);
+                // NCCL: bw = min(bwIntra, nNodes ≤ 2 ? bwInter : bwInter/2) (`tuning.cc`).
+                let inter_bw = if self.nodes <= 2 {
+                    self.inter_gbs()
+                } else {
+                    self.inter_gbs() / 2.0
+                };
+                let inter = size / (inter_bw * 1e3);
+                Some(Plan {
+                    algorithm,
+                    protocol,
+                    channels: NVLS_CHANNELS.clamp(settings.min_channels, settings.max_channels),
+                    latency_us: p.call_us + p.nvls_us + 2.0 * log2i(self.nodes) * HW_LAT_NET[0][2],
+                    transfer_us: intra.max(inter),
+                })
+            }
+            (Algorithm::Pat, CollectiveOp::AllGather | CollectiveOp::ReduceScatter)
+                if self.ranks_per_node == 1 && self.nodes > 1 =>
+            {
+                let nf = f64::from(n);
+                let bus = self.inter_gbs() * protocol_efficiency(protocol, p.ll_factor);
+                Some(Plan {
+                    algorithm,
+                    protocol,
+                    channels,
+                    latency_us: p.call_us + log2i(n).max(1.0) * HW_LAT_NET[1][pi],
+                    transfer_us: size * (nf - 1.0) / nf / (bus * channel_share * 1e3),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn finish_ring(
+        &self,
+        op: CollectiveOp,
+        size: f64,
+        bus_gbs: f64,
+        (steps, inter_steps): (u32, u32),
+        (algorithm, protocol, channels, channel_share): (Algorithm, Protocol, u32, f64),
+    ) -> Option<Plan> {
+        let p = self.arch.params();
+        let pi = protocol.index();
+        let intra_hw = if self.nvlink {
+            HW_LAT_NVLINK[1][pi]
+        } else {
+            HW_LAT_PCI[1][pi]
+        } * p.step_scale;
+        let mut intra_step = intra_hw;
+        if self.nodes > 1 {
+            // Network overhead per step (NCCL_NET_OVERHEAD: 1 µs, ×3 for Simple).
+            let net = if protocol == Protocol::Simple {
+                3.0
+            } else {
+                1.0
+            };
+            intra_step = intra_step.max(net);
+        }
+        let latency = f64::from(steps - inter_steps) * intra_step
+            + f64::from(inter_steps) * HW_LAT_NET[1][pi];
+        Some(Plan {
+            algorithm,
+            protocol,
+            channels,
+            latency_us: p.call_us + latency,
+            transfer_us: size * bus_factor(op, self.ranks) / (bus_gbs * channel_share * 1e3),
+        })
+    }
+
+    fn nvls_possible(&self, settings: &Settings) -> bool {
+        settings.nvls_enable
+            && self.nvswitch
+            && self.nvlink
+            && self.arch == Arch::Hopper
+            && self.ranks_per_node > 2
+    }
+
+    /// NCCL's choice: the enabled (algorithm, protocol) of least time.
+    pub fn plan(&self, op: CollectiveOp, bytes: u64, settings: &Settings) -> Option<Plan> {
+        const ALGORITHMS: [Algorithm; 6] = [
+            Algorithm::Tree,
+            Algorithm::Ring,
+            Algorithm::Nvls,
+            Algorithm::NvlsTree,
+            Algorithm::Pat,
+            Algorithm::Direct,
+        ];
+        let mut best: Option<Plan> = None;
+        for a in ALGORITHMS {
+            if settings.algorithm.is_some_and(|s| s != a) {
+                continue;
+            }
+            for proto in Protocol::ALL {
+                if settings.protocol.is_some_and(|s| s != proto) {
+                    continue;
+                }
+                if let Some(plan) = self.cost(op, bytes, a, proto, settings)
+                    && best.is_none_or(|b| plan.time_us() < b.time_us())
+                {
+                    best = Some(plan);
+                }
+            }
+        }
+        best
+    }
+}
+
+/// NCCL's per-link bandwidth as a share of NVLink's line rate (`topo.h`: SM80 and SM70 20 of
+/// 25 GB/s per link, SM90 20.6 of 25): what its graph search divides into channels.
+fn nccl_link_share(arch: Arch) -> f64 {
+    match arch {
+        Arch::Hopper => 20.6 / 25.0,
+        _ => 0.8,
+    }
+}
+
+fn protocol_efficiency(protocol: Protocol, ll_factor: f64) -> f64 {
+    match protocol {
+        Protocol::Ll => ll_factor,
+        Protocol::Ll128 => 0.92,
+        Protocol::Simple => 1.0,
+    }
+}
+
+/// Channels a call of `bytes` uses: NCCL drops channels while each would get less than its
+/// threads' share (`enqueue.cc`: `nBytes < nc·nThreads·threshold`; thresholds LL 8·nRanks,
+/// LL128 8, Simple 64 bytes per thread at 512/640/512 threads), then applies
+/// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS.
+fn channels_for(bytes: u64, protocol: Protocol, ranks: u32, full: u32, s: &Settings) -> u32 {
+    let per_channel = match protocol {
+        Protocol::Ll => 8 * u64::from(ranks) * 512,
+        Protocol::Ll128 => 8 * 640,
+        Protocol::Simple => 64 * 512,
+    };
+    let mut nc = full;
+    while nc >= 2 && bytes < u64::from(nc) * per_channel {
+        nc -= 1;
+    }
+    nc.clamp(s.min_channels.min(full), s.max_channels.max(1))
+        .min(full.max(s.min_channels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(arch: Arch, line_gbs: f64) -> CommShape {
+        CommShape {
+            ranks: 8,
+            nodes: 1,
+            ranks_per_node: 8,
+            arch,
+            nvlink: true,
+            nvswitch: true,
+            intra_bytes_per_s: line_gbs * 1e9,
+            nic_bytes_per_s: 50e9,
+            nics_per_node: 8,
+        }
+    }
+
+    #[test]
+    fn ring_channels_follow_nccl_search_on_dgx_nodes() {
+        // DGX H100: 6 × 60 GB/s found, duplicated to 12 × 30, 24 at run time.
+        assert_eq!(node(Arch::Hopper, 450.0).ring_channels(), 24);
+        // DGX A100: 6 × 40 → 12 × 20 → 24.
+        assert_eq!(node(Arch::Ampere, 300.0).ring_channels(), 24);
+    }
+
+    #[test]
+    fn large_all_reduce_on_h100_uses_nvls_and_small_ones_ll() {
+        let s = Settings::default();
+        let shape = node(Arch::Hopper, 450.0);
+        let big = shape.plan(CollectiveOp::AllReduce, 1 << 30, &s).unwrap();
+        assert_eq!(big.algorithm, Algorithm::Nvls);
+        let small = shape.plan(CollectiveOp::AllReduce, 32 << 10, &s).unwrap();
+        assert_eq!(
+            (small.algorithm, small.protocol),
+            (Algorithm::Ring, Protocol::Ll)
+        );
+        let off = Settings {
+            nvls_enable: false,
+            ..s
+        };
+        let ring = shape.plan(CollectiveOp::AllReduce, 1 << 30, &off).unwrap();
+        assert_eq!(
+            (ring.algorithm, ring.protocol),
+            (Algorithm::Ring, Protocol::Simple)
+        );
+    }
+
+    #[test]
+    fn forced_algorithm_and_protocol_are_honoured_or_refused() {
+        let shape = node(Arch::Ampere, 300.0);
+        let s = Settings {
+            algorithm: Some(Algorithm::Nvls),
+            ..Settings::default()
+        };
+        assert!(shape.plan(CollectiveOp::AllReduce, 1 << 20, &s).is_none());
+        let s = Settings {
+            protocol: Some(Protocol::Ll128),
+            ..Settings::default()
+        };
+        let p = shape.plan(CollectiveOp::AllReduce, 1 << 30, &s).unwrap();
+        assert_eq!(p.protocol, Protocol::Ll128);
+    }
+
+    #[test]
+    fn small_calls_use_fewer_channels() {
+        let s = Settings::default();
+        assert_eq!(channels_for(64 << 10, Protocol::Simple, 8, 24, &s), 2);
+        assert_eq!(channels_for(64 << 20, Protocol::Simple, 8, 24, &s), 24);
+        let capped = Settings {
+            max_channels: 4,
+            ..s
+        };
+        assert_eq!(channels_for(64 << 20, Protocol::Simple, 8, 24, &capped), 4);
+    }
+
+    #[test]
+    fn tree_beats_ring_on_latency_at_many_nodes() {
+        let s = Settings::default();
+        let shape = |nodes| CommShape {
+            ranks: nodes * 8,
+            nodes,
+            ..node(Arch::Hopper, 450.0)
+        };
+        let small = 64 << 10;
+        let ring = shape(16)
+            .cost(
+                CollectiveOp::AllReduce,
+                small,
+                Algorithm::Ring,
+                Protocol::Ll,
+                &s,
+            )
+            .unwrap();
+        let tree = shape(16)
+            .cost(
+                CollectiveOp::AllReduce,
+                small,
+                Algorithm::Tree,
+                Protocol::Ll,
+                &s,
+            )
+            .unwrap();
+        assert!(tree.latency_us < ring.latency_us);
+    }
+}
