@@ -27,14 +27,14 @@ fn measurements() -> Vec<(u64, [f64; 3])> {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
             let v: Vec<&str> = l.split(',').collect();
-            let f = |i: usize| v[i].trim().parse::<f64>().unwrap();
-            (v[0].trim().parse().unwrap(), [f(1), f(2), f(3)])
+            let f = |i: usize| v[i].trim().parse::<f64>().expect("bus bandwidth");
+            (v[0].trim().parse().expect("bytes"), [f(1), f(2), f(3)])
         })
         .collect()
 }
 
 fn busbw(shape: &CommShape, op: CollectiveOp, bytes: u64, s: &Settings) -> f64 {
-    let plan = shape.plan(op, bytes, s).unwrap();
+    let plan = shape.plan(op, bytes, s).expect("a plan");
     bytes as f64 / (plan.time_us() * 1e-6) * bus_factor(op, shape.ranks) / 1e9
 }
 
