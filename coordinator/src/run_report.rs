@@ -181,11 +181,12 @@ pub fn collectives_csv(results: &RunResults) -> String {
         let cop = collective(op);
         let _ = writeln!(
             out,
-            "{},{},{},{},ring,{},{:.9},{:.9},{:.9},{:.3},{:.3}",
+            "{},{},{},{},{},{},{:.9},{:.9},{:.9},{:.3},{:.3}",
             group_name(g),
             cop.name(),
             bytes,
             s.group_size,
+            if s.plan.is_empty() { "-" } else { &s.plan },
             s.count,
             mean,
             s.min_ps as f64 * PS,

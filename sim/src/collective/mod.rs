@@ -203,7 +203,7 @@ pub struct CommShape {
 }
 
 /// The user's `[collectives]` choices, resolved.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settings {
     pub algorithm: Option<Algorithm>,
     pub protocol: Option<Protocol>,
@@ -287,7 +287,7 @@ pub fn bus_factor(op: CollectiveOp, ranks: u32) -> f64 {
 /// Algorithm steps and the network ones among them (`tuning.cc`, `nsteps`, `nInterSteps`).
 fn ring_steps(op: CollectiveOp, ranks: u32, nodes: u32) -> (u32, u32) {
     match op {
-        CollectiveOp::AllReduce => (2 * (ranks - 1), if nodes > 1 { 2 * nodes } else { 0 }),
+        CollectiveOp::AllReduce => (2 * (ranks - 1), 2 * (nodes - 1)),
         CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
             (ranks - 1, nodes - 1)
         }
@@ -318,7 +318,9 @@ impl CommShape {
 
     /// The ring's bus bandwidth: the slower of the scale-up link and the node's NICs.
     fn ring_gbs(&self) -> f64 {
-        if self.nodes > 1 {
+        if self.ranks_per_node <= 1 {
+            self.inter_gbs()
+        } else if self.nodes > 1 {
             self.intra_gbs().min(self.inter_gbs())
         } else {
             self.intra_gbs()
@@ -406,7 +408,11 @@ impl CommShape {
                 // the rest over NVLink, in parallel.
                 let ppn = f64::from(self.ranks_per_node);
                 let nf = f64::from(n);
-                let intra = size * (ppn - 1.0) / nf / (self.intra_gbs() * 1e3);
+                let intra = if ppn > 1.0 {
+                    size * (ppn - 1.0) / nf / (self.intra_gbs() * 1e3)
+                } else {
+                    0.0
+                };
                 let inter = if self.nodes > 1 {
                     size * ppn * (nf - ppn)
                         / nf
@@ -575,7 +581,7 @@ impl CommShape {
             };
             intra_step = intra_step.max(net);
         }
-        let latency = f64::from(steps - inter_steps) * intra_step
+        let latency = f64::from(steps.saturating_sub(inter_steps)) * intra_step
             + f64::from(inter_steps) * HW_LAT_NET[1][pi];
         Some(Plan {
             algorithm,

@@ -2,7 +2,11 @@
 //! execution semantics of [`crate::workload`] (FIFO streams, explicit dependencies, k-th
 //! collective of a stream matches the k-th on every member, send/receive rendezvous).
 //!
-//! Collectives become point-to-point flows. Until the NCCL algorithms arrive (issue 5) every
+//! Collectives follow [`crate::collective`]: a group reached only over analytical links completes
+//! in the planned time once its last member arrives (its leader gathers arrivals and releases
+//! everyone: 2(n−1) messages instead of a ring's 2n(n−1)); a group with packet-level links runs
+//! NCCL's ring on lanes of channels (with PXN relays) transfer by transfer. Broadcast and
+//! all-to-all keep the plain algorithms below. Before issue 5 every
 //! collective uses the bandwidth-optimal plain algorithm of NCCL's `doc/PERFORMANCE.md`:
 //! all-reduce is a ring of 2(n−1) steps of size/n (reduce-scatter then all-gather),
 //! all-gather and reduce-scatter rings of n−1 steps, all-to-all direct pairwise sends, and
@@ -20,9 +24,10 @@ use std::collections::BTreeMap;
 use super::dcqcn::Dcqcn;
 use super::net::{Ports, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span};
-use super::{Body, Ctx, INJECTED, P2P, Segment, SimModel, Tag};
+use super::{Body, Ctx, INJECTED, NO_NODE, P2P, Segment, SimModel, Tag};
+use crate::collective::{self, Algorithm, CommShape, Plan, ring};
 use crate::layout::GroupKind;
-use crate::topology::{NodeId, splitmix64};
+use crate::topology::{LinkClass, NodeId, splitmix64};
 use crate::workload::{CollectiveOp, OpKind, Peer, Stream};
 
 const STREAMS: usize = Stream::COUNT;
@@ -39,8 +44,15 @@ struct RingPos {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Algo {
+    /// NCCL's ring, on `lanes` parallel rings (channels grouped by route).
     Ring {
         steps: u32,
+        lanes: u32,
+    },
+    /// Completes in closed form ([`collective::Plan`]) once every member arrived: the leader
+    /// (position 0) gathers arrivals and releases everyone at the planned end.
+    Closed {
+        duration_ps: u64,
     },
     /// Broadcast: chunks flow down the chain from position 0.
     Chain {
@@ -74,6 +86,24 @@ struct CommRun {
     /// Peer of a send or receive.
     peer: NodeId,
     collective: Option<(GroupKind, CollectiveOp, u64)>,
+    /// Closed form: the latest time a member was ready (leader only).
+    ready_ps: u64,
+    /// Latency added once the transfers are done (the plan's latency part).
+    tail_ps: u64,
+    /// `algorithm/protocol/channels`, for collectives.csv.
+    plan: Option<(Algorithm, collective::Protocol, u32)>,
+}
+
+/// A rank's view of one of its groups, computed once.
+#[derive(Debug, Clone)]
+struct GroupInfo {
+    ring: RingPos,
+    shape: CommShape,
+    /// Every member is reached over analytical links only.
+    closed: bool,
+    leader: NodeId,
+    /// Lane rings for the last lane count asked for: (next, prev, PXN relay).
+    lanes: Vec<(NodeId, NodeId, NodeId)>,
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +117,8 @@ enum Running {
 #[derive(Debug)]
 struct Flow {
     dst: NodeId,
+    /// PXN relay, or [`NO_NODE`].
+    via: NodeId,
     total: u64,
     sent: u64,
     sent_any: bool,
@@ -119,7 +151,7 @@ pub struct GpuLp {
     paths: PathCache,
     /// Analytical transfers: when each out link is free again (a FIFO share of it).
     link_free_ps: Vec<u64>,
-    groups: [Option<RingPos>; 9],
+    groups: [Option<Box<GroupInfo>>; 9],
     /// Collectives started per group kind: the sequence number of the next one.
     group_seq: [u32; 9],
     /// Collective streams with an op running.
@@ -210,6 +242,33 @@ struct PathCache {
 }
 
 impl PathCache {
+    /// The path to `dst`, through GPU `via` first when it is not [`NO_NODE`] (PXN).
+    fn get_via(
+        &mut self,
+        model: &SimModel,
+        src: NodeId,
+        (dst, via): (NodeId, NodeId),
+        hash: u64,
+    ) -> Result<PathInfo, String> {
+        if via == NO_NODE {
+            return self.get(model, src, dst, hash);
+        }
+        let a = self.get(model, src, via, hash)?;
+        let b = self.get(model, via, dst, hash)?;
+        let mut classes = a.classes;
+        for (c, used) in b.classes.iter().enumerate() {
+            classes[c] |= used;
+        }
+        Ok(PathInfo {
+            latency_ps: a.latency_ps + b.latency_ps,
+            bytes_per_s: a.bytes_per_s.min(b.bytes_per_s),
+            first_link: a.first_link,
+            hops: a.hops + b.hops,
+            queued: a.queued || b.queued,
+            classes,
+        })
+    }
+
     fn get(
         &mut self,
         model: &SimModel,
@@ -268,7 +327,7 @@ impl GpuLp {
             ports: Ports::new(model, node),
             paths: PathCache::default(),
             link_free_ps: vec![0; out],
-            groups: [None; 9],
+            groups: std::array::from_fn(|_| None),
             group_seq: [0; 9],
             comm_active: 0,
             accounted_to_ps: 0,
@@ -318,7 +377,7 @@ impl GpuLp {
                     self.flow_arrivals.push((seg.tag.seq, ctx.now));
                     self.digest = mix(self.digest, u64::from(seg.tag.seq) | (1 << 41), ctx.now);
                 } else if seg.last {
-                    self.arrived(model, seg.tag, ctx);
+                    self.arrived(model, seg.tag, 0, ctx);
                 }
             }
             Body::Segment(seg) => self.ports.forward(model, seg, ctx),
@@ -326,11 +385,19 @@ impl GpuLp {
                 self.flow_arrivals.push((tag.seq, ctx.now));
                 self.digest = mix(self.digest, u64::from(tag.seq) | (1 << 41), ctx.now);
             }
-            Body::Message { tag } | Body::ClearToSend { tag } => self.arrived(model, tag, ctx),
+            Body::Message { tag } | Body::ClearToSend { tag } => self.arrived(model, tag, 0, ctx),
+            Body::Arrived { tag, ready_ps } => self.arrived(model, tag, ready_ps, ctx),
             Body::StartFlow { index } => {
                 let f = model.flows[index as usize];
                 let dst = model.topology.gpu(f.dst);
-                self.transmit(model, dst, f.bytes, injected_tag(index), None, ctx);
+                self.transmit(
+                    model,
+                    (dst, NO_NODE),
+                    f.bytes,
+                    injected_tag(index),
+                    None,
+                    ctx,
+                );
             }
             Body::SendDone { stream } => {
                 self.analytical_sends_delivered(model, usize::from(stream), ctx)
@@ -426,7 +493,9 @@ impl GpuLp {
                 group,
                 bytes,
             } => {
-                let ring = self.ring(model, group);
+                let Some((ring, shape, closed, leader)) = self.group_info(model, group) else {
+                    return;
+                };
                 if ring.n <= 1 {
                     self.running[s] = Running::Comm(Box::new(self.comm(
                         op,
@@ -439,43 +508,124 @@ impl GpuLp {
                     self.complete(model, s, ctx);
                     return;
                 }
+                let plan = match plan_for(model, &shape, closed, cop, bytes) {
+                    Ok(p) => p,
+                    Err(e) => return self.fail(e),
+                };
                 let n = u64::from(ring.n);
-                let (algo, step_bytes, recv_needed) = match cop {
-                    CollectiveOp::AllReduce => {
-                        let steps = 2 * (ring.n - 1);
-                        (Algo::Ring { steps }, bytes.div_ceil(n), steps)
-                    }
-                    CollectiveOp::AllGather | CollectiveOp::ReduceScatter => {
-                        let steps = ring.n - 1;
-                        (Algo::Ring { steps }, bytes.div_ceil(n), steps)
-                    }
-                    CollectiveOp::AllToAll => (Algo::Direct, bytes.div_ceil(n), ring.n - 1),
-                    CollectiveOp::Broadcast => {
-                        let chunks = ring.n;
-                        let needed = if ring.pos == 0 { 0 } else { chunks };
-                        (Algo::Chain { chunks }, bytes.div_ceil(n), needed)
+                let wire = |payload: u64| wire_bytes(payload, &plan, &shape);
+                let (algo, step_bytes, recv_needed) = if closed {
+                    let needed = if ring.pos == 0 { ring.n - 1 } else { 1 };
+                    let duration_ps = plan.time_ps();
+                    (Algo::Closed { duration_ps }, 0, needed)
+                } else {
+                    match cop {
+                        CollectiveOp::AllReduce
+                        | CollectiveOp::AllGather
+                        | CollectiveOp::ReduceScatter => {
+                            let steps = if cop == CollectiveOp::AllReduce {
+                                2 * (ring.n - 1)
+                            } else {
+                                ring.n - 1
+                            };
+                            let lanes = self.lanes(model, group, plan.channels);
+                            if u64::from(lanes) * u64::from(steps) > u64::from(u16::MAX) {
+                                return self.fail(format!(
+                                    "a ring of {} ranks on {lanes} lanes has more steps than fleetsim tags hold (65,535); use network.model = \"analytical\" for this group",
+                                    ring.n
+                                ));
+                            }
+                            let step = bytes.div_ceil(n * u64::from(lanes));
+                            (Algo::Ring { steps, lanes }, wire(step), steps * lanes)
+                        }
+                        CollectiveOp::AllToAll => {
+                            (Algo::Direct, wire(bytes.div_ceil(n)), ring.n - 1)
+                        }
+                        CollectiveOp::Broadcast => {
+                            let chunks = ring.n;
+                            let needed = if ring.pos == 0 { 0 } else { chunks };
+                            (Algo::Chain { chunks }, wire(bytes.div_ceil(n)), needed)
+                        }
                     }
                 };
                 let mut run = self.comm(op, (comm_group, seq), algo, ring, step_bytes, ctx);
                 run.recv_needed = recv_needed;
                 run.collective = Some((group, cop, bytes));
+                run.plan = Some((plan.algorithm, plan.protocol, plan.channels));
+                if let Algo::Ring { steps, .. } = algo {
+                    // The fabric already simulates each step's link latency; what is left of
+                    // the plan's latency is software: the call and the per-step handshakes.
+                    let (next, _, via) = self.lane(group, 0);
+                    let hop = self
+                        .paths
+                        .get_via(model, self.node, (next, via), 0)
+                        .map_or(0, |p| p.latency_ps);
+                    let call = (shape.arch.params().call_us * 1e6) as u64;
+                    run.tail_ps = plan
+                        .latency_ps()
+                        .saturating_sub(u64::from(steps) * hop)
+                        .max(call);
+                } else if !closed {
+                    run.tail_ps = plan.latency_ps();
+                }
+                if let Algo::Closed { .. } = algo {
+                    let ready = ctx.now.max(self.link_free_toward(model, ring.next));
+                    let moved = bytes as f64
+                        * collective::bus_factor(cop, ring.n)
+                        * plan.protocol.wire_factor();
+                    self.account_analytical(model, ring.next, moved as u64);
+                    run.ready_ps = ready;
+                    if ring.pos != 0 {
+                        let tag = Tag {
+                            stream: s as u8,
+                            group: comm_group,
+                            seq,
+                            step: 0,
+                        };
+                        match self.paths.get(model, self.node, leader, 0) {
+                            Ok(p) => ctx.emit(
+                                leader,
+                                ctx.now + p.latency_ps,
+                                Body::Arrived {
+                                    tag,
+                                    ready_ps: ready,
+                                },
+                            ),
+                            Err(e) => return self.fail(e),
+                        }
+                    }
+                }
                 self.running[s] = Running::Comm(Box::new(run));
                 if is_collective_stream(s) {
                     self.comm_active += 1;
                 }
                 match algo {
-                    Algo::Ring { .. } => self.send(model, s, ring.next, step_bytes, s, 0, ctx),
+                    Algo::Ring { steps, lanes } => {
+                        for lane in 0..lanes {
+                            let (next, _, via) = self.lane(group, lane);
+                            let step = (lane * steps) as u16;
+                            self.send(model, s, (next, via), step_bytes, s, step, ctx);
+                        }
+                    }
                     Algo::Direct => {
                         let members = model.workload.layout.group(group, self.rank);
                         let me = self.rank;
                         for m in members.into_iter().filter(|&m| m != me) {
                             let dst = model.topology.gpu(m);
-                            self.send(model, s, dst, step_bytes, s, ring.pos as u16, ctx);
+                            self.send(
+                                model,
+                                s,
+                                (dst, NO_NODE),
+                                step_bytes,
+                                s,
+                                ring.pos as u16,
+                                ctx,
+                            );
                         }
                     }
                     Algo::Chain { chunks } if ring.pos == 0 => {
                         for c in 0..chunks {
-                            self.send(model, s, ring.next, step_bytes, s, c as u16, ctx);
+                            self.send(model, s, (ring.next, NO_NODE), step_bytes, s, c as u16, ctx);
                         }
                     }
                     _ => {}
@@ -546,8 +696,9 @@ impl GpuLp {
             .collect();
         for (tag, count) in early {
             self.early.remove(&tag);
+            // A member that arrived before this op started was ready no later than now.
             for _ in 0..count {
-                self.apply_arrival(model, s, tag.step, ctx);
+                self.apply_arrival(model, s, tag.step, 0, ctx);
             }
         }
     }
@@ -577,6 +728,9 @@ impl GpuLp {
             waiting_clear_to_send: false,
             peer: self.node,
             collective: None,
+            ready_ps: 0,
+            tail_ps: 0,
+            plan: None,
         }
     }
 
@@ -589,22 +743,144 @@ impl GpuLp {
         }
     }
 
-    /// This rank's position and ring neighbours in its group of `kind`, cached.
+    /// This rank's position and ring neighbours in its group of `kind`.
     fn ring(&mut self, model: &SimModel, kind: GroupKind) -> RingPos {
-        if let Some(r) = self.groups[kind as usize] {
-            return r;
+        self.group_info(model, kind)
+            .map_or_else(|| self.ring_of_peer(), |g| g.0)
+    }
+
+    /// This rank's view of its group of `kind` (computed once): ring neighbours, the shape
+    /// the collective model plans for, whether every member is reached over analytical
+    /// links, and the leader. `None` after a routing failure (recorded).
+    fn group_info(
+        &mut self,
+        model: &SimModel,
+        kind: GroupKind,
+    ) -> Option<(RingPos, CommShape, bool, NodeId)> {
+        if let Some(g) = &self.groups[kind as usize] {
+            return Some((g.ring, g.shape, g.closed, g.leader));
         }
+        let topo = &model.topology;
         let members = model.workload.layout.group(kind, self.rank);
         let n = members.len() as u32;
         let pos = members.iter().position(|&m| m == self.rank).unwrap_or(0) as u32;
-        let r = RingPos {
+        let ring = RingPos {
             pos,
             n,
-            next: model.topology.gpu(members[((pos + 1) % n) as usize]),
-            prev: model.topology.gpu(members[((pos + n - 1) % n) as usize]),
+            next: topo.gpu(members[((pos + 1) % n) as usize]),
+            prev: topo.gpu(members[((pos + n - 1) % n) as usize]),
         };
-        self.groups[kind as usize] = Some(r);
-        r
+        let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+        let mut hosts: Vec<u32> = members.iter().map(|&m| host(m)).collect();
+        hosts.sort_unstable();
+        let (mut nodes, mut ppn, mut run) = (0u32, 0u32, 0u32);
+        for (i, h) in hosts.iter().enumerate() {
+            if i == 0 || hosts[i - 1] != *h {
+                nodes += 1;
+                run = 0;
+            }
+            run += 1;
+            ppn = ppn.max(run);
+        }
+        let me = host(self.rank);
+        let same = members.iter().find(|&&m| m != self.rank && host(m) == me);
+        let other = members.iter().find(|&&m| host(m) != me);
+        let arch = model.collectives.arch[usize::from(topo.gpu_type(self.rank))];
+        let mut shape = CommShape {
+            ranks: n,
+            nodes,
+            ranks_per_node: ppn,
+            arch,
+            nvlink: false,
+            nvswitch: false,
+            intra_bytes_per_s: 0.0,
+            nic_bytes_per_s: 0.0,
+            nics_per_node: model.collectives.nics_per_host.max(1),
+        };
+        let mut closed = true;
+        for (m, intra) in [(same, true), (other, false)] {
+            let Some(&m) = m else { continue };
+            let p = match self.paths.get(model, self.node, topo.gpu(m), 0) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.fail(e);
+                    return None;
+                }
+            };
+            closed &= !p.queued;
+            if intra {
+                shape.intra_bytes_per_s = p.bytes_per_s;
+                shape.nvlink = p.classes[super::results::class_index(LinkClass::NvLink)];
+                shape.nvswitch = shape.nvlink && p.hops == 2;
+            } else {
+                shape.nic_bytes_per_s = p.bytes_per_s;
+            }
+        }
+        let leader = topo.gpu(members[0]);
+        self.groups[kind as usize] = Some(Box::new(GroupInfo {
+            ring,
+            shape,
+            closed,
+            leader,
+            lanes: Vec::new(),
+        }));
+        Some((ring, shape, closed, leader))
+    }
+
+    /// Builds this rank's lane rings of group `kind` for `channels` channels; the lane count.
+    fn lanes(&mut self, model: &SimModel, kind: GroupKind, channels: u32) -> u32 {
+        let topo = &model.topology;
+        let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+        let members = model.workload.layout.group(kind, self.rank);
+        let lanes = ring::lane_count(&members, host, channels);
+        let Some(g) = self.groups[kind as usize].as_mut() else {
+            return 1;
+        };
+        if g.lanes.len() != lanes as usize {
+            let pxn = !model.collectives.settings.pxn_disable;
+            g.lanes = ring::lane_links(&members, host, lanes, pxn, self.rank)
+                .into_iter()
+                .map(|l| {
+                    (
+                        topo.gpu(l.next),
+                        topo.gpu(l.prev),
+                        l.via.map_or(NO_NODE, |v| topo.gpu(v)),
+                    )
+                })
+                .collect();
+        }
+        lanes
+    }
+
+    /// (next, prev, relay) of lane `lane` of group `kind`, built by [`Self::lanes`].
+    fn lane(&self, kind: GroupKind, lane: u32) -> (NodeId, NodeId, NodeId) {
+        self.groups[kind as usize]
+            .as_ref()
+            .and_then(|g| g.lanes.get(lane as usize).copied())
+            .unwrap_or((self.node, self.node, NO_NODE))
+    }
+
+    /// When this GPU's first link towards `dst` is free of analytical transfers.
+    fn link_free_toward(&mut self, model: &SimModel, dst: NodeId) -> u64 {
+        let Ok(p) = self.paths.get(model, self.node, dst, 0) else {
+            return 0;
+        };
+        model
+            .topology
+            .out_links(self.node)
+            .binary_search(&p.first_link)
+            .map_or(0, |i| self.link_free_ps[i])
+    }
+
+    /// Counts `bytes` of closed-form collective traffic on the link classes towards `dst`.
+    fn account_analytical(&mut self, model: &SimModel, dst: NodeId, bytes: u64) {
+        if let Ok(p) = self.paths.get(model, self.node, dst, 0) {
+            for (c, used) in p.classes.iter().enumerate() {
+                if *used {
+                    self.analytical_bytes[c] += bytes;
+                }
+            }
+        }
     }
 
     fn peer(&mut self, model: &SimModel, peer: Peer) -> NodeId {
@@ -621,18 +897,25 @@ impl GpuLp {
     }
 
     /// A message, or a clear-to-send, for stream `tag.stream`.
-    fn arrived(&mut self, model: &SimModel, tag: Tag, ctx: &mut Ctx) {
+    fn arrived(&mut self, model: &SimModel, tag: Tag, ready_ps: u64, ctx: &mut Ctx) {
         let s = usize::from(tag.stream);
         let current = matches!(&self.running[s], Running::Comm(r) if r.seq == tag.seq && r.group == tag.group);
         if current {
-            self.apply_arrival(model, s, tag.step, ctx);
+            self.apply_arrival(model, s, tag.step, ready_ps, ctx);
             self.check_done(model, s, ctx);
         } else {
             *self.early.entry(tag).or_insert(0) += 1;
         }
     }
 
-    fn apply_arrival(&mut self, model: &SimModel, s: usize, step: u16, ctx: &mut Ctx) {
+    fn apply_arrival(
+        &mut self,
+        model: &SimModel,
+        s: usize,
+        step: u16,
+        ready_ps: u64,
+        ctx: &mut Ctx,
+    ) {
         let Running::Comm(run) = &mut self.running[s] else {
             return;
         };
@@ -641,18 +924,53 @@ impl GpuLp {
             Algo::Send => {
                 run.waiting_clear_to_send = false;
                 let to = mirror(Stream::ALL[s]).index();
-                self.send(model, s, peer, step_bytes, to, 0, ctx);
+                self.send(model, s, (peer, NO_NODE), step_bytes, to, 0, ctx);
             }
-            Algo::Ring { steps } => {
+            Algo::Ring { steps, .. } => {
                 run.recv_got += 1;
-                if u32::from(step) + 1 < steps {
-                    self.send(model, s, ring.next, step_bytes, s, step + 1, ctx);
+                let (lane, k) = (u32::from(step) / steps, u32::from(step) % steps);
+                if k + 1 < steps {
+                    let kind = run.collective.map_or(GroupKind::Dp, |c| c.0);
+                    let (next, _, via) = self.lane(kind, lane);
+                    self.send(model, s, (next, via), step_bytes, s, step + 1, ctx);
+                }
+            }
+            Algo::Closed { duration_ps } => {
+                run.recv_got += 1;
+                run.ready_ps = run.ready_ps.max(ready_ps);
+                if ring.pos == 0 && run.recv_got == run.recv_needed {
+                    let finish = run.ready_ps.saturating_add(duration_ps).max(ctx.now);
+                    run.analytical_sends_until = finish;
+                    let (kind, group, seq) = (
+                        run.collective.map_or(GroupKind::Dp, |c| c.0),
+                        run.group,
+                        run.seq,
+                    );
+                    let tag = Tag {
+                        stream: s as u8,
+                        group,
+                        seq,
+                        step: 1,
+                    };
+                    for m in model.workload.layout.group(kind, self.rank) {
+                        let dst = model.topology.gpu(m);
+                        if dst == self.node {
+                            continue;
+                        }
+                        match self.paths.get(model, self.node, dst, 0) {
+                            Ok(p) => {
+                                let at = finish.max(ctx.now + p.latency_ps);
+                                ctx.emit(dst, at, Body::Message { tag });
+                            }
+                            Err(e) => return self.fail(e),
+                        }
+                    }
                 }
             }
             Algo::Chain { .. } => {
                 run.recv_got += 1;
                 if ring.pos + 1 < ring.n {
-                    self.send(model, s, ring.next, step_bytes, s, step, ctx);
+                    self.send(model, s, (ring.next, NO_NODE), step_bytes, s, step, ctx);
                 }
             }
             Algo::Direct | Algo::Recv => run.recv_got += 1,
@@ -665,6 +983,11 @@ impl GpuLp {
             && r.sends_open == 0
             && !r.waiting_clear_to_send
         {
+            if r.tail_ps > 0 {
+                // The transfers are done; the plan's latency part follows once.
+                r.analytical_sends_until = r.analytical_sends_until.max(ctx.now + r.tail_ps);
+                r.tail_ps = 0;
+            }
             if ctx.now >= r.analytical_sends_until {
                 self.complete(model, s, ctx);
             } else if !r.wake_scheduled {
@@ -711,6 +1034,9 @@ impl GpuLp {
                         .entry((group as u8, cop as u8, bytes))
                         .or_default();
                     st.add(ctx.now - run.start_ps, u64::from(run.ring.n));
+                    if let (true, Some((a, p, c))) = (st.plan.is_empty(), run.plan) {
+                        st.plan = format!("{}/{}/{c}", a.name(), p.name());
+                    }
                 }
                 (run.op, run.start_ps)
             }
@@ -729,14 +1055,14 @@ impl GpuLp {
         }
     }
 
-    /// Sends `bytes` to GPU `dst` for the op on stream `s`; the receiver sees it on stream
-    /// `to_stream` at `step`.
+    /// Sends `bytes` to GPU `dst` (through the NIC of GPU `via`, PXN, unless [`NO_NODE`]) for
+    /// the op on stream `s`; the receiver sees it on stream `to_stream` at `step`.
     #[allow(clippy::too_many_arguments)]
     fn send(
         &mut self,
         model: &SimModel,
         s: usize,
-        dst: NodeId,
+        (dst, via): (NodeId, NodeId),
         bytes: u64,
         to_stream: usize,
         step: u16,
@@ -751,7 +1077,7 @@ impl GpuLp {
             seq: run.seq,
             step,
         };
-        self.transmit(model, dst, bytes, tag, Some(s as u8), ctx);
+        self.transmit(model, (dst, via), bytes, tag, Some(s as u8), ctx);
     }
 
     /// Starts a flow of `bytes` to GPU `dst`, delivered as `tag`; when it completes, the op
@@ -759,14 +1085,14 @@ impl GpuLp {
     fn transmit(
         &mut self,
         model: &SimModel,
-        dst: NodeId,
+        (dst, via): (NodeId, NodeId),
         bytes: u64,
         tag: Tag,
         notify: Option<u8>,
         ctx: &mut Ctx,
     ) {
         let hash = self.flow_hash(model, dst, tag);
-        let path = match self.paths.get(model, self.node, dst, hash) {
+        let path = match self.paths.get_via(model, self.node, (dst, via), hash) {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };
@@ -810,6 +1136,7 @@ impl GpuLp {
         });
         let flow = Flow {
             dst,
+            via,
             total: bytes,
             sent: 0,
             sent_any: false,
@@ -884,6 +1211,8 @@ impl GpuLp {
                 hop: 0,
                 last: f.sent >= f.total,
                 ecn: false,
+                via: f.via,
+                relayed: false,
             };
             self.ports.forward(model, seg, ctx);
         }
@@ -965,4 +1294,56 @@ impl GpuLp {
         self.ports.report_into(&mut r);
         r
     }
+}
+
+/// The plan of a collective: NCCL's choice where the group's links are analytical (closed
+/// form); where packet-level links are involved, the ring (or direct exchange for
+/// all-to-all), the algorithms the engine runs transfer by transfer.
+fn plan_for(
+    model: &SimModel,
+    shape: &CommShape,
+    closed: bool,
+    op: CollectiveOp,
+    bytes: u64,
+) -> Result<Plan, String> {
+    let mut settings = model.collectives.settings;
+    if !closed {
+        let stepped = if op == CollectiveOp::AllToAll {
+            Algorithm::Direct
+        } else {
+            Algorithm::Ring
+        };
+        match settings.algorithm {
+            Some(a) if a != stepped => {
+                return Err(format!(
+                    "collectives.algorithm = \"{}\" runs only on groups whose links are analytical; at packet level fleetsim runs {} transfer by transfer: set network.model = \"analytical\" (or network.intra_host = \"analytical\" for groups inside a host) or collectives.algorithm = \"auto\"",
+                    a.name(),
+                    stepped.name()
+                ));
+            }
+            _ => settings.algorithm = Some(stepped),
+        }
+    }
+    shape.plan(op, bytes, &settings).ok_or_else(|| {
+        format!(
+            "no NCCL algorithm runs {} of {bytes} bytes on {} ranks over {} nodes with collectives.algorithm = {} and collectives.protocol = {}; set them to \"auto\"",
+            op.name(),
+            shape.ranks,
+            shape.nodes,
+            settings.algorithm.map_or("auto", Algorithm::name),
+            settings.protocol.map_or("auto", |p| p.name()),
+        )
+    })
+}
+
+/// Bytes a transfer of `payload` puts on the wire: the protocol's flag overhead, and what
+/// NCCL loses to the links (NVLink or NIC efficiency), so the fabric's line rate yields
+/// NCCL's measured bandwidth.
+fn wire_bytes(payload: u64, plan: &Plan, shape: &CommShape) -> u64 {
+    let efficiency = if shape.nodes > 1 {
+        collective::NET_EFFICIENCY
+    } else {
+        shape.arch.params().link_efficiency
+    };
+    (payload as f64 * plan.protocol.wire_factor() / efficiency).round() as u64
 }

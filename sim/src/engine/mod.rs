@@ -77,6 +77,25 @@ pub struct Segment {
     pub last: bool,
     /// ECN congestion-experienced mark.
     pub ecn: bool,
+    /// PXN relay: the GPU whose NIC carries the segment, [`NO_NODE`] when none. Routing goes
+    /// to it first, then on from it as if it had sent the segment.
+    pub via: NodeId,
+    /// The segment has passed `via`.
+    pub relayed: bool,
+}
+
+/// "No node" in [`Segment::via`].
+pub const NO_NODE: NodeId = u32::MAX;
+
+impl Segment {
+    /// The (source, destination) its next hop is routed for.
+    pub fn leg(&self) -> (NodeId, NodeId) {
+        match (self.via, self.relayed) {
+            (NO_NODE, _) => (self.src, self.dst),
+            (via, false) => (self.src, via),
+            (via, true) => (via, self.dst),
+        }
+    }
 }
 
 /// "No link" in [`Segment::ingress`].
@@ -109,6 +128,12 @@ pub enum Body {
     /// A whole message, delivered by the analytical model.
     Message {
         tag: Tag,
+    },
+    /// A member reached a collective that completes in closed form: sent to the group's
+    /// leader with the time the member's link was free to start it.
+    Arrived {
+        tag: Tag,
+        ready_ps: u64,
     },
     /// The analytical sends of the op on stream `stream` have been delivered.
     SendDone {
@@ -226,6 +251,62 @@ pub struct SimModel {
     pub trace: bool,
     /// Flows injected besides the workload (empty for training runs).
     pub flows: Vec<FlowSpec>,
+    pub collectives: CollectiveModel,
+}
+
+/// What the collective model needs beyond the topology.
+#[derive(Debug, Clone)]
+pub struct CollectiveModel {
+    pub settings: crate::collective::Settings,
+    /// Per GPU type.
+    pub arch: Vec<crate::collective::Arch>,
+    pub nics_per_host: u32,
+}
+
+impl CollectiveModel {
+    pub fn from_experiment(
+        exp: &Experiment,
+        topology: &Topology,
+    ) -> Result<CollectiveModel, crate::config::ConfigError> {
+        let c = &exp.loaded.config.collectives;
+        let settings = crate::collective::Settings::from_config(c);
+        for (key, v) in [
+            ("min_channels", c.min_channels),
+            ("max_channels", c.max_channels),
+        ] {
+            if let Some(v) = v
+                && !(1..=32).contains(&v)
+            {
+                return Err(exp.loaded.error(
+                    &format!("collectives.{key}"),
+                    format!("{v} is outside NCCL's 1 to 32 channels"),
+                ));
+            }
+        }
+        if settings.min_channels > settings.max_channels {
+            return Err(exp.loaded.error(
+                "collectives.min_channels",
+                format!(
+                    "{} is above collectives.max_channels ({}); lower it or raise the maximum",
+                    settings.min_channels, settings.max_channels
+                ),
+            ));
+        }
+        let nics = topology
+            .count_by_kind()
+            .get(&NodeKind::Nic)
+            .copied()
+            .unwrap_or(0);
+        Ok(CollectiveModel {
+            settings,
+            arch: exp
+                .gpu_types
+                .iter()
+                .map(|g| crate::collective::Arch::from_name(&g.architecture))
+                .collect(),
+            nics_per_host: nics / topology.host_count().max(1),
+        })
+    }
 }
 
 impl SimModel {
@@ -238,6 +319,7 @@ impl SimModel {
     ) -> Result<SimModel, crate::config::ConfigError> {
         let topology = exp.build_topology()?;
         let net = NetworkParams::from_experiment(exp, &topology)?;
+        let collectives = CollectiveModel::from_experiment(exp, &topology)?;
         let programs = workload.programs.iter().map(ProgramIndex::new).collect();
         let gpu_types = exp.gpu_types.len();
         let kernel_ps = workload
@@ -256,6 +338,7 @@ impl SimModel {
             seed: exp.loaded.config.engine.seed,
             trace,
             flows: Vec::new(),
+            collectives,
         })
     }
 

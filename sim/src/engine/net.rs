@@ -107,7 +107,7 @@ impl Ports {
     /// Sends `seg` on from this node: into a queued port, or across analytical links to the
     /// next node that queues it (or to its destination).
     pub fn forward(&mut self, model: &SimModel, mut seg: Segment, ctx: &mut Ctx) {
-        let Some(link) = route(model, self.node, &seg, ctx) else {
+        let Some(link) = route(model, self.node, &mut seg, ctx) else {
             return;
         };
         let links = model.topology.links();
@@ -128,7 +128,7 @@ impl Ports {
                 ctx.emit(lk.dst, t, Body::Segment(seg));
                 return;
             }
-            let Some(next) = route(model, lk.dst, &seg, ctx) else {
+            let Some(next) = route(model, lk.dst, &mut seg, ctx) else {
                 return;
             };
             if model.net.is_queued(links[next as usize].class) {
@@ -282,11 +282,12 @@ impl Ports {
 }
 
 /// The link `seg` takes out of `at`: up/down routing, ECMP by the flow hash.
-fn route(model: &SimModel, at: NodeId, seg: &Segment, ctx: &mut Ctx) -> Option<LinkId> {
-    model
-        .topology
-        .next_hops(at, seg.src, seg.dst, ctx.hops)
-        .ok()?;
+fn route(model: &SimModel, at: NodeId, seg: &mut Segment, ctx: &mut Ctx) -> Option<LinkId> {
+    if seg.via == at {
+        seg.relayed = true;
+    }
+    let (src, dst) = seg.leg();
+    model.topology.next_hops(at, src, dst, ctx.hops).ok()?;
     ecmp_pick(seg.hash, u32::from(seg.hop), ctx.hops)
 }
 

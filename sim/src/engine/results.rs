@@ -67,6 +67,8 @@ pub struct CollectiveStats {
     pub min_ps: u64,
     pub max_ps: u64,
     pub group_size: u64,
+    /// The plan, as `algorithm/protocol/channels` (NCCL's words).
+    pub plan: String,
 }
 
 impl CollectiveStats {
@@ -95,6 +97,9 @@ impl CollectiveStats {
         self.total_ps += other.total_ps;
         self.max_ps = self.max_ps.max(other.max_ps);
         self.group_size = other.group_size;
+        if self.plan.is_empty() {
+            self.plan.clone_from(&other.plan);
+        }
     }
 }
 
