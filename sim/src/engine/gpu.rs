@@ -5,12 +5,10 @@
 //! Collectives follow [`crate::collective`]: a group reached only over analytical links completes
 //! in the planned time once its last member arrives (its leader gathers arrivals and releases
 //! everyone: 2(n−1) messages instead of a ring's 2n(n−1)); a group with packet-level links runs
-//! NCCL's ring on lanes of channels (with PXN relays) transfer by transfer. Broadcast and
-//! all-to-all keep the plain algorithms below. Before issue 5 every
-//! collective uses the bandwidth-optimal plain algorithm of NCCL's `doc/PERFORMANCE.md`:
-//! all-reduce is a ring of 2(n−1) steps of size/n (reduce-scatter then all-gather),
-//! all-gather and reduce-scatter rings of n−1 steps, all-to-all direct pairwise sends, and
-//! broadcast a chain from the group's first rank, pipelined in n chunks. A ring step is sent
+//! NCCL's ring on lanes of channels (with PXN relays) transfer by transfer: all-reduce in
+//! 2(n−1) steps of size/(n·lanes) per lane, all-gather and reduce-scatter in n−1; all-to-all
+//! as direct pairwise sends, and broadcast as a chain from the group's first rank, pipelined
+//! in n chunks (NCCL's `doc/PERFORMANCE.md`). A ring step is sent
 //! when the previous step arrived from the ring predecessor; collective data is sent eagerly
 //! into the peer's (preallocated, as NCCL's) buffers, while point-to-point sends wait for the
 //! receiver's clear-to-send (NCCL's rendezvous for `ncclSend`/`ncclRecv`).
