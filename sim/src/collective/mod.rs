@@ -439,33 +439,20 @@ impl CommShape {
                 })
             }
             (Algorithm::Ring, _) => {
-                let (steps, inter_steps) = ring_steps(op, n, self.nodes);
-                let mut bus = self.ring_gbs();
-                bus *= match protocol {
-                    Protocol::Ll => p.ll_factor,
+                let bus = self.ring_gbs();
+                let bus = match protocol {
+                    Protocol::Ll => bus * p.ll_factor,
                     Protocol::Ll128 => {
                         let f = if self.ranks_per_node < 2 && self.nodes > 1 {
                             0.7
                         } else {
                             0.92
                         };
-                        return self.finish_ring(
-                            op,
-                            size,
-                            (bus * f).min(f64::from(channels) * PER_CH_RING_LL128[arch][ni]),
-                            (steps, inter_steps),
-                            (algorithm, protocol, channels, channel_share),
-                        );
+                        (bus * f).min(f64::from(channels) * PER_CH_RING_LL128[arch][ni])
                     }
-                    Protocol::Simple => 1.0,
+                    Protocol::Simple => bus,
                 };
-                self.finish_ring(
-                    op,
-                    size,
-                    bus,
-                    (steps, inter_steps),
-                    (algorithm, protocol, channels, channel_share),
-                )
+                Some(self.ring_plan(op, size, bus, protocol, channels, channel_share))
             }
             // On one node NCCL's tree degenerates to a chain; single-node nccl-tests runs
             // (the calibration table) are never faster than the ring, so it is not offered.
@@ -474,13 +461,9 @@ impl CommShape {
                     (self.ring_gbs() * 0.92).min(f64::from(channels) * PER_CH_TREE[arch][ni]);
                 bus = match protocol {
                     Protocol::Ll => bus / 3.8,
+                    // NCCL's 7/9 is for one node, where the tree is not offered.
                     Protocol::Ll128 => {
-                        let f = if self.nodes == 1 {
-                            7.0 / 9.0
-                        } else {
-                            120.0 / 128.0
-                        };
-                        (bus * f).min(f64::from(channels) * PER_CH_TREE_LL128[arch][ni])
+                        (bus * 120.0 / 128.0).min(f64::from(channels) * PER_CH_TREE_LL128[arch][ni])
                     }
                     Protocol::Simple => bus,
                 };
@@ -556,14 +539,18 @@ impl CommShape {
         }
     }
 
-    fn finish_ring(
+    /// A ring plan at bus bandwidth `bus_gbs`: NCCL's per-step latencies over its NVLink (or
+    /// PCIe) and network steps.
+    fn ring_plan(
         &self,
         op: CollectiveOp,
         size: f64,
         bus_gbs: f64,
-        (steps, inter_steps): (u32, u32),
-        (algorithm, protocol, channels, channel_share): (Algorithm, Protocol, u32, f64),
-    ) -> Option<Plan> {
+        protocol: Protocol,
+        channels: u32,
+        channel_share: f64,
+    ) -> Plan {
+        let (steps, inter_steps) = ring_steps(op, self.ranks, self.nodes);
         let p = self.arch.params();
         let pi = protocol.index();
         let intra_hw = if self.nvlink {
@@ -583,13 +570,13 @@ impl CommShape {
         }
         let latency = f64::from(steps.saturating_sub(inter_steps)) * intra_step
             + f64::from(inter_steps) * HW_LAT_NET[1][pi];
-        Some(Plan {
-            algorithm,
+        Plan {
+            algorithm: Algorithm::Ring,
             protocol,
             channels,
             latency_us: p.call_us + latency,
             transfer_us: size * bus_factor(op, self.ranks) / (bus_gbs * channel_share * 1e3),
-        })
+        }
     }
 
     fn nvls_possible(&self, settings: &Settings) -> bool {
@@ -661,8 +648,8 @@ fn channels_for(bytes: u64, protocol: Protocol, ranks: u32, full: u32, s: &Setti
     while nc >= 2 && bytes < u64::from(nc) * per_channel {
         nc -= 1;
     }
-    nc.clamp(s.min_channels.min(full), s.max_channels.max(1))
-        .min(full.max(s.min_channels))
+    // NCCL_MIN_NCHANNELS cannot add channels the communicator does not have.
+    nc.max(s.min_channels.min(full)).min(s.max_channels)
 }
 
 #[cfg(test)]

@@ -19,44 +19,57 @@ pub struct LaneLink {
     pub via: Option<u32>,
 }
 
-/// Members grouped by host, in order of first appearance.
+/// Members grouped by host, hosts in order of first appearance.
 fn blocks(members: &[u32], host_of: &impl Fn(u32) -> u32) -> Vec<Vec<u32>> {
-    let mut out: Vec<(u32, Vec<u32>)> = Vec::new();
+    let mut index = std::collections::BTreeMap::new();
+    let mut out: Vec<Vec<u32>> = Vec::new();
     for &m in members {
-        let h = host_of(m);
-        match out.iter_mut().find(|(host, _)| *host == h) {
-            Some((_, b)) => b.push(m),
-            None => out.push((h, vec![m])),
-        }
+        let i = *index.entry(host_of(m)).or_insert_with(|| {
+            out.push(Vec::new());
+            out.len() - 1
+        });
+        out[i].push(m);
     }
-    out.into_iter().map(|(_, b)| b).collect()
+    out
 }
 
-/// Lanes of a ring over `members` with `channels` channels: one per member on the fullest
-/// node when the ring spans nodes, else one.
-pub fn lane_count(members: &[u32], host_of: impl Fn(u32) -> u32, channels: u32) -> u32 {
+/// How `members` spread over hosts: (hosts, most members on one host).
+pub fn spread(members: &[u32], host_of: impl Fn(u32) -> u32) -> (u32, u32) {
     let b = blocks(members, &host_of);
-    if b.len() <= 1 {
-        return 1;
-    }
-    let ppn = b.iter().map(Vec::len).max().unwrap_or(1) as u32;
-    ppn.min(channels.max(1))
+    let ppn = b.iter().map(Vec::len).max().unwrap_or(0);
+    (b.len() as u32, ppn as u32)
 }
 
-/// The ring of lane `lane`: each node's members rotated to start at position `lane`.
-pub fn lane_order(members: &[u32], host_of: impl Fn(u32) -> u32, lane: u32) -> Vec<u32> {
-    blocks(members, &host_of)
-        .into_iter()
-        .flat_map(|mut b| {
+/// Lanes of a ring with `channels` channels over `nodes` hosts holding at most
+/// `ranks_per_node` members each: one per member on the fullest host when the ring spans
+/// hosts, else one.
+pub fn lane_count(nodes: u32, ranks_per_node: u32, channels: u32) -> u32 {
+    if nodes <= 1 {
+        1
+    } else {
+        ranks_per_node.min(channels).max(1)
+    }
+}
+
+/// The ring of lane `lane` over host blocks: each host's members rotated to start at
+/// position `lane`.
+fn order(blocks: &[Vec<u32>], lane: u32) -> Vec<u32> {
+    blocks
+        .iter()
+        .flat_map(|b| {
             let r = lane as usize % b.len();
-            b.rotate_left(r);
-            b
+            b[r..].iter().chain(&b[..r]).copied()
         })
         .collect()
 }
 
-/// `me`'s neighbours in every lane; `pxn` routes a node's exit hop through its lane's entry
-/// member.
+/// The ring of lane `lane` over `members`.
+pub fn lane_order(members: &[u32], host_of: impl Fn(u32) -> u32, lane: u32) -> Vec<u32> {
+    order(&blocks(members, &host_of), lane)
+}
+
+/// `me`'s neighbours in every lane; `pxn` routes a host's exit hop through the lane's entry
+/// member on that host (the member on the next host's entry rail).
 pub fn lane_links(
     members: &[u32],
     host_of: impl Fn(u32) -> u32,
@@ -64,22 +77,18 @@ pub fn lane_links(
     pxn: bool,
     me: u32,
 ) -> Vec<LaneLink> {
+    let blocks = blocks(members, &host_of);
+    let mine = blocks.iter().find(|b| b.contains(&me));
     (0..lanes)
         .map(|lane| {
-            let order = lane_order(members, &host_of, lane);
+            let order = order(&blocks, lane);
             let n = order.len();
             let i = order.iter().position(|&m| m == me).unwrap_or(0);
             let next = order[(i + 1) % n];
             let prev = order[(i + n - 1) % n];
-            let via = (pxn && n > 1 && host_of(next) != host_of(me))
-                .then(|| {
-                    // The lane's entry member of this node: the first of its run in `order`.
-                    let mut j = i;
-                    while host_of(order[(j + n - 1) % n]) == host_of(me) && (j + n - 1) % n != i {
-                        j = (j + n - 1) % n;
-                    }
-                    order[j]
-                })
+            let via = mine
+                .filter(|_| pxn && host_of(next) != host_of(me))
+                .map(|b| b[lane as usize % b.len()])
                 .filter(|&entry| entry != me);
             LaneLink { next, prev, via }
         })
@@ -97,7 +106,9 @@ mod tests {
     #[test]
     fn every_lane_is_one_ring_through_every_member() {
         let members: Vec<u32> = (0..32).collect();
-        let lanes = lane_count(&members, host8, 24);
+        let (nodes, ppn) = spread(&members, host8);
+        assert_eq!((nodes, ppn), (4, 8));
+        let lanes = lane_count(nodes, ppn, 24);
         assert_eq!(lanes, 8);
         for lane in 0..lanes {
             let mut seen = [false; 32];
@@ -150,10 +161,12 @@ mod tests {
     #[test]
     fn single_node_and_one_per_node_rings_have_one_lane() {
         let members: Vec<u32> = (0..8).collect();
-        assert_eq!(lane_count(&members, host8, 24), 1);
-        let spread: Vec<u32> = (0..8).map(|i| i * 8).collect();
-        assert_eq!(lane_count(&spread, host8, 24), 1);
-        let l = lane_links(&spread, host8, 1, true, 0)[0];
+        let (nodes, ppn) = spread(&members, host8);
+        assert_eq!(lane_count(nodes, ppn, 24), 1);
+        let one_per_host: Vec<u32> = (0..8).map(|i| i * 8).collect();
+        let (nodes, ppn) = spread(&one_per_host, host8);
+        assert_eq!(lane_count(nodes, ppn, 24), 1);
+        let l = lane_links(&one_per_host, host8, 1, true, 0)[0];
         assert_eq!((l.next, l.prev, l.via), (8, 56, None));
     }
 }

@@ -769,17 +769,7 @@ impl GpuLp {
             prev: topo.gpu(members[((pos + n - 1) % n) as usize]),
         };
         let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
-        let mut hosts: Vec<u32> = members.iter().map(|&m| host(m)).collect();
-        hosts.sort_unstable();
-        let (mut nodes, mut ppn, mut run) = (0u32, 0u32, 0u32);
-        for (i, h) in hosts.iter().enumerate() {
-            if i == 0 || hosts[i - 1] != *h {
-                nodes += 1;
-                run = 0;
-            }
-            run += 1;
-            ppn = ppn.max(run);
-        }
+        let (nodes, ppn) = ring::spread(&members, host);
         let me = host(self.rank);
         let same = members.iter().find(|&&m| m != self.rank && host(m) == me);
         let other = members.iter().find(|&&m| host(m) != me);
@@ -825,16 +815,17 @@ impl GpuLp {
         Some((ring, shape, closed, leader))
     }
 
-    /// Builds this rank's lane rings of group `kind` for `channels` channels; the lane count.
+    /// Builds this rank's lane rings of group `kind` for `channels` channels (kept until the
+    /// lane count changes); the lane count.
     fn lanes(&mut self, model: &SimModel, kind: GroupKind, channels: u32) -> u32 {
-        let topo = &model.topology;
-        let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
-        let members = model.workload.layout.group(kind, self.rank);
-        let lanes = ring::lane_count(&members, host, channels);
         let Some(g) = self.groups[kind as usize].as_mut() else {
             return 1;
         };
+        let lanes = ring::lane_count(g.shape.nodes, g.shape.ranks_per_node, channels);
         if g.lanes.len() != lanes as usize {
+            let topo = &model.topology;
+            let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+            let members = model.workload.layout.group(kind, self.rank);
             let pxn = !model.collectives.settings.pxn_disable;
             g.lanes = ring::lane_links(&members, host, lanes, pxn, self.rank)
                 .into_iter()
