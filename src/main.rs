@@ -130,6 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let build_s = started.elapsed().as_secs_f64();
             // Validates `[network]` against the links it will run on.
             sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
+            sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
             let workload = sim::workload::load_or_compile(&exp, None)?;
             // Validates `[compute]` and any measured kernel tables even without --kernels.
             let model = ComputeModel::from_experiment(&exp)?;

@@ -126,3 +126,28 @@ fn a_strategy_that_is_not_available_is_one_clear_error() {
     assert!(stderr.contains("not available yet"), "{stderr}");
     assert!(stderr.contains("available: auto, by-host"), "{stderr}");
 }
+
+#[test]
+fn an_algorithm_the_packet_level_engine_does_not_run_is_one_clear_error() {
+    let out = scratch("forced-tree");
+    let mut args = vec!["run", QUICKSTART, "--quiet", "--out"];
+    let dir = out.display().to_string();
+    args.push(&dir);
+    args.extend(SMALL);
+    args.extend([
+        "--set",
+        "network.model=packet",
+        "--set",
+        "collectives.algorithm=tree",
+    ]);
+    let stderr = one_clear_error(fleetsim().args(&args), "run with a forced tree");
+    assert!(
+        stderr.contains("collectives.algorithm = \"tree\""),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("network.model = \"analytical\""),
+        "{stderr}"
+    );
+    assert!(!out.join("summary.json").exists(), "no partial result");
+}

@@ -1231,7 +1231,7 @@ impl GpuLp {
 
     fn fail(&mut self, message: String) {
         if self.error.is_none() {
-            self.error = Some(format!("rank {}: {message}", self.rank));
+            self.error = Some(message);
         }
     }
 
@@ -1258,11 +1258,8 @@ impl GpuLp {
                 exposed_comm_ps: self.exposed_comm_ps,
                 bubble_ps: self.bubble_ps,
                 ops_done: self.ops_done,
-                blocked: match (&self.error, self.finish_ps) {
-                    (Some(e), _) => Some(e.clone()),
-                    (None, Some(_)) => None,
-                    (None, None) => Some(blocked.join("; ")),
-                },
+                error: self.error.clone(),
+                blocked: self.finish_ps.is_none().then(|| blocked.join("; ")),
             }),
             analytical_bytes: self.analytical_bytes,
             flow_arrivals: self.flow_arrivals.clone(),

@@ -57,6 +57,8 @@ pub struct GpuReport {
     pub ops_done: u64,
     /// Why the rank did not finish: the op each unfinished stream waits at.
     pub blocked: Option<String>,
+    /// What stopped the rank: a routing failure, a collective it cannot run as configured.
+    pub error: Option<String>,
 }
 
 /// Time of one kind of collective on one rank: count, sum, extremes.
@@ -151,8 +153,15 @@ impl RunResults {
         self.reports.iter().filter_map(|(_, r)| r.gpu.as_ref())
     }
 
-    /// The iteration time: when the last rank finished. `Err` lists ranks that never did.
+    /// The iteration time: when the last rank finished. `Err` gives the first rank's error,
+    /// or lists ranks that never finished.
     pub fn iteration_ps(&self) -> Result<u64, String> {
+        if let Some((rank, e)) = self
+            .gpus()
+            .find_map(|g| g.error.as_ref().map(|e| (g.rank, e)))
+        {
+            return Err(format!("rank {rank}: {e}"));
+        }
         let mut end = 0;
         let mut stuck = Vec::new();
         for g in self.gpus() {
@@ -171,7 +180,7 @@ impl RunResults {
             let n = stuck.len();
             stuck.truncate(3);
             Err(format!(
-                "{n} rank(s) never finished (a deadlock in the workload or a routing failure); first: {}",
+                "{n} rank(s) never finished (a deadlock in the workload); first: {}",
                 stuck.join(" | ")
             ))
         }
