@@ -95,6 +95,38 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
+    /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
+    Collective {
+        /// A cluster file (configs/clusters/) or an experiment file; only its cluster,
+        /// network, collectives and engine settings are used.
+        cluster_or_experiment: PathBuf,
+        /// all-reduce, all-gather, reduce-scatter, all-to-all, broadcast or send-recv
+        /// (nccl-tests' names such as all_reduce also work).
+        #[arg(long)]
+        op: String,
+        /// GPUs taking part: ranks 0..N, on whole hosts of the cluster.
+        #[arg(long)]
+        gpus: u32,
+        /// MIN:MAX (doubling), MIN:MAX:FACTOR, or a list such as 1M,64M,1G.
+        #[arg(long, default_value = "1M:8G")]
+        sizes: String,
+        /// Element type (nccl-tests -d): only the count column depends on it.
+        #[arg(long, default_value = "float")]
+        dtype: String,
+        /// Print CSV instead of the table.
+        #[arg(long)]
+        csv: bool,
+        /// Also write busbw against size as an SVG plot to this file.
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+        /// Threads per size's run (default: engine.threads, 0 = all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Override a key of the file, e.g. --set collectives.algorithm=ring.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -163,6 +195,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             workload_file,
             sets,
         } => workload_command(&experiment, json, export, output, workload_file, &sets),
+        Command::Collective {
+            cluster_or_experiment,
+            op,
+            gpus,
+            sizes,
+            dtype,
+            csv,
+            plot,
+            threads,
+            sets,
+        } => collective_command(
+            &cluster_or_experiment,
+            &op,
+            gpus,
+            &sizes,
+            &dtype,
+            csv,
+            plot,
+            threads,
+            &sets,
+        ),
         Command::Run {
             experiment,
             out,
@@ -207,6 +260,69 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn collective_command(
+    path: &std::path::Path,
+    op: &str,
+    gpus: u32,
+    sizes: &str,
+    dtype: &str,
+    csv: bool,
+    plot: Option<PathBuf>,
+    threads: Option<usize>,
+    sets: &[String],
+) -> anyhow::Result<()> {
+    use coordinator::collective_bench::{self as bench, BenchSpec};
+    let op = sim::workload::bench::BenchOp::parse(op).with_context(|| {
+        format!(
+            "--op: unknown operation `{op}`; use one of {}",
+            sim::workload::bench::BenchOp::NAMES.join(", ")
+        )
+    })?;
+    if gpus < 2 {
+        anyhow::bail!("--gpus: {gpus} GPUs have nothing to communicate; give 2 or more");
+    }
+    let sizes = bench::parse_sizes(sizes).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
+    let (dtype, word) = bench::DTYPES
+        .iter()
+        .copied()
+        .find(|(name, _)| *name == dtype)
+        .with_context(|| {
+            let names: Vec<&str> = bench::DTYPES.iter().map(|(n, _)| *n).collect();
+            format!(
+                "--dtype: unknown type `{dtype}`; use one of {}",
+                names.join(", ")
+            )
+        })?;
+    let exp = Experiment::load_cluster(path, sets, gpus)?;
+    let spec = BenchSpec {
+        op,
+        gpus,
+        sizes,
+        dtype,
+        word,
+    };
+    let options = RunOptions {
+        workers: None,
+        threads,
+        trace: false,
+    };
+    // Printed once every size ran: an error part-way leaves no partial table on stdout.
+    let rows = bench::run_bench(&exp, &spec, &options)?;
+    if csv {
+        print!("{}", bench::to_csv(&rows, dtype));
+    } else {
+        print!("{}", bench::to_text(&exp, &spec, &rows));
+    }
+    if let Some(path) = plot {
+        let svg = bench::to_svg(&exp, &spec, &rows).map_err(anyhow::Error::msg)?;
+        std::fs::write(&path, svg)
+            .with_context(|| format!("writing the plot to {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn workload_command(

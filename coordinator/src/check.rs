@@ -116,7 +116,7 @@ impl CheckReport<'_> {
                 "gpus": topo.gpu_count(),
                 "hosts": topo.host_count(),
                 "gpus_per_host": c.gpus_per_host,
-                "topology": format!("{:?}", c.topology).to_lowercase(),
+                "topology": c.topology.name(),
                 "gpu_types": gpu_hosts,
                 "nodes": nodes,
                 "links": links,
@@ -183,12 +183,12 @@ impl CheckReport<'_> {
             .collect();
         let _ = writeln!(
             s,
-            "cluster     {} GPUs in {} hosts of {} ({}), {:?} fabric",
+            "cluster     {} GPUs in {} hosts of {} ({}), {} fabric",
             topo.gpu_count(),
             topo.host_count(),
             c.gpus_per_host,
             types.join(", "),
-            c.topology
+            c.topology.name()
         );
         let nodes: Vec<String> = topo
             .count_by_kind()

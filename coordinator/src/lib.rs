@@ -4,9 +4,11 @@
 //! interface only. Today it hosts the experiment checks behind `fleetsim check`.
 
 pub mod check;
+pub mod collective_bench;
 pub mod driver;
 pub mod embedded;
 pub mod kernel_report;
+pub mod plot;
 pub mod run;
 pub mod run_report;
 pub mod workload_report;

@@ -48,6 +48,22 @@ pub fn run_embedded(
     let workload = sim::workload::load_or_compile(exp, None)?;
     let compute = ComputeModel::from_experiment(exp)?;
     let model = SimModel::build(exp, workload, &compute, options.trace)?;
+    let (model, results, engine) = simulate(exp, model, options, progress)?;
+    let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
+    Ok(RunOutput {
+        model,
+        results,
+        summary,
+    })
+}
+
+/// Partitions `model` as the experiment's `[engine]` says and runs it embedded.
+pub fn simulate(
+    exp: &Experiment,
+    model: SimModel,
+    options: &RunOptions,
+    progress: Option<ProgressHook>,
+) -> Result<(SimModel, RunResults, EngineInfo), RunError> {
     let engine_cfg = &exp.loaded.config.engine;
     let strategy = engine_cfg.partition.clone();
     let assignment = partitioner::partition(&model.topology, &strategy, engine_cfg.seed)
@@ -78,12 +94,7 @@ pub fn run_embedded(
         stats,
         peak_rss_bytes: peak_rss_bytes(),
     };
-    let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
-    Ok(RunOutput {
-        model,
-        results,
-        summary,
-    })
+    Ok((model, results, engine))
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), 0 where unknown.

@@ -103,7 +103,7 @@ pub fn summarize_run(
         },
         "result_digest": digest,
         "network": {
-            "model": format!("{:?}", net.model).to_lowercase(),
+            "model": net.model.name(),
             "intra_host": format!("{:?}", net.intra_host).to_lowercase(),
             "segment_bytes": net.segment_bytes,
             "congestion_control": format!("{:?}", net.congestion_control).to_lowercase(),

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use crate::config::{self, ConfigError, LoadedConfig, MemoryCheck, Precision, TopologyKind};
+use crate::config::{
+    self, ConfigError, LoadedConfig, Located, MemoryCheck, Origin, Precision, TopologyKind, Value,
+};
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
 use crate::memory::{self, MemoryInputs, StageMemory};
@@ -72,6 +74,70 @@ impl Experiment {
             .into_iter()
             .map(|g| g.unwrap_or(&self.gpu_types[0]))
             .collect()
+    }
+
+    /// The cluster of an experiment or cluster file, resized to the whole hosts that hold
+    /// `gpus` GPUs, with the model, layout and workload dropped for a minimal one: what
+    /// `fleetsim collective` runs its one-operation workloads on (their layout is their own).
+    pub fn load_cluster(
+        path: &Path,
+        sets: &[String],
+        gpus: u32,
+    ) -> Result<Experiment, ConfigError> {
+        let mut tree = config::load_tree(path, sets)?;
+        for key in ["model", "parallel", "training", "workload_file"] {
+            tree.remove(key);
+        }
+        let gpus_per_host = match tree
+            .lookup(&config::parse_path("cluster.gpus_per_host"))
+            .map(|v| &v.value)
+        {
+            Some(Value::Integer(n)) if *n > 0 => u64::try_from(*n).unwrap_or(1),
+            // A bad value is reported by the typed read below.
+            _ => u64::from(config::defaults::gpus_per_host()),
+        };
+        let hosts = u64::from(gpus.max(1)).div_ceil(gpus_per_host);
+        let origin = |what: &str| Origin::Derived(what.to_string());
+        let set = |tree: &mut Located, key: &str, value: Value, why: &str| {
+            let path: Vec<String> = key.split('.').map(str::to_string).collect();
+            tree.set(
+                &path,
+                Located {
+                    value,
+                    origin: origin(why),
+                },
+            )
+            .map_err(|m| ConfigError::new(origin(why), key, m))
+        };
+        let cluster_gpus = i64::try_from(hosts * gpus_per_host).unwrap_or(i64::MAX);
+        set(
+            &mut tree,
+            "cluster.gpus",
+            Value::Integer(cluster_gpus),
+            &format!("--gpus {gpus} (whole hosts of {gpus_per_host})"),
+        )?;
+        if tree.lookup(&config::parse_path("name")).is_none() {
+            set(
+                &mut tree,
+                "name",
+                Value::String("collective".into()),
+                "fleetsim collective",
+            )?;
+        }
+        // The model only has to be valid: the workload is the collective alone.
+        set(
+            &mut tree,
+            "model.preset",
+            Value::String("llama2-7b".into()),
+            "fleetsim collective",
+        )?;
+        set(
+            &mut tree,
+            "training.memory_check",
+            Value::String("off".into()),
+            "fleetsim collective",
+        )?;
+        Self::from_loaded(config::from_tree(tree, path)?)
     }
 
     pub fn from_loaded(loaded: LoadedConfig) -> Result<Experiment, ConfigError> {

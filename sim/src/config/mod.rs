@@ -94,6 +94,18 @@ pub enum TopologyKind {
     Graph,
 }
 
+impl TopologyKind {
+    /// The name the experiment file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            TopologyKind::RailOptimized => "rail-optimized",
+            TopologyKind::FatTree => "fat-tree",
+            TopologyKind::SpineLeaf => "spine-leaf",
+            TopologyKind::Graph => "graph",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScaleUp {
@@ -410,6 +422,15 @@ pub enum NetworkModel {
     Analytical,
 }
 
+impl NetworkModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkModel::Packet => "packet",
+            NetworkModel::Analytical => "analytical",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkConfig {
@@ -628,7 +649,8 @@ impl Default for ComputeConfig {
     }
 }
 
-mod defaults {
+/// Defaults of the experiment file's keys (serde `default = ...`).
+pub mod defaults {
     use super::*;
     pub fn comm_sm_share() -> f64 {
         0.159
@@ -794,10 +816,21 @@ impl LoadedConfig {
 
 /// Reads an experiment file with its includes, `--set` overrides and model preset.
 pub fn load(path: &Path, sets: &[String]) -> Result<LoadedConfig, ConfigError> {
+    from_tree(load_tree(path, sets)?, path)
+}
+
+/// The located tree of an experiment file with its includes and `--set` overrides, before
+/// presets are expanded: for callers that adjust it (`fleetsim collective`).
+pub fn load_tree(path: &Path, sets: &[String]) -> Result<Located, ConfigError> {
     let mut tree = source::load_with_includes(path, &mut Vec::new())?;
     for assignment in sets {
         source::apply_set(&mut tree, assignment)?;
     }
+    Ok(tree)
+}
+
+/// Expands presets and reads the typed config out of a located tree.
+pub fn from_tree(mut tree: Located, path: &Path) -> Result<LoadedConfig, ConfigError> {
     crate::model::expand_model_sources(&mut tree)?;
     let config: ExperimentConfig = source::deserialize(&tree)?;
     Ok(LoadedConfig {

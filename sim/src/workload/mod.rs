@@ -23,6 +23,7 @@
 //!   so that `tflops_per_gpu` and MFU match what Megatron reports; shapes say what is really
 //!   executed (causal masking, flash attention's recomputation in backward).
 
+pub mod bench;
 pub mod compile;
 pub mod evaluate;
 mod layer;

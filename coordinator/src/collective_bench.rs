@@ -1,0 +1,339 @@
+//! `fleetsim collective`: nccl-tests' performance table for one operation over N GPUs of a
+//! cluster. Each message size is its own one-operation workload, run by the same engine as
+//! `fleetsim run`, so the collective crosses the real topology with the NCCL model's plan.
+//!
+//! `algbw` and `busbw` follow nccl-tests' `doc/PERFORMANCE.md`: algbw = size / time, busbw =
+//! algbw × the operation's factor (2(n−1)/n for all-reduce, (n−1)/n for all-gather,
+//! reduce-scatter and all-to-all, 1 for broadcast and send/recv).
+
+use sim::compute::ComputeModel;
+use sim::engine::SimModel;
+use sim::experiment::Experiment;
+use sim::workload::bench::{self, BenchOp};
+
+use crate::plot::{LineChart, Series, line_chart_svg};
+use crate::run::{RunError, RunOptions, simulate};
+
+/// nccl-tests' data types (`-d`) and their sizes.
+pub const DTYPES: [(&str, u64); 8] = [
+    ("int8", 1),
+    ("uint8", 1),
+    ("half", 2),
+    ("bfloat16", 2),
+    ("float", 4),
+    ("int32", 4),
+    ("double", 8),
+    ("int64", 8),
+];
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchSpec {
+    pub op: BenchOp,
+    pub gpus: u32,
+    /// Requested sizes in bytes; each is rounded as nccl-tests rounds it.
+    pub sizes: Vec<u64>,
+    pub dtype: &'static str,
+    pub word: u64,
+}
+
+/// One line of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchRow {
+    pub size: u64,
+    pub count: u64,
+    pub time_us: f64,
+    /// GB/s (10⁹ bytes per second), as nccl-tests prints them.
+    pub algbw: f64,
+    pub busbw: f64,
+    pub algorithm: String,
+    pub protocol: String,
+    pub channels: String,
+    pub events: u64,
+    pub digest: String,
+}
+
+/// Parses `--sizes`: `MIN:MAX` (doubling, like nccl-tests `-b MIN -e MAX -f 2`),
+/// `MIN:MAX:FACTOR`, or a comma-separated list; sizes take K, M, G, T suffixes (powers of
+/// 1024, as nccl-tests reads them).
+pub fn parse_sizes(spec: &str) -> Result<Vec<u64>, String> {
+    let spec = spec.trim();
+    let parts: Vec<&str> = spec.split(':').collect();
+    let sizes = match parts.as_slice() {
+        [list] => list
+            .split(',')
+            .map(parse_size)
+            .collect::<Result<Vec<_>, _>>()?,
+        [min, max] | [min, max, _] => {
+            let (min, max) = (parse_size(min)?, parse_size(max)?);
+            let factor = match parts.get(2) {
+                Some(f) => f
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&f| f >= 2)
+                    .ok_or_else(|| format!("factor `{f}` must be a whole number of 2 or more"))?,
+                None => 2,
+            };
+            if min > max {
+                return Err(format!(
+                    "the first size ({min} B) is above the last ({max} B)"
+                ));
+            }
+            let mut sizes = Vec::new();
+            let mut s = min;
+            while s <= max {
+                sizes.push(s);
+                s = match s.checked_mul(factor) {
+                    Some(next) => next,
+                    None => break,
+                };
+            }
+            sizes
+        }
+        _ => return Err("expected MIN:MAX, MIN:MAX:FACTOR or a list such as 1M,64M,1G".into()),
+    };
+    if sizes.len() > 64 {
+        return Err(format!(
+            "{} sizes; at most 64 are run at once (raise the factor)",
+            sizes.len()
+        ));
+    }
+    Ok(sizes)
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let upper = t.to_ascii_uppercase();
+    let digits = upper.trim_end_matches("IB").trim_end_matches('B');
+    let (number, shift) = match digits.chars().last() {
+        Some('K') => (&digits[..digits.len() - 1], 10),
+        Some('M') => (&digits[..digits.len() - 1], 20),
+        Some('G') => (&digits[..digits.len() - 1], 30),
+        Some('T') => (&digits[..digits.len() - 1], 40),
+        _ => (digits, 0),
+    };
+    number
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{t}` is not a size; write e.g. 8, 32K, 1M or 8G"))
+}
+
+/// Simulates every size of `spec` on `exp`'s cluster.
+pub fn run_bench(
+    exp: &Experiment,
+    spec: &BenchSpec,
+    options: &RunOptions,
+) -> Result<Vec<BenchRow>, RunError> {
+    let compute = ComputeModel::from_experiment(exp)?;
+    let mut rows = Vec::with_capacity(spec.sizes.len());
+    for &requested in &spec.sizes {
+        let size = spec.op.round_size(requested, spec.gpus, spec.word);
+        let workload = bench::workload(spec.op, spec.gpus, size);
+        let model = SimModel::build(exp, workload, &compute, false)?;
+        let (_, results, engine) = simulate(exp, model, options, None)?;
+        let time_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
+        let time_s = time_ps as f64 * 1e-12;
+        let algbw = if time_s > 0.0 {
+            size as f64 / time_s / 1e9
+        } else {
+            0.0
+        };
+        let plan = results
+            .reports
+            .iter()
+            .find_map(|(_, r)| r.collectives.first().map(|(_, st)| st.plan.clone()))
+            .unwrap_or_default();
+        let mut parts = plan.split('/').map(str::to_string);
+        let (algorithm, protocol, channels) = match spec.op {
+            BenchOp::SendRecv => ("p2p".into(), "-".into(), "-".into()),
+            BenchOp::Collective(_) => (
+                parts.next().unwrap_or_else(|| "-".into()),
+                parts.next().unwrap_or_else(|| "-".into()),
+                parts.next().unwrap_or_else(|| "-".into()),
+            ),
+        };
+        let row = BenchRow {
+            size,
+            count: size / spec.word,
+            time_us: time_s * 1e6,
+            algbw,
+            busbw: algbw * spec.op.bus_factor(spec.gpus),
+            algorithm,
+            protocol,
+            channels,
+            events: engine.stats.events,
+            digest: results.digest(),
+        };
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// The whole table: header, one line per size, nccl-tests' average bus bandwidth.
+pub fn to_text(exp: &Experiment, spec: &BenchSpec, rows: &[BenchRow]) -> String {
+    let mut out = header(exp, spec);
+    for row in rows {
+        out += &row_text(row, spec.dtype);
+    }
+    out + &footer(rows)
+}
+
+/// The header nccl-tests prints above its table, with what fleetsim ran on.
+fn header(exp: &Experiment, spec: &BenchSpec) -> String {
+    let c = &exp.loaded.config.cluster;
+    let gpus_per_host = c.gpus_per_host.min(spec.gpus);
+    let hosts = spec.gpus.div_ceil(c.gpus_per_host);
+    let gpu = exp.gpu_types.first().map_or("?", |g| g.name.as_str());
+    let network = &exp.loaded.config.network;
+    format!(
+        "# fleetsim collective: {op} on {n} GPUs ({hosts} host(s) x {gpus_per_host}) of {gpu}, {topology}, {nics} x {nic} Gb/s NICs per host, network model {model}\n#\n#{:>11} {:>13} {:>9} {:>10} {:>12} {:>12}  {:<9} {:<8} {:>8}\n#{:>11} {:>13} {:>9} {:>10} {:>12} {:>12}\n",
+        "size",
+        "count",
+        "type",
+        "time",
+        "algbw",
+        "busbw",
+        "algorithm",
+        "protocol",
+        "channels",
+        "(B)",
+        "(elements)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        op = spec.op.name(),
+        n = spec.gpus,
+        topology = c.topology.name(),
+        nics = c.nics_per_host.unwrap_or(c.gpus_per_host),
+        nic = c.nic_gbps,
+        model = network.model.name(),
+    )
+}
+
+/// One table line, in nccl-tests' column layout.
+fn row_text(row: &BenchRow, dtype: &str) -> String {
+    format!(
+        " {:>11} {:>13} {:>9} {:>10.2} {:>12.2} {:>12.2}  {:<9} {:<8} {:>8}\n",
+        row.size,
+        row.count,
+        dtype,
+        row.time_us,
+        row.algbw,
+        row.busbw,
+        row.algorithm,
+        row.protocol,
+        row.channels
+    )
+}
+
+/// nccl-tests' closing line: the mean bus bandwidth over the sizes.
+fn footer(rows: &[BenchRow]) -> String {
+    let mean = rows.iter().map(|r| r.busbw).sum::<f64>() / rows.len().max(1) as f64;
+    let events: u64 = rows.iter().map(|r| r.events).sum();
+    format!("# Avg bus bandwidth    : {mean:.3}\n# simulated {events} events\n")
+}
+
+pub fn to_csv(rows: &[BenchRow], dtype: &str) -> String {
+    let mut out = String::from(
+        "size_bytes,count,type,time_us,algbw_gb_s,busbw_gb_s,algorithm,protocol,channels,events,digest\n",
+    );
+    for r in rows {
+        out += &format!(
+            "{},{},{dtype},{:.3},{:.3},{:.3},{},{},{},{},{}\n",
+            r.size,
+            r.count,
+            r.time_us,
+            r.algbw,
+            r.busbw,
+            r.algorithm,
+            r.protocol,
+            r.channels,
+            r.events,
+            r.digest
+        );
+    }
+    out
+}
+
+/// busbw against size (log₂ axis), as an SVG document.
+pub fn to_svg(exp: &Experiment, spec: &BenchSpec, rows: &[BenchRow]) -> Result<String, String> {
+    let gpu = exp.gpu_types.first().map_or("?", |g| g.name.as_str());
+    let title = format!("{} busbw, {} x {gpu}", spec.op.name(), spec.gpus);
+    let series = [Series {
+        name: format!("{} (simulated)", exp.name()),
+        points: rows.iter().map(|r| (r.size as f64, r.busbw)).collect(),
+    }];
+    line_chart_svg(&LineChart {
+        title: &title,
+        x_label: "message size",
+        y_label: "busbw (GB/s)",
+        log_x: true,
+        x_ticks: human_size,
+        series: &series,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// 1048576 → "1M".
+pub fn human_size(bytes: f64) -> String {
+    let b = bytes.round() as u64;
+    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if b >= 1 << shift && b.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", b >> shift);
+        }
+    }
+    if b >= 1 << 10 {
+        return format!("{:.1}K", bytes / 1024.0);
+    }
+    format!("{b}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_double_from_min_to_max() {
+        assert_eq!(
+            parse_sizes("1M:8M").expect("parses"),
+            vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]
+        );
+        assert_eq!(
+            parse_sizes("1K:64K:4").expect("parses"),
+            vec![1 << 10, 4 << 10, 16 << 10, 64 << 10]
+        );
+        assert_eq!(
+            parse_sizes("8,1MiB,2GB").expect("parses"),
+            vec![8, 1 << 20, 2 << 30]
+        );
+    }
+
+    #[test]
+    fn bad_sizes_say_what_to_write() {
+        for (bad, says) in [
+            ("1X", "not a size"),
+            ("8M:1M", "above the last"),
+            ("1M:8M:1", "factor"),
+            ("1:2:3:4", "expected MIN:MAX"),
+            ("0", "not a size"),
+        ] {
+            let e = parse_sizes(bad).expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let many: Vec<String> = (1..=65).map(|i| i.to_string()).collect();
+        let e = parse_sizes(&many.join(",")).expect_err("65 sizes");
+        assert!(e.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(human_size(1048576.0), "1M");
+        assert_eq!(human_size(8.0 * 1073741824.0), "8G");
+        assert_eq!(human_size(512.0), "512");
+    }
+}

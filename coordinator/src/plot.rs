@@ -1,0 +1,169 @@
+//! SVG line charts (plotters' SVG backend). Text is laid out with a bundled DejaVu Sans, so a
+//! plot is the same file on every machine.
+
+use std::sync::Once;
+
+use plotters::prelude::*;
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+#[derive(Debug, thiserror::Error)]
+#[error("drawing the plot: {0}")]
+pub struct PlotError(String);
+
+/// One named line of points.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A chart of lines sharing axes.
+#[derive(Debug)]
+pub struct LineChart<'a> {
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub y_label: &'a str,
+    /// Logarithmic x axis (base 2 ticks for message sizes).
+    pub log_x: bool,
+    /// How x tick labels are written.
+    pub x_ticks: fn(f64) -> String,
+    pub series: &'a [Series],
+}
+
+fn register_font() -> Result<(), PlotError> {
+    static REGISTER: Once = Once::new();
+    let mut result = Ok(());
+    REGISTER.call_once(|| {
+        result = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
+            .map_err(|_| PlotError("the bundled font does not parse".into()));
+    });
+    result
+}
+
+/// Renders `chart` as an SVG document.
+pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
+    register_font()?;
+    let points = || chart.series.iter().flat_map(|s| s.points.iter().copied());
+    let (mut x_min, mut x_max, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for (x, y) in points() {
+        x_min = x_min.min(x);
+        x_max = x_max.max(x);
+        y_max = y_max.max(y);
+    }
+    if !x_min.is_finite() {
+        return Err(PlotError("there are no points to plot".into()));
+    }
+    if x_max <= x_min {
+        x_max = x_min * 2.0 + 1.0;
+    }
+    let y_max = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
+    let err = |e: &dyn std::fmt::Display| PlotError(e.to_string());
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut builder = ChartBuilder::on(&root);
+        builder
+            .caption(chart.title, (FAMILY, 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64);
+        let palette = [
+            RGBColor(31, 119, 180),
+            RGBColor(214, 39, 40),
+            RGBColor(44, 160, 44),
+            RGBColor(148, 103, 189),
+            RGBColor(255, 127, 14),
+        ];
+        macro_rules! draw {
+            ($ctx:expr) => {{
+                let mut ctx = $ctx;
+                ctx.configure_mesh()
+                    .x_desc(chart.x_label)
+                    .y_desc(chart.y_label)
+                    .label_style((FAMILY, 14))
+                    .axis_desc_style((FAMILY, 15))
+                    .x_label_formatter(&|x| (chart.x_ticks)(*x))
+                    .draw()
+                    .map_err(|e| err(&e))?;
+                for (i, s) in chart.series.iter().enumerate() {
+                    let color = palette[i % palette.len()];
+                    ctx.draw_series(LineSeries::new(
+                        s.points.iter().copied(),
+                        color.stroke_width(2),
+                    ))
+                    .map_err(|e| err(&e))?
+                    .label(s.name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
+                    ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                        .map_err(|e| err(&e))?;
+                }
+                ctx.configure_series_labels()
+                    .label_font((FAMILY, 14))
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .draw()
+                    .map_err(|e| err(&e))?;
+            }};
+        }
+        if chart.log_x {
+            draw!(
+                builder
+                    .build_cartesian_2d((x_min..x_max).log_scale().base(2.0), 0.0..y_max)
+                    .map_err(|e| err(&e))?
+            );
+        } else {
+            draw!(
+                builder
+                    .build_cartesian_2d(x_min..x_max, 0.0..y_max)
+                    .map_err(|e| err(&e))?
+            );
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chart_names_its_axes_and_series() {
+        let series = [Series {
+            name: "busbw".into(),
+            points: vec![(1024.0, 1.0), (2048.0, 2.0), (4096.0, 3.5)],
+        }];
+        let svg = line_chart_svg(&LineChart {
+            title: "all-reduce",
+            x_label: "size (B)",
+            y_label: "busbw (GB/s)",
+            log_x: true,
+            x_ticks: |x| format!("{x:.0}"),
+            series: &series,
+        })
+        .expect("renders");
+        assert!(svg.starts_with("<svg"));
+        for text in ["all-reduce", "size (B)", "busbw (GB/s)", "busbw", "<circle"] {
+            assert!(svg.contains(text), "missing {text}");
+        }
+    }
+
+    #[test]
+    fn no_points_is_an_error() {
+        let e = line_chart_svg(&LineChart {
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            log_x: false,
+            x_ticks: |x| format!("{x}"),
+            series: &[],
+        });
+        assert!(e.is_err());
+    }
+}

@@ -1,0 +1,183 @@
+//! `fleetsim collective` through the engine against nccl-tests: all-reduce on 8-GPU NVSwitch
+//! nodes (`data/nccl_allreduce_1node.csv`, copied from the shared calibration set; its source
+//! line names the Azure benchmark runs and NCCL versions), and the multi-node behaviour NCCL's
+//! algorithms predict on DGX H100 hosts with 8×400G NICs.
+
+use std::path::Path;
+
+use coordinator::collective_bench::{BenchRow, BenchSpec, run_bench};
+use coordinator::run::RunOptions;
+use sim::experiment::Experiment;
+use sim::workload::CollectiveOp;
+use sim::workload::bench::BenchOp;
+
+const RAIL_H100: &str = "../configs/clusters/rail-h100.toml";
+
+fn bench(op: CollectiveOp, gpus: u32, sizes: &[u64], sets: &[&str]) -> Vec<BenchRow> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let exp = Experiment::load_cluster(Path::new(RAIL_H100), &sets, gpus).expect("cluster");
+    let spec = BenchSpec {
+        op: BenchOp::Collective(op),
+        gpus,
+        sizes: sizes.to_vec(),
+        dtype: "float",
+        word: 4,
+    };
+    let options = RunOptions {
+        threads: Some(1),
+        ..RunOptions::default()
+    };
+    run_bench(&exp, &spec, &options).expect("runs")
+}
+
+/// (bytes, A100, H100, H200 bus bandwidth in GB/s).
+fn measurements() -> Vec<(u64, [f64; 3])> {
+    include_str!("data/nccl_allreduce_1node.csv")
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let v: Vec<&str> = l.split(',').collect();
+            let f = |i: usize| v[i].trim().parse::<f64>().expect("bus bandwidth");
+            (v[0].trim().parse().expect("bytes"), [f(1), f(2), f(3)])
+        })
+        .collect()
+}
+
+#[test]
+fn one_node_all_reduce_matches_nccl_tests_on_a100_h100_h200() {
+    let data = measurements();
+    let sizes: Vec<u64> = data.iter().map(|(b, _)| *b).collect();
+    let mut failures = Vec::new();
+    for (g, gpu) in ["A100-SXM-80GB", "H100-SXM", "H200-SXM"].iter().enumerate() {
+        let set = format!("cluster.gpu={gpu}");
+        let rows = bench(CollectiveOp::AllReduce, 8, &sizes, &[&set]);
+        for (row, (bytes, measured)) in rows.iter().zip(&data) {
+            assert_eq!(row.size, *bytes);
+            let err = row.busbw / measured[g] - 1.0;
+            let limit = if *bytes >= 64 << 20 {
+                0.05
+            } else if *bytes >= 1 << 20 {
+                0.15
+            } else {
+                continue;
+            };
+            if err.abs() > limit {
+                failures.push(format!(
+                    "{gpu} at {bytes} B: simulated {:.1} GB/s ({}), measured {:.1} ({:+.1}%)",
+                    row.busbw,
+                    row.algorithm,
+                    measured[g],
+                    100.0 * err
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn h100_ring_all_gather_and_reduce_scatter_reach_370_gbs() {
+    for op in [CollectiveOp::AllGather, CollectiveOp::ReduceScatter] {
+        let rows = bench(
+            op,
+            8,
+            &[1 << 30, 4 << 30],
+            &["collectives.nvls_enable=false"],
+        );
+        for r in rows {
+            assert_eq!(r.algorithm, "ring");
+            assert!(
+                (r.busbw / 370.0 - 1.0).abs() < 0.03,
+                "{op:?} {}: {:.1} GB/s",
+                r.size,
+                r.busbw
+            );
+        }
+    }
+}
+
+/// What 8 ConnectX-7 NICs give NCCL: 8 × 400 Gb/s × 0.96.
+const NIC_BOUND_GBS: f64 = 8.0 * 48.0;
+const HOSTS: [u32; 4] = [2, 4, 8, 16];
+
+#[test]
+fn multi_node_all_reduce_is_bounded_by_the_nics() {
+    let analytical = "network.model=analytical";
+    for hosts in HOSTS {
+        // The ring crosses each node boundary once per channel: busbw is the NICs' bandwidth.
+        for r in bench(
+            CollectiveOp::AllReduce,
+            8 * hosts,
+            &[4 << 30],
+            &[analytical, "collectives.algorithm=ring"],
+        ) {
+            assert!(r.busbw <= NIC_BOUND_GBS, "{hosts} hosts ring: {r:?}");
+            assert!(
+                r.busbw / NIC_BOUND_GBS > 0.9,
+                "{hosts} hosts ring: {:.1} GB/s",
+                r.busbw
+            );
+        }
+        // NCCL's choice (NVLS-tree): across more than two nodes its inter-node bandwidth is
+        // halved (tuning.cc), which nccl-tests' 2(n−1)/n factor doubles back; on two nodes
+        // the NVLink reduction, not the NICs, is the limit.
+        for r in bench(
+            CollectiveOp::AllReduce,
+            8 * hosts,
+            &[1 << 30, 4 << 30],
+            &[analytical],
+        ) {
+            let n = f64::from(8 * hosts);
+            let factor = if hosts <= 2 { 2.0 } else { 1.0 } * (n - 1.0) / n;
+            assert_eq!(r.algorithm, "nvls-tree", "{hosts} hosts: {r:?}");
+            assert!(r.busbw <= NIC_BOUND_GBS * factor, "{hosts} hosts: {r:?}");
+            if hosts > 2 {
+                assert!(
+                    r.busbw / (NIC_BOUND_GBS * factor) > 0.9,
+                    "{hosts} hosts: {:.1} GB/s",
+                    r.busbw
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn small_message_latency_grows_with_log_ranks_on_the_tree_and_linearly_on_the_ring() {
+    let analytical = "network.model=analytical";
+    let time = |hosts: u32, algorithm: &str| {
+        let set = format!("collectives.algorithm={algorithm}");
+        let rows = bench(
+            CollectiveOp::AllReduce,
+            8 * hosts,
+            &[32 << 10],
+            &[analytical, &set],
+        );
+        (rows[0].time_us, rows[0].algorithm.clone())
+    };
+    let auto: Vec<(f64, String)> = HOSTS.iter().map(|&h| time(h, "auto")).collect();
+    let ring: Vec<f64> = HOSTS.iter().map(|&h| time(h, "ring").0).collect();
+    // NCCL picks the tree for small messages across nodes.
+    assert!(auto.iter().all(|(_, a)| a == "tree"), "{auto:?}");
+    // The tree adds a level per doubling of nodes: equal increments.
+    let tree_steps: Vec<f64> = auto.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    for s in &tree_steps {
+        assert!((s / tree_steps[0] - 1.0).abs() < 0.2, "{tree_steps:?}");
+    }
+    // The ring adds 2 network steps and 14 NVLink steps per extra node: increments double.
+    let ring_steps: Vec<f64> = ring.windows(2).map(|w| w[1] - w[0]).collect();
+    for w in ring_steps.windows(2) {
+        assert!((w[1] / w[0] - 2.0).abs() < 0.2, "{ring_steps:?}");
+    }
+    // And so the tree wins, by more with every doubling.
+    for (i, (t, _)) in auto.iter().enumerate() {
+        assert!(
+            *t < ring[i],
+            "{} hosts: tree {t} us, ring {}",
+            HOSTS[i],
+            ring[i]
+        );
+    }
+    assert!(ring[3] / auto[3].0 > ring[0] / auto[0].0);
+}
