@@ -165,6 +165,50 @@ pub struct ArchParams {
 /// (NCCL maintainers, nccl-tests issues #212, #290).
 pub const NET_EFFICIENCY: f64 = 0.96;
 
+/// Sends up to this size use LL, larger ones Simple (NCCL_P2P_LL_THRESHOLD, `enqueue.cc`).
+pub const P2P_LL_THRESHOLD: u64 = 16 << 10;
+
+/// Slots of a connection's FIFO: a sender runs at most this many steps ahead of its
+/// receiver (NCCL_STEPS, `src/include/device.h`).
+pub const NCCL_STEPS: u64 = 8;
+
+/// Bytes a transfer of `payload` puts on the wire: the protocol's flag overhead, and what
+/// NCCL loses to the links (the NIC's, or the scale-up link's, efficiency), so the fabric's
+/// line rate yields NCCL's measured bandwidth.
+pub fn wire_bytes(payload: u64, protocol: Protocol, arch: Arch, across_nodes: bool) -> u64 {
+    let efficiency = if across_nodes {
+        NET_EFFICIENCY
+    } else {
+        arch.params().link_efficiency
+    };
+    (payload as f64 * protocol.wire_factor() / efficiency).round() as u64
+}
+
+/// A point-to-point send (`ncclSend`/`ncclRecv`, which Megatron's pipeline stages use): LL
+/// up to [`P2P_LL_THRESHOLD`], else Simple, one step's latency over NVLink or the network
+/// on top of the call. The engine moves the bytes, so the plan holds latency only.
+pub fn p2p_plan(arch: Arch, bytes: u64, across_nodes: bool) -> Plan {
+    let protocol = if bytes <= P2P_LL_THRESHOLD {
+        Protocol::Ll
+    } else {
+        Protocol::Simple
+    };
+    let p = arch.params();
+    let pi = protocol.index();
+    let hw = if across_nodes {
+        HW_LAT_NET[1][pi]
+    } else {
+        HW_LAT_NVLINK[1][pi] * p.step_scale
+    };
+    Plan {
+        algorithm: Algorithm::Direct,
+        protocol,
+        channels: 1,
+        latency_us: p.call_us + hw,
+        transfer_us: 0.0,
+    }
+}
+
 /// `hwLat[NVLINK|PCI|NET][algo][proto]`, µs: Tree, Ring rows.
 const HW_LAT_NVLINK: [[f64; 3]; 2] = [[0.6, 1.25, 28.0], [0.6, 1.9, 3.4]];
 const HW_LAT_PCI: [[f64; 3]; 2] = [[1.0, 1.9, 28.0], [1.0, 2.5, 5.7]];

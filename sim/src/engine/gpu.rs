@@ -631,29 +631,33 @@ impl GpuLp {
             }
             OpKind::Send { peer, bytes } => {
                 let peer = self.peer(model, peer);
+                let (wire, tail_ps) = self.p2p_cost(model, peer, bytes);
                 let mut run = self.comm(
                     op,
                     (comm_group, seq),
                     Algo::Send,
                     self.ring_of_peer(),
-                    bytes,
+                    wire,
                     ctx,
                 );
                 run.peer = peer;
+                run.tail_ps = tail_ps;
                 run.waiting_clear_to_send = true;
                 self.running[s] = Running::Comm(Box::new(run));
             }
             OpKind::Recv { peer, bytes } => {
                 let peer = self.peer(model, peer);
+                let (wire, tail_ps) = self.p2p_cost(model, peer, bytes);
                 let mut run = self.comm(
                     op,
                     (comm_group, seq),
                     Algo::Recv,
                     self.ring_of_peer(),
-                    bytes,
+                    wire,
                     ctx,
                 );
                 run.peer = peer;
+                run.tail_ps = tail_ps;
                 run.recv_needed = 1;
                 self.running[s] = Running::Comm(Box::new(run));
                 let tag = Tag {
@@ -870,6 +874,19 @@ impl GpuLp {
                 }
             }
         }
+    }
+
+    /// Wire bytes and latency of a send to (or receive from) GPU `peer`: NCCL's point-to-point
+    /// protocol and efficiency over NVLink or the network; both ends pay the latency.
+    fn p2p_cost(&self, model: &SimModel, peer: NodeId, bytes: u64) -> (u64, u64) {
+        let topo = &model.topology;
+        let across = topo.nodes()[peer as usize].host != topo.nodes()[self.node as usize].host;
+        let arch = model.collectives.arch[usize::from(topo.gpu_type(self.rank))];
+        let plan = collective::p2p_plan(arch, bytes, across);
+        (
+            collective::wire_bytes(bytes, plan.protocol, arch, across),
+            plan.latency_ps(),
+        )
     }
 
     fn peer(&mut self, model: &SimModel, peer: Peer) -> NodeId {
@@ -1322,14 +1339,7 @@ fn plan_for(
     })
 }
 
-/// Bytes a transfer of `payload` puts on the wire: the protocol's flag overhead, and what
-/// NCCL loses to the links (NVLink or NIC efficiency), so the fabric's line rate yields
-/// NCCL's measured bandwidth.
+/// Bytes a collective's transfer of `payload` puts on the wire.
 fn wire_bytes(payload: u64, plan: &Plan, shape: &CommShape) -> u64 {
-    let efficiency = if shape.nodes > 1 {
-        collective::NET_EFFICIENCY
-    } else {
-        shape.arch.params().link_efficiency
-    };
-    (payload as f64 * plan.protocol.wire_factor() / efficiency).round() as u64
+    collective::wire_bytes(payload, plan.protocol, shape.arch, shape.nodes > 1)
 }
