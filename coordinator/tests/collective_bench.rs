@@ -181,3 +181,61 @@ fn small_message_latency_grows_with_log_ranks_on_the_tree_and_linearly_on_the_ri
     }
     assert!(ring[3] / auto[3].0 > ring[0] / auto[0].0);
 }
+
+#[test]
+fn a_small_nccl_buffsize_throttles_the_network_alike_at_both_fidelities() {
+    let run = |buffsize: &str, model: &str| {
+        let rows = bench(
+            CollectiveOp::AllReduce,
+            16,
+            &[64 << 20],
+            &[
+                buffsize,
+                model,
+                "collectives.algorithm=ring",
+                "collectives.protocol=simple",
+                "network.segment_bytes=16384",
+            ],
+        );
+        rows[0].busbw
+    };
+    let small = "collectives.buffsize=65536";
+    let default = "collectives.buffsize=4194304";
+    let (packet, closed) = ("network.model=packet", "network.model=analytical");
+    let (p_small, c_small) = (run(small, packet), run(small, closed));
+    let (p_default, c_default) = (run(default, packet), run(default, closed));
+    // 2 connections per NIC × 64 KiB per 14 µs network step: ~75 GB/s of the NICs' 384.
+    assert!(p_small < 0.4 * p_default, "{p_small} vs {p_default}");
+    assert!(c_small < 0.4 * c_default, "{c_small} vs {c_default}");
+    assert!(
+        (p_small / c_small - 1.0).abs() < 0.1,
+        "{p_small} vs {c_small}"
+    );
+    assert!(
+        (p_default / c_default - 1.0).abs() < 0.1,
+        "{p_default} vs {c_default}"
+    );
+}
+
+#[test]
+fn a_small_p2p_net_chunksize_throttles_sends_between_hosts() {
+    let exp = |chunk: &str| {
+        let sets = vec![chunk.to_string(), "network.model=analytical".to_string()];
+        Experiment::load_cluster(Path::new(RAIL_H100), &sets, 16).expect("cluster")
+    };
+    let spec = BenchSpec {
+        op: BenchOp::SendRecv,
+        gpus: 16,
+        sizes: vec![64 << 20],
+        dtype: "float",
+        word: 4,
+    };
+    let options = RunOptions::default();
+    let busbw = |chunk: &str| run_bench(&exp(chunk), &spec, &options).expect("runs")[0].busbw;
+    // 2 channels × 8 steps × 128 KiB in flight per 14 µs step: above a NIC's 48 GB/s.
+    let default = busbw("collectives.p2p_net_chunksize=131072");
+    assert!(default > 40.0 && default <= 48.0, "{default}");
+    // 2 × 8 × 8 KiB per 14 µs: 9.4 GB/s.
+    let small = busbw("collectives.p2p_net_chunksize=8192");
+    assert!((small / 9.36 - 1.0).abs() < 0.1, "{small}");
+}

@@ -184,6 +184,34 @@ pub fn wire_bytes(payload: u64, protocol: Protocol, arch: Arch, across_nodes: bo
     (payload as f64 * protocol.wire_factor() / efficiency).round() as u64
 }
 
+/// How long a FIFO slot a Simple sender filled takes to come back across the network, µs:
+/// one network step of NCCL's latency model (`hwLat[NET][Ring][Simple]`).
+const NET_SLOT_US: f64 = HW_LAT_NET[1][2];
+
+/// Channels NCCL opens to each network peer of a send/receive (NCCL_NCHANNELS_PER_NET_PEER).
+const P2P_CHANNELS_PER_NET_PEER: u64 = 2;
+
+/// Bytes a Simple sender may have in flight over the network on `channels` channels: the
+/// whole NCCL_BUFFSIZE FIFO of each (it runs at most [`NCCL_STEPS`] slots ahead of the
+/// receiver).
+pub fn collective_window(settings: &Settings, channels: u32) -> u64 {
+    settings.buffsize.saturating_mul(u64::from(channels.max(1)))
+}
+
+/// Bytes a send may have in flight to a network peer: [`NCCL_STEPS`] chunks of
+/// NCCL_P2P_NET_CHUNKSIZE on each of the peer's channels.
+pub fn p2p_window(settings: &Settings) -> u64 {
+    settings
+        .p2p_net_chunksize
+        .saturating_mul(NCCL_STEPS * P2P_CHANNELS_PER_NET_PEER)
+}
+
+/// The rate a window of `window` bytes sustains across the network, bytes/s: the window
+/// returns once per [`NET_SLOT_US`].
+pub fn window_rate(window: u64) -> f64 {
+    window as f64 / (NET_SLOT_US * 1e-6)
+}
+
 /// A point-to-point send (`ncclSend`/`ncclRecv`, which Megatron's pipeline stages use): LL
 /// up to [`P2P_LL_THRESHOLD`], else Simple, one step's latency over NVLink or the network
 /// on top of the call. The engine moves the bytes, so the plan holds latency only.
@@ -255,6 +283,10 @@ pub struct Settings {
     pub max_channels: u32,
     pub nvls_enable: bool,
     pub pxn_disable: bool,
+    /// NCCL_BUFFSIZE, bytes.
+    pub buffsize: u64,
+    /// NCCL_P2P_NET_CHUNKSIZE, bytes.
+    pub p2p_net_chunksize: u64,
 }
 
 impl Default for Settings {
@@ -285,6 +317,8 @@ impl Settings {
             max_channels: c.max_channels.unwrap_or(MAX_CHANNELS),
             nvls_enable: c.nvls_enable,
             pxn_disable: c.pxn_disable,
+            buffsize: c.buffsize,
+            p2p_net_chunksize: c.p2p_net_chunksize,
         }
     }
 }
@@ -358,6 +392,17 @@ impl CommShape {
     fn inter_gbs(&self) -> f64 {
         let nics = self.nics_per_node.min(self.ranks_per_node).max(1);
         f64::from(nics) * self.nic_bytes_per_s * 1e-9 * NET_EFFICIENCY
+    }
+
+    /// What the Simple protocol's FIFOs let through the network on `channels` channels,
+    /// GB/s ([`collective_window`] at [`window_rate`]); unbounded inside a node and for LL
+    /// and LL128, whose buffers NCCL_BUFFSIZE does not size.
+    fn fifo_gbs(&self, protocol: Protocol, channels: u32, settings: &Settings) -> f64 {
+        if protocol != Protocol::Simple || self.nodes <= 1 {
+            f64::INFINITY
+        } else {
+            window_rate(collective_window(settings, channels)) * 1e-9
+        }
     }
 
     /// The ring's bus bandwidth: the slower of the scale-up link and the node's NICs.
@@ -442,6 +487,7 @@ impl CommShape {
         let channels = channels_for(bytes, protocol, n, full_channels, settings);
         let channel_share = f64::from(channels) / f64::from(full_channels);
         let simple_only = protocol == Protocol::Simple;
+        let fifo = |channels: u32| self.fifo_gbs(protocol, channels, settings);
         // NCCL runs all-to-all as grouped sends and receives, nothing else that way.
         if (op == CollectiveOp::AllToAll) != (algorithm == Algorithm::Direct) {
             return None;
@@ -458,13 +504,12 @@ impl CommShape {
                     0.0
                 };
                 let inter = if self.nodes > 1 {
-                    size * ppn * (nf - ppn)
-                        / nf
-                        / (f64::from(self.nics_per_node.max(1))
-                            * self.nic_bytes_per_s
-                            * 1e-9
-                            * NET_EFFICIENCY
-                            * 1e3)
+                    let nics = f64::from(self.nics_per_node.max(1))
+                        * self.nic_bytes_per_s
+                        * 1e-9
+                        * NET_EFFICIENCY;
+                    let gbs = nics.min(fifo(full_channels));
+                    size * ppn * (nf - ppn) / nf / (gbs * 1e3)
                 } else {
                     0.0
                 };
@@ -494,7 +539,7 @@ impl CommShape {
                         };
                         (bus * f).min(f64::from(channels) * PER_CH_RING_LL128[arch][ni])
                     }
-                    Protocol::Simple => bus,
+                    Protocol::Simple => bus.min(fifo(full_channels)),
                 };
                 Some(self.ring_plan(op, size, bus, protocol, channels, channel_share))
             }
@@ -509,7 +554,7 @@ impl CommShape {
                     Protocol::Ll128 => {
                         (bus * 120.0 / 128.0).min(f64::from(channels) * PER_CH_TREE_LL128[arch][ni])
                     }
-                    Protocol::Simple => bus,
+                    Protocol::Simple => bus.min(fifo(full_channels)),
                 };
                 let ppn = f64::from(self.ranks_per_node);
                 let lat = 2.0
@@ -556,7 +601,8 @@ impl CommShape {
                     self.inter_gbs()
                 } else {
                     self.inter_gbs() / 2.0
-                };
+                }
+                .min(fifo(NVLS_CHANNELS));
                 let inter = size / (inter_bw * 1e3);
                 Some(Plan {
                     algorithm,
@@ -570,7 +616,8 @@ impl CommShape {
                 if self.ranks_per_node == 1 && self.nodes > 1 =>
             {
                 let nf = f64::from(n);
-                let bus = self.inter_gbs() * protocol_efficiency(protocol, p.ll_factor);
+                let bus = (self.inter_gbs() * protocol_efficiency(protocol, p.ll_factor))
+                    .min(fifo(full_channels));
                 Some(Plan {
                     algorithm,
                     protocol,

@@ -577,6 +577,12 @@ pub struct CollectivesConfig {
     /// NCCL_PXN_DISABLE.
     #[serde(default)]
     pub pxn_disable: bool,
+    /// NCCL_BUFFSIZE: bytes of a connection's Simple-protocol FIFO (NCCL's default 4 MiB).
+    #[serde(default = "defaults::buffsize")]
+    pub buffsize: u64,
+    /// NCCL_P2P_NET_CHUNKSIZE: bytes per network step of a send/receive (default 128 KiB).
+    #[serde(default = "defaults::p2p_net_chunksize")]
+    pub p2p_net_chunksize: u64,
 }
 
 impl Default for CollectivesConfig {
@@ -588,6 +594,8 @@ impl Default for CollectivesConfig {
             max_channels: None,
             nvls_enable: true,
             pxn_disable: false,
+            buffsize: defaults::buffsize(),
+            p2p_net_chunksize: defaults::p2p_net_chunksize(),
         }
     }
 }
@@ -771,6 +779,12 @@ pub mod defaults {
     }
     pub fn protocol() -> CollectiveProtocol {
         CollectiveProtocol::Auto
+    }
+    pub fn buffsize() -> u64 {
+        4 << 20
+    }
+    pub fn p2p_net_chunksize() -> u64 {
+        128 << 10
     }
     pub fn partition() -> String {
         "auto".into()

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use super::dcqcn::Dcqcn;
 use super::net::{Ports, serialisation_ps};
-use super::results::{CollectiveStats, GpuReport, LpReport, Span};
+use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
 use super::{Body, Ctx, INJECTED, NO_NODE, P2P, Segment, SimModel, Tag};
 use crate::collective::{self, Algorithm, CommShape, Plan, ring};
 use crate::layout::GroupKind;
@@ -90,6 +90,9 @@ struct CommRun {
     tail_ps: u64,
     /// `algorithm/protocol/channels`, for collectives.csv.
     plan: Option<(Algorithm, collective::Protocol, u32)>,
+    /// Bytes a transfer may have in flight across the network: NCCL's FIFO for the op
+    /// (`collective::collective_window`, `collective::p2p_window`); `u64::MAX` when unbounded.
+    net_window: u64,
 }
 
 /// A rank's view of one of its groups, computed once.
@@ -128,6 +131,9 @@ struct Flow {
     path_ps: u64,
     notify: Option<u8>,
     line_rate: f64,
+    /// What NCCL's FIFO sustains when less than the line rate ([`f64::INFINITY`] if not):
+    /// the flow is paced to it.
+    fifo_rate: f64,
     dcqcn: Option<Dcqcn>,
     next_tx_ps: u64,
     pace_scheduled: bool,
@@ -144,6 +150,8 @@ pub struct GpuLp {
     /// Messages and clear-to-sends that arrived before the op they belong to started.
     early: BTreeMap<Tag, u32>,
     flows: Vec<Option<Flow>>,
+    /// When each FIFO-paced connection (by destination GPU) may send its next segment.
+    fifo_clock: Vec<(NodeId, u64)>,
     free_flows: Vec<u32>,
     ports: Ports,
     paths: PathCache,
@@ -321,6 +329,7 @@ impl GpuLp {
             running: std::array::from_fn(|_| Running::Idle),
             early: BTreeMap::new(),
             flows: Vec::new(),
+            fifo_clock: Vec::new(),
             free_flows: Vec::new(),
             ports: Ports::new(model, node),
             paths: PathCache::default(),
@@ -550,6 +559,18 @@ impl GpuLp {
                 run.recv_needed = recv_needed;
                 run.collective = Some((group, cop, bytes));
                 run.plan = Some((plan.algorithm, plan.protocol, plan.channels));
+                let settings = &model.collectives.settings;
+                run.net_window = match algo {
+                    Algo::Ring { lanes, .. } if plan.protocol == collective::Protocol::Simple => {
+                        collective::collective_window(settings, plan.channels.div_ceil(lanes))
+                    }
+                    Algo::Chain { .. } if plan.protocol == collective::Protocol::Simple => {
+                        collective::collective_window(settings, plan.channels)
+                    }
+                    // NCCL runs all-to-all as grouped sends and receives.
+                    Algo::Direct => collective::p2p_window(settings),
+                    _ => u64::MAX,
+                };
                 if let Algo::Ring { steps, .. } = algo {
                     // The fabric already simulates each step's link latency; what is left of
                     // the plan's latency is software: the call and the per-step handshakes.
@@ -642,6 +663,7 @@ impl GpuLp {
                 );
                 run.peer = peer;
                 run.tail_ps = tail_ps;
+                run.net_window = collective::p2p_window(&model.collectives.settings);
                 run.waiting_clear_to_send = true;
                 self.running[s] = Running::Comm(Box::new(run));
             }
@@ -733,6 +755,7 @@ impl GpuLp {
             ready_ps: 0,
             tail_ps: 0,
             plan: None,
+            net_window: u64::MAX,
         }
     }
 
@@ -1103,14 +1126,22 @@ impl GpuLp {
             Err(e) => return self.fail(e),
         };
         let computing = matches!(self.running[COMPUTE], Running::Compute { .. });
+        let net_window = match notify.map(|s| &self.running[usize::from(s)]) {
+            Some(Running::Comm(run)) if path.classes[class_index(LinkClass::Network)] => {
+                run.net_window
+            }
+            _ => u64::MAX,
+        };
         if !path.queued {
-            // Analytical: a FIFO share of the first link at the path's bottleneck bandwidth.
+            // Analytical: a FIFO share of the first link at the path's bottleneck bandwidth,
+            // or at what NCCL's FIFO sustains across the network when that is less.
             let i = model
                 .topology
                 .out_links(self.node)
                 .binary_search(&path.first_link)
                 .unwrap_or(0);
-            let mut ser = serialisation_ps(bytes, 1e12 / path.bytes_per_s);
+            let rate = path.bytes_per_s.min(collective::window_rate(net_window));
+            let mut ser = serialisation_ps(bytes, 1e12 / rate);
             if computing {
                 ser = (ser as f64 / model.interference.comm_rate).round() as u64;
             }
@@ -1140,6 +1171,7 @@ impl GpuLp {
             let bdp = (path.bytes_per_s * 2.0 * path.latency_ps as f64 * 1e-12).ceil() as u64;
             (bdp + u64::from(path.hops + 1) * seg).max(2 * seg)
         });
+        let fifo_rate = collective::window_rate(net_window);
         let flow = Flow {
             dst,
             via,
@@ -1154,6 +1186,11 @@ impl GpuLp {
             path_ps: path.latency_ps,
             notify,
             line_rate: path.bytes_per_s,
+            fifo_rate: if fifo_rate < path.bytes_per_s {
+                fifo_rate
+            } else {
+                f64::INFINITY
+            },
             dcqcn: model
                 .net
                 .dcqcn
@@ -1189,18 +1226,44 @@ impl GpuLp {
             if f.in_flight > 0 && f.in_flight + bytes > f.window {
                 return;
             }
-            if let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
-                dc.advance(ctx.now, p);
-                if ctx.now < f.next_tx_ps {
+            // Paced by DCQCN's rate, or by NCCL's FIFO when that is the tighter bound.
+            let dcqcn_rate = match (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
+                (Some(dc), Some(p)) => {
+                    dc.advance(ctx.now, p);
+                    dc.rate.min(f.line_rate)
+                }
+                _ => f64::INFINITY,
+            };
+            let rate = dcqcn_rate.min(f.fifo_rate);
+            if rate.is_finite() {
+                // A FIFO belongs to the connection, not to one transfer: flows to the same
+                // GPU (a ring's overlapping steps) share its pace.
+                let connection = f.fifo_rate.is_finite().then(|| {
+                    let dst = f.dst;
+                    match self.fifo_clock.iter().position(|(d, _)| *d == dst) {
+                        Some(i) => i,
+                        None => {
+                            self.fifo_clock.push((dst, 0));
+                            self.fifo_clock.len() - 1
+                        }
+                    }
+                });
+                let next_tx =
+                    connection.map_or(f.next_tx_ps, |i| f.next_tx_ps.max(self.fifo_clock[i].1));
+                if ctx.now < next_tx {
                     if !f.pace_scheduled {
                         f.pace_scheduled = true;
-                        ctx.emit(self.node, f.next_tx_ps, Body::Pace { flow: id });
+                        ctx.emit(self.node, next_tx, Body::Pace { flow: id });
                     }
                     return;
                 }
-                let gap = serialisation_ps(bytes.max(1), 1e12 / dc.rate.min(f.line_rate));
-                f.next_tx_ps = ctx.now + gap;
-                dc.on_sent(ctx.now, bytes, p);
+                f.next_tx_ps = ctx.now + serialisation_ps(bytes.max(1), 1e12 / rate);
+                if let Some(i) = connection {
+                    self.fifo_clock[i].1 = f.next_tx_ps;
+                }
+                if let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
+                    dc.on_sent(ctx.now, bytes, p);
+                }
             }
             f.sent += bytes;
             f.sent_any = true;

@@ -283,6 +283,28 @@ impl CollectiveModel {
                 ));
             }
         }
+        // (key, value, NCCL's default, smallest, largest accepted)
+        for (key, v, default, min, max) in [
+            ("buffsize", c.buffsize, 4u64 << 20, 4 << 10, 1 << 30),
+            (
+                "p2p_net_chunksize",
+                c.p2p_net_chunksize,
+                128 << 10,
+                4 << 10,
+                64 << 20,
+            ),
+        ] {
+            if !(min..=max).contains(&v) {
+                return Err(exp.loaded.error(
+                    &format!("collectives.{key}"),
+                    format!(
+                        "{v} bytes is outside {} KiB to {} MiB; NCCL's default is {default}",
+                        min >> 10,
+                        max >> 20
+                    ),
+                ));
+            }
+        }
         if settings.min_channels > settings.max_channels {
             return Err(exp.loaded.error(
                 "collectives.min_channels",
