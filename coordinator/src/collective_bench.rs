@@ -12,7 +12,7 @@ use sim::experiment::Experiment;
 use sim::workload::bench::{self, BenchOp};
 
 use crate::plot::{LineChart, Series, line_chart_svg};
-use crate::run::{RunError, RunOptions, simulate};
+use crate::run::{RunError, RunOptions, partition, simulate};
 
 /// nccl-tests' data types (`-d`) and their sizes.
 pub const DTYPES: [(&str, u64); 8] = [
@@ -129,12 +129,23 @@ pub fn run_bench(
     options: &RunOptions,
 ) -> Result<Vec<BenchRow>, RunError> {
     let compute = ComputeModel::from_experiment(exp)?;
-    let mut rows = Vec::with_capacity(spec.sizes.len());
-    for &requested in &spec.sizes {
-        let size = spec.op.round_size(requested, spec.gpus, spec.word);
-        let workload = bench::workload(spec.op, spec.gpus, size);
-        let model = SimModel::build(exp, workload, &compute, false)?;
-        let (_, results, engine) = simulate(exp, model, options, None)?;
+    let sizes: Vec<u64> = spec
+        .sizes
+        .iter()
+        .map(|&s| spec.op.round_size(s, spec.gpus, spec.word))
+        .collect();
+    let Some(&first) = sizes.first() else {
+        return Ok(Vec::new());
+    };
+    // The cluster is built and partitioned once; each size only swaps the workload.
+    let workload = |size| bench::workload(spec.op, spec.gpus, size);
+    let mut model = SimModel::build(exp, workload(first), &compute, false)?;
+    let partition = partition(exp, &model)?;
+    let mut rows = Vec::with_capacity(sizes.len());
+    for &size in &sizes {
+        model = model.with_workload(exp, workload(size), &compute);
+        let (returned, results, engine) = simulate(exp, model, &partition, options, None)?;
+        model = returned;
         let time_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
         let time_s = time_ps as f64 * 1e-12;
         let algbw = if time_s > 0.0 {

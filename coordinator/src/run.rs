@@ -48,7 +48,8 @@ pub fn run_embedded(
     let workload = sim::workload::load_or_compile(exp, None)?;
     let compute = ComputeModel::from_experiment(exp)?;
     let model = SimModel::build(exp, workload, &compute, options.trace)?;
-    let (model, results, engine) = simulate(exp, model, options, progress)?;
+    let partition = partition(exp, &model)?;
+    let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
     Ok(RunOutput {
         model,
@@ -57,18 +58,37 @@ pub fn run_embedded(
     })
 }
 
-/// Partitions `model` as the experiment's `[engine]` says and runs it embedded.
+/// How a model's LPs are split: the experiment's `[engine]` partition strategy and the
+/// lookahead it allows. Depends on the topology only.
+#[derive(Debug, Clone)]
+pub struct Partition {
+    strategy: String,
+    partition_of: Vec<u32>,
+    lookahead_ps: Option<u64>,
+}
+
+/// Partitions `model`'s topology as the experiment's `[engine]` says.
+pub fn partition(exp: &Experiment, model: &SimModel) -> Result<Partition, RunError> {
+    let engine_cfg = &exp.loaded.config.engine;
+    let assignment =
+        partitioner::partition(&model.topology, &engine_cfg.partition, engine_cfg.seed)
+            .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
+    Ok(Partition {
+        strategy: engine_cfg.partition.clone(),
+        lookahead_ps: partitioner::lookahead_ps(&model.topology, &assignment),
+        partition_of: assignment.partition_of,
+    })
+}
+
+/// Runs `model` embedded on `partition` (from [`partition`] on the same topology).
 pub fn simulate(
     exp: &Experiment,
     model: SimModel,
+    partition: &Partition,
     options: &RunOptions,
     progress: Option<ProgressHook>,
 ) -> Result<(SimModel, RunResults, EngineInfo), RunError> {
     let engine_cfg = &exp.loaded.config.engine;
-    let strategy = engine_cfg.partition.clone();
-    let assignment = partitioner::partition(&model.topology, &strategy, engine_cfg.seed)
-        .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
-    let lookahead = partitioner::lookahead_ps(&model.topology, &assignment);
     let workers = options.workers.unwrap_or(engine_cfg.workers).max(1);
     let threads = options.threads.unwrap_or(engine_cfg.threads as usize);
     let threads = if threads == 0 {
@@ -79,8 +99,8 @@ pub fn simulate(
     let model = Arc::new(model);
     let (results, stats) = embedded::run(
         Arc::clone(&model),
-        assignment.partition_of,
-        lookahead,
+        partition.partition_of.clone(),
+        partition.lookahead_ps,
         workers,
         threads,
         progress,
@@ -90,7 +110,7 @@ pub fn simulate(
     })?;
     let engine = EngineInfo {
         mode: "embedded",
-        strategy,
+        strategy: partition.strategy.clone(),
         stats,
         peak_rss_bytes: peak_rss_bytes(),
     };

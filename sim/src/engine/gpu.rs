@@ -1132,6 +1132,7 @@ impl GpuLp {
             }
             _ => u64::MAX,
         };
+        let fifo_rate = collective::window_rate(net_window);
         if !path.queued {
             // Analytical: a FIFO share of the first link at the path's bottleneck bandwidth,
             // or at what NCCL's FIFO sustains across the network when that is less.
@@ -1140,7 +1141,7 @@ impl GpuLp {
                 .out_links(self.node)
                 .binary_search(&path.first_link)
                 .unwrap_or(0);
-            let rate = path.bytes_per_s.min(collective::window_rate(net_window));
+            let rate = path.bytes_per_s.min(fifo_rate);
             let mut ser = serialisation_ps(bytes, 1e12 / rate);
             if computing {
                 ser = (ser as f64 / model.interference.comm_rate).round() as u64;
@@ -1171,7 +1172,6 @@ impl GpuLp {
             let bdp = (path.bytes_per_s * 2.0 * path.latency_ps as f64 * 1e-12).ceil() as u64;
             (bdp + u64::from(path.hops + 1) * seg).max(2 * seg)
         });
-        let fifo_rate = collective::window_rate(net_window);
         let flow = Flow {
             dst,
             via,

@@ -342,13 +342,8 @@ impl SimModel {
         let topology = exp.build_topology()?;
         let net = NetworkParams::from_experiment(exp, &topology)?;
         let collectives = CollectiveModel::from_experiment(exp, &topology)?;
-        let programs = workload.programs.iter().map(ProgramIndex::new).collect();
+        let (programs, kernel_ps) = workload_tables(exp, &workload, compute);
         let gpu_types = exp.gpu_types.len();
-        let kernel_ps = workload
-            .programs
-            .iter()
-            .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_times(p, g)))
-            .collect();
         Ok(SimModel {
             topology,
             workload,
@@ -362,6 +357,19 @@ impl SimModel {
             flows: Vec::new(),
             collectives,
         })
+    }
+
+    /// This model running `workload` instead: the topology and parameters are kept, so a
+    /// series of workloads on one cluster (`fleetsim collective`) builds them once.
+    pub fn with_workload(
+        mut self,
+        exp: &Experiment,
+        workload: Workload,
+        compute: &ComputeModel,
+    ) -> SimModel {
+        (self.programs, self.kernel_ps) = workload_tables(exp, &workload, compute);
+        self.workload = workload;
+        self
     }
 
     /// This model with the workload's ops removed and `flows` injected instead: network
@@ -390,6 +398,21 @@ impl SimModel {
             _ => Lp::Fabric(net::FabricLp::new(self, node)),
         }
     }
+}
+
+/// Per-program lookup tables, and kernel times per program and GPU type.
+fn workload_tables(
+    exp: &Experiment,
+    workload: &Workload,
+    compute: &ComputeModel,
+) -> (Vec<ProgramIndex>, Vec<Vec<u64>>) {
+    let programs = workload.programs.iter().map(ProgramIndex::new).collect();
+    let kernel_ps = workload
+        .programs
+        .iter()
+        .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_times(p, g)))
+        .collect();
+    (programs, kernel_ps)
 }
 
 /// A logical process: one topology node and its state.
