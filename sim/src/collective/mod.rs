@@ -21,7 +21,9 @@
 //! arrives; a group with packet-level links runs the algorithm's transfers ([`ring`]) over the
 //! real fabric and adds only the latency part.
 
+pub mod pat;
 pub mod ring;
+pub mod tree;
 
 use crate::config::{CollectiveAlgorithm, CollectiveProtocol, CollectivesConfig};
 use crate::workload::CollectiveOp;

@@ -20,7 +20,7 @@ pub struct LaneLink {
 }
 
 /// Members grouped by host, hosts in order of first appearance.
-fn blocks(members: &[u32], host_of: &impl Fn(u32) -> u32) -> Vec<Vec<u32>> {
+pub(crate) fn blocks(members: &[u32], host_of: &impl Fn(u32) -> u32) -> Vec<Vec<u32>> {
     let mut index = std::collections::BTreeMap::new();
     let mut out: Vec<Vec<u32>> = Vec::new();
     for &m in members {
@@ -127,13 +127,45 @@ mod tests {
     }
 
     #[test]
-    fn ring_allreduce_moves_the_textbook_volume() {
-        // A rank sends 2(n−1) steps of size/(n·lanes) on each lane: 2(n−1)/n of the buffer,
-        // nccl-tests' bus bandwidth factor.
-        let (n, size) = (32u64, 1u64 << 30);
+    fn ring_allreduce_over_lane_links_reduces_every_block_on_every_rank() {
+        use std::collections::BTreeSet;
+        let members: Vec<u32> = (0..24).collect();
+        let n = members.len();
         let lanes = 8;
-        let sent = lanes * 2 * (n - 1) * (size / (n * lanes));
-        assert_eq!(sent as f64, 2.0 * (n - 1) as f64 / n as f64 * size as f64);
+        let size = 24 * 8 << 20;
+        let mut moved = 0u64;
+        for lane in 0..lanes {
+            let next = |m: u32| lane_links(&members, host8, lanes, true, m)[lane as usize].next;
+            // Ring positions as the lane's next pointers order them.
+            let mut order = vec![0u32];
+            while order.len() < n {
+                order.push(next(*order.last().expect("a rank")));
+            }
+            // held[i][b]: contributors summed into position i's copy of block b.
+            let mut held: Vec<Vec<BTreeSet<usize>>> = (0..n)
+                .map(|i| (0..n).map(|_| BTreeSet::from([i])).collect())
+                .collect();
+            // Reduce-scatter, then all-gather: in step k position i sends block i−k.
+            for k in 0..2 * (n - 1) {
+                let before = held.clone();
+                for i in 0..n {
+                    let to = (i + 1) % n;
+                    assert_eq!(next(order[i]), order[to]);
+                    let b = (i + n - k % n) % n;
+                    let data = before[i][b].clone();
+                    if k < n - 1 {
+                        held[to][b].extend(data);
+                    } else {
+                        held[to][b] = data;
+                    }
+                    moved += size / (n as u64 * u64::from(lanes));
+                }
+            }
+            let all: BTreeSet<usize> = (0..n).collect();
+            assert!(held.iter().all(|h| h.iter().all(|b| *b == all)));
+        }
+        // Every rank sends 2(n−1)/n of the buffer: nccl-tests' all-reduce bus bandwidth factor.
+        assert_eq!(moved, 2 * (n as u64 - 1) * size);
     }
 
     #[test]
