@@ -129,20 +129,21 @@ fn a_strategy_that_is_not_available_is_one_clear_error() {
 
 #[test]
 fn an_algorithm_the_packet_level_engine_does_not_run_is_one_clear_error() {
-    let out = scratch("forced-tree");
+    let out = scratch("forced-nvls");
     let mut args = vec!["run", QUICKSTART, "--quiet", "--out"];
     let dir = out.display().to_string();
     args.push(&dir);
     args.extend(SMALL);
     args.extend([
         "--set",
-        "network.model=packet",
+        "network.intra_host=packet",
         "--set",
-        "collectives.algorithm=tree",
+        "collectives.algorithm=nvls",
     ]);
-    let stderr = one_clear_error(fleetsim().args(&args), "run with a forced tree");
+    // NVLS reduces inside the NVSwitch, which the packet-level fabric does not compute.
+    let stderr = one_clear_error(fleetsim().args(&args), "run with a forced NVLS");
     assert!(
-        stderr.contains("collectives.algorithm = \"tree\""),
+        stderr.contains("collectives.algorithm = \"nvls\""),
         "{stderr}"
     );
     assert!(

@@ -45,6 +45,16 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// In the order NCCL's tuning visits them (ties go to the first).
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::Tree,
+        Algorithm::Ring,
+        Algorithm::Nvls,
+        Algorithm::NvlsTree,
+        Algorithm::Pat,
+        Algorithm::Direct,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
@@ -365,7 +375,7 @@ pub fn bus_factor(op: CollectiveOp, ranks: u32) -> f64 {
 }
 
 /// Algorithm steps and the network ones among them (`tuning.cc`, `nsteps`, `nInterSteps`).
-fn ring_steps(op: CollectiveOp, ranks: u32, nodes: u32) -> (u32, u32) {
+pub fn ring_steps(op: CollectiveOp, ranks: u32, nodes: u32) -> (u32, u32) {
     match op {
         CollectiveOp::AllReduce => (2 * (ranks - 1), 2 * (nodes - 1)),
         CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
@@ -575,29 +585,18 @@ impl CommShape {
                 Algorithm::Nvls,
                 CollectiveOp::AllReduce | CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
             ) if simple_only && self.nvls_possible(settings) && self.nodes == 1 => {
-                let nf = f64::from(n);
-                let link = self.intra_bytes_per_s * 1e-9 * p.nvls_efficiency;
-                // All-reduce: each GPU's link carries its buffer up for the in-switch
-                // reduction and 1/n of it for the multicast store (and the mirror down).
-                // All-gather / reduce-scatter: (n−1)/n of it, as a ring does.
-                let per_link = match op {
-                    CollectiveOp::AllReduce => size * (nf + 1.0) / nf,
-                    _ => size * (nf - 1.0) / nf,
-                };
                 Some(Plan {
                     algorithm,
                     protocol,
                     channels: NVLS_CHANNELS.clamp(settings.min_channels, settings.max_channels),
                     latency_us: p.call_us + p.nvls_us,
-                    transfer_us: per_link / (link * 1e3),
+                    transfer_us: self.nvls_intra_us(op, size),
                 })
             }
             (Algorithm::NvlsTree, CollectiveOp::AllReduce)
                 if simple_only && self.nvls_possible(settings) && self.nodes > 1 =>
             {
-                let nf = f64::from(self.ranks_per_node);
-                let link = self.intra_bytes_per_s * 1e-9 * p.nvls_efficiency;
-                let intra = size * (nf + 1.0) / nf / (link * 1e3);
+                let intra = self.nvls_intra_us(op, size);
                 // NCCL: bw = min(bwIntra, nNodes ≤ 2 ? bwInter : bwInter/2) (`tuning.cc`).
                 let inter_bw = if self.nodes <= 2 {
                     self.inter_gbs()
@@ -672,6 +671,20 @@ impl CommShape {
         }
     }
 
+    /// NVLS's time inside a node for `size` bytes, µs: each GPU's NVLink carries, for
+    /// all-reduce, its buffer up for the in-switch reduction and 1/n of it for the multicast
+    /// store (and the mirror down); for all-gather / reduce-scatter, (n−1)/n of it, as a
+    /// ring does.
+    pub fn nvls_intra_us(&self, op: CollectiveOp, size: f64) -> f64 {
+        let nf = f64::from(self.ranks_per_node.max(1));
+        let link = self.intra_bytes_per_s * 1e-9 * self.arch.params().nvls_efficiency;
+        let per_link = match op {
+            CollectiveOp::AllReduce => size * (nf + 1.0) / nf,
+            _ => size * (nf - 1.0) / nf,
+        };
+        per_link / (link * 1e3)
+    }
+
     fn nvls_possible(&self, settings: &Settings) -> bool {
         settings.nvls_enable
             && self.nvswitch
@@ -682,16 +695,19 @@ impl CommShape {
 
     /// NCCL's choice: the enabled (algorithm, protocol) of least time.
     pub fn plan(&self, op: CollectiveOp, bytes: u64, settings: &Settings) -> Option<Plan> {
-        const ALGORITHMS: [Algorithm; 6] = [
-            Algorithm::Tree,
-            Algorithm::Ring,
-            Algorithm::Nvls,
-            Algorithm::NvlsTree,
-            Algorithm::Pat,
-            Algorithm::Direct,
-        ];
+        self.plan_among(op, bytes, settings, &Algorithm::ALL)
+    }
+
+    /// NCCL's choice among `algorithms` only.
+    pub fn plan_among(
+        &self,
+        op: CollectiveOp,
+        bytes: u64,
+        settings: &Settings,
+        algorithms: &[Algorithm],
+    ) -> Option<Plan> {
         let mut best: Option<Plan> = None;
-        for a in ALGORITHMS {
+        for &a in algorithms {
             if settings.algorithm.is_some_and(|s| s != a) {
                 continue;
             }

@@ -17,13 +17,13 @@
 //! runs and a collective does; `bubble` for every other moment before the rank finishes
 //! (waiting for pipeline sends and receives, or for dependencies).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::dcqcn::Dcqcn;
 use super::net::{Ports, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
 use super::{Body, Ctx, INJECTED, NO_NODE, P2P, Segment, SimModel, Tag};
-use crate::collective::{self, Algorithm, CommShape, Plan, ring};
+use crate::collective::{self, Algorithm, CommShape, Plan, pat, ring, tree};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId, splitmix64};
 use crate::workload::{CollectiveOp, OpKind, Peer, Stream};
@@ -51,6 +51,20 @@ enum Algo {
     /// (position 0) gathers arrivals and releases everyone at the planned end.
     Closed {
         duration_ps: u64,
+    },
+    /// NCCL's double binary tree (all-reduce): on every lane both trees reduce `chunks`
+    /// chunks up and broadcast them down, pipelined. With `intra_chunk_ps > 0` it is
+    /// NVLS-tree: one lane whose chunks also come from the NVSwitch's in-node reduction,
+    /// one every `intra_chunk_ps`.
+    Tree {
+        lanes: u32,
+        chunks: u32,
+        intra_chunk_ps: u64,
+    },
+    /// PAT (all-gather, or reduce-scatter when `reduce`): log2(n) steps to peers 2^k away.
+    Pat {
+        steps: u32,
+        reduce: bool,
     },
     /// Broadcast: chunks flow down the chain from position 0.
     Chain {
@@ -93,6 +107,47 @@ struct CommRun {
     /// Bytes a transfer may have in flight across the network: NCCL's FIFO for the op
     /// (`collective::collective_window`, `collective::p2p_window`); `u64::MAX` when unbounded.
     net_window: u64,
+    /// Tree: up-arrivals per (lane, tree, chunk).
+    arrivals: Vec<u8>,
+    /// Sends waiting behind an earlier chunk on their connection.
+    queued: u32,
+}
+
+/// A rank's neighbours in one tree of one lane (GPU nodes, [`NO_NODE`] for none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TreeHop {
+    parent: NodeId,
+    children: [NodeId; 3],
+    count: u8,
+}
+
+impl TreeHop {
+    fn children(&self) -> &[NodeId] {
+        &self.children[..usize::from(self.count)]
+    }
+}
+
+/// How [`GpuLp::transmit`] sent a transfer.
+enum Sent {
+    /// As a segment-level flow, in slot `id`.
+    Flow(u32),
+    /// Over analytical links; its last byte leaves the GPU at `leaves_ps`.
+    Analytical { leaves_ps: u64 },
+    Failed,
+}
+
+/// A connection whose chunks go in order with bounded buffering, as NCCL's FIFO sends
+/// them: over the network at most [`collective::NCCL_STEPS`] chunks are unacknowledged
+/// (the receiver's slots); over analytical links the next chunk starts when the previous
+/// one has left the GPU, so connections sharing a link interleave chunk by chunk.
+#[derive(Debug)]
+struct SerialConnection {
+    stream: u8,
+    dst: NodeId,
+    channel: u16,
+    in_flight: u32,
+    limit: u32,
+    queue: VecDeque<(u64, Tag)>,
 }
 
 /// A rank's view of one of its groups, computed once.
@@ -105,6 +160,13 @@ struct GroupInfo {
     leader: NodeId,
     /// Lane rings for the last lane count asked for: (next, prev, PXN relay).
     lanes: Vec<(NodeId, NodeId, NodeId)>,
+    /// Both trees of every lane, for the last (lanes, NVLS-tree) asked for.
+    trees: Vec<[TreeHop; 2]>,
+    trees_for: (u32, bool),
+    /// PAT's peers at distance 2^k: (position − 2^k, position + 2^k).
+    pat: Vec<(NodeId, NodeId)>,
+    /// One-way latency to a member on this host and to one on another host, ps.
+    hop_ps: (u64, u64),
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +199,8 @@ struct Flow {
     dcqcn: Option<Dcqcn>,
     next_tx_ps: u64,
     pace_scheduled: bool,
+    /// The [`SerialConnection`] whose slot this flow holds until acknowledged, or `u32::MAX`.
+    serial: u32,
 }
 
 #[derive(Debug)]
@@ -152,6 +216,7 @@ pub struct GpuLp {
     flows: Vec<Option<Flow>>,
     /// When each FIFO-paced connection (by destination GPU) may send its next segment.
     fifo_clock: Vec<(NodeId, u64)>,
+    serial: Vec<SerialConnection>,
     free_flows: Vec<u32>,
     ports: Ports,
     paths: PathCache,
@@ -330,6 +395,7 @@ impl GpuLp {
             early: BTreeMap::new(),
             flows: Vec::new(),
             fifo_clock: Vec::new(),
+            serial: Vec::new(),
             free_flows: Vec::new(),
             ports: Ports::new(model, node),
             paths: PathCache::default(),
@@ -410,6 +476,10 @@ impl GpuLp {
                 self.analytical_sends_delivered(model, usize::from(stream), ctx)
             }
             Body::Ack { flow, bytes, ecn } => self.acked(model, flow, bytes, ecn, ctx),
+            Body::ConnectionFree { connection } => {
+                self.serial[connection as usize].in_flight -= 1;
+                self.serial_pump(model, connection as usize, ctx);
+            }
             Body::Pace { flow } => {
                 if let Some(Some(f)) = self.flows.get_mut(flow as usize) {
                     f.pace_scheduled = false;
@@ -526,10 +596,71 @@ impl GpuLp {
                     let duration_ps = plan.time_ps();
                     (Algo::Closed { duration_ps }, 0, needed)
                 } else {
-                    match cop {
-                        CollectiveOp::AllReduce
-                        | CollectiveOp::AllGather
-                        | CollectiveOp::ReduceScatter => {
+                    match (plan.algorithm, cop) {
+                        (Algorithm::Tree | Algorithm::NvlsTree, CollectiveOp::AllReduce) => {
+                            let nvls = plan.algorithm == Algorithm::NvlsTree;
+                            let lanes = if nvls {
+                                1
+                            } else {
+                                ring::lane_count(
+                                    shape.nodes,
+                                    shape.ranks_per_node,
+                                    plan.channels.div_ceil(2),
+                                )
+                            };
+                            if !self.trees(model, group, lanes, nvls) {
+                                return;
+                            }
+                            // NVLS-tree: every GPU heads one slice; the tree spans nodes only.
+                            let (slices, tree_ranks) = if nvls {
+                                (shape.ranks_per_node, shape.nodes)
+                            } else {
+                                (lanes, shape.ranks)
+                            };
+                            let chunk = tree::chunk_bytes(
+                                plan.protocol,
+                                model.collectives.settings.buffsize,
+                                bytes,
+                                plan.channels,
+                                tree_ranks,
+                                shape.nodes,
+                            );
+                            let most = (1u64 << 16) / u64::from(4 * lanes);
+                            let chunks = bytes
+                                .div_ceil(u64::from(plan.channels.max(1)))
+                                .div_ceil(chunk.max(1))
+                                .clamp(1, most) as u32;
+                            let step = bytes.div_ceil(2 * u64::from(slices) * u64::from(chunks));
+                            let intra_chunk_ps = if nvls {
+                                let intra_us = shape.nvls_intra_us(cop, bytes as f64);
+                                ((intra_us * 1e6 / f64::from(chunks)).round() as u64).max(1)
+                            } else {
+                                0
+                            };
+                            let needed = self.tree_receives(group, chunks, nvls);
+                            let algo = Algo::Tree {
+                                lanes,
+                                chunks,
+                                intra_chunk_ps,
+                            };
+                            (algo, wire(step), needed)
+                        }
+                        (
+                            Algorithm::Pat,
+                            CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
+                        ) => {
+                            self.pat_peers(model, group);
+                            let steps = pat::steps(ring.n);
+                            let reduce = cop == CollectiveOp::ReduceScatter;
+                            // step_bytes is one block; step k sends several.
+                            (Algo::Pat { steps, reduce }, wire(bytes.div_ceil(n)), steps)
+                        }
+                        (
+                            _,
+                            CollectiveOp::AllReduce
+                            | CollectiveOp::AllGather
+                            | CollectiveOp::ReduceScatter,
+                        ) => {
                             let steps = if cop == CollectiveOp::AllReduce {
                                 2 * (ring.n - 1)
                             } else {
@@ -545,10 +676,10 @@ impl GpuLp {
                             let step = bytes.div_ceil(n * u64::from(lanes));
                             (Algo::Ring { steps, lanes }, wire(step), steps * lanes)
                         }
-                        CollectiveOp::AllToAll => {
+                        (_, CollectiveOp::AllToAll) => {
                             (Algo::Direct, wire(bytes.div_ceil(n)), ring.n - 1)
                         }
-                        CollectiveOp::Broadcast => {
+                        (_, CollectiveOp::Broadcast) => {
                             let chunks = ring.n;
                             let needed = if ring.pos == 0 { 0 } else { chunks };
                             (Algo::Chain { chunks }, wire(bytes.div_ceil(n)), needed)
@@ -564,28 +695,59 @@ impl GpuLp {
                     Algo::Ring { lanes, .. } if plan.protocol == collective::Protocol::Simple => {
                         collective::collective_window(settings, plan.channels.div_ceil(lanes))
                     }
-                    Algo::Chain { .. } if plan.protocol == collective::Protocol::Simple => {
+                    Algo::Tree { lanes, .. } if plan.protocol == collective::Protocol::Simple => {
+                        collective::collective_window(settings, plan.channels.div_ceil(2 * lanes))
+                    }
+                    Algo::Chain { .. } | Algo::Pat { .. }
+                        if plan.protocol == collective::Protocol::Simple =>
+                    {
                         collective::collective_window(settings, plan.channels)
                     }
                     // NCCL runs all-to-all as grouped sends and receives.
                     Algo::Direct => collective::p2p_window(settings),
                     _ => u64::MAX,
                 };
-                if let Algo::Ring { steps, .. } = algo {
-                    // The fabric already simulates each step's link latency; what is left of
-                    // the plan's latency is software: the call and the per-step handshakes.
-                    let (next, _, via) = self.lane(group, 0);
-                    let hop = self
-                        .paths
-                        .get_via(model, self.node, (next, via), 0)
-                        .map_or(0, |p| p.latency_ps);
+                // The fabric already simulates each step's link latency; what is left of the
+                // plan's latency is software: the call and the per-step handshakes.
+                // The fabric already simulates each step's link latency along the critical
+                // path; what is left of the plan's latency is software: the call and the
+                // per-step handshakes.
+                let log_nodes = 31 - shape.nodes.max(1).leading_zeros();
+                let simulated_hops = match algo {
+                    Algo::Ring { .. } => Some(collective::ring_steps(cop, shape.ranks, shape.nodes)),
+                    Algo::Tree { intra_chunk_ps, .. } if intra_chunk_ps > 0 => {
+                        Some((2 * log_nodes, 2 * log_nodes))
+                    }
+                    Algo::Tree { .. } => {
+                        let intra = shape.ranks_per_node.saturating_sub(1);
+                        Some((2 * (intra + log_nodes), 2 * log_nodes))
+                    }
+                    Algo::Pat { steps, .. } => Some((steps, steps)),
+                    _ => None,
+                };
+                if let Some((steps, inter_steps)) = simulated_hops {
+                    let (intra_ps, inter_ps) = self.hop_latencies(group);
+                    let simulated = u64::from(steps - inter_steps) * intra_ps
+                        + u64::from(inter_steps) * inter_ps;
                     let call = (shape.arch.params().call_us * 1e6) as u64;
-                    run.tail_ps = plan
-                        .latency_ps()
-                        .saturating_sub(u64::from(steps) * hop)
-                        .max(call);
+                    run.tail_ps = plan.latency_ps().saturating_sub(simulated).max(call);
                 } else if !closed {
                     run.tail_ps = plan.latency_ps();
+                }
+                if let Algo::Tree {
+                    intra_chunk_ps,
+                    chunks,
+                    ..
+                } = algo
+                    && intra_chunk_ps > 0
+                {
+                    // NVLS-tree: the node's multicast of the last chunk follows the network,
+                    // and the NVSwitch phases take their own time however fast the network.
+                    run.tail_ps += intra_chunk_ps;
+                    run.analytical_sends_until = ctx.now + u64::from(chunks) * intra_chunk_ps;
+                }
+                if let Algo::Tree { lanes, chunks, .. } = algo {
+                    run.arrivals = vec![0; (2 * lanes * chunks) as usize];
                 }
                 if let Algo::Closed { .. } = algo {
                     let ready = ctx.now.max(self.link_free_toward(model, ring.next));
@@ -642,6 +804,32 @@ impl GpuLp {
                             );
                         }
                     }
+                    Algo::Tree {
+                        lanes,
+                        chunks,
+                        intra_chunk_ps,
+                    } => {
+                        for lt in 0..2 * lanes {
+                            if intra_chunk_ps > 0 {
+                                // The NVSwitch's in-node reduction is one more child.
+                                for c in 0..chunks {
+                                    let tag = Tag {
+                                        stream: s as u8,
+                                        group: comm_group,
+                                        seq,
+                                        step: tree_step(lt, c, chunks, false),
+                                    };
+                                    let at = ctx.now + u64::from(c + 1) * intra_chunk_ps;
+                                    ctx.emit(self.node, at, Body::Message { tag });
+                                }
+                            } else if self.tree_hop(group, lt).count == 0 {
+                                for c in 0..chunks {
+                                    self.tree_chunk_reduced(model, s, lt, c, ctx);
+                                }
+                            }
+                        }
+                    }
+                    Algo::Pat { .. } => self.pat_send(model, s, 0, ctx),
                     Algo::Chain { chunks } if ring.pos == 0 => {
                         for c in 0..chunks {
                             self.send(model, s, (ring.next, NO_NODE), step_bytes, s, c as u16, ctx);
@@ -756,6 +944,8 @@ impl GpuLp {
             tail_ps: 0,
             plan: None,
             net_window: u64::MAX,
+            arrivals: Vec::new(),
+            queued: 0,
         }
     }
 
@@ -813,6 +1003,7 @@ impl GpuLp {
             nics_per_node: model.collectives.nics_per_host.max(1),
         };
         let mut closed = true;
+        let mut hop_ps = (0, 0);
         for (m, intra) in [(same, true), (other, false)] {
             let Some(&m) = m else { continue };
             let p = match self.paths.get(model, self.node, topo.gpu(m), 0) {
@@ -823,6 +1014,11 @@ impl GpuLp {
                 }
             };
             closed &= !p.queued;
+            if intra {
+                hop_ps.0 = p.latency_ps;
+            } else {
+                hop_ps.1 = p.latency_ps;
+            }
             if intra {
                 shape.intra_bytes_per_s = p.bytes_per_s;
                 shape.nvlink = p.classes[super::results::class_index(LinkClass::NvLink)];
@@ -838,6 +1034,10 @@ impl GpuLp {
             closed,
             leader,
             lanes: Vec::new(),
+            trees: Vec::new(),
+            trees_for: (0, false),
+            pat: Vec::new(),
+            hop_ps,
         }));
         Some((ring, shape, closed, leader))
     }
@@ -874,6 +1074,230 @@ impl GpuLp {
             .as_ref()
             .and_then(|g| g.lanes.get(lane as usize).copied())
             .unwrap_or((self.node, self.node, NO_NODE))
+    }
+
+    /// Builds this rank's tree links of group `kind` for `lanes` lanes (NVLS-tree's when
+    /// `nvls`), kept until that changes; false after a failure.
+    fn trees(&mut self, model: &SimModel, kind: GroupKind, lanes: u32, nvls: bool) -> bool {
+        let Some(g) = self.groups[kind as usize].as_mut() else {
+            return false;
+        };
+        if g.trees_for != (lanes, nvls) || g.trees.is_empty() {
+            let topo = &model.topology;
+            let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+            let members = model.workload.layout.group(kind, self.rank);
+            let hop = |l: &tree::TreeLinks| {
+                let mut children = [NO_NODE; 3];
+                for (slot, &c) in children.iter_mut().zip(&l.children) {
+                    *slot = topo.gpu(c);
+                }
+                TreeHop {
+                    parent: l.parent.map_or(NO_NODE, |p| topo.gpu(p)),
+                    children,
+                    count: l.children.len().min(3) as u8,
+                }
+            };
+            g.trees = if nvls {
+                vec![tree::nvls_tree_links(&members, host, self.rank).each_ref().map(hop)]
+            } else {
+                tree::tree_links(&members, host, lanes, self.rank)
+                    .iter()
+                    .map(|t| t.each_ref().map(hop))
+                    .collect()
+            };
+            g.trees_for = (lanes, nvls);
+        }
+        true
+    }
+
+    /// One-way latency to a member of group `kind` on this host and on another host, ps.
+    fn hop_latencies(&self, kind: GroupKind) -> (u64, u64) {
+        self.groups[kind as usize]
+            .as_ref()
+            .map_or((0, 0), |g| g.hop_ps)
+    }
+
+    /// Tree `lt % 2` of lane `lt / 2` of group `kind`, built by [`Self::trees`].
+    fn tree_hop(&self, kind: GroupKind, lt: u32) -> TreeHop {
+        self.groups[kind as usize]
+            .as_ref()
+            .and_then(|g| g.trees.get((lt / 2) as usize))
+            .map_or(
+                TreeHop {
+                    parent: NO_NODE,
+                    children: [NO_NODE; 3],
+                    count: 0,
+                },
+                |t| t[(lt % 2) as usize],
+            )
+    }
+
+    /// Chunks this rank receives in a tree all-reduce: from each child going up (and from
+    /// the NVSwitch under NVLS-tree), from the parent coming down.
+    fn tree_receives(&self, kind: GroupKind, chunks: u32, nvls: bool) -> u32 {
+        let Some(g) = self.groups[kind as usize].as_ref() else {
+            return 0;
+        };
+        g.trees
+            .iter()
+            .flatten()
+            .map(|t| {
+                let from = u32::from(t.count) + u32::from(nvls) + u32::from(t.parent != NO_NODE);
+                from * chunks
+            })
+            .sum()
+    }
+
+    /// Chunk `c` of lane-tree `lt` holds this rank's whole subtree: it goes up to the
+    /// parent, or at the root turns into the broadcast down.
+    fn tree_chunk_reduced(&mut self, model: &SimModel, s: usize, lt: u32, c: u32, ctx: &mut Ctx) {
+        let Running::Comm(run) = &self.running[s] else {
+            return;
+        };
+        let Algo::Tree { chunks, .. } = run.algo else {
+            return;
+        };
+        let kind = run.collective.map_or(GroupKind::Dp, |c| c.0);
+        let hop = self.tree_hop(kind, lt);
+        if hop.parent != NO_NODE {
+            let step = tree_step(lt, c, chunks, false);
+            self.send_serial(model, s, hop.parent, step, (2 * lt) as u16, ctx);
+        } else {
+            for &child in hop.children() {
+                let step = tree_step(lt, c, chunks, true);
+                self.send_serial(model, s, child, step, (2 * lt + 1) as u16, ctx);
+            }
+        }
+    }
+
+    /// Computes PAT's peers in group `kind` once.
+    fn pat_peers(&mut self, model: &SimModel, kind: GroupKind) {
+        let Some(g) = self.groups[kind as usize].as_mut() else {
+            return;
+        };
+        if !g.pat.is_empty() {
+            return;
+        }
+        let topo = &model.topology;
+        let members = model.workload.layout.group(kind, self.rank);
+        let (n, pos) = (g.ring.n, g.ring.pos);
+        g.pat = (0..pat::steps(n))
+            .map(|k| {
+                let d = (1u32 << k) % n;
+                (
+                    topo.gpu(members[((pos + n - d) % n) as usize]),
+                    topo.gpu(members[((pos + d) % n) as usize]),
+                )
+            })
+            .collect();
+    }
+
+    /// PAT's peer `2^k` positions before (`before`) or after this rank.
+    fn pat_peer(&self, kind: GroupKind, k: u32, before: bool) -> NodeId {
+        self.groups[kind as usize]
+            .as_ref()
+            .and_then(|g| g.pat.get(k as usize))
+            .map_or(self.node, |&(b, a)| if before { b } else { a })
+    }
+
+    /// Sends PAT's step `k` of the op on stream `s`.
+    fn pat_send(&mut self, model: &SimModel, s: usize, k: u32, ctx: &mut Ctx) {
+        let Running::Comm(run) = &self.running[s] else {
+            return;
+        };
+        let Algo::Pat { reduce, .. } = run.algo else {
+            return;
+        };
+        let kind = run.collective.map_or(GroupKind::Dp, |c| c.0);
+        let n = run.ring.n;
+        let (distance, blocks) = if reduce {
+            pat::reduce_scatter_step(n, k)
+        } else {
+            pat::all_gather_step(n, k)
+        };
+        let peer = self.pat_peer(kind, distance.trailing_zeros(), !reduce);
+        let bytes = run.step_bytes * u64::from(blocks);
+        self.send(model, s, (peer, NO_NODE), bytes, s, k as u16, ctx);
+    }
+
+    /// Queues a chunk of the op on stream `s` for GPU `dst` on connection `channel`: it
+    /// starts once the connection's previous chunk has left.
+    fn send_serial(
+        &mut self,
+        model: &SimModel,
+        s: usize,
+        dst: NodeId,
+        step: u16,
+        channel: u16,
+        ctx: &mut Ctx,
+    ) {
+        let Running::Comm(run) = &mut self.running[s] else {
+            return;
+        };
+        let tag = Tag {
+            stream: s as u8,
+            group: run.group,
+            seq: run.seq,
+            step,
+        };
+        run.queued += 1;
+        let bytes = run.step_bytes;
+        let stream = s as u8;
+        let i = match self
+            .serial
+            .iter()
+            .position(|c| c.stream == stream && c.dst == dst && c.channel == channel)
+        {
+            Some(i) => i,
+            None => {
+                self.serial.push(SerialConnection {
+                    stream,
+                    dst,
+                    channel,
+                    in_flight: 0,
+                    limit: 1,
+                    queue: VecDeque::new(),
+                });
+                self.serial.len() - 1
+            }
+        };
+        self.serial[i].queue.push_back((bytes, tag));
+        self.serial_pump(model, i, ctx);
+    }
+
+    /// Starts the queued chunks of connection `i` while it has room.
+    fn serial_pump(&mut self, model: &SimModel, i: usize, ctx: &mut Ctx) {
+        loop {
+            let conn = &mut self.serial[i];
+            if conn.in_flight >= conn.limit {
+                return;
+            }
+            let Some((bytes, tag)) = conn.queue.pop_front() else {
+                return;
+            };
+            let (stream, dst) = (conn.stream, conn.dst);
+            if let Running::Comm(run) = &mut self.running[usize::from(stream)] {
+                run.queued -= 1;
+            }
+            match self.transmit(model, (dst, NO_NODE), bytes, tag, Some(stream), ctx) {
+                Sent::Flow(id) => {
+                    if let Some(Some(f)) = self.flows.get_mut(id as usize) {
+                        f.serial = i as u32;
+                        let conn = &mut self.serial[i];
+                        conn.in_flight += 1;
+                        conn.limit = collective::NCCL_STEPS as u32;
+                    }
+                }
+                Sent::Analytical { leaves_ps } if leaves_ps > ctx.now => {
+                    let conn = &mut self.serial[i];
+                    conn.in_flight += 1;
+                    conn.limit = 1;
+                    let connection = i as u32;
+                    ctx.emit(self.node, leaves_ps, Body::ConnectionFree { connection });
+                }
+                Sent::Analytical { .. } | Sent::Failed => {}
+            }
+        }
     }
 
     /// When this GPU's first link towards `dst` is free of analytical transfers.
@@ -996,6 +1420,36 @@ impl GpuLp {
                     }
                 }
             }
+            Algo::Tree {
+                chunks,
+                intra_chunk_ps,
+                ..
+            } => {
+                run.recv_got += 1;
+                let kind = run.collective.map_or(GroupKind::Dp, |c| c.0);
+                let (lt, c, down) = tree_unstep(step, chunks);
+                if down {
+                    let hop = self.tree_hop(kind, lt);
+                    for &child in hop.children() {
+                        let step = tree_step(lt, c, chunks, true);
+                        self.send_serial(model, s, child, step, (2 * lt + 1) as u16, ctx);
+                    }
+                } else {
+                    let got = &mut run.arrivals[(lt * chunks + c) as usize];
+                    *got += 1;
+                    let got = *got;
+                    let needed = self.tree_hop(kind, lt).count + u8::from(intra_chunk_ps > 0);
+                    if got == needed {
+                        self.tree_chunk_reduced(model, s, lt, c, ctx);
+                    }
+                }
+            }
+            Algo::Pat { steps, .. } => {
+                run.recv_got += 1;
+                if u32::from(step) + 1 < steps {
+                    self.pat_send(model, s, u32::from(step) + 1, ctx);
+                }
+            }
             Algo::Chain { .. } => {
                 run.recv_got += 1;
                 if ring.pos + 1 < ring.n {
@@ -1010,6 +1464,7 @@ impl GpuLp {
         if let Running::Comm(r) = &mut self.running[s]
             && r.recv_got >= r.recv_needed
             && r.sends_open == 0
+            && r.queued == 0
             && !r.waiting_clear_to_send
         {
             if r.tail_ps > 0 {
@@ -1119,11 +1574,14 @@ impl GpuLp {
         tag: Tag,
         notify: Option<u8>,
         ctx: &mut Ctx,
-    ) {
+    ) -> Sent {
         let hash = self.flow_hash(model, dst, tag);
         let path = match self.paths.get_via(model, self.node, (dst, via), hash) {
             Ok(p) => p,
-            Err(e) => return self.fail(e),
+            Err(e) => {
+                self.fail(e);
+                return Sent::Failed;
+            }
         };
         let computing = matches!(self.running[COMPUTE], Running::Compute { .. });
         let net_window = match notify.map(|s| &self.running[usize::from(s)]) {
@@ -1160,7 +1618,9 @@ impl GpuLp {
             {
                 run.analytical_sends_until = run.analytical_sends_until.max(arrive);
             }
-            return;
+            return Sent::Analytical {
+                leaves_ps: start + ser,
+            };
         }
         if let Some(s) = notify
             && let Running::Comm(run) = &mut self.running[usize::from(s)]
@@ -1198,6 +1658,7 @@ impl GpuLp {
                 .map(|_| Dcqcn::new(path.bytes_per_s, ctx.now)),
             next_tx_ps: ctx.now,
             pace_scheduled: false,
+            serial: u32::MAX,
         };
         let id = match self.free_flows.pop() {
             Some(id) => {
@@ -1210,6 +1671,7 @@ impl GpuLp {
             }
         };
         self.pump_flow(model, id, ctx);
+        Sent::Flow(id)
     }
 
     /// Emits the flow's next segments while its window (and DCQCN rate) allows.
@@ -1297,10 +1759,15 @@ impl GpuLp {
             dc.on_congestion(ctx.now, p);
         }
         if f.sent >= f.total && f.in_flight == 0 {
-            let notify = f.notify;
+            let (notify, serial) = (f.notify, f.serial);
             self.digest = mix(self.digest, u64::from(id) | (1 << 40), ctx.now);
             self.flows[id as usize] = None;
             self.free_flows.push(id);
+            if serial != u32::MAX {
+                // A slot of the connection is free for its next chunk.
+                self.serial[serial as usize].in_flight -= 1;
+                self.serial_pump(model, serial as usize, ctx);
+            }
             if let Some(stream) = notify {
                 self.flow_done(model, usize::from(stream), ctx);
             }
@@ -1362,9 +1829,10 @@ impl GpuLp {
     }
 }
 
-/// The plan of a collective: NCCL's choice where the group's links are analytical (closed
-/// form); where packet-level links are involved, the ring (or direct exchange for
-/// all-to-all), the algorithms the engine runs transfer by transfer.
+/// The plan of a collective: NCCL's choice. Where the group's links are analytical it runs
+/// in closed form; where packet-level links are involved the engine runs its transfers, so
+/// the choice is among the algorithms it runs transfer by transfer (all but single-node NVLS,
+/// whose reduction happens inside the switch).
 fn plan_for(
     model: &SimModel,
     shape: &CommShape,
@@ -1372,34 +1840,53 @@ fn plan_for(
     op: CollectiveOp,
     bytes: u64,
 ) -> Result<Plan, String> {
-    let mut settings = model.collectives.settings;
-    if !closed {
-        let stepped = if op == CollectiveOp::AllToAll {
-            Algorithm::Direct
-        } else {
-            Algorithm::Ring
-        };
-        match settings.algorithm {
-            Some(a) if a != stepped => {
-                return Err(format!(
-                    "collectives.algorithm = \"{}\" runs only on groups whose links are analytical; at packet level fleetsim runs {} transfer by transfer: set network.model = \"analytical\" (or network.intra_host = \"analytical\" for groups inside a host) or collectives.algorithm = \"auto\"",
-                    a.name(),
-                    stepped.name()
-                ));
-            }
-            _ => settings.algorithm = Some(stepped),
-        }
-    }
-    shape.plan(op, bytes, &settings).ok_or_else(|| {
-        format!(
-            "no NCCL algorithm runs {} of {bytes} bytes on {} ranks over {} nodes with collectives.algorithm = {} and collectives.protocol = {}; set them to \"auto\"",
+    let settings = model.collectives.settings;
+    let stepped: &[Algorithm] = match op {
+        CollectiveOp::AllToAll => &[Algorithm::Direct],
+        CollectiveOp::Broadcast => &[Algorithm::Ring],
+        _ => &[
+            Algorithm::Tree,
+            Algorithm::Ring,
+            Algorithm::NvlsTree,
+            Algorithm::Pat,
+        ],
+    };
+    let allowed = if closed { &Algorithm::ALL[..] } else { stepped };
+    if let Some(a) = settings.algorithm
+        && !closed
+        && !stepped.contains(&a)
+    {
+        let names: Vec<&str> = stepped.iter().map(|a| a.name()).collect();
+        return Err(format!(
+            "collectives.algorithm = \"{}\" cannot run {} on groups with packet-level links (fleetsim runs {} there transfer by transfer): set network.model = \"analytical\" (or network.intra_host = \"analytical\" for groups inside a host) or collectives.algorithm = \"auto\"",
+            a.name(),
             op.name(),
-            shape.ranks,
-            shape.nodes,
-            settings.algorithm.map_or("auto", Algorithm::name),
-            settings.protocol.map_or("auto", |p| p.name()),
-        )
-    })
+            names.join(", "),
+        ));
+    }
+    shape
+        .plan_among(op, bytes, &settings, allowed)
+        .ok_or_else(|| {
+            format!(
+                "no NCCL algorithm runs {} of {bytes} bytes on {} ranks over {} nodes with collectives.algorithm = {} and collectives.protocol = {}; set them to \"auto\"",
+                op.name(),
+                shape.ranks,
+                shape.nodes,
+                settings.algorithm.map_or("auto", Algorithm::name),
+                settings.protocol.map_or("auto", |p| p.name()),
+            )
+        })
+}
+
+/// The tag step of chunk `c` of lane-tree `lt` going up (reduce) or down (broadcast).
+fn tree_step(lt: u32, c: u32, chunks: u32, down: bool) -> u16 {
+    ((lt * chunks + c) * 2 + u32::from(down)) as u16
+}
+
+/// (lane-tree, chunk, down) of a tree tag step.
+fn tree_unstep(step: u16, chunks: u32) -> (u32, u32, bool) {
+    let s = u32::from(step);
+    ((s / 2) / chunks, (s / 2) % chunks, s % 2 == 1)
 }
 
 /// Bytes a collective's transfer of `payload` puts on the wire.

@@ -147,6 +147,11 @@ pub enum Body {
     Pace {
         flow: u32,
     },
+    /// The chunk a serial connection sent over analytical links has left the GPU: the
+    /// connection may start its next one.
+    ConnectionFree {
+        connection: u32,
+    },
     /// Start injected flow `index` of [`SimModel::flows`].
     StartFlow {
         index: u32,
