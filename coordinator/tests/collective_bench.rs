@@ -239,3 +239,69 @@ fn a_small_p2p_net_chunksize_throttles_sends_between_hosts() {
     let small = busbw("collectives.p2p_net_chunksize=8192");
     assert!((small / 9.36 - 1.0).abs() < 0.1, "{small}");
 }
+
+/// NCCL's choice, run transfer by transfer over the packet-level fabric, against the same
+/// choice in closed form: the algorithms agree, and so do the times.
+#[test]
+fn packet_level_tree_and_nvls_tree_agree_with_the_closed_form() {
+    for hosts in [2u32, 4] {
+        let sizes = [32 << 10, 1 << 20, 1 << 30];
+        let packet = bench(CollectiveOp::AllReduce, 8 * hosts, &sizes, &[]);
+        let closed = bench(
+            CollectiveOp::AllReduce,
+            8 * hosts,
+            &sizes,
+            &["network.model=analytical"],
+        );
+        let algorithms: Vec<&str> = packet.iter().map(|r| r.algorithm.as_str()).collect();
+        assert_eq!(algorithms, ["tree", "tree", "nvls-tree"], "{hosts} hosts");
+        for (p, c) in packet.iter().zip(&closed) {
+            assert_eq!(p.algorithm, c.algorithm, "{hosts} hosts, {} bytes", p.size);
+            assert!(
+                (p.time_us / c.time_us - 1.0).abs() < 0.15,
+                "{hosts} hosts, {} bytes: packet {:.1} us, closed form {:.1} us",
+                p.size,
+                p.time_us,
+                c.time_us
+            );
+        }
+        // Bounded by the NICs as in the closed form (see above).
+        let n = f64::from(8 * hosts);
+        let factor = if hosts <= 2 { 2.0 } else { 1.0 } * (n - 1.0) / n;
+        assert!(packet[2].busbw <= NIC_BOUND_GBS * factor, "{:?}", packet[2]);
+    }
+}
+
+/// PAT for all-gather and reduce-scatter with one GPU per host, at packet level.
+#[test]
+fn packet_level_pat_runs_log_steps_between_one_gpu_hosts() {
+    let one_gpu_hosts = ["cluster.gpus_per_host=1", "cluster.nics_per_host=1"];
+    for op in [CollectiveOp::AllGather, CollectiveOp::ReduceScatter] {
+        let time = |gpus: u32, model: &str| {
+            let mut sets = one_gpu_hosts.to_vec();
+            sets.push(model);
+            let rows = bench(op, gpus, &[32 << 10, 64 << 20], &sets);
+            assert_eq!(rows[0].algorithm, "pat", "{op:?} on {gpus}: {rows:?}");
+            rows
+        };
+        let (small, big) = (
+            time(4, "network.model=packet"),
+            time(16, "network.model=packet"),
+        );
+        // Two more steps for four times the ranks, where a ring takes 12 more.
+        let per_step = (big[0].time_us - small[0].time_us) / 2.0;
+        assert!(per_step > 0.0 && per_step < 6.0, "{small:?} {big:?}");
+        let closed = time(16, "network.model=analytical");
+        for (p, c) in big.iter().zip(&closed) {
+            assert!(
+                (p.time_us / c.time_us - 1.0).abs() < 0.2,
+                "{op:?} {} bytes: packet {:.1} us, closed form {:.1} us",
+                p.size,
+                p.time_us,
+                c.time_us
+            );
+        }
+        // One NIC per host: busbw up to 48 GB/s.
+        assert!(big[1].busbw <= 48.0 && big[1].busbw > 35.0, "{big:?}");
+    }
+}

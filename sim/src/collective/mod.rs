@@ -584,15 +584,13 @@ impl CommShape {
             (
                 Algorithm::Nvls,
                 CollectiveOp::AllReduce | CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
-            ) if simple_only && self.nvls_possible(settings) && self.nodes == 1 => {
-                Some(Plan {
-                    algorithm,
-                    protocol,
-                    channels: NVLS_CHANNELS.clamp(settings.min_channels, settings.max_channels),
-                    latency_us: p.call_us + p.nvls_us,
-                    transfer_us: self.nvls_intra_us(op, size),
-                })
-            }
+            ) if simple_only && self.nvls_possible(settings) && self.nodes == 1 => Some(Plan {
+                algorithm,
+                protocol,
+                channels: NVLS_CHANNELS.clamp(settings.min_channels, settings.max_channels),
+                latency_us: p.call_us + p.nvls_us,
+                transfer_us: self.nvls_intra_us(op, size),
+            }),
             (Algorithm::NvlsTree, CollectiveOp::AllReduce)
                 if simple_only && self.nvls_possible(settings) && self.nodes > 1 =>
             {

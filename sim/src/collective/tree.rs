@@ -275,7 +275,11 @@ mod tests {
         assert_eq!(reduce(root, links, &mut up), all, "reduction misses ranks");
         let mut reached = Vec::new();
         broadcast(root, links, &mut reached);
-        assert_eq!(reached.len(), members.len(), "a rank is reached twice or never");
+        assert_eq!(
+            reached.len(),
+            members.len(),
+            "a rank is reached twice or never"
+        );
         (up, reached.len() as u64 - 1)
     }
 

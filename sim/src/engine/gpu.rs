@@ -132,7 +132,9 @@ enum Sent {
     /// As a segment-level flow, in slot `id`.
     Flow(u32),
     /// Over analytical links; its last byte leaves the GPU at `leaves_ps`.
-    Analytical { leaves_ps: u64 },
+    Analytical {
+        leaves_ps: u64,
+    },
     Failed,
 }
 
@@ -183,6 +185,8 @@ struct Flow {
     /// PXN relay, or [`NO_NODE`].
     via: NodeId,
     total: u64,
+    /// Bytes per segment ([`segment_size`]).
+    segment: u64,
     sent: u64,
     sent_any: bool,
     acked: u64,
@@ -645,10 +649,7 @@ impl GpuLp {
                             };
                             (algo, wire(step), needed)
                         }
-                        (
-                            Algorithm::Pat,
-                            CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
-                        ) => {
+                        (Algorithm::Pat, CollectiveOp::AllGather | CollectiveOp::ReduceScatter) => {
                             self.pat_peers(model, group);
                             let steps = pat::steps(ring.n);
                             let reduce = cop == CollectiveOp::ReduceScatter;
@@ -714,7 +715,9 @@ impl GpuLp {
                 // per-step handshakes.
                 let log_nodes = 31 - shape.nodes.max(1).leading_zeros();
                 let simulated_hops = match algo {
-                    Algo::Ring { .. } => Some(collective::ring_steps(cop, shape.ranks, shape.nodes)),
+                    Algo::Ring { .. } => {
+                        Some(collective::ring_steps(cop, shape.ranks, shape.nodes))
+                    }
                     Algo::Tree { intra_chunk_ps, .. } if intra_chunk_ps > 0 => {
                         Some((2 * log_nodes, 2 * log_nodes))
                     }
@@ -1098,7 +1101,11 @@ impl GpuLp {
                 }
             };
             g.trees = if nvls {
-                vec![tree::nvls_tree_links(&members, host, self.rank).each_ref().map(hop)]
+                vec![
+                    tree::nvls_tree_links(&members, host, self.rank)
+                        .each_ref()
+                        .map(hop),
+                ]
             } else {
                 tree::tree_links(&members, host, lanes, self.rank)
                     .iter()
@@ -1628,6 +1635,7 @@ impl GpuLp {
             run.sends_open += 1;
         }
         let seg = model.net.segment_bytes;
+        let segment = segment_size(bytes, seg);
         let window = model.net.window_bytes.unwrap_or_else(|| {
             let bdp = (path.bytes_per_s * 2.0 * path.latency_ps as f64 * 1e-12).ceil() as u64;
             (bdp + u64::from(path.hops + 1) * seg).max(2 * seg)
@@ -1636,6 +1644,7 @@ impl GpuLp {
             dst,
             via,
             total: bytes,
+            segment,
             sent: 0,
             sent_any: false,
             acked: 0,
@@ -1676,7 +1685,6 @@ impl GpuLp {
 
     /// Emits the flow's next segments while its window (and DCQCN rate) allows.
     fn pump_flow(&mut self, model: &SimModel, id: u32, ctx: &mut Ctx) {
-        let seg_bytes = model.net.segment_bytes;
         loop {
             let Some(Some(f)) = self.flows.get_mut(id as usize) else {
                 return;
@@ -1684,7 +1692,7 @@ impl GpuLp {
             if f.sent_any && f.sent >= f.total {
                 return;
             }
-            let bytes = seg_bytes.min(f.total - f.sent);
+            let bytes = f.segment.min(f.total - f.sent);
             if f.in_flight > 0 && f.in_flight + bytes > f.window {
                 return;
             }
@@ -1876,6 +1884,21 @@ fn plan_for(
                 settings.protocol.map_or("auto", |p| p.name()),
             )
         })
+}
+
+/// Fewest segments a flow is cut into, and the smallest segment that rule makes.
+const MIN_SEGMENTS: u64 = 8;
+const MIN_SEGMENT_BYTES: u64 = 4 << 10;
+
+/// Bytes per segment of a flow of `bytes`: `network.segment_bytes`, but small enough for
+/// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that storing and
+/// forwarding whole segments adds at most an eighth of the flow's serialisation per hop,
+/// as a switch forwarding MTU-sized packets would.
+fn segment_size(bytes: u64, largest: u64) -> u64 {
+    (bytes / MIN_SEGMENTS)
+        .max(MIN_SEGMENT_BYTES)
+        .min(largest)
+        .max(1)
 }
 
 /// The tag step of chunk `c` of lane-tree `lt` going up (reduce) or down (broadcast).
