@@ -83,8 +83,8 @@ mod tests {
                 }
             }
             let all: BTreeSet<u32> = (0..n).collect();
-            for p in 0..n as usize {
-                assert_eq!(part[p][p], all, "rank {p} of {n}");
+            for (p, blocks) in part.iter().enumerate() {
+                assert_eq!(blocks[p], all, "rank {p} of {n}");
             }
             assert_eq!(sent, u64::from(n) * u64::from(n - 1));
         }

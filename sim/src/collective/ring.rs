@@ -132,7 +132,7 @@ mod tests {
         let members: Vec<u32> = (0..24).collect();
         let n = members.len();
         let lanes = 8;
-        let size = 24 * 8 << 20;
+        let size = (24 * 8) << 20;
         let mut moved = 0u64;
         for lane in 0..lanes {
             let next = |m: u32| lane_links(&members, host8, lanes, true, m)[lane as usize].next;

@@ -64,15 +64,14 @@ pub fn dtree(n: u32, r: u32, tree: u32) -> BinaryNode {
     if tree == 0 {
         return btree(n, r);
     }
-    let (from, to): (Box<dyn Fn(u32) -> u32>, Box<dyn Fn(u32) -> u32>) = if n % 2 == 1 {
-        (Box::new(|r| (r + n - 1) % n), Box::new(|r| (r + 1) % n))
-    } else {
-        (Box::new(|r| n - 1 - r), Box::new(|r| n - 1 - r))
-    };
+    // Mirror (even n) or shift by one (odd n), and back.
+    let odd = n % 2 == 1;
+    let from = |r: u32| if odd { (r + n - 1) % n } else { n - 1 - r };
+    let to = |r: u32| if odd { (r + 1) % n } else { n - 1 - r };
     let b = btree(n, from(r));
     BinaryNode {
-        parent: b.parent.map(&to),
-        children: b.children.map(|c| c.map(&to)),
+        parent: b.parent.map(to),
+        children: b.children.map(|c| c.map(to)),
     }
 }
 
