@@ -13,9 +13,21 @@ use sim::workload::bench::BenchOp;
 
 const RAIL_H100: &str = "../configs/clusters/rail-h100.toml";
 
+const FAT_TREE_H100: &str = "../configs/clusters/fat-tree-h100.toml";
+
 fn bench(op: CollectiveOp, gpus: u32, sizes: &[u64], sets: &[&str]) -> Vec<BenchRow> {
+    bench_on(RAIL_H100, op, gpus, sizes, sets)
+}
+
+fn bench_on(
+    cluster: &str,
+    op: CollectiveOp,
+    gpus: u32,
+    sizes: &[u64],
+    sets: &[&str],
+) -> Vec<BenchRow> {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let exp = Experiment::load_cluster(Path::new(RAIL_H100), &sets, gpus).expect("cluster");
+    let exp = Experiment::load_cluster(Path::new(cluster), &sets, gpus).expect("cluster");
     let spec = BenchSpec {
         op: BenchOp::Collective(op),
         gpus,
@@ -304,4 +316,54 @@ fn packet_level_pat_runs_log_steps_between_one_gpu_hosts() {
         // One NIC per host: busbw up to 48 GB/s.
         assert!(big[1].busbw <= 48.0 && big[1].busbw > 35.0, "{big:?}");
     }
+}
+
+/// With one queue pair a connection keeps one ECMP path, and rings collide on a fat tree's
+/// uplinks; more queue pairs (NCCL_IB_QPS_PER_CONNECTION) spread them.
+#[test]
+fn more_queue_pairs_spread_rings_over_more_fat_tree_paths() {
+    let busbw = |sets: &[&str]| {
+        let mut sets = sets.to_vec();
+        sets.push("collectives.algorithm=ring");
+        bench_on(
+            FAT_TREE_H100,
+            CollectiveOp::AllReduce,
+            64,
+            &[256 << 20],
+            &sets,
+        )[0]
+        .busbw
+    };
+    let one = busbw(&["collectives.ib_qps_per_connection=1"]);
+    let four = busbw(&["collectives.ib_qps_per_connection=4"]);
+    let split = busbw(&[
+        "collectives.ib_qps_per_connection=4",
+        "collectives.ib_split_data_on_qps=1",
+    ]);
+    assert!(
+        four > 1.15 * one,
+        "1 QP {one:.1} GB/s, 4 QPs {four:.1} GB/s"
+    );
+    assert!(
+        split > 1.05 * one,
+        "1 QP {one:.1} GB/s, split over 4 {split:.1} GB/s"
+    );
+    assert!(four <= NIC_BOUND_GBS && split <= NIC_BOUND_GBS);
+}
+
+/// NCCL_CROSS_NIC = 1 lets rings leave a node on one rail and enter the next on another:
+/// on a rail-optimised fabric that traffic climbs to the spine.
+#[test]
+fn rings_that_cross_nics_lose_the_rail_fabric() {
+    let busbw = |cross: &str| {
+        let sets = ["collectives.algorithm=ring", cross];
+        bench(CollectiveOp::AllReduce, 32, &[256 << 20], &sets)[0].busbw
+    };
+    let rail = busbw("collectives.cross_nic=2");
+    assert_eq!(rail, busbw("collectives.cross_nic=0"));
+    let crossing = busbw("collectives.cross_nic=1");
+    assert!(
+        crossing < 0.8 * rail,
+        "cross_nic=1 {crossing:.1} GB/s, on rails {rail:.1} GB/s"
+    );
 }

@@ -299,6 +299,12 @@ pub struct Settings {
     pub buffsize: u64,
     /// NCCL_P2P_NET_CHUNKSIZE, bytes.
     pub p2p_net_chunksize: u64,
+    /// NCCL_CROSS_NIC (0, 1 or 2).
+    pub cross_nic: u8,
+    /// NCCL_IB_QPS_PER_CONNECTION.
+    pub qps_per_connection: u32,
+    /// NCCL_IB_SPLIT_DATA_ON_QPS = 1.
+    pub split_data_on_qps: bool,
 }
 
 impl Default for Settings {
@@ -331,7 +337,16 @@ impl Settings {
             pxn_disable: c.pxn_disable,
             buffsize: c.buffsize,
             p2p_net_chunksize: c.p2p_net_chunksize,
+            cross_nic: c.cross_nic,
+            qps_per_connection: c.ib_qps_per_connection.max(1),
+            split_data_on_qps: c.ib_split_data_on_qps == 1,
         }
+    }
+
+    /// Whether a ring leaves each node through the NIC on its own rail (PXN relays it
+    /// there): unless PXN is off or NCCL_CROSS_NIC = 1 lets rings change rails.
+    pub fn rail_aligned_rings(&self) -> bool {
+        !self.pxn_disable && self.cross_nic != 1
     }
 }
 

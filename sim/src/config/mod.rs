@@ -583,6 +583,18 @@ pub struct CollectivesConfig {
     /// NCCL_P2P_NET_CHUNKSIZE: bytes per network step of a send/receive (default 128 KiB).
     #[serde(default = "defaults::p2p_net_chunksize")]
     pub p2p_net_chunksize: u64,
+    /// NCCL_CROSS_NIC: 0 keeps a ring on one rail, 1 lets it cross rails between nodes, 2
+    /// (NCCL's default) keeps it on one rail where it can.
+    #[serde(default = "defaults::cross_nic")]
+    pub cross_nic: u8,
+    /// NCCL_IB_QPS_PER_CONNECTION: queue pairs per network connection (default 1); each
+    /// has its own ECMP hash.
+    #[serde(default = "defaults::one")]
+    pub ib_qps_per_connection: u32,
+    /// NCCL_IB_SPLIT_DATA_ON_QPS: 0 (default) sends successive messages on successive QPs,
+    /// 1 splits every message over all of them.
+    #[serde(default)]
+    pub ib_split_data_on_qps: u8,
 }
 
 impl Default for CollectivesConfig {
@@ -596,6 +608,9 @@ impl Default for CollectivesConfig {
             pxn_disable: false,
             buffsize: defaults::buffsize(),
             p2p_net_chunksize: defaults::p2p_net_chunksize(),
+            cross_nic: defaults::cross_nic(),
+            ib_qps_per_connection: 1,
+            ib_split_data_on_qps: 0,
         }
     }
 }
@@ -785,6 +800,9 @@ pub mod defaults {
     }
     pub fn p2p_net_chunksize() -> u64 {
         128 << 10
+    }
+    pub fn cross_nic() -> u8 {
+        2
     }
     pub fn partition() -> String {
         "auto".into()

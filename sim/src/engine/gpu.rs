@@ -187,6 +187,8 @@ struct Flow {
     total: u64,
     /// Bytes per segment ([`segment_size`]).
     segment: u64,
+    /// Queue pairs its segments are split over (NCCL_IB_SPLIT_DATA_ON_QPS), else 1.
+    parts: u8,
     sent: u64,
     sent_any: bool,
     acked: u64,
@@ -247,6 +249,8 @@ pub struct GpuLp {
     error: Option<String>,
     /// Injected flows ([`SimModel::flows`]) that arrived here: (index, time).
     flow_arrivals: Vec<(u32, u64)>,
+    /// Split flows being received: ((sender, flow slot), queue pairs complete).
+    parts_seen: Vec<((NodeId, u32), u8)>,
 }
 
 fn is_collective_stream(s: usize) -> bool {
@@ -424,6 +428,7 @@ impl GpuLp {
             },
             error: None,
             flow_arrivals: Vec::new(),
+            parts_seen: Vec::new(),
         }
     }
 
@@ -450,10 +455,11 @@ impl GpuLp {
                         ecn: seg.ecn,
                     },
                 );
-                if seg.last && seg.tag.group == INJECTED {
+                let complete = seg.last && (seg.parts <= 1 || self.last_part(&seg));
+                if complete && seg.tag.group == INJECTED {
                     self.flow_arrivals.push((seg.tag.seq, ctx.now));
                     self.digest = mix(self.digest, u64::from(seg.tag.seq) | (1 << 41), ctx.now);
-                } else if seg.last {
+                } else if complete {
                     self.arrived(model, seg.tag, 0, ctx);
                 }
             }
@@ -493,6 +499,25 @@ impl GpuLp {
             other => self.ports.handle(model, &other, ctx),
         }
         self.pump(model, ctx);
+    }
+
+    /// Counts a queue pair's final segment of a split flow; true when it was the last one.
+    fn last_part(&mut self, seg: &Segment) -> bool {
+        let key = (seg.src, seg.flow);
+        match self.parts_seen.iter().position(|(k, _)| *k == key) {
+            Some(i) if self.parts_seen[i].1 + 1 >= seg.parts => {
+                self.parts_seen.swap_remove(i);
+                true
+            }
+            Some(i) => {
+                self.parts_seen[i].1 += 1;
+                false
+            }
+            None => {
+                self.parts_seen.push((key, 1));
+                false
+            }
+        }
     }
 
     /// Attributes the time since the last event to compute, exposed communication or bubble.
@@ -1056,7 +1081,7 @@ impl GpuLp {
             let topo = &model.topology;
             let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
             let members = model.workload.layout.group(kind, self.rank);
-            let pxn = !model.collectives.settings.pxn_disable;
+            let pxn = model.collectives.settings.rail_aligned_rings();
             g.lanes = ring::lane_links(&members, host, lanes, pxn, self.rank)
                 .into_iter()
                 .map(|l| {
@@ -1352,8 +1377,26 @@ impl GpuLp {
         }
     }
 
+    /// The ECMP hash of a transfer: that of the queue pair carrying it. A connection's
+    /// messages take turns on its NCCL_IB_QPS_PER_CONNECTION queue pairs (or, split over
+    /// all of them, start from the first), so with one QP a connection keeps one path
+    /// (`src/transport/net_ib.cc`). Injected flows each have their own.
     fn flow_hash(&self, model: &SimModel, dst: NodeId, tag: Tag) -> u64 {
-        flow_hash(model.seed, self.node, dst, tag)
+        if tag.group == INJECTED {
+            return flow_hash(model.seed, self.node, dst, tag);
+        }
+        let settings = &model.collectives.settings;
+        let qp = if settings.split_data_on_qps {
+            0
+        } else {
+            u32::from(tag.step) % settings.qps_per_connection
+        };
+        let connection = Tag {
+            seq: 0,
+            step: qp as u16,
+            ..tag
+        };
+        flow_hash(model.seed, self.node, dst, connection)
     }
 
     /// A message, or a clear-to-send, for stream `tag.stream`.
@@ -1636,6 +1679,14 @@ impl GpuLp {
         }
         let seg = model.net.segment_bytes;
         let segment = segment_size(bytes, seg);
+        let settings = &model.collectives.settings;
+        let across = path.classes[class_index(LinkClass::Network)];
+        let parts = if settings.split_data_on_qps && across && tag.group != INJECTED {
+            let segments = bytes.div_ceil(segment).max(1);
+            u64::from(settings.qps_per_connection).min(segments) as u8
+        } else {
+            1
+        };
         let window = model.net.window_bytes.unwrap_or_else(|| {
             let bdp = (path.bytes_per_s * 2.0 * path.latency_ps as f64 * 1e-12).ceil() as u64;
             (bdp + u64::from(path.hops + 1) * seg).max(2 * seg)
@@ -1645,6 +1696,7 @@ impl GpuLp {
             via,
             total: bytes,
             segment,
+            parts,
             sent: 0,
             sent_any: false,
             acked: 0,
@@ -1735,6 +1787,18 @@ impl GpuLp {
                     dc.on_sent(ctx.now, bytes, p);
                 }
             }
+            // Split over queue pairs, segment i goes on QP i mod parts, each with its path.
+            let index = f.sent / f.segment;
+            let (hash, last) = if f.parts > 1 {
+                let segments = f.total.div_ceil(f.segment).max(1);
+                let qp = index % u64::from(f.parts);
+                (
+                    splitmix64(f.hash ^ qp),
+                    index + u64::from(f.parts) >= segments,
+                )
+            } else {
+                (f.hash, f.sent + bytes >= f.total)
+            };
             f.sent += bytes;
             f.sent_any = true;
             f.in_flight += bytes;
@@ -1743,12 +1807,13 @@ impl GpuLp {
                 dst: f.dst,
                 flow: id,
                 bytes: bytes as u32,
-                hash: f.hash,
+                hash,
                 tag: f.tag,
                 path_ps: f.path_ps,
                 ingress: super::NO_LINK,
                 hop: 0,
-                last: f.sent >= f.total,
+                last,
+                parts: f.parts,
                 ecn: false,
                 via: f.via,
                 relayed: false,

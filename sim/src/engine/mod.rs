@@ -75,6 +75,10 @@ pub struct Segment {
     /// Links crossed so far; ECMP picks by `(hash, hop)` as [`Topology::path`] does.
     pub hop: u16,
     pub last: bool,
+    /// Queue pairs the flow's segments are split over (NCCL_IB_SPLIT_DATA_ON_QPS): each
+    /// takes its own path, in order, and marks its final segment `last`; the message is
+    /// complete when all `parts` of them have arrived.
+    pub parts: u8,
     /// ECN congestion-experienced mark.
     pub ecn: bool,
     /// PXN relay: the GPU whose NIC carries the segment, [`NO_NODE`] when none. Routing goes
@@ -307,6 +311,34 @@ impl CollectiveModel {
                         min >> 10,
                         max >> 20
                     ),
+                ));
+            }
+        }
+        // (key, value, values accepted, what they mean)
+        for (key, v, accepted, meaning) in [
+            (
+                "cross_nic",
+                u32::from(c.cross_nic),
+                0..=2,
+                "0 (rings stay on one rail), 1 (rings may cross rails) or 2 (NCCL's default: on one rail where possible)",
+            ),
+            (
+                "ib_split_data_on_qps",
+                u32::from(c.ib_split_data_on_qps),
+                0..=1,
+                "0 (NCCL's default: messages take turns on the QPs) or 1 (every message is split over all QPs)",
+            ),
+            (
+                "ib_qps_per_connection",
+                c.ib_qps_per_connection,
+                1..=128,
+                "1 to 128 queue pairs per connection (NCCL's default is 1)",
+            ),
+        ] {
+            if !accepted.contains(&v) {
+                return Err(exp.loaded.error(
+                    &format!("collectives.{key}"),
+                    format!("{v} is not valid; use {meaning}"),
                 ));
             }
         }
