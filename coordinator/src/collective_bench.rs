@@ -201,7 +201,7 @@ fn header(exp: &Experiment, spec: &BenchSpec) -> String {
     let gpu = exp.gpu_types.first().map_or("?", |g| g.name.as_str());
     let network = &exp.loaded.config.network;
     format!(
-        "# fleetsim collective: {op} on {n} GPUs ({hosts} host(s) x {gpus_per_host}) of {gpu}, {topology}, {nics} x {nic} Gb/s NICs per host, network model {model}\n#\n#{:>11} {:>13} {:>9} {:>10} {:>12} {:>12}  {:<9} {:<8} {:>8}\n#{:>11} {:>13} {:>9} {:>10} {:>12} {:>12}\n",
+        "# fleetsim collective: {op} on {n} GPUs ({hosts} host(s) x {gpus_per_host}) of {gpu}, {topology}, {nics} x {nic} Gb/s NICs per host, network model {model}\n#\n#{:>11} {:>13} {:>9} {:>10} {:>12} {:>12}  {:<13} {:<8} {:>8}\n#{:>11} {:>13} {:>9} {:>10} {:>12} {:>12}\n",
         "size",
         "count",
         "type",
@@ -229,7 +229,7 @@ fn header(exp: &Experiment, spec: &BenchSpec) -> String {
 /// One table line, in nccl-tests' column layout.
 fn row_text(row: &BenchRow, dtype: &str) -> String {
     format!(
-        " {:>11} {:>13} {:>9} {:>10.2} {:>12.2} {:>12.2}  {:<9} {:<8} {:>8}\n",
+        " {:>11} {:>13} {:>9} {:>10.2} {:>12.2} {:>12.2}  {:<13} {:<8} {:>8}\n",
         row.size,
         row.count,
         dtype,

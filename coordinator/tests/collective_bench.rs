@@ -367,3 +367,43 @@ fn rings_that_cross_nics_lose_the_rail_fabric() {
         "cross_nic=1 {crossing:.1} GB/s, on rails {rail:.1} GB/s"
     );
 }
+
+/// HCSim's coherent ring: hosts behind one CXL switch reduce-scatter and read the result in
+/// place, N−1 ring steps instead of 2(N−1).
+#[test]
+fn coherent_ring_halves_all_reduce_where_hosts_share_a_cxl_switch() {
+    const CXL: &str = "../configs/experiments/cxl-llama2-70b-h100-64.toml";
+    let sizes = [64 << 20, 1 << 30];
+    for model in ["network.model=analytical", "network.intra_host=packet"] {
+        let auto = bench_on(CXL, CollectiveOp::AllReduce, 16, &sizes, &[model]);
+        let ring = bench_on(
+            CXL,
+            CollectiveOp::AllReduce,
+            16,
+            &sizes,
+            &[model, "collectives.algorithm=ring"],
+        );
+        for (c, r) in auto.iter().zip(&ring) {
+            assert_eq!(c.algorithm, "coherent-ring", "{model}: {c:?}");
+            let ratio = c.time_us / r.time_us;
+            assert!((0.4..0.65).contains(&ratio), "{model}: {c:?} vs {r:?}");
+        }
+    }
+    let off = bench_on(
+        CXL,
+        CollectiveOp::AllReduce,
+        16,
+        &sizes,
+        &["collectives.coherent_ring=false"],
+    );
+    assert!(
+        off.iter().all(|r| r.algorithm != "coherent-ring"),
+        "{off:?}"
+    );
+    // Four hosts sit behind two CXL switches: the network joins them, no coherence.
+    let split = bench_on(CXL, CollectiveOp::AllReduce, 32, &sizes, &[]);
+    assert!(
+        split.iter().all(|r| r.algorithm != "coherent-ring"),
+        "{split:?}"
+    );
+}

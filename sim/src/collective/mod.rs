@@ -42,17 +42,24 @@ pub enum Algorithm {
     Pat,
     /// Pairwise sends and receives (all-to-all).
     Direct,
+    /// HCSim's coherent ring all-reduce (Li et al., "Performance Modeling and Optimization
+    /// for Large-Scale Heterogeneous Consistency Integrated Computing System", §4): where
+    /// ranks share cache-coherent (CXL) memory, the reduce-scatter half of the ring suffices,
+    /// N−1 steps instead of 2(N−1): every rank then reads the reduced slices it needs from
+    /// their owners' memory in place instead of receiving copies.
+    CoherentRing,
 }
 
 impl Algorithm {
     /// In the order NCCL's tuning visits them (ties go to the first).
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 7] = [
         Algorithm::Tree,
         Algorithm::Ring,
         Algorithm::Nvls,
         Algorithm::NvlsTree,
         Algorithm::Pat,
         Algorithm::Direct,
+        Algorithm::CoherentRing,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +70,7 @@ impl Algorithm {
             Algorithm::NvlsTree => "nvls-tree",
             Algorithm::Pat => "pat",
             Algorithm::Direct => "direct",
+            Algorithm::CoherentRing => "coherent-ring",
         }
     }
 }
@@ -102,8 +110,8 @@ impl Protocol {
     }
 }
 
-/// GPU generations, as NCCL's tables index them (`compCapIndex`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// GPU generations, as NCCL's tables index them (`compCapIndex`), oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Arch {
     Volta,
     Ampere,
@@ -284,6 +292,9 @@ pub struct CommShape {
     /// Line rate of one NIC, bytes/s; 0 on a single node.
     pub nic_bytes_per_s: f64,
     pub nics_per_node: u32,
+    /// Every member on another host is reached through a CXL switch (cache-coherent): then
+    /// `nic_bytes_per_s` is a GPU's CXL link and every GPU has one.
+    pub coherent: bool,
 }
 
 /// The user's `[collectives]` choices, resolved.
@@ -305,6 +316,8 @@ pub struct Settings {
     pub qps_per_connection: u32,
     /// NCCL_IB_SPLIT_DATA_ON_QPS = 1.
     pub split_data_on_qps: bool,
+    /// Offer the coherent ring where the fabric is coherent.
+    pub coherent_ring: bool,
 }
 
 impl Default for Settings {
@@ -324,6 +337,7 @@ impl Settings {
                 CollectiveAlgorithm::NvlsTree => Some(Algorithm::NvlsTree),
                 CollectiveAlgorithm::Pat => Some(Algorithm::Pat),
                 CollectiveAlgorithm::Direct => Some(Algorithm::Direct),
+                CollectiveAlgorithm::CoherentRing => Some(Algorithm::CoherentRing),
             },
             protocol: match c.protocol {
                 CollectiveProtocol::Auto => None,
@@ -340,6 +354,7 @@ impl Settings {
             cross_nic: c.cross_nic,
             qps_per_connection: c.ib_qps_per_connection.max(1),
             split_data_on_qps: c.ib_split_data_on_qps == 1,
+            coherent_ring: c.coherent_ring,
         }
     }
 
@@ -626,6 +641,28 @@ impl CommShape {
                     transfer_us: intra.max(inter),
                 })
             }
+            (Algorithm::CoherentRing, CollectiveOp::AllReduce)
+                if self.coherent
+                    && self.nodes > 1
+                    && (settings.coherent_ring || settings.algorithm == Some(algorithm)) =>
+            {
+                let bus = match protocol {
+                    Protocol::Ll => self.ring_gbs() * p.ll_factor,
+                    Protocol::Ll128 => self.ring_gbs() * 0.92,
+                    Protocol::Simple => self.ring_gbs(),
+                };
+                // The reduce-scatter's steps and volume; the result is read in place.
+                let mut plan = self.ring_plan(
+                    CollectiveOp::ReduceScatter,
+                    size,
+                    bus,
+                    protocol,
+                    channels,
+                    channel_share,
+                );
+                plan.algorithm = algorithm;
+                Some(plan)
+            }
             (Algorithm::Pat, CollectiveOp::AllGather | CollectiveOp::ReduceScatter)
                 if self.ranks_per_node == 1 && self.nodes > 1 =>
             {
@@ -789,6 +826,7 @@ mod tests {
             intra_bytes_per_s: line_gbs * 1e9,
             nic_bytes_per_s: 50e9,
             nics_per_node: 8,
+            coherent: false,
         }
     }
 

@@ -543,6 +543,9 @@ pub enum CollectiveAlgorithm {
     NvlsTree,
     Pat,
     Direct,
+    /// HCSim's coherent ring all-reduce on CXL fabrics (not an NCCL algorithm).
+    #[serde(alias = "coherent-ring")]
+    CoherentRing,
 }
 
 /// Like NCCL_PROTO.
@@ -595,6 +598,10 @@ pub struct CollectivesConfig {
     /// 1 splits every message over all of them.
     #[serde(default)]
     pub ib_split_data_on_qps: u8,
+    /// HCSim's coherent ring all-reduce where a group's hosts share a CXL switch: chosen
+    /// when it is fastest, unless turned off (no NCCL equivalent).
+    #[serde(default = "defaults::yes")]
+    pub coherent_ring: bool,
 }
 
 impl Default for CollectivesConfig {
@@ -611,6 +618,7 @@ impl Default for CollectivesConfig {
             cross_nic: defaults::cross_nic(),
             ib_qps_per_connection: 1,
             ib_split_data_on_qps: 0,
+            coherent_ring: true,
         }
     }
 }

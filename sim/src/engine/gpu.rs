@@ -23,7 +23,7 @@ use super::dcqcn::Dcqcn;
 use super::net::{Ports, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
 use super::{Body, Ctx, INJECTED, NO_NODE, P2P, Segment, SimModel, Tag};
-use crate::collective::{self, Algorithm, CommShape, Plan, pat, ring, tree};
+use crate::collective::{self, Algorithm, Arch, CommShape, Plan, pat, ring, tree};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId, splitmix64};
 use crate::workload::{CollectiveOp, OpKind, Peer, Stream};
@@ -315,7 +315,8 @@ struct PathInfo {
 /// hash, such as NVLink inside a host) are computed once per destination.
 #[derive(Debug, Default)]
 struct PathCache {
-    fixed: Vec<(NodeId, PathInfo)>,
+    /// (source, destination) → path, for pairs with a single route.
+    fixed: Vec<((NodeId, NodeId), PathInfo)>,
     path: Vec<u32>,
     hops: Vec<u32>,
 }
@@ -355,7 +356,7 @@ impl PathCache {
         dst: NodeId,
         hash: u64,
     ) -> Result<PathInfo, String> {
-        if let Some((_, info)) = self.fixed.iter().find(|(d, _)| *d == dst) {
+        if let Some((_, info)) = self.fixed.iter().find(|(k, _)| *k == (src, dst)) {
             return Ok(*info);
         }
         let single_choice = model
@@ -379,7 +380,7 @@ impl PathCache {
             info.classes[super::results::class_index(lk.class)] = true;
         }
         if single_choice {
-            self.fixed.push((dst, info));
+            self.fixed.push(((src, dst), info));
         }
         Ok(info)
     }
@@ -687,11 +688,10 @@ impl GpuLp {
                             | CollectiveOp::AllGather
                             | CollectiveOp::ReduceScatter,
                         ) => {
-                            let steps = if cop == CollectiveOp::AllReduce {
-                                2 * (ring.n - 1)
-                            } else {
-                                ring.n - 1
-                            };
+                            // The coherent ring stops after its reduce-scatter half.
+                            let full = cop == CollectiveOp::AllReduce
+                                && plan.algorithm != Algorithm::CoherentRing;
+                            let steps = if full { 2 * (ring.n - 1) } else { ring.n - 1 };
                             let lanes = self.lanes(model, group, plan.channels);
                             if u64::from(lanes) * u64::from(steps) > u64::from(u16::MAX) {
                                 return self.fail(format!(
@@ -740,8 +740,13 @@ impl GpuLp {
                 // per-step handshakes.
                 let log_nodes = 31 - shape.nodes.max(1).leading_zeros();
                 let simulated_hops = match algo {
-                    Algo::Ring { .. } => {
-                        Some(collective::ring_steps(cop, shape.ranks, shape.nodes))
+                    Algo::Ring { steps, .. } => {
+                        let op = if steps < 2 * (ring.n - 1) {
+                            CollectiveOp::ReduceScatter
+                        } else {
+                            cop
+                        };
+                        Some(collective::ring_steps(op, shape.ranks, shape.nodes))
                     }
                     Algo::Tree { intra_chunk_ps, .. } if intra_chunk_ps > 0 => {
                         Some((2 * log_nodes, 2 * log_nodes))
@@ -1015,10 +1020,27 @@ impl GpuLp {
         };
         let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
         let (nodes, ppn) = ring::spread(&members, host);
-        let me = host(self.rank);
-        let same = members.iter().find(|&&m| m != self.rank && host(m) == me);
-        let other = members.iter().find(|&&m| host(m) != me);
-        let arch = model.collectives.arch[usize::from(topo.gpu_type(self.rank))];
+        // Every member must plan alike (NCCL tunes from one shared view of the topology), so
+        // the shape is seen from the group's first member, whatever this rank's own paths.
+        let first = members[0];
+        let home = host(first);
+        let same = members
+            .windows(2)
+            .find(|w| host(w[0]) == host(w[1]))
+            .map(|w| (w[0], w[1]));
+        let other = members.iter().copied().find(|&m| host(m) != home);
+        let mixed = model.gpu_types > 1;
+        // Mixed generations tune with the oldest (NCCL's minCompCap).
+        let arch_of = |m: u32| model.collectives.arch[usize::from(topo.gpu_type(m))];
+        let arch = if mixed {
+            members
+                .iter()
+                .map(|&m| arch_of(m))
+                .min()
+                .unwrap_or(Arch::Volta)
+        } else {
+            arch_of(first)
+        };
         let mut shape = CommShape {
             ranks: n,
             nodes,
@@ -1029,30 +1051,70 @@ impl GpuLp {
             intra_bytes_per_s: 0.0,
             nic_bytes_per_s: 0.0,
             nics_per_node: model.collectives.nics_per_host.max(1),
+            coherent: false,
         };
         let mut closed = true;
         let mut hop_ps = (0, 0);
-        for (m, intra) in [(same, true), (other, false)] {
-            let Some(&m) = m else { continue };
-            let p = match self.paths.get(model, self.node, topo.gpu(m), 0) {
+        let path =
+            |paths: &mut PathCache, a: u32, b: u32| paths.get(model, topo.gpu(a), topo.gpu(b), 0);
+        if let Some((a, b)) = same {
+            let p = match path(&mut self.paths, a, b) {
                 Ok(p) => p,
-                Err(e) => {
-                    self.fail(e);
-                    return None;
-                }
+                Err(e) => return self.fail_none(e),
             };
             closed &= !p.queued;
-            if intra {
-                hop_ps.0 = p.latency_ps;
-            } else {
-                hop_ps.1 = p.latency_ps;
+            hop_ps.0 = p.latency_ps;
+            shape.intra_bytes_per_s = p.bytes_per_s;
+            shape.nvlink = p.classes[class_index(LinkClass::NvLink)];
+            shape.nvswitch = shape.nvlink && p.hops == 2;
+            if mixed {
+                // The slowest host's scale-up link bounds the group.
+                for w in members.windows(2).filter(|w| host(w[0]) == host(w[1])) {
+                    match path(&mut self.paths, w[0], w[1]) {
+                        Ok(q) => {
+                            shape.intra_bytes_per_s = shape.intra_bytes_per_s.min(q.bytes_per_s)
+                        }
+                        Err(e) => return self.fail_none(e),
+                    }
+                }
             }
-            if intra {
-                shape.intra_bytes_per_s = p.bytes_per_s;
-                shape.nvlink = p.classes[super::results::class_index(LinkClass::NvLink)];
-                shape.nvswitch = shape.nvlink && p.hops == 2;
-            } else {
-                shape.nic_bytes_per_s = p.bytes_per_s;
+        }
+        if let Some(o) = other {
+            let p = match path(&mut self.paths, first, o) {
+                Ok(p) => p,
+                Err(e) => return self.fail_none(e),
+            };
+            closed &= !p.queued;
+            hop_ps.1 = p.latency_ps;
+            shape.nic_bytes_per_s = p.bytes_per_s;
+            if model.collectives.cxl_fabric {
+                // Some hosts may sit behind the first member's CXL switch and others beyond
+                // the network: look at every host once. The group is coherent if all are
+                // behind the switch, closed if no path to any of them is queued.
+                let cxl = |p: &PathInfo| {
+                    p.classes[class_index(LinkClass::Cxl)]
+                        && !p.classes[class_index(LinkClass::Network)]
+                };
+                let mut seen = vec![home];
+                let mut coherent = true;
+                for &m in &members {
+                    let h = host(m);
+                    if seen.contains(&h) {
+                        continue;
+                    }
+                    seen.push(h);
+                    match path(&mut self.paths, first, m) {
+                        Ok(q) => {
+                            closed &= !q.queued;
+                            coherent &= cxl(&q);
+                        }
+                        Err(e) => return self.fail_none(e),
+                    }
+                }
+                if coherent {
+                    shape.coherent = true;
+                    shape.nics_per_node = ppn;
+                }
             }
         }
         let leader = topo.gpu(members[0]);
@@ -1849,6 +1911,12 @@ impl GpuLp {
         }
     }
 
+    /// Records a failure where a value was expected.
+    fn fail_none<T>(&mut self, message: String) -> Option<T> {
+        self.fail(message);
+        None
+    }
+
     fn fail(&mut self, message: String) {
         if self.error.is_none() {
             self.error = Some(message);
@@ -1922,6 +1990,7 @@ fn plan_for(
             Algorithm::Ring,
             Algorithm::NvlsTree,
             Algorithm::Pat,
+            Algorithm::CoherentRing,
         ],
     };
     let allowed = if closed { &Algorithm::ALL[..] } else { stepped };

@@ -270,6 +270,9 @@ pub struct CollectiveModel {
     /// Per GPU type.
     pub arch: Vec<crate::collective::Arch>,
     pub nics_per_host: u32,
+    /// The cluster has a CXL tier: hosts of one group may be reached over different link
+    /// classes (CXL behind a shared switch, the network beyond).
+    pub cxl_fabric: bool,
 }
 
 impl CollectiveModel {
@@ -351,11 +354,8 @@ impl CollectiveModel {
                 ),
             ));
         }
-        let nics = topology
-            .count_by_kind()
-            .get(&NodeKind::Nic)
-            .copied()
-            .unwrap_or(0);
+        let kinds = topology.count_by_kind();
+        let nics = kinds.get(&NodeKind::Nic).copied().unwrap_or(0);
         Ok(CollectiveModel {
             settings,
             arch: exp
@@ -364,6 +364,7 @@ impl CollectiveModel {
                 .map(|g| crate::collective::Arch::from_name(&g.architecture))
                 .collect(),
             nics_per_host: nics / topology.host_count().max(1),
+            cxl_fabric: kinds.contains_key(&NodeKind::CxlSwitch),
         })
     }
 }
