@@ -21,6 +21,9 @@ pub struct LaneLink {
 
 /// Members grouped by host, hosts in order of first appearance.
 pub(crate) fn blocks(members: &[u32], host_of: &impl Fn(u32) -> u32) -> Vec<Vec<u32>> {
+    if let Some(runs) = runs(members, host_of) {
+        return runs.into_iter().map(|r| members[r].to_vec()).collect();
+    }
     let mut index = std::collections::BTreeMap::new();
     let mut out: Vec<Vec<u32>> = Vec::new();
     for &m in members {
@@ -33,11 +36,51 @@ pub(crate) fn blocks(members: &[u32], host_of: &impl Fn(u32) -> u32) -> Vec<Vec<
     out
 }
 
+/// The members' hosts as index ranges, when each host's members are contiguous and hosts
+/// only increase (ranks fill hosts in order, the usual layout); `None` otherwise.
+fn runs(members: &[u32], host_of: &impl Fn(u32) -> u32) -> Option<Vec<std::ops::Range<usize>>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut last = None;
+    for (i, &m) in members.iter().enumerate() {
+        let h = host_of(m);
+        match last {
+            Some(l) if h == l => continue,
+            Some(l) if h < l => return None,
+            Some(_) => out.push(start..i),
+            None => {}
+        }
+        start = i;
+        last = Some(h);
+    }
+    if !members.is_empty() {
+        out.push(start..members.len());
+    }
+    Some(out)
+}
+
 /// How `members` spread over hosts: (hosts, most members on one host).
 pub fn spread(members: &[u32], host_of: impl Fn(u32) -> u32) -> (u32, u32) {
-    let b = blocks(members, &host_of);
-    let ppn = b.iter().map(Vec::len).max().unwrap_or(0);
-    (b.len() as u32, ppn as u32)
+    let (mut hosts, mut most, mut run) = (0u32, 0u32, 0u32);
+    let mut last = None;
+    for &m in members {
+        let h = host_of(m);
+        match last {
+            Some(l) if h == l => run += 1,
+            Some(l) if h < l => {
+                let b = blocks(members, &host_of);
+                let ppn = b.iter().map(Vec::len).max().unwrap_or(0);
+                return (b.len() as u32, ppn as u32);
+            }
+            _ => {
+                hosts += 1;
+                run = 1;
+            }
+        }
+        most = most.max(run);
+        last = Some(h);
+    }
+    (hosts, most)
 }
 
 /// Lanes of a ring with `channels` channels over `nodes` hosts holding at most
@@ -188,6 +231,19 @@ mod tests {
             let no_pxn = lane_links(&members, host8, 8, false, exit)[lane as usize];
             assert_eq!(no_pxn.via, None);
         }
+    }
+
+    #[test]
+    fn spread_and_blocks_agree_for_ordered_and_scattered_members() {
+        let ordered: Vec<u32> = (0..20).collect();
+        assert_eq!(spread(&ordered, host8), (3, 8));
+        let scattered = [9u32, 1, 17, 2, 10, 3];
+        assert_eq!(spread(&scattered, host8), (3, 3));
+        assert_eq!(
+            blocks(&scattered, &host8),
+            vec![vec![9, 10], vec![1, 2, 3], vec![17]]
+        );
+        assert_eq!(blocks(&ordered, &host8)[2], (16..20).collect::<Vec<u32>>());
     }
 
     #[test]
