@@ -1315,7 +1315,7 @@ impl GpuLp {
     }
 
     /// Queues a chunk of the op on stream `s` for GPU `dst` on connection `channel`: it
-    /// starts once the connection's previous chunk has left.
+    /// starts when the connection has a free slot ([`SerialConnection`]).
     fn send_serial(
         &mut self,
         model: &SimModel,
