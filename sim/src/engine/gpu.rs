@@ -169,7 +169,13 @@ struct GroupInfo {
     pat: Vec<(NodeId, NodeId)>,
     /// One-way latency to a member on this host and to one on another host, ps.
     hop_ps: (u64, u64),
+    /// Plans already made for this group: (op, bytes, plan). A program repeats a handful
+    /// of collectives many times; planning weighs every algorithm and protocol.
+    plans: Vec<(CollectiveOp, u64, Plan)>,
 }
+
+/// Plans a group keeps ([`GroupInfo::plans`]); the oldest gives way beyond this.
+const PLANS_KEPT: usize = 16;
 
 #[derive(Debug, Clone)]
 enum Running {
@@ -615,7 +621,7 @@ impl GpuLp {
                     self.complete(model, s, ctx);
                     return;
                 }
-                let plan = match plan_for(model, &shape, closed, cop, bytes) {
+                let plan = match self.plan(model, group, cop, bytes) {
                     Ok(p) => p,
                     Err(e) => return self.fail(e),
                 };
@@ -1128,6 +1134,7 @@ impl GpuLp {
             trees_for: (0, false),
             pat: Vec::new(),
             hop_ps,
+            plans: Vec::new(),
         }));
         Some((ring, shape, closed, leader))
     }
@@ -1202,6 +1209,28 @@ impl GpuLp {
             g.trees_for = (lanes, nvls);
         }
         true
+    }
+
+    /// The plan of `op` on `bytes` in this rank's group of `kind` (made once per size).
+    fn plan(
+        &mut self,
+        model: &SimModel,
+        kind: GroupKind,
+        op: CollectiveOp,
+        bytes: u64,
+    ) -> Result<Plan, String> {
+        let Some(g) = self.groups[kind as usize].as_mut() else {
+            return Err(format!("no {kind:?} group was set up"));
+        };
+        if let Some((_, _, p)) = g.plans.iter().find(|(o, b, _)| *o == op && *b == bytes) {
+            return Ok(*p);
+        }
+        let plan = plan_for(model, &g.shape, g.closed, op, bytes)?;
+        if g.plans.len() >= PLANS_KEPT {
+            g.plans.remove(0);
+        }
+        g.plans.push((op, bytes, plan));
+        Ok(plan)
     }
 
     /// One-way latency to a member of group `kind` on this host and on another host, ps.
