@@ -146,7 +146,7 @@ pub struct WorkerOutcome {
 
 /// Windows with fewer predicted events than this run on the worker thread alone: waking the
 /// helpers would cost more than it saves.
-const PARALLEL_MIN_EVENTS: u64 = 32;
+const PARALLEL_MIN_EVENTS: u64 = 12;
 
 /// Earliest pending event of each partition, with a lazy min-heap over them: between windows
 /// only the partitions that ran or received events are looked at, never all of them.
