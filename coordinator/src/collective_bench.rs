@@ -7,8 +7,10 @@
 //! reduce-scatter and all-to-all, 1 for broadcast and send/recv).
 
 use sim::compute::ComputeModel;
-use sim::engine::SimModel;
+use sim::engine::results::class_index;
+use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
+use sim::topology::{LinkClass, NodeKind};
 use sim::workload::bench::{self, BenchOp};
 
 use crate::plot::{LineChart, Series, line_chart_svg};
@@ -51,6 +53,9 @@ pub struct BenchRow {
     pub channels: String,
     pub events: u64,
     pub digest: String,
+    /// Bytes put on network links (counted once, where they leave a NIC, or once per
+    /// analytical transfer crossing the network), protocol and link overheads included.
+    pub network_bytes: u64,
 }
 
 /// Parses `--sizes`: `MIN:MAX` (doubling, like nccl-tests `-b MIN -e MAX -f 2`),
@@ -178,10 +183,34 @@ pub fn run_bench(
             channels,
             events: engine.stats.events,
             digest: results.digest(),
+            network_bytes: network_bytes(&model, &results),
         };
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// Bytes a run put on the network: what left every NIC on a network link, plus what GPUs
+/// sent analytically across it.
+fn network_bytes(model: &SimModel, results: &RunResults) -> u64 {
+    let network = class_index(LinkClass::Network);
+    let links = model.topology.links();
+    results
+        .reports
+        .iter()
+        .map(|(id, r)| {
+            let from_nic = if model.topology.nodes()[*id as usize].kind == NodeKind::Nic {
+                r.ports
+                    .iter()
+                    .filter(|p| links[p.link as usize].class == LinkClass::Network)
+                    .map(|p| p.bytes)
+                    .sum()
+            } else {
+                0
+            };
+            from_nic + r.analytical_bytes[network]
+        })
+        .sum()
 }
 
 /// The whole table: header, one line per size, nccl-tests' average bus bandwidth.

@@ -415,3 +415,61 @@ fn coherent_ring_halves_all_reduce_where_hosts_share_a_cxl_switch() {
         "{split:?}"
     );
 }
+
+/// Every algorithm's transfers, as the engine ran them over the fabric, sum to the textbook
+/// volume on the network: what the schedule tests check per rank, here counted where bytes
+/// leave the NICs (Simple protocol, so the wire adds only NCCL's 0.96 link efficiency).
+#[test]
+fn network_traffic_of_every_algorithm_is_the_textbook_volume() {
+    const S: u64 = 64 << 20;
+    let wire = |payload: f64| payload / 0.96;
+    let simple = "collectives.protocol=simple";
+    let run = |op, gpus, sets: &[&str]| {
+        let mut sets = sets.to_vec();
+        sets.push(simple);
+        bench(op, gpus, &[S], &sets).remove(0)
+    };
+    let close = |got: u64, want: f64, what: &str| {
+        assert!(
+            (got as f64 / want - 1.0).abs() < 0.01,
+            "{what}: {got} bytes on the network, textbook {want:.0}"
+        );
+    };
+    let s = S as f64;
+    for hosts in [2u32, 4] {
+        let (n, nodes) = (f64::from(8 * hosts), f64::from(hosts));
+        // Ring: every lane crosses each of the `nodes` boundaries in each of its 2(n−1)
+        // steps of S/(n·lanes): 2(n−1)·nodes·S/n.
+        let ring = run(
+            CollectiveOp::AllReduce,
+            8 * hosts,
+            &["collectives.algorithm=ring"],
+        );
+        close(
+            ring.network_bytes,
+            wire(2.0 * (n - 1.0) * nodes * s / n),
+            "ring",
+        );
+        // Trees (and NVLS-tree's per-slice trees): each of the nodes−1 edges carries the
+        // buffer up and down.
+        for algorithm in ["tree", "nvls-tree"] {
+            let set = format!("collectives.algorithm={algorithm}");
+            let r = run(CollectiveOp::AllReduce, 8 * hosts, &[&set]);
+            close(r.network_bytes, wire(2.0 * (nodes - 1.0) * s), algorithm);
+        }
+        // All-to-all: every rank sends S/n to each of the n − 8 ranks on other hosts.
+        let a2a = run(CollectiveOp::AllToAll, 8 * hosts, &[]);
+        close(a2a.network_bytes, wire((n - 8.0) * s), "all-to-all");
+    }
+    // PAT between one-GPU hosts: every rank gets the n − 1 blocks of S/n it lacks.
+    let pat = run(
+        CollectiveOp::AllGather,
+        16,
+        &[
+            "cluster.gpus_per_host=1",
+            "cluster.nics_per_host=1",
+            "collectives.algorithm=pat",
+        ],
+    );
+    close(pat.network_bytes, wire(15.0 * s), "pat");
+}
