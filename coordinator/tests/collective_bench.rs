@@ -473,3 +473,69 @@ fn network_traffic_of_every_algorithm_is_the_textbook_volume() {
     );
     close(pat.network_bytes, wire(15.0 * s), "pat");
 }
+
+/// Trees, NVLS-tree, PAT and queue-pair splitting give the same digest however the run is
+/// split: 1 or 3 workers, 1 or 2 threads, any partition strategy.
+#[test]
+fn every_algorithm_is_deterministic_across_workers_threads_and_partitions() {
+    let cases: [(CollectiveOp, u32, &[&str]); 5] = [
+        (CollectiveOp::AllReduce, 32, &["collectives.algorithm=tree"]),
+        (
+            CollectiveOp::AllReduce,
+            32,
+            &["collectives.algorithm=nvls-tree"],
+        ),
+        (
+            CollectiveOp::AllGather,
+            8,
+            &[
+                "cluster.gpus_per_host=1",
+                "cluster.nics_per_host=1",
+                "collectives.algorithm=pat",
+            ],
+        ),
+        (
+            CollectiveOp::AllReduce,
+            32,
+            &[
+                "collectives.algorithm=ring",
+                "collectives.ib_qps_per_connection=4",
+                "collectives.ib_split_data_on_qps=1",
+            ],
+        ),
+        (CollectiveOp::AllToAll, 16, &[]),
+    ];
+    for (op, gpus, sets) in cases {
+        let digest = |workers: u32, threads: usize, partition: &str| {
+            let mut sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            sets.push(format!("engine.partition={partition}"));
+            let exp = Experiment::load_cluster(Path::new(RAIL_H100), &sets, gpus).expect("cluster");
+            let spec = BenchSpec {
+                op: BenchOp::Collective(op),
+                gpus,
+                sizes: vec![8 << 20],
+                dtype: "float",
+                word: 4,
+            };
+            let options = RunOptions {
+                workers: Some(workers),
+                threads: Some(threads),
+                ..RunOptions::default()
+            };
+            run_bench(&exp, &spec, &options)
+                .expect("runs")
+                .remove(0)
+                .digest
+        };
+        let reference = digest(1, 1, "by-host");
+        for (workers, threads, partition) in
+            [(3, 1, "random"), (1, 2, "round-robin"), (3, 2, "linear")]
+        {
+            assert_eq!(
+                digest(workers, threads, partition),
+                reference,
+                "{op:?} {sets:?}: {workers} workers, {threads} threads, {partition}"
+            );
+        }
+    }
+}
