@@ -95,6 +95,46 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Distributed run: waits for N workers over gRPC, partitions, drives the windows and
+    /// writes the same output directory as `run`.
+    Coordinator {
+        /// Experiment file (TOML); workers read it from the same path (shared file system).
+        experiment: PathBuf,
+        /// HOST:PORT to serve on; port 0 picks a free port (printed).
+        #[arg(long)]
+        listen: String,
+        /// Workers to wait for.
+        #[arg(long)]
+        workers: u32,
+        /// Output directory (default: runs/<experiment name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// File holding the run's shared token; without it one is generated and printed.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// No progress display.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Joins a coordinator and runs the partitions it is given.
+    Worker {
+        /// The coordinator's HOST:PORT.
+        #[arg(long)]
+        coordinator: String,
+        /// HOST:PORT this worker's peers reach it on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Threads (default: the machine's cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// File holding the run's shared token (the coordinator's --token-file, or the token
+        /// it printed).
+        #[arg(long)]
+        token_file: PathBuf,
+    },
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
     Collective {
@@ -195,6 +235,82 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             workload_file,
             sets,
         } => workload_command(&experiment, json, export, output, workload_file, &sets),
+        Command::Coordinator {
+            experiment,
+            listen,
+            workers,
+            out,
+            token_file,
+            sets,
+            quiet,
+        } => {
+            let exp = Experiment::load(&experiment, &sets)?;
+            let token = match &token_file {
+                Some(f) => coordinator::distributed::read_token(f).map_err(anyhow::Error::msg)?,
+                None => coordinator::distributed::new_token(),
+            };
+            let experiment_path = std::fs::canonicalize(&experiment)
+                .with_context(|| format!("resolving {}", experiment.display()))?;
+            let options = coordinator::distributed::CoordinatorOptions {
+                listen,
+                workers,
+                token: token.clone(),
+                experiment_path,
+                sets,
+            };
+            let progress = (!quiet).then(|| progress::hook(&exp));
+            let generated = token_file.is_none();
+            let output =
+                coordinator::distributed::run_coordinator(&exp, &options, progress, |addr| {
+                    eprintln!(
+                        "fleetsim coordinator: listening on {addr}, waiting for {workers} worker(s)"
+                    );
+                    if generated {
+                        eprintln!("fleetsim coordinator: token {token}");
+                    }
+                })?;
+            let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
+            write_outputs(&dir, &exp, &output.model, &output.results, &output.summary)
+                .with_context(|| format!("writing the results to {}", dir.display()))?;
+            let s = &output.summary.json;
+            println!(
+                "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
+                exp.name(),
+                s["iteration_time_s"].as_f64().unwrap_or(0.0),
+                s["tflops_per_gpu"].as_f64().unwrap_or(0.0),
+                s["mfu"].as_f64().unwrap_or(0.0),
+                output.summary.digest
+            );
+            println!(
+                "engine: {} events in {:.2} s on {} workers, {} windows; results in {}",
+                s["engine"]["events"],
+                s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
+                s["engine"]["workers"],
+                s["engine"]["windows"],
+                dir.display()
+            );
+            Ok(())
+        }
+        Command::Worker {
+            coordinator,
+            listen,
+            threads,
+            token_file,
+        } => {
+            let token =
+                coordinator::distributed::read_token(&token_file).map_err(anyhow::Error::msg)?;
+            let summary = coordinator::distributed::run_worker_process(
+                &coordinator,
+                &listen,
+                threads,
+                &token,
+            )?;
+            println!(
+                "worker {} of {}: {} partitions, {} events",
+                summary.id, summary.workers, summary.partitions, summary.events
+            );
+            Ok(())
+        }
         Command::Collective {
             cluster_or_experiment,
             op,

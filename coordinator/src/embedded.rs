@@ -153,6 +153,38 @@ pub struct EngineStats {
     pub parallel_events: u64,
 }
 
+impl EngineStats {
+    /// The run's statistics from every worker's.
+    pub fn from_workers(
+        stats: &[WorkerStats],
+        threads: usize,
+        partitions: u32,
+        windows: u64,
+        lookahead_ps: Option<u64>,
+        wall_s: f64,
+    ) -> EngineStats {
+        let wall: f64 = stats.iter().map(|s| s.wall_s).sum();
+        let busy: f64 = stats.iter().map(|s| s.busy_s).sum();
+        EngineStats {
+            workers: stats.len() as u32,
+            threads: threads.max(1),
+            partitions,
+            windows,
+            events: stats.iter().map(|s| s.events).sum(),
+            cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
+            lookahead_ps,
+            wall_s,
+            parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
+            parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
+            sync_fraction: if wall > 0.0 {
+                (1.0 - busy / wall).clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
 /// Which worker runs each partition: contiguous blocks of partition ids, balanced by count.
 pub fn assign_workers(partitions: u32, workers: u32) -> Vec<u32> {
     (0..partitions)
@@ -252,24 +284,13 @@ pub fn run(
         return Err(e);
     }
     let windows = lock(&shared.state).driver.windows();
-    let wall: f64 = stats.iter().map(|s| s.wall_s).sum();
-    let busy: f64 = stats.iter().map(|s| s.busy_s).sum();
-    let engine = EngineStats {
-        workers,
-        threads: threads.max(1),
-        partitions: map.partitions,
+    let engine = EngineStats::from_workers(
+        &stats,
+        threads,
+        map.partitions,
         windows,
-        events: stats.iter().map(|s| s.events).sum(),
-        cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
         lookahead_ps,
-        wall_s: started.elapsed().as_secs_f64(),
-        parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
-        parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
-        sync_fraction: if wall > 0.0 {
-            (1.0 - busy / wall).clamp(0.0, 1.0)
-        } else {
-            0.0
-        },
-    };
+        started.elapsed().as_secs_f64(),
+    );
     Ok((RunResults::assemble(reports), engine))
 }

@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod collective_bench;
+pub mod distributed;
 pub mod driver;
 pub mod embedded;
 pub mod kernel_report;

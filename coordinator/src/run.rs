@@ -62,9 +62,9 @@ pub fn run_embedded(
 /// lookahead it allows. Depends on the topology only.
 #[derive(Debug, Clone)]
 pub struct Partition {
-    strategy: String,
-    partition_of: Vec<u32>,
-    lookahead_ps: Option<u64>,
+    pub strategy: String,
+    pub partition_of: Vec<u32>,
+    pub lookahead_ps: Option<u64>,
 }
 
 /// Partitions `model`'s topology as the experiment's `[engine]` says.

@@ -122,7 +122,7 @@ pub struct WorkerSetup {
     pub oversubscribed: bool,
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WorkerStats {
     pub partitions: u32,
     pub events: u64,

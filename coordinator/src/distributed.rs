@@ -1,0 +1,706 @@
+//! Distributed runs over gRPC (DESIGN.md, "Windows and mailboxes"): `fleetsim coordinator`
+//! and `fleetsim worker`.
+//!
+//! The coordinator partitions the topology and serves the `Coordinator` service: workers
+//! register (their `Worker` service address, their host), and once all have, each learns its
+//! id, the experiment (path and overrides, read from the shared file system as under Slurm),
+//! the partition of every LP, the owner of every partition and its peers' addresses. Each
+//! worker builds the model and only its own partitions' LPs, then runs the same window loop
+//! as an embedded worker ([`worker::run_worker`]) through [`GrpcCoordination`]: event batches
+//! go straight to the peer that owns their partitions (`Worker.Deliver`), window reports to
+//! the coordinator, whose combining barrier answers every worker with the next window
+//! ([`WindowDriver`], shared with the embedded run). At the end each worker submits its LP
+//! reports; the coordinator assembles the same results an embedded run gives.
+//!
+//! Every call carries the run's token in [`TOKEN_HEADER`]; calls without it are refused.
+//! The async runtime serves RPCs only: the window loop runs on plain threads and blocks on
+//! its calls, so tokio stays out of the simulation's hot path.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use fleetsim_proto::v1 as pb;
+use pb::coordinator_client::CoordinatorClient;
+use pb::coordinator_server::{Coordinator, CoordinatorServer};
+use pb::worker_client::WorkerClient;
+use pb::worker_server::{Worker, WorkerServer};
+use sim::compute::ComputeModel;
+use sim::engine::{LpReport, RunResults, SimModel};
+use sim::experiment::Experiment;
+use sim::topology::NodeId;
+use tokio::sync::Notify;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+use tonic::{Request, Response, Status};
+use worker::{
+    Coordination, EngineError, EventBatch, LpMap, WindowGrant, WindowReport, WorkerSetup,
+    WorkerStats, run_worker,
+};
+
+use crate::driver::WindowDriver;
+use crate::embedded::{EngineStats, ProgressHook, assign_workers};
+use crate::run::{RunError, RunOutput, partition, peak_rss_bytes};
+use crate::run_report::{EngineInfo, summarize_run};
+
+/// Metadata entry every call carries the run's token in.
+pub const TOKEN_HEADER: &str = "x-fleetsim-token";
+/// Largest gRPC message either side accepts (tonic's default is 4 MiB; a window's batch
+/// for one peer can be far larger).
+const MAX_MESSAGE_BYTES: usize = 1 << 30;
+/// How long a worker keeps trying to reach the coordinator when it starts first.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn transport(what: impl std::fmt::Display) -> EngineError {
+    EngineError::Transport(what.to_string())
+}
+
+/// Refuses a call that does not carry `token`.
+fn check_token<T>(request: &Request<T>, token: &str) -> Result<(), Status> {
+    match request.metadata().get(TOKEN_HEADER).map(|v| v.to_str()) {
+        Some(Ok(t)) if t == token => Ok(()),
+        Some(_) => Err(Status::unauthenticated("wrong fleetsim token")),
+        None => Err(Status::unauthenticated(
+            "no fleetsim token: pass the coordinator's token with --token-file",
+        )),
+    }
+}
+
+/// A request carrying `token`.
+fn with_token<T>(message: T, token: &str) -> Result<Request<T>, EngineError> {
+    let mut request = Request::new(message);
+    let value = token
+        .parse()
+        .map_err(|_| transport("the token holds characters gRPC metadata cannot carry"))?;
+    request.metadata_mut().insert(TOKEN_HEADER, value);
+    Ok(request)
+}
+
+/// A new token for a run: 128 bits from the clock, the process and the address space.
+pub fn new_token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let here = &nanos as *const u64 as u64;
+    let a = sim::topology::splitmix64(nanos ^ u64::from(std::process::id()));
+    let b = sim::topology::splitmix64(a ^ here);
+    format!("{a:016x}{b:016x}")
+}
+
+/// Reads a token file (its first line, trimmed).
+pub fn read_token(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        return Err(format!(
+            "the token file {} is empty; write the token on its first line",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
+
+/// What a worker submits at the end: its LPs' reports and its statistics.
+type WorkerResults = (Vec<(NodeId, LpReport)>, WorkerStats);
+
+/// What the coordinator needs besides the loaded experiment.
+#[derive(Debug, Clone)]
+pub struct CoordinatorOptions {
+    /// `HOST:PORT`; port 0 picks a free one (reported to `on_listening`).
+    pub listen: String,
+    pub workers: u32,
+    pub token: String,
+    /// The experiment file and overrides the workers load (absolute path).
+    pub experiment_path: PathBuf,
+    pub sets: Vec<String>,
+}
+
+/// The coordinator's shared state.
+struct Hub {
+    expected: u32,
+    token: String,
+    reply: pb::RegisterReply,
+    addresses: Vec<String>,
+    hosts: Vec<String>,
+    /// Most threads any worker runs.
+    threads: u32,
+    reports: Vec<Option<WindowReport>>,
+    arrived: u32,
+    grants: Vec<WindowGrant>,
+    generation: u64,
+    driver: WindowDriver,
+    progress: Option<ProgressHook>,
+    results: Vec<Option<WorkerResults>>,
+    submitted: u32,
+    failed: Option<String>,
+}
+
+#[derive(Clone)]
+struct CoordinatorService {
+    hub: Arc<Mutex<Hub>>,
+    /// Rings on every change a waiting call may be waiting for.
+    changed: Arc<Notify>,
+}
+
+impl CoordinatorService {
+    /// Waits until `ready` holds for the hub (checked under its lock).
+    async fn wait_until<R>(&self, mut ready: impl FnMut(&mut Hub) -> Option<R>) -> R {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(r) = ready(&mut lock(&self.hub)) {
+                return r;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Coordinator for CoordinatorService {
+    async fn register(
+        &self,
+        request: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterReply>, Status> {
+        check_token(&request, &lock(&self.hub).token)?;
+        let r = request.into_inner();
+        let id = {
+            let mut hub = lock(&self.hub);
+            if hub.addresses.len() as u32 >= hub.expected {
+                return Err(Status::resource_exhausted(format!(
+                    "the run already has its {} workers",
+                    hub.expected
+                )));
+            }
+            hub.addresses.push(r.listen_address);
+            hub.hosts.push(r.host);
+            hub.threads = hub.threads.max(r.threads);
+            (hub.addresses.len() - 1) as u32
+        };
+        self.changed.notify_waiters();
+        let reply = self
+            .wait_until(|hub| {
+                (hub.addresses.len() as u32 == hub.expected).then(|| pb::RegisterReply {
+                    worker_id: id,
+                    peer_addresses: hub.addresses.clone(),
+                    ..hub.reply.clone()
+                })
+            })
+            .await;
+        Ok(Response::new(reply))
+    }
+
+    async fn report_window(
+        &self,
+        request: Request<pb::WindowReport>,
+    ) -> Result<Response<pb::WindowGrant>, Status> {
+        check_token(&request, &lock(&self.hub).token)?;
+        let r = request.into_inner();
+        let id = r.worker_id as usize;
+        let generation = {
+            let mut hub = lock(&self.hub);
+            if id >= hub.reports.len() {
+                return Err(Status::invalid_argument(format!(
+                    "no worker {id} in this run"
+                )));
+            }
+            hub.reports[id] = Some(WindowReport {
+                worker: r.worker_id,
+                window: r.window,
+                next_event_ps: r.next_event_ps,
+                earliest_sent_ps: r.earliest_sent_ps,
+                batches_sent: r.batches_sent,
+                events_processed: r.events_processed,
+            });
+            hub.arrived += 1;
+            let generation = hub.generation;
+            if hub.arrived == hub.expected {
+                let reports: Vec<WindowReport> =
+                    hub.reports.iter_mut().filter_map(Option::take).collect();
+                hub.grants = hub.driver.grant(&reports);
+                hub.arrived = 0;
+                hub.generation += 1;
+                let (t, events) = (hub.driver.time_ps, hub.driver.events);
+                if let Some(p) = hub.progress.as_mut() {
+                    p(t, events);
+                }
+            }
+            generation
+        };
+        self.changed.notify_waiters();
+        let grant = self
+            .wait_until(|hub| (hub.generation != generation).then(|| hub.grants[id].clone()))
+            .await;
+        Ok(Response::new(pb::WindowGrant {
+            window: grant.window,
+            end_ps: grant.end_ps,
+            batches_expected: grant.batches_expected,
+            finished: grant.finished,
+        }))
+    }
+
+    async fn submit_results(
+        &self,
+        request: Request<pb::ResultsChunk>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        check_token(&request, &lock(&self.hub).token)?;
+        let r = request.into_inner();
+        let decoded: Result<WorkerResults, _> = bitcode::deserialize(&r.payload);
+        {
+            let mut hub = lock(&self.hub);
+            let id = r.worker_id as usize;
+            match decoded {
+                Ok(results) if id < hub.results.len() => {
+                    if hub.results[id].replace(results).is_none() {
+                        hub.submitted += 1;
+                    }
+                }
+                Ok(_) => return Err(Status::invalid_argument(format!("no worker {id}"))),
+                Err(e) => {
+                    let host = hub.hosts.get(id).cloned().unwrap_or_default();
+                    hub.failed.get_or_insert(format!(
+                        "worker {id} on {host} sent results that cannot be decoded: {e}"
+                    ));
+                }
+            }
+        }
+        self.changed.notify_waiters();
+        Ok(Response::new(pb::Ack {}))
+    }
+}
+
+/// Runs a distributed simulation of `exp`: serves until every worker submitted its results.
+/// `on_listening` hears the bound address (with the real port when `listen` asked for 0).
+pub fn run_coordinator(
+    exp: &Experiment,
+    options: &CoordinatorOptions,
+    progress: Option<ProgressHook>,
+    on_listening: impl FnOnce(std::net::SocketAddr),
+) -> Result<RunOutput, RunError> {
+    let started = Instant::now();
+    let workload = sim::workload::load_or_compile(exp, None)?;
+    let compute = ComputeModel::from_experiment(exp)?;
+    let model = SimModel::build(exp, workload, &compute, false)?;
+    let partition = partition(exp, &model)?;
+    let workers = options.workers.max(1);
+    let map = LpMap::new(partition.partition_of.clone());
+    let owners = assign_workers(map.partitions, workers);
+    let mut runs: Vec<pb::PartitionRun> = Vec::new();
+    for &p in &partition.partition_of {
+        match runs.last_mut() {
+            Some(r) if r.partition == p => r.count += 1,
+            _ => runs.push(pb::PartitionRun {
+                partition: p,
+                count: 1,
+            }),
+        }
+    }
+    let service = CoordinatorService {
+        hub: Arc::new(Mutex::new(Hub {
+            expected: workers,
+            token: options.token.clone(),
+            reply: pb::RegisterReply {
+                worker_id: 0,
+                experiment_path: options.experiment_path.display().to_string(),
+                sets: options.sets.clone(),
+                partition_runs: runs,
+                partition_owner: owners,
+                peer_addresses: Vec::new(),
+                lookahead_ps: partition.lookahead_ps.unwrap_or(0),
+            },
+            addresses: Vec::new(),
+            hosts: Vec::new(),
+            threads: 1,
+            reports: vec![None; workers as usize],
+            arrived: 0,
+            grants: Vec::new(),
+            generation: 0,
+            driver: WindowDriver::new(partition.lookahead_ps),
+            progress,
+            results: vec![None; workers as usize],
+            submitted: 0,
+            failed: None,
+        })),
+        changed: Arc::new(Notify::new()),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            RunError::Incomplete(format!("cannot start the coordinator's runtime: {e}"))
+        })?;
+    let addr: std::net::SocketAddr = options.listen.parse().map_err(|e| {
+        RunError::Incomplete(format!(
+            "--listen {}: not a HOST:PORT address ({e})",
+            options.listen
+        ))
+    })?;
+    let served = runtime.block_on(async {
+        // Windows are short and back to back: no Nagle delay on the replies.
+        let incoming = TcpIncoming::bind(addr)
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?
+            .with_nodelay(Some(true));
+        let local = incoming
+            .local_addr()
+            .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        on_listening(local);
+        let done = service.clone();
+        let all_in = async move {
+            done.wait_until(|hub| {
+                (hub.submitted == hub.expected || hub.failed.is_some()).then_some(())
+            })
+            .await;
+        };
+        Server::builder()
+            .http2_adaptive_window(Some(true))
+            .add_service(
+                CoordinatorServer::new(service.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(incoming, all_in)
+            .await
+            .map_err(|e| format!("the coordinator's server failed: {e}"))
+    });
+    served.map_err(RunError::Incomplete)?;
+    let mut hub = lock(&service.hub);
+    if let Some(why) = hub.failed.take() {
+        return Err(RunError::Incomplete(why));
+    }
+    let mut reports = Vec::new();
+    let mut stats = Vec::new();
+    for (r, s) in hub.results.iter_mut().filter_map(Option::take) {
+        reports.extend(r);
+        stats.push(s);
+    }
+    let threads = hub.threads as usize;
+    let engine = EngineInfo {
+        mode: "distributed",
+        strategy: exp.loaded.config.engine.partition.clone(),
+        stats: EngineStats::from_workers(
+            &stats,
+            threads,
+            map.partitions,
+            hub.driver.windows(),
+            partition.lookahead_ps,
+            started.elapsed().as_secs_f64(),
+        ),
+        peak_rss_bytes: peak_rss_bytes(),
+    };
+    drop(hub);
+    let results = RunResults::assemble(reports);
+    let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
+    Ok(RunOutput {
+        model,
+        results,
+        summary,
+    })
+}
+
+/// Batches peers delivered, waiting for the window loop to take them.
+#[derive(Default)]
+struct Inbox {
+    batches: Mutex<Vec<EventBatch>>,
+    arrived: Condvar,
+}
+
+struct WorkerService {
+    inbox: Arc<Inbox>,
+    token: String,
+}
+
+#[tonic::async_trait]
+impl Worker for WorkerService {
+    async fn deliver(
+        &self,
+        request: Request<tonic::Streaming<pb::EventBatch>>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        check_token(&request, &self.token)?;
+        let mut stream = request.into_inner();
+        while let Some(b) = stream.message().await? {
+            lock(&self.inbox.batches).push(EventBatch {
+                from_worker: b.from_worker,
+                window: b.window,
+                events: b.events,
+            });
+            self.inbox.arrived.notify_all();
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+}
+
+/// The window loop's side of the gRPC protocol: blocking calls on the worker's runtime.
+struct GrpcCoordination<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    id: u32,
+    token: String,
+    coordinator: CoordinatorClient<Channel>,
+    peer_addresses: Vec<String>,
+    peers: Vec<Option<WorkerClient<Channel>>>,
+    inbox: Arc<Inbox>,
+}
+
+impl Coordination for GrpcCoordination<'_> {
+    fn send_batch(&mut self, to_worker: u32, batch: EventBatch) -> Result<(), EngineError> {
+        let to = to_worker as usize;
+        let address = self
+            .peer_addresses
+            .get(to)
+            .ok_or_else(|| transport(format!("no worker {to_worker} to send a batch to")))?;
+        if self.peers[to].is_none() {
+            let channel = self
+                .runtime
+                .block_on(
+                    Channel::from_shared(format!("http://{address}"))
+                        .map_err(transport)?
+                        .connect(),
+                )
+                .map_err(|e| {
+                    transport(format!("cannot reach worker {to_worker} at {address}: {e}"))
+                })?;
+            self.peers[to] = Some(
+                WorkerClient::new(channel)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            );
+        }
+        let Some(peer) = self.peers[to].as_mut() else {
+            return Err(transport(format!("no connection to worker {to_worker}")));
+        };
+        let message = pb::EventBatch {
+            from_worker: batch.from_worker,
+            window: batch.window,
+            events: batch.events,
+        };
+        let stream = tonic::codegen::tokio_stream::iter(vec![message]);
+        let request = with_token(stream, &self.token)?;
+        self.runtime.block_on(peer.deliver(request)).map_err(|e| {
+            transport(format!(
+                "worker {to_worker} at {address} refused a batch: {e}"
+            ))
+        })?;
+        Ok(())
+    }
+
+    fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError> {
+        let request = with_token(
+            pb::WindowReport {
+                worker_id: self.id,
+                window: report.window,
+                next_event_ps: report.next_event_ps,
+                earliest_sent_ps: report.earliest_sent_ps,
+                batches_sent: report.batches_sent,
+                events_processed: report.events_processed,
+            },
+            &self.token,
+        )?;
+        let g = self
+            .runtime
+            .block_on(self.coordinator.report_window(request))
+            .map_err(|e| {
+                transport(format!(
+                    "the coordinator did not answer a window report: {e}"
+                ))
+            })?
+            .into_inner();
+        Ok(WindowGrant {
+            window: g.window,
+            end_ps: g.end_ps,
+            batches_expected: g.batches_expected,
+            finished: g.finished,
+        })
+    }
+
+    fn receive_batches(
+        &mut self,
+        window: u64,
+        expected: u32,
+    ) -> Result<Vec<EventBatch>, EngineError> {
+        let mut batches = lock(&self.inbox.batches);
+        loop {
+            let ready = batches.iter().filter(|b| b.window < window).count();
+            if ready >= expected as usize {
+                break;
+            }
+            batches = self
+                .inbox
+                .arrived
+                .wait(batches)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        let (now, later): (Vec<EventBatch>, Vec<EventBatch>) =
+            batches.drain(..).partition(|b| b.window < window);
+        *batches = later;
+        if now.len() != expected as usize {
+            return Err(transport(format!(
+                "worker {} expected {expected} batches before window {window}, got {}",
+                self.id,
+                now.len()
+            )));
+        }
+        Ok(now)
+    }
+}
+
+/// What a worker process reports when its part is done.
+#[derive(Debug, Clone)]
+pub struct WorkerSummary {
+    pub id: u32,
+    pub workers: u32,
+    pub partitions: u32,
+    pub events: u64,
+}
+
+/// Runs a worker: serves `Worker` on `listen`, registers with the coordinator at
+/// `coordinator`, runs its partitions and submits their reports.
+pub fn run_worker_process(
+    coordinator: &str,
+    listen: &str,
+    threads: Option<usize>,
+    token: &str,
+) -> Result<WorkerSummary, RunError> {
+    let fail = |what: String| RunError::Incomplete(what);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| fail(format!("cannot start the worker's runtime: {e}")))?;
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|e| fail(format!("--listen {listen}: not a HOST:PORT address ({e})")))?;
+    let inbox = Arc::new(Inbox::default());
+    let incoming = runtime
+        .block_on(async { TcpIncoming::bind(addr) })
+        .map_err(|e| fail(format!("cannot listen on {addr}: {e}")))?
+        .with_nodelay(Some(true));
+    let local = incoming
+        .local_addr()
+        .map_err(|e| fail(format!("cannot read the bound address: {e}")))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = WorkerService {
+        inbox: Arc::clone(&inbox),
+        token: token.to_string(),
+    };
+    let server = runtime.spawn(
+        Server::builder()
+            .http2_adaptive_window(Some(true))
+            .add_service(
+                WorkerServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            }),
+    );
+    let url = format!("http://{coordinator}");
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    let channel = loop {
+        let endpoint = Channel::from_shared(url.clone())
+            .map_err(|e| fail(format!("--coordinator {coordinator}: {e}")))?;
+        match runtime.block_on(endpoint.connect()) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(fail(format!(
+                    "cannot reach the coordinator at {coordinator} within {} s: {e}",
+                    CONNECT_PATIENCE.as_secs()
+                )));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    let mut client = CoordinatorClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| local.ip().to_string());
+    let threads = threads
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let request = with_token(
+        pb::RegisterRequest {
+            listen_address: local.to_string(),
+            threads: threads as u32,
+            host,
+        },
+        token,
+    )?;
+    let reply = runtime
+        .block_on(client.register(request))
+        .map_err(|e| {
+            fail(format!(
+                "the coordinator at {coordinator} refused to register this worker: {}",
+                e.message()
+            ))
+        })?
+        .into_inner();
+    let exp = Experiment::load(Path::new(&reply.experiment_path), &reply.sets)
+        .map_err(|e| fail(format!("cannot load the run's experiment: {e}")))?;
+    let workload = sim::workload::load_or_compile(&exp, None)?;
+    let compute = ComputeModel::from_experiment(&exp)?;
+    let model = SimModel::build(&exp, workload, &compute, false)?;
+    let partition_of: Vec<u32> = reply
+        .partition_runs
+        .iter()
+        .flat_map(|r| std::iter::repeat_n(r.partition, r.count as usize))
+        .collect();
+    if partition_of.len() != model.topology.nodes().len() {
+        return Err(fail(format!(
+            "the coordinator partitioned {} LPs, this worker's topology has {}: do both read the same experiment file?",
+            partition_of.len(),
+            model.topology.nodes().len()
+        )));
+    }
+    let map = LpMap::new(partition_of);
+    let workers = reply.peer_addresses.len() as u32;
+    let setup = WorkerSetup {
+        id: reply.worker_id,
+        workers,
+        model: Arc::new(model),
+        map: Arc::new(map),
+        owner: Arc::new(reply.partition_owner.clone()),
+        threads,
+        oversubscribed: false,
+    };
+    let mut coordination = GrpcCoordination {
+        runtime: &runtime,
+        id: reply.worker_id,
+        token: token.to_string(),
+        coordinator: client.clone(),
+        peers: vec![None; workers as usize],
+        peer_addresses: reply.peer_addresses.clone(),
+        inbox,
+    };
+    let outcome = run_worker(&setup, &mut coordination)?;
+    let summary = WorkerSummary {
+        id: reply.worker_id,
+        workers,
+        partitions: outcome.stats.partitions,
+        events: outcome.stats.events,
+    };
+    let payload = bitcode::serialize(&(outcome.reports, outcome.stats))
+        .map_err(|e| fail(format!("cannot encode this worker's results: {e}")))?;
+    let request = with_token(
+        pb::ResultsChunk {
+            worker_id: reply.worker_id,
+            payload,
+        },
+        token,
+    )?;
+    runtime
+        .block_on(client.submit_results(request))
+        .map_err(|e| {
+            fail(format!(
+                "the coordinator did not take this worker's results: {e}"
+            ))
+        })?;
+    let _ = stop.send(());
+    let _ = runtime.block_on(server);
+    Ok(summary)
+}

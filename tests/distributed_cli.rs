@@ -1,0 +1,133 @@
+//! `fleetsim coordinator` and `fleetsim worker`: a run over real gRPC on loopback sockets
+//! gives the embedded run's digest, and a worker without the run's token is refused.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::{QUICKSTART, fleetsim, scratch, stdout_ok};
+
+/// The quickstart cut down to 32 GPUs and 4 layers: seconds in a debug build.
+const SMALL: [&str; 6] = [
+    "--set",
+    "cluster.gpus=32",
+    "--set",
+    "model.layers=4",
+    "--set",
+    "parallel.global_batch=16",
+];
+
+fn binary() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin("fleetsim"))
+}
+
+/// Starts a coordinator on a free loopback port; returns it and the address it printed.
+fn start_coordinator(out: &Path, token: &Path, workers: u32) -> (Child, String) {
+    let mut child = binary()
+        .args([
+            "coordinator",
+            QUICKSTART,
+            "--quiet",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--workers", &workers.to_string(), "--token-file"])
+        .arg(token)
+        .arg("--out")
+        .arg(out)
+        .args(SMALL)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the coordinator");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("the coordinator says where it listens")
+            .expect("a line");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split(',').next().expect("an address").to_string();
+        }
+    };
+    (child, address)
+}
+
+fn worker(address: &str, token: &Path) -> std::process::Output {
+    binary()
+        .args([
+            "worker",
+            "--coordinator",
+            address,
+            "--threads",
+            "1",
+            "--token-file",
+        ])
+        .arg(token)
+        .output()
+        .expect("run a worker")
+}
+
+fn digest(dir: &Path) -> (String, serde_json::Value) {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    (
+        json["result_digest"].as_str().expect("digest").to_string(),
+        json,
+    )
+}
+
+#[test]
+fn a_run_over_grpc_gives_the_embedded_digest() {
+    let dir = scratch("distributed");
+    let token = dir.join("token");
+    std::fs::write(&token, "a-shared-secret\n").expect("token file");
+    let out = dir.join("out");
+    let (coordinator, address) = start_coordinator(&out, &token, 2);
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (address, token) = (address.clone(), token.clone());
+            std::thread::spawn(move || worker(&address, &token))
+        })
+        .collect();
+    for w in workers {
+        let o = w.join().expect("worker thread");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success(), "coordinator failed");
+    let (distributed, summary) = digest(&out);
+    assert_eq!(summary["engine"]["mode"], "distributed");
+    assert_eq!(summary["engine"]["workers"], 2);
+    let embedded_out = dir.join("embedded");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--workers", "1", "--out"])
+            .arg(&embedded_out)
+            .args(SMALL),
+    );
+    assert_eq!(distributed, digest(&embedded_out).0);
+    for file in ["ranks.csv", "collectives.csv", "links.csv"] {
+        assert!(out.join(file).exists(), "{file}");
+    }
+}
+
+#[test]
+fn a_worker_without_the_run_token_is_refused() {
+    let dir = scratch("distributed-token");
+    let token = dir.join("token");
+    std::fs::write(&token, "right\n").expect("token file");
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "wrong\n").expect("token file");
+    let (mut coordinator, address) = start_coordinator(&dir.join("out"), &token, 1);
+    let refused = worker(&address, &wrong);
+    let _ = coordinator.kill();
+    let _ = coordinator.wait();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("wrong fleetsim token"), "{stderr}");
+}
