@@ -6,6 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{QUICKSTART, fleetsim, scratch, stdout_ok};
 
@@ -25,6 +26,15 @@ fn binary() -> Command {
 
 /// Starts a coordinator on a free loopback port; returns it and the address it printed.
 fn start_coordinator(out: &Path, token: &Path, workers: u32) -> (Child, String) {
+    start_coordinator_with(out, token, workers, &SMALL)
+}
+
+fn start_coordinator_with(
+    out: &Path,
+    token: &Path,
+    workers: u32,
+    sets: &[&str],
+) -> (Child, String) {
     let mut child = binary()
         .args([
             "coordinator",
@@ -37,7 +47,7 @@ fn start_coordinator(out: &Path, token: &Path, workers: u32) -> (Child, String) 
         .arg(token)
         .arg("--out")
         .arg(out)
-        .args(SMALL)
+        .args(sets)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -53,7 +63,31 @@ fn start_coordinator(out: &Path, token: &Path, workers: u32) -> (Child, String) 
             break rest.split(',').next().expect("an address").to_string();
         }
     };
+    // Keep draining stderr so the coordinator never blocks on a full pipe; hand the rest
+    // back through a file the test can read.
+    let rest = out.with_extension("stderr");
+    std::thread::spawn(move || {
+        let text: Vec<String> = lines.map_while(Result::ok).collect();
+        let _ = std::fs::write(rest, text.join("\n"));
+    });
     (child, address)
+}
+
+fn start_worker(address: &str, token: &Path) -> Child {
+    binary()
+        .args([
+            "worker",
+            "--coordinator",
+            address,
+            "--threads",
+            "1",
+            "--token-file",
+        ])
+        .arg(token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a worker")
 }
 
 fn worker(address: &str, token: &Path) -> std::process::Output {
@@ -130,4 +164,50 @@ fn a_worker_without_the_run_token_is_refused() {
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("wrong fleetsim token"), "{stderr}");
+}
+
+/// Waits for `child` at most `limit`; its exit status, or `None` if it is still running.
+fn wait_at_most(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+#[test]
+fn a_dead_worker_stops_the_run_within_ten_seconds() {
+    let dir = scratch("distributed-crash");
+    let token = dir.join("token");
+    std::fs::write(&token, "crash\n").expect("token file");
+    let out = dir.join("out");
+    // The full quickstart: far longer than the test waits in a debug build.
+    let (mut coordinator, address) = start_coordinator_with(&out, &token, 2, &[]);
+    let mut survivor = start_worker(&address, &token);
+    let mut victim = start_worker(&address, &token);
+    std::thread::sleep(Duration::from_secs(4));
+    victim.kill().expect("kill a worker");
+    let _ = victim.wait();
+    let status = wait_at_most(&mut coordinator, Duration::from_secs(10));
+    let survived = wait_at_most(&mut survivor, Duration::from_secs(10));
+    for c in [&mut coordinator, &mut survivor] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let status = status.expect("the coordinator stops within 10 s of a worker's death");
+    assert_eq!(status.code(), Some(1));
+    // The drain thread writes the coordinator's stderr once the pipe closes.
+    let path = out.with_extension("stderr");
+    let until = Instant::now() + Duration::from_secs(5);
+    while !path.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stderr = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(stderr.contains("stopped answering"), "{stderr}");
+    assert!(stderr.contains("worker "), "{stderr}");
+    let survived = survived.expect("the other worker exits by itself");
+    assert_eq!(survived.code(), Some(1));
 }

@@ -50,6 +50,11 @@ pub const TOKEN_HEADER: &str = "x-fleetsim-token";
 const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// How long a worker keeps trying to reach the coordinator when it starts first.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+/// How often a worker says it is alive.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// Silence after which the coordinator gives a worker up, and a worker its coordinator: a
+/// dead or stalled process stops the run within 10 s.
+const SILENCE_LIMIT: Duration = Duration::from_secs(5);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -129,6 +134,8 @@ struct Hub {
     hosts: Vec<String>,
     /// Most threads any worker runs.
     threads: u32,
+    /// When each registered worker was last heard from.
+    last_seen: Vec<Instant>,
     reports: Vec<Option<WindowReport>>,
     arrived: u32,
     grants: Vec<WindowGrant>,
@@ -148,16 +155,54 @@ struct CoordinatorService {
 }
 
 impl CoordinatorService {
-    /// Waits until `ready` holds for the hub (checked under its lock).
-    async fn wait_until<R>(&self, mut ready: impl FnMut(&mut Hub) -> Option<R>) -> R {
+    /// Waits until `ready` holds for the hub (checked under its lock), or the run stopped.
+    async fn wait_until<R>(
+        &self,
+        mut ready: impl FnMut(&mut Hub) -> Option<R>,
+    ) -> Result<R, Status> {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(r) = ready(&mut lock(&self.hub)) {
-                return r;
+            {
+                let mut hub = lock(&self.hub);
+                if let Some(why) = &hub.failed {
+                    return Err(Status::aborted(why.clone()));
+                }
+                if let Some(r) = ready(&mut hub) {
+                    return Ok(r);
+                }
             }
             notified.await;
+        }
+    }
+
+    /// Notes that worker `id` was heard from.
+    fn seen(&self, id: u32) {
+        if let Some(t) = lock(&self.hub).last_seen.get_mut(id as usize) {
+            *t = Instant::now();
+        }
+    }
+
+    /// Stops the run if a registered worker that has not finished went silent.
+    fn watch(&self) {
+        let mut hub = lock(&self.hub);
+        if hub.failed.is_some() {
+            return;
+        }
+        let silent = (0..hub.last_seen.len()).find(|&w| {
+            hub.results.get(w).is_some_and(Option::is_none)
+                && hub.last_seen[w].elapsed() > SILENCE_LIMIT
+        });
+        if let Some(w) = silent {
+            hub.failed = Some(format!(
+                "worker {w} on {} ({}) stopped answering for {} s; the run is stopped with no checkpoint to resume from (checkpoints are not implemented yet)",
+                hub.hosts[w],
+                hub.addresses[w],
+                SILENCE_LIMIT.as_secs()
+            ));
+            drop(hub);
+            self.changed.notify_waiters();
         }
     }
 }
@@ -181,6 +226,7 @@ impl Coordinator for CoordinatorService {
             hub.addresses.push(r.listen_address);
             hub.hosts.push(r.host);
             hub.threads = hub.threads.max(r.threads);
+            hub.last_seen.push(Instant::now());
             (hub.addresses.len() - 1) as u32
         };
         self.changed.notify_waiters();
@@ -192,7 +238,7 @@ impl Coordinator for CoordinatorService {
                     ..hub.reply.clone()
                 })
             })
-            .await;
+            .await?;
         Ok(Response::new(reply))
     }
 
@@ -203,6 +249,7 @@ impl Coordinator for CoordinatorService {
         check_token(&request, &lock(&self.hub).token)?;
         let r = request.into_inner();
         let id = r.worker_id as usize;
+        self.seen(r.worker_id);
         let generation = {
             let mut hub = lock(&self.hub);
             if id >= hub.reports.len() {
@@ -236,7 +283,7 @@ impl Coordinator for CoordinatorService {
         self.changed.notify_waiters();
         let grant = self
             .wait_until(|hub| (hub.generation != generation).then(|| hub.grants[id].clone()))
-            .await;
+            .await?;
         Ok(Response::new(pb::WindowGrant {
             window: grant.window,
             end_ps: grant.end_ps,
@@ -272,6 +319,16 @@ impl Coordinator for CoordinatorService {
         }
         self.changed.notify_waiters();
         Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatReply>, Status> {
+        check_token(&request, &lock(&self.hub).token)?;
+        self.seen(request.into_inner().worker_id);
+        let stopped = lock(&self.hub).failed.clone().unwrap_or_default();
+        Ok(Response::new(pb::HeartbeatReply { stopped }))
     }
 }
 
@@ -317,6 +374,7 @@ pub fn run_coordinator(
             addresses: Vec::new(),
             hosts: Vec::new(),
             threads: 1,
+            last_seen: Vec::new(),
             reports: vec![None; workers as usize],
             arrived: 0,
             grants: Vec::new(),
@@ -351,12 +409,19 @@ pub fn run_coordinator(
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
         on_listening(local);
+        let watchdog = service.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT_EVERY / 2).await;
+                watchdog.watch();
+            }
+        });
         let done = service.clone();
         let all_in = async move {
-            done.wait_until(|hub| {
-                (hub.submitted == hub.expected || hub.failed.is_some()).then_some(())
-            })
-            .await;
+            // Ends on the last results, or at once (with an error) when the run stopped.
+            let _ = done
+                .wait_until(|hub| (hub.submitted == hub.expected).then_some(()))
+                .await;
         };
         Server::builder()
             .http2_adaptive_window(Some(true))
@@ -436,9 +501,23 @@ impl Worker for WorkerService {
     }
 }
 
+/// Why this worker must stop (the coordinator went silent or stopped the run), once known.
+type StopReason = Arc<Mutex<Option<String>>>;
+
+/// Resolves when a stop reason is set.
+async fn stopped(stop: &StopReason) -> String {
+    loop {
+        if let Some(why) = lock(stop).clone() {
+            return why;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The window loop's side of the gRPC protocol: blocking calls on the worker's runtime.
 struct GrpcCoordination<'a> {
     runtime: &'a tokio::runtime::Runtime,
+    stop: StopReason,
     id: u32,
     token: String,
     coordinator: CoordinatorClient<Channel>,
@@ -481,12 +560,15 @@ impl Coordination for GrpcCoordination<'_> {
         };
         let stream = tonic::codegen::tokio_stream::iter(vec![message]);
         let request = with_token(stream, &self.token)?;
-        self.runtime.block_on(peer.deliver(request)).map_err(|e| {
-            transport(format!(
-                "worker {to_worker} at {address} refused a batch: {e}"
-            ))
-        })?;
-        Ok(())
+        let stop = &self.stop;
+        self.runtime.block_on(async {
+            tokio::select! {
+                r = peer.deliver(request) => r.map(|_| ()).map_err(|e| {
+                    transport(format!("worker {to_worker} at {address} did not take a batch: {}", e.message()))
+                }),
+                why = stopped(stop) => Err(transport(why)),
+            }
+        })
     }
 
     fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError> {
@@ -501,15 +583,15 @@ impl Coordination for GrpcCoordination<'_> {
             },
             &self.token,
         )?;
-        let g = self
-            .runtime
-            .block_on(self.coordinator.report_window(request))
-            .map_err(|e| {
-                transport(format!(
-                    "the coordinator did not answer a window report: {e}"
-                ))
-            })?
-            .into_inner();
+        let (coordinator, stop) = (&mut self.coordinator, &self.stop);
+        let g = self.runtime.block_on(async {
+            tokio::select! {
+                r = coordinator.report_window(request) => r.map(Response::into_inner).map_err(|e| {
+                    transport(format!("the coordinator stopped the run: {}", e.message()))
+                }),
+                why = stopped(stop) => Err(transport(why)),
+            }
+        })?;
         Ok(WindowGrant {
             window: g.window,
             end_ps: g.end_ps,
@@ -529,11 +611,15 @@ impl Coordination for GrpcCoordination<'_> {
             if ready >= expected as usize {
                 break;
             }
+            if let Some(why) = lock(&self.stop).clone() {
+                return Err(transport(why));
+            }
             batches = self
                 .inbox
                 .arrived
-                .wait(batches)
-                .unwrap_or_else(PoisonError::into_inner);
+                .wait_timeout(batches, Duration::from_millis(200))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         let (now, later): (Vec<EventBatch>, Vec<EventBatch>) =
             batches.drain(..).partition(|b| b.window < window);
@@ -583,7 +669,7 @@ pub fn run_worker_process(
     let local = incoming
         .local_addr()
         .map_err(|e| fail(format!("cannot read the bound address: {e}")))?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let service = WorkerService {
         inbox: Arc::clone(&inbox),
         token: token.to_string(),
@@ -597,7 +683,7 @@ pub fn run_worker_process(
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
+                let _ = server_stopped.await;
             }),
     );
     let url = format!("http://{coordinator}");
@@ -668,8 +754,46 @@ pub fn run_worker_process(
         threads,
         oversubscribed: false,
     };
+    // Heartbeats: the coordinator learns this worker is alive; this worker learns whether
+    // the run goes on, and stops by itself when the coordinator goes silent.
+    let stop: StopReason = Arc::new(Mutex::new(None));
+    let beat = {
+        let (mut client, stop, inbox) = (client.clone(), Arc::clone(&stop), Arc::clone(&inbox));
+        let (token, id, coordinator) =
+            (token.to_string(), reply.worker_id, coordinator.to_string());
+        runtime.spawn(async move {
+            let mut heard = Instant::now();
+            loop {
+                tokio::time::sleep(HEARTBEAT_EVERY).await;
+                let call = with_token(pb::HeartbeatRequest { worker_id: id }, &token);
+                let why = match call {
+                    Err(e) => Some(e.to_string()),
+                    Ok(call) => {
+                        match tokio::time::timeout(HEARTBEAT_EVERY, client.heartbeat(call)).await {
+                            Ok(Ok(r)) => {
+                                heard = Instant::now();
+                                Some(r.into_inner().stopped).filter(|s| !s.is_empty())
+                            }
+                            _ => (heard.elapsed() > SILENCE_LIMIT).then(|| {
+                                format!(
+                                    "the coordinator at {coordinator} stopped answering for {} s",
+                                    SILENCE_LIMIT.as_secs()
+                                )
+                            }),
+                        }
+                    }
+                };
+                if let Some(why) = why {
+                    *lock(&stop) = Some(why);
+                    inbox.arrived.notify_all();
+                    return;
+                }
+            }
+        })
+    };
     let mut coordination = GrpcCoordination {
         runtime: &runtime,
+        stop: Arc::clone(&stop),
         id: reply.worker_id,
         token: token.to_string(),
         coordinator: client.clone(),
@@ -677,7 +801,9 @@ pub fn run_worker_process(
         peer_addresses: reply.peer_addresses.clone(),
         inbox,
     };
-    let outcome = run_worker(&setup, &mut coordination)?;
+    let outcome = run_worker(&setup, &mut coordination);
+    beat.abort();
+    let outcome = outcome?;
     let summary = WorkerSummary {
         id: reply.worker_id,
         workers,
@@ -700,7 +826,7 @@ pub fn run_worker_process(
                 "the coordinator did not take this worker's results: {e}"
             ))
         })?;
-    let _ = stop.send(());
+    let _ = stop_server.send(());
     let _ = runtime.block_on(server);
     Ok(summary)
 }

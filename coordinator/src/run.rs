@@ -10,14 +10,21 @@ use sim::experiment::Experiment;
 use crate::embedded::{self, ProgressHook};
 use crate::run_report::{EngineInfo, RunSummary, summarize_run};
 
+impl From<worker::EngineError> for RunError {
+    fn from(e: worker::EngineError) -> Self {
+        RunError::Engine(e)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("{0}")]
     Partition(ConfigError),
+    /// Not a `#[source]`: the message already holds the engine's, and `{:#}` would repeat it.
     #[error("simulation failed: {0}")]
-    Engine(#[from] worker::EngineError),
+    Engine(worker::EngineError),
     #[error("simulation did not complete: {0}")]
     Incomplete(String),
 }
