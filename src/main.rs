@@ -119,6 +119,29 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// A distributed run as the tasks of `srun`: task 0 is the coordinator, the others are
+    /// workers; they meet through SLURM_JOB_NODELIST and a port, or a file in the submit
+    /// directory. Threads come from SLURM_CPUS_PER_TASK.
+    Slurm {
+        /// Experiment file (TOML), on a file system every task shares.
+        experiment: PathBuf,
+        /// Output directory (default: runs/<experiment name>), written by task 0.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Port task 0 serves on (default: derived from SLURM_JOB_ID).
+        #[arg(long)]
+        port: Option<u16>,
+        /// File holding the run's shared token (default: task 0 writes a new one beside
+        /// the rendezvous file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// No progress display.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Joins a coordinator and runs the partitions it is given.
     Worker {
         /// The coordinator's HOST:PORT.
@@ -249,14 +272,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(f) => coordinator::distributed::read_token(f).map_err(anyhow::Error::msg)?,
                 None => coordinator::distributed::new_token(),
             };
-            let experiment_path = std::fs::canonicalize(&experiment)
-                .with_context(|| format!("resolving {}", experiment.display()))?;
             let options = coordinator::distributed::CoordinatorOptions {
                 listen,
                 workers,
                 token: token.clone(),
-                experiment_path,
+                experiment_path: std::fs::canonicalize(&experiment)
+                    .with_context(|| format!("resolving {}", experiment.display()))?,
                 sets,
+                any_port_fallback: false,
             };
             let progress = (!quiet).then(|| progress::hook(&exp));
             let generated = token_file.is_none();
@@ -269,28 +292,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         eprintln!("fleetsim coordinator: token {token}");
                     }
                 })?;
-            let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
-            write_outputs(&dir, &exp, &output.model, &output.results, &output.summary)
-                .with_context(|| format!("writing the results to {}", dir.display()))?;
-            let s = &output.summary.json;
-            println!(
-                "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
-                exp.name(),
-                s["iteration_time_s"].as_f64().unwrap_or(0.0),
-                s["tflops_per_gpu"].as_f64().unwrap_or(0.0),
-                s["mfu"].as_f64().unwrap_or(0.0),
-                output.summary.digest
-            );
-            println!(
-                "engine: {} events in {:.2} s on {} workers, {} windows; results in {}",
-                s["engine"]["events"],
-                s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
-                s["engine"]["workers"],
-                s["engine"]["windows"],
-                dir.display()
-            );
-            Ok(())
+            report_run(&exp, &output, out)
         }
+        Command::Slurm {
+            experiment,
+            out,
+            port,
+            token_file,
+            sets,
+            quiet,
+        } => slurm_command(&experiment, out, port, token_file.as_deref(), sets, quiet),
         Command::Worker {
             coordinator,
             listen,
@@ -300,7 +311,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let token =
                 coordinator::distributed::read_token(&token_file).map_err(anyhow::Error::msg)?;
             let summary = coordinator::distributed::run_worker_process(
-                &coordinator,
+                &|| coordinator.clone(),
                 &listen,
                 threads,
                 &token,
@@ -353,27 +364,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let progress = (!quiet).then(|| progress::hook(&exp));
             let output = run_embedded(&exp, &options, progress)?;
-            let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
-            write_outputs(&dir, &exp, &output.model, &output.results, &output.summary)
-                .with_context(|| format!("writing the results to {}", dir.display()))?;
-            let s = &output.summary.json;
-            println!(
-                "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
-                exp.name(),
-                s["iteration_time_s"].as_f64().unwrap_or(0.0),
-                s["tflops_per_gpu"].as_f64().unwrap_or(0.0),
-                s["mfu"].as_f64().unwrap_or(0.0),
-                output.summary.digest
-            );
-            println!(
-                "engine: {} events in {:.2} s ({:.2e} events/s), {} windows; results in {}",
-                s["engine"]["events"],
-                s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
-                s["engine"]["events_per_s"].as_f64().unwrap_or(0.0),
-                s["engine"]["windows"],
-                dir.display()
-            );
-            Ok(())
+            report_run(&exp, &output, out)
         }
     }
 }
@@ -489,4 +480,107 @@ fn print_report(
         print!("{}", to_text());
     }
     Ok(())
+}
+
+/// Writes a finished run's output directory and prints its two summary lines.
+fn report_run(
+    exp: &Experiment,
+    output: &coordinator::run::RunOutput,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
+    write_outputs(&dir, exp, &output.model, &output.results, &output.summary)
+        .with_context(|| format!("writing the results to {}", dir.display()))?;
+    let s = &output.summary.json;
+    println!(
+        "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
+        exp.name(),
+        s["iteration_time_s"].as_f64().unwrap_or(0.0),
+        s["tflops_per_gpu"].as_f64().unwrap_or(0.0),
+        s["mfu"].as_f64().unwrap_or(0.0),
+        output.summary.digest
+    );
+    println!(
+        "engine: {} events in {:.2} s ({:.2e} events/s), {} windows, {} worker(s); results in {}",
+        s["engine"]["events"],
+        s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
+        s["engine"]["events_per_s"].as_f64().unwrap_or(0.0),
+        s["engine"]["windows"],
+        s["engine"]["workers"],
+        dir.display()
+    );
+    Ok(())
+}
+
+/// `fleetsim slurm`: this task's part of the run.
+fn slurm_command(
+    experiment: &std::path::Path,
+    out: Option<PathBuf>,
+    port: Option<u16>,
+    token_file: Option<&std::path::Path>,
+    sets: Vec<String>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    use coordinator::distributed::{self as dist, read_token};
+    use coordinator::slurm::{SlurmTask, wait_for_file, write_private};
+    let task = SlurmTask::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    let port = task.port(port);
+    let patience = std::time::Duration::from_secs(120);
+    let token = match token_file {
+        Some(f) => read_token(f).map_err(anyhow::Error::msg)?,
+        None if task.is_coordinator() => {
+            let token = dist::new_token();
+            write_private(&task.file("token"), &token).map_err(anyhow::Error::msg)?;
+            token
+        }
+        None => wait_for_file(&task.file("token"), patience).map_err(anyhow::Error::msg)?,
+    };
+    if task.is_coordinator() {
+        let exp = Experiment::load(experiment, &sets)?;
+        let options = dist::CoordinatorOptions {
+            listen: format!("0.0.0.0:{port}"),
+            workers: task.ntasks - 1,
+            token,
+            experiment_path: std::fs::canonicalize(experiment)
+                .with_context(|| format!("resolving {}", experiment.display()))?,
+            sets,
+            any_port_fallback: true,
+        };
+        let progress = (!quiet).then(|| progress::hook(&exp));
+        let address_file = task.file("addr");
+        let mut written = Ok(());
+        let output = dist::run_coordinator(&exp, &options, progress, |addr| {
+            let reachable = format!("{}:{}", dist::host_name(), addr.port());
+            written = write_private(&address_file, &reachable);
+            eprintln!(
+                "fleetsim slurm: coordinator on {reachable}, waiting for {} worker(s)",
+                task.ntasks - 1
+            );
+        })?;
+        written.map_err(anyhow::Error::msg)?;
+        let _ = std::fs::remove_file(task.file("addr"));
+        let _ = std::fs::remove_file(task.file("token"));
+        report_run(&exp, &output, out)
+    } else {
+        // The address file when task 0 wrote it (it may have had to take another port),
+        // else the first host of the job at the agreed port.
+        let address_file = task.file("addr");
+        let first_host = format!("{}:{port}", task.hosts[0]);
+        let coordinator = move || {
+            std::fs::read_to_string(&address_file)
+                .ok()
+                .and_then(|t| t.lines().next().map(|l| l.trim().to_string()))
+                .filter(|a| !a.is_empty())
+                .unwrap_or_else(|| first_host.clone())
+        };
+        let summary =
+            dist::run_worker_process(&coordinator, "0.0.0.0:0", task.cpus_per_task, &token)?;
+        if !quiet {
+            eprintln!(
+                "fleetsim slurm: worker {} of {} done: {} partitions, {} events",
+                summary.id, summary.workers, summary.partitions, summary.events
+            );
+        }
+        Ok(())
+    }
 }

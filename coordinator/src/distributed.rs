@@ -123,6 +123,19 @@ pub struct CoordinatorOptions {
     /// The experiment file and overrides the workers load (absolute path).
     pub experiment_path: PathBuf,
     pub sets: Vec<String>,
+    /// When `listen`'s port is taken, bind any free port instead (Slurm: the address file
+    /// tells the workers).
+    pub any_port_fallback: bool,
+}
+
+/// This machine's host name (Linux), for addresses peers on other hosts can reach.
+pub fn host_name() -> String {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// The coordinator's shared state.
@@ -402,7 +415,13 @@ pub fn run_coordinator(
     })?;
     let served = runtime.block_on(async {
         // Windows are short and back to back: no Nagle delay on the replies.
-        let incoming = TcpIncoming::bind(addr)
+        let bound = match TcpIncoming::bind(addr) {
+            Err(_) if options.any_port_fallback => {
+                TcpIncoming::bind(std::net::SocketAddr::new(addr.ip(), 0))
+            }
+            other => other,
+        };
+        let incoming = bound
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?
             .with_nodelay(Some(true));
         let local = incoming
@@ -644,10 +663,11 @@ pub struct WorkerSummary {
     pub events: u64,
 }
 
-/// Runs a worker: serves `Worker` on `listen`, registers with the coordinator at
-/// `coordinator`, runs its partitions and submits their reports.
+/// Runs a worker: serves `Worker` on `listen`, registers with the coordinator at the address
+/// `coordinator` gives (asked again on every connection attempt, so a rendezvous file that
+/// appears late is seen), runs its partitions and submits their reports.
 pub fn run_worker_process(
-    coordinator: &str,
+    coordinator: &dyn Fn() -> String,
     listen: &str,
     threads: Option<usize>,
     token: &str,
@@ -686,13 +706,13 @@ pub fn run_worker_process(
                 let _ = server_stopped.await;
             }),
     );
-    let url = format!("http://{coordinator}");
     let deadline = Instant::now() + CONNECT_PATIENCE;
-    let channel = loop {
-        let endpoint = Channel::from_shared(url.clone())
-            .map_err(|e| fail(format!("--coordinator {coordinator}: {e}")))?;
+    let (channel, coordinator) = loop {
+        let coordinator = coordinator();
+        let endpoint = Channel::from_shared(format!("http://{coordinator}"))
+            .map_err(|e| fail(format!("coordinator address {coordinator}: {e}")))?;
         match runtime.block_on(endpoint.connect()) {
-            Ok(c) => break c,
+            Ok(c) => break (c, coordinator),
             Err(e) if Instant::now() >= deadline => {
                 return Err(fail(format!(
                     "cannot reach the coordinator at {coordinator} within {} s: {e}",
@@ -705,13 +725,19 @@ pub fn run_worker_process(
     let mut client = CoordinatorClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| local.ip().to_string());
+    let host = host_name();
+    // Peers on other hosts cannot reach 0.0.0.0: advertise the host name instead.
+    let advertised = if local.ip().is_unspecified() {
+        format!("{host}:{}", local.port())
+    } else {
+        local.to_string()
+    };
     let threads = threads
         .filter(|&t| t > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let request = with_token(
         pb::RegisterRequest {
-            listen_address: local.to_string(),
+            listen_address: advertised,
             threads: threads as u32,
             host,
         },

@@ -12,4 +12,5 @@ pub mod kernel_report;
 pub mod plot;
 pub mod run;
 pub mod run_report;
+pub mod slurm;
 pub mod workload_report;

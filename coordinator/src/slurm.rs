@@ -1,0 +1,179 @@
+//! `fleetsim slurm`: one distributed run as the tasks of a Slurm job step (`srun`). Task 0
+//! (`SLURM_PROCID`) is the coordinator, every other task a worker.
+//!
+//! Rendezvous:
+//! - the coordinator runs on the first host of `SLURM_JOB_NODELIST` (expanded with
+//!   hostlist-parser) at a port derived from the job id, unless `--port` is given;
+//! - it also writes its real address to `.fleetsim-<job>.addr` in `SLURM_SUBMIT_DIR`. That
+//!   file is the fallback when the port was taken and it bound another.
+//! - Without `--token-file`, task 0 makes a token and writes it to `.fleetsim-<job>.token`
+//!   beside the address file (mode 0600), where the workers read it.
+//!
+//! Threads per task come from `SLURM_CPUS_PER_TASK`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What a task learns from the Slurm environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmTask {
+    pub procid: u32,
+    pub ntasks: u32,
+    pub job_id: String,
+    /// Hosts of the job, expanded, in order.
+    pub hosts: Vec<String>,
+    pub submit_dir: PathBuf,
+    pub cpus_per_task: Option<usize>,
+}
+
+impl SlurmTask {
+    /// Reads the task's place from `env` (the process environment in practice).
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<SlurmTask, String> {
+        let need = |key: &str| {
+            env(key).ok_or_else(|| {
+                format!("{key} is not set: run `fleetsim slurm` as the tasks of `srun` (see docs/distributed.md)")
+            })
+        };
+        let number = |key: &str| -> Result<u32, String> {
+            need(key)?
+                .trim()
+                .parse()
+                .map_err(|_| format!("{key} is not a number"))
+        };
+        let procid = number("SLURM_PROCID")?;
+        let ntasks = number("SLURM_NTASKS")?;
+        let nodelist = env("SLURM_JOB_NODELIST")
+            .or_else(|| env("SLURM_NODELIST"))
+            .ok_or_else(|| {
+                "SLURM_JOB_NODELIST is not set: run `fleetsim slurm` under srun".to_string()
+            })?;
+        let hosts = hostlist_parser::parse(nodelist.trim())
+            .map_err(|e| format!("SLURM_JOB_NODELIST `{nodelist}` cannot be expanded: {e}"))?;
+        if hosts.is_empty() {
+            return Err(format!("SLURM_JOB_NODELIST `{nodelist}` names no host"));
+        }
+        if ntasks < 2 {
+            return Err(format!(
+                "the job step has {ntasks} task(s); `fleetsim slurm` needs a coordinator and at least one worker: srun -n 2 or more"
+            ));
+        }
+        let cpus_per_task = env("SLURM_CPUS_PER_TASK").and_then(|c| c.trim().parse().ok());
+        Ok(SlurmTask {
+            procid,
+            ntasks,
+            job_id: need("SLURM_JOB_ID")?,
+            hosts,
+            submit_dir: env("SLURM_SUBMIT_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(".")),
+            cpus_per_task,
+        })
+    }
+
+    pub fn is_coordinator(&self) -> bool {
+        self.procid == 0
+    }
+
+    /// The port the coordinator tries first: `--port`, else one derived from the job id, so
+    /// jobs sharing a host rarely collide.
+    pub fn port(&self, requested: Option<u16>) -> u16 {
+        requested.unwrap_or_else(|| {
+            let job: u64 = self.job_id.parse().unwrap_or(0);
+            20_000 + (job % 20_000) as u16
+        })
+    }
+
+    /// The rendezvous file for `what` ("addr" or "token") in the submit directory.
+    pub fn file(&self, what: &str) -> PathBuf {
+        self.submit_dir
+            .join(format!(".fleetsim-{}.{what}", self.job_id))
+    }
+}
+
+/// Writes `text` to `path` atomically (write beside it, sync, rename), readable by the owner
+/// only.
+pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let result = (|| {
+        let mut f = options.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Waits up to `patience` for `path` to exist; its first line.
+pub fn wait_for_file(path: &Path, patience: Duration) -> Result<String, String> {
+    let until = Instant::now() + patience;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Some(line) = text.lines().next().filter(|l| !l.trim().is_empty())
+        {
+            return Ok(line.trim().to_string());
+        }
+        if Instant::now() >= until {
+            return Err(format!(
+                "{} did not appear within {} s: did task 0 (the coordinator) start, and do all tasks share the submit directory?",
+                path.display(),
+                patience.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn reads_the_task_and_expands_the_nodelist() {
+        let t = SlurmTask::from_env(env(&[
+            ("SLURM_PROCID", "2"),
+            ("SLURM_NTASKS", "5"),
+            ("SLURM_JOB_ID", "12345"),
+            ("SLURM_JOB_NODELIST", "gpu[01-03,07],login"),
+            ("SLURM_SUBMIT_DIR", "/scratch/u"),
+            ("SLURM_CPUS_PER_TASK", "16"),
+        ]))
+        .expect("a task");
+        assert_eq!(t.hosts, ["gpu01", "gpu02", "gpu03", "gpu07", "login"]);
+        assert!(!t.is_coordinator());
+        assert_eq!(t.cpus_per_task, Some(16));
+        assert_eq!(t.port(None), 20_000 + 12_345);
+        assert_eq!(t.port(Some(7000)), 7000);
+        assert_eq!(t.file("addr"), Path::new("/scratch/u/.fleetsim-12345.addr"));
+    }
+
+    #[test]
+    fn outside_srun_or_with_one_task_is_one_clear_error() {
+        let e = SlurmTask::from_env(env(&[])).expect_err("no Slurm");
+        assert!(e.contains("SLURM_PROCID is not set"), "{e}");
+        let e = SlurmTask::from_env(env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_JOB_ID", "1"),
+            ("SLURM_JOB_NODELIST", "n1"),
+        ]))
+        .expect_err("one task");
+        assert!(e.contains("srun -n 2"), "{e}");
+    }
+}

@@ -1,0 +1,92 @@
+//! `fleetsim slurm` under a real Slurm (one node: `tools/slurm-local.sh`, which `.ci/run`
+//! starts): `srun -n 3` gives the embedded run's digest. Without a running Slurm the run
+//! test says so and passes, unless `FLEETSIM_REQUIRE_SLURM=1` (set by `.ci/run`).
+
+mod common;
+
+use std::process::Command;
+
+use common::{QUICKSTART, fleetsim, one_clear_error, scratch, stdout_ok};
+
+const SMALL: [&str; 6] = [
+    "--set",
+    "cluster.gpus=32",
+    "--set",
+    "model.layers=4",
+    "--set",
+    "parallel.global_batch=16",
+];
+
+fn slurm_is_up() -> bool {
+    Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && {
+                let s = String::from_utf8_lossy(&o.stdout);
+                s.contains("idle") || s.contains("mix") || s.contains("alloc")
+            }
+        })
+}
+
+#[test]
+fn srun_tasks_meet_and_give_the_embedded_digest() {
+    if !slurm_is_up() {
+        assert!(
+            std::env::var("FLEETSIM_REQUIRE_SLURM").is_err(),
+            "FLEETSIM_REQUIRE_SLURM is set but no Slurm answers sinfo: run tools/slurm-local.sh"
+        );
+        eprintln!("no running Slurm (tools/slurm-local.sh starts one): skipped");
+        return;
+    }
+    let dir = scratch("slurm");
+    let out = dir.join("out");
+    let root = std::env::current_dir().expect("cwd");
+    let status = Command::new("srun")
+        .args(["-n", "3", "--overcommit", "--cpus-per-task=1", "--time=5"])
+        .arg(assert_cmd::cargo::cargo_bin("fleetsim"))
+        .args(["slurm", QUICKSTART, "--quiet", "--out"])
+        .arg(&out)
+        .args(SMALL)
+        .current_dir(&root)
+        .output()
+        .expect("srun");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let summary = |d: &std::path::Path| -> serde_json::Value {
+        let text = std::fs::read_to_string(d.join("summary.json")).expect("summary.json");
+        serde_json::from_str(&text).expect("JSON")
+    };
+    let distributed = summary(&out);
+    assert_eq!(distributed["engine"]["mode"], "distributed");
+    assert_eq!(distributed["engine"]["workers"], 2);
+    let embedded = dir.join("embedded");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(&embedded)
+            .args(SMALL),
+    );
+    assert_eq!(
+        distributed["result_digest"],
+        summary(&embedded)["result_digest"]
+    );
+}
+
+#[test]
+fn outside_srun_is_one_clear_error() {
+    let mut cmd = fleetsim();
+    for key in [
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+    ] {
+        cmd.env_remove(key);
+    }
+    let stderr = one_clear_error(cmd.args(["slurm", QUICKSTART]), "slurm outside srun");
+    assert!(stderr.contains("SLURM_PROCID is not set"), "{stderr}");
+}
