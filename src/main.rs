@@ -112,6 +112,9 @@ enum Command {
         /// File holding the run's shared token; without it one is generated and printed.
         #[arg(long)]
         token_file: Option<PathBuf>,
+        /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
+        #[arg(long)]
+        tls_dir: Option<PathBuf>,
         /// Override a key of the experiment file, e.g. --set parallel.tp=4.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
@@ -135,6 +138,9 @@ enum Command {
         /// the rendezvous file).
         #[arg(long)]
         token_file: Option<PathBuf>,
+        /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
+        #[arg(long)]
+        tls_dir: Option<PathBuf>,
         /// Override a key of the experiment file, e.g. --set parallel.tp=4.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
@@ -157,6 +163,9 @@ enum Command {
         /// it printed).
         #[arg(long)]
         token_file: PathBuf,
+        /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
+        #[arg(long)]
+        tls_dir: Option<PathBuf>,
     },
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
@@ -264,6 +273,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             workers,
             out,
             token_file,
+            tls_dir,
             sets,
             quiet,
         } => {
@@ -280,6 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .with_context(|| format!("resolving {}", experiment.display()))?,
                 sets,
                 any_port_fallback: false,
+                tls: load_tls(tls_dir.as_deref())?,
             };
             let progress = (!quiet).then(|| progress::hook(&exp));
             let generated = token_file.is_none();
@@ -299,14 +310,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             port,
             token_file,
+            tls_dir,
             sets,
             quiet,
-        } => slurm_command(&experiment, out, port, token_file.as_deref(), sets, quiet),
+        } => {
+            let tls = load_tls(tls_dir.as_deref())?;
+            let access = (token_file.as_deref(), tls.as_ref());
+            slurm_command(&experiment, out, port, access, sets, quiet)
+        }
         Command::Worker {
             coordinator,
             listen,
             threads,
             token_file,
+            tls_dir,
         } => {
             let token =
                 coordinator::distributed::read_token(&token_file).map_err(anyhow::Error::msg)?;
@@ -315,6 +332,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &listen,
                 threads,
                 &token,
+                load_tls(tls_dir.as_deref())?.as_ref(),
             )?;
             println!(
                 "worker {} of {}: {} partitions, {} events",
@@ -517,7 +535,10 @@ fn slurm_command(
     experiment: &std::path::Path,
     out: Option<PathBuf>,
     port: Option<u16>,
-    token_file: Option<&std::path::Path>,
+    (token_file, tls): (
+        Option<&std::path::Path>,
+        Option<&coordinator::distributed::TlsFiles>,
+    ),
     sets: Vec<String>,
     quiet: bool,
 ) -> anyhow::Result<()> {
@@ -545,6 +566,7 @@ fn slurm_command(
                 .with_context(|| format!("resolving {}", experiment.display()))?,
             sets,
             any_port_fallback: true,
+            tls: tls.cloned(),
         };
         let progress = (!quiet).then(|| progress::hook(&exp));
         let address_file = task.file("addr");
@@ -574,7 +596,7 @@ fn slurm_command(
                 .unwrap_or_else(|| first_host.clone())
         };
         let summary =
-            dist::run_worker_process(&coordinator, "0.0.0.0:0", task.cpus_per_task, &token)?;
+            dist::run_worker_process(&coordinator, "0.0.0.0:0", task.cpus_per_task, &token, tls)?;
         if !quiet {
             eprintln!(
                 "fleetsim slurm: worker {} of {} done: {} partitions, {} events",
@@ -583,4 +605,13 @@ fn slurm_command(
         }
         Ok(())
     }
+}
+
+/// `--tls-dir`, loaded.
+fn load_tls(
+    dir: Option<&std::path::Path>,
+) -> anyhow::Result<Option<coordinator::distributed::TlsFiles>> {
+    dir.map(coordinator::distributed::TlsFiles::load)
+        .transpose()
+        .map_err(anyhow::Error::msg)
 }

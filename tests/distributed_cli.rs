@@ -211,3 +211,54 @@ fn a_dead_worker_stops_the_run_within_ten_seconds() {
     let survived = survived.expect("the other worker exits by itself");
     assert_eq!(survived.code(), Some(1));
 }
+
+const TLS: &str = "tests/fixtures/tls";
+
+#[test]
+fn mutual_tls_runs_alike_and_refuses_a_plain_worker() {
+    let dir = scratch("distributed-tls");
+    let token = dir.join("token");
+    std::fs::write(&token, "tls\n").expect("token file");
+    let out = dir.join("out");
+    let tls = ["--tls-dir", TLS];
+    let mut sets: Vec<&str> = SMALL.to_vec();
+    sets.extend(tls);
+    let (coordinator, address) = start_coordinator_with(&out, &token, 1, &sets);
+    // A worker without TLS cannot even register; the one with it runs the whole job.
+    let plain = binary()
+        .args(["worker", "--coordinator", &address, "--token-file"])
+        .arg(&token)
+        .output()
+        .expect("a plain worker");
+    assert_eq!(plain.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let secure = binary()
+        .args([
+            "worker",
+            "--coordinator",
+            &address,
+            "--threads",
+            "1",
+            "--token-file",
+        ])
+        .arg(&token)
+        .args(tls)
+        .output()
+        .expect("a TLS worker");
+    assert!(
+        secure.status.success(),
+        "{}",
+        String::from_utf8_lossy(&secure.stderr)
+    );
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success());
+    let embedded = dir.join("embedded");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(&embedded)
+            .args(SMALL),
+    );
+    assert_eq!(digest(&out).0, digest(&embedded).0);
+}

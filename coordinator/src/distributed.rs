@@ -31,7 +31,9 @@ use sim::experiment::Experiment;
 use sim::topology::NodeId;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
 use tonic::{Request, Response, Status};
 use worker::{
     Coordination, EngineError, EventBatch, LpMap, WindowGrant, WindowReport, WorkerSetup,
@@ -96,6 +98,110 @@ pub fn new_token() -> String {
     format!("{a:016x}{b:016x}")
 }
 
+/// The name every process's certificate is issued for: peers check it instead of host
+/// names, so one certificate serves a whole cluster.
+pub const TLS_NAME: &str = "fleetsim";
+
+/// `--tls-dir`: the CA every process trusts and this process's certificate and key, all
+/// PEM. Both ends present their certificate (mutual TLS).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl TlsFiles {
+    /// Reads `ca.pem`, `cert.pem` and `key.pem` from `dir`.
+    pub fn load(dir: &Path) -> Result<TlsFiles, String> {
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).map_err(|e| {
+                format!(
+                    "--tls-dir {}: cannot read {name} ({e}); it needs ca.pem, and cert.pem and key.pem for the name `{TLS_NAME}` signed by that CA",
+                    dir.display()
+                )
+            })
+        };
+        Ok(TlsFiles {
+            ca: read("ca.pem")?,
+            cert: read("cert.pem")?,
+            key: read("key.pem")?,
+        })
+    }
+
+    fn server(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.cert, &self.key))
+            .client_ca_root(Certificate::from_pem(&self.ca))
+    }
+
+    fn client(&self) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .identity(Identity::from_pem(&self.cert, &self.key))
+            .domain_name(TLS_NAME)
+    }
+}
+
+/// A server builder, with TLS when `tls` is given.
+fn server(tls: Option<&TlsFiles>) -> Result<Server, String> {
+    let builder = Server::builder().http2_adaptive_window(Some(true));
+    match tls {
+        Some(t) => builder
+            .tls_config(t.server())
+            .map_err(|e| format!("the TLS certificate or key cannot be used: {e}")),
+        None => Ok(builder),
+    }
+}
+
+/// The endpoint of `address`, over TLS when `tls` is given.
+fn endpoint(address: &str, tls: Option<&TlsFiles>) -> Result<Endpoint, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let e = Channel::from_shared(format!("{scheme}://{address}"))
+        .map_err(|e| format!("{address} is not a HOST:PORT address: {e}"))?
+        .tcp_nodelay(true);
+    match tls {
+        Some(t) => e
+            .tls_config(t.client())
+            .map_err(|e| format!("the TLS certificate or key cannot be used: {e}")),
+        None => Ok(e),
+    }
+}
+
+/// Whether a failed connection only means nothing listens there yet (the coordinator may
+/// start after its workers); anything else will not get better by waiting.
+fn not_listening_yet(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::TimedOut
+            );
+        }
+        cause = c.source();
+    }
+    // No I/O cause (e.g. a name that does not resolve yet): keep trying until the deadline.
+    true
+}
+
+/// An error and its causes, one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out = format!("{out}: {text}");
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// Reads a token file (its first line, trimmed).
 pub fn read_token(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
@@ -126,6 +232,7 @@ pub struct CoordinatorOptions {
     /// When `listen`'s port is taken, bind any free port instead (Slurm: the address file
     /// tells the workers).
     pub any_port_fallback: bool,
+    pub tls: Option<TlsFiles>,
 }
 
 /// This machine's host name (Linux), for addresses peers on other hosts can reach.
@@ -442,8 +549,7 @@ pub fn run_coordinator(
                 .wait_until(|hub| (hub.submitted == hub.expected).then_some(()))
                 .await;
         };
-        Server::builder()
-            .http2_adaptive_window(Some(true))
+        server(options.tls.as_ref())?
             .add_service(
                 CoordinatorServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -537,6 +643,7 @@ async fn stopped(stop: &StopReason) -> String {
 struct GrpcCoordination<'a> {
     runtime: &'a tokio::runtime::Runtime,
     stop: StopReason,
+    tls: Option<&'a TlsFiles>,
     id: u32,
     token: String,
     coordinator: CoordinatorClient<Channel>,
@@ -553,16 +660,10 @@ impl Coordination for GrpcCoordination<'_> {
             .get(to)
             .ok_or_else(|| transport(format!("no worker {to_worker} to send a batch to")))?;
         if self.peers[to].is_none() {
-            let channel = self
-                .runtime
-                .block_on(
-                    Channel::from_shared(format!("http://{address}"))
-                        .map_err(transport)?
-                        .connect(),
-                )
-                .map_err(|e| {
-                    transport(format!("cannot reach worker {to_worker} at {address}: {e}"))
-                })?;
+            let endpoint = endpoint(address, self.tls).map_err(transport)?;
+            let channel = self.runtime.block_on(endpoint.connect()).map_err(|e| {
+                transport(format!("cannot reach worker {to_worker} at {address}: {e}"))
+            })?;
             self.peers[to] = Some(
                 WorkerClient::new(channel)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -671,6 +772,7 @@ pub fn run_worker_process(
     listen: &str,
     threads: Option<usize>,
     token: &str,
+    tls: Option<&TlsFiles>,
 ) -> Result<WorkerSummary, RunError> {
     let fail = |what: String| RunError::Incomplete(what);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -695,8 +797,8 @@ pub fn run_worker_process(
         token: token.to_string(),
     };
     let server = runtime.spawn(
-        Server::builder()
-            .http2_adaptive_window(Some(true))
+        server(tls)
+            .map_err(fail)?
             .add_service(
                 WorkerServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -709,14 +811,20 @@ pub fn run_worker_process(
     let deadline = Instant::now() + CONNECT_PATIENCE;
     let (channel, coordinator) = loop {
         let coordinator = coordinator();
-        let endpoint = Channel::from_shared(format!("http://{coordinator}"))
-            .map_err(|e| fail(format!("coordinator address {coordinator}: {e}")))?;
+        let endpoint = endpoint(&coordinator, tls).map_err(fail)?;
         match runtime.block_on(endpoint.connect()) {
             Ok(c) => break (c, coordinator),
+            Err(e) if !not_listening_yet(&e) => {
+                return Err(fail(format!(
+                    "cannot talk to the coordinator at {coordinator}: {} (do both use --tls-dir, or neither?)",
+                    error_chain(&e)
+                )));
+            }
             Err(e) if Instant::now() >= deadline => {
                 return Err(fail(format!(
-                    "cannot reach the coordinator at {coordinator} within {} s: {e}",
-                    CONNECT_PATIENCE.as_secs()
+                    "cannot reach the coordinator at {coordinator} within {} s: {}",
+                    CONNECT_PATIENCE.as_secs(),
+                    error_chain(&e)
                 )));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -746,8 +854,13 @@ pub fn run_worker_process(
     let reply = runtime
         .block_on(client.register(request))
         .map_err(|e| {
+            let hint = if e.code() == tonic::Code::Unauthenticated {
+                ""
+            } else {
+                " (do both sides use --tls-dir, or neither?)"
+            };
             fail(format!(
-                "the coordinator at {coordinator} refused to register this worker: {}",
+                "the coordinator at {coordinator} refused to register this worker: {}{hint}",
                 e.message()
             ))
         })?
@@ -820,6 +933,7 @@ pub fn run_worker_process(
     let mut coordination = GrpcCoordination {
         runtime: &runtime,
         stop: Arc::clone(&stop),
+        tls,
         id: reply.worker_id,
         token: token.to_string(),
         coordinator: client.clone(),
