@@ -27,6 +27,27 @@ struct Cli {
     command: Command,
 }
 
+/// What `coordinator` and `slurm` share.
+#[derive(clap::Args, Debug)]
+struct DistributedArgs {
+    /// Output directory (default: runs/<experiment name>), written by the coordinator.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// File holding the run's shared token; without it the coordinator makes one (printed,
+    /// or under Slurm written beside the rendezvous file).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+    /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// No progress display.
+    #[arg(long)]
+    quiet: bool,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Validates an experiment and prints what it derives: cluster, groups, lookahead, memory.
@@ -106,21 +127,8 @@ enum Command {
         /// Workers to wait for.
         #[arg(long)]
         workers: u32,
-        /// Output directory (default: runs/<experiment name>).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// File holding the run's shared token; without it one is generated and printed.
-        #[arg(long)]
-        token_file: Option<PathBuf>,
-        /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
-        #[arg(long)]
-        tls_dir: Option<PathBuf>,
-        /// Override a key of the experiment file, e.g. --set parallel.tp=4.
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// No progress display.
-        #[arg(long)]
-        quiet: bool,
+        #[command(flatten)]
+        run: DistributedArgs,
     },
     /// A distributed run as the tasks of `srun`: task 0 is the coordinator, the others are
     /// workers; they meet through SLURM_JOB_NODELIST and a port, or a file in the submit
@@ -128,25 +136,11 @@ enum Command {
     Slurm {
         /// Experiment file (TOML), on a file system every task shares.
         experiment: PathBuf,
-        /// Output directory (default: runs/<experiment name>), written by task 0.
-        #[arg(long)]
-        out: Option<PathBuf>,
         /// Port task 0 serves on (default: derived from SLURM_JOB_ID).
         #[arg(long)]
         port: Option<u16>,
-        /// File holding the run's shared token (default: task 0 writes a new one beside
-        /// the rendezvous file).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
-        /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
-        #[arg(long)]
-        tls_dir: Option<PathBuf>,
-        /// Override a key of the experiment file, e.g. --set parallel.tp=4.
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// No progress display.
-        #[arg(long)]
-        quiet: bool,
+        #[command(flatten)]
+        run: DistributedArgs,
     },
     /// Joins a coordinator and runs the partitions it is given.
     Worker {
@@ -271,12 +265,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             experiment,
             listen,
             workers,
-            out,
-            token_file,
-            tls_dir,
-            sets,
-            quiet,
+            run,
         } => {
+            let DistributedArgs {
+                out,
+                token_file,
+                tls_dir,
+                sets,
+                quiet,
+            } = run;
             let exp = Experiment::load(&experiment, &sets)?;
             let token = match &token_file {
                 Some(f) => coordinator::distributed::read_token(f).map_err(anyhow::Error::msg)?,
@@ -307,17 +304,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Slurm {
             experiment,
-            out,
             port,
-            token_file,
-            tls_dir,
-            sets,
-            quiet,
-        } => {
-            let tls = load_tls(tls_dir.as_deref())?;
-            let access = (token_file.as_deref(), tls.as_ref());
-            slurm_command(&experiment, out, port, access, sets, quiet)
-        }
+            run,
+        } => slurm_command(&experiment, port, run),
         Command::Worker {
             coordinator,
             listen,
@@ -533,21 +522,24 @@ fn report_run(
 /// `fleetsim slurm`: this task's part of the run.
 fn slurm_command(
     experiment: &std::path::Path,
-    out: Option<PathBuf>,
     port: Option<u16>,
-    (token_file, tls): (
-        Option<&std::path::Path>,
-        Option<&coordinator::distributed::TlsFiles>,
-    ),
-    sets: Vec<String>,
-    quiet: bool,
+    run: DistributedArgs,
 ) -> anyhow::Result<()> {
+    let DistributedArgs {
+        out,
+        token_file,
+        tls_dir,
+        sets,
+        quiet,
+    } = run;
+    let tls = load_tls(tls_dir.as_deref())?;
+    let tls = tls.as_ref();
     use coordinator::distributed::{self as dist, read_token};
     use coordinator::slurm::{SlurmTask, wait_for_file, write_private};
     let task = SlurmTask::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
     let port = task.port(port);
     let patience = std::time::Duration::from_secs(120);
-    let token = match token_file {
+    let token = match token_file.as_deref() {
         Some(f) => read_token(f).map_err(anyhow::Error::msg)?,
         None if task.is_coordinator() => {
             let token = dist::new_token();

@@ -8,17 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{QUICKSTART, fleetsim, scratch, stdout_ok};
-
-/// The quickstart cut down to 32 GPUs and 4 layers: seconds in a debug build.
-const SMALL: [&str; 6] = [
-    "--set",
-    "cluster.gpus=32",
-    "--set",
-    "model.layers=4",
-    "--set",
-    "parallel.global_batch=16",
-];
+use common::{QUICKSTART, SMALL, assert_success, scratch, small_embedded_digest, summary};
 
 fn binary() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("fleetsim"))
@@ -73,41 +63,37 @@ fn start_coordinator_with(
     (child, address)
 }
 
+/// A worker with one thread; `stdout` is discarded, `stderr` piped.
+fn worker_command(address: &str, token: &Path) -> Command {
+    let mut cmd = binary();
+    cmd.args([
+        "worker",
+        "--coordinator",
+        address,
+        "--threads",
+        "1",
+        "--token-file",
+    ])
+    .arg(token)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    cmd
+}
+
 fn start_worker(address: &str, token: &Path) -> Child {
-    binary()
-        .args([
-            "worker",
-            "--coordinator",
-            address,
-            "--threads",
-            "1",
-            "--token-file",
-        ])
-        .arg(token)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    worker_command(address, token)
         .spawn()
         .expect("start a worker")
 }
 
 fn worker(address: &str, token: &Path) -> std::process::Output {
-    binary()
-        .args([
-            "worker",
-            "--coordinator",
-            address,
-            "--threads",
-            "1",
-            "--token-file",
-        ])
-        .arg(token)
+    worker_command(address, token)
         .output()
         .expect("run a worker")
 }
 
 fn digest(dir: &Path) -> (String, serde_json::Value) {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let json = summary(dir);
     (
         json["result_digest"].as_str().expect("digest").to_string(),
         json,
@@ -128,22 +114,14 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
         })
         .collect();
     for w in workers {
-        let o = w.join().expect("worker thread");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_success(&w.join().expect("worker thread"));
     }
     let finished = coordinator.wait_with_output().expect("coordinator");
     assert!(finished.status.success(), "coordinator failed");
     let (distributed, summary) = digest(&out);
     assert_eq!(summary["engine"]["mode"], "distributed");
     assert_eq!(summary["engine"]["workers"], 2);
-    let embedded_out = dir.join("embedded");
-    stdout_ok(
-        fleetsim()
-            .args(["run", QUICKSTART, "--quiet", "--workers", "1", "--out"])
-            .arg(&embedded_out)
-            .args(SMALL),
-    );
-    assert_eq!(distributed, digest(&embedded_out).0);
+    assert_eq!(distributed, small_embedded_digest(&dir.join("embedded")));
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");
     }
@@ -246,19 +224,8 @@ fn mutual_tls_runs_alike_and_refuses_a_plain_worker() {
         .args(tls)
         .output()
         .expect("a TLS worker");
-    assert!(
-        secure.status.success(),
-        "{}",
-        String::from_utf8_lossy(&secure.stderr)
-    );
+    assert_success(&secure);
     let finished = coordinator.wait_with_output().expect("coordinator");
     assert!(finished.status.success());
-    let embedded = dir.join("embedded");
-    stdout_ok(
-        fleetsim()
-            .args(["run", QUICKSTART, "--quiet", "--out"])
-            .arg(&embedded)
-            .args(SMALL),
-    );
-    assert_eq!(digest(&out).0, digest(&embedded).0);
+    assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
 }

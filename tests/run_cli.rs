@@ -3,17 +3,7 @@
 
 mod common;
 
-use common::{QUICKSTART, fleetsim, one_clear_error, scratch, stdout_ok};
-
-/// The quickstart cut down to 32 GPUs and 4 layers: seconds in a debug build.
-const SMALL: [&str; 6] = [
-    "--set",
-    "cluster.gpus=32",
-    "--set",
-    "model.layers=4",
-    "--set",
-    "parallel.global_batch=16",
-];
+use common::{QUICKSTART, SMALL, fleetsim, one_clear_error, scratch, stdout_ok};
 
 fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     stdout_ok(

@@ -6,16 +6,10 @@ mod common;
 
 use std::process::Command;
 
-use common::{QUICKSTART, fleetsim, one_clear_error, scratch, stdout_ok};
-
-const SMALL: [&str; 6] = [
-    "--set",
-    "cluster.gpus=32",
-    "--set",
-    "model.layers=4",
-    "--set",
-    "parallel.global_batch=16",
-];
+use common::{
+    QUICKSTART, SMALL, assert_success, fleetsim, one_clear_error, scratch, small_embedded_digest,
+    summary,
+};
 
 fn slurm_is_up() -> bool {
     Command::new("sinfo")
@@ -51,28 +45,13 @@ fn srun_tasks_meet_and_give_the_embedded_digest() {
         .current_dir(&root)
         .output()
         .expect("srun");
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-    let summary = |d: &std::path::Path| -> serde_json::Value {
-        let text = std::fs::read_to_string(d.join("summary.json")).expect("summary.json");
-        serde_json::from_str(&text).expect("JSON")
-    };
+    assert_success(&status);
     let distributed = summary(&out);
     assert_eq!(distributed["engine"]["mode"], "distributed");
     assert_eq!(distributed["engine"]["workers"], 2);
-    let embedded = dir.join("embedded");
-    stdout_ok(
-        fleetsim()
-            .args(["run", QUICKSTART, "--quiet", "--out"])
-            .arg(&embedded)
-            .args(SMALL),
-    );
     assert_eq!(
         distributed["result_digest"],
-        summary(&embedded)["result_digest"]
+        small_embedded_digest(&dir.join("embedded")).as_str()
     );
 }
 

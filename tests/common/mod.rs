@@ -9,6 +9,16 @@ use assert_cmd::Command;
 
 pub const QUICKSTART: &str = "configs/experiments/quickstart.toml";
 
+/// The quickstart cut down to 32 GPUs and 4 layers: seconds in a debug build.
+pub const SMALL: [&str; 6] = [
+    "--set",
+    "cluster.gpus=32",
+    "--set",
+    "model.layers=4",
+    "--set",
+    "parallel.global_batch=16",
+];
+
 pub fn fleetsim() -> Command {
     Command::cargo_bin("fleetsim").expect("binary")
 }
@@ -22,6 +32,15 @@ pub fn stdout_ok(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Fails the test with `out`'s stderr unless the process exited 0.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// [`stdout_ok`], parsed as JSON.
@@ -57,4 +76,25 @@ pub fn one_clear_error(cmd: &mut Command, what: &str) -> String {
     assert_eq!(stderr.lines().count(), 1, "{what}: not one line: {stderr}");
     assert!(stderr.starts_with("error: "), "{what}: {stderr}");
     stderr
+}
+
+/// `summary.json` of the run written to `dir`.
+pub fn summary(dir: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json is JSON")
+}
+
+/// The `result_digest` of the embedded run of [`QUICKSTART`] with [`SMALL`], written to
+/// `dir`: what every split of that run must reproduce.
+pub fn small_embedded_digest(dir: &Path) -> String {
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(dir)
+            .args(SMALL),
+    );
+    summary(dir)["result_digest"]
+        .as_str()
+        .expect("a digest")
+        .to_string()
 }
