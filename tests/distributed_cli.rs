@@ -1,5 +1,7 @@
 //! `fleetsim coordinator` and `fleetsim worker`: a run over real gRPC on loopback sockets
-//! gives the embedded run's digest, and a worker without the run's token is refused.
+//! (3 workers) gives the embedded run's digest, garbage on the coordinator's port does not
+//! hurt it, a worker without the run's token or its TLS is refused, and a dead worker stops
+//! the run within 10 s.
 
 mod common;
 
@@ -106,8 +108,14 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     let token = dir.join("token");
     std::fs::write(&token, "a-shared-secret\n").expect("token file");
     let out = dir.join("out");
-    let (coordinator, address) = start_coordinator(&out, &token, 2);
-    let workers: Vec<_> = (0..2)
+    let (coordinator, address) = start_coordinator(&out, &token, 3);
+    // Garbage on the coordinator's port first: it must shrug it off.
+    {
+        use std::io::Write as _;
+        let mut junk = std::net::TcpStream::connect(&address).expect("connect");
+        let _ = junk.write_all(b"GET / HTTP/1.1\r\n\r\n\x00\xff\xfe garbage \x16\x03\x01");
+    }
+    let workers: Vec<_> = (0..3)
         .map(|_| {
             let (address, token) = (address.clone(), token.clone());
             std::thread::spawn(move || worker(&address, &token))
@@ -120,7 +128,7 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     assert!(finished.status.success(), "coordinator failed");
     let (distributed, summary) = digest(&out);
     assert_eq!(summary["engine"]["mode"], "distributed");
-    assert_eq!(summary["engine"]["workers"], 2);
+    assert_eq!(summary["engine"]["workers"], 3);
     assert_eq!(distributed, small_embedded_digest(&dir.join("embedded")));
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");
