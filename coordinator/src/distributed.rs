@@ -643,6 +643,8 @@ async fn stopped(stop: &StopReason) -> String {
 struct GrpcCoordination<'a> {
     runtime: &'a tokio::runtime::Runtime,
     stop: StopReason,
+    /// The first batch a peer did not take (sends run in the background).
+    failed_send: Arc<Mutex<Option<String>>>,
     tls: Option<&'a TlsFiles>,
     id: u32,
     token: String,
@@ -650,6 +652,16 @@ struct GrpcCoordination<'a> {
     peer_addresses: Vec<String>,
     peers: Vec<Option<WorkerClient<Channel>>>,
     inbox: Arc<Inbox>,
+}
+
+impl GrpcCoordination<'_> {
+    /// The first failure of a background send, as an error.
+    fn check_sends(&self) -> Result<(), EngineError> {
+        match lock(&self.failed_send).clone() {
+            Some(why) => Err(transport(why)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Coordination for GrpcCoordination<'_> {
@@ -680,18 +692,24 @@ impl Coordination for GrpcCoordination<'_> {
         };
         let stream = tonic::codegen::tokio_stream::iter(vec![message]);
         let request = with_token(stream, &self.token)?;
-        let stop = &self.stop;
-        self.runtime.block_on(async {
-            tokio::select! {
-                r = peer.deliver(request) => r.map(|_| ()).map_err(|e| {
-                    transport(format!("worker {to_worker} at {address} did not take a batch: {}", e.message()))
-                }),
-                why = stopped(stop) => Err(transport(why)),
+        // Sent in the background: the receiver waits for the batches the coordinator
+        // announces, so this worker need not wait for the acknowledgement before reporting.
+        // A failure surfaces at the next window.
+        let mut peer = peer.clone();
+        let (failed, address) = (Arc::clone(&self.failed_send), address.clone());
+        self.runtime.spawn(async move {
+            if let Err(e) = peer.deliver(request).await {
+                lock(&failed).get_or_insert(format!(
+                    "worker {to_worker} at {address} did not take a batch: {}",
+                    e.message()
+                ));
             }
-        })
+        });
+        self.check_sends()
     }
 
     fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError> {
+        self.check_sends()?;
         let request = with_token(
             pb::WindowReport {
                 worker_id: self.id,
@@ -933,6 +951,7 @@ pub fn run_worker_process(
     let mut coordination = GrpcCoordination {
         runtime: &runtime,
         stop: Arc::clone(&stop),
+        failed_send: Arc::new(Mutex::new(None)),
         tls,
         id: reply.worker_id,
         token: token.to_string(),
