@@ -46,6 +46,9 @@ struct DistributedArgs {
     /// No progress display.
     #[arg(long)]
     quiet: bool,
+    /// Serve live metrics for Prometheus at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,6 +118,9 @@ enum Command {
         /// No progress display.
         #[arg(long)]
         quiet: bool,
+        /// Serve live metrics for Prometheus at http://HOST:PORT/metrics.
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_listen: Option<String>,
     },
     /// Distributed run: waits for N workers over gRPC, partitions, drives the windows and
     /// writes the same output directory as `run`.
@@ -160,6 +166,9 @@ enum Command {
         /// Mutual TLS: a directory with ca.pem, cert.pem and key.pem (see docs/distributed.md).
         #[arg(long)]
         tls_dir: Option<PathBuf>,
+        /// Serve live metrics for Prometheus at http://HOST:PORT/metrics.
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_listen: Option<String>,
     },
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
@@ -273,6 +282,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tls_dir,
                 sets,
                 quiet,
+                metrics_listen,
             } = run;
             let exp = Experiment::load(&experiment, &sets)?;
             let token = match &token_file {
@@ -289,7 +299,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 any_port_fallback: false,
                 tls: load_tls(tls_dir.as_deref())?,
             };
-            let progress = (!quiet).then(|| progress::hook(&exp));
+            let progress = with_metrics(
+                metrics_listen.as_deref(),
+                (!quiet).then(|| progress::hook(&exp)),
+            )?;
             let generated = token_file.is_none();
             let output =
                 coordinator::distributed::run_coordinator(&exp, &options, progress, |addr| {
@@ -313,7 +326,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             token_file,
             tls_dir,
+            metrics_listen,
         } => {
+            if let Some(listen) = &metrics_listen {
+                coordinator::metrics::serve(listen).map_err(anyhow::Error::msg)?;
+            }
             let token =
                 coordinator::distributed::read_token(&token_file).map_err(anyhow::Error::msg)?;
             let summary = coordinator::distributed::run_worker_process(
@@ -359,6 +376,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             mut sets,
             trace,
             quiet,
+            metrics_listen,
         } => {
             if let Some(p) = partition {
                 sets.push(format!("engine.partition={p}"));
@@ -369,7 +387,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 threads,
                 trace,
             };
-            let progress = (!quiet).then(|| progress::hook(&exp));
+            let progress = with_metrics(
+                metrics_listen.as_deref(),
+                (!quiet).then(|| progress::hook(&exp)),
+            )?;
             let output = run_embedded(&exp, &options, progress)?;
             report_run(&exp, &output, out)
         }
@@ -531,6 +552,7 @@ fn slurm_command(
         tls_dir,
         sets,
         quiet,
+        metrics_listen,
     } = run;
     let tls = load_tls(tls_dir.as_deref())?;
     let tls = tls.as_ref();
@@ -560,7 +582,10 @@ fn slurm_command(
             any_port_fallback: true,
             tls: tls.cloned(),
         };
-        let progress = (!quiet).then(|| progress::hook(&exp));
+        let progress = with_metrics(
+            metrics_listen.as_deref(),
+            (!quiet).then(|| progress::hook(&exp)),
+        )?;
         let address_file = task.file("addr");
         let mut written = Ok(());
         let output = dist::run_coordinator(&exp, &options, progress, |addr| {
@@ -576,6 +601,9 @@ fn slurm_command(
         let _ = std::fs::remove_file(task.file("token"));
         report_run(&exp, &output, out)
     } else {
+        if let Some(listen) = &metrics_listen {
+            coordinator::metrics::serve(listen).map_err(anyhow::Error::msg)?;
+        }
         // The address file when task 0 wrote it (it may have had to take another port),
         // else the first host of the job at the agreed port.
         let address_file = task.file("addr");
@@ -606,4 +634,18 @@ fn load_tls(
     dir.map(coordinator::distributed::TlsFiles::load)
         .transpose()
         .map_err(anyhow::Error::msg)
+}
+
+/// With `--metrics-listen`, serves metrics and records every window (then shows `progress`).
+fn with_metrics(
+    listen: Option<&str>,
+    progress: Option<coordinator::embedded::ProgressHook>,
+) -> anyhow::Result<Option<coordinator::embedded::ProgressHook>> {
+    match listen {
+        Some(listen) => {
+            coordinator::metrics::serve(listen).map_err(anyhow::Error::msg)?;
+            Ok(Some(coordinator::metrics::window_hook(progress)))
+        }
+        None => Ok(progress),
+    }
 }

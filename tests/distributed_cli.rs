@@ -237,3 +237,65 @@ fn mutual_tls_runs_alike_and_refuses_a_plain_worker() {
     assert!(finished.status.success());
     assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
 }
+
+/// `GET /metrics` on `address`, the whole HTTP response.
+fn scrape(address: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(address) {
+            let request =
+                format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+            if s.write_all(request.as_bytes()).is_ok() {
+                let mut response = String::new();
+                let _ = s.read_to_string(&mut response);
+                return response;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "nothing serves metrics at {address}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn metrics_are_served_live_and_written_at_the_end() {
+    let dir = scratch("distributed-metrics");
+    let token = dir.join("token");
+    std::fs::write(&token, "metrics\n").expect("token file");
+    let out = dir.join("out");
+    let metrics = "127.0.0.1:47561";
+    let mut sets: Vec<&str> = SMALL.to_vec();
+    sets.extend(["--metrics-listen", metrics]);
+    let (coordinator, address) = start_coordinator_with(&out, &token, 1, &sets);
+    // The endpoint answers while the coordinator waits for its worker.
+    assert!(
+        scrape(metrics).starts_with("HTTP/1.1 200"),
+        "no metrics page"
+    );
+    assert_success(&worker(&address, &token));
+    assert!(
+        coordinator
+            .wait_with_output()
+            .expect("coordinator")
+            .status
+            .success()
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("metrics.json")).expect("metrics.json"),
+    )
+    .expect("JSON");
+    let engine = &json["engine"];
+    assert!(engine["windows"].as_u64().is_some_and(|w| w > 0), "{json}");
+    assert_eq!(
+        engine["per_worker"].as_array().map(Vec::len),
+        Some(1),
+        "{json}"
+    );
+    assert!(
+        engine["per_worker"][0]["barrier_wait_s"].is_number(),
+        "{json}"
+    );
+}

@@ -690,6 +690,7 @@ impl Coordination for GrpcCoordination<'_> {
             window: batch.window,
             events: batch.events,
         };
+        crate::metrics::batch_sent(message.events.len());
         let stream = tonic::codegen::tokio_stream::iter(vec![message]);
         let request = with_token(stream, &self.token)?;
         // Sent in the background: the receiver waits for the batches the coordinator
@@ -722,6 +723,7 @@ impl Coordination for GrpcCoordination<'_> {
             &self.token,
         )?;
         let (coordinator, stop) = (&mut self.coordinator, &self.stop);
+        let waiting = Instant::now();
         let g = self.runtime.block_on(async {
             tokio::select! {
                 r = coordinator.report_window(request) => r.map(Response::into_inner).map_err(|e| {
@@ -730,6 +732,7 @@ impl Coordination for GrpcCoordination<'_> {
                 why = stopped(stop) => Err(transport(why)),
             }
         })?;
+        crate::metrics::barrier_wait(waiting.elapsed().as_secs_f64());
         Ok(WindowGrant {
             window: g.window,
             end_ps: g.end_ps,

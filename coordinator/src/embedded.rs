@@ -151,6 +151,8 @@ pub struct EngineStats {
     /// Windows run on all threads of a worker, and the events they held.
     pub parallel_windows: u64,
     pub parallel_events: u64,
+    /// Each worker's own statistics, by worker id.
+    pub per_worker: Vec<WorkerStats>,
 }
 
 impl EngineStats {
@@ -176,6 +178,7 @@ impl EngineStats {
             wall_s,
             parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
             parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
+            per_worker: stats.to_vec(),
             sync_fraction: if wall > 0.0 {
                 (1.0 - busy / wall).clamp(0.0, 1.0)
             } else {

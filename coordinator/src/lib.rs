@@ -9,6 +9,7 @@ pub mod distributed;
 pub mod driver;
 pub mod embedded;
 pub mod kernel_report;
+pub mod metrics;
 pub mod plot;
 pub mod run;
 pub mod run_report;

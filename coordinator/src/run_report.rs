@@ -124,6 +124,15 @@ pub fn summarize_run(
             "parallel_windows": s.parallel_windows,
             "parallel_events": s.parallel_events,
             "peak_rss_bytes": engine.peak_rss_bytes,
+            "per_worker": s.per_worker.iter().enumerate().map(|(w, ws)| serde_json::json!({
+                "worker": w,
+                "partitions": ws.partitions,
+                "events": ws.events,
+                "cross_worker_events": ws.cross_worker_events,
+                "bytes_sent": ws.bytes_sent,
+                "busy_s": ws.busy_s,
+                "barrier_wait_s": (ws.wall_s - ws.busy_s).max(0.0),
+            })).collect::<Vec<_>>(),
         },
         "warnings": exp.warnings,
     });
@@ -330,6 +339,12 @@ pub fn write_outputs(
     std::fs::create_dir_all(dir)?;
     let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     std::fs::write(dir.join("summary.json"), pretty(&summary.json) + "\n")?;
+    // The engine's final metrics, as the Prometheus endpoint last showed them.
+    let metrics = serde_json::json!({
+        "simulated_s": summary.json["iteration_time_s"],
+        "engine": summary.json["engine"],
+    });
+    std::fs::write(dir.join("metrics.json"), pretty(&metrics) + "\n")?;
     std::fs::write(
         dir.join("ranks.csv"),
         ranks_csv(exp, results, summary.iteration_ps),

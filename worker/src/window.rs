@@ -136,6 +136,8 @@ pub struct WorkerStats {
     /// Windows big enough to run on all the worker's threads, and their events.
     pub parallel_windows: u64,
     pub parallel_events: u64,
+    /// Encoded event batches sent to peer workers, bytes.
+    pub bytes_sent: u64,
 }
 
 #[derive(Debug)]
@@ -301,7 +303,9 @@ pub fn run_worker(
                 continue;
             }
             stats.cross_worker_events += events.len() as u64;
-            coord.send_batch(w as u32, EventBatch::encode(setup.id, window, events)?)?;
+            let batch = EventBatch::encode(setup.id, window, events)?;
+            stats.bytes_sent += batch.events.len() as u64;
+            coord.send_batch(w as u32, batch)?;
             events.clear();
             batches_sent[w] += 1;
         }
