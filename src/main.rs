@@ -25,6 +25,18 @@ mod progress;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as text or as JSON objects (one per line).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// The least severe log lines shown: error, warn, info or debug.
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: tracing_subscriber::filter::LevelFilter,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// What `coordinator` and `slurm` share.
@@ -212,6 +224,13 @@ enum ExportFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
+        .with_max_level(cli.log_level)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(false).init(),
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -261,7 +261,7 @@ fn scrape(address: &str) -> String {
 }
 
 #[test]
-fn metrics_are_served_live_and_written_at_the_end() {
+fn metrics_are_served_live_and_written_at_the_end_and_logs_are_json() {
     let dir = scratch("distributed-metrics");
     let token = dir.join("token");
     std::fs::write(&token, "metrics\n").expect("token file");
@@ -269,6 +269,7 @@ fn metrics_are_served_live_and_written_at_the_end() {
     let metrics = "127.0.0.1:47561";
     let mut sets: Vec<&str> = SMALL.to_vec();
     sets.extend(["--metrics-listen", metrics]);
+    sets.extend(["--log-format", "json", "--log-level", "info"]);
     let (coordinator, address) = start_coordinator_with(&out, &token, 1, &sets);
     // The endpoint answers while the coordinator waits for its worker.
     assert!(

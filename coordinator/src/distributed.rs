@@ -315,6 +315,7 @@ impl CoordinatorService {
                 && hub.last_seen[w].elapsed() > SILENCE_LIMIT
         });
         if let Some(w) = silent {
+            tracing::error!(worker = w, host = %hub.hosts[w], "worker went silent; stopping the run");
             hub.failed = Some(format!(
                 "worker {w} on {} ({}) stopped answering for {} s; the run is stopped with no checkpoint to resume from (checkpoints are not implemented yet)",
                 hub.hosts[w],
@@ -343,6 +344,13 @@ impl Coordinator for CoordinatorService {
                     hub.expected
                 )));
             }
+            tracing::info!(
+                worker = hub.addresses.len(),
+                address = %r.listen_address,
+                host = %r.host,
+                threads = r.threads,
+                "worker registered"
+            );
             hub.addresses.push(r.listen_address);
             hub.hosts.push(r.host);
             hub.threads = hub.threads.max(r.threads);
@@ -424,6 +432,7 @@ impl Coordinator for CoordinatorService {
             let id = r.worker_id as usize;
             match decoded {
                 Ok(results) if id < hub.results.len() => {
+                    tracing::info!(worker = id, lps = results.0.len(), "results received");
                     if hub.results[id].replace(results).is_none() {
                         hub.submitted += 1;
                     }
@@ -872,6 +881,7 @@ pub fn run_worker_process(
         },
         token,
     )?;
+    tracing::info!(coordinator = %coordinator, listen = %local, "registering");
     let reply = runtime
         .block_on(client.register(request))
         .map_err(|e| {
@@ -886,6 +896,12 @@ pub fn run_worker_process(
             ))
         })?
         .into_inner();
+    tracing::info!(
+        worker = reply.worker_id,
+        workers = reply.peer_addresses.len(),
+        experiment = %reply.experiment_path,
+        "registered; building the model"
+    );
     let exp = Experiment::load(Path::new(&reply.experiment_path), &reply.sets)
         .map_err(|e| fail(format!("cannot load the run's experiment: {e}")))?;
     let workload = sim::workload::load_or_compile(&exp, None)?;
@@ -966,6 +982,13 @@ pub fn run_worker_process(
     let outcome = run_worker(&setup, &mut coordination);
     beat.abort();
     let outcome = outcome?;
+    tracing::info!(
+        worker = reply.worker_id,
+        events = outcome.stats.events,
+        windows = outcome.stats.windows,
+        bytes_sent = outcome.stats.bytes_sent,
+        "partitions done; submitting results"
+    );
     let summary = WorkerSummary {
         id: reply.worker_id,
         workers,
