@@ -145,6 +145,9 @@ enum Command {
         /// Workers to wait for.
         #[arg(long)]
         workers: u32,
+        /// Seconds to wait for every worker to register before giving up.
+        #[arg(long, default_value_t = 300)]
+        register_timeout: u64,
         #[command(flatten)]
         run: DistributedArgs,
     },
@@ -293,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             experiment,
             listen,
             workers,
+            register_timeout,
             run,
         } => {
             let DistributedArgs {
@@ -317,6 +321,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 sets,
                 any_port_fallback: false,
                 tls: load_tls(tls_dir.as_deref())?,
+                registration_patience: std::time::Duration::from_secs(register_timeout),
             };
             let progress = with_metrics(
                 metrics_listen.as_deref(),
@@ -600,6 +605,7 @@ fn slurm_command(
             sets,
             any_port_fallback: true,
             tls: tls.cloned(),
+            registration_patience: dist::REGISTRATION_PATIENCE,
         };
         let progress = with_metrics(
             metrics_listen.as_deref(),

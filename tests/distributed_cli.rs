@@ -300,3 +300,16 @@ fn metrics_are_served_live_and_written_at_the_end_and_logs_are_json() {
         "{json}"
     );
 }
+
+#[test]
+fn a_coordinator_whose_workers_never_come_gives_up() {
+    let dir = scratch("distributed-alone");
+    let token = dir.join("token");
+    std::fs::write(&token, "alone\n").expect("token file");
+    let mut sets: Vec<&str> = SMALL.to_vec();
+    sets.extend(["--register-timeout", "2"]);
+    let (mut coordinator, _) = start_coordinator_with(&dir.join("out"), &token, 2, &sets);
+    let status = wait_at_most(&mut coordinator, Duration::from_secs(10));
+    let _ = coordinator.kill();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "no hang");
+}

@@ -52,6 +52,8 @@ pub const TOKEN_HEADER: &str = "x-fleetsim-token";
 const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// How long a worker keeps trying to reach the coordinator when it starts first.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a coordinator waits by default for all its workers to register.
+pub const REGISTRATION_PATIENCE: Duration = Duration::from_secs(300);
 /// How often a worker says it is alive.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// Silence after which the coordinator gives a worker up, and a worker its coordinator: a
@@ -233,6 +235,8 @@ pub struct CoordinatorOptions {
     /// tells the workers).
     pub any_port_fallback: bool,
     pub tls: Option<TlsFiles>,
+    /// How long to wait for every worker to register ([`REGISTRATION_PATIENCE`] by default).
+    pub registration_patience: Duration,
 }
 
 /// This machine's host name (Linux), for addresses peers on other hosts can reach.
@@ -304,10 +308,22 @@ impl CoordinatorService {
         }
     }
 
-    /// Stops the run if a registered worker that has not finished went silent.
-    fn watch(&self) {
+    /// Stops the run if a registered worker that has not finished went silent, or if the
+    /// workers did not all register within `patience` of `started`.
+    fn watch(&self, started: Instant, patience: Duration) {
         let mut hub = lock(&self.hub);
         if hub.failed.is_some() {
+            return;
+        }
+        let registered = hub.addresses.len() as u32;
+        if registered < hub.expected && started.elapsed() > patience {
+            hub.failed = Some(format!(
+                "only {registered} of {} workers registered within {} s; start the missing `fleetsim worker`s (same --coordinator, --token-file and --tls-dir) or lower --workers",
+                hub.expected,
+                patience.as_secs()
+            ));
+            drop(hub);
+            self.changed.notify_waiters();
             return;
         }
         let silent = (0..hub.last_seen.len()).find(|&w| {
@@ -545,10 +561,11 @@ pub fn run_coordinator(
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
         on_listening(local);
         let watchdog = service.clone();
+        let (listening, patience) = (Instant::now(), options.registration_patience);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(HEARTBEAT_EVERY / 2).await;
-                watchdog.watch();
+                watchdog.watch(listening, patience);
             }
         });
         let done = service.clone();
