@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use coordinator::check::CheckReport;
+use coordinator::distributed::CoordinatorOptions;
 use coordinator::kernel_report;
 use coordinator::run::{RunOptions, run_embedded};
 use coordinator::run_report::write_outputs;
@@ -299,45 +300,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             register_timeout,
             run,
         } => {
-            let DistributedArgs {
-                out,
-                token_file,
-                tls_dir,
-                sets,
-                quiet,
-                metrics_listen,
-            } = run;
-            let exp = Experiment::load(&experiment, &sets)?;
-            let token = match &token_file {
+            let generated = run.token_file.is_none();
+            let token = match &run.token_file {
                 Some(f) => coordinator::distributed::read_token(f).map_err(anyhow::Error::msg)?,
                 None => coordinator::distributed::new_token(),
             };
-            let options = coordinator::distributed::CoordinatorOptions {
-                listen,
-                workers,
-                token: token.clone(),
-                experiment_path: std::fs::canonicalize(&experiment)
-                    .with_context(|| format!("resolving {}", experiment.display()))?,
-                sets,
-                any_port_fallback: false,
-                tls: load_tls(tls_dir.as_deref())?,
-                registration_patience: std::time::Duration::from_secs(register_timeout),
-            };
-            let progress = with_metrics(
-                metrics_listen.as_deref(),
-                (!quiet).then(|| progress::hook(&exp)),
-            )?;
-            let generated = token_file.is_none();
-            let output =
-                coordinator::distributed::run_coordinator(&exp, &options, progress, |addr| {
-                    eprintln!(
-                        "fleetsim coordinator: listening on {addr}, waiting for {workers} worker(s)"
-                    );
-                    if generated {
-                        eprintln!("fleetsim coordinator: token {token}");
-                    }
-                })?;
-            report_run(&exp, &output, out)
+            let patience = std::time::Duration::from_secs(register_timeout);
+            let tune = |o: &mut CoordinatorOptions| o.registration_patience = patience;
+            coordinate(&experiment, run, (listen, workers, &token), tune, |addr| {
+                eprintln!(
+                    "fleetsim coordinator: listening on {addr}, waiting for {workers} worker(s)"
+                );
+                if generated {
+                    eprintln!("fleetsim coordinator: token {token}");
+                }
+            })
         }
         Command::Slurm {
             experiment,
@@ -570,22 +547,12 @@ fn slurm_command(
     port: Option<u16>,
     run: DistributedArgs,
 ) -> anyhow::Result<()> {
-    let DistributedArgs {
-        out,
-        token_file,
-        tls_dir,
-        sets,
-        quiet,
-        metrics_listen,
-    } = run;
-    let tls = load_tls(tls_dir.as_deref())?;
-    let tls = tls.as_ref();
     use coordinator::distributed::{self as dist, read_token};
     use coordinator::slurm::{SlurmTask, wait_for_file, write_private};
     let task = SlurmTask::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
     let port = task.port(port);
     let patience = std::time::Duration::from_secs(120);
-    let token = match token_file.as_deref() {
+    let token = match run.token_file.as_deref() {
         Some(f) => read_token(f).map_err(anyhow::Error::msg)?,
         None if task.is_coordinator() => {
             let token = dist::new_token();
@@ -595,38 +562,25 @@ fn slurm_command(
         None => wait_for_file(&task.file("token"), patience).map_err(anyhow::Error::msg)?,
     };
     if task.is_coordinator() {
-        let exp = Experiment::load(experiment, &sets)?;
-        let options = dist::CoordinatorOptions {
-            listen: format!("0.0.0.0:{port}"),
-            workers: task.ntasks - 1,
-            token,
-            experiment_path: std::fs::canonicalize(experiment)
-                .with_context(|| format!("resolving {}", experiment.display()))?,
-            sets,
-            any_port_fallback: true,
-            tls: tls.cloned(),
-            registration_patience: dist::REGISTRATION_PATIENCE,
-        };
-        let progress = with_metrics(
-            metrics_listen.as_deref(),
-            (!quiet).then(|| progress::hook(&exp)),
-        )?;
+        let workers = task.ntasks - 1;
+        let listen = format!("0.0.0.0:{port}");
         let address_file = task.file("addr");
         let mut written = Ok(());
-        let output = dist::run_coordinator(&exp, &options, progress, |addr| {
+        let tune = |o: &mut CoordinatorOptions| o.any_port_fallback = true;
+        let done = coordinate(experiment, run, (listen, workers, &token), tune, |addr| {
             let reachable = format!("{}:{}", dist::host_name(), addr.port());
             written = write_private(&address_file, &reachable);
             eprintln!(
-                "fleetsim slurm: coordinator on {reachable}, waiting for {} worker(s)",
-                task.ntasks - 1
+                "fleetsim slurm: coordinator on {reachable}, waiting for {workers} worker(s)"
             );
-        })?;
-        written.map_err(anyhow::Error::msg)?;
+        });
         let _ = std::fs::remove_file(task.file("addr"));
         let _ = std::fs::remove_file(task.file("token"));
-        report_run(&exp, &output, out)
+        written.map_err(anyhow::Error::msg)?;
+        done
     } else {
-        if let Some(listen) = &metrics_listen {
+        let tls = load_tls(run.tls_dir.as_deref())?;
+        if let Some(listen) = &run.metrics_listen {
             coordinator::metrics::serve(listen).map_err(anyhow::Error::msg)?;
         }
         // The address file when task 0 wrote it (it may have had to take another port),
@@ -640,9 +594,14 @@ fn slurm_command(
                 .filter(|a| !a.is_empty())
                 .unwrap_or_else(|| first_host.clone())
         };
-        let summary =
-            dist::run_worker_process(&coordinator, "0.0.0.0:0", task.cpus_per_task, &token, tls)?;
-        if !quiet {
+        let summary = dist::run_worker_process(
+            &coordinator,
+            "0.0.0.0:0",
+            task.cpus_per_task,
+            &token,
+            tls.as_ref(),
+        )?;
+        if !run.quiet {
             eprintln!(
                 "fleetsim slurm: worker {} of {} done: {} partitions, {} events",
                 summary.id, summary.workers, summary.partitions, summary.events
@@ -673,4 +632,36 @@ fn with_metrics(
         }
         None => Ok(progress),
     }
+}
+
+/// Loads `experiment` as `run` asks, serves as its coordinator on `listen` for `workers`
+/// workers with `token` (`tune` adjusts the defaults; `on_listening` hears the bound
+/// address), and writes the results as `fleetsim run` does.
+fn coordinate(
+    experiment: &std::path::Path,
+    run: DistributedArgs,
+    (listen, workers, token): (String, u32, &str),
+    tune: impl FnOnce(&mut CoordinatorOptions),
+    on_listening: impl FnOnce(std::net::SocketAddr),
+) -> anyhow::Result<()> {
+    let exp = Experiment::load(experiment, &run.sets)?;
+    let mut options = CoordinatorOptions {
+        listen,
+        workers,
+        token: token.to_string(),
+        // Workers load the same file: its absolute path.
+        experiment_path: std::fs::canonicalize(experiment)
+            .with_context(|| format!("resolving {}", experiment.display()))?,
+        sets: run.sets.clone(),
+        any_port_fallback: false,
+        tls: load_tls(run.tls_dir.as_deref())?,
+        registration_patience: coordinator::distributed::REGISTRATION_PATIENCE,
+    };
+    tune(&mut options);
+    let progress = with_metrics(
+        run.metrics_listen.as_deref(),
+        (!run.quiet).then(|| progress::hook(&exp)),
+    )?;
+    let output = coordinator::distributed::run_coordinator(&exp, &options, progress, on_listening)?;
+    report_run(&exp, &output, run.out)
 }

@@ -40,8 +40,8 @@ use worker::{
     WorkerStats, run_worker,
 };
 
-use crate::driver::WindowDriver;
-use crate::embedded::{EngineStats, ProgressHook, assign_workers};
+use crate::driver::{CombiningBarrier, ProgressHook};
+use crate::embedded::{EngineStats, assign_workers};
 use crate::run::{RunError, RunOutput, partition, peak_rss_bytes};
 use crate::run_report::{EngineInfo, summarize_run};
 
@@ -252,7 +252,6 @@ pub fn host_name() -> String {
 /// The coordinator's shared state.
 struct Hub {
     expected: u32,
-    token: String,
     reply: pb::RegisterReply,
     addresses: Vec<String>,
     hosts: Vec<String>,
@@ -260,12 +259,7 @@ struct Hub {
     threads: u32,
     /// When each registered worker was last heard from.
     last_seen: Vec<Instant>,
-    reports: Vec<Option<WindowReport>>,
-    arrived: u32,
-    grants: Vec<WindowGrant>,
-    generation: u64,
-    driver: WindowDriver,
-    progress: Option<ProgressHook>,
+    rounds: CombiningBarrier,
     results: Vec<Option<WorkerResults>>,
     submitted: u32,
     failed: Option<String>,
@@ -276,6 +270,8 @@ struct CoordinatorService {
     hub: Arc<Mutex<Hub>>,
     /// Rings on every change a waiting call may be waiting for.
     changed: Arc<Notify>,
+    /// The run's token; fixed, so outside the hub's lock.
+    token: Arc<str>,
 }
 
 impl CoordinatorService {
@@ -350,7 +346,7 @@ impl Coordinator for CoordinatorService {
         &self,
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterReply>, Status> {
-        check_token(&request, &lock(&self.hub).token)?;
+        check_token(&request, &self.token)?;
         let r = request.into_inner();
         let id = {
             let mut hub = lock(&self.hub);
@@ -390,43 +386,32 @@ impl Coordinator for CoordinatorService {
         &self,
         request: Request<pb::WindowReport>,
     ) -> Result<Response<pb::WindowGrant>, Status> {
-        check_token(&request, &lock(&self.hub).token)?;
+        check_token(&request, &self.token)?;
         let r = request.into_inner();
         let id = r.worker_id as usize;
         self.seen(r.worker_id);
         let generation = {
             let mut hub = lock(&self.hub);
-            if id >= hub.reports.len() {
+            if id >= hub.rounds.workers() {
                 return Err(Status::invalid_argument(format!(
                     "no worker {id} in this run"
                 )));
             }
-            hub.reports[id] = Some(WindowReport {
-                worker: r.worker_id,
-                window: r.window,
-                next_event_ps: r.next_event_ps,
-                earliest_sent_ps: r.earliest_sent_ps,
-                batches_sent: r.batches_sent,
-                events_processed: r.events_processed,
-            });
-            hub.arrived += 1;
-            let generation = hub.generation;
-            if hub.arrived == hub.expected {
-                let reports: Vec<WindowReport> =
-                    hub.reports.iter_mut().filter_map(Option::take).collect();
-                hub.grants = hub.driver.grant(&reports);
-                hub.arrived = 0;
-                hub.generation += 1;
-                let (t, events) = (hub.driver.time_ps, hub.driver.events);
-                if let Some(p) = hub.progress.as_mut() {
-                    p(t, events);
-                }
-            }
-            generation
+            hub.rounds.arrive(
+                id,
+                WindowReport {
+                    worker: r.worker_id,
+                    window: r.window,
+                    next_event_ps: r.next_event_ps,
+                    earliest_sent_ps: r.earliest_sent_ps,
+                    batches_sent: r.batches_sent,
+                    events_processed: r.events_processed,
+                },
+            )
         };
         self.changed.notify_waiters();
         let grant = self
-            .wait_until(|hub| (hub.generation != generation).then(|| hub.grants[id].clone()))
+            .wait_until(|hub| hub.rounds.grant(id, generation))
             .await?;
         Ok(Response::new(pb::WindowGrant {
             window: grant.window,
@@ -440,7 +425,7 @@ impl Coordinator for CoordinatorService {
         &self,
         request: Request<pb::ResultsChunk>,
     ) -> Result<Response<pb::Ack>, Status> {
-        check_token(&request, &lock(&self.hub).token)?;
+        check_token(&request, &self.token)?;
         let r = request.into_inner();
         let decoded: Result<WorkerResults, _> = bitcode::deserialize(&r.payload);
         {
@@ -470,7 +455,7 @@ impl Coordinator for CoordinatorService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatReply>, Status> {
-        check_token(&request, &lock(&self.hub).token)?;
+        check_token(&request, &self.token)?;
         self.seen(request.into_inner().worker_id);
         let stopped = lock(&self.hub).failed.clone().unwrap_or_default();
         Ok(Response::new(pb::HeartbeatReply { stopped }))
@@ -506,7 +491,6 @@ pub fn run_coordinator(
     let service = CoordinatorService {
         hub: Arc::new(Mutex::new(Hub {
             expected: workers,
-            token: options.token.clone(),
             reply: pb::RegisterReply {
                 worker_id: 0,
                 experiment_path: options.experiment_path.display().to_string(),
@@ -520,17 +504,13 @@ pub fn run_coordinator(
             hosts: Vec::new(),
             threads: 1,
             last_seen: Vec::new(),
-            reports: vec![None; workers as usize],
-            arrived: 0,
-            grants: Vec::new(),
-            generation: 0,
-            driver: WindowDriver::new(partition.lookahead_ps),
-            progress,
+            rounds: CombiningBarrier::new(workers, partition.lookahead_ps, progress),
             results: vec![None; workers as usize],
             submitted: 0,
             failed: None,
         })),
         changed: Arc::new(Notify::new()),
+        token: Arc::from(options.token.as_str()),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -604,7 +584,7 @@ pub fn run_coordinator(
             &stats,
             threads,
             map.partitions,
-            hub.driver.windows(),
+            hub.rounds.driver.windows(),
             partition.lookahead_ps,
             started.elapsed().as_secs_f64(),
         ),

@@ -4,6 +4,9 @@
 
 use worker::{WindowGrant, WindowReport};
 
+/// Called after every grant with (window lower bound in ps, events so far).
+pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
+
 /// Window length when no link is cut (one partition): any length gives the same results;
 /// this one keeps the progress display moving.
 pub const UNCUT_WINDOW_PS: u64 = 1_000_000_000;
@@ -61,6 +64,70 @@ impl WindowDriver {
                 finished,
             })
             .collect()
+    }
+}
+
+/// The window driver as a combining barrier: every worker's report is kept until the last
+/// one arrives, which computes every grant (and shows progress). The embedded and the gRPC
+/// coordinators both wait on it, each in its own way.
+pub struct CombiningBarrier {
+    reports: Vec<Option<WindowReport>>,
+    arrived: usize,
+    /// Rounds completed; a worker's grant is ready once this moved past its round.
+    pub generation: u64,
+    grants: Vec<WindowGrant>,
+    pub driver: WindowDriver,
+    progress: Option<ProgressHook>,
+}
+
+impl CombiningBarrier {
+    pub fn new(workers: u32, lookahead_ps: Option<u64>, progress: Option<ProgressHook>) -> Self {
+        CombiningBarrier {
+            reports: vec![None; workers as usize],
+            arrived: 0,
+            generation: 0,
+            grants: Vec::new(),
+            driver: WindowDriver::new(lookahead_ps),
+            progress,
+        }
+    }
+
+    /// Keeps `worker`'s report; the round it belongs to. The last report of a round
+    /// computes the grants.
+    pub fn arrive(&mut self, worker: usize, report: WindowReport) -> u64 {
+        let round = self.generation;
+        self.reports[worker] = Some(report);
+        self.arrived += 1;
+        if self.arrived == self.reports.len() {
+            let reports: Vec<WindowReport> =
+                self.reports.iter_mut().filter_map(Option::take).collect();
+            self.grants = self.driver.grant(&reports);
+            self.arrived = 0;
+            self.generation += 1;
+            let (t, events) = (self.driver.time_ps, self.driver.events);
+            if let Some(p) = self.progress.as_mut() {
+                p(t, events);
+            }
+        }
+        round
+    }
+
+    /// `worker`'s grant once `round` is complete.
+    pub fn grant(&self, worker: usize, round: u64) -> Option<WindowGrant> {
+        (self.generation != round).then(|| self.grants[worker].clone())
+    }
+
+    pub fn workers(&self) -> usize {
+        self.reports.len()
+    }
+}
+
+impl std::fmt::Debug for CombiningBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CombiningBarrier")
+            .field("generation", &self.generation)
+            .field("arrived", &self.arrived)
+            .finish_non_exhaustive()
     }
 }
 

@@ -14,18 +14,11 @@ use worker::{
     WorkerStats, run_worker, wait_briefly,
 };
 
-use crate::driver::WindowDriver;
-
-/// Called after every grant with (window lower bound in ps, events so far).
-pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
+use crate::driver::CombiningBarrier;
+pub use crate::driver::ProgressHook;
 
 struct Barrier {
-    reports: Vec<Option<WindowReport>>,
-    arrived: usize,
-    generation: u64,
-    grants: Vec<WindowGrant>,
-    driver: WindowDriver,
-    progress: Option<ProgressHook>,
+    rounds: CombiningBarrier,
     aborted: Option<String>,
     /// Workers asleep on the condition variable: the last to report wakes them only then.
     sleepers: usize,
@@ -74,20 +67,11 @@ impl Coordination for InProcess {
     fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError> {
         let me = self.id as usize;
         let mut s = lock(&self.shared.state);
-        let generation = s.generation;
-        s.reports[me] = Some(report);
-        s.arrived += 1;
-        if s.arrived == s.reports.len() {
-            let reports: Vec<WindowReport> =
-                s.reports.iter_mut().filter_map(Option::take).collect();
-            s.grants = s.driver.grant(&reports);
-            s.arrived = 0;
-            s.generation += 1;
-            let (t, events) = (s.driver.time_ps, s.driver.events);
-            if let Some(p) = s.progress.as_mut() {
-                p(t, events);
-            }
-            self.shared.released.store(s.generation, Ordering::Release);
+        let generation = s.rounds.arrive(me, report);
+        if s.rounds.generation != generation {
+            self.shared
+                .released
+                .store(s.rounds.generation, Ordering::Release);
             if s.sleepers > 0 {
                 self.shared.cv.notify_all();
             }
@@ -98,7 +82,7 @@ impl Coordination for InProcess {
                 released.load(Ordering::Acquire) != generation
             });
             s = lock(&self.shared.state);
-            while s.generation == generation && s.aborted.is_none() {
+            while s.rounds.generation == generation && s.aborted.is_none() {
                 s.sleepers += 1;
                 s = self
                     .shared
@@ -111,7 +95,9 @@ impl Coordination for InProcess {
         if let Some(why) = &s.aborted {
             return Err(EngineError::Transport(why.clone()));
         }
-        Ok(s.grants[me].clone())
+        s.rounds.grant(me, generation).ok_or_else(|| {
+            EngineError::Transport(format!("worker {me} woke before its window was granted"))
+        })
     }
 
     fn receive_batches(
@@ -212,12 +198,7 @@ pub fn run(
     let oversubscribed = workers as usize * threads.max(1) > cores;
     let shared = Arc::new(Shared {
         state: Mutex::new(Barrier {
-            reports: vec![None; workers as usize],
-            arrived: 0,
-            generation: 0,
-            grants: Vec::new(),
-            driver: WindowDriver::new(lookahead_ps),
-            progress,
+            rounds: CombiningBarrier::new(workers, lookahead_ps, progress),
             aborted: None,
             sleepers: 0,
         }),
@@ -286,7 +267,7 @@ pub fn run(
     if let Some(e) = first_error {
         return Err(e);
     }
-    let windows = lock(&shared.state).driver.windows();
+    let windows = lock(&shared.state).rounds.driver.windows();
     let engine = EngineStats::from_workers(
         &stats,
         threads,

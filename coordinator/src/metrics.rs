@@ -13,7 +13,7 @@ use std::time::Instant;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
-use crate::embedded::ProgressHook;
+use crate::driver::ProgressHook;
 
 /// Serves the metrics of this process at `http://LISTEN/metrics`.
 pub fn serve(listen: &str) -> Result<(), String> {
