@@ -57,7 +57,9 @@ pub fn parse_order(order: &str) -> Result<[Dim; 5], String> {
 }
 
 /// The kinds of communicator groups Megatron-LM creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum GroupKind {
     /// Tensor parallel.
     Tp,

@@ -29,7 +29,9 @@ use crate::config::{CollectiveAlgorithm, CollectiveProtocol, CollectivesConfig};
 use crate::workload::CollectiveOp;
 
 /// NCCL's algorithms, plus the direct exchanges NCCL runs as grouped sends and receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Algorithm {
     Ring,
     /// Double binary tree across nodes, a chain inside each node (NCCL 2.4+).
@@ -77,7 +79,9 @@ impl Algorithm {
 
 /// NCCL's protocols: `LL` (8-byte flag per 8 bytes), `LL128` (8 flag bytes per 128-byte
 /// line), `Simple` (bulk copies with a flag per step) (`src/include/device.h`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Protocol {
     Ll,
     Ll128,
@@ -111,7 +115,9 @@ impl Protocol {
 }
 
 /// GPU generations, as NCCL's tables index them (`compCapIndex`), oldest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Arch {
     Volta,
     Ampere,
@@ -275,7 +281,7 @@ const NVLS_CHANNELS: u32 = 16;
 const MAX_CHANNELS: u32 = 32;
 
 /// A communicator as the tuning model sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CommShape {
     pub ranks: u32,
     /// Hosts the members live on.
@@ -366,7 +372,7 @@ impl Settings {
 }
 
 /// What a collective runs with and what it costs when nothing else loads its links.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     pub algorithm: Algorithm,
     pub protocol: Protocol,

@@ -6,7 +6,7 @@
 
 use super::params::DcqcnParams;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Dcqcn {
     /// Current and target rates, bytes/s.
     pub rate: f64,

@@ -32,7 +32,7 @@ const STREAMS: usize = Stream::COUNT;
 const COMPUTE: usize = 0;
 
 /// A rank's place in a group: position, size and ring neighbours (GPU nodes).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct RingPos {
     pos: u32,
     n: u32,
@@ -40,7 +40,7 @@ struct RingPos {
     prev: NodeId,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Algo {
     /// NCCL's ring, on `lanes` parallel rings (channels grouped by route).
     Ring {
@@ -75,7 +75,7 @@ enum Algo {
     Recv,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct CommRun {
     op: u32,
     start_ps: u64,
@@ -114,7 +114,7 @@ struct CommRun {
 }
 
 /// A rank's neighbours in one tree of one lane (GPU nodes, [`NO_NODE`] for none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct TreeHop {
     parent: NodeId,
     children: [NodeId; 3],
@@ -142,7 +142,7 @@ enum Sent {
 /// them: over the network at most [`collective::NCCL_STEPS`] chunks are unacknowledged
 /// (the receiver's slots); over analytical links the next chunk starts when the previous
 /// one has left the GPU, so connections sharing a link interleave chunk by chunk.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct SerialConnection {
     stream: u8,
     dst: NodeId,
@@ -153,7 +153,7 @@ struct SerialConnection {
 }
 
 /// A rank's view of one of its groups, computed once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct GroupInfo {
     ring: RingPos,
     shape: CommShape,
@@ -177,7 +177,7 @@ struct GroupInfo {
 /// Plans a group keeps ([`GroupInfo::plans`]); the oldest gives way beyond this.
 const PLANS_KEPT: usize = 16;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 enum Running {
     Idle,
     Compute { op: u32, start_ps: u64 },
@@ -185,7 +185,7 @@ enum Running {
 }
 
 /// A flow being sent segment by segment.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Flow {
     dst: NodeId,
     /// PXN relay, or [`NO_NODE`].
@@ -215,7 +215,7 @@ struct Flow {
     serial: u32,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct GpuLp {
     node: NodeId,
     rank: u32,
@@ -231,6 +231,8 @@ pub struct GpuLp {
     serial: Vec<SerialConnection>,
     free_flows: Vec<u32>,
     ports: Ports,
+    /// A cache of routes, rebuilt on demand: not part of a checkpoint.
+    #[serde(skip)]
     paths: PathCache,
     /// Analytical transfers: when each out link is free again (a FIFO share of it).
     link_free_ps: Vec<u64>,

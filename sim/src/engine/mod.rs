@@ -454,7 +454,7 @@ fn workload_tables(
 }
 
 /// A logical process: one topology node and its state.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub enum Lp {
     Gpu(Box<gpu::GpuLp>),
     Fabric(net::FabricLp),

@@ -18,7 +18,7 @@ use super::{Body, Ctx, NO_LINK, Segment, SimModel};
 use crate::topology::{LinkId, NodeId, ecmp_pick, splitmix64};
 
 /// One output port: the sending end of a queued link.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Port {
     pub link: LinkId,
     dst: NodeId,
@@ -62,7 +62,7 @@ pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
 }
 
 /// The queued output ports of one node, and the PFC state of its ingress side.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Ports {
     node: NodeId,
     /// Parallel to `topology.out_links(node)`: the port, or `None` for analytical links.
@@ -292,7 +292,7 @@ fn route(model: &SimModel, at: NodeId, seg: &mut Segment, ctx: &mut Ctx) -> Opti
 }
 
 /// A node that only forwards: NIC, switch, NVSwitch, PCIe switch, CPU root, memory node.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct FabricLp {
     pub ports: Ports,
 }

@@ -142,7 +142,9 @@ impl Stream {
 }
 
 /// NCCL collective operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum CollectiveOp {
     AllReduce,
     AllGather,
