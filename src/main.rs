@@ -7,9 +7,10 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use coordinator::check::CheckReport;
+use coordinator::checkpoint::{CheckpointEvery, CheckpointOptions};
 use coordinator::distributed::CoordinatorOptions;
 use coordinator::kernel_report;
-use coordinator::run::{RunOptions, run_embedded};
+use coordinator::run::{RunError, RunOptions, run_embedded};
 use coordinator::run_report::write_outputs;
 use coordinator::workload_report::WorkloadReport;
 use sim::compute::ComputeModel;
@@ -40,6 +41,47 @@ enum LogFormat {
     Json,
 }
 
+/// Checkpoints and resuming (`run`, `coordinator`, `slurm`).
+#[derive(clap::Args, Debug)]
+struct CheckpointArgs {
+    /// Where checkpoints are written (default: OUT/checkpoint). Under a distributed run
+    /// every worker writes its part here too: use a shared file system.
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Take a checkpoint at a window barrier this often: simulated time (`500us`, `2ms`;
+    /// units ps, ns, us, ms, s) or wall-clock time (`wall:30s`, `wall:15m`; units s, m, h).
+    /// SIGTERM or SIGUSR1 always takes one and stops.
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_checkpoint_every)]
+    checkpoint_every: Option<CheckpointEvery>,
+    /// Continue the run whose checkpoint directory is DIR (with any number of workers or
+    /// partitions); the result_digest is the uninterrupted run's.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
+}
+
+fn parse_checkpoint_every(s: &str) -> Result<CheckpointEvery, String> {
+    s.parse()
+}
+
+impl CheckpointArgs {
+    /// The run's checkpoint options; SIGTERM and SIGUSR1 are watched from now on.
+    fn options(self, out: &std::path::Path) -> anyhow::Result<CheckpointOptions> {
+        Ok(CheckpointOptions {
+            dir: self
+                .checkpoint_dir
+                .unwrap_or_else(|| out.join("checkpoint")),
+            every: self.checkpoint_every,
+            resume: self.resume,
+            stop: coordinator::checkpoint::stop_on_signals().map_err(anyhow::Error::msg)?,
+        })
+    }
+}
+
+/// The output directory: `--out`, else runs/<experiment name>.
+fn out_dir(exp: &Experiment, out: Option<PathBuf>) -> PathBuf {
+    out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()))
+}
+
 /// What `coordinator` and `slurm` share.
 #[derive(clap::Args, Debug)]
 struct DistributedArgs {
@@ -62,6 +104,8 @@ struct DistributedArgs {
     /// Serve live metrics for Prometheus at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    #[command(flatten)]
+    checkpoints: CheckpointArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -134,6 +178,8 @@ enum Command {
         /// Serve live metrics for Prometheus at http://HOST:PORT/metrics.
         #[arg(long, value_name = "HOST:PORT")]
         metrics_listen: Option<String>,
+        #[command(flatten)]
+        checkpoints: CheckpointArgs,
     },
     /// Distributed run: waits for N workers over gRPC, partitions, drives the windows and
     /// writes the same output directory as `run`.
@@ -226,6 +272,10 @@ enum ExportFormat {
     Kernels,
 }
 
+/// Exit status of a run that stopped at a checkpoint on SIGTERM or SIGUSR1 (sysexits.h's
+/// EX_TEMPFAIL): `fleetsim.sbatch` requeues the job on it.
+const EXIT_STOPPED: u8 = 75;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
@@ -238,6 +288,12 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(stopped @ RunError::Stopped { .. }) = e.downcast_ref::<RunError>() {
+                // Asked to stop: not a failure, but not a result either (EX_TEMPFAIL, so a
+                // batch script can tell it apart and requeue).
+                eprintln!("fleetsim: {stopped}");
+                return ExitCode::from(EXIT_STOPPED);
+            }
             // One line: the chain of causes joined, most specific last.
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -340,10 +396,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 threads,
                 &token,
                 load_tls(tls_dir.as_deref())?.as_ref(),
+                coordinator::checkpoint::stop_on_signals().map_err(anyhow::Error::msg)?,
             )?;
             println!(
-                "worker {} of {}: {} partitions, {} events",
-                summary.id, summary.workers, summary.partitions, summary.events
+                "worker {} of {}: {} partitions, {} events{}",
+                summary.id,
+                summary.workers,
+                summary.partitions,
+                summary.events,
+                if summary.stopped {
+                    "; the run stopped at a checkpoint"
+                } else {
+                    ""
+                }
             );
             Ok(())
         }
@@ -378,22 +443,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             trace,
             quiet,
             metrics_listen,
+            checkpoints,
         } => {
             if let Some(p) = partition {
                 sets.push(format!("engine.partition={p}"));
             }
             let exp = Experiment::load(&experiment, &sets)?;
+            let out = out_dir(&exp, out);
             let options = RunOptions {
                 workers,
                 threads,
                 trace,
+                checkpoints: Some(checkpoints.options(&out)?),
             };
             let progress = with_metrics(
                 metrics_listen.as_deref(),
                 (!quiet).then(|| progress::hook(&exp)),
             )?;
             let output = run_embedded(&exp, &options, progress)?;
-            report_run(&exp, &output, out)
+            report_run(&exp, &output, &out)
         }
     }
 }
@@ -441,9 +509,8 @@ fn collective_command(
         word,
     };
     let options = RunOptions {
-        workers: None,
         threads,
-        trace: false,
+        ..RunOptions::default()
     };
     // Printed once every size ran: an error part-way leaves no partial table on stdout.
     let rows = bench::run_bench(&exp, &spec, &options)?;
@@ -515,10 +582,9 @@ fn print_report(
 fn report_run(
     exp: &Experiment,
     output: &coordinator::run::RunOutput,
-    out: Option<PathBuf>,
+    dir: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
-    write_outputs(&dir, exp, &output.model, &output.results, &output.summary)
+    write_outputs(dir, exp, &output.model, &output.results, &output.summary)
         .with_context(|| format!("writing the results to {}", dir.display()))?;
     let s = &output.summary.json;
     println!(
@@ -600,11 +666,20 @@ fn slurm_command(
             task.cpus_per_task,
             &token,
             tls.as_ref(),
+            coordinator::checkpoint::stop_on_signals().map_err(anyhow::Error::msg)?,
         )?;
         if !run.quiet {
             eprintln!(
-                "fleetsim slurm: worker {} of {} done: {} partitions, {} events",
-                summary.id, summary.workers, summary.partitions, summary.events
+                "fleetsim slurm: worker {} of {} {}: {} partitions, {} events",
+                summary.id,
+                summary.workers,
+                if summary.stopped {
+                    "stopped at a checkpoint"
+                } else {
+                    "done"
+                },
+                summary.partitions,
+                summary.events
             );
         }
         Ok(())
@@ -645,6 +720,7 @@ fn coordinate(
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> anyhow::Result<()> {
     let exp = Experiment::load(experiment, &run.sets)?;
+    let out = out_dir(&exp, run.out);
     let mut options = CoordinatorOptions {
         listen,
         workers,
@@ -656,6 +732,7 @@ fn coordinate(
         any_port_fallback: false,
         tls: load_tls(run.tls_dir.as_deref())?,
         registration_patience: coordinator::distributed::REGISTRATION_PATIENCE,
+        checkpoints: run.checkpoints.options(&out)?,
     };
     tune(&mut options);
     let progress = with_metrics(
@@ -663,5 +740,5 @@ fn coordinate(
         (!run.quiet).then(|| progress::hook(&exp)),
     )?;
     let output = coordinator::distributed::run_coordinator(&exp, &options, progress, on_listening)?;
-    report_run(&exp, &output, run.out)
+    report_run(&exp, &output, &out)
 }

@@ -50,6 +50,7 @@ fn run(model: &Arc<SimModel>, threads: usize) -> u64 {
         1,
         threads,
         None,
+        None,
     )
     .expect("run");
     stats.events

@@ -17,6 +17,7 @@
 //! its calls, so tokio stays out of the simulation's hot path.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,7 @@ use worker::{
     WorkerStats, run_worker,
 };
 
+use crate::checkpoint::{self, CheckpointOptions};
 use crate::driver::{CombiningBarrier, ProgressHook};
 use crate::embedded::{EngineStats, assign_workers};
 use crate::run::{RunError, RunOutput, partition, peak_rss_bytes};
@@ -237,6 +239,7 @@ pub struct CoordinatorOptions {
     pub tls: Option<TlsFiles>,
     /// How long to wait for every worker to register ([`REGISTRATION_PATIENCE`] by default).
     pub registration_patience: Duration,
+    pub checkpoints: CheckpointOptions,
 }
 
 /// This machine's host name (Linux), for addresses peers on other hosts can reach.
@@ -251,6 +254,8 @@ pub fn host_name() -> String {
 
 /// The coordinator's shared state.
 struct Hub {
+    /// Where checkpoints go (absolute).
+    checkpoint_dir: PathBuf,
     expected: u32,
     reply: pb::RegisterReply,
     addresses: Vec<String>,
@@ -263,6 +268,21 @@ struct Hub {
     results: Vec<Option<WorkerResults>>,
     submitted: u32,
     failed: Option<String>,
+}
+
+impl Hub {
+    /// Where a stopped run can go on from, in words.
+    fn last_checkpoint(&self) -> String {
+        let dir = self.checkpoint_dir.display();
+        match self.rounds.driver.checkpoints.as_ref().and_then(|c| c.last) {
+            Some(m) => format!(
+                "The last checkpoint is in {dir} (window {}, simulated time {:.6} s): go on with `--resume {dir}`",
+                m.window,
+                m.time_ps as f64 * 1e-12
+            ),
+            None => "No checkpoint had completed; start again (with --checkpoint-every to be able to resume)".to_string(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -329,10 +349,11 @@ impl CoordinatorService {
         if let Some(w) = silent {
             tracing::error!(worker = w, host = %hub.hosts[w], "worker went silent; stopping the run");
             hub.failed = Some(format!(
-                "worker {w} on {} ({}) stopped answering for {} s; the run is stopped with no checkpoint to resume from (checkpoints are not implemented yet)",
+                "worker {w} on {} ({}) stopped answering for {} s; the run is stopped. {}",
                 hub.hosts[w],
                 hub.addresses[w],
-                SILENCE_LIMIT.as_secs()
+                SILENCE_LIMIT.as_secs(),
+                hub.last_checkpoint()
             ));
             drop(hub);
             self.changed.notify_waiters();
@@ -397,7 +418,7 @@ impl Coordinator for CoordinatorService {
                     "no worker {id} in this run"
                 )));
             }
-            hub.rounds.arrive(
+            let generation = hub.rounds.arrive(
                 id,
                 WindowReport {
                     worker: r.worker_id,
@@ -406,8 +427,14 @@ impl Coordinator for CoordinatorService {
                     earliest_sent_ps: r.earliest_sent_ps,
                     batches_sent: r.batches_sent,
                     events_processed: r.events_processed,
+                    checkpointed: r.checkpointed,
+                    stop_requested: r.stop_requested,
                 },
-            )
+            );
+            if let Some(why) = hub.rounds.failed.clone() {
+                hub.failed.get_or_insert(why);
+            }
+            generation
         };
         self.changed.notify_waiters();
         let grant = self
@@ -418,6 +445,8 @@ impl Coordinator for CoordinatorService {
             end_ps: grant.end_ps,
             batches_expected: grant.batches_expected,
             finished: grant.finished,
+            checkpoint: grant.checkpoint,
+            stop: grant.stop,
         }))
     }
 
@@ -478,6 +507,14 @@ pub fn run_coordinator(
     let workers = options.workers.max(1);
     let map = LpMap::new(partition.partition_of.clone());
     let owners = assign_workers(map.partitions, workers);
+    let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)
+        .map_err(RunError::Checkpoint)?;
+    let resume_parts = checkpoints
+        .resume
+        .as_ref()
+        .map(|(_, files)| files.iter().map(|f| f.display().to_string()).collect())
+        .unwrap_or_default();
+    let checkpoint_dir = checkpoints.dir.clone();
     let mut runs: Vec<pb::PartitionRun> = Vec::new();
     for &p in &partition.partition_of {
         match runs.last_mut() {
@@ -499,12 +536,16 @@ pub fn run_coordinator(
                 partition_owner: owners,
                 peer_addresses: Vec::new(),
                 lookahead_ps: partition.lookahead_ps.unwrap_or(0),
+                checkpoint_dir: checkpoint_dir.display().to_string(),
+                resume_parts,
             },
+            checkpoint_dir: checkpoint_dir.clone(),
             addresses: Vec::new(),
             hosts: Vec::new(),
             threads: 1,
             last_seen: Vec::new(),
-            rounds: CombiningBarrier::new(workers, partition.lookahead_ps, progress),
+            rounds: CombiningBarrier::new(workers, partition.lookahead_ps, progress)
+                .with_checkpoints(checkpoints.schedule),
             results: vec![None; workers as usize],
             submitted: 0,
             failed: None,
@@ -570,6 +611,12 @@ pub fn run_coordinator(
     if let Some(why) = hub.failed.take() {
         return Err(RunError::Incomplete(why));
     }
+    if let Some(mark) = hub.rounds.driver.stopped {
+        return Err(RunError::Stopped {
+            mark,
+            dir: checkpoint_dir.display().to_string(),
+        });
+    }
     let mut reports = Vec::new();
     let mut stats = Vec::new();
     for (r, s) in hub.results.iter_mut().filter_map(Option::take) {
@@ -587,7 +634,8 @@ pub fn run_coordinator(
             hub.rounds.driver.windows(),
             partition.lookahead_ps,
             started.elapsed().as_secs_f64(),
-        ),
+        )
+        .counting_from(hub.rounds.driver.events),
         peak_rss_bytes: peak_rss_bytes(),
     };
     drop(hub);
@@ -725,6 +773,8 @@ impl Coordination for GrpcCoordination<'_> {
                 earliest_sent_ps: report.earliest_sent_ps,
                 batches_sent: report.batches_sent,
                 events_processed: report.events_processed,
+                checkpointed: report.checkpointed,
+                stop_requested: report.stop_requested,
             },
             &self.token,
         )?;
@@ -744,6 +794,8 @@ impl Coordination for GrpcCoordination<'_> {
             end_ps: g.end_ps,
             batches_expected: g.batches_expected,
             finished: g.finished,
+            checkpoint: g.checkpoint,
+            stop: g.stop,
         })
     }
 
@@ -789,6 +841,8 @@ pub struct WorkerSummary {
     pub workers: u32,
     pub partitions: u32,
     pub events: u64,
+    /// The run stopped at a checkpoint instead of completing.
+    pub stopped: bool,
 }
 
 /// Runs a worker: serves `Worker` on `listen`, registers with the coordinator at the address
@@ -800,6 +854,7 @@ pub fn run_worker_process(
     threads: Option<usize>,
     token: &str,
     tls: Option<&TlsFiles>,
+    stop_requested: Arc<AtomicBool>,
 ) -> Result<WorkerSummary, RunError> {
     let fail = |what: String| RunError::Incomplete(what);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -926,6 +981,11 @@ pub fn run_worker_process(
         owner: Arc::new(reply.partition_owner.clone()),
         threads,
         oversubscribed: false,
+        checkpoint_dir: Some(PathBuf::from(&reply.checkpoint_dir))
+            .filter(|d| !d.as_os_str().is_empty()),
+        resume: (!reply.resume_parts.is_empty())
+            .then(|| reply.resume_parts.iter().map(PathBuf::from).collect()),
+        stop_requested: Some(stop_requested),
     };
     // Heartbeats: the coordinator learns this worker is alive; this worker learns whether
     // the run goes on, and stops by itself when the coordinator goes silent.
@@ -991,6 +1051,7 @@ pub fn run_worker_process(
         workers,
         partitions: outcome.stats.partitions,
         events: outcome.stats.events,
+        stopped: outcome.stopped,
     };
     let payload = bitcode::serialize(&(outcome.reports, outcome.stats))
         .map_err(|e| fail(format!("cannot encode this worker's results: {e}")))?;

@@ -4,6 +4,8 @@
 
 use worker::{WindowGrant, WindowReport};
 
+use crate::checkpoint::{Mark, Schedule, Step};
+
 /// Called after every grant with (window lower bound in ps, events so far).
 pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
 
@@ -11,13 +13,18 @@ pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
 /// this one keeps the progress display moving.
 pub const UNCUT_WINDOW_PS: u64 = 1_000_000_000;
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WindowDriver {
     lookahead_ps: u64,
     window: u64,
     /// Lower bound of the last window granted, for progress.
     pub time_ps: u64,
     pub events: u64,
+    /// Windows and events of the run this one resumed, before its checkpoint.
+    events_before: u64,
+    pub checkpoints: Option<Schedule>,
+    /// The run stopped at this checkpoint instead of completing.
+    pub stopped: Option<Mark>,
 }
 
 impl WindowDriver {
@@ -29,7 +36,23 @@ impl WindowDriver {
             window: 0,
             time_ps: 0,
             events: 0,
+            events_before: 0,
+            checkpoints: None,
+            stopped: None,
         }
+    }
+
+    /// Takes checkpoints as `schedule` says; when it resumed a run, continues that run's
+    /// window and event counts.
+    pub fn with_checkpoints(mut self, schedule: Schedule) -> Self {
+        if let Some(m) = schedule.last {
+            self.window = m.window - 1;
+            self.time_ps = m.time_ps;
+            self.events_before = m.events;
+            self.events = m.events;
+        }
+        self.checkpoints = Some(schedule);
+        self
     }
 
     pub fn windows(&self) -> u64 {
@@ -40,20 +63,43 @@ impl WindowDriver {
     /// event in flight); every event before `T + lookahead` is safe to process, because any
     /// event crossing a partition boundary is at least one cut-link latency later than the
     /// event that caused it. Idle stretches are skipped: `T` jumps to the next event.
-    pub fn grant(&mut self, reports: &[WindowReport]) -> Vec<WindowGrant> {
+    ///
+    /// With checkpoints, a grant may ask every worker to write its part before the window
+    /// (and, on a stop request, not to run it); the round after, once every part is written,
+    /// the checkpoint is completed. `Err` when completing it failed.
+    pub fn grant(&mut self, reports: &[WindowReport]) -> Result<Vec<WindowGrant>, String> {
         let t = reports
             .iter()
             .map(|r| r.next_event_ps.min(r.earliest_sent_ps))
             .min()
             .unwrap_or(u64::MAX);
-        self.events = reports.iter().map(|r| r.events_processed).sum();
-        let finished = t == u64::MAX;
+        self.events = self.events_before + reports.iter().map(|r| r.events_processed).sum::<u64>();
+        let mut finished = t == u64::MAX;
+        let next = (!finished).then(|| Mark {
+            window: self.window + 1,
+            time_ps: t,
+            events: self.events,
+        });
+        let (mut checkpoint, mut stop) = (false, false);
+        if let Some(schedule) = self.checkpoints.as_mut() {
+            let asked = reports.iter().any(|r| r.stop_requested);
+            match schedule.step(reports.iter().map(|r| r.checkpointed), asked, next)? {
+                Step::Go {
+                    checkpoint: c,
+                    stop: s,
+                } => (checkpoint, stop) = (c, s),
+                Step::Stopped(mark) => {
+                    self.stopped = Some(mark);
+                    (finished, stop) = (true, true);
+                }
+            }
+        }
         if !finished {
             self.window += 1;
             self.time_ps = t;
         }
         let end_ps = t.saturating_add(self.lookahead_ps);
-        (0..reports.len())
+        Ok((0..reports.len())
             .map(|w| WindowGrant {
                 window: self.window,
                 end_ps,
@@ -62,8 +108,10 @@ impl WindowDriver {
                     .map(|r| r.batches_sent.get(w).copied().unwrap_or(0))
                     .sum(),
                 finished,
+                checkpoint,
+                stop,
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -78,6 +126,8 @@ pub struct CombiningBarrier {
     grants: Vec<WindowGrant>,
     pub driver: WindowDriver,
     progress: Option<ProgressHook>,
+    /// Why the run cannot go on (a checkpoint could not be completed).
+    pub failed: Option<String>,
 }
 
 impl CombiningBarrier {
@@ -89,11 +139,19 @@ impl CombiningBarrier {
             grants: Vec::new(),
             driver: WindowDriver::new(lookahead_ps),
             progress,
+            failed: None,
         }
     }
 
+    /// Takes checkpoints as `schedule` says ([`WindowDriver::with_checkpoints`]).
+    pub fn with_checkpoints(mut self, schedule: Schedule) -> Self {
+        self.driver = self.driver.with_checkpoints(schedule);
+        self
+    }
+
     /// Keeps `worker`'s report; the round it belongs to. The last report of a round
-    /// computes the grants.
+    /// computes the grants; if that fails, [`CombiningBarrier::failed`] says why and the
+    /// round never completes.
     pub fn arrive(&mut self, worker: usize, report: WindowReport) -> u64 {
         let round = self.generation;
         self.reports[worker] = Some(report);
@@ -101,8 +159,14 @@ impl CombiningBarrier {
         if self.arrived == self.reports.len() {
             let reports: Vec<WindowReport> =
                 self.reports.iter_mut().filter_map(Option::take).collect();
-            self.grants = self.driver.grant(&reports);
             self.arrived = 0;
+            match self.driver.grant(&reports) {
+                Ok(grants) => self.grants = grants,
+                Err(why) => {
+                    self.failed.get_or_insert(why);
+                    return round;
+                }
+            }
             self.generation += 1;
             let (t, events) = (self.driver.time_ps, self.driver.events);
             if let Some(p) = self.progress.as_mut() {
@@ -143,16 +207,20 @@ mod tests {
             earliest_sent_ps: sent,
             batches_sent: batches,
             events_processed: 0,
+            checkpointed: 0,
+            stop_requested: false,
         }
     }
 
     #[test]
     fn the_window_starts_at_the_earliest_event_anywhere_including_in_flight() {
         let mut d = WindowDriver::new(Some(1000));
-        let g = d.grant(&[
-            report(0, 5_000, u64::MAX, vec![0, 2]),
-            report(1, 9_000, 4_200, vec![1, 0]),
-        ]);
+        let g = d
+            .grant(&[
+                report(0, 5_000, u64::MAX, vec![0, 2]),
+                report(1, 9_000, 4_200, vec![1, 0]),
+            ])
+            .expect("no checkpoints to fail");
         assert_eq!(g[0].end_ps, 5_200);
         assert_eq!(g[0].batches_expected, 1);
         assert_eq!(g[1].batches_expected, 2);
@@ -162,7 +230,9 @@ mod tests {
     #[test]
     fn nothing_pending_anywhere_finishes() {
         let mut d = WindowDriver::new(None);
-        let g = d.grant(&[report(0, u64::MAX, u64::MAX, vec![0])]);
+        let g = d
+            .grant(&[report(0, u64::MAX, u64::MAX, vec![0])])
+            .expect("no checkpoints to fail");
         assert!(g[0].finished);
     }
 }

@@ -14,6 +14,7 @@ use worker::{
     WorkerStats, run_worker, wait_briefly,
 };
 
+use crate::checkpoint::Prepared;
 use crate::driver::CombiningBarrier;
 pub use crate::driver::ProgressHook;
 
@@ -68,6 +69,11 @@ impl Coordination for InProcess {
         let me = self.id as usize;
         let mut s = lock(&self.shared.state);
         let generation = s.rounds.arrive(me, report);
+        if let Some(why) = s.rounds.failed.clone() {
+            drop(s);
+            self.shared.abort(why.clone());
+            return Err(EngineError::Transport(why));
+        }
         if s.rounds.generation != generation {
             self.shared
                 .released
@@ -142,6 +148,13 @@ pub struct EngineStats {
 }
 
 impl EngineStats {
+    /// With the run's event count as the window driver kept it: a resumed run also counts
+    /// the events before its checkpoint.
+    pub fn counting_from(mut self, run_events: u64) -> Self {
+        self.events = run_events;
+        self
+    }
+
     /// The run's statistics from every worker's.
     pub fn from_workers(
         stats: &[WorkerStats],
@@ -181,7 +194,8 @@ pub fn assign_workers(partitions: u32, workers: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Runs the simulation on `workers` in-process workers of `threads` threads each.
+/// Runs the simulation on `workers` in-process workers of `threads` threads each, taking
+/// checkpoints (or resuming from one) when `checkpoints` says so.
 pub fn run(
     model: Arc<SimModel>,
     partition_of: Vec<u32>,
@@ -189,6 +203,7 @@ pub fn run(
     workers: u32,
     threads: usize,
     progress: Option<ProgressHook>,
+    checkpoints: Option<Prepared>,
 ) -> Result<(RunResults, EngineStats), EngineError> {
     let started = Instant::now();
     let workers = workers.max(1);
@@ -196,9 +211,16 @@ pub fn run(
     let owner = Arc::new(assign_workers(map.partitions, workers));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let oversubscribed = workers as usize * threads.max(1) > cores;
+    let mut rounds = CombiningBarrier::new(workers, lookahead_ps, progress);
+    let (mut checkpoint_dir, mut resume) = (None, None);
+    if let Some(c) = checkpoints {
+        rounds = rounds.with_checkpoints(c.schedule);
+        checkpoint_dir = Some(c.dir);
+        resume = c.resume.map(|(_, files)| files);
+    }
     let shared = Arc::new(Shared {
         state: Mutex::new(Barrier {
-            rounds: CombiningBarrier::new(workers, lookahead_ps, progress),
+            rounds,
             aborted: None,
             sleepers: 0,
         }),
@@ -218,6 +240,9 @@ pub fn run(
                     owner: Arc::clone(&owner),
                     threads: threads.max(1),
                     oversubscribed,
+                    checkpoint_dir: checkpoint_dir.clone(),
+                    resume: resume.clone(),
+                    stop_requested: None,
                 };
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
@@ -267,7 +292,14 @@ pub fn run(
     if let Some(e) = first_error {
         return Err(e);
     }
-    let windows = lock(&shared.state).rounds.driver.windows();
+    let driver = &lock(&shared.state).rounds.driver;
+    if let Some(m) = driver.stopped {
+        return Err(EngineError::Stopped {
+            window: m.window,
+            time_ps: m.time_ps,
+        });
+    }
+    let (windows, events) = (driver.windows(), driver.events);
     let engine = EngineStats::from_workers(
         &stats,
         threads,
@@ -275,6 +307,7 @@ pub fn run(
         windows,
         lookahead_ps,
         started.elapsed().as_secs_f64(),
-    );
+    )
+    .counting_from(events);
     Ok((RunResults::assemble(reports), engine))
 }

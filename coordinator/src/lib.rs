@@ -4,6 +4,7 @@
 //! interface only. Today it hosts the experiment checks behind `fleetsim check`.
 
 pub mod check;
+pub mod checkpoint;
 pub mod collective_bench;
 pub mod distributed;
 pub mod driver;

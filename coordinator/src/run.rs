@@ -7,6 +7,7 @@ use sim::config::ConfigError;
 use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
 
+use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
 use crate::run_report::{EngineInfo, RunSummary, summarize_run};
 
@@ -27,6 +28,16 @@ pub enum RunError {
     Engine(worker::EngineError),
     #[error("simulation did not complete: {0}")]
     Incomplete(String),
+    /// Checkpoints could not be set up or resumed from.
+    #[error("{0}")]
+    Checkpoint(String),
+    /// Asked to stop (SIGTERM, SIGUSR1), the run wrote a checkpoint and stopped.
+    #[error(
+        "stopped on request at simulated time {:.6} s (window {}); the checkpoint is in {dir}; continue with `--resume {dir}`",
+        mark.time_ps as f64 * 1e-12,
+        mark.window
+    )]
+    Stopped { mark: Mark, dir: String },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -36,6 +47,8 @@ pub struct RunOptions {
     /// Threads per worker; `None`: `engine.threads` (0 = the machine's cores).
     pub threads: Option<usize>,
     pub trace: bool,
+    /// Checkpoints to take, or to resume from; `None`: neither.
+    pub checkpoints: Option<CheckpointOptions>,
 }
 
 #[derive(Debug)]
@@ -103,6 +116,13 @@ pub fn simulate(
     } else {
         threads
     };
+    let checkpoints = match &options.checkpoints {
+        Some(c) => {
+            Some(checkpoint::prepare(exp, &model, c, workers).map_err(RunError::Checkpoint)?)
+        }
+        None => None,
+    };
+    let dir = checkpoints.as_ref().map(|c| c.dir.display().to_string());
     let model = Arc::new(model);
     let (results, stats) = embedded::run(
         Arc::clone(&model),
@@ -111,7 +131,19 @@ pub fn simulate(
         workers,
         threads,
         progress,
-    )?;
+        checkpoints,
+    )
+    .map_err(|e| match e {
+        worker::EngineError::Stopped { window, time_ps } => RunError::Stopped {
+            mark: Mark {
+                window,
+                time_ps,
+                events: 0,
+            },
+            dir: dir.clone().unwrap_or_default(),
+        },
+        other => RunError::Engine(other),
+    })?;
     let model = Arc::try_unwrap(model).map_err(|_| {
         RunError::Incomplete("the simulation model is still shared after the run".into())
     })?;

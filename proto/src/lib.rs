@@ -20,6 +20,8 @@ mod tests {
             earliest_sent_ps: 1_000_000,
             batches_sent: vec![0, 2, 1],
             events_processed: 42,
+            checkpointed: 5,
+            stop_requested: true,
         };
         let bytes = report.encode_to_vec();
         assert_eq!(

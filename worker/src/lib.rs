@@ -3,6 +3,7 @@
 //! Invariants: knows nothing of how partitions were chosen; no locks or atomics on per-LP state
 //! in the hot loop (a partition is run by one thread per window); no tokio in the hot loop.
 
+pub mod checkpoint;
 pub mod partition;
 pub mod queue;
 mod team;

@@ -7,6 +7,7 @@ use sim::engine::{Ctx, Event, Lp, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::topology::{LinkId, NodeId};
 
+use crate::checkpoint::{LpRecord, PartWriter};
 use crate::queue::EventQueue;
 
 /// Where every LP lives: its partition and its index inside it. Read-only during a run.
@@ -91,6 +92,54 @@ impl Partition {
             last_window_events: 0,
             error: None,
         }
+    }
+
+    /// Partition `id` in the state a checkpoint holds: `records` are its LPs' records, in
+    /// the order of [`LpMap::members`].
+    pub fn restore(map: &LpMap, id: u32, records: Vec<LpRecord>) -> Self {
+        let lp_ids = map.members(id).to_vec();
+        let mut queue = EventQueue::default();
+        let mut seqs = Vec::with_capacity(records.len());
+        let mut lps = Vec::with_capacity(records.len());
+        for r in records {
+            seqs.push(r.seq);
+            lps.push(r.lp);
+            for (key, event) in r.events {
+                queue.push(key, event);
+            }
+        }
+        Partition {
+            id,
+            seqs,
+            lp_ids,
+            lps,
+            queue,
+            outbox: Vec::new(),
+            emitted: Vec::new(),
+            hops: Vec::with_capacity(8),
+            last_window_events: 0,
+            error: None,
+        }
+    }
+
+    /// Writes every LP's checkpoint record: its state, its sequence counter, and the events
+    /// pending for it here or in `incoming` (events other partitions sent, not yet queued).
+    pub fn write_records<W: std::io::Write>(
+        &self,
+        map: &LpMap,
+        incoming: &[(EventKey, Event)],
+        out: &mut PartWriter<W>,
+    ) -> std::io::Result<()> {
+        let mut pending: Vec<Vec<(EventKey, Event)>> = vec![Vec::new(); self.lps.len()];
+        let incoming = incoming.iter().map(|(k, e)| (*k, e));
+        for (key, event) in self.queue.iter().chain(incoming) {
+            pending[map.local_index[event.target as usize] as usize].push((key, event.clone()));
+        }
+        for (i, events) in pending.iter_mut().enumerate() {
+            events.sort_unstable_by_key(|(k, _)| *k);
+            out.record(self.lp_ids[i], self.seqs[i], &self.lps[i], events)?;
+        }
+        Ok(())
     }
 
     /// Time zero: every LP schedules its first events.

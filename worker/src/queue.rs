@@ -130,6 +130,21 @@ impl<E> EventQueue<E> {
         self.heap.len()
     }
 
+    /// Every pending event, in no particular order (checkpoints sort them).
+    pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
+        self.heap.iter().filter_map(|k| {
+            let event = self.slab[k.slot as usize].as_ref()?;
+            Some((
+                EventKey {
+                    time_ps: k.time_ps,
+                    origin_lp: k.origin_lp,
+                    origin_seq: k.origin_seq,
+                },
+                event,
+            ))
+        })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
     }

@@ -15,15 +15,18 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use sim::engine::{Event, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::topology::NodeId;
 
+use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::partition::{CausalityError, LpMap, Partition};
-use crate::team::{Routing, Team, lock};
+use crate::team::{Routing, Shared, Team, lock};
 
 /// What a worker tells the coordinator at the end of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +40,10 @@ pub struct WindowReport {
     /// Batches sent to each worker, indexed by worker id.
     pub batches_sent: Vec<u32>,
     pub events_processed: u64,
+    /// The window before which this worker last wrote its checkpoint part, 0 when none.
+    pub checkpointed: u64,
+    /// This worker's process was asked to stop (SIGTERM, SIGUSR1): checkpoint and stop.
+    pub stop_requested: bool,
 }
 
 /// The coordinator's answer: process every event before `end_ps`.
@@ -46,6 +53,11 @@ pub struct WindowGrant {
     pub end_ps: u64,
     pub batches_expected: u32,
     pub finished: bool,
+    /// Write a checkpoint part before running the window (after its batches arrived).
+    pub checkpoint: bool,
+    /// With `checkpoint`: do not run the window; the run stops once every part is written.
+    /// With `finished`: the run stopped at a checkpoint instead of completing.
+    pub stop: bool,
 }
 
 /// Events for another worker's partitions, encoded with bitcode.
@@ -90,6 +102,14 @@ pub enum EngineError {
     Causality(#[from] CausalityError),
     #[error("{0}")]
     Transport(String),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// Not a failure of the simulation: it was asked to stop, and stopped at a complete
+    /// checkpoint.
+    #[error(
+        "stopped on request at the checkpoint before window {window} (simulated time {time_ps} ps)"
+    )]
+    Stopped { window: u64, time_ps: u64 },
 }
 
 /// The worker's side of the window protocol.
@@ -120,6 +140,12 @@ pub struct WorkerSetup {
     /// More threads than cores share this machine (e.g. several in-process workers): idle
     /// helpers then give their core up almost at once instead of spinning for the next window.
     pub oversubscribed: bool,
+    /// Where checkpoint parts go, when the run takes checkpoints.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Resume from these checkpoint parts instead of starting at time zero.
+    pub resume: Option<Vec<PathBuf>>,
+    /// Set by a signal handler: ask the coordinator to checkpoint and stop.
+    pub stop_requested: Option<Arc<AtomicBool>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -142,8 +168,11 @@ pub struct WorkerStats {
 
 #[derive(Debug)]
 pub struct WorkerOutcome {
+    /// Every LP's report; empty when the run stopped at a checkpoint.
     pub reports: Vec<(NodeId, LpReport)>,
     pub stats: WorkerStats,
+    /// The run stopped at a checkpoint instead of completing.
+    pub stopped: bool,
 }
 
 /// Windows with fewer predicted events than this run on the worker thread alone: waking the
@@ -224,13 +253,19 @@ pub fn run_worker(
     for (i, &p) in mine.iter().enumerate() {
         slot_of[p as usize] = i as u32;
     }
-    let mut partitions: Vec<Partition> = mine
-        .iter()
-        .map(|&p| Partition::new(model, map, p))
-        .collect();
-    for p in &mut partitions {
-        p.start(model, map);
-    }
+    let partitions = match &setup.resume {
+        None => {
+            let mut partitions: Vec<Partition> = mine
+                .iter()
+                .map(|&p| Partition::new(model, map, p))
+                .collect();
+            for p in &mut partitions {
+                p.start(model, map);
+            }
+            partitions
+        }
+        Some(files) => restore_partitions(files, map, &mine, &slot_of)?,
+    };
     let mut next = NextTimes {
         time: vec![u64::MAX; partitions.len()],
         heap: BinaryHeap::new(),
@@ -265,7 +300,8 @@ pub fn run_worker(
     let mut active: Vec<usize> = Vec::new();
     let mut lists: Vec<Vec<usize>> = vec![Vec::new(); threads];
     let mut last_parallel = false;
-    loop {
+    let mut checkpointed = 0u64;
+    let stopped = loop {
         // 1. Fold in what the threads did: partitions that ran first (their queues' next
         //    events), then deliveries (an incoming box can only lower a partition's next).
         for r in &shared.results {
@@ -317,9 +353,14 @@ pub fn run_worker(
             earliest_sent_ps: earliest_sent,
             batches_sent,
             events_processed: stats.events,
+            checkpointed,
+            stop_requested: setup
+                .stop_requested
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed)),
         })?;
         if grant.finished {
-            break;
+            break grant.stop;
         }
         window = grant.window;
         for batch in coord.receive_batches(grant.window, grant.batches_expected)? {
@@ -334,6 +375,13 @@ pub fn run_worker(
                 }
                 next.lower(to as usize, key.time_ps);
                 lock(&shared.incoming[to as usize]).push((key, event));
+            }
+        }
+        if grant.checkpoint {
+            write_part(setup, &shared, window)?;
+            checkpointed = window;
+            if grant.stop {
+                continue;
             }
         }
         // 3. Run the window, longest first.
@@ -353,10 +401,76 @@ pub fn run_worker(
         }
         stats.windows += 1;
         stats.busy_s += busy.elapsed().as_secs_f64();
-    }
+    };
     stats.wall_s = started.elapsed().as_secs_f64();
-    let reports = parts.iter().flat_map(|p| lock(p).reports(model)).collect();
-    Ok(WorkerOutcome { reports, stats })
+    let reports = if stopped {
+        Vec::new()
+    } else {
+        parts.iter().flat_map(|p| lock(p).reports(model)).collect()
+    };
+    Ok(WorkerOutcome {
+        reports,
+        stats,
+        stopped,
+    })
+}
+
+/// Writes this worker's checkpoint part for the state before `window`: every LP of its
+/// partitions with the events queued for it or waiting in an incoming box.
+fn write_part(setup: &WorkerSetup, shared: &Shared, window: u64) -> Result<(), EngineError> {
+    let dir = setup.checkpoint_dir.as_ref().ok_or_else(|| {
+        EngineError::Transport(format!(
+            "worker {} was asked for a checkpoint but has no checkpoint directory",
+            setup.id
+        ))
+    })?;
+    let dir = checkpoint::window_dir(dir, window);
+    std::fs::create_dir_all(&dir).map_err(|source| CheckpointError::Write {
+        path: dir.clone(),
+        source,
+    })?;
+    let path = dir.join(checkpoint::part_file_name(setup.id));
+    checkpoint::write_atomically(&path, |out| {
+        let mut part = PartWriter::new(out)?;
+        for (p, incoming) in shared.partitions.iter().zip(&shared.incoming) {
+            lock(p).write_records(&setup.map, &lock(incoming), &mut part)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// The partitions `mine` (owned by this worker) as the checkpoint in `files` holds them.
+fn restore_partitions(
+    files: &[PathBuf],
+    map: &LpMap,
+    mine: &[u32],
+    slot_of: &[u32],
+) -> Result<Vec<Partition>, EngineError> {
+    let owned = |lp: NodeId| {
+        map.partition_of
+            .get(lp as usize)
+            .is_some_and(|&p| slot_of[p as usize] != u32::MAX)
+    };
+    let mut records: Vec<Option<LpRecord>> = Vec::new();
+    records.resize_with(map.partition_of.len(), || None);
+    for (lp, record) in checkpoint::read_records(files, owned)? {
+        records[lp as usize] = Some(record);
+    }
+    mine.iter()
+        .map(|&p| {
+            let lps = map
+                .members(p)
+                .iter()
+                .map(|&lp| {
+                    records[lp as usize]
+                        .take()
+                        .ok_or(CheckpointError::MissingLp { lp })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Partition::restore(map, p, lps))
+        })
+        .collect()
 }
 
 /// Places the window's active partitions (sorted longest first by predicted events) on

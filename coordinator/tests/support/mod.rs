@@ -59,6 +59,7 @@ pub fn run_with(
         workers,
         threads,
         None,
+        None,
     )
     .expect("run");
     (model, results)

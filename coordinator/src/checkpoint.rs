@@ -1,0 +1,560 @@
+//! Checkpoints of a run, the coordinator's side: when to take one, the manifest that makes
+//! one complete, and reading it back to resume (DESIGN.md, "Windows and mailboxes").
+//!
+//! A checkpoint directory holds `checkpoint.json` (the [`Manifest`]) and one
+//! `window-NNNNNNNNNNNN/` directory of part files, one per worker
+//! ([`worker::checkpoint`]). Workers write their parts at the barrier before a window; when
+//! every worker has reported its part written, the coordinator writes the manifest (atomically)
+//! and removes older window directories. A crash at any moment leaves the last complete
+//! checkpoint intact.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sim::engine::SimModel;
+use sim::experiment::Experiment;
+use worker::checkpoint::{part_file_name, window_dir, write_atomically};
+
+/// The manifest's file name inside a checkpoint directory.
+pub const MANIFEST: &str = "checkpoint.json";
+const FORMAT: u32 = 1;
+
+/// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
+/// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, units s, m, h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointEvery {
+    SimulatedPs(u64),
+    Wall(Duration),
+}
+
+impl FromStr for CheckpointEvery {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let usage = "use simulated time such as `500us` or `2ms` (units ps, ns, us, ms, s), or wall-clock time such as `wall:30s` or `wall:15m` (units s, m, h)";
+        let (wall, value) = match s.trim().strip_prefix("wall:") {
+            Some(v) => (true, v.trim()),
+            None => (false, s.trim()),
+        };
+        let split = value
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(value.len());
+        let (number, unit) = value.split_at(split);
+        let number: f64 = number
+            .parse()
+            .map_err(|_| format!("`{s}` is not a duration; {usage}"))?;
+        let scale = match (wall, unit) {
+            (false, "ps") => 1.0,
+            (false, "ns") => 1e3,
+            (false, "us") => 1e6,
+            (false, "ms") => 1e9,
+            (false, "s") => 1e12,
+            (true, "s") => 1.0,
+            (true, "m") => 60.0,
+            (true, "h") => 3600.0,
+            _ => return Err(format!("`{s}` has no unit this option knows; {usage}")),
+        };
+        let amount = number * scale;
+        if !(amount.is_finite() && amount > 0.0) {
+            return Err(format!("`{s}` must be a positive duration; {usage}"));
+        }
+        Ok(if wall {
+            CheckpointEvery::Wall(Duration::from_secs_f64(amount))
+        } else {
+            CheckpointEvery::SimulatedPs(amount.round().max(1.0) as u64)
+        })
+    }
+}
+
+/// What a run does about checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointOptions {
+    /// Where checkpoints are written (`--checkpoint-dir`, else `OUT/checkpoint`).
+    pub dir: PathBuf,
+    pub every: Option<CheckpointEvery>,
+    /// Continue from the checkpoint in this directory.
+    pub resume: Option<PathBuf>,
+    /// Set by SIGTERM or SIGUSR1: take a checkpoint at the next barrier and stop.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl CheckpointOptions {
+    /// No periodic checkpoints; a stop request still writes one to `dir`.
+    pub fn on_request(dir: PathBuf) -> Self {
+        CheckpointOptions {
+            dir,
+            every: None,
+            resume: None,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// A flag that SIGTERM or SIGUSR1 sets, as Slurm sends before a job's time limit
+/// (`--signal`) or on preemption: the run then checkpoints at the next barrier and stops. A
+/// second signal ends the process at once.
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let flag = Arc::new(AtomicBool::new(false));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the signal watcher: {e}"))?;
+    let (mut term, mut usr1) = runtime
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::user_defined1())?,
+            ))
+        })
+        .map_err(|e| format!("cannot watch for SIGTERM and SIGUSR1: {e}"))?;
+    let set = Arc::clone(&flag);
+    std::thread::Builder::new()
+        .name("fleetsim-signals".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut received = 0;
+                loop {
+                    let name = tokio::select! {
+                        _ = term.recv() => "SIGTERM",
+                        _ = usr1.recv() => "SIGUSR1",
+                    };
+                    received += 1;
+                    if received > 1 {
+                        eprintln!("fleetsim: {name} again; exiting without a checkpoint");
+                        std::process::exit(143);
+                    }
+                    tracing::info!(signal = name, "checkpointing at the next window barrier, then stopping");
+                    eprintln!(
+                        "fleetsim: {name}: checkpointing at the next window barrier, then stopping (send it again to exit at once)"
+                    );
+                    set.store(true, Ordering::Relaxed);
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the signal watcher: {e}"))?;
+    Ok(flag)
+}
+
+/// The state a checkpoint holds: everything before window `window`, which starts at `time_ps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub window: u64,
+    pub time_ps: u64,
+    /// Events processed before it.
+    pub events: u64,
+}
+
+/// `checkpoint.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub experiment: String,
+    /// [`fingerprint`] of the model the checkpoint belongs to.
+    pub fingerprint: String,
+    #[serde(flatten)]
+    pub mark: Mark,
+    pub workers: u32,
+    /// Part files, relative to the checkpoint directory, and their sizes.
+    pub parts: Vec<(String, u64)>,
+}
+
+/// A hash of everything the LPs' behaviour depends on: the experiment's settings (except how
+/// the run is executed: partitioning, workers, threads) and the model built from them
+/// (topology, programs, kernel times). A checkpoint resumes only into the same fingerprint.
+pub fn fingerprint(exp: &Experiment, model: &SimModel) -> String {
+    let mut config = exp.loaded.config.clone();
+    config.engine.partition.clear();
+    config.engine.workers = 0;
+    config.engine.threads = 0;
+    let mut h = Fnv::default();
+    h.write(format!("{config:?}").as_bytes());
+    h.write(&(model.topology.nodes().len() as u64).to_le_bytes());
+    h.write(&(model.topology.links().len() as u64).to_le_bytes());
+    for p in &model.workload.programs {
+        h.write(&(p.ops.len() as u64).to_le_bytes());
+    }
+    for table in &model.kernel_ps {
+        for ps in table {
+            h.write(&ps.to_le_bytes());
+        }
+    }
+    format!("{:016x}", h.0)
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms, unlike `std`'s hasher.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Makes the checkpoint `mark` complete once every worker wrote its part: writes the
+/// manifest, then removes older window directories.
+pub fn complete(
+    dir: &Path,
+    mark: Mark,
+    workers: u32,
+    experiment: &str,
+    fingerprint: &str,
+) -> Result<(), String> {
+    let window = window_dir(dir, mark.window);
+    let name = window
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut parts = Vec::new();
+    for w in 0..workers {
+        let file = part_file_name(w);
+        let bytes = std::fs::metadata(window.join(&file))
+            .map_err(|e| {
+                format!(
+                    "worker {w} reported its checkpoint part written, but {} cannot be read: {e}; the workers must share the checkpoint directory's file system",
+                    window.join(&file).display()
+                )
+            })?
+            .len();
+        parts.push((format!("{name}/{file}"), bytes));
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        experiment: experiment.to_string(),
+        fingerprint: fingerprint.to_string(),
+        mark,
+        workers,
+        parts,
+    };
+    let text = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| format!("cannot encode the checkpoint manifest: {e}"))?;
+    write_atomically(&dir.join(MANIFEST), |out| {
+        std::io::Write::write_all(out, text.as_bytes())
+    })
+    .map_err(|e| e.to_string())?;
+    // Older checkpoints, and parts of workers a resumed run no longer has.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("window-") && n != name {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    for w in workers.. {
+        let stale = window.join(part_file_name(w));
+        if std::fs::remove_file(&stale).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The complete checkpoint in `dir`, checked against the model it must resume, and the paths
+/// of its parts.
+pub fn load(dir: &Path, fingerprint: &str) -> Result<(Manifest, Vec<PathBuf>), String> {
+    let path = dir.join(MANIFEST);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "--resume {}: cannot read {} ({e}); point --resume at a directory a run wrote checkpoints to (its --checkpoint-dir, by default OUT/checkpoint) after at least one checkpoint completed",
+            dir.display(),
+            path.display()
+        )
+    })?;
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{}: not a fleetsim checkpoint manifest: {e}",
+            path.display()
+        )
+    })?;
+    if manifest.format != FORMAT {
+        return Err(format!(
+            "{}: checkpoint format {} is not the format {FORMAT} this fleetsim reads",
+            path.display(),
+            manifest.format
+        ));
+    }
+    if manifest.fingerprint != fingerprint {
+        return Err(format!(
+            "{}: the checkpoint was written for experiment `{}` with other settings (fingerprint {}, this run's is {fingerprint}); resume with the same experiment file and --set options (partitioning, workers and threads may differ)",
+            path.display(),
+            manifest.experiment,
+            manifest.fingerprint
+        ));
+    }
+    let mut files = Vec::new();
+    for (part, bytes) in &manifest.parts {
+        let file = dir.join(part);
+        let size = std::fs::metadata(&file)
+            .map_err(|e| {
+                format!(
+                    "{}: part {} is missing: {e}",
+                    path.display(),
+                    file.display()
+                )
+            })?
+            .len();
+        if size != *bytes {
+            return Err(format!(
+                "{}: part {} has {size} bytes, the manifest says {bytes}; the checkpoint is damaged",
+                path.display(),
+                file.display()
+            ));
+        }
+        files.push(file);
+    }
+    Ok((manifest, files))
+}
+
+/// A run's checkpointing, ready to start: the schedule for the window driver, where workers
+/// write their parts, and the parts to resume from.
+#[derive(Debug)]
+pub struct Prepared {
+    pub schedule: Schedule,
+    pub dir: PathBuf,
+    pub resume: Option<(Mark, Vec<PathBuf>)>,
+}
+
+/// Sets up checkpointing for a run of `model` on `workers` workers: creates the checkpoint
+/// directory and, when resuming, checks the checkpoint belongs to this model.
+pub fn prepare(
+    exp: &Experiment,
+    model: &SimModel,
+    options: &CheckpointOptions,
+    workers: u32,
+) -> Result<Prepared, String> {
+    let fingerprint = fingerprint(exp, model);
+    let resume = match &options.resume {
+        Some(dir) => {
+            let (manifest, files) = load(dir, &fingerprint)?;
+            Some((manifest.mark, files))
+        }
+        None => None,
+    };
+    std::fs::create_dir_all(&options.dir).map_err(|e| {
+        format!(
+            "cannot create the checkpoint directory {}: {e}",
+            options.dir.display()
+        )
+    })?;
+    let dir = std::path::absolute(&options.dir).unwrap_or_else(|_| options.dir.clone());
+    let (at, name) = (dir.clone(), exp.loaded.config.name.clone());
+    let schedule = Schedule::new(
+        options.every,
+        Arc::clone(&options.stop),
+        resume.as_ref().map(|(m, _)| *m),
+        Box::new(move |mark| complete(&at, mark, workers, &name, &fingerprint)),
+    );
+    Ok(Prepared {
+        schedule,
+        dir,
+        resume,
+    })
+}
+
+/// When the next checkpoint is due, and the one being written.
+pub struct Schedule {
+    every: Option<CheckpointEvery>,
+    stop: Arc<AtomicBool>,
+    last_time_ps: u64,
+    last_wall: Instant,
+    /// Asked for in the last grant: complete once every worker reports its part.
+    pending: Option<(Mark, bool)>,
+    /// Writes the manifest of a checkpoint every worker has written its part of.
+    on_complete: Box<dyn FnMut(Mark) -> Result<(), String> + Send>,
+    /// The last complete checkpoint (resumed from, or written).
+    pub last: Option<Mark>,
+}
+
+/// What a round of reports means for checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Go on; `checkpoint`: ask for one before the next window, and stop after it if `stop`.
+    Go { checkpoint: bool, stop: bool },
+    /// A stop checkpoint is complete: the run ends here.
+    Stopped(Mark),
+}
+
+impl Schedule {
+    pub fn new(
+        every: Option<CheckpointEvery>,
+        stop: Arc<AtomicBool>,
+        resumed: Option<Mark>,
+        on_complete: Box<dyn FnMut(Mark) -> Result<(), String> + Send>,
+    ) -> Self {
+        Schedule {
+            every,
+            stop,
+            last_time_ps: resumed.map_or(0, |m| m.time_ps),
+            last_wall: Instant::now(),
+            pending: None,
+            on_complete,
+            last: resumed,
+        }
+    }
+
+    /// Every worker reported (`written`: the window each last wrote a part before; `asked`:
+    /// whether any worker's process was asked to stop). `next` is the window about to be
+    /// granted, if the run goes on.
+    pub fn step(
+        &mut self,
+        written: impl Iterator<Item = u64>,
+        asked: bool,
+        next: Option<Mark>,
+    ) -> Result<Step, String> {
+        if let Some((mark, stop)) = self.pending.take() {
+            if let Some(w) = written.into_iter().find(|&w| w != mark.window) {
+                return Err(format!(
+                    "a worker reported its last checkpoint part before window {w}, not {}",
+                    mark.window
+                ));
+            }
+            (self.on_complete)(mark)?;
+            self.last = Some(mark);
+            if stop {
+                return Ok(Step::Stopped(mark));
+            }
+        }
+        let Some(next) = next else {
+            return Ok(Step::Go {
+                checkpoint: false,
+                stop: false,
+            });
+        };
+        let stop = asked || self.stop.load(Ordering::Relaxed);
+        let due = match self.every {
+            Some(CheckpointEvery::SimulatedPs(every)) => {
+                next.time_ps >= self.last_time_ps.saturating_add(every)
+            }
+            Some(CheckpointEvery::Wall(every)) => self.last_wall.elapsed() >= every,
+            None => false,
+        };
+        if stop || due {
+            self.pending = Some((next, stop));
+            self.last_time_ps = next.time_ps;
+            self.last_wall = Instant::now();
+        }
+        Ok(Step::Go {
+            checkpoint: stop || due,
+            stop,
+        })
+    }
+}
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schedule")
+            .field("every", &self.every)
+            .field("pending", &self.pending)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        assert_eq!(
+            "2ms".parse::<CheckpointEvery>(),
+            Ok(CheckpointEvery::SimulatedPs(2_000_000_000))
+        );
+        assert_eq!(
+            "500us".parse::<CheckpointEvery>(),
+            Ok(CheckpointEvery::SimulatedPs(500_000_000))
+        );
+        assert_eq!(
+            "wall:15m".parse::<CheckpointEvery>(),
+            Ok(CheckpointEvery::Wall(Duration::from_secs(900)))
+        );
+        for bad in ["", "5", "ms", "-1ms", "0s", "wall:5ms", "5 parsecs"] {
+            let e = bad.parse::<CheckpointEvery>().expect_err(bad);
+            assert!(e.contains("wall:"), "{bad}: {e}");
+        }
+    }
+
+    fn mark(window: u64, time_ps: u64) -> Mark {
+        Mark {
+            window,
+            time_ps,
+            events: 0,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_completes_only_when_every_worker_wrote_its_part() {
+        let completed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&completed);
+        let mut s = Schedule::new(
+            Some(CheckpointEvery::SimulatedPs(1000)),
+            Arc::new(AtomicBool::new(false)),
+            None,
+            Box::new(move |m| {
+                seen.lock().expect("lock").push(m.window);
+                Ok(())
+            }),
+        );
+        let go = |checkpoint| Step::Go {
+            checkpoint,
+            stop: false,
+        };
+        assert_eq!(
+            s.step([0, 0].into_iter(), false, Some(mark(1, 500))),
+            Ok(go(false))
+        );
+        assert_eq!(
+            s.step([0, 0].into_iter(), false, Some(mark(2, 1000))),
+            Ok(go(true))
+        );
+        assert_eq!(
+            s.step([2, 2].into_iter(), false, Some(mark(3, 1100))),
+            Ok(go(false))
+        );
+        assert_eq!(*completed.lock().expect("lock"), vec![2]);
+        assert_eq!(s.last, Some(mark(2, 1000)));
+        assert_eq!(
+            s.step([2, 2].into_iter(), false, Some(mark(4, 2100))),
+            Ok(go(true))
+        );
+        let late = s.step([4, 2].into_iter(), false, Some(mark(5, 2200)));
+        assert!(late.is_err(), "{late:?}");
+        assert_eq!(*completed.lock().expect("lock"), vec![2]);
+    }
+
+    #[test]
+    fn a_stop_request_checkpoints_then_stops() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut s = Schedule::new(None, Arc::clone(&stop), None, Box::new(|_| Ok(())));
+        let go = Step::Go {
+            checkpoint: false,
+            stop: false,
+        };
+        assert_eq!(s.step([0].into_iter(), false, Some(mark(1, 5))), Ok(go));
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(
+            s.step([0].into_iter(), false, Some(mark(2, 9))),
+            Ok(Step::Go {
+                checkpoint: true,
+                stop: true
+            })
+        );
+        assert_eq!(
+            s.step([2].into_iter(), false, Some(mark(3, 9))),
+            Ok(Step::Stopped(mark(2, 9)))
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! Checkpoints (DESIGN.md, "Windows and mailboxes"). One is taken at a window barrier, after
+//! the batches of the window have arrived: nothing is in flight then, every pending event is in
+//! a partition's queue or incoming box. Each worker writes one part file of per-LP records
+//! (the LP's state, its sequence counter and the events pending for it), so a run can resume on
+//! any number of workers with any partitioning: a worker reads only the records of the LPs it
+//! owns and skips the others without decoding them.
+//!
+//! A part file: [`PART_MAGIC`], then per LP `id: u32 LE`, `length: u64 LE` and the LP's
+//! bitcode-encoded [`LpRecord`]. Files are written atomically (a temporary, fsync, rename, fsync
+//! of the directory); the coordinator's manifest, written last the same way, is what makes a
+//! checkpoint complete.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sim::engine::{Event, Lp};
+use sim::event::EventKey;
+use sim::topology::NodeId;
+
+/// First bytes of a part file: the format and its version.
+pub const PART_MAGIC: &[u8; 8] = b"FSIMLPS1";
+
+/// One LP in a checkpoint, as read back.
+#[derive(Debug, Deserialize)]
+pub struct LpRecord {
+    pub seq: u64,
+    pub lp: Lp,
+    /// Events pending for the LP, in key order.
+    pub events: Vec<(EventKey, Event)>,
+}
+
+/// One LP in a checkpoint, as written: borrows what [`LpRecord`] owns (same encoding).
+#[derive(Serialize)]
+struct LpRecordRef<'a> {
+    seq: u64,
+    lp: &'a Lp,
+    events: &'a [(EventKey, Event)],
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot write checkpoint file {}: {source}", path.display())]
+    Write { path: PathBuf, source: io::Error },
+    #[error("checkpoint file {}: {why}", path.display())]
+    Read { path: PathBuf, why: String },
+    #[error(
+        "the checkpoint has no record of LP {lp}; it was written for another experiment or is incomplete"
+    )]
+    MissingLp { lp: NodeId },
+}
+
+/// The part file of `worker` in a checkpoint directory.
+pub fn part_file_name(worker: u32) -> String {
+    format!("worker-{worker}.lps")
+}
+
+/// Where the part files of the checkpoint taken before window `window` go.
+pub fn window_dir(dir: &Path, window: u64) -> PathBuf {
+    dir.join(format!("window-{window:012}"))
+}
+
+/// Writes `path` so that it either has its old content or all of the new one: into a
+/// temporary beside it, fsync, rename over `path`, fsync of the directory.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
+) -> Result<(), CheckpointError> {
+    let failed = |source| CheckpointError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    let file = File::create(&temporary).map_err(failed)?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    write(&mut out).map_err(failed)?;
+    let file = out.into_inner().map_err(|e| failed(e.into_error()))?;
+    file.sync_all().map_err(failed)?;
+    drop(file);
+    std::fs::rename(&temporary, path).map_err(failed)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Makes the rename itself durable; not every file system lets a directory be synced.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Appends LP records to a part file being written.
+#[derive(Debug)]
+pub struct PartWriter<'a, W: Write> {
+    out: &'a mut W,
+    scratch: Vec<u8>,
+    pub bytes: u64,
+    pub lps: u64,
+}
+
+impl<'a, W: Write> PartWriter<'a, W> {
+    pub fn new(out: &'a mut W) -> io::Result<Self> {
+        out.write_all(PART_MAGIC)?;
+        Ok(PartWriter {
+            out,
+            scratch: Vec::new(),
+            bytes: PART_MAGIC.len() as u64,
+            lps: 0,
+        })
+    }
+
+    pub fn record(
+        &mut self,
+        id: NodeId,
+        seq: u64,
+        lp: &Lp,
+        events: &[(EventKey, Event)],
+    ) -> io::Result<()> {
+        self.scratch = bitcode::serialize(&LpRecordRef { seq, lp, events })
+            .map_err(|e| io::Error::other(format!("LP {id} cannot be encoded: {e}")))?;
+        self.out.write_all(&id.to_le_bytes())?;
+        self.out
+            .write_all(&(self.scratch.len() as u64).to_le_bytes())?;
+        self.out.write_all(&self.scratch)?;
+        self.bytes += 12 + self.scratch.len() as u64;
+        self.lps += 1;
+        Ok(())
+    }
+}
+
+/// The records of every LP `owned` accepts, from `files`, by LP id. Records of other LPs are
+/// skipped unread, so memory follows what the caller owns.
+pub fn read_records(
+    files: &[PathBuf],
+    owned: impl Fn(NodeId) -> bool,
+) -> Result<Vec<(NodeId, LpRecord)>, CheckpointError> {
+    let mut records = Vec::new();
+    for path in files {
+        let bad = |why: String| CheckpointError::Read {
+            path: path.clone(),
+            why,
+        };
+        let file = File::open(path).map_err(|e| bad(format!("cannot open it: {e}")))?;
+        let mut input = BufReader::with_capacity(1 << 20, file);
+        let mut magic = [0u8; 8];
+        input
+            .read_exact(&mut magic)
+            .map_err(|e| bad(format!("cannot read its header: {e}")))?;
+        if &magic != PART_MAGIC {
+            return Err(bad(
+                "not a fleetsim checkpoint part (wrong header); point --resume at a checkpoint directory written by fleetsim"
+                    .into(),
+            ));
+        }
+        let mut head = [0u8; 12];
+        loop {
+            match read_full(&mut input, &mut head) {
+                Ok(0) => break,
+                Ok(12) => {}
+                Ok(_) => return Err(bad("it ends inside a record (truncated)".into())),
+                Err(e) => return Err(bad(format!("cannot read it: {e}"))),
+            }
+            let id = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let mut length = [0u8; 8];
+            length.copy_from_slice(&head[4..]);
+            let length = u64::from_le_bytes(length);
+            if !owned(id) {
+                let skip = i64::try_from(length)
+                    .map_err(|_| bad(format!("record of LP {id} has an impossible length")))?;
+                input
+                    .seek_relative(skip)
+                    .map_err(|e| bad(format!("cannot skip LP {id}: {e}")))?;
+                continue;
+            }
+            let mut bytes = vec![0u8; length as usize];
+            input
+                .read_exact(&mut bytes)
+                .map_err(|e| bad(format!("the record of LP {id} is cut short: {e}")))?;
+            let record: LpRecord = bitcode::deserialize(&bytes)
+                .map_err(|e| bad(format!("the record of LP {id} cannot be decoded: {e}")))?;
+            records.push((id, record));
+        }
+        // A record cut short at the end reads as a clean end above only when nothing of it
+        // was written; check the file was consumed exactly.
+        let at = input
+            .stream_position()
+            .map_err(|e| bad(format!("cannot read it: {e}")))?;
+        let size = std::fs::metadata(path)
+            .map_err(|e| bad(format!("cannot read its size: {e}")))?
+            .len();
+        if at != size {
+            return Err(bad(format!(
+                "{size} bytes, but its records end at byte {at} (truncated)"
+            )));
+        }
+    }
+    Ok(records)
+}
+
+/// Reads until `buf` is full or the input ends; how many bytes it read.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
