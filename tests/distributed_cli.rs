@@ -1,7 +1,8 @@
 //! `fleetsim coordinator` and `fleetsim worker`: a run over real gRPC on loopback sockets
 //! (3 workers) gives the embedded run's digest, garbage on the coordinator's port does not
-//! hurt it, a worker without the run's token or its TLS is refused, and a dead worker stops
-//! the run within 10 s.
+//! hurt it, a worker without the run's token or its TLS is refused, a dead worker stops the
+//! run within 10 s and its last checkpoint resumes on fewer workers, and SIGTERM to any
+//! process stops the run at a checkpoint.
 
 mod common;
 
@@ -164,38 +165,150 @@ fn wait_at_most(child: &mut Child, limit: Duration) -> Option<std::process::Exit
     None
 }
 
-#[test]
-fn a_dead_worker_stops_the_run_within_ten_seconds() {
-    let dir = scratch("distributed-crash");
-    let token = dir.join("token");
-    std::fs::write(&token, "crash\n").expect("token file");
-    let out = dir.join("out");
-    // The full quickstart: far longer than the test waits in a debug build.
-    let (mut coordinator, address) = start_coordinator_with(&out, &token, 2, &[]);
-    let mut survivor = start_worker(&address, &token);
-    let mut victim = start_worker(&address, &token);
-    std::thread::sleep(Duration::from_secs(4));
-    victim.kill().expect("kill a worker");
-    let _ = victim.wait();
-    let status = wait_at_most(&mut coordinator, Duration::from_secs(10));
-    let survived = wait_at_most(&mut survivor, Duration::from_secs(10));
-    for c in [&mut coordinator, &mut survivor] {
-        let _ = c.kill();
-        let _ = c.wait();
+/// Waits until the coordinator writing to `out` completed a checkpoint.
+fn wait_for_checkpoint(out: &Path) {
+    let manifest = out.join("checkpoint").join("checkpoint.json");
+    let until = Instant::now() + Duration::from_secs(60);
+    while !manifest.exists() {
+        assert!(Instant::now() < until, "no checkpoint within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let status = status.expect("the coordinator stops within 10 s of a worker's death");
-    assert_eq!(status.code(), Some(1));
-    // The drain thread writes the coordinator's stderr once the pipe closes.
+}
+
+/// The coordinator's stderr after it exited (the drain thread writes it once the pipe closes).
+fn coordinator_stderr(out: &Path) -> String {
     let path = out.with_extension("stderr");
     let until = Instant::now() + Duration::from_secs(5);
     while !path.exists() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let stderr = std::fs::read_to_string(&path).unwrap_or_default();
+    std::fs::read_to_string(&path).unwrap_or_default()
+}
+
+/// Resumes the checkpoint of the run written to `out` with a coordinator and `workers`
+/// workers; the resumed run's output directory.
+fn resume_over_grpc(dir: &Path, out: &Path, token: &Path, workers: u32) -> std::path::PathBuf {
+    let resumed = dir.join("resumed");
+    let checkpoint = out.join("checkpoint");
+    let mut sets: Vec<&str> = SMALL.to_vec();
+    sets.extend(["--resume", checkpoint.to_str().expect("utf-8 path")]);
+    let (coordinator, address) = start_coordinator_with(&resumed, token, workers, &sets);
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let (address, token) = (address.to_string(), token.to_path_buf());
+            std::thread::spawn(move || worker(&address, &token))
+        })
+        .collect();
+    for w in handles {
+        assert_success(&w.join().expect("worker thread"));
+    }
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(
+        finished.status.success(),
+        "resumed coordinator failed: {}",
+        coordinator_stderr(&resumed)
+    );
+    resumed
+}
+
+#[test]
+fn a_dead_worker_stops_the_run_within_ten_seconds_and_the_run_resumes_on_two() {
+    let dir = scratch("distributed-crash");
+    let token = dir.join("token");
+    std::fs::write(&token, "crash\n").expect("token file");
+    let out = dir.join("out");
+    let mut sets: Vec<&str> = SMALL.to_vec();
+    sets.extend(["--checkpoint-every", "5ms"]);
+    let (mut coordinator, address) = start_coordinator_with(&out, &token, 3, &sets);
+    let mut survivors = [
+        start_worker(&address, &token),
+        start_worker(&address, &token),
+    ];
+    let mut victim = start_worker(&address, &token);
+    wait_for_checkpoint(&out);
+    victim.kill().expect("kill a worker");
+    let _ = victim.wait();
+    let status = wait_at_most(&mut coordinator, Duration::from_secs(10));
+    let survived: Vec<_> = survivors
+        .iter_mut()
+        .map(|s| wait_at_most(s, Duration::from_secs(10)))
+        .collect();
+    for c in std::iter::once(&mut coordinator).chain(survivors.iter_mut()) {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let status = status.expect("the coordinator stops within 10 s of a worker's death");
+    let stderr = coordinator_stderr(&out);
+    assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("stopped answering"), "{stderr}");
     assert!(stderr.contains("worker "), "{stderr}");
-    let survived = survived.expect("the other worker exits by itself");
-    assert_eq!(survived.code(), Some(1));
+    assert!(stderr.contains("The last checkpoint is in"), "{stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    for s in survived {
+        assert_eq!(
+            s.expect("the other workers exit by themselves").code(),
+            Some(1)
+        );
+    }
+    let resumed = resume_over_grpc(&dir, &out, &token, 2);
+    let (digest, summary) = digest(&resumed);
+    assert_eq!(summary["engine"]["workers"], 2);
+    assert_eq!(digest, small_embedded_digest(&dir.join("embedded")));
+}
+
+#[test]
+fn sigterm_to_a_worker_checkpoints_and_stops_the_whole_run() {
+    let dir = scratch("distributed-sigterm");
+    let token = dir.join("token");
+    std::fs::write(&token, "term\n").expect("token file");
+    let out = dir.join("out");
+    let mut sets: Vec<&str> = SMALL.to_vec();
+    sets.extend(["--checkpoint-every", "5ms"]);
+    let (mut coordinator, address) = start_coordinator_with(&out, &token, 2, &sets);
+    let mut workers = [
+        start_worker(&address, &token),
+        start_worker(&address, &token),
+    ];
+    wait_for_checkpoint(&out);
+    let sent = Command::new("kill")
+        .args(["-TERM", &workers[1].id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let status = wait_at_most(&mut coordinator, Duration::from_secs(30));
+    let stopped: Vec<_> = workers
+        .iter_mut()
+        .map(|w| wait_at_most(w, Duration::from_secs(10)))
+        .collect();
+    for c in std::iter::once(&mut coordinator).chain(workers.iter_mut()) {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let stderr = coordinator_stderr(&out);
+    assert_eq!(
+        status.expect("the coordinator stops").code(),
+        Some(75),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stopped on request"), "{stderr}");
+    assert!(!out.join("summary.json").exists());
+    for s in stopped {
+        assert_eq!(s.expect("every worker stops").code(), Some(0));
+    }
+    // The stop checkpoint resumes embedded too.
+    let resumed = dir.join("resumed");
+    common::stdout_ok(
+        common::fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--resume"])
+            .arg(out.join("checkpoint"))
+            .arg("--out")
+            .arg(&resumed)
+            .args(SMALL),
+    );
+    assert_eq!(
+        digest(&resumed).0,
+        small_embedded_digest(&dir.join("embedded"))
+    );
 }
 
 const TLS: &str = "tests/fixtures/tls";

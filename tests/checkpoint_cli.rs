@@ -1,0 +1,220 @@
+//! Checkpoints of embedded runs: `--checkpoint-every` writes one complete checkpoint (the
+//! latest), `--resume` continues it on other numbers of workers and other partitionings to the
+//! uninterrupted run's digest, SIGTERM stops a run at a checkpoint with exit status 75, and
+//! every bad checkpoint is one clear error.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{
+    QUICKSTART, SMALL, fleetsim, one_clear_error, scratch, small_embedded_digest, stdout_ok,
+    summary,
+};
+
+fn digest(dir: &Path) -> String {
+    summary(dir)["result_digest"]
+        .as_str()
+        .expect("a digest")
+        .to_string()
+}
+
+/// Runs the small quickstart with a checkpoint every 10 ms of simulated time; its checkpoint
+/// directory.
+fn checkpointed_run(dir: &Path) -> PathBuf {
+    let out = dir.join("checkpointed");
+    stdout_ok(
+        fleetsim()
+            .args([
+                "run",
+                QUICKSTART,
+                "--quiet",
+                "--checkpoint-every",
+                "10ms",
+                "--out",
+            ])
+            .arg(&out)
+            .args(SMALL),
+    );
+    out.join("checkpoint")
+}
+
+#[test]
+fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
+    let dir = scratch("checkpoint-resume");
+    let expected = small_embedded_digest(&dir.join("embedded"));
+    let checkpoint = checkpointed_run(&dir);
+    assert_eq!(digest(&dir.join("checkpointed")), expected);
+    // One complete checkpoint is kept: the manifest and the window it names.
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(checkpoint.join("checkpoint.json")).expect("manifest"),
+    )
+    .expect("JSON");
+    assert!(manifest["time_ps"].as_u64().expect("time") >= 10_000_000_000);
+    let windows: Vec<_> = std::fs::read_dir(&checkpoint)
+        .expect("checkpoint dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("window-"))
+        .collect();
+    assert_eq!(windows.len(), 1, "older checkpoints are removed");
+    for (name, split) in [
+        ("three-workers", vec!["--workers", "3", "--threads", "1"]),
+        (
+            "round-robin",
+            vec!["--workers", "2", "--partition", "round-robin"],
+        ),
+    ] {
+        let out = dir.join(name);
+        stdout_ok(
+            fleetsim()
+                .args(["run", QUICKSTART, "--quiet", "--resume"])
+                .arg(&checkpoint)
+                .arg("--out")
+                .arg(&out)
+                .args(SMALL)
+                .args(&split),
+        );
+        assert_eq!(digest(&out), expected, "{name}");
+        // The event count covers the whole run, before the checkpoint too.
+        assert_eq!(
+            summary(&out)["engine"]["events"],
+            summary(&dir.join("embedded"))["engine"]["events"],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn sigterm_stops_a_run_at_a_checkpoint_that_resumes() {
+    let dir = scratch("checkpoint-sigterm");
+    let out = dir.join("stopped");
+    // The full quickstart on one thread: many seconds in a debug build.
+    let mut run = Command::new(assert_cmd::cargo::cargo_bin("fleetsim"))
+        .args(["run", QUICKSTART, "--quiet", "--threads", "1", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a run");
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let until = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = run.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "the run did not stop within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = run.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    assert!(output.stdout.is_empty(), "no result is printed");
+    assert!(!out.join("summary.json").exists(), "no result is written");
+    let checkpoint = out.join("checkpoint");
+    let resumed = dir.join("resumed");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--workers", "2", "--resume"])
+            .arg(&checkpoint)
+            .arg("--out")
+            .arg(&resumed),
+    );
+    let whole = dir.join("whole");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(&whole),
+    );
+    assert_eq!(digest(&resumed), digest(&whole));
+}
+
+/// A copy of `from` (a checkpoint directory) in `to`, for damaging.
+fn copy_checkpoint(from: &Path, to: &Path) {
+    for entry in walk(from) {
+        let target = to.join(entry.strip_prefix(from).expect("inside"));
+        std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(&entry, &target).expect("copy");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files.extend(walk(&p));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}
+
+fn resume_error(checkpoint: &Path, sets: &[&str], what: &str) -> String {
+    one_clear_error(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--resume"])
+            .arg(checkpoint)
+            .arg("--out")
+            .arg(checkpoint.with_extension("out"))
+            .args(SMALL)
+            .args(sets),
+        what,
+    )
+}
+
+#[test]
+fn bad_checkpoints_are_one_clear_error() {
+    let dir = scratch("checkpoint-bad");
+    let good = checkpointed_run(&dir);
+    // Not a checkpoint directory at all.
+    let e = resume_error(&dir.join("nowhere"), &[], "no directory");
+    assert!(
+        e.contains("checkpoint.json") && e.contains("--checkpoint-dir"),
+        "{e}"
+    );
+    // Another experiment's checkpoint.
+    let e = resume_error(&good, &["--set", "parallel.tp=2"], "other settings");
+    assert!(e.contains("other settings") && e.contains("--set"), "{e}");
+    // Fixtures: a manifest that is not JSON, one of a future format.
+    for (fixture, says) in [
+        (
+            "tests/fixtures/bad-checkpoint/not-json",
+            "not a fleetsim checkpoint manifest",
+        ),
+        ("tests/fixtures/bad-checkpoint/future-format", "format 99"),
+    ] {
+        let e = resume_error(Path::new(fixture), &[], fixture);
+        assert!(e.contains(says), "{fixture}: {e}");
+    }
+    // A part cut short, and a part that is not one, each in a copy of the good checkpoint.
+    let part = |root: &Path| {
+        walk(root)
+            .into_iter()
+            .find(|p| p.extension().is_some_and(|e| e == "lps"))
+            .expect("a part file")
+    };
+    let truncated = dir.join("truncated");
+    copy_checkpoint(&good, &truncated);
+    let file = part(&truncated);
+    let bytes = std::fs::read(&file).expect("part");
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).expect("truncate");
+    let e = resume_error(&truncated, &[], "truncated part");
+    assert!(e.contains("damaged") && e.contains(".lps"), "{e}");
+    let foreign = dir.join("foreign");
+    copy_checkpoint(&good, &foreign);
+    let file = part(&foreign);
+    let mut junk = vec![b'x'; bytes.len()];
+    junk[..4].copy_from_slice(b"junk");
+    std::fs::write(&file, &junk).expect("overwrite");
+    let e = resume_error(&foreign, &[], "foreign part");
+    assert!(e.contains("not a fleetsim checkpoint part"), "{e}");
+}
