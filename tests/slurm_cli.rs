@@ -1,6 +1,7 @@
 //! `fleetsim slurm` under a real Slurm (one node: `tools/slurm-local.sh`, which `.ci/run`
 //! starts): `srun -n 4` gives the embedded run's digest, and the shipped sbatch script
-//! completes. Without a running Slurm the run
+//! completes, also when SIGUSR1 before the time limit stops it at a checkpoint and the
+//! requeued job resumes. Without a running Slurm the run
 //! test says so and passes, unless `FLEETSIM_REQUIRE_SLURM=1` (set by `.ci/run`).
 
 mod common;
@@ -121,4 +122,94 @@ fn the_shipped_sbatch_script_completes() {
         .and_then(|r| r.split_whitespace().next())
         .expect("a digest in the job's log");
     assert_eq!(digest, small_embedded_digest(&dir.join("embedded")));
+}
+
+/// `squeue`'s state and reason for job `id`, empty once it left the queue.
+fn job_state(id: &str) -> String {
+    Command::new("squeue")
+        .args(["-h", "-o", "%T %r", "-j", id])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
+    if !slurm_is_up() {
+        return;
+    }
+    let dir = scratch("sbatch-requeue");
+    let root = std::env::current_dir().expect("cwd");
+    let bin = assert_cmd::cargo::cargo_bin("fleetsim");
+    let path = format!(
+        "{}:{}",
+        bin.parent().expect("target dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let log = dir.join("job.out");
+    let submitted = Command::new("sbatch")
+        .args(["--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"])
+        .args(["--time=10", "--job-name=fleetsim-requeue", "--output"])
+        .arg(&log)
+        .arg(format!("--export=ALL,PATH={path}"))
+        .arg("configs/slurm/fleetsim.sbatch")
+        .args([QUICKSTART, "--quiet", "--checkpoint-every", "5ms"])
+        .args(SMALL)
+        .current_dir(&root)
+        .output()
+        .expect("sbatch");
+    assert_success(&submitted);
+    let id = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .expect("a job id")
+        .to_string();
+    let out = root.join("runs").join(format!("fleetsim-requeue-{id}"));
+    let wait = |what: &str, limit: u64, mut done: Box<dyn FnMut() -> bool + '_>| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(limit);
+        while !done() {
+            if std::time::Instant::now() > until {
+                let _ = Command::new("scancel").arg(&id).status();
+                panic!(
+                    "{what} within {limit} s; job log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let manifest = out.join("checkpoint").join("checkpoint.json");
+    wait("no checkpoint", 120, Box::new(|| manifest.exists()));
+    // What `#SBATCH --signal=USR1@300` sends to the job's tasks before its time limit.
+    assert_success(
+        &Command::new("scancel")
+            .args(["--signal=USR1", &id])
+            .output()
+            .expect("scancel"),
+    );
+    wait(
+        "the job did not requeue and finish",
+        300,
+        Box::new(|| {
+            let state = job_state(&id);
+            if state.contains("BeginTime") {
+                // Slurm holds a requeued job back a while; no need to wait for that here.
+                let _ = Command::new("scontrol")
+                    .args(["update", &format!("JobId={id}"), "StartTime=now"])
+                    .output();
+            }
+            state.is_empty()
+        }),
+    );
+    let job_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(job_log.contains("stopped at a checkpoint; requeueing"), "{job_log}");
+    assert!(job_log.contains("resuming from"), "{job_log}");
+    let digest = job_log
+        .split("digest ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no digest in the job's log:\n{job_log}"));
+    assert_eq!(digest, small_embedded_digest(&dir.join("embedded")));
+    let _ = std::fs::remove_dir_all(&out);
 }
