@@ -21,6 +21,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use fleetsim_proto::Message as _;
 use fleetsim_proto::v1 as pb;
 use pb::coordinator_client::CoordinatorClient;
 use pb::coordinator_server::{Coordinator, CoordinatorServer};
@@ -267,6 +268,8 @@ struct Hub {
     rounds: CombiningBarrier,
     results: Vec<Option<WorkerResults>>,
     submitted: u32,
+    /// Encoded window reports and grants, bytes.
+    window_bytes: u64,
     failed: Option<String>,
 }
 
@@ -410,6 +413,7 @@ impl Coordinator for CoordinatorService {
         check_token(&request, &self.token)?;
         let r = request.into_inner();
         let id = r.worker_id as usize;
+        let report_bytes = r.encoded_len() as u64;
         self.seen(r.worker_id);
         let generation = {
             let mut hub = lock(&self.hub);
@@ -440,14 +444,16 @@ impl Coordinator for CoordinatorService {
         let grant = self
             .wait_until(|hub| hub.rounds.grant(id, generation))
             .await?;
-        Ok(Response::new(pb::WindowGrant {
+        let grant = pb::WindowGrant {
             window: grant.window,
             end_ps: grant.end_ps,
             batches_expected: grant.batches_expected,
             finished: grant.finished,
             checkpoint: grant.checkpoint,
             stop: grant.stop,
-        }))
+        };
+        lock(&self.hub).window_bytes += report_bytes + grant.encoded_len() as u64;
+        Ok(Response::new(grant))
     }
 
     async fn submit_results(
@@ -548,6 +554,7 @@ pub fn run_coordinator(
                 .with_checkpoints(checkpoints.schedule),
             results: vec![None; workers as usize],
             submitted: 0,
+            window_bytes: 0,
             failed: None,
         })),
         changed: Arc::new(Notify::new()),
@@ -624,18 +631,20 @@ pub fn run_coordinator(
         stats.push(s);
     }
     let threads = hub.threads as usize;
+    let mut stats = EngineStats::from_workers(
+        &stats,
+        threads,
+        map.partitions,
+        hub.rounds.driver.windows(),
+        partition.lookahead_ps,
+        started.elapsed().as_secs_f64(),
+    )
+    .counting_from(hub.rounds.driver.events);
+    stats.coordinator_bytes = hub.window_bytes;
     let engine = EngineInfo {
         mode: "distributed",
         strategy: exp.loaded.config.engine.partition.clone(),
-        stats: EngineStats::from_workers(
-            &stats,
-            threads,
-            map.partitions,
-            hub.rounds.driver.windows(),
-            partition.lookahead_ps,
-            started.elapsed().as_secs_f64(),
-        )
-        .counting_from(hub.rounds.driver.events),
+        stats,
         peak_rss_bytes: peak_rss_bytes(),
     };
     drop(hub);

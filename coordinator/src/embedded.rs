@@ -145,6 +145,9 @@ pub struct EngineStats {
     pub parallel_events: u64,
     /// Each worker's own statistics, by worker id.
     pub per_worker: Vec<WorkerStats>,
+    /// Bytes of window reports and grants the coordinator received and sent (encoded
+    /// protobuf; 0 in process). Independent of how many events cross partitions.
+    pub coordinator_bytes: u64,
 }
 
 impl EngineStats {
@@ -178,6 +181,7 @@ impl EngineStats {
             parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
             parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
             per_worker: stats.to_vec(),
+            coordinator_bytes: 0,
             sync_fraction: if wall > 0.0 {
                 (1.0 - busy / wall).clamp(0.0, 1.0)
             } else {

@@ -124,6 +124,7 @@ pub fn summarize_run(
             "parallel_windows": s.parallel_windows,
             "parallel_events": s.parallel_events,
             "peak_rss_bytes": engine.peak_rss_bytes,
+            "coordinator_bytes_per_window": s.coordinator_bytes as f64 / s.windows.max(1) as f64,
             "per_worker": s.per_worker.iter().enumerate().map(|(w, ws)| serde_json::json!({
                 "worker": w,
                 "partitions": ws.partitions,

@@ -3,6 +3,9 @@
 //! Invariant: only this crate defines wire types; it knows nothing of simulation semantics.
 #![allow(missing_debug_implementations, unreachable_pub, clippy::all)]
 
+/// Encoding and sizes of the wire types.
+pub use prost::Message;
+
 pub mod v1 {
     tonic::include_proto!("fleetsim.v1");
 }
