@@ -211,90 +211,105 @@ fn resume_over_grpc(dir: &Path, out: &Path, token: &Path, workers: u32) -> std::
     resumed
 }
 
+/// A run of the small quickstart over gRPC with a checkpoint every 5 ms of simulated time,
+/// started and past its first checkpoint.
+struct CheckpointingRun {
+    dir: std::path::PathBuf,
+    token: std::path::PathBuf,
+    out: std::path::PathBuf,
+    coordinator: Child,
+    workers: Vec<Child>,
+}
+
+impl CheckpointingRun {
+    fn start(name: &str, workers: u32) -> Self {
+        let dir = scratch(name);
+        let token = dir.join("token");
+        std::fs::write(&token, format!("{name}\n")).expect("token file");
+        let out = dir.join("out");
+        let mut sets: Vec<&str> = SMALL.to_vec();
+        sets.extend(["--checkpoint-every", "5ms"]);
+        let (coordinator, address) = start_coordinator_with(&out, &token, workers, &sets);
+        let workers = (0..workers)
+            .map(|_| start_worker(&address, &token))
+            .collect();
+        wait_for_checkpoint(&out);
+        CheckpointingRun {
+            dir,
+            token,
+            out,
+            coordinator,
+            workers,
+        }
+    }
+
+    /// Waits for the coordinator (at most `limit`), then 10 s more for every worker; kills
+    /// what is left. The exit statuses (`None`: still running) and the coordinator's stderr.
+    fn finish(
+        &mut self,
+        limit: Duration,
+    ) -> (
+        Option<std::process::ExitStatus>,
+        Vec<Option<std::process::ExitStatus>>,
+        String,
+    ) {
+        let status = wait_at_most(&mut self.coordinator, limit);
+        let workers = self
+            .workers
+            .iter_mut()
+            .map(|w| wait_at_most(w, Duration::from_secs(10)))
+            .collect();
+        for c in std::iter::once(&mut self.coordinator).chain(self.workers.iter_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        (status, workers, coordinator_stderr(&self.out))
+    }
+}
+
 #[test]
 fn a_dead_worker_stops_the_run_within_ten_seconds_and_the_run_resumes_on_two() {
-    let dir = scratch("distributed-crash");
-    let token = dir.join("token");
-    std::fs::write(&token, "crash\n").expect("token file");
-    let out = dir.join("out");
-    let mut sets: Vec<&str> = SMALL.to_vec();
-    sets.extend(["--checkpoint-every", "5ms"]);
-    let (mut coordinator, address) = start_coordinator_with(&out, &token, 3, &sets);
-    let mut survivors = [
-        start_worker(&address, &token),
-        start_worker(&address, &token),
-    ];
-    let mut victim = start_worker(&address, &token);
-    wait_for_checkpoint(&out);
-    victim.kill().expect("kill a worker");
-    let _ = victim.wait();
-    let status = wait_at_most(&mut coordinator, Duration::from_secs(10));
-    let survived: Vec<_> = survivors
-        .iter_mut()
-        .map(|s| wait_at_most(s, Duration::from_secs(10)))
-        .collect();
-    for c in std::iter::once(&mut coordinator).chain(survivors.iter_mut()) {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    let mut run = CheckpointingRun::start("distributed-crash", 3);
+    run.workers[2].kill().expect("kill a worker");
+    let (status, workers, stderr) = run.finish(Duration::from_secs(10));
     let status = status.expect("the coordinator stops within 10 s of a worker's death");
-    let stderr = coordinator_stderr(&out);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("stopped answering"), "{stderr}");
     assert!(stderr.contains("worker "), "{stderr}");
     assert!(stderr.contains("The last checkpoint is in"), "{stderr}");
     assert!(stderr.contains("--resume"), "{stderr}");
-    for s in survived {
+    for s in &workers[..2] {
         assert_eq!(
             s.expect("the other workers exit by themselves").code(),
             Some(1)
         );
     }
-    let resumed = resume_over_grpc(&dir, &out, &token, 2);
+    let resumed = resume_over_grpc(&run.dir, &run.out, &run.token, 2);
     let (digest, summary) = digest(&resumed);
     assert_eq!(summary["engine"]["workers"], 2);
-    assert_eq!(digest, small_embedded_digest(&dir.join("embedded")));
+    assert_eq!(digest, small_embedded_digest(&run.dir.join("embedded")));
 }
 
 #[test]
 fn sigterm_to_a_worker_checkpoints_and_stops_the_whole_run() {
-    let dir = scratch("distributed-sigterm");
-    let token = dir.join("token");
-    std::fs::write(&token, "term\n").expect("token file");
-    let out = dir.join("out");
-    let mut sets: Vec<&str> = SMALL.to_vec();
-    sets.extend(["--checkpoint-every", "5ms"]);
-    let (mut coordinator, address) = start_coordinator_with(&out, &token, 2, &sets);
-    let mut workers = [
-        start_worker(&address, &token),
-        start_worker(&address, &token),
-    ];
-    wait_for_checkpoint(&out);
+    let mut run = CheckpointingRun::start("distributed-sigterm", 2);
     let sent = Command::new("kill")
-        .args(["-TERM", &workers[1].id().to_string()])
+        .args(["-TERM", &run.workers[1].id().to_string()])
         .status()
         .expect("kill");
     assert!(sent.success());
-    let status = wait_at_most(&mut coordinator, Duration::from_secs(30));
-    let stopped: Vec<_> = workers
-        .iter_mut()
-        .map(|w| wait_at_most(w, Duration::from_secs(10)))
-        .collect();
-    for c in std::iter::once(&mut coordinator).chain(workers.iter_mut()) {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    let stderr = coordinator_stderr(&out);
+    let (status, workers, stderr) = run.finish(Duration::from_secs(30));
     assert_eq!(
         status.expect("the coordinator stops").code(),
         Some(75),
         "{stderr}"
     );
     assert!(stderr.contains("stopped on request"), "{stderr}");
-    assert!(!out.join("summary.json").exists());
-    for s in stopped {
+    assert!(!run.out.join("summary.json").exists());
+    for s in workers {
         assert_eq!(s.expect("every worker stops").code(), Some(0));
     }
+    let (dir, out) = (&run.dir, &run.out);
     // The stop checkpoint resumes embedded too.
     let resumed = dir.join("resumed");
     common::stdout_ok(

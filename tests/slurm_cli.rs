@@ -77,36 +77,47 @@ fn outside_srun_is_one_clear_error() {
     assert!(stderr.contains("SLURM_PROCID is not set"), "{stderr}");
 }
 
+/// `sbatch` of the shipped script on one node with two tasks, running this build's `fleetsim`
+/// (the script takes it from PATH) on the small quickstart plus `script_args`.
+fn sbatch(options: &[&str], name: &str, log: &std::path::Path, script_args: &[&str]) -> Command {
+    let bin = assert_cmd::cargo::cargo_bin("fleetsim");
+    let path = format!(
+        "{}:{}",
+        bin.parent().expect("target dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("sbatch");
+    cmd.args(options)
+        .args(["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"])
+        .arg(format!("--job-name={name}"))
+        .arg("--output")
+        .arg(log)
+        .arg(format!("--export=ALL,PATH={path}"))
+        .arg("configs/slurm/fleetsim.sbatch")
+        .args([QUICKSTART, "--quiet"])
+        .args(SMALL)
+        .args(script_args)
+        .current_dir(std::env::current_dir().expect("cwd"));
+    cmd
+}
+
+/// The digest a job's log reports.
+fn digest_in(job_log: &str) -> &str {
+    job_log
+        .split("digest ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no digest in the job's log:\n{job_log}"))
+}
+
 #[test]
 fn the_shipped_sbatch_script_completes() {
     if !slurm_is_up() {
         return;
     }
     let dir = scratch("sbatch");
-    let root = std::env::current_dir().expect("cwd");
-    let bin = assert_cmd::cargo::cargo_bin("fleetsim");
-    // The script runs `fleetsim` from PATH; one node here, so override its node count.
-    let path = format!(
-        "{}:{}",
-        bin.parent().expect("target dir").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let log = dir.join("job.out");
-    let out = Command::new("sbatch")
-        .args([
-            "--wait",
-            "--nodes=1",
-            "--ntasks-per-node=2",
-            "--cpus-per-task=1",
-        ])
-        .args(["--time=5", "--job-name=fleetsim-test", "--output"])
-        .arg(&log)
-        .arg(format!("--export=ALL,PATH={path}"))
-        .arg("configs/slurm/fleetsim.sbatch")
-        .arg(QUICKSTART)
-        .arg("--quiet")
-        .args(SMALL)
-        .current_dir(&root)
+    let out = sbatch(&["--wait", "--time=5"], "fleetsim-test", &log, &[])
         .output()
         .expect("sbatch");
     let job_log = std::fs::read_to_string(&log).unwrap_or_default();
@@ -115,13 +126,10 @@ fn the_shipped_sbatch_script_completes() {
         "{}\n{job_log}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(job_log.contains("digest"), "{job_log}");
-    let digest = job_log
-        .split("digest ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("a digest in the job's log");
-    assert_eq!(digest, small_embedded_digest(&dir.join("embedded")));
+    assert_eq!(
+        digest_in(&job_log),
+        small_embedded_digest(&dir.join("embedded"))
+    );
 }
 
 /// `squeue`'s state and reason for job `id`, empty once it left the queue.
@@ -140,24 +148,15 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
     }
     let dir = scratch("sbatch-requeue");
     let root = std::env::current_dir().expect("cwd");
-    let bin = assert_cmd::cargo::cargo_bin("fleetsim");
-    let path = format!(
-        "{}:{}",
-        bin.parent().expect("target dir").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let log = dir.join("job.out");
-    let submitted = Command::new("sbatch")
-        .args(["--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"])
-        .args(["--time=10", "--job-name=fleetsim-requeue", "--output"])
-        .arg(&log)
-        .arg(format!("--export=ALL,PATH={path}"))
-        .arg("configs/slurm/fleetsim.sbatch")
-        .args([QUICKSTART, "--quiet", "--checkpoint-every", "5ms"])
-        .args(SMALL)
-        .current_dir(&root)
-        .output()
-        .expect("sbatch");
+    let submitted = sbatch(
+        &["--parsable", "--time=10"],
+        "fleetsim-requeue",
+        &log,
+        &["--checkpoint-every", "5ms"],
+    )
+    .output()
+    .expect("sbatch");
     assert_success(&submitted);
     let id = String::from_utf8_lossy(&submitted.stdout)
         .trim()
@@ -203,13 +202,14 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
         }),
     );
     let job_log = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(job_log.contains("stopped at a checkpoint; requeueing"), "{job_log}");
+    assert!(
+        job_log.contains("stopped at a checkpoint; requeueing"),
+        "{job_log}"
+    );
     assert!(job_log.contains("resuming from"), "{job_log}");
-    let digest = job_log
-        .split("digest ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no digest in the job's log:\n{job_log}"));
-    assert_eq!(digest, small_embedded_digest(&dir.join("embedded")));
+    assert_eq!(
+        digest_in(&job_log),
+        small_embedded_digest(&dir.join("embedded"))
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
