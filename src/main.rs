@@ -232,6 +232,28 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         metrics_listen: Option<String>,
     },
+    /// Partitions an experiment's topology with each strategy (or one) without simulating:
+    /// LPs per partition, load imbalance, cut links, lookahead and expected cut traffic;
+    /// writes partition-report.csv and partition-report.svg.
+    Partition {
+        /// Experiment file (TOML).
+        experiment: PathBuf,
+        /// Partitions to cut into (0: each strategy's natural count).
+        #[arg(long)]
+        parts: u32,
+        /// A strategy, a comma-separated list, or `all`.
+        #[arg(long, default_value = "all")]
+        strategy: String,
+        /// Where the report and plot go. Default: runs/<experiment name>-partition.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the CSV instead of the table.
+        #[arg(long)]
+        csv: bool,
+        /// Override a key of the experiment file, e.g. --set cluster.gpus=4096.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
     Collective {
@@ -410,6 +432,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ""
                 }
             );
+            Ok(())
+        }
+        Command::Partition {
+            experiment,
+            parts,
+            strategy,
+            out,
+            csv,
+            sets,
+        } => {
+            use coordinator::partition_report as report;
+            let exp = Experiment::load(&experiment, &sets)?;
+            let strategies: Vec<String> =
+                strategy.split(',').map(|s| s.trim().to_string()).collect();
+            let comparison = report::compare(&exp, parts, &strategies)?;
+            let dir = out
+                .unwrap_or_else(|| PathBuf::from("runs").join(format!("{}-partition", exp.name())));
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let csv_text = report::to_csv(&comparison);
+            std::fs::write(dir.join("partition-report.csv"), &csv_text).with_context(|| {
+                format!("writing {}", dir.join("partition-report.csv").display())
+            })?;
+            let svg = report::plot_svg(&comparison)
+                .map_err(|e| anyhow::anyhow!("plotting the comparison: {e}"))?;
+            std::fs::write(dir.join("partition-report.svg"), svg).with_context(|| {
+                format!("writing {}", dir.join("partition-report.svg").display())
+            })?;
+            if csv {
+                print!("{csv_text}");
+            } else {
+                print!("{}", report::to_text(&comparison));
+                println!("report in {}", dir.display());
+            }
             Ok(())
         }
         Command::Collective {

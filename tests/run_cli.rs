@@ -108,13 +108,14 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
 }
 
 #[test]
-fn a_strategy_that_is_not_available_is_one_clear_error() {
+fn an_unknown_strategy_is_one_clear_error() {
     let stderr = one_clear_error(
-        fleetsim().args(["run", QUICKSTART, "--quiet", "--partition", "metis"]),
-        "run --partition metis",
+        fleetsim().args(["run", QUICKSTART, "--quiet", "--partition", "scatter"]),
+        "run --partition scatter",
     );
-    assert!(stderr.contains("not available yet"), "{stderr}");
-    assert!(stderr.contains("available: auto, by-host"), "{stderr}");
+    for says in ["unknown strategy `scatter`", "metis", "engine.partition"] {
+        assert!(stderr.contains(says), "{stderr}");
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod driver;
 pub mod embedded;
 pub mod kernel_report;
 pub mod metrics;
+pub mod partition_report;
 pub mod plot;
 pub mod run;
 pub mod run_report;

@@ -76,6 +76,11 @@ pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
             RGBColor(44, 160, 44),
             RGBColor(148, 103, 189),
             RGBColor(255, 127, 14),
+            RGBColor(140, 86, 75),
+            RGBColor(227, 119, 194),
+            RGBColor(127, 127, 127),
+            RGBColor(188, 189, 34),
+            RGBColor(23, 190, 207),
         ];
         macro_rules! draw {
             ($ctx:expr) => {{

@@ -90,14 +90,30 @@ pub struct Partition {
 /// Partitions `model`'s topology as the experiment's `[engine]` says.
 pub fn partition(exp: &Experiment, model: &SimModel) -> Result<Partition, RunError> {
     let engine_cfg = &exp.loaded.config.engine;
-    let assignment =
-        partitioner::partition(&model.topology, &engine_cfg.partition, engine_cfg.seed)
-            .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
+    let load = expected_load(&engine_cfg.partition, engine_cfg.partitions, model);
+    let assignment = partitioner::partition(
+        &model.topology,
+        &engine_cfg.partition,
+        engine_cfg.partitions,
+        &load,
+        engine_cfg.seed,
+    )
+    .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
     Ok(Partition {
         strategy: engine_cfg.partition.clone(),
         lookahead_ps: partitioner::lookahead_ps(&model.topology, &assignment),
         partition_of: assignment.partition_of,
     })
+}
+
+/// The load a strategy balances: estimated from the workload when the strategy weighs it
+/// (METIS, or packing groups into a given number of partitions), else uniform.
+pub fn expected_load(strategy: &str, parts: u32, model: &SimModel) -> partitioner::Load {
+    if strategy == "metis" || parts > 0 {
+        partitioner::Load::estimate(&model.topology, &model.workload, model.net.segment_bytes)
+    } else {
+        partitioner::Load::uniform(&model.topology)
+    }
 }
 
 /// Runs `model` embedded on `partition` (from [`partition`] on the same topology).

@@ -1,44 +1,132 @@
 //! Maps logical processes (one per topology node) to partitions, and measures the result.
 //!
-//! Invariant: knows the topology, never the engine. A partition assignment is a plain vector
-//! `partition_of[node]`; whatever runs the partitions reads nothing else from here.
+//! Every strategy implements [`Strategy`] over [`Atoms`]: a host with everything inside it, or
+//! one shared node. So no strategy cuts inside a host, and the lookahead stays a network
+//! link's latency. A strategy puts atoms into at most `parts` partitions. With `parts == 0` it
+//! uses its natural count: its groups, or for strategies without groups, one partition per
+//! atom (the over-decomposition `by-host` gives).
+//!
+//! Invariant: knows the topology and the compiled workload (for [`Load`]), never the engine.
+//! A partition assignment is a plain vector `partition_of[node]`; whatever runs the
+//! partitions reads nothing else from here.
 
-use sim::topology::{HOST_NONE, Topology, splitmix64};
+pub mod atoms;
+pub mod load;
+pub mod quality;
 
-/// Strategies that exist today, by the name `engine.partition` and `--partition` take.
-pub const AVAILABLE: [&str; 5] = ["auto", "by-host", "round-robin", "linear", "random"];
+use sim::topology::{LinkClass, NodeKind, Topology, splitmix64};
 
-/// Maps every LP to a partition with the named strategy. The assignment never changes the
-/// simulated results, only how fast they come.
-/// - `auto`, `by-host`: [`by_host`];
-/// - `round-robin`: LP `i` to partition `i mod K`;
-/// - `linear`: contiguous blocks of LP ids;
-/// - `random`: each LP to a partition drawn from `(seed, LP id)`.
-///
-/// `K` is the number of partitions `by-host` makes, so every strategy has the same degree of
-/// over-decomposition.
-pub fn partition(topology: &Topology, strategy: &str, seed: u64) -> Result<Assignment, String> {
-    let hosts = by_host(topology);
-    let k = hosts.partitions.max(1);
-    let n = topology.nodes().len() as u32;
-    let partition_of: Vec<u32> = match strategy {
-        "auto" | "by-host" => return Ok(hosts),
-        "round-robin" => (0..n).map(|i| i % k).collect(),
-        "linear" => {
-            let block = n.div_ceil(k).max(1);
-            (0..n).map(|i| i / block).collect()
+pub use atoms::Atoms;
+pub use load::Load;
+pub use quality::Quality;
+
+/// What a strategy works from.
+#[derive(Debug)]
+pub struct Input<'a> {
+    pub topology: &'a Topology,
+    pub atoms: &'a Atoms,
+    /// Expected events per node and bytes per link ([`Load::uniform`] without a workload).
+    pub load: &'a Load,
+    /// Partitions wanted; 0: the strategy's natural count.
+    pub parts: u32,
+    pub seed: u64,
+}
+
+impl Input<'_> {
+    /// Expected events of every atom.
+    pub fn atom_weights(&self) -> Vec<f64> {
+        let mut w = vec![0.0; self.atoms.count as usize];
+        for (node, &a) in self.atoms.atom_of.iter().enumerate() {
+            w[a as usize] += self.load.node_events[node];
         }
-        "random" => (0..n)
-            .map(|i| (splitmix64(seed ^ splitmix64(u64::from(i))) % u64::from(k)) as u32)
-            .collect(),
-        other => {
-            return Err(format!(
-                "partition strategy `{other}` is not available yet (it arrives with the partitioner work); available: {}",
-                AVAILABLE.join(", ")
-            ));
-        }
+        w
+    }
+
+    /// `parts`, or `natural` when it is 0; never more than there are atoms.
+    fn parts_or(&self, natural: u32) -> u32 {
+        let k = if self.parts == 0 { natural } else { self.parts };
+        k.clamp(1, self.atoms.count.max(1))
+    }
+}
+
+/// A way to cut a topology into partitions.
+pub trait Strategy: Sync {
+    /// The name `engine.partition`, `--partition` and `--strategy` take.
+    fn name(&self) -> &'static str;
+    /// One line for `fleetsim partition`'s table and the docs.
+    fn describe(&self) -> &'static str;
+    /// The partition of every atom.
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String>;
+}
+
+/// Every strategy, in the order reports list them.
+pub fn strategies() -> Vec<Box<dyn Strategy>> {
+    vec![
+        Box::new(ByHost),
+        Box::new(RoundRobin),
+        Box::new(Linear),
+        Box::new(Random),
+        Box::new(BySegment),
+        Box::new(ByPod),
+        Box::new(ByRail),
+        Box::new(LatencyAware),
+        Box::new(Metis),
+        Box::new(Auto),
+    ]
+}
+
+/// The names [`strategies`] answer to (`by-rack` is `by-segment`).
+pub fn names() -> Vec<&'static str> {
+    strategies().iter().map(|s| s.name()).collect()
+}
+
+fn find(name: &str) -> Option<Box<dyn Strategy>> {
+    let name = if name == "by-rack" {
+        "by-segment"
+    } else {
+        name
     };
-    Ok(compact(partition_of))
+    strategies().into_iter().find(|s| s.name() == name)
+}
+
+/// `partition_of[node]` for every topology node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub partition_of: Vec<u32>,
+    pub partitions: u32,
+}
+
+/// Partitions `topology` with the named strategy into `parts` partitions (0: its natural
+/// count). The assignment never changes the simulated results, only how fast they come.
+pub fn partition(
+    topology: &Topology,
+    strategy: &str,
+    parts: u32,
+    load: &Load,
+    seed: u64,
+) -> Result<Assignment, String> {
+    let s = find(strategy).ok_or_else(|| {
+        format!(
+            "unknown partition strategy `{strategy}`; use one of {} (or by-rack)",
+            names().join(", ")
+        )
+    })?;
+    let atoms = Atoms::new(topology);
+    let input = Input {
+        topology,
+        atoms: &atoms,
+        load,
+        parts,
+        seed,
+    };
+    let part_of_atom = s.assign(&input)?;
+    Ok(compact(
+        atoms
+            .atom_of
+            .iter()
+            .map(|&a| part_of_atom[a as usize])
+            .collect(),
+    ))
 }
 
 /// Renumbers partitions densely (0..K in order of first appearance), dropping empty ones.
@@ -57,33 +145,13 @@ fn compact(partition_of: Vec<u32>) -> Assignment {
     }
 }
 
-/// `partition_of[node]` for every topology node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assignment {
-    pub partition_of: Vec<u32>,
-    pub partitions: u32,
-}
-
 /// One partition per host (all of a host's GPUs, NICs and PCIe switches together) plus one per
-/// shared switch or memory node. The finest partitioning that never cuts inside a host.
+/// shared switch or memory node: the finest partitioning that never cuts inside a host.
 pub fn by_host(topology: &Topology) -> Assignment {
-    let hosts = topology.host_count();
-    let mut next = hosts;
-    let partition_of = topology
-        .nodes()
-        .iter()
-        .map(|n| {
-            if n.host == HOST_NONE {
-                next += 1;
-                next - 1
-            } else {
-                n.host
-            }
-        })
-        .collect();
+    let atoms = Atoms::new(topology);
     Assignment {
-        partition_of,
-        partitions: next,
+        partitions: atoms.count,
+        partition_of: atoms.atom_of,
     }
 }
 
@@ -100,21 +168,394 @@ pub fn lookahead_ps(topology: &Topology, assignment: &Assignment) -> Option<u64>
         .min()
 }
 
+/// `by-host`: every atom alone.
+struct ByHost;
+
+impl Strategy for ByHost {
+    fn name(&self) -> &'static str {
+        "by-host"
+    }
+    fn describe(&self) -> &'static str {
+        "one partition per host and per switch; with --parts, consecutive atoms packed by load"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let each: Vec<u32> = (0..input.atoms.count).collect();
+        Ok(atoms::pack(&each, &input.atom_weights(), input.parts))
+    }
+}
+
+/// `round-robin`: host `h` to partition `h mod K`, then the shared nodes, dealt on.
+struct RoundRobin;
+
+impl Strategy for RoundRobin {
+    fn name(&self) -> &'static str {
+        "round-robin"
+    }
+    fn describe(&self) -> &'static str {
+        "atom i (hosts, then switches) to partition i mod K"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let k = input.parts_or(input.atoms.count);
+        Ok((0..input.atoms.count).map(|a| a % k).collect())
+    }
+}
+
+/// `linear`: contiguous ranges of atoms with about the same number in each.
+struct Linear;
+
+impl Strategy for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+    fn describe(&self) -> &'static str {
+        "contiguous ranges of atoms (hosts, then switches), equal counts"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let n = u64::from(input.atoms.count);
+        let k = u64::from(input.parts_or(input.atoms.count));
+        Ok((0..n).map(|a| (a * k / n.max(1)) as u32).collect())
+    }
+}
+
+/// `random`: each atom to a partition drawn from `(seed, atom)`.
+struct Random;
+
+impl Strategy for Random {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+    fn describe(&self) -> &'static str {
+        "each atom to a partition drawn from (seed, atom): a baseline"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let k = u64::from(input.parts_or(input.atoms.count));
+        Ok((0..input.atoms.count)
+            .map(|a| (splitmix64(input.seed ^ splitmix64(u64::from(a))) % k) as u32)
+            .collect())
+    }
+}
+
+fn is_edge_switch(kind: Option<NodeKind>) -> bool {
+    matches!(kind, Some(NodeKind::Leaf | NodeKind::CxlSwitch))
+}
+
+/// `by-segment` (`by-rack`): the hosts under the same leaves (a rail-optimised segment, a
+/// fat-tree or leaf-spine rack) with those leaves.
+struct BySegment;
+
+impl Strategy for BySegment {
+    fn name(&self) -> &'static str {
+        "by-segment"
+    }
+    fn describe(&self) -> &'static str {
+        "hosts sharing leaves (a segment or rack) with their leaves; spines and cores alone"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let groups = input.atoms.join(input.topology, |a, b, _| {
+            (a.is_none() && is_edge_switch(b)) || (b.is_none() && is_edge_switch(a))
+        });
+        Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
+    }
+}
+
+/// `by-pod`: segments joined through their spines (a fat-tree pod, a rail-optimised pod).
+struct ByPod;
+
+impl Strategy for ByPod {
+    fn name(&self) -> &'static str {
+        "by-pod"
+    }
+    fn describe(&self) -> &'static str {
+        "segments with the spines that join them (a pod); cores alone"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let groups = input.atoms.join(input.topology, |a, b, _| {
+            let pair = |x: Option<NodeKind>, y: Option<NodeKind>| {
+                (x.is_none() && is_edge_switch(y))
+                    || (is_edge_switch(x) && matches!(y, Some(NodeKind::Spine)))
+            };
+            pair(a, b) || pair(b, a)
+        });
+        Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
+    }
+}
+
+/// `by-rail`: a rail-optimised fabric cut along its rails. The leaves of rail `r` in every
+/// segment form one partition with the spines only they reach (a plane's spines when planes
+/// are separate); hosts are grouped by segment. Only NIC–leaf cables are cut, where each
+/// rail's traffic enters its switches.
+struct ByRail;
+
+impl Strategy for ByRail {
+    fn name(&self) -> &'static str {
+        "by-rail"
+    }
+    fn describe(&self) -> &'static str {
+        "each rail's leaves (and spines only they reach) apart from the hosts, hosts by segment"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let (topology, atoms) = (input.topology, input.atoms);
+        // Rail of every leaf: the local index of the NICs wired to it.
+        let nics_per_host = {
+            let kinds = topology.count_by_kind();
+            let nics = kinds.get(&NodeKind::Nic).copied().unwrap_or(0);
+            (nics / topology.host_count().max(1)).max(1)
+        };
+        let mut rail_of_atom = vec![u32::MAX; atoms.count as usize];
+        for l in topology.links() {
+            let (from, to) = (
+                topology.nodes()[l.src as usize],
+                topology.nodes()[l.dst as usize],
+            );
+            if from.kind == NodeKind::Nic && to.kind == NodeKind::Leaf {
+                rail_of_atom[atoms.atom_of[l.dst as usize] as usize] = from.index % nics_per_host;
+            }
+        }
+        // Segments of hosts: hosts sharing a leaf.
+        let segment = atoms.join(topology, |a, b, _| {
+            (a.is_none() && is_edge_switch(b)) || (b.is_none() && is_edge_switch(a))
+        });
+        // Switch groups: leaves of one rail, and spines reached only from that rail.
+        let rails = rail_of_atom
+            .iter()
+            .filter(|&&r| r != u32::MAX)
+            .max()
+            .map_or(0, |r| r + 1);
+        let mut spine_rails: Vec<Option<u32>> = vec![None; atoms.count as usize];
+        let mut mixed = vec![false; atoms.count as usize];
+        for &(a, b, _) in &atoms.edges {
+            for (leaf, spine) in [(a, b), (b, a)] {
+                let r = rail_of_atom[leaf as usize];
+                if r != u32::MAX && atoms.shared_kind(topology, spine) == Some(NodeKind::Spine) {
+                    match spine_rails[spine as usize] {
+                        None => spine_rails[spine as usize] = Some(r),
+                        Some(x) if x != r => mixed[spine as usize] = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let hosts_groups = segment
+            .iter()
+            .take(atoms.hosts as usize)
+            .copied()
+            .max()
+            .map_or(0, |g| g + 1);
+        let mut group = vec![0u32; atoms.count as usize];
+        let mut alone = hosts_groups + rails;
+        for a in 0..atoms.count as usize {
+            group[a] = if a < atoms.hosts as usize {
+                segment[a]
+            } else if rail_of_atom[a] != u32::MAX {
+                hosts_groups + rail_of_atom[a]
+            } else if let (Some(r), false) = (spine_rails[a], mixed[a]) {
+                hosts_groups + r
+            } else {
+                alone += 1;
+                alone - 1
+            };
+        }
+        if rails == 0 {
+            return Err(
+                "by-rail needs leaves wired to NICs (a rail-optimised or leaf-spine fabric); this topology has none"
+                    .into(),
+            );
+        }
+        let group = compact(group).partition_of;
+        Ok(atoms::pack(&group, &input.atom_weights(), input.parts))
+    }
+}
+
+/// `latency-aware`: never cuts a link below the latency threshold (UNISON's rule, Bai et
+/// al., EuroSys'24 §4.1); the threshold is the lowest latency of any network link, so only
+/// links at least that slow are cut, and the groups left are packed by load.
+struct LatencyAware;
+
+impl Strategy for LatencyAware {
+    fn name(&self) -> &'static str {
+        "latency-aware"
+    }
+    fn describe(&self) -> &'static str {
+        "joins atoms over links faster than the slowest link class, packs the groups by load"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        let links = input.topology.links();
+        let threshold = links
+            .iter()
+            .filter(|l| matches!(l.class, LinkClass::Network | LinkClass::Cxl))
+            .map(|l| l.latency_ps)
+            .max()
+            .unwrap_or(0);
+        let groups = input.atoms.join(input.topology, |_, _, link| {
+            links[link as usize].latency_ps < threshold
+        });
+        Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
+    }
+}
+
+/// `metis`: multilevel k-way partitioning of the atom graph (METIS 5, `METIS_PartGraphKway`)
+/// with vertex weights from the expected events and edge weights from the expected bytes, so
+/// it balances load while cutting the least traffic.
+struct Metis;
+
+/// Parts METIS makes when none are asked for: over-decomposition for load balancing without
+/// the cost of partitioning at host granularity at 100k GPUs.
+pub const METIS_DEFAULT_PARTS: u32 = 256;
+
+impl Strategy for Metis {
+    fn name(&self) -> &'static str {
+        "metis"
+    }
+    fn describe(&self) -> &'static str {
+        "METIS k-way on the atom graph: balances expected events, minimises expected cut bytes"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        // METIS wants several vertices per part (it prints complaints, and makes fewer
+        // parts, when asked for nearly one per vertex).
+        let n = input.atoms.count as usize;
+        let most = (input.atoms.count / 4).max(1);
+        let k = input.parts_or(METIS_DEFAULT_PARTS).min(most);
+        if k <= 1 || n <= 1 {
+            return Ok(vec![0; n]);
+        }
+        // Edge weights: expected bytes both ways. Weights are scaled so their totals stay
+        // far below METIS's 32-bit sums.
+        const TOTAL: f64 = 1e8;
+        let mut between: std::collections::BTreeMap<(u32, u32), f64> = Default::default();
+        for &(a, b, link) in &input.atoms.edges {
+            *between.entry((a, b)).or_default() += input.load.link_bytes[link as usize] + 1.0;
+        }
+        let scale = TOTAL / between.values().sum::<f64>().max(1.0);
+        let mut neighbours: Vec<Vec<(metis::Idx, metis::Idx)>> = vec![Vec::new(); n];
+        for (&(a, b), &bytes) in &between {
+            let w = ((bytes * scale).round() as metis::Idx).max(1);
+            neighbours[a as usize].push((b as metis::Idx, w));
+            neighbours[b as usize].push((a as metis::Idx, w));
+        }
+        let mut xadj = Vec::with_capacity(n + 1);
+        let (mut adjncy, mut adjwgt) = (Vec::new(), Vec::new());
+        xadj.push(0 as metis::Idx);
+        for list in &neighbours {
+            for &(v, w) in list {
+                adjncy.push(v);
+                adjwgt.push(w);
+            }
+            xadj.push(adjncy.len() as metis::Idx);
+        }
+        let weights = input.atom_weights();
+        let vscale = TOTAL / weights.iter().sum::<f64>().max(1.0);
+        let vwgt: Vec<metis::Idx> = weights
+            .iter()
+            .map(|&w| ((w * vscale).round() as metis::Idx).max(1))
+            .collect();
+        let mut part = vec![0 as metis::Idx; n];
+        metis::Graph::new(1, k as metis::Idx, &xadj, &adjncy)
+            .map_err(|e| format!("METIS rejected the atom graph: {e:?}"))?
+            .set_vwgt(&vwgt)
+            .set_adjwgt(&adjwgt)
+            .set_option(metis::option::Seed(
+                (input.seed & 0x7fff_ffff) as metis::Idx,
+            ))
+            .part_kway(&mut part)
+            .map_err(|e| format!("METIS failed to partition {n} atoms into {k}: {e:?}"))?;
+        Ok(part.into_iter().map(|p| p as u32).collect())
+    }
+}
+
+/// `auto`: `by-host` at its natural count (the default: the finest split that keeps hosts
+/// whole, for threads to balance); with a partition count below the number of atoms,
+/// `metis` when the load comes from a workload, else `by-segment`.
+struct Auto;
+
+impl Strategy for Auto {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+    fn describe(&self) -> &'static str {
+        "by-host by default; metis for fewer partitions than atoms (by-segment without a workload)"
+    }
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+        if input.parts == 0 || input.parts >= input.atoms.count {
+            ByHost.assign(input)
+        } else if input.load.from_workload {
+            Metis.assign(input)
+        } else {
+            BySegment.assign(input)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn topology(extra: &str) -> Topology {
+        let cluster: sim::config::ClusterConfig = toml::from_str(&format!(
+            "gpus = 128\ngpu = \"H100-SXM\"\nhosts_per_segment = 4\nsegments_per_pod = 2\n{extra}"
+        ))
+        .expect("cluster");
+        let db = sim::gpu::GpuDatabase::embedded().expect("gpus");
+        let h100 = db.get("H100-SXM").expect("H100").clone();
+        Topology::build(&cluster, &[h100], &[0; 16], None).expect("topology")
+    }
+
     #[test]
     fn by_host_lookahead_matches_the_topology_host_preserving_lookahead() {
-        let cluster: sim::config::ClusterConfig = toml::from_str(
-            "gpus = 64\ngpu = \"H100-SXM\"\nhosts_per_segment = 4\nsegments_per_pod = 1",
-        )
-        .unwrap();
-        let db = sim::gpu::GpuDatabase::embedded().unwrap();
-        let h100 = db.get("H100-SXM").unwrap().clone();
-        let topo = Topology::build(&cluster, &[h100], &[0; 8], None).unwrap();
+        let topo = topology("");
         let a = by_host(&topo);
         assert_eq!(lookahead_ps(&topo, &a), topo.host_preserving_lookahead_ps());
         assert!(a.partitions > topo.host_count());
+    }
+
+    #[test]
+    fn every_strategy_keeps_hosts_whole_and_respects_the_partition_count() {
+        let topo = topology("");
+        let load = Load::uniform(&topo);
+        for s in names() {
+            for parts in [0, 1, 5] {
+                let a = partition(&topo, s, parts, &load, 7).expect(s);
+                if parts > 0 {
+                    assert!(a.partitions <= parts, "{s} {parts}: {}", a.partitions);
+                }
+                assert!(
+                    lookahead_ps(&topo, &a).unwrap_or(u64::MAX)
+                        >= topo.host_preserving_lookahead_ps().unwrap_or(0),
+                    "{s} cuts inside a host"
+                );
+                for (node, n) in topo.nodes().iter().enumerate() {
+                    if n.host != sim::topology::HOST_NONE {
+                        let first = topo.gpu(n.host * 8);
+                        assert_eq!(
+                            a.partition_of[node], a.partition_of[first as usize],
+                            "{s}: host {} split",
+                            n.host
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn structural_strategies_find_segments_pods_and_rails() {
+        let topo = topology("");
+        let load = Load::uniform(&topo);
+        let hosts = topo.host_count();
+        // 16 hosts, 4 per segment: 4 segments; 2 per pod: 2 pods.
+        let seg = partition(&topo, "by-segment", 0, &load, 0).expect("segments");
+        let pod = partition(&topo, "by-pod", 0, &load, 0).expect("pods");
+        let rail = partition(&topo, "by-rail", 0, &load, 0).expect("rails");
+        let host_parts = |a: &Assignment| {
+            let mut p: Vec<u32> = (0..hosts)
+                .map(|h| a.partition_of[topo.gpu(h * 8) as usize])
+                .collect();
+            p.dedup();
+            p.len()
+        };
+        assert_eq!(host_parts(&seg), 4);
+        assert_eq!(host_parts(&pod), 2);
+        assert_eq!(host_parts(&rail), 4);
+        assert!(seg.partitions < by_host(&topo).partitions);
+        assert!(pod.partitions < seg.partitions);
     }
 }

@@ -636,6 +636,10 @@ pub struct EngineConfig {
     /// Threads per worker; 0 = the machine's cores.
     #[serde(default)]
     pub threads: u32,
+    /// Partitions to cut the topology into; 0 = the strategy's natural count (see
+    /// `partitioner`): over-decomposition for threads to balance.
+    #[serde(default)]
+    pub partitions: u32,
 }
 
 impl Default for EngineConfig {
@@ -645,6 +649,7 @@ impl Default for EngineConfig {
             seed: defaults::seed(),
             workers: 1,
             threads: 0,
+            partitions: 0,
         }
     }
 }

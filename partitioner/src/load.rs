@@ -1,0 +1,161 @@
+//! What a partitioning should balance and what it should not cut: the expected events of
+//! every topology node and the expected bytes on every link, estimated from the compiled
+//! workload before anything runs.
+//!
+//! - A rank's collectives send about `bytes × bus factor` (nccl-tests' convention, so an
+//!   all-reduce moves `2(n−1)/n` of its buffer) to its ring neighbour in the group; sends go
+//!   to their peer. Each such flow is routed over the fabric with the engine's routing, and
+//!   its bytes are added to every link it crosses. All-to-all is counted on the ring
+//!   neighbour too: an approximation, its traffic spreads over the group.
+//! - Events: a GPU handles about two per op plus two per segment it sends or receives; a
+//!   node that forwards handles two per segment (arrival, end of transmission), as the
+//!   engine's port model does.
+
+use std::collections::BTreeMap;
+
+use sim::collective::bus_factor;
+use sim::layout::GroupKind;
+use sim::topology::{NodeId, Topology};
+use sim::workload::{OpKind, Peer, Workload};
+
+/// Expected load per node and per link.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub node_events: Vec<f64>,
+    pub link_bytes: Vec<f64>,
+    /// Whether it came from a workload ([`Load::estimate`]) or is [`Load::uniform`].
+    pub from_workload: bool,
+}
+
+/// Traffic of one program: bytes to each group's ring neighbour and to each peer, and ops.
+#[derive(Debug, Default)]
+struct ProgramTraffic {
+    ops: u64,
+    to_group: BTreeMap<GroupKind, f64>,
+    to_peer: BTreeMap<u8, f64>,
+}
+
+fn peer_index(p: Peer) -> u8 {
+    match p {
+        Peer::PpNext => 0,
+        Peer::PpPrev => 1,
+        Peer::CpNext => 2,
+        Peer::CpPrev => 3,
+    }
+}
+
+impl Load {
+    /// One event per node and one byte per link: what partitions balance without a workload.
+    pub fn uniform(topology: &Topology) -> Load {
+        Load {
+            node_events: vec![1.0; topology.nodes().len()],
+            link_bytes: vec![1.0; topology.links().len()],
+            from_workload: false,
+        }
+    }
+
+    /// The load `workload` puts on `topology`, with flows cut into `segment_bytes` segments.
+    pub fn estimate(topology: &Topology, workload: &Workload, segment_bytes: u64) -> Load {
+        let layout = &workload.layout;
+        let group_size: BTreeMap<GroupKind, u32> = GroupKind::ALL
+            .iter()
+            .map(|&k| (k, layout.group(k, 0).len() as u32))
+            .collect();
+        let traffic: Vec<ProgramTraffic> = workload
+            .programs
+            .iter()
+            .map(|p| {
+                let mut t = ProgramTraffic {
+                    ops: p.ops.len() as u64,
+                    ..ProgramTraffic::default()
+                };
+                for op in &p.ops {
+                    match op.kind {
+                        OpKind::Collective { op, group, bytes } => {
+                            let n = group_size.get(&group).copied().unwrap_or(1);
+                            if n > 1 {
+                                *t.to_group.entry(group).or_default() +=
+                                    bytes as f64 * bus_factor(op, n);
+                            }
+                        }
+                        OpKind::Send { peer, bytes } => {
+                            *t.to_peer.entry(peer_index(peer)).or_default() += bytes as f64;
+                        }
+                        OpKind::Compute { .. } | OpKind::Recv { .. } => {}
+                    }
+                }
+                t
+            })
+            .collect();
+        let mut node_events = vec![0.0; topology.nodes().len()];
+        let mut link_bytes = vec![0.0; topology.links().len()];
+        let segment = segment_bytes.max(1) as f64;
+        let (mut path, mut hops) = (Vec::new(), Vec::new());
+        let mut flow = |src: NodeId, dst: NodeId, bytes: f64, node_events: &mut [f64]| {
+            if src == dst || bytes <= 0.0 {
+                return;
+            }
+            let segments = (bytes / segment).ceil();
+            node_events[src as usize] += 2.0 * segments;
+            node_events[dst as usize] += 2.0 * segments;
+            let hash = u64::from(src) << 32 | u64::from(dst);
+            if topology
+                .path_into(src, dst, hash, &mut path, &mut hops)
+                .is_err()
+            {
+                return;
+            }
+            for &l in path.iter() {
+                link_bytes[l as usize] += bytes;
+                let from = topology.links()[l as usize].src;
+                if from != src {
+                    node_events[from as usize] += 2.0 * segments;
+                }
+            }
+        };
+        let world = layout.world().min(topology.gpu_count());
+        for rank in 0..world {
+            let c = layout.coords(rank);
+            let class = usize::from(workload.replica_class[c.dp as usize]);
+            let t = &traffic[class * layout.pp as usize + c.pp as usize];
+            let me = topology.gpu(rank);
+            node_events[me as usize] += 2.0 * t.ops as f64;
+            for (&kind, &bytes) in &t.to_group {
+                let members = layout.group(kind, rank);
+                let pos = members.iter().position(|&m| m == rank).unwrap_or(0);
+                let next = members[(pos + 1) % members.len()];
+                if next < world {
+                    flow(me, topology.gpu(next), bytes, &mut node_events);
+                }
+            }
+            for (&peer, &bytes) in &t.to_peer {
+                let (kind, forward) = match peer {
+                    0 => (GroupKind::Pp, true),
+                    1 => (GroupKind::Pp, false),
+                    2 => (GroupKind::Cp, true),
+                    _ => (GroupKind::Cp, false),
+                };
+                let members = layout.group(kind, rank);
+                let n = members.len();
+                let pos = members.iter().position(|&m| m == rank).unwrap_or(0);
+                let other = members[if forward {
+                    (pos + 1) % n
+                } else {
+                    (pos + n - 1) % n
+                }];
+                if other < world {
+                    flow(me, topology.gpu(other), bytes, &mut node_events);
+                }
+            }
+        }
+        // Every node costs something, so no atom weighs nothing.
+        for e in &mut node_events {
+            *e += 1.0;
+        }
+        Load {
+            node_events,
+            link_bytes,
+            from_workload: true,
+        }
+    }
+}
