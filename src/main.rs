@@ -59,6 +59,10 @@ struct CheckpointArgs {
     resume: Option<PathBuf>,
 }
 
+fn parse_vary(s: &str) -> Result<coordinator::sweep::Vary, String> {
+    s.parse()
+}
+
 fn parse_checkpoint_every(s: &str) -> Result<CheckpointEvery, String> {
     s.parse()
 }
@@ -251,6 +255,21 @@ enum Command {
         #[arg(long)]
         csv: bool,
         /// Override a key of the experiment file, e.g. --set cluster.gpus=4096.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
+    /// Runs the cross product of --vary settings embedded; writes sweep.csv and sweep.svg.
+    Sweep {
+        /// Experiment file (TOML).
+        experiment: PathBuf,
+        /// KEY=V1,V2,...: a dotted key of the experiment file and the values it takes, e.g.
+        /// --vary engine.partition=by-host,metis --vary engine.workers=1,2,4.
+        #[arg(long, required = true, value_parser = parse_vary)]
+        vary: Vec<coordinator::sweep::Vary>,
+        /// Where sweep.csv and sweep.svg go.
+        #[arg(long)]
+        out: PathBuf,
+        /// Override a key of the experiment file for every run.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
@@ -465,6 +484,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", report::to_text(&comparison));
                 println!("report in {}", dir.display());
             }
+            Ok(())
+        }
+        Command::Sweep {
+            experiment,
+            vary,
+            out,
+            sets,
+        } => {
+            use coordinator::sweep;
+            let rows = sweep::run_sweep(&experiment, &sets, &vary, |r| {
+                println!("{}", sweep::row_line(r));
+            })?;
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            let csv = out.join("sweep.csv");
+            std::fs::write(&csv, sweep::to_csv(&vary, &rows))
+                .with_context(|| format!("writing {}", csv.display()))?;
+            let svg = sweep::plot_svg(&vary, &rows)
+                .map_err(|e| anyhow::anyhow!("plotting the sweep: {e}"))?;
+            let plot = out.join("sweep.svg");
+            std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))?;
+            println!("sweep: {} run(s) in {}", rows.len(), out.display());
             Ok(())
         }
         Command::Collective {

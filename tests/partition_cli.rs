@@ -153,3 +153,74 @@ fn an_unknown_strategy_to_compare_is_one_clear_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_sweep_runs_the_cross_product_into_one_table_and_plot() {
+    let dir = scratch("sweep");
+    let out = stdout_ok(
+        fleetsim()
+            .args(["sweep", QUICKSTART])
+            .args(["--vary", "engine.partition=by-host,metis"])
+            .args(["--vary", "engine.workers=1,2"])
+            .args(["--set", "engine.threads=1", "--out"])
+            .arg(&dir)
+            .args(SMALL),
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("digest")).count(),
+        4,
+        "{out}"
+    );
+    let csv = std::fs::read_to_string(dir.join("sweep.csv")).expect("sweep.csv");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(
+        &header[..3],
+        &["engine.partition", "engine.workers", "iteration_time_s"]
+    );
+    for column in [
+        "wall_s",
+        "sync_fraction",
+        "cross_partition_events",
+        "events_per_window",
+    ] {
+        assert!(header.contains(&column), "{column}");
+    }
+    let digest = header
+        .iter()
+        .position(|&h| h == "result_digest")
+        .expect("digest column");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(
+        rows.iter().map(|r| (r[0], r[1])).collect::<Vec<_>>(),
+        [
+            ("by-host", "1"),
+            ("by-host", "2"),
+            ("metis", "1"),
+            ("metis", "2")
+        ]
+    );
+    assert!(rows.iter().all(|r| r[digest] == rows[0][digest]), "{csv}");
+    let svg = std::fs::read_to_string(dir.join("sweep.svg")).expect("sweep.svg");
+    assert!(svg.contains("engine.partition=metis") && svg.contains("wall time"));
+}
+
+#[test]
+fn a_bad_vary_is_one_clear_error() {
+    let stderr = one_clear_error(
+        fleetsim()
+            .args([
+                "sweep",
+                QUICKSTART,
+                "--vary",
+                "engine.workers=1,2",
+                "--vary",
+                "parallel.tp=3",
+                "--out",
+            ])
+            .arg(scratch("sweep-bad")),
+        "sweep with tp=3",
+    );
+    assert!(stderr.contains("parallel.tp"), "{stderr}");
+}

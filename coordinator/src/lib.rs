@@ -16,4 +16,5 @@ pub mod plot;
 pub mod run;
 pub mod run_report;
 pub mod slurm;
+pub mod sweep;
 pub mod workload_report;

@@ -12,6 +12,12 @@ const FAMILY: &str = "sans-serif";
 #[error("drawing the plot: {0}")]
 pub struct PlotError(String);
 
+impl PlotError {
+    pub fn new(why: impl Into<String>) -> Self {
+        PlotError(why.into())
+    }
+}
+
 /// One named line of points.
 #[derive(Debug, Clone)]
 pub struct Series {

@@ -116,6 +116,7 @@ pub fn summarize_run(
             "threads": s.threads,
             "events": s.events,
             "windows": s.windows,
+            "events_per_window": s.events as f64 / s.windows.max(1) as f64,
             "cross_partition_events": s.cross_partition_events,
             "lookahead_s": s.lookahead_ps.map(|l| l as f64 * PS),
             "wall_s": s.wall_s,
