@@ -157,6 +157,12 @@ pub fn to_text(c: &Comparison) -> String {
             }
         }
     }
+    out.push('\n');
+    for r in &c.rows {
+        if let Some(what) = partitioner::describe(&r.strategy) {
+            let _ = writeln!(out, "{:<14} {what}", r.strategy);
+        }
+    }
     out
 }
 

@@ -80,6 +80,11 @@ pub fn names() -> Vec<&'static str> {
     strategies().iter().map(|s| s.name()).collect()
 }
 
+/// What the named strategy does, in one line.
+pub fn describe(name: &str) -> Option<&'static str> {
+    find(name).map(|s| s.describe())
+}
+
 fn find(name: &str) -> Option<Box<dyn Strategy>> {
     let name = if name == "by-rack" {
         "by-segment"
@@ -239,6 +244,11 @@ fn is_edge_switch(kind: Option<NodeKind>) -> bool {
     matches!(kind, Some(NodeKind::Leaf | NodeKind::CxlSwitch))
 }
 
+/// A link between a host (`None`) and the leaf or CXL switch it hangs off, either way round.
+fn host_to_edge(a: Option<NodeKind>, b: Option<NodeKind>) -> bool {
+    (a.is_none() && is_edge_switch(b)) || (b.is_none() && is_edge_switch(a))
+}
+
 /// `by-segment` (`by-rack`): the hosts under the same leaves (a rail-optimised segment, a
 /// fat-tree or leaf-spine rack) with those leaves.
 struct BySegment;
@@ -251,9 +261,9 @@ impl Strategy for BySegment {
         "hosts sharing leaves (a segment or rack) with their leaves; spines and cores alone"
     }
     fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
-        let groups = input.atoms.join(input.topology, |a, b, _| {
-            (a.is_none() && is_edge_switch(b)) || (b.is_none() && is_edge_switch(a))
-        });
+        let groups = input
+            .atoms
+            .join(input.topology, |a, b, _| host_to_edge(a, b));
         Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
     }
 }
@@ -270,11 +280,10 @@ impl Strategy for ByPod {
     }
     fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
         let groups = input.atoms.join(input.topology, |a, b, _| {
-            let pair = |x: Option<NodeKind>, y: Option<NodeKind>| {
-                (x.is_none() && is_edge_switch(y))
-                    || (is_edge_switch(x) && matches!(y, Some(NodeKind::Spine)))
+            let edge_to_spine = |x: Option<NodeKind>, y: Option<NodeKind>| {
+                is_edge_switch(x) && matches!(y, Some(NodeKind::Spine))
             };
-            pair(a, b) || pair(b, a)
+            host_to_edge(a, b) || edge_to_spine(a, b) || edge_to_spine(b, a)
         });
         Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
     }
@@ -312,9 +321,7 @@ impl Strategy for ByRail {
             }
         }
         // Segments of hosts: hosts sharing a leaf.
-        let segment = atoms.join(topology, |a, b, _| {
-            (a.is_none() && is_edge_switch(b)) || (b.is_none() && is_edge_switch(a))
-        });
+        let segment = atoms.join(topology, |a, b, _| host_to_edge(a, b));
         // Switch groups: leaves of one rail, and spines reached only from that rail.
         let rails = rail_of_atom
             .iter()
@@ -367,8 +374,9 @@ impl Strategy for ByRail {
 }
 
 /// `latency-aware`: never cuts a link below the latency threshold (UNISON's rule, Bai et
-/// al., EuroSys'24 §4.1); the threshold is the lowest latency of any network link, so only
-/// links at least that slow are cut, and the groups left are packed by load.
+/// al., EuroSys'24 §4.1). The threshold is the highest latency of any network or CXL link:
+/// faster links (a CXL switch's, say) are kept inside partitions, and the groups left are
+/// packed by load.
 struct LatencyAware;
 
 impl Strategy for LatencyAware {
