@@ -130,6 +130,12 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     let (distributed, summary) = digest(&out);
     assert_eq!(summary["engine"]["mode"], "distributed");
     assert_eq!(summary["engine"]["workers"], 3);
+    // The coordinator sees fixed-size reports and grants, never events: a few dozen bytes
+    // per worker and window however many events cross.
+    let per_window = summary["engine"]["coordinator_bytes_per_window"]
+        .as_f64()
+        .expect("coordinator bytes");
+    assert!(per_window > 0.0 && per_window < 3.0 * 64.0, "{per_window}");
     assert_eq!(distributed, small_embedded_digest(&dir.join("embedded")));
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");
