@@ -224,3 +224,20 @@ fn a_bad_vary_is_one_clear_error() {
     );
     assert!(stderr.contains("parallel.tp"), "{stderr}");
 }
+
+#[test]
+fn static_scheduling_gives_the_same_digest() {
+    let dir = scratch("static-scheduling");
+    let out = dir.join("static");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--threads", "2"])
+            .args(["--set", "engine.scheduling=static", "--out"])
+            .arg(&out)
+            .args(SMALL),
+    );
+    assert_eq!(
+        summary(&out)["result_digest"],
+        common::small_embedded_digest(&dir.join("adaptive")).as_str()
+    );
+}

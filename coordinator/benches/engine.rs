@@ -47,8 +47,7 @@ fn run(model: &Arc<SimModel>, threads: usize) -> u64 {
         Arc::clone(model),
         a.partition_of,
         lookahead,
-        1,
-        threads,
+        embedded::Split::new(1, threads),
         None,
         None,
     )

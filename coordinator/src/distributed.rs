@@ -995,6 +995,7 @@ pub fn run_worker_process(
         resume: (!reply.resume_parts.is_empty())
             .then(|| reply.resume_parts.iter().map(PathBuf::from).collect()),
         stop_requested: Some(stop_requested),
+        scheduling: worker::Scheduling::from_name(&exp.loaded.config.engine.scheduling),
     };
     // Heartbeats: the coordinator learns this worker is alive; this worker learns whether
     // the run goes on, and stops by itself when the coordinator goes silent.

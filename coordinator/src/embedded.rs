@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use sim::engine::{RunResults, SimModel};
 use worker::{
-    Coordination, EngineError, EventBatch, LpMap, WindowGrant, WindowReport, WorkerSetup,
-    WorkerStats, run_worker, wait_briefly,
+    Coordination, EngineError, EventBatch, LpMap, Scheduling, WindowGrant, WindowReport,
+    WorkerSetup, WorkerStats, run_worker, wait_briefly,
 };
 
 use crate::checkpoint::Prepared;
@@ -198,18 +198,41 @@ pub fn assign_workers(partitions: u32, workers: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Runs the simulation on `workers` in-process workers of `threads` threads each, taking
-/// checkpoints (or resuming from one) when `checkpoints` says so.
+/// How a run is spread: in-process workers, threads per worker, and how each worker places
+/// its partitions on its threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub workers: u32,
+    pub threads: usize,
+    pub scheduling: Scheduling,
+}
+
+impl Split {
+    pub fn new(workers: u32, threads: usize) -> Self {
+        Split {
+            workers,
+            threads,
+            scheduling: Scheduling::default(),
+        }
+    }
+}
+
+/// Runs the simulation as `split` says, taking checkpoints (or resuming from one) when
+/// `checkpoints` says so.
 pub fn run(
     model: Arc<SimModel>,
     partition_of: Vec<u32>,
     lookahead_ps: Option<u64>,
-    workers: u32,
-    threads: usize,
+    split: Split,
     progress: Option<ProgressHook>,
     checkpoints: Option<Prepared>,
 ) -> Result<(RunResults, EngineStats), EngineError> {
     let started = Instant::now();
+    let Split {
+        workers,
+        threads,
+        scheduling,
+    } = split;
     let workers = workers.max(1);
     let map = Arc::new(LpMap::new(partition_of));
     let owner = Arc::new(assign_workers(map.partitions, workers));
@@ -247,6 +270,7 @@ pub fn run(
                     checkpoint_dir: checkpoint_dir.clone(),
                     resume: resume.clone(),
                     stop_requested: None,
+                    scheduling,
                 };
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()

@@ -144,8 +144,11 @@ pub fn simulate(
         Arc::clone(&model),
         partition.partition_of.clone(),
         partition.lookahead_ps,
-        workers,
-        threads,
+        embedded::Split {
+            workers,
+            threads,
+            scheduling: worker::Scheduling::from_name(&engine_cfg.scheduling),
+        },
         progress,
         checkpoints,
     )

@@ -392,6 +392,15 @@ impl Experiment {
             ));
         }
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
+        if !["load-adaptive", "static"].contains(&cfg.engine.scheduling.as_str()) {
+            return Err(err(
+                "engine.scheduling",
+                format!(
+                    "unknown scheduling `{}`; use load-adaptive (UNISON's: longest partition first, work stealing) or static (each partition on one thread, no stealing)",
+                    cfg.engine.scheduling
+                ),
+            ));
+        }
 
         // --- memory ---
         let inputs = MemoryInputs {

@@ -13,6 +13,6 @@ pub mod window;
 
 pub use partition::{LpMap, Partition};
 pub use window::{
-    Coordination, EngineError, EventBatch, WindowGrant, WindowReport, WorkerOutcome, WorkerSetup,
-    WorkerStats, run_worker,
+    Coordination, EngineError, EventBatch, Scheduling, WindowGrant, WindowReport, WorkerOutcome,
+    WorkerSetup, WorkerStats, run_worker,
 };

@@ -99,6 +99,8 @@ pub struct Shared {
     /// Claim counter of each thread's list.
     next: Vec<Padded<AtomicUsize>>,
     finished_helpers: Padded<AtomicUsize>,
+    /// Threads take partitions other threads have not started (set per window).
+    steal: AtomicBool,
     stop: AtomicBool,
     sleepers: Mutex<u32>,
     wake: Condvar,
@@ -109,11 +111,16 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// Runs the thread's own partitions, longest first, then helps the others (taking what
-    /// they have not started) until nothing is left.
+    /// Runs the thread's own partitions, longest first, then (when stealing) helps the
+    /// others, taking what they have not started, until nothing is left.
     fn work(&self, end: u64, lists: &[Vec<usize>], me: usize, scratch: &mut Events) {
         let mut res = lock(&self.results[me]);
-        for k in 0..lists.len() {
+        let lists_worked = if self.steal.load(Ordering::Relaxed) {
+            lists.len()
+        } else {
+            1
+        };
+        for k in 0..lists_worked {
             let t = (me + k) % lists.len();
             loop {
                 let i = self.next[t].0.fetch_add(1, Ordering::Relaxed);
@@ -227,6 +234,7 @@ impl Team {
             generation: Padded(AtomicU64::new(0)),
             next: (0..threads).map(|_| Padded(AtomicUsize::new(0))).collect(),
             finished_helpers: Padded(AtomicUsize::new(0)),
+            steal: AtomicBool::new(true),
             stop: AtomicBool::new(false),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
@@ -252,9 +260,11 @@ impl Team {
     }
 
     /// Runs the window `[.., end)`: `lists[t]` are the active partitions placed on thread
-    /// `t`, longest first; stealing evens out what the placement mispredicted.
-    pub fn run(&mut self, end: u64, lists: &[Vec<usize>]) {
+    /// `t`, longest first; `steal`: threads that finish take what others have not started,
+    /// which evens out what the placement mispredicted.
+    pub fn run(&mut self, end: u64, lists: &[Vec<usize>], steal: bool) {
         let s = &*self.shared;
+        s.steal.store(steal, Ordering::Relaxed);
         {
             let mut job = lock(&s.job);
             job.0 = end;

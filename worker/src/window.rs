@@ -127,6 +127,28 @@ pub trait Coordination {
     ) -> Result<Vec<EventBatch>, EngineError>;
 }
 
+/// How a worker places its active partitions on its threads every window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scheduling {
+    /// UNISON's load-adaptive scheduling (Bai et al., EuroSys'24 §4.3): longest first by
+    /// last window's events, kept on its last thread while that fits, with work stealing.
+    #[default]
+    LoadAdaptive,
+    /// Partition `p` always on thread `p mod threads`, no stealing: the baseline.
+    Static,
+}
+
+impl Scheduling {
+    /// From `engine.scheduling` (validated when the experiment is loaded).
+    pub fn from_name(name: &str) -> Scheduling {
+        if name == "static" {
+            Scheduling::Static
+        } else {
+            Scheduling::LoadAdaptive
+        }
+    }
+}
+
 /// What a worker needs to run its share of the simulation.
 #[derive(Debug, Clone)]
 pub struct WorkerSetup {
@@ -146,6 +168,7 @@ pub struct WorkerSetup {
     pub resume: Option<Vec<PathBuf>>,
     /// Set by a signal handler: ask the coordinator to checkpoint and stop.
     pub stop_requested: Option<Arc<AtomicBool>>,
+    pub scheduling: Scheduling,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -391,8 +414,21 @@ pub fn run_worker(
         active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
         let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
         if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
-            assign_longest_first(&active, &cost, predicted, &mut home, &mut lists);
-            team.run(end, &lists);
+            let steal = match setup.scheduling {
+                Scheduling::LoadAdaptive => {
+                    assign_longest_first(&active, &cost, predicted, &mut home, &mut lists);
+                    true
+                }
+                Scheduling::Static => {
+                    lists.iter_mut().for_each(Vec::clear);
+                    active.sort_unstable();
+                    for &slot in &active {
+                        lists[slot % threads].push(slot);
+                    }
+                    false
+                }
+            };
+            team.run(end, &lists, steal);
             stats.parallel_windows += 1;
             last_parallel = true;
         } else {

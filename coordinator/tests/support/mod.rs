@@ -56,8 +56,7 @@ pub fn run_with(
         Arc::clone(&model),
         assignment.partition_of,
         lookahead,
-        workers,
-        threads,
+        embedded::Split::new(workers, threads),
         None,
         None,
     )

@@ -640,6 +640,10 @@ pub struct EngineConfig {
     /// `partitioner`): over-decomposition for threads to balance.
     #[serde(default)]
     pub partitions: u32,
+    /// How a worker places its partitions on its threads every window: `load-adaptive`
+    /// (longest first by last window's events, with stealing) or `static`.
+    #[serde(default = "defaults::scheduling")]
+    pub scheduling: String,
 }
 
 impl Default for EngineConfig {
@@ -650,6 +654,7 @@ impl Default for EngineConfig {
             workers: 1,
             threads: 0,
             partitions: 0,
+            scheduling: defaults::scheduling(),
         }
     }
 }
@@ -819,6 +824,9 @@ pub mod defaults {
     }
     pub fn partition() -> String {
         "auto".into()
+    }
+    pub fn scheduling() -> String {
+        "load-adaptive".into()
     }
     pub fn seed() -> u64 {
         1
