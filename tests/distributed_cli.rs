@@ -28,14 +28,20 @@ fn start_coordinator_with(
     workers: u32,
     sets: &[&str],
 ) -> (Child, String) {
+    start_coordinator_on(Path::new(QUICKSTART), out, token, workers, sets)
+}
+
+fn start_coordinator_on(
+    experiment: &Path,
+    out: &Path,
+    token: &Path,
+    workers: u32,
+    sets: &[&str],
+) -> (Child, String) {
     let mut child = binary()
-        .args([
-            "coordinator",
-            QUICKSTART,
-            "--quiet",
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .arg("coordinator")
+        .arg(experiment)
+        .args(["--quiet", "--listen", "127.0.0.1:0"])
         .args(["--workers", &workers.to_string(), "--token-file"])
         .arg(token)
         .arg("--out")
@@ -330,6 +336,35 @@ fn sigterm_to_a_worker_checkpoints_and_stops_the_whole_run() {
         digest(&resumed).0,
         small_embedded_digest(&dir.join("embedded"))
     );
+}
+
+#[test]
+fn a_worker_whose_experiment_differs_from_the_coordinators_refuses_to_run() {
+    let dir = scratch("distributed-mismatch");
+    let token = dir.join("token");
+    std::fs::write(&token, "mismatch\n").expect("token file");
+    let cluster = std::env::current_dir()
+        .expect("cwd")
+        .join("configs/clusters/rail-h100.toml");
+    let experiment = dir.join("experiment.toml");
+    let text = |seed: u32| {
+        format!(
+            "name = \"mismatch\"\ninclude = [{:?}]\n[cluster]\ngpus = 32\n[model]\npreset = \"gpt3-13b\"\nlayers = 4\n[parallel]\ntp = 4\npp = 2\nglobal_batch = 16\n[engine]\nseed = {seed}\n",
+            cluster.display().to_string()
+        )
+    };
+    std::fs::write(&experiment, text(1)).expect("experiment");
+    let out = dir.join("out");
+    let (mut coordinator, address) = start_coordinator_on(&experiment, &out, &token, 1, &[]);
+    // The file changes under the worker: it builds another model than the coordinator.
+    std::fs::write(&experiment, text(2)).expect("experiment");
+    let refused = worker(&address, &token);
+    let _ = coordinator.kill();
+    let _ = coordinator.wait();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("builds another model"), "{stderr}");
 }
 
 const TLS: &str = "tests/fixtures/tls";

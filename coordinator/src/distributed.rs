@@ -544,6 +544,7 @@ pub fn run_coordinator(
                 lookahead_ps: partition.lookahead_ps.unwrap_or(0),
                 checkpoint_dir: checkpoint_dir.display().to_string(),
                 resume_parts,
+                fingerprint: checkpoint::fingerprint(exp, &model),
             },
             checkpoint_dir: checkpoint_dir.clone(),
             addresses: Vec::new(),
@@ -973,6 +974,13 @@ pub fn run_worker_process(
         .iter()
         .flat_map(|r| std::iter::repeat_n(r.partition, r.count as usize))
         .collect();
+    let fingerprint = crate::checkpoint::fingerprint(&exp, &model);
+    if fingerprint != reply.fingerprint {
+        return Err(fail(format!(
+            "this worker's copy of {} builds another model than the coordinator's (fingerprint {fingerprint}, the coordinator's {}): every process must read the same experiment files, at the same path, with the same --set",
+            reply.experiment_path, reply.fingerprint
+        )));
+    }
     if partition_of.len() != model.topology.nodes().len() {
         return Err(fail(format!(
             "the coordinator partitioned {} LPs, this worker's topology has {}: do both read the same experiment file?",
