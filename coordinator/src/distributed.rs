@@ -714,7 +714,9 @@ struct GrpcCoordination<'a> {
     token: String,
     coordinator: CoordinatorClient<Channel>,
     peer_addresses: Vec<String>,
-    peers: Vec<Option<WorkerClient<Channel>>>,
+    /// One long-lived `Deliver` stream per peer, opened at the first batch for it: a batch
+    /// is one more message on the stream, not a new call.
+    peers: Vec<Option<tokio::sync::mpsc::UnboundedSender<pb::EventBatch>>>,
     inbox: Arc<Inbox>,
 }
 
@@ -740,14 +742,29 @@ impl Coordination for GrpcCoordination<'_> {
             let channel = self.runtime.block_on(endpoint.connect()).map_err(|e| {
                 transport(format!("cannot reach worker {to_worker} at {address}: {e}"))
             })?;
-            self.peers[to] = Some(
-                WorkerClient::new(channel)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            );
+            let mut peer = WorkerClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+            let stream =
+                tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream::new(receiver);
+            let request = with_token(stream, &self.token)?;
+            // The stream runs in the background: the receiver waits for the batches the
+            // coordinator announces, so this worker never waits for an acknowledgement. A
+            // failure surfaces at the next window.
+            let (failed, address) = (Arc::clone(&self.failed_send), address.clone());
+            self.runtime.spawn(async move {
+                if let Err(e) = peer.deliver(request).await {
+                    lock(&failed).get_or_insert(format!(
+                        "worker {to_worker} at {address} did not take a batch: {}",
+                        e.message()
+                    ));
+                }
+            });
+            self.peers[to] = Some(sender);
         }
-        let Some(peer) = self.peers[to].as_mut() else {
-            return Err(transport(format!("no connection to worker {to_worker}")));
+        let Some(peer) = self.peers[to].as_ref() else {
+            return Err(transport(format!("no stream to worker {to_worker}")));
         };
         let message = pb::EventBatch {
             from_worker: batch.from_worker,
@@ -755,21 +772,12 @@ impl Coordination for GrpcCoordination<'_> {
             events: batch.events,
         };
         crate::metrics::batch_sent(message.events.len());
-        let stream = tonic::codegen::tokio_stream::iter(vec![message]);
-        let request = with_token(stream, &self.token)?;
-        // Sent in the background: the receiver waits for the batches the coordinator
-        // announces, so this worker need not wait for the acknowledgement before reporting.
-        // A failure surfaces at the next window.
-        let mut peer = peer.clone();
-        let (failed, address) = (Arc::clone(&self.failed_send), address.clone());
-        self.runtime.spawn(async move {
-            if let Err(e) = peer.deliver(request).await {
-                lock(&failed).get_or_insert(format!(
-                    "worker {to_worker} at {address} did not take a batch: {}",
-                    e.message()
-                ));
-            }
-        });
+        if peer.send(message).is_err() {
+            self.check_sends()?;
+            return Err(transport(format!(
+                "the stream to worker {to_worker} at {address} closed"
+            )));
+        }
         self.check_sends()
     }
 
@@ -1055,6 +1063,8 @@ pub fn run_worker_process(
         inbox,
     };
     let outcome = run_worker(&setup, &mut coordination);
+    // Closes the streams to the peers, so their servers can shut down.
+    drop(coordination);
     beat.abort();
     let outcome = outcome?;
     tracing::info!(
