@@ -117,7 +117,8 @@ fn the_shipped_sbatch_script_completes() {
     }
     let dir = scratch("sbatch");
     let log = dir.join("job.out");
-    let out = sbatch(&["--wait", "--time=5"], "fleetsim-test", &log, &[])
+    // Over 5 minutes: the script asks for SIGUSR1 5 minutes before the limit.
+    let out = sbatch(&["--wait", "--time=15"], "fleetsim-test", &log, &[])
         .output()
         .expect("sbatch");
     let job_log = std::fs::read_to_string(&log).unwrap_or_default();
@@ -150,7 +151,7 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
     let root = std::env::current_dir().expect("cwd");
     let log = dir.join("job.out");
     let submitted = sbatch(
-        &["--parsable", "--time=10"],
+        &["--parsable", "--time=15"],
         "fleetsim-requeue",
         &log,
         &["--checkpoint-every", "5ms"],
@@ -187,6 +188,9 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
             .output()
             .expect("scancel"),
     );
+    // Done once the resumed run printed its result and the job left the queue. (Between
+    // the requeue and the restart the job is briefly in neither the queue nor the log's
+    // end, so the log decides.)
     wait(
         "the job did not requeue and finish",
         300,
@@ -198,7 +202,8 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
                     .args(["update", &format!("JobId={id}"), "StartTime=now"])
                     .output();
             }
-            state.is_empty()
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            log.contains("resuming from") && log.contains("engine: ") && state.is_empty()
         }),
     );
     let job_log = std::fs::read_to_string(&log).unwrap_or_default();

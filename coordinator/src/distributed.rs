@@ -512,7 +512,7 @@ pub fn run_coordinator(
     let partition = partition(exp, &model)?;
     let workers = options.workers.max(1);
     let map = LpMap::new(partition.partition_of.clone());
-    let owners = assign_workers(map.partitions, workers);
+    let owners = assign_workers(map.partitions, workers, &partition.weights);
     let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)
         .map_err(RunError::Checkpoint)?;
     let resume_parts = checkpoints

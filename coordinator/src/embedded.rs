@@ -191,8 +191,14 @@ impl EngineStats {
     }
 }
 
-/// Which worker runs each partition: contiguous blocks of partition ids, balanced by count.
-pub fn assign_workers(partitions: u32, workers: u32) -> Vec<u32> {
+/// Which worker runs each partition: contiguous blocks of partition ids (neighbours in the
+/// topology stay on one worker), balanced by `weights` (expected events per partition) when
+/// given, else by count.
+pub fn assign_workers(partitions: u32, workers: u32, weights: &[f64]) -> Vec<u32> {
+    if weights.len() == partitions as usize && workers > 1 && workers < partitions {
+        let each: Vec<u32> = (0..partitions).collect();
+        return partitioner::atoms::pack(&each, weights, workers);
+    }
     (0..partitions)
         .map(|p| (u64::from(p) * u64::from(workers) / u64::from(partitions.max(1))) as u32)
         .collect()
@@ -200,11 +206,13 @@ pub fn assign_workers(partitions: u32, workers: u32) -> Vec<u32> {
 
 /// How a run is spread: in-process workers, threads per worker, and how each worker places
 /// its partitions on its threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Split {
     pub workers: u32,
     pub threads: usize,
     pub scheduling: Scheduling,
+    /// Expected events per partition, to balance workers by; empty: by partition count.
+    pub partition_weights: Vec<f64>,
 }
 
 impl Split {
@@ -213,6 +221,7 @@ impl Split {
             workers,
             threads,
             scheduling: Scheduling::default(),
+            partition_weights: Vec::new(),
         }
     }
 }
@@ -232,10 +241,11 @@ pub fn run(
         workers,
         threads,
         scheduling,
+        partition_weights,
     } = split;
     let workers = workers.max(1);
     let map = Arc::new(LpMap::new(partition_of));
-    let owner = Arc::new(assign_workers(map.partitions, workers));
+    let owner = Arc::new(assign_workers(map.partitions, workers, &partition_weights));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let oversubscribed = workers as usize * threads.max(1) > cores;
     let mut rounds = CombiningBarrier::new(workers, lookahead_ps, progress);

@@ -85,12 +85,15 @@ pub struct Partition {
     pub strategy: String,
     pub partition_of: Vec<u32>,
     pub lookahead_ps: Option<u64>,
+    /// Expected events of each partition (from the workload), to balance workers by.
+    pub weights: Vec<f64>,
 }
 
 /// Partitions `model`'s topology as the experiment's `[engine]` says.
 pub fn partition(exp: &Experiment, model: &SimModel) -> Result<Partition, RunError> {
     let engine_cfg = &exp.loaded.config.engine;
-    let load = expected_load(&engine_cfg.partition, engine_cfg.partitions, model);
+    let load =
+        partitioner::Load::estimate(&model.topology, &model.workload, model.net.segment_bytes);
     let assignment = partitioner::partition(
         &model.topology,
         &engine_cfg.partition,
@@ -99,21 +102,16 @@ pub fn partition(exp: &Experiment, model: &SimModel) -> Result<Partition, RunErr
         engine_cfg.seed,
     )
     .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
+    let mut weights = vec![0.0; assignment.partitions as usize];
+    for (node, &p) in assignment.partition_of.iter().enumerate() {
+        weights[p as usize] += load.node_events[node];
+    }
     Ok(Partition {
         strategy: engine_cfg.partition.clone(),
         lookahead_ps: partitioner::lookahead_ps(&model.topology, &assignment),
         partition_of: assignment.partition_of,
+        weights,
     })
-}
-
-/// The load a strategy balances: estimated from the workload when the strategy weighs it
-/// (METIS, or packing groups into a given number of partitions), else uniform.
-pub fn expected_load(strategy: &str, parts: u32, model: &SimModel) -> partitioner::Load {
-    if strategy == "metis" || parts > 0 {
-        partitioner::Load::estimate(&model.topology, &model.workload, model.net.segment_bytes)
-    } else {
-        partitioner::Load::uniform(&model.topology)
-    }
 }
 
 /// Runs `model` embedded on `partition` (from [`partition`] on the same topology).
@@ -148,6 +146,7 @@ pub fn simulate(
             workers,
             threads,
             scheduling: worker::Scheduling::from_name(&engine_cfg.scheduling),
+            partition_weights: partition.weights.clone(),
         },
         progress,
         checkpoints,
