@@ -78,26 +78,14 @@ pub struct Partition {
 
 impl Partition {
     pub fn new(model: &SimModel, map: &LpMap, id: u32) -> Self {
-        let lp_ids = map.members(id).to_vec();
-        let lps = lp_ids.iter().map(|&n| model.new_lp(n)).collect();
-        Partition {
-            id,
-            seqs: vec![0; lp_ids.len()],
-            lp_ids,
-            lps,
-            queue: EventQueue::default(),
-            outbox: Vec::new(),
-            emitted: Vec::new(),
-            hops: Vec::with_capacity(8),
-            last_window_events: 0,
-            error: None,
-        }
+        let lps: Vec<Lp> = map.members(id).iter().map(|&n| model.new_lp(n)).collect();
+        let seqs = vec![0; lps.len()];
+        Self::with_state(map, id, lps, seqs, EventQueue::default())
     }
 
     /// Partition `id` in the state a checkpoint holds: `records` are its LPs' records, in
     /// the order of [`LpMap::members`].
     pub fn restore(map: &LpMap, id: u32, records: Vec<LpRecord>) -> Self {
-        let lp_ids = map.members(id).to_vec();
         let mut queue = EventQueue::default();
         let mut seqs = Vec::with_capacity(records.len());
         let mut lps = Vec::with_capacity(records.len());
@@ -108,11 +96,23 @@ impl Partition {
                 queue.push(key, event);
             }
         }
+        Self::with_state(map, id, lps, seqs, queue)
+    }
+
+    /// Partition `id` with its LPs (in the order of [`LpMap::members`]), their sequence
+    /// counters and pending events, between windows.
+    fn with_state(
+        map: &LpMap,
+        id: u32,
+        lps: Vec<Lp>,
+        seqs: Vec<u64>,
+        queue: EventQueue<Event>,
+    ) -> Self {
         Partition {
             id,
-            seqs,
-            lp_ids,
+            lp_ids: map.members(id).to_vec(),
             lps,
+            seqs,
             queue,
             outbox: Vec::new(),
             emitted: Vec::new(),
