@@ -318,13 +318,15 @@ pub fn load(dir: &Path, fingerprint: &str) -> Result<(Manifest, Vec<PathBuf>), S
     Ok((manifest, files))
 }
 
-/// A run's checkpointing, ready to start: the schedule for the window driver, where workers
-/// write their parts, and the parts to resume from.
+/// A run's checkpointing, ready to start: the schedule for the window driver (which holds
+/// the checkpoint resumed from), where workers write their parts, the parts to resume from,
+/// and the model's [`fingerprint`].
 #[derive(Debug)]
 pub struct Prepared {
     pub schedule: Schedule,
     pub dir: PathBuf,
-    pub resume: Option<(Mark, Vec<PathBuf>)>,
+    pub resume_parts: Option<Vec<PathBuf>>,
+    pub fingerprint: String,
 }
 
 /// Sets up checkpointing for a run of `model` on `workers` workers: creates the checkpoint
@@ -336,12 +338,12 @@ pub fn prepare(
     workers: u32,
 ) -> Result<Prepared, String> {
     let fingerprint = fingerprint(exp, model);
-    let resume = match &options.resume {
+    let (resumed, resume_parts) = match &options.resume {
         Some(dir) => {
             let (manifest, files) = load(dir, &fingerprint)?;
-            Some((manifest.mark, files))
+            (Some(manifest.mark), Some(files))
         }
-        None => None,
+        None => (None, None),
     };
     std::fs::create_dir_all(&options.dir).map_err(|e| {
         format!(
@@ -350,17 +352,22 @@ pub fn prepare(
         )
     })?;
     let dir = std::path::absolute(&options.dir).unwrap_or_else(|_| options.dir.clone());
-    let (at, name) = (dir.clone(), exp.loaded.config.name.clone());
+    let (at, name, print) = (
+        dir.clone(),
+        exp.loaded.config.name.clone(),
+        fingerprint.clone(),
+    );
     let schedule = Schedule::new(
         options.every,
         Arc::clone(&options.stop),
-        resume.as_ref().map(|(m, _)| *m),
-        Box::new(move |mark| complete(&at, mark, workers, &name, &fingerprint)),
+        resumed,
+        Box::new(move |mark| complete(&at, mark, workers, &name, &print)),
     );
     Ok(Prepared {
         schedule,
         dir,
-        resume,
+        resume_parts,
+        fingerprint,
     })
 }
 

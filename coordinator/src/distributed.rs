@@ -516,10 +516,11 @@ pub fn run_coordinator(
     let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)
         .map_err(RunError::Checkpoint)?;
     let resume_parts = checkpoints
-        .resume
-        .as_ref()
-        .map(|(_, files)| files.iter().map(|f| f.display().to_string()).collect())
-        .unwrap_or_default();
+        .resume_parts
+        .iter()
+        .flatten()
+        .map(|f| f.display().to_string())
+        .collect();
     let checkpoint_dir = checkpoints.dir.clone();
     let mut runs: Vec<pb::PartitionRun> = Vec::new();
     for &p in &partition.partition_of {
@@ -544,7 +545,7 @@ pub fn run_coordinator(
                 lookahead_ps: partition.lookahead_ps.unwrap_or(0),
                 checkpoint_dir: checkpoint_dir.display().to_string(),
                 resume_parts,
-                fingerprint: checkpoint::fingerprint(exp, &model),
+                fingerprint: checkpoints.fingerprint.clone(),
             },
             checkpoint_dir: checkpoint_dir.clone(),
             addresses: Vec::new(),
@@ -636,11 +637,10 @@ pub fn run_coordinator(
         &stats,
         threads,
         map.partitions,
-        hub.rounds.driver.windows(),
+        &hub.rounds.driver,
         partition.lookahead_ps,
         started.elapsed().as_secs_f64(),
-    )
-    .counting_from(hub.rounds.driver.events);
+    );
     stats.coordinator_bytes = hub.window_bytes;
     let engine = EngineInfo {
         mode: "distributed",

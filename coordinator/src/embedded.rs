@@ -15,8 +15,8 @@ use worker::{
 };
 
 use crate::checkpoint::Prepared;
-use crate::driver::CombiningBarrier;
 pub use crate::driver::ProgressHook;
+use crate::driver::{CombiningBarrier, WindowDriver};
 
 struct Barrier {
     rounds: CombiningBarrier,
@@ -151,19 +151,13 @@ pub struct EngineStats {
 }
 
 impl EngineStats {
-    /// With the run's event count as the window driver kept it: a resumed run also counts
-    /// the events before its checkpoint.
-    pub fn counting_from(mut self, run_events: u64) -> Self {
-        self.events = run_events;
-        self
-    }
-
-    /// The run's statistics from every worker's.
+    /// The run's statistics from every worker's. Windows and events are the window
+    /// driver's: a resumed run also counts those before its checkpoint.
     pub fn from_workers(
         stats: &[WorkerStats],
         threads: usize,
         partitions: u32,
-        windows: u64,
+        driver: &WindowDriver,
         lookahead_ps: Option<u64>,
         wall_s: f64,
     ) -> EngineStats {
@@ -173,8 +167,8 @@ impl EngineStats {
             workers: stats.len() as u32,
             threads: threads.max(1),
             partitions,
-            windows,
-            events: stats.iter().map(|s| s.events).sum(),
+            windows: driver.windows(),
+            events: driver.events,
             cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
             lookahead_ps,
             wall_s,
@@ -253,7 +247,7 @@ pub fn run(
     if let Some(c) = checkpoints {
         rounds = rounds.with_checkpoints(c.schedule);
         checkpoint_dir = Some(c.dir);
-        resume = c.resume.map(|(_, files)| files);
+        resume = c.resume_parts;
     }
     let shared = Arc::new(Shared {
         state: Mutex::new(Barrier {
@@ -337,15 +331,13 @@ pub fn run(
             time_ps: m.time_ps,
         });
     }
-    let (windows, events) = (driver.windows(), driver.events);
     let engine = EngineStats::from_workers(
         &stats,
         threads,
         map.partitions,
-        windows,
+        driver,
         lookahead_ps,
         started.elapsed().as_secs_f64(),
-    )
-    .counting_from(events);
+    );
     Ok((RunResults::assemble(reports), engine))
 }
