@@ -102,10 +102,7 @@ pub fn partition(exp: &Experiment, model: &SimModel) -> Result<Partition, RunErr
         engine_cfg.seed,
     )
     .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))?;
-    let mut weights = vec![0.0; assignment.partitions as usize];
-    for (node, &p) in assignment.partition_of.iter().enumerate() {
-        weights[p as usize] += load.node_events[node];
-    }
+    let weights = load.events_by(&assignment.partition_of, assignment.partitions);
     Ok(Partition {
         strategy: engine_cfg.partition.clone(),
         lookahead_ps: partitioner::lookahead_ps(&model.topology, &assignment),

@@ -35,11 +35,7 @@ pub struct Input<'a> {
 impl Input<'_> {
     /// Expected events of every atom.
     pub fn atom_weights(&self) -> Vec<f64> {
-        let mut w = vec![0.0; self.atoms.count as usize];
-        for (node, &a) in self.atoms.atom_of.iter().enumerate() {
-            w[a as usize] += self.load.node_events[node];
-        }
-        w
+        self.load.events_by(&self.atoms.atom_of, self.atoms.count)
     }
 
     /// `parts`, or `natural` when it is 0; never more than there are atoms.
@@ -328,6 +324,12 @@ impl Strategy for ByRail {
             .filter(|&&r| r != u32::MAX)
             .max()
             .map_or(0, |r| r + 1);
+        if rails == 0 {
+            return Err(
+                "by-rail needs leaves wired to NICs (a rail-optimised or leaf-spine fabric); this topology has none"
+                    .into(),
+            );
+        }
         let mut spine_rails: Vec<Option<u32>> = vec![None; atoms.count as usize];
         let mut mixed = vec![false; atoms.count as usize];
         for &(a, b, _) in &atoms.edges {
@@ -361,12 +363,6 @@ impl Strategy for ByRail {
                 alone += 1;
                 alone - 1
             };
-        }
-        if rails == 0 {
-            return Err(
-                "by-rail needs leaves wired to NICs (a rail-optimised or leaf-spine fabric); this topology has none"
-                    .into(),
-            );
         }
         let group = compact(group).partition_of;
         Ok(atoms::pack(&group, &input.atom_weights(), input.parts))

@@ -45,6 +45,16 @@ fn peer_index(p: Peer) -> u8 {
 }
 
 impl Load {
+    /// Expected events of each of `groups` groups, given every node's group (an atom, a
+    /// partition).
+    pub fn events_by(&self, group_of: &[u32], groups: u32) -> Vec<f64> {
+        let mut events = vec![0.0; groups as usize];
+        for (node, &g) in group_of.iter().enumerate() {
+            events[g as usize] += self.node_events[node];
+        }
+        events
+    }
+
     /// One event per node and one byte per link: what partitions balance without a workload.
     pub fn uniform(topology: &Topology) -> Load {
         Load {

@@ -33,11 +33,10 @@ impl Quality {
     pub fn measure(topology: &Topology, assignment: &Assignment, load: &Load) -> Quality {
         let k = assignment.partitions.max(1) as usize;
         let mut lps = vec![0u32; k];
-        let mut events = vec![0.0; k];
-        for (node, &p) in assignment.partition_of.iter().enumerate() {
+        for &p in &assignment.partition_of {
             lps[p as usize] += 1;
-            events[p as usize] += load.node_events[node];
         }
+        let events = load.events_by(&assignment.partition_of, k as u32);
         let mut cut_links: BTreeMap<&'static str, u32> = BTreeMap::new();
         let (mut cut_bytes, mut all_bytes, mut latency_weighted_cut) = (0.0, 0.0, 0.0);
         for (id, l) in topology.links().iter().enumerate() {
