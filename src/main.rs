@@ -1,6 +1,6 @@
 //! `fleetsim`: simulates LLM training iterations on GPU clusters (see SPEC.md for commands).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -273,6 +273,31 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
+    /// Runs every row of a table of real training measurements (columns as in
+    /// ../shared/calibration/e2e_iterations.csv): predicted beside measured, the error per
+    /// row and the MAPE; writes validation.csv, parity.svg and each row's experiment file.
+    Validate {
+        /// The measurement table (CSV).
+        cases: PathBuf,
+        /// Where the results go. Default: runs/validate-<table name>.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Only these rows (1-based, data rows only), e.g. --rows 1,2,10.
+        #[arg(long, value_delimiter = ',')]
+        rows: Option<Vec<usize>>,
+        /// Override a key of every row's experiment, e.g. --set network.model=analytical.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Threads per run (0 = the machine's cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Exit with status 1 when the MAPE (percent) is above this.
+        #[arg(long, value_name = "PERCENT")]
+        max_mape: Option<f64>,
+        /// Exit with status 1 when any row's absolute error (percent) is above this.
+        #[arg(long, value_name = "PERCENT")]
+        max_error: Option<f64>,
+    },
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
     Collective {
@@ -507,6 +532,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("sweep: {} run(s) in {}", rows.len(), out.display());
             Ok(())
         }
+        Command::Validate {
+            cases,
+            out,
+            rows,
+            sets,
+            threads,
+            max_mape,
+            max_error,
+        } => validate_command(
+            &cases,
+            out,
+            rows.as_deref(),
+            &sets,
+            threads,
+            max_mape,
+            max_error,
+        ),
         Command::Collective {
             cluster_or_experiment,
             op,
@@ -836,4 +878,61 @@ fn coordinate(
     )?;
     let output = coordinator::distributed::run_coordinator(&exp, &options, progress, on_listening)?;
     report_run(&exp, &output, &out)
+}
+
+/// `fleetsim validate`: every row simulated, the table printed as rows finish, then the files.
+fn validate_command(
+    cases: &Path,
+    out: Option<PathBuf>,
+    rows: Option<&[usize]>,
+    sets: &[String],
+    threads: Option<usize>,
+    max_mape: Option<f64>,
+    max_error: Option<f64>,
+) -> anyhow::Result<()> {
+    use coordinator::validate;
+    let file = cases.display().to_string();
+    let all = validate::read_cases(cases)?;
+    let selected = validate::select(all, rows).map_err(anyhow::Error::msg)?;
+    let out = out.unwrap_or_else(|| {
+        let stem = cases
+            .file_stem()
+            .map_or_else(|| "cases".into(), |s| s.to_string_lossy().into_owned());
+        PathBuf::from("runs").join(format!("validate-{stem}"))
+    });
+    let prepared = validate::prepare(&out, &selected, sets, &file)?;
+    let options = coordinator::run::RunOptions {
+        threads,
+        ..Default::default()
+    };
+    println!("{}", validate::table_header());
+    let mut outcomes = Vec::new();
+    for (i, (case, exp)) in prepared.into_iter().enumerate() {
+        let outcome = validate::run_case(case, &exp, &options, &file)?;
+        println!("{}", validate::table_line(i, &outcome));
+        outcomes.push(outcome);
+    }
+    let verdict = validate::verdict(&outcomes);
+    println!("{verdict}");
+    let csv = out.join("validation.csv");
+    std::fs::write(&csv, validate::to_csv(&outcomes))
+        .with_context(|| format!("writing {}", csv.display()))?;
+    let svg = out.join("parity.svg");
+    std::fs::write(&svg, validate::parity_svg(&outcomes)?)
+        .with_context(|| format!("writing {}", svg.display()))?;
+    println!("results in {}", out.display());
+    let mape = validate::mape(&outcomes);
+    if let Some(limit) = max_mape.filter(|&l| mape > l) {
+        anyhow::bail!("MAPE {mape:.2}% is above --max-mape {limit}%");
+    }
+    if let (Some(limit), Some(w)) = (max_error, validate::worst(&outcomes))
+        && 100.0 * w.error.abs() > limit
+    {
+        anyhow::bail!(
+            "line {} of {file} is off by {:+.1}%, above --max-error {limit}%",
+            w.case.line,
+            100.0 * w.error
+        );
+    }
+    Ok(())
 }

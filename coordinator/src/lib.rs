@@ -17,4 +17,5 @@ pub mod run;
 pub mod run_report;
 pub mod slurm;
 pub mod sweep;
+pub mod validate;
 pub mod workload_report;

@@ -38,6 +38,106 @@ pub struct LineChart<'a> {
     pub series: &'a [Series],
 }
 
+/// A parity plot: predicted (y) against measured (x), points only, with the line y = x and
+/// relative error bands around it.
+#[derive(Debug)]
+pub struct ParityChart<'a> {
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub y_label: &'a str,
+    /// Relative errors drawn as dashed pairs of lines, e.g. 0.05 for ±5%.
+    pub bands: &'a [f64],
+    pub series: &'a [Series],
+}
+
+/// Colours of successive series (matplotlib's tab10).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// Renders `chart` as an SVG document; both axes span the same range.
+pub fn parity_chart_svg(chart: &ParityChart) -> Result<String, PlotError> {
+    register_font()?;
+    let values = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().flat_map(|&(x, y)| [x, y]));
+    let (lo, hi) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    if !lo.is_finite() {
+        return Err(PlotError("there are no points to plot".into()));
+    }
+    let (lo, hi) = ((lo * 0.8).max(0.0), hi * 1.15);
+    let err = |e: &dyn std::fmt::Display| PlotError(e.to_string());
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 700)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut ctx = ChartBuilder::on(&root)
+            .caption(chart.title, (FAMILY, 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(lo..hi, lo..hi)
+            .map_err(|e| err(&e))?;
+        ctx.configure_mesh()
+            .x_desc(chart.x_label)
+            .y_desc(chart.y_label)
+            .label_style((FAMILY, 14))
+            .axis_desc_style((FAMILY, 15))
+            .draw()
+            .map_err(|e| err(&e))?;
+        ctx.draw_series(LineSeries::new([(lo, lo), (hi, hi)], BLACK.stroke_width(1)))
+            .map_err(|e| err(&e))?
+            .label("predicted = measured")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
+        for (i, band) in chart.bands.iter().enumerate() {
+            let grey = RGBColor(150, 150, 150);
+            for sign in [1.0, -1.0] {
+                let f = 1.0 + sign * band;
+                let dashes = DashedLineSeries::new(
+                    [(lo, lo * f), (hi, hi * f)],
+                    4 + 4 * i as u32,
+                    4,
+                    grey.stroke_width(1),
+                );
+                let drawn = ctx.draw_series(dashes).map_err(|e| err(&e))?;
+                if sign > 0.0 {
+                    drawn
+                        .label(format!("±{:.0}%", band * 100.0))
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey));
+                }
+            }
+        }
+        for (i, s) in chart.series.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 5, color.filled())))
+                .map_err(|e| err(&e))?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| Circle::new((x + 9, y), 5, color.filled()));
+        }
+        ctx.configure_series_labels()
+            .label_font((FAMILY, 14))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
 fn register_font() -> Result<(), PlotError> {
     static REGISTER: Once = Once::new();
     let mut result = Ok(());
@@ -76,18 +176,6 @@ pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
             .margin(16)
             .x_label_area_size(48)
             .y_label_area_size(64);
-        let palette = [
-            RGBColor(31, 119, 180),
-            RGBColor(214, 39, 40),
-            RGBColor(44, 160, 44),
-            RGBColor(148, 103, 189),
-            RGBColor(255, 127, 14),
-            RGBColor(140, 86, 75),
-            RGBColor(227, 119, 194),
-            RGBColor(127, 127, 127),
-            RGBColor(188, 189, 34),
-            RGBColor(23, 190, 207),
-        ];
         macro_rules! draw {
             ($ctx:expr) => {{
                 let mut ctx = $ctx;
@@ -100,7 +188,7 @@ pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
                     .draw()
                     .map_err(|e| err(&e))?;
                 for (i, s) in chart.series.iter().enumerate() {
-                    let color = palette[i % palette.len()];
+                    let color = PALETTE[i % PALETTE.len()];
                     ctx.draw_series(LineSeries::new(
                         s.points.iter().copied(),
                         color.stroke_width(2),

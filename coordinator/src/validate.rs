@@ -1,0 +1,835 @@
+//! `fleetsim validate CASES.csv`: runs every row of a table of real training measurements and
+//! sets prediction beside measurement (per-row error, MAPE, a parity plot).
+//!
+//! A row describes a Megatron-LM run the way papers and READMEs report it: GPU, model shape,
+//! parallel split, batch, recompute, and the measured seconds per iteration or TFLOP/s per
+//! GPU. What a source leaves out comes from two documented tables below: the framework's
+//! defaults of that time ([`Framework`]) and the NVIDIA DGX SuperPOD the GPU was sold in
+//! ([`cluster_for`]). Each row becomes a real experiment file under `OUT/cases/`, so any row
+//! can be rerun, inspected or changed with `fleetsim run`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use sim::experiment::Experiment;
+
+use crate::plot::{ParityChart, PlotError, Series, parity_chart_svg};
+use crate::run::{RunError, RunOptions, run_embedded};
+
+/// Columns every table has (`../shared/calibration/e2e_iterations.csv`).
+const REQUIRED: [&str; 22] = [
+    "source",
+    "gpu",
+    "gpus",
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "seq_len",
+    "vocab",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vp",
+    "micro_batch",
+    "global_batch",
+    "recompute",
+    "sequence_parallel",
+    "precision",
+    "measured",
+    "unit",
+    "notes",
+];
+
+/// Columns a table may add: `kv_heads` (grouped-query attention), `framework` (a
+/// [`Framework`] name, for sources fleetsim does not know) and `settings` (`KEY=VALUE` pairs
+/// separated by `;`, applied like `--set` after everything else).
+const OPTIONAL: [&str; 3] = ["kv_heads", "framework", "settings"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    #[error("{file}: {message}")]
+    Table { file: String, message: String },
+    #[error("{file}:{line}: {message}")]
+    Row {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    #[error("{file}:{line}: the experiment made from this row is invalid: {source}")]
+    Case {
+        file: String,
+        line: usize,
+        #[source]
+        source: RunError,
+    },
+    #[error("writing {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
+
+/// What the `measured` column counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    SecondsPerIteration,
+    /// Megatron-LM's model TFLOP/s per GPU (`num_floating_point_operations` over time).
+    TflopsPerGpu,
+}
+
+impl Unit {
+    fn parse(s: &str) -> Option<Unit> {
+        match s {
+            "s_per_iter" => Some(Unit::SecondsPerIteration),
+            "tflops_per_gpu" => Some(Unit::TflopsPerGpu),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::SecondsPerIteration => "s_per_iter",
+            Unit::TflopsPerGpu => "tflops_per_gpu",
+        }
+    }
+}
+
+/// The training framework a measurement was taken with: what it did by default, for
+/// everything a source does not state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    /// Megatron-LM of 2022 (Korthikanti et al. 2022; Narayanan et al. SC'21): softmax fused
+    /// but no flash attention, TP communication on the critical path, the gradient
+    /// all-reduce after the backward pass (local DDP, no bucketing overlap), no distributed
+    /// optimizer.
+    MegatronLm2022,
+    /// Megatron-Core r0.8 (mid 2024) with Transformer Engine, as the Megatron-LM README's
+    /// H100 scaling runs were launched: flash attention, `--tp-comm-overlap`,
+    /// `--overlap-grad-reduce`, `--overlap-param-gather`, `--use-distributed-optimizer`,
+    /// sequence parallelism wherever TP > 1.
+    MegatronCore08,
+}
+
+impl Framework {
+    const ALL: [Framework; 2] = [Framework::MegatronLm2022, Framework::MegatronCore08];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::MegatronLm2022 => "megatron-lm-2022",
+            Framework::MegatronCore08 => "megatron-core-0.8",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Framework> {
+        Self::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// Sources whose framework is known from their publication.
+    fn of_source(source: &str) -> Option<Framework> {
+        if source.starts_with("korthikanti2022") {
+            Some(Framework::MegatronLm2022)
+        } else if source.starts_with("megatron-readme-h100") {
+            Some(Framework::MegatronCore08)
+        } else {
+            None
+        }
+    }
+
+    /// `[training]` and `[parallel]` keys that differ from fleetsim's defaults.
+    fn training_keys(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Framework::MegatronLm2022 => &[
+                ("flash_attention", "false"),
+                ("tp_comm_overlap", "false"),
+                ("overlap_grad_reduce", "false"),
+                ("overlap_param_gather", "false"),
+            ],
+            Framework::MegatronCore08 => &[
+                ("flash_attention", "true"),
+                ("tp_comm_overlap", "true"),
+                ("overlap_grad_reduce", "true"),
+                ("overlap_param_gather", "true"),
+            ],
+        }
+    }
+
+    /// ZeRO stage: 1 is Megatron's distributed optimizer.
+    fn zero(self) -> u32 {
+        match self {
+            Framework::MegatronLm2022 => 0,
+            Framework::MegatronCore08 => 1,
+        }
+    }
+}
+
+/// The cluster a GPU's published runs used: the NVIDIA DGX SuperPOD of its generation, 8 GPUs
+/// and 8 compute NICs per host on a rail-optimised fabric (DGX SuperPOD reference
+/// architectures: A100 with HDR 200 Gb/s in scalable units of 20 hosts (Selene); H100/H200
+/// with NDR 400 Gb/s in units of 32 hosts (EOS)). `None` for a GPU without one: give the
+/// cluster in the row's `settings`.
+pub fn cluster_for(gpu: &str) -> Option<[(&'static str, String); 5]> {
+    let lower = gpu.to_ascii_lowercase();
+    let (nic_gbps, hosts_per_segment) = if lower.starts_with("a100") || lower.starts_with("a800") {
+        (200, 20)
+    } else if lower.starts_with("h100")
+        || lower.starts_with("h200")
+        || lower.starts_with("h800")
+        || lower.starts_with("h20")
+    {
+        (400, 32)
+    } else {
+        return None;
+    };
+    Some([
+        ("gpus_per_host", "8".into()),
+        ("topology", "\"rail-optimized\"".into()),
+        ("nics_per_host", "8".into()),
+        ("nic_gbps", nic_gbps.to_string()),
+        ("hosts_per_segment", hosts_per_segment.to_string()),
+    ])
+}
+
+/// One row of the table, resolved.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// 1-based line in the table.
+    pub line: usize,
+    pub source: String,
+    pub gpu: String,
+    pub gpus: u32,
+    pub framework: Framework,
+    pub measured: f64,
+    pub unit: Unit,
+    pub notes: String,
+    /// The experiment file this row becomes.
+    pub experiment: String,
+    /// `settings` column, applied like `--set`.
+    pub settings: Vec<String>,
+}
+
+/// A case and what the simulator said.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub case: Case,
+    pub predicted: f64,
+    /// Signed relative error, (predicted − measured) / measured.
+    pub error: f64,
+    /// Model TFLOP/s per GPU, predicted and measured (a time converts through the model's
+    /// FLOPs), so every row fits one parity plot.
+    pub predicted_tflops: f64,
+    pub measured_tflops: f64,
+    /// `tp/pp/dp/vp` of the experiment.
+    pub layout: String,
+    pub summary: serde_json::Value,
+}
+
+/// Splits one CSV line; fields may be double-quoted (with `""` for a quote).
+fn fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    out.push(field);
+    out.into_iter().map(|f| f.trim().to_string()).collect()
+}
+
+/// Reads a measurement table; `#` lines are comments.
+pub fn read_cases(path: &Path) -> Result<Vec<Case>, ValidateError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ValidateError::Table {
+        file: file.clone(),
+        message: format!("cannot be read: {e}"),
+    })?;
+    parse_cases(&text, &file)
+}
+
+/// Parses a measurement table (see [`read_cases`]); `file` names it in errors.
+pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
+    let table_err = |message: String| ValidateError::Table {
+        file: file.to_string(),
+        message,
+    };
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let (_, header) = lines
+        .next()
+        .ok_or_else(|| table_err("has no header line".into()))?;
+    let header = fields(header);
+    for h in &header {
+        if !REQUIRED.contains(&h.as_str()) && !OPTIONAL.contains(&h.as_str()) {
+            return Err(table_err(format!(
+                "unknown column `{h}`; the columns are {} (optional: {})",
+                REQUIRED.join(","),
+                OPTIONAL.join(",")
+            )));
+        }
+    }
+    let missing: Vec<&str> = REQUIRED
+        .iter()
+        .copied()
+        .filter(|r| !header.iter().any(|h| h == r))
+        .collect();
+    if !missing.is_empty() {
+        return Err(table_err(format!(
+            "the header lacks column(s) {}; see ../shared/calibration/e2e_iterations.csv",
+            missing.join(", ")
+        )));
+    }
+    let mut cases = Vec::new();
+    for (line, text) in lines {
+        let values = fields(text);
+        if values.len() != header.len() {
+            return Err(ValidateError::Row {
+                file: file.to_string(),
+                line,
+                message: format!(
+                    "has {} fields but the header has {} columns",
+                    values.len(),
+                    header.len()
+                ),
+            });
+        }
+        let row: Vec<(&str, &str)> = header
+            .iter()
+            .map(String::as_str)
+            .zip(values.iter().map(String::as_str))
+            .collect();
+        cases.push(case_of_row(&row, file, line)?);
+    }
+    if cases.is_empty() {
+        return Err(table_err("has a header but no rows".into()));
+    }
+    Ok(cases)
+}
+
+fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, ValidateError> {
+    let err = |message: String| ValidateError::Row {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    let get = |column: &str| {
+        row.iter()
+            .find(|(h, _)| *h == column)
+            .map_or("", |(_, v)| *v)
+    };
+    let positive = |column: &str| -> Result<u64, ValidateError> {
+        let v = get(column);
+        match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(err(format!(
+                "column `{column}`: `{v}` is not a positive integer"
+            ))),
+        }
+    };
+    let optional_positive = |column: &str| -> Result<Option<u64>, ValidateError> {
+        if get(column).is_empty() {
+            Ok(None)
+        } else {
+            positive(column).map(Some)
+        }
+    };
+    let source = get("source").to_string();
+    if source.is_empty() {
+        return Err(err(
+            "column `source` is empty; name the paper or page the row is from".into(),
+        ));
+    }
+    let framework = match get("framework") {
+        "" => Framework::of_source(&source).ok_or_else(|| {
+            err(format!(
+                "source `{source}` is not one fleetsim knows the framework of; add a `framework` column ({})",
+                Framework::ALL.map(Framework::name).join(" or ")
+            ))
+        })?,
+        name => Framework::parse(name).ok_or_else(|| {
+            err(format!(
+                "column `framework`: unknown `{name}`; use {}",
+                Framework::ALL.map(Framework::name).join(" or ")
+            ))
+        })?,
+    };
+    let gpu = get("gpu").to_string();
+    let settings: Vec<String> = get("settings")
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    for s in &settings {
+        if !s.contains('=') {
+            return Err(err(format!(
+                "column `settings`: `{s}` is not KEY=VALUE (pairs are separated by `;`)"
+            )));
+        }
+    }
+    let cluster = cluster_for(&gpu);
+    if cluster.is_none() && !settings.iter().any(|s| s.starts_with("cluster.")) {
+        return Err(err(format!(
+            "GPU `{gpu}` has no default cluster (A100, A800, H100, H200, H800 and H20 do); describe it in the `settings` column, e.g. cluster.topology=fat-tree;cluster.nic_gbps=400"
+        )));
+    }
+    let unit = Unit::parse(get("unit")).ok_or_else(|| {
+        err(format!(
+            "column `unit`: `{}` is neither s_per_iter nor tflops_per_gpu",
+            get("unit")
+        ))
+    })?;
+    let measured = get("measured")
+        .parse::<f64>()
+        .ok()
+        .filter(|m| m.is_finite() && *m > 0.0)
+        .ok_or_else(|| {
+            err(format!(
+                "column `measured`: `{}` is not a positive number",
+                get("measured")
+            ))
+        })?;
+    let gpus =
+        u32::try_from(positive("gpus")?).map_err(|_| err("column `gpus` is too large".into()))?;
+    let tp = positive("tp")?;
+    let sequence_parallel = match get("sequence_parallel") {
+        "true" => true,
+        "false" => false,
+        // Megatron-Core runs turn it on with TP; Megatron-LM of 2022 had it off by default.
+        "" => framework == Framework::MegatronCore08 && tp > 1,
+        other => {
+            return Err(err(format!(
+                "column `sequence_parallel`: `{other}` is neither true nor false"
+            )));
+        }
+    };
+    let recompute = match get("recompute") {
+        "" => "none",
+        r @ ("none" | "selective" | "full") => r,
+        other => {
+            return Err(err(format!(
+                "column `recompute`: `{other}` is not none, selective or full"
+            )));
+        }
+    };
+    let precision = match get("precision") {
+        "" => "bf16",
+        p if sim::config::Precision::from_name(p).is_some() => p,
+        other => {
+            return Err(err(format!(
+                "column `precision`: `{other}` is not bf16, fp16, fp8, tf32 or fp32"
+            )));
+        }
+    };
+
+    let mut toml = String::new();
+    let name = format!("{source}-line{line}");
+    let _ = writeln!(
+        toml,
+        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}",
+        framework.name(),
+        unit.name(),
+        get("notes")
+    );
+    let _ = writeln!(
+        toml,
+        "name = \"{name}\"\n\n[cluster]\ngpus = {gpus}\ngpu = \"{gpu}\""
+    );
+    for (k, v) in cluster.iter().flatten() {
+        let _ = writeln!(toml, "{k} = {v}");
+    }
+    let _ = writeln!(toml, "\n[model]");
+    for column in [
+        "layers",
+        "hidden",
+        "ffn_hidden",
+        "heads",
+        "seq_len",
+        "vocab",
+    ] {
+        let _ = writeln!(toml, "{column} = {}", positive(column)?);
+    }
+    let kv_heads = optional_positive("kv_heads")?.unwrap_or(positive("heads")?);
+    // Megatron-LM's GPT defaults: GeLU MLP with biases, LayerNorm, learned absolute
+    // positions, input and output embeddings tied.
+    let _ = writeln!(
+        toml,
+        "kv_heads = {kv_heads}\nactivation = \"gelu\"\nnorm = \"layernorm\"\nbias = true\ntied_embeddings = true\nposition = \"learned\""
+    );
+    let _ = writeln!(toml, "\n[parallel]\ntp = {tp}\npp = {}", positive("pp")?);
+    if let Some(dp) = optional_positive("dp")? {
+        let _ = writeln!(toml, "dp = {dp}");
+    }
+    let _ = writeln!(
+        toml,
+        "cp = {}\nvp = {}\nsequence_parallel = {sequence_parallel}\nzero = {}\nmicro_batch = {}\nglobal_batch = {}",
+        optional_positive("cp")?.unwrap_or(1),
+        optional_positive("vp")?.unwrap_or(1),
+        framework.zero(),
+        optional_positive("micro_batch")?.unwrap_or(1),
+        positive("global_batch")?
+    );
+    let _ = writeln!(
+        toml,
+        "\n[training]\nprecision = \"{precision}\"\nrecompute = \"{recompute}\"\n# The measurement says what fits; fleetsim's estimate need not agree.\nmemory_check = \"off\""
+    );
+    let notes = get("notes").to_ascii_lowercase();
+    for (k, v) in framework.training_keys() {
+        // A note naming the flag off overrides the framework's default (e.g. "no grad-reduce
+        // overlap" on Korthikanti et al.'s 2,240-GPU run).
+        let flag = k.replace('_', "-");
+        let v = if *k == "overlap_grad_reduce" && notes.contains("no grad-reduce overlap")
+            || notes.contains(&format!("no {flag}"))
+        {
+            "false"
+        } else {
+            v
+        };
+        let _ = writeln!(toml, "{k} = {v}");
+    }
+    Ok(Case {
+        line,
+        source,
+        gpu,
+        gpus,
+        framework,
+        measured,
+        unit,
+        notes: get("notes").to_string(),
+        experiment: toml,
+        settings,
+    })
+}
+
+/// Which rows to run: `None` all, else 1-based row numbers (not lines).
+pub fn select(cases: Vec<Case>, rows: Option<&[usize]>) -> Result<Vec<Case>, String> {
+    let Some(rows) = rows else {
+        return Ok(cases);
+    };
+    let n = cases.len();
+    if let Some(bad) = rows.iter().find(|&&r| r == 0 || r > n) {
+        return Err(format!(
+            "--rows: row {bad} does not exist; the table has rows 1 to {n}"
+        ));
+    }
+    Ok(cases
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| rows.contains(&(i + 1)))
+        .map(|(_, c)| c)
+        .collect())
+}
+
+/// Where a case's experiment file goes.
+pub fn case_path(out: &Path, index: usize, case: &Case) -> PathBuf {
+    out.join("cases")
+        .join(format!("{:02}-{}.toml", index + 1, case.source))
+}
+
+/// Writes every case's experiment file and checks it loads, before anything runs: a row that
+/// cannot become an experiment stops the validation at once.
+pub fn prepare(
+    out: &Path,
+    cases: &[Case],
+    sets: &[String],
+    file: &str,
+) -> Result<Vec<(Case, Experiment)>, ValidateError> {
+    let dir = out.join("cases");
+    std::fs::create_dir_all(&dir).map_err(|source| ValidateError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let path = case_path(out, i, case);
+            std::fs::write(&path, &case.experiment).map_err(|source| ValidateError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let mut all = case.settings.clone();
+            all.extend(sets.iter().cloned());
+            let exp = Experiment::load(&path, &all)
+                .map_err(RunError::from)
+                .and_then(|exp| {
+                    exp.build_topology()?;
+                    Ok(exp)
+                })
+                .map_err(|source| ValidateError::Case {
+                    file: file.to_string(),
+                    line: case.line,
+                    source,
+                })?;
+            Ok((case.clone(), exp))
+        })
+        .collect()
+}
+
+/// Simulates one prepared case.
+pub fn run_case(
+    case: Case,
+    exp: &Experiment,
+    options: &RunOptions,
+    file: &str,
+) -> Result<Outcome, ValidateError> {
+    let output = run_embedded(exp, options, None).map_err(|source| ValidateError::Case {
+        file: file.to_string(),
+        line: case.line,
+        source,
+    })?;
+    let summary = output.summary.json;
+    let number = |p: &str| summary.pointer(p).and_then(serde_json::Value::as_f64);
+    let seconds = number("/iteration_time_s").unwrap_or(0.0);
+    let tflops = number("/tflops_per_gpu").unwrap_or(0.0);
+    // Model TFLOP per GPU per iteration, to turn a measured time into TFLOP/s.
+    let work = seconds * tflops;
+    let (predicted, measured_tflops) = match case.unit {
+        Unit::SecondsPerIteration => (seconds, work / case.measured),
+        Unit::TflopsPerGpu => (tflops, case.measured),
+    };
+    let l = &exp.layout;
+    Ok(Outcome {
+        layout: format!("{}/{}/{}/{}", l.tp, l.pp, l.dp, l.vp),
+        error: (predicted - case.measured) / case.measured,
+        predicted,
+        predicted_tflops: tflops,
+        measured_tflops,
+        case,
+        summary,
+    })
+}
+
+/// Mean absolute percentage error, in percent.
+pub fn mape(outcomes: &[Outcome]) -> f64 {
+    if outcomes.is_empty() {
+        return 0.0;
+    }
+    100.0 * outcomes.iter().map(|o| o.error.abs()).sum::<f64>() / outcomes.len() as f64
+}
+
+/// The row with the largest absolute error.
+pub fn worst(outcomes: &[Outcome]) -> Option<&Outcome> {
+    outcomes
+        .iter()
+        .max_by(|a, b| a.error.abs().total_cmp(&b.error.abs()))
+}
+
+/// The printed table's header.
+pub fn table_header() -> String {
+    format!(
+        "{:>3} {:<24} {:>5} {:<18} {:<14} {:>10} {:>10} {:<14} {:>7}",
+        "row", "source", "gpus", "gpu", "tp/pp/dp/vp", "measured", "predicted", "unit", "error"
+    )
+}
+
+/// One printed row.
+pub fn table_line(index: usize, o: &Outcome) -> String {
+    format!(
+        "{:>3} {:<24} {:>5} {:<18} {:<14} {:>10.2} {:>10.2} {:<14} {:>+6.1}%",
+        index + 1,
+        o.case.source,
+        o.case.gpus,
+        o.case.gpu,
+        o.layout,
+        o.case.measured,
+        o.predicted,
+        o.case.unit.name(),
+        100.0 * o.error
+    )
+}
+
+/// The closing lines: MAPE and the worst row.
+pub fn verdict(outcomes: &[Outcome]) -> String {
+    let mut s = format!("MAPE {:.2}% over {} row(s)", mape(outcomes), outcomes.len());
+    if let Some(w) = worst(outcomes) {
+        let _ = write!(
+            s,
+            "; worst: line {} ({}, {} GPUs) at {:+.1}%",
+            w.case.line,
+            w.case.source,
+            w.case.gpus,
+            100.0 * w.error
+        );
+    }
+    s
+}
+
+/// `validation.csv`: each row's identity, measured, predicted, error, and where the
+/// predicted time went.
+pub fn to_csv(outcomes: &[Outcome]) -> String {
+    let mut out = String::from(
+        "row,line,source,framework,gpu,gpus,unit,measured,predicted,error_pct,measured_tflops_per_gpu,predicted_tflops_per_gpu,iteration_time_s,compute_s,exposed_comm_s,bubble_s,mfu,result_digest,case\n",
+    );
+    for (i, o) in outcomes.iter().enumerate() {
+        let num = |p: &str| {
+            o.summary
+                .pointer(p)
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0)
+        };
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{:.6},{:.6},{:.6},{:.6},{:.4},{},{:02}-{}.toml",
+            i + 1,
+            o.case.line,
+            o.case.source,
+            o.case.framework.name(),
+            o.case.gpu,
+            o.case.gpus,
+            o.case.unit.name(),
+            o.case.measured,
+            o.predicted,
+            100.0 * o.error,
+            o.measured_tflops,
+            o.predicted_tflops,
+            num("/iteration_time_s"),
+            num("/breakdown_s/compute"),
+            num("/breakdown_s/exposed_comm"),
+            num("/breakdown_s/bubble"),
+            num("/mfu"),
+            o.summary
+                .pointer("/result_digest")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or(""),
+            i + 1,
+            o.case.source
+        );
+    }
+    out
+}
+
+/// The parity plot: predicted against measured model TFLOP/s per GPU, one colour per source,
+/// with the y = x line and ±5% / ±12% bands.
+pub fn parity_svg(outcomes: &[Outcome]) -> Result<String, PlotError> {
+    let mut series: Vec<Series> = Vec::new();
+    for o in outcomes {
+        let point = (o.measured_tflops, o.predicted_tflops);
+        match series.iter_mut().find(|s| s.name == o.case.source) {
+            Some(s) => s.points.push(point),
+            None => series.push(Series {
+                name: o.case.source.clone(),
+                points: vec![point],
+            }),
+        }
+    }
+    let title = format!("fleetsim validate: MAPE {:.1}%", mape(outcomes));
+    parity_chart_svg(&ParityChart {
+        title: &title,
+        x_label: "measured model TFLOP/s per GPU",
+        y_label: "predicted model TFLOP/s per GPU",
+        bands: &[0.05, 0.12],
+        series: &series,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "source,gpu,gpus,layers,hidden,ffn_hidden,heads,seq_len,vocab,tp,pp,dp,cp,vp,micro_batch,global_batch,recompute,sequence_parallel,precision,measured,unit,notes";
+
+    fn one(row: &str) -> Result<Vec<Case>, ValidateError> {
+        parse_cases(&format!("{HEADER}\n{row}\n"), "t.csv")
+    }
+
+    #[test]
+    fn a_row_becomes_an_experiment_with_its_framework_and_cluster() {
+        let cases = one("korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,no grad-reduce overlap")
+            .expect("parses");
+        let c = &cases[0];
+        assert_eq!(c.line, 2);
+        assert_eq!(c.framework, Framework::MegatronLm2022);
+        assert_eq!(c.unit, Unit::SecondsPerIteration);
+        for want in [
+            "nic_gbps = 200",
+            "vp = 3",
+            "zero = 0",
+            "flash_attention = false",
+            "overlap_grad_reduce = false",
+            "recompute = \"selective\"",
+            "sequence_parallel = true",
+        ] {
+            assert!(c.experiment.contains(want), "{want} in\n{}", c.experiment);
+        }
+    }
+
+    #[test]
+    fn blanks_take_the_framework_defaults() {
+        let cases = one("megatron-readme-h100,H100-SXM,96,30,4096,16384,32,4096,131072,2,1,48,1,,,192,,,bf16,465.9,tflops_per_gpu,")
+            .expect("parses");
+        let e = &cases[0].experiment;
+        for want in [
+            "nic_gbps = 400",
+            "vp = 1",
+            "micro_batch = 1",
+            "zero = 1",
+            "sequence_parallel = true",
+            "recompute = \"none\"",
+            "tp_comm_overlap = true",
+        ] {
+            assert!(e.contains(want), "{want} in\n{e}");
+        }
+    }
+
+    #[test]
+    fn bad_rows_name_their_line_and_column() {
+        let bad = [
+            (
+                "x,H100-SXM,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,",
+                "framework",
+            ),
+            (
+                "korthikanti2022,A100-SXM-80GB,eight,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,",
+                "`gpus`",
+            ),
+            (
+                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,hours,",
+                "`unit`",
+            ),
+            (
+                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,-1,s_per_iter,",
+                "`measured`",
+            ),
+            (
+                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,some,,bf16,1,s_per_iter,",
+                "`recompute`",
+            ),
+            (
+                "korthikanti2022,TPU-v5,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,",
+                "default cluster",
+            ),
+            ("korthikanti2022,A100-SXM-80GB,8,1,1", "fields"),
+        ];
+        for (row, needle) in bad {
+            let e = one(row).expect_err(row).to_string();
+            assert!(e.starts_with("t.csv:2: "), "{e}");
+            assert!(e.contains(needle), "{needle} in {e}");
+        }
+        let e = parse_cases("source,gpu,speed\n", "t.csv").expect_err("bad header");
+        assert!(e.to_string().contains("unknown column `speed`"), "{e}");
+    }
+
+    #[test]
+    fn quoted_fields_keep_their_commas() {
+        assert_eq!(
+            fields("a,\"b, c\",\"say \"\"hi\"\"\""),
+            ["a", "b, c", "say \"hi\""]
+        );
+    }
+}
