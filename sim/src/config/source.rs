@@ -133,32 +133,37 @@ impl Located {
         }
     }
 
-    /// Sets `path` to `value`, creating tables on the way.
+    /// Sets `path` to `value`, creating tables on the way. A key may index an array of
+    /// tables that exists, e.g. `gpu_mix[1]` (0-based).
     pub fn set(&mut self, path: &[String], value: Located) -> Result<(), String> {
         let Some((last, parents)) = path.split_last() else {
             return Err("empty key".into());
         };
         let mut here = self;
         for (depth, key) in parents.iter().enumerate() {
+            let (name, index) = split_index(key)?;
             let Value::Table(t) = &mut here.value else {
                 return Err(format!("`{}` is not a table", parents[..depth].join(".")));
             };
-            here = t
-                .entry(key.clone())
-                .or_insert_with(|| Located::table(value.origin.clone()));
+            here = match index {
+                None => t
+                    .entry(name.to_string())
+                    .or_insert_with(|| Located::table(value.origin.clone())),
+                Some(i) => element(t.get_mut(name), name, i)?,
+            };
         }
-        match &mut here.value {
-            Value::Table(t) => {
-                match t.get_mut(last) {
-                    Some(existing) => existing.merge(value),
-                    None => {
-                        t.insert(last.clone(), value);
-                    }
-                }
-                Ok(())
+        let (name, index) = split_index(last)?;
+        let Value::Table(t) = &mut here.value else {
+            return Err(format!("`{}` is not a table", parents.join(".")));
+        };
+        match (index, t.get_mut(name)) {
+            (Some(i), existing) => *element(existing, name, i)? = value,
+            (None, Some(existing)) => existing.merge(value),
+            (None, None) => {
+                t.insert(name.to_string(), value);
             }
-            _ => Err(format!("`{}` is not a table", parents.join("."))),
         }
+        Ok(())
     }
 
     /// Plain TOML value for serde, without origins.
@@ -173,6 +178,31 @@ impl Located {
             Value::Float(x) => toml::Value::Float(*x),
             Value::Boolean(b) => toml::Value::Boolean(*b),
         }
+    }
+}
+
+/// `name[3]` → (`name`, Some(3)); `name` → (`name`, None).
+fn split_index(key: &str) -> Result<(&str, Option<usize>), String> {
+    let Some((name, rest)) = key.split_once('[') else {
+        return Ok((key, None));
+    };
+    rest.strip_suffix(']')
+        .and_then(|i| i.parse().ok())
+        .map(|i| (name, Some(i)))
+        .ok_or_else(|| format!("`{key}` is not NAME[INDEX] with a number, e.g. gpu_mix[0]"))
+}
+
+/// Element `i` of the array `name`, which must exist.
+fn element<'a>(array: Option<&'a mut Located>, name: &str, i: usize) -> Result<&'a mut Located, String> {
+    match array.map(|a| &mut a.value) {
+        Some(Value::Array(items)) => {
+            let len = items.len();
+            items
+                .get_mut(i)
+                .ok_or_else(|| format!("`{name}` has {len} element(s); index {i} is past its end"))
+        }
+        Some(_) => Err(format!("`{name}` is not an array")),
+        None => Err(format!("there is no `{name}` to index")),
     }
 }
 
@@ -544,5 +574,27 @@ mod tests {
         let v = t.to_toml();
         assert_eq!(v["cluster"]["gpu"].as_str(), Some("H100-SXM"));
         assert_eq!(v["parallel"]["tp"].as_integer(), Some(4));
+    }
+
+    #[test]
+    fn set_indexes_arrays_of_tables() {
+        let text = "[[mix]]\ngpu = \"A\"\n[[mix]]\ngpu = \"B\"\n";
+        let mut t = parse_text("x.toml", text).expect("parses");
+        apply_set(&mut t, "mix[1].gpu=C").expect("sets");
+        let v = t.to_toml();
+        assert_eq!(v["mix"][0]["gpu"].as_str(), Some("A"));
+        assert_eq!(v["mix"][1]["gpu"].as_str(), Some("C"));
+        for (bad, why) in [
+            ("mix[2].gpu=C", "past its end"),
+            ("mix[a].gpu=C", "NAME[INDEX]"),
+            ("other[0].gpu=C", "no `other`"),
+            ("mix[0]=C", "mix"),
+        ] {
+            match apply_set(&mut t, bad) {
+                Err(e) => assert!(e.to_string().contains(why), "{bad}: {e}"),
+                // Replacing a whole element with a scalar is caught by the typed read.
+                Ok(()) => assert_eq!(bad, "mix[0]=C"),
+            }
+        }
     }
 }

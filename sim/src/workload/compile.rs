@@ -654,13 +654,24 @@ impl<'a> StageCompiler<'a> {
         if self.layout.group_size(GroupKind::ModelParallel) > 1 {
             b.blocking(CollectiveOp::AllReduce, GroupKind::ModelParallel, 4);
         }
-        // Adam: read fp32 master, m, v and the gradient; write master, m, v and the bf16 copy.
+        // Megatron's `MixedPrecisionOptimizer.step` (megatron/core/optimizer/optimizer.py):
+        // fused Adam reads the fp32 master, m, v and the gradient and writes master, m and v;
+        // `_copy_main_params_to_model_params` then reads the master again and writes the
+        // model's weights.
         b.compute(Kernel {
             name: KernelName::OptimizerStep,
             pass: Pass::Forward,
             shape: Shape::Elementwise { elements: local },
             flops: 12 * local,
-            bytes: local * (4 * 3 + g + 4 * 3 + self.weight_bytes()),
+            bytes: local * (4 * 3 + g + 4 * 3),
+            dtype: d.precision,
+        });
+        b.compute(Kernel {
+            name: KernelName::ParamCopy,
+            pass: Pass::Forward,
+            shape: Shape::Elementwise { elements: local },
+            flops: 0,
+            bytes: local * (4 + self.weight_bytes()),
             dtype: d.precision,
         });
         if (1..3).contains(&zero) && !self.options.overlap_param_gather {
@@ -673,6 +684,19 @@ impl<'a> StageCompiler<'a> {
             }
             b.label.chunk = 0;
         }
+        // `train_step` zeroes every model chunk's gradient buffer (`zero_grad_buffer`) at the
+        // start of each iteration; one iteration pays it once, here. The buffer holds all of
+        // this rank's gradients unless ZeRO-2/3 shards them.
+        b.label.module = Module::Optimizer;
+        let grads = self.local_params(zero >= 2);
+        b.compute(Kernel {
+            name: KernelName::GradZero,
+            pass: Pass::Forward,
+            shape: Shape::Elementwise { elements: grads },
+            flops: 0,
+            bytes: grads * g,
+            dtype: d.precision,
+        });
     }
 
     /// A memory pass over `params` gradients (copy into the communication buffer).

@@ -361,12 +361,16 @@ pub enum KernelName {
     CrossEntropy,
     GradNorm,
     OptimizerStep,
+    /// The updated fp32 master weights copied into the model's bf16/fp16 weights.
+    ParamCopy,
+    /// The gradient buffer set to zero for the next iteration.
+    GradZero,
     /// An imported SimAI compute time.
     Imported,
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 27] = [
+    pub const ALL: [KernelName; 29] = [
         KernelName::Embedding,
         KernelName::InputNorm,
         KernelName::QkvProj,
@@ -393,6 +397,8 @@ impl KernelName {
         KernelName::CrossEntropy,
         KernelName::GradNorm,
         KernelName::OptimizerStep,
+        KernelName::ParamCopy,
+        KernelName::GradZero,
         KernelName::Imported,
     ];
 
@@ -428,6 +434,8 @@ impl KernelName {
             KernelName::CrossEntropy => "cross_entropy",
             KernelName::GradNorm => "grad_norm",
             KernelName::OptimizerStep => "optimizer_step",
+            KernelName::ParamCopy => "param_copy",
+            KernelName::GradZero => "grad_zero",
             KernelName::Imported => "imported",
         }
     }
