@@ -57,19 +57,15 @@ pub enum ValidateError {
         line: usize,
         message: String,
     },
-    #[error("{file}:{line}: the experiment made from this row is invalid: {source}")]
+    /// Not a `#[source]`: the message holds the cause, and `{:#}` would repeat it.
+    #[error("{file}:{line}: the experiment made from this row is invalid: {error}")]
     Case {
         file: String,
         line: usize,
-        #[source]
-        source: RunError,
+        error: RunError,
     },
-    #[error("writing {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("writing {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error(transparent)]
     Plot(#[from] PlotError),
 }
@@ -550,18 +546,18 @@ pub fn prepare(
     file: &str,
 ) -> Result<Vec<(Case, Experiment)>, ValidateError> {
     let dir = out.join("cases");
-    std::fs::create_dir_all(&dir).map_err(|source| ValidateError::Io {
+    std::fs::create_dir_all(&dir).map_err(|error| ValidateError::Io {
         path: dir.display().to_string(),
-        source,
+        error,
     })?;
     cases
         .iter()
         .enumerate()
         .map(|(i, case)| {
             let path = case_path(out, i, case);
-            std::fs::write(&path, &case.experiment).map_err(|source| ValidateError::Io {
+            std::fs::write(&path, &case.experiment).map_err(|error| ValidateError::Io {
                 path: path.display().to_string(),
-                source,
+                error,
             })?;
             let mut all = case.settings.clone();
             all.extend(sets.iter().cloned());
@@ -571,10 +567,10 @@ pub fn prepare(
                     exp.build_topology()?;
                     Ok(exp)
                 })
-                .map_err(|source| ValidateError::Case {
+                .map_err(|error| ValidateError::Case {
                     file: file.to_string(),
                     line: case.line,
-                    source,
+                    error,
                 })?;
             Ok((case.clone(), exp))
         })
@@ -588,10 +584,10 @@ pub fn run_case(
     options: &RunOptions,
     file: &str,
 ) -> Result<Outcome, ValidateError> {
-    let output = run_embedded(exp, options, None).map_err(|source| ValidateError::Case {
+    let output = run_embedded(exp, options, None).map_err(|error| ValidateError::Case {
         file: file.to_string(),
         line: case.line,
-        source,
+        error,
     })?;
     let summary = output.summary.json;
     let number = |p: &str| summary.pointer(p).and_then(serde_json::Value::as_f64);

@@ -1,0 +1,136 @@
+//! `fleetsim validate`: a subset of the end-to-end measurement table runs within the accuracy
+//! limit per row, the outputs are written, the limits fail the command when exceeded, and
+//! every malformed table gets one clear error.
+
+use std::fs;
+use std::path::Path;
+
+mod common;
+
+use common::{assert_success, fleetsim, one_clear_error, scratch, stdout_ok};
+
+/// The project's copy of `../shared/calibration/e2e_iterations.csv`.
+const TABLE: &str = "configs/validation/e2e_iterations.csv";
+
+#[test]
+fn the_copied_table_matches_the_shared_one() {
+    let shared = Path::new("../shared/calibration/e2e_iterations.csv");
+    let Ok(original) = fs::read_to_string(shared) else {
+        eprintln!("skipped: {} is not here", shared.display());
+        return;
+    };
+    let copy = fs::read_to_string(TABLE).expect("read the copy");
+    assert!(
+        copy.starts_with(&original),
+        "{TABLE} differs from {}",
+        shared.display()
+    );
+}
+
+/// The three smallest rows (8 and 64 A100s; Korthikanti et al. 2022), on the packet network:
+/// each within the 12% per-row limit.
+#[test]
+fn small_rows_are_within_twelve_percent() {
+    let out = scratch("validate-subset");
+    let stdout = stdout_ok(
+        fleetsim()
+            .args([
+                "validate",
+                TABLE,
+                "--rows",
+                "1,2,3",
+                "--max-error",
+                "12",
+                "--out",
+            ])
+            .arg(&out),
+    );
+    assert!(stdout.contains("MAPE"), "{stdout}");
+    let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{csv}");
+    for row in &rows {
+        let error: f64 = row
+            .split(',')
+            .nth(9)
+            .expect("error_pct")
+            .parse()
+            .expect("number");
+        assert!(error.abs() <= 12.0, "{row}");
+    }
+    let svg = fs::read_to_string(out.join("parity.svg")).expect("parity.svg");
+    assert!(svg.contains("<circle") && svg.contains("korthikanti2022-t5"));
+    // Each row's experiment is a real file that `fleetsim check` accepts.
+    let case = out.join("cases/01-korthikanti2022-t5.toml");
+    assert_success(&fleetsim().arg("check").arg(&case).output().expect("check"));
+}
+
+/// The table is printed either way; the verdict decides the exit status.
+#[test]
+fn limits_fail_the_command_when_exceeded() {
+    for (flag, why) in [
+        ("--max-mape", "above --max-mape 0.01%"),
+        ("--max-error", "above --max-error 0.01%"),
+    ] {
+        let out = scratch("validate-limits");
+        let run = fleetsim()
+            .args(["validate", TABLE, "--rows", "1", flag, "0.01", "--out"])
+            .arg(&out)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{flag}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(
+            out.join("validation.csv").exists(),
+            "the results are still written"
+        );
+    }
+}
+
+#[test]
+fn a_row_number_past_the_table_is_refused() {
+    let stderr = one_clear_error(
+        fleetsim().args(["validate", TABLE, "--rows", "99"]),
+        "--rows 99",
+    );
+    assert!(stderr.contains("the table has rows 1 to 18"), "{stderr}");
+}
+
+#[test]
+fn every_bad_table_fails_with_one_clear_line() {
+    let dir = Path::new("tests/fixtures/bad-validate");
+    let mut fixtures: Vec<_> = fs::read_dir(dir)
+        .expect("fixtures")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 12, "{fixtures:?}");
+    let out = scratch("validate-bad");
+    for path in fixtures {
+        let text = fs::read_to_string(&path).expect("read");
+        let want = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .expect("`# expect:` first line")
+            .to_string();
+        let name = path.display().to_string();
+        let stderr = one_clear_error(
+            fleetsim().arg("validate").arg(&path).arg("--out").arg(&out),
+            &name,
+        );
+        assert!(stderr.contains(&name), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&want),
+            "{name}: expected `{want}` in {stderr}"
+        );
+    }
+    let stderr = one_clear_error(
+        fleetsim().args(["validate", "tests/fixtures/bad-validate/absent.csv"]),
+        "absent",
+    );
+    assert!(stderr.contains("cannot be read"), "{stderr}");
+}
