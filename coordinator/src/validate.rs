@@ -102,7 +102,9 @@ pub enum Framework {
     /// Megatron-LM of 2022 (Korthikanti et al. 2022; Narayanan et al. SC'21): softmax fused
     /// but no flash attention, TP communication on the critical path, the gradient
     /// all-reduce after the backward pass (local DDP, no bucketing overlap), no distributed
-    /// optimizer.
+    /// optimizer; pipeline transfers block (`_communicate` waits and synchronises, in the
+    /// interleaved schedule too) and, without SP, travel as 1/TP pieces all-gathered after
+    /// receipt (`--scatter-gather-tensors-in-pipeline`).
     MegatronLm2022,
     /// Megatron-Core r0.8 (mid 2024) with Transformer Engine, as the Megatron-LM README's
     /// H100 scaling runs were launched: flash attention, `--tp-comm-overlap`,
@@ -144,12 +146,16 @@ impl Framework {
                 ("tp_comm_overlap", "false"),
                 ("overlap_grad_reduce", "false"),
                 ("overlap_param_gather", "false"),
+                ("overlap_p2p_comm", "false"),
+                ("p2p_scatter_gather", "true"),
             ],
             Framework::MegatronCore08 => &[
                 ("flash_attention", "true"),
                 ("tp_comm_overlap", "true"),
                 ("overlap_grad_reduce", "true"),
                 ("overlap_param_gather", "true"),
+                ("overlap_p2p_comm", "true"),
+                ("p2p_scatter_gather", "false"),
             ],
         }
     }

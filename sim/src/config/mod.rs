@@ -397,6 +397,16 @@ pub struct TrainingConfig {
     /// Parameters per gradient bucket; default max(40M, 1M x DP) as Megatron-LM's
     /// `training.py` sets `bucket_size`.
     pub bucket_params: Option<u64>,
+    /// Interleaved 1F1B posts its pipeline receives ahead and does not wait for its sends
+    /// (Megatron-Core `overlap_p2p_comm`, on by default). Off: every transfer blocks the next
+    /// kernel, as in 1F1B and in Megatron-LM before Megatron-Core (2022).
+    #[serde(default = "defaults::yes")]
+    pub overlap_p2p_comm: bool,
+    /// Without sequence parallelism, each TP rank sends 1/TP of a stage-boundary tensor and
+    /// the receiver all-gathers it over TP (Megatron-LM before Megatron-Core,
+    /// `--scatter-gather-tensors-in-pipeline`, on by default there; Megatron-Core ignores it).
+    #[serde(default)]
+    pub p2p_scatter_gather: bool,
 }
 
 impl Default for TrainingConfig {
@@ -411,6 +421,8 @@ impl Default for TrainingConfig {
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             bucket_params: None,
+            overlap_p2p_comm: true,
+            p2p_scatter_gather: false,
         }
     }
 }

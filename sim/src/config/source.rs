@@ -193,7 +193,11 @@ fn split_index(key: &str) -> Result<(&str, Option<usize>), String> {
 }
 
 /// Element `i` of the array `name`, which must exist.
-fn element<'a>(array: Option<&'a mut Located>, name: &str, i: usize) -> Result<&'a mut Located, String> {
+fn element<'a>(
+    array: Option<&'a mut Located>,
+    name: &str,
+    i: usize,
+) -> Result<&'a mut Located, String> {
     match array.map(|a| &mut a.value) {
         Some(Value::Array(items)) => {
             let len = items.len();

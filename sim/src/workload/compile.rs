@@ -49,6 +49,8 @@ pub struct CompileOptions {
     pub overlap_grad_reduce: bool,
     pub overlap_param_gather: bool,
     pub bucket_params: u64,
+    pub overlap_p2p_comm: bool,
+    pub p2p_scatter_gather: bool,
 }
 
 impl CompileOptions {
@@ -81,6 +83,8 @@ impl CompileOptions {
             overlap_grad_reduce: t.overlap_grad_reduce,
             overlap_param_gather: t.overlap_param_gather,
             bucket_params: bucket_params.max(1),
+            overlap_p2p_comm: t.overlap_p2p_comm,
+            p2p_scatter_gather: t.p2p_scatter_gather,
         }
     }
 }
@@ -143,6 +147,11 @@ pub struct PipelinePosition {
     pub micro_batches: u32,
     /// Bytes of one activation (or gradient) crossing a stage boundary, per rank.
     pub boundary_bytes: u64,
+    /// Whether the interleaved schedule overlaps its transfers (1F1B never does).
+    pub overlap_p2p: bool,
+    /// Scatter-gather: bytes of the whole boundary tensor, all-gathered over TP after each
+    /// receive of a 1/TP piece; `None` when ranks send whole tensors.
+    pub gather_bytes: Option<u64>,
 }
 
 impl PipelinePosition {
@@ -168,7 +177,11 @@ pub fn run_schedule(
         pipeline.stage,
         pipeline.micro_batches,
     );
+    // 1F1B's transfers block; the interleaved schedule posts its receives ahead, and without
+    // `overlap_p2p_comm` its kernels still wait for each send (Megatron-LM 2022's
+    // `_communicate` waits on every request and synchronises the device).
     let blocking = pipeline.vp == 1;
+    let wait_sends = blocking || !pipeline.overlap_p2p;
     let mut p2p_since_compute: Vec<u32> = Vec::new();
     for step in &steps {
         b.label.micro_batch = step.micro_batch;
@@ -178,15 +191,23 @@ pub fn run_schedule(
         } else {
             Phase::Backward
         };
-        if let Some(r) = receive(b, pipeline, step, blocking) {
+        let received = receive(b, pipeline, step, blocking);
+        if let Some(r) = received {
             p2p_since_compute.push(r);
         }
         for op in p2p_since_compute.drain(..) {
             b.wait(op);
         }
+        if let (Some(_), Some(bytes)) = (received, pipeline.gather_bytes) {
+            // `gather_split_1d_tensor` on the critical path before the step's first kernel.
+            let module = b.label.module;
+            b.label.module = Module::Pipeline;
+            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, bytes);
+            b.label.module = module;
+        }
         body(b, step);
         if let Some(s) = send(b, pipeline, step)
-            && blocking
+            && wait_sends
         {
             p2p_since_compute.push(s);
         }
@@ -294,6 +315,12 @@ impl<'a> StageCompiler<'a> {
             .map(|c| layers[c * per_chunk..(c + 1) * per_chunk].to_vec())
             .collect();
         let d = &options.dims;
+        let boundary = d.sp_tokens() * model.hidden * d.act_bytes();
+        let scatter = if options.p2p_scatter_gather && !d.sp() && boundary.is_multiple_of(d.tp) {
+            d.tp
+        } else {
+            1
+        };
         let mut compiler = StageCompiler {
             model,
             layout,
@@ -303,7 +330,9 @@ impl<'a> StageCompiler<'a> {
                 vp: layout.vp,
                 stage,
                 micro_batches,
-                boundary_bytes: d.sp_tokens() * model.hidden * d.act_bytes(),
+                boundary_bytes: boundary / scatter,
+                overlap_p2p: options.overlap_p2p_comm,
+                gather_bytes: (scatter > 1).then_some(boundary),
             },
             chunk_layers,
             chunk_units: Vec::new(),

@@ -185,6 +185,8 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
             stage,
             micro_batches,
             boundary_bytes,
+            overlap_p2p: false,
+            gather_bytes: None,
         };
         run_schedule(&mut b, &pipeline, &mut |b, step| {
             b.label.module = Module::Imported;
