@@ -100,10 +100,14 @@ pub fn run_sweep(
 }
 
 /// The measured columns: (header, JSON pointer into summary.json).
-const COLUMNS: [(&str, &str); 12] = [
+const COLUMNS: [(&str, &str); 16] = [
     ("iteration_time_s", "/iteration_time_s"),
     ("mfu", "/mfu"),
     ("result_digest", "/result_digest"),
+    ("tflops_per_gpu", "/tflops_per_gpu"),
+    ("compute_s", "/breakdown_s/compute"),
+    ("exposed_comm_s", "/breakdown_s/exposed_comm"),
+    ("bubble_s", "/breakdown_s/bubble"),
     ("wall_s", "/engine/wall_s"),
     ("events", "/engine/events"),
     ("windows", "/engine/windows"),
