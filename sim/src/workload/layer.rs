@@ -881,12 +881,16 @@ impl LayerEmitter<'_> {
         }
         let t = d.tokens();
         let h = self.model.hidden;
-        // Scatter-add of the token gradients into this rank's vocabulary shard.
+        let shard = self.model.vocab / d.tp * h;
+        // PyTorch's `embedding_dense_backward` zero-fills a dense gradient of this rank's
+        // vocabulary shard and scatter-adds the token gradients into it; Megatron's gradient
+        // hook then adds it to the fp32 main gradient (read 4 + the dense gradient, write 4):
+        // the embedding is the one weight without `gradient_accumulation_fusion`.
         let grad = elementwise(
             KernelName::Embedding,
             Pass::Wgrad,
             t * h,
-            3 * t * h * d.act_bytes(),
+            3 * t * h * d.act_bytes() + shard * (2 * d.act_bytes() + 8),
             &d,
         );
         b.compute(grad);
@@ -902,12 +906,32 @@ impl LayerEmitter<'_> {
         }
     }
 
-    fn cross_entropy(&self, pass: Pass) -> Kernel {
+    /// Vocab-parallel cross entropy's forward passes as Megatron runs them
+    /// (`tensor_parallel/cross_entropy.py`, fp32 unless `--fp16-lm-cross-entropy`), in bytes
+    /// per logit: cast to fp32 and take the max (read 2, write 4, read 4); subtract the max,
+    /// exponentiate in place and sum (8 + 8 + 4); divide by the sum in place, keeping the
+    /// softmax for backward (8).
+    fn cross_entropy_forward(&self) -> [Kernel; 3] {
         let d = self.dims;
         let n = d.tokens() * self.model.vocab / d.tp;
-        // fp32 logits: read them, write softmax statistics / gradients.
-        let bytes = n * (d.act_bytes() + 4);
-        elementwise(KernelName::CrossEntropy, pass, n, bytes, &d)
+        let pass = |bytes: u64| {
+            elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * bytes, &d)
+        };
+        [pass(d.act_bytes() + 8), pass(20), pass(8)]
+    }
+
+    /// Backward: the saved softmax minus the one-hot target, times the loss gradient, in
+    /// place (8 bytes per logit), then cast back to the logits' dtype (4 + 2).
+    fn cross_entropy_backward(&self) -> Kernel {
+        let d = self.dims;
+        let n = d.tokens() * self.model.vocab / d.tp;
+        elementwise(
+            KernelName::CrossEntropy,
+            Pass::Backward,
+            n,
+            n * (12 + d.act_bytes()),
+            &d,
+        )
     }
 
     pub fn logits_forward(&self, b: &mut Builder) {
@@ -916,28 +940,28 @@ impl LayerEmitter<'_> {
         b.label.layer = NO_LAYER;
         b.compute(self.norm(KernelName::FinalNorm).forward(&d));
         self.column_forward(b, self.logits_linear().forward(&d));
-        if d.tp > 1 {
-            // Max, predicted logit, sum of exponentials: one fp32 per token each.
-            for _ in 0..3 {
-                b.compute(self.cross_entropy_part());
-                b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, d.tokens() * 4);
+        let [max, exp_sum, normalize] = self.cross_entropy_forward();
+        b.compute(max);
+        // All-reduces of one fp32 per token: the max, then the predicted logit and the sum of
+        // exponentials.
+        let all_reduces = |b: &mut Builder, count: usize| {
+            if d.tp > 1 {
+                for _ in 0..count {
+                    b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, d.tokens() * 4);
+                }
             }
-        }
-        b.compute(self.cross_entropy(Pass::Forward));
-    }
-
-    /// One of the reductions of vocab-parallel cross entropy (max, gather, sum of exp).
-    fn cross_entropy_part(&self) -> Kernel {
-        let d = self.dims;
-        let n = d.tokens() * self.model.vocab / d.tp;
-        elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * 4, &d)
+        };
+        all_reduces(b, 1);
+        b.compute(exp_sum);
+        all_reduces(b, 2);
+        b.compute(normalize);
     }
 
     pub fn logits_backward(&self, b: &mut Builder) {
         let d = self.dims;
         b.label.module = Module::Logits;
         b.label.layer = NO_LAYER;
-        b.compute(self.cross_entropy(Pass::Backward));
+        b.compute(self.cross_entropy_backward());
         self.column_backward(b, &self.logits_linear(), self.hidden_bytes());
         b.compute(self.norm(KernelName::FinalNorm).backward(&d));
     }
