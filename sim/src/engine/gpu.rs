@@ -1026,7 +1026,8 @@ impl GpuLp {
             next: topo.gpu(members[((pos + 1) % n) as usize]),
             prev: topo.gpu(members[((pos + n - 1) % n) as usize]),
         };
-        let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+        // NCCL's node: the host, or a multi-host NVLink domain.
+        let host = |r: u32| topo.nccl_node(r);
         let (nodes, ppn) = ring::spread(&members, host);
         // Every member must plan alike (NCCL tunes from one shared view of the topology), so
         // the shape is seen from the group's first member, whatever this rank's own paths.
@@ -1058,7 +1059,7 @@ impl GpuLp {
             nvswitch: false,
             intra_bytes_per_s: 0.0,
             nic_bytes_per_s: 0.0,
-            nics_per_node: model.collectives.nics_per_host.max(1),
+            nics_per_node: model.collectives.nics_per_host.max(1) * topo.hosts_per_nccl_node(),
             coherent: false,
         };
         let mut closed = true;
@@ -1150,7 +1151,8 @@ impl GpuLp {
         let lanes = ring::lane_count(g.shape.nodes, g.shape.ranks_per_node, channels);
         if g.lanes.len() != lanes as usize {
             let topo = &model.topology;
-            let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+            // NCCL's node: the host, or a multi-host NVLink domain.
+            let host = |r: u32| topo.nccl_node(r);
             let members = model.workload.layout.group(kind, self.rank);
             let pxn = model.collectives.settings.rail_aligned_rings();
             g.lanes = ring::lane_links(&members, host, lanes, pxn, self.rank)
@@ -1183,7 +1185,8 @@ impl GpuLp {
         };
         if g.trees_for != (lanes, nvls) || g.trees.is_empty() {
             let topo = &model.topology;
-            let host = |r: u32| topo.nodes()[topo.gpu(r) as usize].host;
+            // NCCL's node: the host, or a multi-host NVLink domain.
+            let host = |r: u32| topo.nccl_node(r);
             let members = model.workload.layout.group(kind, self.rank);
             let hop = |l: &tree::TreeLinks| {
                 let mut children = [NO_NODE; 3];
@@ -1452,7 +1455,7 @@ impl GpuLp {
     /// protocol and efficiency over NVLink or the network; both ends pay the latency.
     fn p2p_cost(&self, model: &SimModel, peer: NodeId, bytes: u64) -> (u64, u64) {
         let topo = &model.topology;
-        let across = topo.nodes()[peer as usize].host != topo.nodes()[self.node as usize].host;
+        let across = topo.nccl_node(topo.nodes()[peer as usize].index) != topo.nccl_node(self.rank);
         let arch = model.collectives.arch[usize::from(topo.gpu_type(self.rank))];
         let plan = collective::p2p_plan(arch, bytes, across);
         (

@@ -670,6 +670,20 @@ mod tests {
         // The shared NVSwitch cuts hosts apart: its NVLink latency becomes the lookahead.
         assert_eq!(t.host_preserving_lookahead_ps(), Some(100_000));
         check_all_pairs(&t, &[0, 1, 2]);
+        // NCCL (Multi-Node NVLink) sees the domain of two hosts as one node.
+        assert_eq!(t.hosts_per_nccl_node(), 2);
+        assert_eq!(t.nccl_node(0), t.nccl_node(7));
+        assert_ne!(t.nccl_node(7), t.nccl_node(8));
+    }
+
+    #[test]
+    fn nccl_nodes_are_hosts_when_a_domain_is_one_host() {
+        let t = build_toml("gpus = 16
+nics_per_host = 8
+", &[h100()], None);
+        assert_eq!(t.hosts_per_nccl_node(), 1);
+        assert_eq!(t.nccl_node(7), 0);
+        assert_eq!(t.nccl_node(8), 1);
     }
 
     #[test]

@@ -250,6 +250,28 @@ impl Topology {
         self.host_count
     }
 
+    /// The node NCCL sees GPU `rank` in: its NVLink domain when one spans several hosts
+    /// (NCCL 2.20+ Multi-Node NVLink treats a domain, a "clique", as one node), otherwise
+    /// its host. Graph topologies use the host.
+    pub fn nccl_node(&self, rank: u32) -> u32 {
+        match &self.routing {
+            routing::Routing::Structured(s) if s.scale_up.domain_size > s.hosts.gpus_per_host => {
+                rank / s.scale_up.domain_size
+            }
+            _ => self.nodes[self.gpu(rank) as usize].host,
+        }
+    }
+
+    /// Hosts in one [`Topology::nccl_node`]: more than one in a multi-host NVLink domain.
+    pub fn hosts_per_nccl_node(&self) -> u32 {
+        match &self.routing {
+            routing::Routing::Structured(s) if s.hosts.gpus_per_host > 0 => {
+                (s.scale_up.domain_size / s.hosts.gpus_per_host).max(1)
+            }
+            _ => 1,
+        }
+    }
+
     /// Per host, the index into the `gpu_types` passed to [`Topology::build`].
     pub fn host_gpu_types(&self) -> &[u16] {
         &self.host_gpu_type

@@ -914,9 +914,8 @@ impl LayerEmitter<'_> {
     fn cross_entropy_forward(&self) -> [Kernel; 3] {
         let d = self.dims;
         let n = d.tokens() * self.model.vocab / d.tp;
-        let pass = |bytes: u64| {
-            elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * bytes, &d)
-        };
+        let pass =
+            |bytes: u64| elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * bytes, &d);
         [pass(d.act_bytes() + 8), pass(20), pass(8)]
     }
 
