@@ -70,7 +70,10 @@ fn a_malformed_set_override_is_one_clear_error() {
 fn a_set_override_past_an_array_is_one_clear_error() {
     let hetero = "configs/experiments/hetero-a100-h100-128.toml";
     for (set, want) in [
-        ("cluster.gpu_mix[2].gpu=H100-SXM", "has 2 element(s); index 2 is past its end"),
+        (
+            "cluster.gpu_mix[2].gpu=H100-SXM",
+            "has 2 element(s); index 2 is past its end",
+        ),
         ("cluster.gpu_mix[x].gpu=H100-SXM", "is not NAME[INDEX]"),
     ] {
         let stderr = one_clear_error(fleetsim().args(["check", hetero, "--set", set]), set);

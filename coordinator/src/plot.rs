@@ -126,16 +126,26 @@ pub fn parity_chart_svg(chart: &ParityChart) -> Result<String, PlotError> {
                 .label(s.name.as_str())
                 .legend(move |(x, y)| Circle::new((x + 9, y), 5, color.filled()));
         }
-        ctx.configure_series_labels()
-            .label_font((FAMILY, 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut ctx)?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
+}
+
+/// The legend of every chart: the series' names in a box at the upper left.
+fn draw_legend<'a, DB, CT>(ctx: &mut ChartContext<'a, DB, CT>) -> Result<(), PlotError>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
+    ctx.configure_series_labels()
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| PlotError(e.to_string()))
 }
 
 fn register_font() -> Result<(), PlotError> {
@@ -201,13 +211,7 @@ pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
                     ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                         .map_err(|e| err(&e))?;
                 }
-                ctx.configure_series_labels()
-                    .label_font((FAMILY, 14))
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK)
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .draw()
-                    .map_err(|e| err(&e))?;
+                draw_legend(&mut ctx)?;
             }};
         }
         if chart.log_x {

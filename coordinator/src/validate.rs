@@ -456,14 +456,8 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         let _ = writeln!(toml, "{k} = {v}");
     }
     let _ = writeln!(toml, "\n[model]");
-    for column in [
-        "layers",
-        "hidden",
-        "ffn_hidden",
-        "heads",
-        "seq_len",
-        "vocab",
-    ] {
+    // The model columns, in the table's order.
+    for column in &REQUIRED[3..9] {
         let _ = writeln!(toml, "{column} = {}", positive(column)?);
     }
     let kv_heads = optional_positive("kv_heads")?.unwrap_or(positive("heads")?);

@@ -299,15 +299,11 @@ memory_check = "off"
     assert_close(ag as f64, grads / 2.0, 1e-6, "all-gather bytes");
 }
 
-/// Each micro-batch crosses each pipeline boundary once forward (activations) and once
-/// backward (gradients): b·s·h elements, split over TP under sequence parallelism.
-#[test]
-fn pp_send_recv_bytes_match_textbook() {
-    for (sp, vp) in [(false, 1u64), (true, 1), (true, 2)] {
-        let exp = experiment(
-            &format!("pp-bytes-{sp}-{vp}"),
-            &format!(
-                r#"
+/// GPT-3 6.7B on 64 GPUs: TP 4 × PP 4 × DP 4, micro-batch 2, 4 micro-batches per replica,
+/// with extra `[training]` keys.
+fn tp4_pp4_on_64(vp: u64, sp: bool, training: &str) -> String {
+    format!(
+        r#"
 [cluster]
 gpus = 64
 [model]
@@ -321,9 +317,17 @@ micro_batch = 2
 global_batch = 32
 [training]
 memory_check = "off"
+{training}
 "#
-            ),
-        );
+    )
+}
+
+/// Each micro-batch crosses each pipeline boundary once forward (activations) and once
+/// backward (gradients): b·s·h elements, split over TP under sequence parallelism.
+#[test]
+fn pp_send_recv_bytes_match_textbook() {
+    for (sp, vp) in [(false, 1u64), (true, 1), (true, 2)] {
+        let exp = experiment(&format!("pp-bytes-{sp}-{vp}"), &tp4_pp4_on_64(vp, sp, ""));
         let w = compile(&exp).expect("compile");
         let m = &exp.model;
         let per_rank = 2 * m.seq_len * m.hidden * 2 / if sp { 4 } else { 1 };
@@ -351,25 +355,7 @@ memory_check = "off"
 #[test]
 fn scatter_gather_sends_a_tp_share_and_gathers_it() {
     for sp in [false, true] {
-        let body = |sg: bool| {
-            format!(
-                r#"
-[cluster]
-gpus = 64
-[model]
-preset = "gpt3-6.7b"
-[parallel]
-tp = 4
-pp = 4
-sequence_parallel = {sp}
-micro_batch = 2
-global_batch = 32
-[training]
-memory_check = "off"
-p2p_scatter_gather = {sg}
-"#
-            )
-        };
+        let body = |sg: bool| tp4_pp4_on_64(1, sp, &format!("p2p_scatter_gather = {sg}"));
         let plain = compile(&experiment(&format!("sg-off-{sp}"), &body(false))).expect("compile");
         let split = compile(&experiment(&format!("sg-on-{sp}"), &body(true))).expect("compile");
         let (a, b) = (summarize(&plain), summarize(&split));
@@ -408,26 +394,7 @@ p2p_scatter_gather = {sg}
 /// kernel (Megatron-LM 2022): it can only be slower, and it still runs to completion.
 #[test]
 fn blocking_interleaved_transfers_cost_time() {
-    let body = |overlap: bool| {
-        format!(
-            r#"
-[cluster]
-gpus = 4
-gpus_per_host = 4
-[model]
-preset = "gpt3-6.7b"
-layers = 32
-[parallel]
-pp = 4
-vp = 2
-micro_batch = 1
-global_batch = 8
-[training]
-memory_check = "off"
-overlap_p2p_comm = {overlap}
-"#
-        )
-    };
+    let body = |overlap: bool| four_stage_pipeline(2, 8, &format!("overlap_p2p_comm = {overlap}"));
     // Transfers cost a fixed time here, so waiting for them shows.
     let cost = |p: &Program, op: &sim::workload::Op| match op.kind {
         OpKind::Send { .. } | OpKind::Recv { .. } => 1_000_000,
@@ -501,13 +468,11 @@ fn layer_flops_cost(p: &Program, op: &sim::workload::Op) -> u64 {
 }
 
 /// In the no-communication limit the bubble over ideal time is (p − 1)/(m·v).
-#[test]
-fn bubble_fraction_matches_schedule_theory() {
-    for (vp, m) in [(1, 8), (2, 8), (1, 16), (4, 8)] {
-        let exp = experiment(
-            &format!("bubble-{vp}-{m}"),
-            &format!(
-                r#"
+/// GPT-3 6.7B (32 layers) on one host of 4 GPUs in 4 pipeline stages, micro-batch 1, with
+/// extra `[training]` keys.
+fn four_stage_pipeline(vp: u32, global_batch: u32, training: &str) -> String {
+    format!(
+        r#"
 [cluster]
 gpus = 4
 gpus_per_host = 4
@@ -518,12 +483,18 @@ layers = 32
 pp = 4
 vp = {vp}
 micro_batch = 1
-global_batch = {m}
+global_batch = {global_batch}
 [training]
 memory_check = "off"
+{training}
 "#
-            ),
-        );
+    )
+}
+
+#[test]
+fn bubble_fraction_matches_schedule_theory() {
+    for (vp, m) in [(1, 8), (2, 8), (1, 16), (4, 8)] {
+        let exp = experiment(&format!("bubble-{vp}-{m}"), &four_stage_pipeline(vp, m, ""));
         let w = compile(&exp).expect("compile");
         let timing = evaluate(&w, 0, &layer_flops_cost).expect("no deadlock");
         let want = 3.0 / f64::from(m * vp);

@@ -678,9 +678,13 @@ mod tests {
 
     #[test]
     fn nccl_nodes_are_hosts_when_a_domain_is_one_host() {
-        let t = build_toml("gpus = 16
+        let t = build_toml(
+            "gpus = 16
 nics_per_host = 8
-", &[h100()], None);
+",
+            &[h100()],
+            None,
+        );
         assert_eq!(t.hosts_per_nccl_node(), 1);
         assert_eq!(t.nccl_node(7), 0);
         assert_eq!(t.nccl_node(8), 1);

@@ -672,14 +672,7 @@ impl<'a> StageCompiler<'a> {
         b.label.module = Module::Optimizer;
         // Gradient clipping: local squared norm, then a scalar all-reduce over model parallel.
         let local = self.local_params(zero >= 1);
-        b.compute(Kernel {
-            name: KernelName::GradNorm,
-            pass: Pass::Forward,
-            shape: Shape::Elementwise { elements: local },
-            flops: 2 * local,
-            bytes: local * g,
-            dtype: d.precision,
-        });
+        b.compute(self.optimizer_pass(KernelName::GradNorm, local, 2 * local, local * g));
         if self.layout.group_size(GroupKind::ModelParallel) > 1 {
             b.blocking(CollectiveOp::AllReduce, GroupKind::ModelParallel, 4);
         }
@@ -687,22 +680,18 @@ impl<'a> StageCompiler<'a> {
         // fused Adam reads the fp32 master, m, v and the gradient and writes master, m and v;
         // `_copy_main_params_to_model_params` then reads the master again and writes the
         // model's weights.
-        b.compute(Kernel {
-            name: KernelName::OptimizerStep,
-            pass: Pass::Forward,
-            shape: Shape::Elementwise { elements: local },
-            flops: 12 * local,
-            bytes: local * (4 * 3 + g + 4 * 3),
-            dtype: d.precision,
-        });
-        b.compute(Kernel {
-            name: KernelName::ParamCopy,
-            pass: Pass::Forward,
-            shape: Shape::Elementwise { elements: local },
-            flops: 0,
-            bytes: local * (4 + self.weight_bytes()),
-            dtype: d.precision,
-        });
+        b.compute(self.optimizer_pass(
+            KernelName::OptimizerStep,
+            local,
+            12 * local,
+            local * (4 * 3 + g + 4 * 3),
+        ));
+        b.compute(self.optimizer_pass(
+            KernelName::ParamCopy,
+            local,
+            0,
+            local * (4 + self.weight_bytes()),
+        ));
         if (1..3).contains(&zero) && !self.options.overlap_param_gather {
             b.label.module = Module::GradSync;
             for chunk in 0..self.layout.vp {
@@ -718,14 +707,19 @@ impl<'a> StageCompiler<'a> {
         // this rank's gradients unless ZeRO-2/3 shards them.
         b.label.module = Module::Optimizer;
         let grads = self.local_params(zero >= 2);
-        b.compute(Kernel {
-            name: KernelName::GradZero,
+        b.compute(self.optimizer_pass(KernelName::GradZero, grads, 0, grads * g));
+    }
+
+    /// One pass of the optimizer step over `elements` parameters or gradients.
+    fn optimizer_pass(&self, name: KernelName, elements: u64, flops: u64, bytes: u64) -> Kernel {
+        Kernel {
+            name,
             pass: Pass::Forward,
-            shape: Shape::Elementwise { elements: grads },
-            flops: 0,
-            bytes: grads * g,
-            dtype: d.precision,
-        });
+            shape: Shape::Elementwise { elements },
+            flops,
+            bytes,
+            dtype: self.options.dims.precision,
+        }
     }
 
     /// A memory pass over `params` gradients (copy into the communication buffer).
