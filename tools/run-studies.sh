@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the four design studies of configs/studies/ and writes their tables and plots under
-# docs/studies/ (see docs/studies.md). About 25 minutes on 2 cores, release build.
+# docs/studies/ (see docs/studies.md). About 30 minutes on 2 cores, release build.
 #   bash tools/run-studies.sh [study ...]   # network-bandwidth tp-nvlink-domain hetero-naive rail-vs-fat-tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
