@@ -25,6 +25,19 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+impl Series {
+    /// Adds `point` to the series called `name`, starting it (after the others) if new.
+    pub fn add_point(series: &mut Vec<Series>, name: &str, point: (f64, f64)) {
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(point),
+            None => series.push(Series {
+                name: name.to_string(),
+                points: vec![point],
+            }),
+        }
+    }
+}
+
 /// A chart of lines sharing axes.
 #[derive(Debug)]
 pub struct LineChart<'a> {

@@ -58,6 +58,14 @@ pub struct RunOutput {
     pub summary: RunSummary,
 }
 
+/// Loads an experiment and builds its topology once, so that a batch of runs (a sweep, a
+/// validation table) stops at a bad one before the first starts.
+pub fn load_checked(path: &std::path::Path, sets: &[String]) -> Result<Experiment, RunError> {
+    let exp = Experiment::load(path, sets)?;
+    exp.build_topology()?;
+    Ok(exp)
+}
+
 /// Simulates one iteration of `exp` embedded. `progress` sees (simulated ps, events) after
 /// every window.
 pub fn run_embedded(

@@ -5,10 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::str::FromStr;
 
-use sim::experiment::Experiment;
-
 use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
-use crate::run::{RunError, RunOptions, run_embedded};
+use crate::run::{RunError, RunOptions, load_checked, run_embedded};
 
 /// One `--vary KEY=V1,V2,...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,9 +79,7 @@ pub fn run_sweep(
         .map(|combo| {
             let mut all = sets.to_vec();
             all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
-            let exp = Experiment::load(path, &all)?;
-            exp.build_topology()?;
-            Ok((combo, exp))
+            Ok((combo, load_checked(path, &all)?))
         })
         .collect::<Result<Vec<_>, RunError>>()?;
     let mut rows = Vec::new();
@@ -210,13 +206,7 @@ pub fn plot_svg(varies: &[Vary], rows: &[SweepRow]) -> Result<String, PlotError>
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        match series.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push((x, y)),
-            None => series.push(Series {
-                name,
-                points: vec![(x, y)],
-            }),
-        }
+        Series::add_point(&mut series, &name, (x, y));
     }
     let x_label = if numeric {
         last.key.clone()

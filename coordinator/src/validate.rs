@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use sim::experiment::Experiment;
 
 use crate::plot::{ParityChart, PlotError, Series, parity_chart_svg};
-use crate::run::{RunError, RunOptions, run_embedded};
+use crate::run::{RunError, RunOptions, load_checked, run_embedded};
 
 /// Columns every table has (`../shared/calibration/e2e_iterations.csv`).
 const REQUIRED: [&str; 22] = [
@@ -561,17 +561,11 @@ pub fn prepare(
             })?;
             let mut all = case.settings.clone();
             all.extend(sets.iter().cloned());
-            let exp = Experiment::load(&path, &all)
-                .map_err(RunError::from)
-                .and_then(|exp| {
-                    exp.build_topology()?;
-                    Ok(exp)
-                })
-                .map_err(|error| ValidateError::Case {
-                    file: file.to_string(),
-                    line: case.line,
-                    error,
-                })?;
+            let exp = load_checked(&path, &all).map_err(|error| ValidateError::Case {
+                file: file.to_string(),
+                line: case.line,
+                error,
+            })?;
             Ok((case.clone(), exp))
         })
         .collect()
@@ -716,13 +710,7 @@ pub fn parity_svg(outcomes: &[Outcome]) -> Result<String, PlotError> {
     let mut series: Vec<Series> = Vec::new();
     for o in outcomes {
         let point = (o.measured_tflops, o.predicted_tflops);
-        match series.iter_mut().find(|s| s.name == o.case.source) {
-            Some(s) => s.points.push(point),
-            None => series.push(Series {
-                name: o.case.source.clone(),
-                points: vec![point],
-            }),
-        }
+        Series::add_point(&mut series, &o.case.source, point);
     }
     let title = format!("fleetsim validate: MAPE {:.1}%", mape(outcomes));
     parity_chart_svg(&ParityChart {

@@ -1027,17 +1027,17 @@ impl GpuLp {
             prev: topo.gpu(members[((pos + n - 1) % n) as usize]),
         };
         // NCCL's node: the host, or a multi-host NVLink domain.
-        let host = |r: u32| topo.nccl_node(r);
-        let (nodes, ppn) = ring::spread(&members, host);
+        let node = |r: u32| topo.nccl_node(r);
+        let (nodes, ppn) = ring::spread(&members, node);
         // Every member must plan alike (NCCL tunes from one shared view of the topology), so
         // the shape is seen from the group's first member, whatever this rank's own paths.
         let first = members[0];
-        let home = host(first);
+        let home = node(first);
         let same = members
             .windows(2)
-            .find(|w| host(w[0]) == host(w[1]))
+            .find(|w| node(w[0]) == node(w[1]))
             .map(|w| (w[0], w[1]));
-        let other = members.iter().copied().find(|&m| host(m) != home);
+        let other = members.iter().copied().find(|&m| node(m) != home);
         let mixed = model.gpu_types > 1;
         // Mixed generations tune with the oldest (NCCL's minCompCap).
         let arch_of = |m: u32| model.collectives.arch[usize::from(topo.gpu_type(m))];
@@ -1078,7 +1078,7 @@ impl GpuLp {
             shape.nvswitch = shape.nvlink && p.hops == 2;
             if mixed {
                 // The slowest host's scale-up link bounds the group.
-                for w in members.windows(2).filter(|w| host(w[0]) == host(w[1])) {
+                for w in members.windows(2).filter(|w| node(w[0]) == node(w[1])) {
                     match path(&mut self.paths, w[0], w[1]) {
                         Ok(q) => {
                             shape.intra_bytes_per_s = shape.intra_bytes_per_s.min(q.bytes_per_s)
@@ -1107,7 +1107,7 @@ impl GpuLp {
                 let mut seen = vec![home];
                 let mut coherent = true;
                 for &m in &members {
-                    let h = host(m);
+                    let h = node(m);
                     if seen.contains(&h) {
                         continue;
                     }
@@ -1151,11 +1151,10 @@ impl GpuLp {
         let lanes = ring::lane_count(g.shape.nodes, g.shape.ranks_per_node, channels);
         if g.lanes.len() != lanes as usize {
             let topo = &model.topology;
-            // NCCL's node: the host, or a multi-host NVLink domain.
-            let host = |r: u32| topo.nccl_node(r);
+            let node = |r: u32| topo.nccl_node(r);
             let members = model.workload.layout.group(kind, self.rank);
             let pxn = model.collectives.settings.rail_aligned_rings();
-            g.lanes = ring::lane_links(&members, host, lanes, pxn, self.rank)
+            g.lanes = ring::lane_links(&members, node, lanes, pxn, self.rank)
                 .into_iter()
                 .map(|l| {
                     (
@@ -1185,8 +1184,7 @@ impl GpuLp {
         };
         if g.trees_for != (lanes, nvls) || g.trees.is_empty() {
             let topo = &model.topology;
-            // NCCL's node: the host, or a multi-host NVLink domain.
-            let host = |r: u32| topo.nccl_node(r);
+            let node = |r: u32| topo.nccl_node(r);
             let members = model.workload.layout.group(kind, self.rank);
             let hop = |l: &tree::TreeLinks| {
                 let mut children = [NO_NODE; 3];
@@ -1201,12 +1199,12 @@ impl GpuLp {
             };
             g.trees = if nvls {
                 vec![
-                    tree::nvls_tree_links(&members, host, self.rank)
+                    tree::nvls_tree_links(&members, node, self.rank)
                         .each_ref()
                         .map(hop),
                 ]
             } else {
-                tree::tree_links(&members, host, lanes, self.rank)
+                tree::tree_links(&members, node, lanes, self.rank)
                     .iter()
                     .map(|t| t.each_ref().map(hop))
                     .collect()

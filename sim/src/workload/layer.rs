@@ -906,6 +906,11 @@ impl LayerEmitter<'_> {
         }
     }
 
+    /// Logits this rank holds: its tokens times its share of the vocabulary.
+    fn logits_per_rank(&self) -> u64 {
+        self.dims.tokens() * self.model.vocab / self.dims.tp
+    }
+
     /// Vocab-parallel cross entropy's forward passes as Megatron runs them
     /// (`tensor_parallel/cross_entropy.py`, fp32 unless `--fp16-lm-cross-entropy`), in bytes
     /// per logit: cast to fp32 and take the max (read 2, write 4, read 4); subtract the max,
@@ -913,7 +918,7 @@ impl LayerEmitter<'_> {
     /// softmax for backward (8).
     fn cross_entropy_forward(&self) -> [Kernel; 3] {
         let d = self.dims;
-        let n = d.tokens() * self.model.vocab / d.tp;
+        let n = self.logits_per_rank();
         let pass =
             |bytes: u64| elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * bytes, &d);
         [pass(d.act_bytes() + 8), pass(20), pass(8)]
@@ -923,7 +928,7 @@ impl LayerEmitter<'_> {
     /// place (8 bytes per logit), then cast back to the logits' dtype (4 + 2).
     fn cross_entropy_backward(&self) -> Kernel {
         let d = self.dims;
-        let n = d.tokens() * self.model.vocab / d.tp;
+        let n = self.logits_per_rank();
         elementwise(
             KernelName::CrossEntropy,
             Pass::Backward,
