@@ -273,6 +273,25 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
+    /// Heterogeneity-aware placement: searches TP/PP/VP/micro-batch and how layers and
+    /// micro-batches split over the device types with a fast analytical model, confirms the
+    /// best with the engine, and prints the plan and its gain over the naive placement.
+    Plan {
+        /// Experiment file (TOML).
+        experiment: PathBuf,
+        /// Where plan.json and plan.txt go (optional).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Threads per engine run (0 = the machine's cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Override a key of the experiment file.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
     /// Runs every row of a table of real training measurements (columns as in
     /// ../shared/calibration/e2e_iterations.csv): predicted beside measured, the error per
     /// row and the MAPE; writes validation.csv, parity.svg and each row's experiment file.
@@ -532,6 +551,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("sweep: {} run(s) in {}", rows.len(), out.display());
             Ok(())
         }
+        Command::Plan {
+            experiment,
+            out,
+            json,
+            threads,
+            sets,
+        } => {
+            let report = coordinator::plan::plan(&experiment, &sets, threads)?;
+            let text = report.to_text();
+            let value = report.to_json();
+            if let Some(out) = out {
+                std::fs::create_dir_all(&out)
+                    .with_context(|| format!("creating {}", out.display()))?;
+                for (file, body) in [
+                    ("plan.txt", text.clone()),
+                    ("plan.json", serde_json::to_string_pretty(&value)? + "\n"),
+                ] {
+                    let path = out.join(file);
+                    std::fs::write(&path, body)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                print!("{text}");
+            }
+            Ok(())
+        }
         Command::Validate {
             cases,
             out,
@@ -585,7 +633,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(p) = partition {
                 sets.push(format!("engine.partition={p}"));
             }
-            let exp = Experiment::load(&experiment, &sets)?;
+            let mut exp = Experiment::load(&experiment, &sets)?;
+            if exp.loaded.config.engine.planner == sim::config::Planner::Hetero {
+                let report = coordinator::plan::plan(&experiment, &sets, threads)?;
+                if !quiet {
+                    eprint!("{}", report.to_text());
+                }
+                exp = report.best_experiment().clone();
+            }
             let out = out_dir(&exp, out);
             let options = RunOptions {
                 workers,

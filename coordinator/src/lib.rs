@@ -12,6 +12,7 @@ pub mod embedded;
 pub mod kernel_report;
 pub mod metrics;
 pub mod partition_report;
+pub mod plan;
 pub mod plot;
 pub mod run;
 pub mod run_report;

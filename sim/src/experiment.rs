@@ -26,8 +26,11 @@ pub struct Experiment {
     pub layout: ParallelLayout,
     pub global_batch: u64,
     pub micro_batch: u64,
-    /// Micro-batches per iteration of each data-parallel replica (gradient accumulation).
+    /// Micro-batches per iteration of the busiest data-parallel replica (gradient
+    /// accumulation); all replicas run this many unless `replica_micro_batches` differ.
     pub micro_batches: u64,
+    /// Micro-batches of each data-parallel replica, by DP index.
+    pub replica_micro_batches: Vec<u64>,
     /// Transformer layers on each pipeline stage.
     pub stage_layers: Vec<u64>,
     pub memory: Vec<StageMemory>,
@@ -319,9 +322,11 @@ impl Experiment {
                 ));
             }
             Some(g) => u64::from(g),
-            None => per_step,
+            None => p.replica_micro_batches.as_ref().map_or(per_step, |list| {
+                list.iter().map(|&m| u64::from(m)).sum::<u64>() * micro_batch
+            }),
         };
-        if global_batch % per_step != 0 {
+        if global_batch % per_step != 0 && p.replica_micro_batches.is_none() {
             return Err(err(
                 "parallel.global_batch",
                 format!(
@@ -329,12 +334,22 @@ impl Experiment {
                 ),
             ));
         }
-        let micro_batches = global_batch / per_step;
-        if p.vp > 1 && micro_batches % u64::from(p.pp) != 0 {
+        let replica_micro_batches = replica_micro_batches(&loaded, dp, micro_batch, global_batch)?;
+        let micro_batches = replica_micro_batches.iter().copied().max().unwrap_or(1);
+        if p.vp > 1
+            && let Some(m) = replica_micro_batches
+                .iter()
+                .find(|m| !m.is_multiple_of(u64::from(p.pp)))
+        {
+            let key = if p.replica_micro_batches.is_some() {
+                "parallel.replica_micro_batches"
+            } else {
+                "parallel.global_batch"
+            };
             return Err(err(
-                "parallel.global_batch",
+                key,
                 format!(
-                    "the interleaved schedule needs micro-batches per replica ({micro_batches}) divisible by PP {}",
+                    "the interleaved schedule needs micro-batches per replica ({m}) divisible by PP {}",
                     p.pp
                 ),
             ));
@@ -403,15 +418,7 @@ impl Experiment {
         }
 
         // --- memory ---
-        let inputs = MemoryInputs {
-            precision: t.precision,
-            zero: p.zero,
-            recompute: t.recompute,
-            sequence_parallel: p.sequence_parallel,
-            flash_attention: t.flash_attention,
-            micro_batch,
-            micro_batches,
-        };
+        let inputs = memory_inputs(cfg, micro_batches);
         let memory = memory::estimate(&model, &layout, &stage_layers, &inputs);
         let gph = c.gpus_per_host;
         let mut stage_hbm = vec![f64::INFINITY; p.pp as usize];
@@ -453,11 +460,17 @@ impl Experiment {
             global_batch,
             micro_batch,
             micro_batches,
+            replica_micro_batches,
             stage_layers,
             memory,
             stage_hbm,
             warnings,
         })
+    }
+
+    /// What the memory estimate reads besides model and layout.
+    pub fn memory_inputs(&self) -> MemoryInputs {
+        memory_inputs(&self.loaded.config, self.micro_batches)
     }
 
     /// Builds the cluster's topology with its routing structures.
@@ -500,6 +513,39 @@ fn split_layers(
     vp: u32,
 ) -> Result<Vec<u64>, ConfigError> {
     let p = &loaded.config.parallel;
+    if let Some(list) = &p.stage_layers {
+        let key = "parallel.stage_layers";
+        if p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
+            return Err(loaded.error(
+                key,
+                "give either parallel.stage_layers or first/last_stage_layers, not both",
+            ));
+        }
+        if list.len() != pp as usize {
+            return Err(loaded.error(
+                key,
+                format!("lists {} stages but PP = {pp}; give one count per pipeline stage", list.len()),
+            ));
+        }
+        let sum: u64 = list.iter().map(|&c| u64::from(c)).sum();
+        if sum != layers {
+            return Err(loaded.error(
+                key,
+                format!("adds up to {sum} layers but model.layers = {layers}"),
+            ));
+        }
+        if let Some((s, &c)) = list
+            .iter()
+            .enumerate()
+            .find(|(_, c)| **c == 0 || **c % vp != 0)
+        {
+            return Err(loaded.error(
+                key,
+                format!("stage {s} has {c} layers; every stage needs at least one, and a multiple of VP {vp}"),
+            ));
+        }
+        return Ok(list.iter().map(|&c| u64::from(c)).collect());
+    }
     let pp64 = u64::from(pp);
     let first = p.first_stage_layers.map(u64::from);
     let last = p.last_stage_layers.map(u64::from);
@@ -551,6 +597,51 @@ fn split_layers(
         ));
     }
     Ok(counts)
+}
+
+fn memory_inputs(cfg: &config::ExperimentConfig, micro_batches: u64) -> MemoryInputs {
+    MemoryInputs {
+        precision: cfg.training.precision,
+        zero: cfg.parallel.zero,
+        recompute: cfg.training.recompute,
+        sequence_parallel: cfg.parallel.sequence_parallel,
+        flash_attention: cfg.training.flash_attention,
+        micro_batch: u64::from(cfg.parallel.micro_batch),
+        micro_batches,
+    }
+}
+
+/// Micro-batches of every data-parallel replica: `parallel.replica_micro_batches` when given
+/// (its samples must add up to the global batch), else global_batch / (micro_batch × DP) each.
+fn replica_micro_batches(
+    loaded: &LoadedConfig,
+    dp: u32,
+    micro_batch: u64,
+    global_batch: u64,
+) -> Result<Vec<u64>, ConfigError> {
+    let key = "parallel.replica_micro_batches";
+    let Some(list) = &loaded.config.parallel.replica_micro_batches else {
+        return Ok(vec![global_batch / (micro_batch * u64::from(dp)); dp as usize]);
+    };
+    if list.len() != dp as usize {
+        return Err(loaded.error(
+            key,
+            format!("lists {} replicas but DP = {dp}; give one count per data-parallel replica", list.len()),
+        ));
+    }
+    if list.contains(&0) {
+        return Err(loaded.error(key, "every replica needs at least one micro-batch"));
+    }
+    let samples: u64 = list.iter().map(|&m| u64::from(m) * micro_batch).sum();
+    if samples != global_batch {
+        return Err(loaded.error(
+            key,
+            format!(
+                "runs {samples} samples (sum x micro_batch {micro_batch}) but parallel.global_batch = {global_batch}; they must match"
+            ),
+        ));
+    }
+    Ok(list.iter().map(|&m| u64::from(m)).collect())
 }
 
 fn positive(loaded: &LoadedConfig, key: &str, value: u64) -> Result<(), ConfigError> {

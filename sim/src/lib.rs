@@ -15,5 +15,6 @@ pub mod gpu;
 pub mod layout;
 pub mod memory;
 pub mod model;
+pub mod planner;
 pub mod topology;
 pub mod workload;

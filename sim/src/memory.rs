@@ -165,7 +165,8 @@ pub fn estimate(
         .collect()
 }
 
-fn stage_memory(
+/// Memory of pipeline stage `stage` when stages hold `per_stage` layers.
+pub fn stage_memory(
     model: &ModelSpec,
     layout: &ParallelLayout,
     per_stage: &[u64],

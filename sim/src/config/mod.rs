@@ -256,6 +256,14 @@ pub struct ParallelConfig {
     /// Llama 3 405B drops one layer from each, Llama 3 paper §3.3.2).
     pub first_stage_layers: Option<u32>,
     pub last_stage_layers: Option<u32>,
+    /// Layers on every pipeline stage, listed (overrides the even split and the first/last
+    /// overrides): the heterogeneity-aware planner gives fast stages more layers.
+    pub stage_layers: Option<Vec<u32>>,
+    /// Micro-batches of every data-parallel replica, listed (default: the same for all,
+    /// global_batch / (micro_batch × DP)). The planner gives fast replicas more; each
+    /// replica's loss is scaled by its share of the global batch, so the summed gradient is
+    /// exactly the global-batch mean.
+    pub replica_micro_batches: Option<Vec<u32>>,
     /// Rank order, fastest-varying first (Megatron-LM `--order`, default tp-cp-ep-dp-pp).
     #[serde(default = "defaults::order")]
     pub order: String,
@@ -291,6 +299,8 @@ impl Default for ParallelConfig {
             global_batch: None,
             first_stage_layers: None,
             last_stage_layers: None,
+            stage_layers: None,
+            replica_micro_batches: None,
             order: defaults::order(),
             cp_comm: CpComm::P2p,
         }
@@ -656,6 +666,21 @@ pub struct EngineConfig {
     /// (longest first by last window's events, with stealing) or `static`.
     #[serde(default = "defaults::scheduling")]
     pub scheduling: String,
+    /// How work is placed on a heterogeneous cluster: `naive` (as configured) or `hetero`
+    /// (`fleetsim plan`'s search, then the best plan is simulated).
+    #[serde(default)]
+    pub planner: Planner,
+}
+
+/// `engine.planner`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Planner {
+    /// The experiment's own layout: rank order, even layers, equal micro-batches.
+    #[default]
+    Naive,
+    /// The heterogeneity-aware planner (`sim::planner`).
+    Hetero,
 }
 
 impl Default for EngineConfig {
@@ -667,6 +692,7 @@ impl Default for EngineConfig {
             threads: 0,
             partitions: 0,
             scheduling: defaults::scheduling(),
+            planner: Planner::Naive,
         }
     }
 }

@@ -64,7 +64,7 @@ impl CompileOptions {
             .unwrap_or_else(|| 40_000_000u64.max(1_000_000 * u64::from(layout.dp)));
         CompileOptions {
             micro_batch: exp.micro_batch,
-            replica_micro_batches: vec![exp.micro_batches; layout.dp as usize],
+            replica_micro_batches: exp.replica_micro_batches.clone(),
             stage_layers: exp.stage_layers.clone(),
             dims: Dims {
                 tp: u64::from(layout.tp),

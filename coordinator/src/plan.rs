@@ -1,0 +1,197 @@
+//! `fleetsim plan`: the heterogeneity-aware planner's search ([`sim::planner`]) ranked by its
+//! fast analytical estimate, the best candidates and the experiment as written confirmed with
+//! the full engine, and the gain of the best over the naive placement.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use sim::compute::ComputeModel;
+use sim::experiment::Experiment;
+use sim::planner::{self, Estimated};
+
+use crate::run::{RunError, RunOptions, load_checked, run_embedded};
+
+/// Candidates besides the experiment as written that the engine confirms.
+pub const CONFIRMED: usize = 3;
+
+/// A candidate the engine ran.
+#[derive(Debug, Clone)]
+pub struct Confirmed {
+    /// Index into [`PlanReport::candidates`].
+    pub candidate: usize,
+    pub iteration_s: f64,
+    pub result_digest: String,
+}
+
+#[derive(Debug)]
+pub struct PlanReport {
+    pub name: String,
+    /// Every feasible candidate, fastest estimate first.
+    pub candidates: Vec<Estimated>,
+    /// Engine runs: the experiment as written first, then the best estimates.
+    pub confirmed: Vec<Confirmed>,
+    /// Index into `confirmed` of the fastest.
+    pub best: usize,
+    pub search_s: f64,
+    pub confirm_s: f64,
+}
+
+impl PlanReport {
+    /// The naive placement's engine time over the plan's, minus one.
+    pub fn gain(&self) -> f64 {
+        self.confirmed[0].iteration_s / self.confirmed[self.best].iteration_s - 1.0
+    }
+
+    pub fn best_experiment(&self) -> &Experiment {
+        &self.candidates[self.confirmed[self.best].candidate].experiment
+    }
+
+    fn best_sets(&self) -> Vec<String> {
+        let c = &self.candidates[self.confirmed[self.best].candidate];
+        let l = &c.experiment.layout;
+        c.candidate.sets(l.world(), l.cp)
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "plan {}: {} candidates estimated in {:.1} s, {} confirmed by the engine in {:.1} s",
+            self.name,
+            self.candidates.len(),
+            self.search_s,
+            self.confirmed.len(),
+            self.confirm_s
+        );
+        let _ = writeln!(s, "\nbest estimates (fast analytical model):");
+        for e in self.candidates.iter().take(8) {
+            let _ = writeln!(
+                s,
+                "  {:>9.4} s  {}",
+                e.estimate_s,
+                e.candidate.describe()
+            );
+        }
+        let _ = writeln!(s, "\nconfirmed (full engine):");
+        for (i, c) in self.confirmed.iter().enumerate() {
+            let e = &self.candidates[c.candidate];
+            let mark = if i == self.best { "*" } else { " " };
+            let what = if i == 0 {
+                "as written (naive)".to_string()
+            } else {
+                e.candidate.describe()
+            };
+            let _ = writeln!(
+                s,
+                "{mark} {:>9.4} s  (estimate {:.4} s)  {what}",
+                c.iteration_s, e.estimate_s
+            );
+        }
+        let best = &self.candidates[self.confirmed[self.best].candidate];
+        let _ = writeln!(
+            s,
+            "\nplan: {}\npredicted gain over naive: {:+.1}% ({:.4} s -> {:.4} s per iteration)",
+            best.candidate.describe(),
+            self.gain() * 100.0,
+            self.confirmed[0].iteration_s,
+            self.confirmed[self.best].iteration_s
+        );
+        let sets = self.best_sets();
+        if self.best != 0 {
+            let _ = writeln!(s, "run it with:");
+            for set in &sets {
+                let _ = writeln!(s, "  --set '{set}'");
+            }
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> Value {
+        let candidate = |e: &Estimated| {
+            let c = &e.candidate;
+            json!({
+                "placement": c.placement.name(),
+                "tp": c.tp, "pp": c.pp, "vp": c.vp, "micro_batch": c.micro_batch,
+                "order": c.order,
+                "dp": e.experiment.layout.dp,
+                "stage_layers": e.experiment.stage_layers,
+                "replica_micro_batches": e.experiment.replica_micro_batches,
+                "estimate_s": e.estimate_s,
+            })
+        };
+        json!({
+            "name": self.name,
+            "candidates": self.candidates.len(),
+            "search_s": self.search_s,
+            "confirm_s": self.confirm_s,
+            "confirmed": self.confirmed.iter().map(|c| {
+                let mut v = candidate(&self.candidates[c.candidate]);
+                v["iteration_time_s"] = json!(c.iteration_s);
+                v["result_digest"] = json!(c.result_digest);
+                v
+            }).collect::<Vec<_>>(),
+            "naive_iteration_time_s": self.confirmed[0].iteration_s,
+            "plan_iteration_time_s": self.confirmed[self.best].iteration_s,
+            "gain": self.gain(),
+            "plan": candidate(&self.candidates[self.confirmed[self.best].candidate]),
+            "sets": self.best_sets(),
+        })
+    }
+}
+
+/// Searches `path` (with `sets`) and confirms the best estimates with the engine.
+pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<PlanReport, RunError> {
+    let base = load_checked(path, &with_naive(sets, &[]))?;
+    let compute = ComputeModel::from_experiment(&base)?;
+    let started = std::time::Instant::now();
+    let load = |extra: &[String]| Experiment::load(path, &with_naive(sets, extra));
+    let candidates = planner::search(&base, &compute, &load)?;
+    let search_s = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
+    // The experiment as written is always confirmed: the plan can only beat it or be it.
+    let as_written = candidates.iter().position(|e| e.as_written).unwrap_or(0);
+    let mut order = vec![as_written];
+    order.extend(
+        (0..candidates.len())
+            .filter(|&i| i != as_written)
+            .take(CONFIRMED),
+    );
+    let options = RunOptions {
+        threads,
+        ..RunOptions::default()
+    };
+    let mut confirmed = Vec::with_capacity(order.len());
+    for i in order {
+        let exp = &candidates[i].experiment;
+        exp.build_topology()?;
+        let out = run_embedded(exp, &options, None)?;
+        confirmed.push(Confirmed {
+            candidate: i,
+            iteration_s: out.summary.json["iteration_time_s"].as_f64().unwrap_or(f64::INFINITY),
+            result_digest: out.summary.json["result_digest"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+    let best = (0..confirmed.len())
+        .min_by(|&a, &b| confirmed[a].iteration_s.total_cmp(&confirmed[b].iteration_s))
+        .unwrap_or(0);
+    Ok(PlanReport {
+        name: base.name().to_string(),
+        candidates,
+        confirmed,
+        best,
+        search_s,
+        confirm_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The user's overrides, then the plan's, with the planner itself off for the runs.
+fn with_naive(sets: &[String], extra: &[String]) -> Vec<String> {
+    let mut all = sets.to_vec();
+    all.extend_from_slice(extra);
+    all.push("engine.planner=\"naive\"".into());
+    all
+}
