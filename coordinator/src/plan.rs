@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
-use sim::planner::{self, Estimated};
+use sim::planner::{self, Estimated, Placement};
 
 use crate::run::{RunError, RunOptions, load_checked, run_embedded};
 
@@ -33,6 +33,9 @@ pub struct PlanReport {
     pub confirmed: Vec<Confirmed>,
     /// Index into `confirmed` of the fastest.
     pub best: usize,
+    /// Index into `confirmed` of the fastest with the naive placement (uniform layers and
+    /// micro-batches, any searched layout).
+    pub best_uniform: usize,
     pub search_s: f64,
     pub confirm_s: f64,
 }
@@ -41,6 +44,12 @@ impl PlanReport {
     /// The naive placement's engine time over the plan's, minus one.
     pub fn gain(&self) -> f64 {
         self.confirmed[0].iteration_s / self.confirmed[self.best].iteration_s - 1.0
+    }
+
+    /// The best uniform plan's engine time over the plan's, minus one: what placing work by
+    /// device speed adds to the layout search.
+    pub fn placement_gain(&self) -> f64 {
+        self.confirmed[self.best_uniform].iteration_s / self.confirmed[self.best].iteration_s - 1.0
     }
 
     pub fn best_experiment(&self) -> &Experiment {
@@ -66,12 +75,7 @@ impl PlanReport {
         );
         let _ = writeln!(s, "\nbest estimates (fast analytical model):");
         for e in self.candidates.iter().take(8) {
-            let _ = writeln!(
-                s,
-                "  {:>9.4} s  {}",
-                e.estimate_s,
-                e.candidate.describe()
-            );
+            let _ = writeln!(s, "  {:>9.4} s  {}", e.estimate_s, e.candidate.describe());
         }
         let _ = writeln!(s, "\nconfirmed (full engine):");
         for (i, c) in self.confirmed.iter().enumerate() {
@@ -96,6 +100,12 @@ impl PlanReport {
             self.gain() * 100.0,
             self.confirmed[0].iteration_s,
             self.confirmed[self.best].iteration_s
+        );
+        let _ = writeln!(
+            s,
+            "of which placement by device speed: {:+.1}% over the best uniform plan ({:.4} s)",
+            self.placement_gain() * 100.0,
+            self.confirmed[self.best_uniform].iteration_s
         );
         let sets = self.best_sets();
         if self.best != 0 {
@@ -134,6 +144,8 @@ impl PlanReport {
             "naive_iteration_time_s": self.confirmed[0].iteration_s,
             "plan_iteration_time_s": self.confirmed[self.best].iteration_s,
             "gain": self.gain(),
+            "uniform_iteration_time_s": self.confirmed[self.best_uniform].iteration_s,
+            "placement_gain": self.placement_gain(),
             "plan": candidate(&self.candidates[self.confirmed[self.best].candidate]),
             "sets": self.best_sets(),
         })
@@ -151,10 +163,16 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<Plan
     let started = std::time::Instant::now();
     // The experiment as written is always confirmed: the plan can only beat it or be it.
     let as_written = candidates.iter().position(|e| e.as_written).unwrap_or(0);
+    // The best uniform plan (naive placement, searched layout) tells how much of the gain is
+    // the layout search alone and how much is heterogeneity-aware placement.
+    let uniform = candidates
+        .iter()
+        .position(|e| !e.as_written && e.candidate.placement == Placement::Naive);
     let mut order = vec![as_written];
+    order.extend(uniform);
     order.extend(
         (0..candidates.len())
-            .filter(|&i| i != as_written)
+            .filter(|&i| i != as_written && Some(i) != uniform)
             .take(CONFIRMED),
     );
     let options = RunOptions {
@@ -168,21 +186,34 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<Plan
         let out = run_embedded(exp, &options, None)?;
         confirmed.push(Confirmed {
             candidate: i,
-            iteration_s: out.summary.json["iteration_time_s"].as_f64().unwrap_or(f64::INFINITY),
+            iteration_s: out.summary.json["iteration_time_s"]
+                .as_f64()
+                .unwrap_or(f64::INFINITY),
             result_digest: out.summary.json["result_digest"]
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
         });
     }
-    let best = (0..confirmed.len())
-        .min_by(|&a, &b| confirmed[a].iteration_s.total_cmp(&confirmed[b].iteration_s))
-        .unwrap_or(0);
+    let fastest = |keep: &dyn Fn(&Confirmed) -> bool| {
+        (0..confirmed.len())
+            .filter(|&i| keep(&confirmed[i]))
+            .min_by(|&a, &b| {
+                confirmed[a]
+                    .iteration_s
+                    .total_cmp(&confirmed[b].iteration_s)
+            })
+            .unwrap_or(0)
+    };
+    let best = fastest(&|_| true);
+    let best_uniform =
+        fastest(&|c| candidates[c.candidate].candidate.placement == Placement::Naive);
     Ok(PlanReport {
         name: base.name().to_string(),
         candidates,
         confirmed,
         best,
+        best_uniform,
         search_s,
         confirm_s: started.elapsed().as_secs_f64(),
     })

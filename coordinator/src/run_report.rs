@@ -145,25 +145,28 @@ pub fn summarize_run(
     })
 }
 
+/// Per rank: time split, the simulated peak of live HBM bytes (resident state, activations in
+/// flight and NCCL buffers, replayed over the iteration) and the GPU's capacity.
 pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: u64) -> String {
     let mut out = String::from(
-        "rank,gpu,stage,finish_s,compute_s,exposed_comm_s,bubble_s,idle_s,peak_memory_bytes\n",
+        "rank,gpu,stage,finish_s,compute_s,exposed_comm_s,bubble_s,idle_s,peak_memory_bytes,hbm_bytes\n",
     );
     for g in results.gpus() {
         let finish = g.finish_ps.unwrap_or(iteration_ps);
-        let mem = exp.memory.get(g.stage as usize).map_or(0.0, |m| m.total());
+        let gpu = exp.gpu_of_rank(g.rank);
         let _ = writeln!(
             out,
-            "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{:.0}",
+            "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{},{:.0}",
             g.rank,
-            exp.gpu_of_rank(g.rank).name,
+            gpu.name,
             g.stage,
             finish as f64 * PS,
             g.compute_ps as f64 * PS,
             g.exposed_comm_ps as f64 * PS,
             g.bubble_ps as f64 * PS,
             (iteration_ps - finish) as f64 * PS,
-            mem
+            g.peak_memory_bytes,
+            gpu.hbm_bytes()
         );
     }
     out

@@ -524,7 +524,10 @@ fn split_layers(
         if list.len() != pp as usize {
             return Err(loaded.error(
                 key,
-                format!("lists {} stages but PP = {pp}; give one count per pipeline stage", list.len()),
+                format!(
+                    "lists {} stages but PP = {pp}; give one count per pipeline stage",
+                    list.len()
+                ),
             ));
         }
         let sum: u64 = list.iter().map(|&c| u64::from(c)).sum();
@@ -621,12 +624,18 @@ fn replica_micro_batches(
 ) -> Result<Vec<u64>, ConfigError> {
     let key = "parallel.replica_micro_batches";
     let Some(list) = &loaded.config.parallel.replica_micro_batches else {
-        return Ok(vec![global_batch / (micro_batch * u64::from(dp)); dp as usize]);
+        return Ok(vec![
+            global_batch / (micro_batch * u64::from(dp));
+            dp as usize
+        ]);
     };
     if list.len() != dp as usize {
         return Err(loaded.error(
             key,
-            format!("lists {} replicas but DP = {dp}; give one count per data-parallel replica", list.len()),
+            format!(
+                "lists {} replicas but DP = {dp}; give one count per data-parallel replica",
+                list.len()
+            ),
         ));
     }
     if list.contains(&0) {

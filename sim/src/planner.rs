@@ -85,7 +85,10 @@ impl Candidate {
             format!("parallel.order=\"{}\"", self.order),
         ];
         if !self.stage_layers.is_empty() {
-            sets.push(format!("parallel.stage_layers={}", list(&self.stage_layers)));
+            sets.push(format!(
+                "parallel.stage_layers={}",
+                list(&self.stage_layers)
+            ));
         }
         if !self.replica_micro_batches.is_empty() {
             sets.push(format!(
@@ -180,7 +183,12 @@ pub fn search(
             let candidate = match placement {
                 Placement::Naive => {
                     if (tp, pp, vp, mbs)
-                        == (base.layout.tp, base.layout.pp, base.layout.vp, base.micro_batch as u32)
+                        == (
+                            base.layout.tp,
+                            base.layout.pp,
+                            base.layout.vp,
+                            base.micro_batch as u32,
+                        )
                     {
                         continue; // the experiment as written, already in
                     }
@@ -208,7 +216,10 @@ pub fn search(
             // Skip splits that came out uniform: the naive candidate of this layout covers them.
             if placement != Placement::Naive
                 && candidate.stage_layers.windows(2).all(|w| w[0] == w[1])
-                && candidate.replica_micro_batches.windows(2).all(|w| w[0] == w[1])
+                && candidate
+                    .replica_micro_batches
+                    .windows(2)
+                    .all(|w| w[0] == w[1])
             {
                 continue;
             }
@@ -281,7 +292,9 @@ pub fn tp_spans_types(exp: &Experiment) -> bool {
     let types = rank_types(exp);
     (0..l.group_count(GroupKind::Tp)).any(|g| {
         let members = l.nth_group(GroupKind::Tp, g);
-        members.iter().any(|&r| types[r as usize] != types[members[0] as usize])
+        members
+            .iter()
+            .any(|&r| types[r as usize] != types[members[0] as usize])
     })
 }
 
@@ -509,15 +522,23 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                     (s * 1e12) as u64
                 }
                 OpKind::Send { bytes, .. } => {
-                    let rate = if l.pp > 1 { link(l, GroupKind::Pp, rank, scale_up) } else { scale_up };
+                    let rate = if l.pp > 1 {
+                        link(l, GroupKind::Pp, rank, scale_up)
+                    } else {
+                        scale_up
+                    };
                     ((bytes as f64 / rate + 5e-6) * 1e12) as u64
                 }
                 OpKind::Recv { .. } => 0,
             }
         })
-        .map_err(|e| exp.loaded.error("parallel", format!("the plan's schedule does not complete: {e}")))?;
+        .map_err(|e| {
+            exp.loaded.error(
+                "parallel",
+                format!("the plan's schedule does not complete: {e}"),
+            )
+        })?;
         worst = worst.max(timing.iteration_ps);
     }
     Ok(worst as f64 * 1e-12)
 }
-

@@ -26,7 +26,7 @@ use super::{Body, Ctx, INJECTED, NO_NODE, P2P, Segment, SimModel, Tag};
 use crate::collective::{self, Algorithm, Arch, CommShape, Plan, pat, ring, tree};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId, splitmix64};
-use crate::workload::{CollectiveOp, OpKind, Peer, Stream};
+use crate::workload::{CollectiveOp, MemoryEvent, OpKind, Peer, Stream};
 
 const STREAMS: usize = Stream::COUNT;
 const COMPUTE: usize = 0;
@@ -259,6 +259,10 @@ pub struct GpuLp {
     flow_arrivals: Vec<(u32, u64)>,
     /// Split flows being received: ((sender, flow slot), queue pairs complete).
     parts_seen: Vec<((NodeId, u32), u8)>,
+    /// Live HBM bytes, their peak, and the next of the program's memory events.
+    live_bytes: u64,
+    peak_bytes: u64,
+    memory_cursor: u32,
 }
 
 fn is_collective_stream(s: usize) -> bool {
@@ -438,6 +442,9 @@ impl GpuLp {
             error: None,
             flow_arrivals: Vec::new(),
             parts_seen: Vec::new(),
+            live_bytes: w.programs[program as usize].resident_bytes,
+            peak_bytes: w.programs[program as usize].resident_bytes,
+            memory_cursor: 0,
         }
     }
 
@@ -597,6 +604,10 @@ impl GpuLp {
                 } else {
                     base
                 };
+                if let Some(e) = self.memory_event(model, op) {
+                    self.live_bytes += e.alloc;
+                    self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+                }
                 self.running[s] = Running::Compute {
                     op,
                     start_ps: ctx.now,
@@ -1646,12 +1657,28 @@ impl GpuLp {
         self.check_done(model, s, ctx);
     }
 
+    /// The memory event of compute op `op`, if it has one (the compute stream runs in program
+    /// order, so it can only be the next one).
+    fn memory_event(&self, model: &SimModel, op: u32) -> Option<MemoryEvent> {
+        model.workload.programs[self.program as usize]
+            .memory_events
+            .get(self.memory_cursor as usize)
+            .filter(|e| e.op == op)
+            .copied()
+    }
+
     /// The op on stream `s` finished now.
     fn complete(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
         let running = std::mem::replace(&mut self.running[s], Running::Idle);
         let (op, start) = match running {
             Running::Idle => return,
-            Running::Compute { op, start_ps } => (op, start_ps),
+            Running::Compute { op, start_ps } => {
+                if let Some(e) = self.memory_event(model, op) {
+                    self.live_bytes = self.live_bytes.saturating_sub(e.free);
+                    self.memory_cursor += 1;
+                }
+                (op, start_ps)
+            }
             Running::Comm(run) => {
                 if run.ring.n > 1 && is_collective_stream(s) && run.collective.is_some() {
                     self.comm_active -= 1;
@@ -1978,6 +2005,7 @@ impl GpuLp {
                 exposed_comm_ps: self.exposed_comm_ps,
                 bubble_ps: self.bubble_ps,
                 ops_done: self.ops_done,
+                peak_memory_bytes: self.peak_bytes,
                 error: self.error.clone(),
                 blocked: self.finish_ps.is_none().then(|| blocked.join("; ")),
             }),

@@ -55,6 +55,8 @@ pub struct GpuReport {
     pub exposed_comm_ps: u64,
     pub bubble_ps: u64,
     pub ops_done: u64,
+    /// Most live HBM bytes at any time (resident state plus activations in flight).
+    pub peak_memory_bytes: u64,
     /// Why the rank did not finish: the op each unfinished stream waits at.
     pub blocked: Option<String>,
     /// What stopped the rank: a routing failure, a collective it cannot run as configured.

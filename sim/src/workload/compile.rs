@@ -26,10 +26,11 @@
 use crate::config::ConfigError;
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
-use crate::memory::{bytes_per_param, layer_params_per_rank, output_params_per_rank};
+use crate::memory::{MemoryInputs, bytes_per_param, layer_params_per_rank, output_params_per_rank};
 use crate::model::ModelSpec;
 
 use super::layer::{Builder, Dims, LayerEmitter};
+use super::live_memory;
 use super::schedule::{Step, stage_steps};
 use super::{
     CollectiveOp, Kernel, KernelName, Module, NO_LAYER, Pass, Peer, Phase, Program, Shape, Stream,
@@ -117,8 +118,19 @@ pub fn compile_with(
         .collect();
     let mut programs = Vec::with_capacity(class_counts.len() * layout.pp as usize);
     for &m in &class_counts {
+        let inputs = MemoryInputs {
+            precision: options.dims.precision,
+            zero: options.zero,
+            recompute: options.dims.recompute,
+            sequence_parallel: options.dims.sequence_parallel,
+            flash_attention: options.dims.flash,
+            micro_batch: options.micro_batch,
+            micro_batches: m,
+        };
         for stage in 0..layout.pp {
-            programs.push(StageCompiler::new(model, layout, options, stage, m as u32).compile());
+            let mut program = StageCompiler::new(model, layout, options, stage, m as u32).compile();
+            live_memory::annotate(&mut program, model, layout, &options.stage_layers, &inputs);
+            programs.push(program);
         }
     }
     let samples: u64 = options

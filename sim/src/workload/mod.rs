@@ -27,6 +27,7 @@ pub mod bench;
 pub mod compile;
 pub mod evaluate;
 mod layer;
+pub mod live_memory;
 pub mod schedule;
 pub mod simai;
 pub mod simai_convert;
@@ -492,6 +493,18 @@ pub struct Program {
     pub ops: Vec<Op>,
     deps: Vec<u32>,
     pub kernels: Vec<Kernel>,
+    /// HBM bytes held all iteration: weights, gradients, optimizer state, NCCL buffers.
+    pub resident_bytes: u64,
+    /// Activation allocations and frees on compute ops, in op order ([`live_memory`]).
+    pub memory_events: Vec<MemoryEvent>,
+}
+
+/// Bytes a compute op allocates when it starts and frees when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryEvent {
+    pub op: u32,
+    pub alloc: u64,
+    pub free: u64,
 }
 
 impl Program {
@@ -554,6 +567,7 @@ impl Program {
         self.ops.capacity() * std::mem::size_of::<Op>()
             + self.deps.capacity() * 4
             + self.kernels.capacity() * std::mem::size_of::<Kernel>()
+            + self.memory_events.capacity() * std::mem::size_of::<MemoryEvent>()
     }
 }
 

@@ -1,0 +1,197 @@
+//! Heterogeneous clusters (issue 9): the planner's splits, its plans running exactly alike on
+//! any partition, and the live-memory replay against the static estimate.
+
+mod support;
+
+use sim::compute::ComputeModel;
+use sim::planner::{self, Placement};
+use support::*;
+
+/// A cluster of `fast` hosts of H100 followed by `slow` hosts of `slow_gpu`, Llama 2 7B.
+fn mixed(fast: u32, slow: u32, slow_gpu: &str, parallel: &str) -> String {
+    format!(
+        r#"
+name = "hetero-test"
+[cluster]
+gpus = {gpus}
+gpus_per_host = 8
+topology = "rail-optimized"
+nics_per_host = 8
+nic_gbps = 400
+[[cluster.gpu_mix]]
+gpu = "H100-SXM"
+hosts = {fast}
+[[cluster.gpu_mix]]
+gpu = "{slow_gpu}"
+hosts = {slow}
+[model]
+preset = "llama2-7b"
+[parallel]
+{parallel}
+[network]
+model = "analytical"
+"#,
+        gpus = 8 * (fast + slow)
+    )
+}
+
+fn stage_gpu_names(exp: &sim::experiment::Experiment) -> Vec<String> {
+    exp.stage_gpus().iter().map(|g| g.name.clone()).collect()
+}
+
+#[test]
+fn fast_stages_get_more_layers_and_the_split_adds_up() {
+    let exp = experiment(&mixed(
+        2,
+        2,
+        "A100-SXM-80GB",
+        "tp = 8\npp = 4\nglobal_batch = 16",
+    ));
+    assert_eq!(
+        stage_gpu_names(&exp),
+        ["H100-SXM", "H100-SXM", "A100-SXM-80GB", "A100-SXM-80GB"]
+    );
+    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let layers = planner::balance_layers(&exp, &compute).expect("a split fits");
+    assert_eq!(layers.iter().sum::<u32>(), 32);
+    // H100 runs these kernels about 2-3x faster than A100: its stages carry more layers.
+    assert!(layers[1] > layers[2], "{layers:?}");
+    assert!(layers[1] >= 2 * layers[3], "{layers:?}");
+}
+
+#[test]
+fn a_stage_with_little_memory_gets_no_more_layers_than_fit() {
+    // V100 (32 GB) stages in fp16: without the memory cap the time balance alone would put
+    // more layers there than its HBM holds at TP 1.
+    let exp = experiment(
+        &(mixed(
+            1,
+            1,
+            "V100",
+            "tp = 1\npp = 16\nglobal_batch = 64\nmicro_batch = 4",
+        ) + "[training]\nprecision = \"fp16\"\nmemory_check = \"off\"\n"),
+    );
+    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let Some(layers) = planner::balance_layers(&exp, &compute) else {
+        return; // no split fits at all: also respects the cap
+    };
+    let inputs = exp.memory_inputs();
+    for (s, &n) in layers.iter().enumerate() {
+        let per_stage = vec![u64::from(n); 16];
+        let m = sim::memory::stage_memory(&exp.model, &exp.layout, &per_stage, &inputs, s as u32);
+        assert!(
+            m.total() <= exp.stage_hbm[s],
+            "stage {s}: {n} layers need {:.1} GB of {:.1} GB ({layers:?})",
+            m.total() / 1e9,
+            exp.stage_hbm[s] / 1e9
+        );
+    }
+}
+
+#[test]
+fn fast_replicas_get_more_micro_batches_and_the_batch_is_kept() {
+    let exp = experiment(&mixed(
+        2,
+        2,
+        "A100-SXM-80GB",
+        "tp = 8\npp = 1\nglobal_batch = 64\norder = \"tp-cp-ep-pp-dp\"",
+    ));
+    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let m = planner::balance_micro_batches(&exp, &compute).expect("split");
+    assert_eq!(m.len(), 4);
+    assert_eq!(m.iter().sum::<u32>(), 64, "{m:?}");
+    assert!(m[0] > m[3] && m[0] == m[1] && m[2] == m[3], "{m:?}");
+}
+
+#[test]
+fn tensor_parallel_groups_spanning_device_types_are_detected() {
+    let exp = experiment(
+        &(mixed(1, 1, "A100-SXM-80GB", "tp = 16\npp = 1") + "[cluster.latency_ns]\nnvlink = 200\n")
+            .replace("nic_gbps = 400", "nic_gbps = 400\nnvlink_domain = 16"),
+    );
+    assert!(planner::tp_spans_types(&exp));
+    let exp = experiment(&mixed(1, 1, "A100-SXM-80GB", "tp = 8\npp = 1"));
+    assert!(!planner::tp_spans_types(&exp));
+}
+
+#[test]
+fn a_planned_workload_gives_the_same_digest_on_any_partition() {
+    let toml = mixed(
+        1,
+        1,
+        "A100-SXM-80GB",
+        "tp = 4\npp = 2\nmicro_batch = 1\nglobal_batch = 8\nstage_layers = [20, 12]\nreplica_micro_batches = [3, 5]",
+    )
+    .replace("model = \"analytical\"", "model = \"packet\"");
+    let exp = experiment(&toml);
+    let (_, one) = run(model(&exp));
+    let digest = one.digest();
+    for (strategy, workers, threads) in [("random", 2, 1), ("metis", 3, 2), ("by-rail", 2, 2)] {
+        let m = model(&exp);
+        let load = partitioner::Load::estimate(&m.topology, &m.workload, m.net.segment_bytes);
+        let parts = partitioner::partition(&m.topology, strategy, 5, &load, 7)
+            .expect("partition")
+            .partition_of;
+        let (_, r) = run_with(m, parts, workers, threads);
+        assert_eq!(
+            r.digest(),
+            digest,
+            "{strategy}: {workers} workers x {threads} threads"
+        );
+    }
+}
+
+#[test]
+fn the_replayed_peak_matches_the_static_estimate_plus_nccl_buffers() {
+    let exp = experiment(&mixed(
+        1,
+        1,
+        "A100-SXM-80GB",
+        "tp = 2\npp = 4\nglobal_batch = 16\nsequence_parallel = true",
+    ));
+    let (model, results) = run(model(&exp));
+    assert_eq!(results.gpus().count(), 16);
+    for g in results.gpus() {
+        let program = model.workload.program_of_rank(g.rank);
+        let estimate = exp.memory[g.stage as usize];
+        let state = estimate.weights + estimate.gradients + estimate.optimizer;
+        let buffers = program.resident_bytes as f64 - state;
+        assert!(buffers > 0.0, "NCCL buffers are resident");
+        let replayed_activations = g.peak_memory_bytes as f64 - program.resident_bytes as f64;
+        let error = (replayed_activations - estimate.activations).abs() / estimate.activations;
+        assert!(
+            error < 0.02,
+            "rank {} stage {}: replayed activations {:.3} GB vs estimate {:.3} GB",
+            g.rank,
+            g.stage,
+            replayed_activations / 1e9,
+            estimate.activations / 1e9
+        );
+    }
+}
+
+#[test]
+fn the_search_keeps_the_naive_plan_and_finds_a_faster_hetero_one() {
+    let exp = experiment(&mixed(
+        1,
+        1,
+        "A100-SXM-80GB",
+        "tp = 8\npp = 2\nglobal_batch = 32",
+    ));
+    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let toml = mixed(1, 1, "A100-SXM-80GB", "tp = 8\npp = 2\nglobal_batch = 32");
+    let dir = std::env::temp_dir().join(format!("fleetsim-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("exp.toml");
+    std::fs::write(&path, toml).expect("write");
+    let load = |sets: &[String]| sim::experiment::Experiment::load(&path, sets);
+    let found = planner::search(&exp, &compute, &load).expect("search");
+    let naive = found.iter().find(|e| e.as_written).expect("naive kept");
+    let best = &found[0];
+    assert!(best.estimate_s < naive.estimate_s);
+    assert_ne!(best.candidate.placement, Placement::Naive, "{best:?}");
+    for e in &found {
+        assert!(!planner::tp_spans_types(&e.experiment));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
