@@ -309,6 +309,7 @@ pub fn trace_json(model: &SimModel, results: &RunResults) -> serde_json::Value {
                         }
                         OpKind::Send { bytes, .. } => format!("send {bytes}B"),
                         OpKind::Recv { bytes, .. } => format!("recv {bytes}B"),
+                        OpKind::MemoryRead { bytes } => format!("cxl {bytes}B"),
                     };
                     events.push(json!({
                         "ph": "X", "pid": pid, "tid": s, "name": name,

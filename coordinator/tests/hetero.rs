@@ -195,3 +195,109 @@ fn the_search_keeps_the_naive_plan_and_finds_a_faster_hetero_one() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One host of 8 H100 with a CXL switch and one memory node per GPU, Llama 2 7B data parallel
+/// with its weights in CXL memory (`tensors`), coherent or not.
+fn cxl_experiment(tensors: &str, coherent: bool) -> sim::experiment::Experiment {
+    experiment(&format!(
+        r#"
+name = "cxl-test"
+[cluster]
+gpus = 8
+gpus_per_host = 8
+gpu = "H100-SXM"
+topology = "rail-optimized"
+[cluster.cxl]
+hosts_per_switch = 1
+memory_nodes_per_switch = 8
+memory_node_gb = 64
+memory_node_gb_s = 64
+link_gb_s = 64
+coherent = {coherent}
+spill = false
+tensors = [{tensors}]
+[model]
+preset = "llama2-7b"
+[parallel]
+tp = 1
+pp = 1
+zero = 1
+global_batch = 8
+[training]
+overlap_grad_reduce = false
+overlap_param_gather = false
+memory_check = "off"
+[network]
+model = "analytical"
+"#
+    ))
+}
+
+#[test]
+fn a_coherent_remote_read_layer_takes_the_max_and_a_non_coherent_one_the_sum() {
+    use sim::workload::{NO_LAYER, OpKind, Phase};
+    let time = |exp: &sim::experiment::Experiment| {
+        let (model, results) = run(model(exp));
+        (model, results.iteration_ps().expect("finishes"))
+    };
+    let (_, baseline) = time(&cxl_experiment("", true));
+    let (coherent_model, coherent) = time(&cxl_experiment("\"weights\"", true));
+    let (_, copied) = time(&cxl_experiment("\"weights\"", false));
+
+    // Per layer pass: its compute (kernel times) and its transfer (serialisation at 64 GB/s
+    // plus the request and the reply over GPU - CXL switch - memory node, 200 ns a hop).
+    let m = &coherent_model;
+    let program = m.workload.program(0, 0);
+    let kernel_ps = &m.kernel_ps[0];
+    let mut transfers = 0usize;
+    let (mut max_extra, mut sum_extra) = (0u64, 0u64);
+    for (i, op) in program.ops.iter().enumerate() {
+        let OpKind::MemoryRead { bytes } = op.kind else {
+            continue;
+        };
+        transfers += 1;
+        let l = op.label;
+        let kernels = program.ops[i + 1..].iter().filter_map(|o| match o.kind {
+            OpKind::Compute { kernel } => Some((o.label, kernel_ps[kernel as usize])),
+            _ => None,
+        });
+        let compute: u64 = if l.phase == Phase::Optimizer {
+            // The optimizer step writes the updated weights back: its one kernel.
+            kernels.take(1).map(|(_, t)| t).sum()
+        } else {
+            assert_ne!(l.layer, NO_LAYER);
+            kernels
+                .filter(|(o, _)| {
+                    o.layer == l.layer && o.micro_batch == l.micro_batch && o.phase == l.phase
+                })
+                .map(|(_, t)| t)
+                .sum()
+        };
+        assert!(compute > 0);
+        let transfer = sim::engine::net::serialisation_ps(bytes, 1e12 / 64e9) + 4 * 200_000;
+        max_extra += transfer.max(compute) - compute;
+        sum_extra += transfer;
+    }
+    assert_eq!(
+        transfers,
+        2 * 32 + 1,
+        "one transfer per layer forward and backward, one for the optimizer step"
+    );
+    // Transfers outlast some layer passes' compute, not all: both regimes are exercised.
+    assert!(
+        max_extra > 0 && max_extra < sum_extra,
+        "{max_extra} vs {sum_extra}"
+    );
+    let near = |got: u64, want: u64| (got as f64 - want as f64).abs() <= 1e-4 * want as f64;
+    assert!(
+        near(coherent - baseline, max_extra),
+        "coherent: +{} ps, expected max(compute, transfer) per layer: +{max_extra} ps",
+        coherent - baseline
+    );
+    assert!(
+        near(copied - baseline, sum_extra),
+        "non-coherent: +{} ps, expected compute + transfer per layer: +{sum_extra} ps",
+        copied - baseline
+    );
+    assert!(copied > coherent);
+}

@@ -91,7 +91,9 @@ impl Load {
                         OpKind::Send { peer, bytes } => {
                             *t.to_peer.entry(peer_index(peer)).or_default() += bytes as f64;
                         }
-                        OpKind::Compute { .. } | OpKind::Recv { .. } => {}
+                        OpKind::Compute { .. }
+                        | OpKind::Recv { .. }
+                        | OpKind::MemoryRead { .. } => {}
                     }
                 }
                 t

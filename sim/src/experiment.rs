@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use crate::config::{
-    self, ConfigError, LoadedConfig, Located, MemoryCheck, Origin, Precision, TopologyKind, Value,
+    self, ConfigError, LoadedConfig, Located, MemoryCheck, Origin, Precision, TensorClass,
+    TopologyKind, Value,
 };
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
@@ -36,6 +37,8 @@ pub struct Experiment {
     pub memory: Vec<StageMemory>,
     /// Smallest HBM among the GPUs of each stage, bytes.
     pub stage_hbm: Vec<f64>,
+    /// Tensor classes kept in CXL memory: configured, or spilled because HBM is too small.
+    pub cxl_tensors: Vec<TensorClass>,
     /// Warnings that did not stop the experiment (e.g. memory with memory_check = "warn").
     pub warnings: Vec<String>,
 }
@@ -428,10 +431,11 @@ impl Experiment {
             stage_hbm[stage] = stage_hbm[stage].min(g.hbm_bytes());
         }
         let mut warnings = Vec::new();
+        let cxl_tensors = place_tensors(&loaded, &memory, &stage_hbm)?;
         if let Some((m, hbm)) = memory
             .iter()
             .zip(&stage_hbm)
-            .find(|(m, hbm)| m.total() > **hbm)
+            .find(|(m, hbm)| m.in_hbm(&cxl_tensors) > **hbm)
         {
             let message = format!(
                 "does not fit: stage {} needs {:.1} GB per GPU (weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}) but HBM holds {:.1} GB; \
@@ -464,6 +468,7 @@ impl Experiment {
             stage_layers,
             memory,
             stage_hbm,
+            cxl_tensors,
             warnings,
         })
     }
@@ -600,6 +605,61 @@ fn split_layers(
         ));
     }
     Ok(counts)
+}
+
+/// The tensor classes that live in CXL memory: `cluster.cxl.tensors`, plus (with
+/// `cluster.cxl.spill`) classes in [`TensorClass::SPILL_ORDER`] until every stage fits its HBM.
+/// Checks that they fit the memory nodes.
+fn place_tensors(
+    loaded: &LoadedConfig,
+    memory: &[StageMemory],
+    stage_hbm: &[f64],
+) -> Result<Vec<TensorClass>, ConfigError> {
+    let Some(cxl) = &loaded.config.cluster.cxl else {
+        return Ok(Vec::new());
+    };
+    let mut classes = cxl.tensors.clone();
+    classes.sort();
+    classes.dedup();
+    let fits = |classes: &[TensorClass]| {
+        memory
+            .iter()
+            .zip(stage_hbm)
+            .all(|(m, hbm)| m.in_hbm(classes) <= *hbm)
+    };
+    if cxl.spill {
+        for class in TensorClass::SPILL_ORDER {
+            if fits(&classes) {
+                break;
+            }
+            if !classes.contains(&class) {
+                classes.push(class);
+                classes.sort();
+            }
+        }
+    }
+    // Every GPU under a switch shares its memory nodes; the largest stage bounds each GPU.
+    let c = &loaded.config.cluster;
+    let per_gpu = memory
+        .iter()
+        .map(|m| classes.iter().map(|&k| m.of(k)).sum::<f64>())
+        .fold(0.0, f64::max);
+    let gpus = f64::from(cxl.hosts_per_switch * c.gpus_per_host);
+    let capacity = cxl.memory_node_gb * 1e9 * f64::from(cxl.memory_nodes_per_switch);
+    if per_gpu * gpus > capacity {
+        let names: Vec<&str> = classes.iter().map(|k| k.name()).collect();
+        return Err(loaded.error(
+            "cluster.cxl.memory_node_gb",
+            format!(
+                "the {} GPUs under a CXL switch keep {:.1} GB of {} there, but its memory nodes hold {:.1} GB; add memory nodes or capacity",
+                gpus,
+                per_gpu * gpus / 1e9,
+                names.join(", "),
+                capacity / 1e9
+            ),
+        ));
+    }
+    Ok(classes)
 }
 
 fn memory_inputs(cfg: &config::ExperimentConfig, micro_batches: u64) -> MemoryInputs {

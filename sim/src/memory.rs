@@ -17,7 +17,7 @@
 //!   (`megatron/core/pipeline_parallel/schedules.py`); interleaved:
 //!   `2(pp − s − 1) + (vp − 1)·pp` warm-up model chunks plus one.
 
-use crate::config::{Precision, Recompute};
+use crate::config::{Precision, Recompute, TensorClass};
 use crate::layout::ParallelLayout;
 use crate::model::{Activation, ModelSpec};
 
@@ -49,6 +49,20 @@ pub struct StageMemory {
 impl StageMemory {
     pub fn total(&self) -> f64 {
         self.weights + self.gradients + self.optimizer + self.activations
+    }
+
+    pub fn of(&self, class: TensorClass) -> f64 {
+        match class {
+            TensorClass::Weights => self.weights,
+            TensorClass::Gradients => self.gradients,
+            TensorClass::Optimizer => self.optimizer,
+            TensorClass::Activations => self.activations,
+        }
+    }
+
+    /// What stays in HBM when the classes `in_cxl` live in CXL memory.
+    pub fn in_hbm(&self, in_cxl: &[TensorClass]) -> f64 {
+        self.total() - in_cxl.iter().map(|&c| self.of(c)).sum::<f64>()
     }
 }
 

@@ -466,7 +466,8 @@ pub fn balance_micro_batches(exp: &Experiment, compute: &ComputeModel) -> Option
 /// rank per stage ([`evaluate`]), kernels on the slowest GPU of the class's stage, and an α-β
 /// cost for communication: a collective moves bytes × NCCL's bus factor at the member's
 /// scale-up rate inside a host, else at its share of the host's NICs, plus 10 µs; a pipeline
-/// transfer moves its bytes the same way, plus 5 µs.
+/// transfer moves its bytes the same way, plus 5 µs; a CXL transfer moves its bytes at the
+/// GPU's share of its memory node, plus 1 µs.
 pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigError> {
     let workload = compile(exp)?;
     let l = &workload.layout;
@@ -475,6 +476,12 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
     let types = rank_types(exp);
     let nics = f64::from(c.nics_per_host.unwrap_or(gph));
     let nic_share = c.nic_gbps * 1e9 / 8.0 * nics / f64::from(gph);
+    // A GPU's share of its CXL memory node, all GPUs under the switch reading at once.
+    let cxl_rate = c.cxl.as_ref().map_or(f64::INFINITY, |x| {
+        let sharers =
+            f64::from(x.hosts_per_switch * gph) / f64::from(x.memory_nodes_per_switch.max(1));
+        (x.link_gb_s * 1e9).min(x.memory_node_gb_s * 1e9 / sharers.max(1.0))
+    });
     let mut worst = 0u64;
     for class in 0..workload.classes() {
         let class_ranks: Vec<u32> = (0..l.world())
@@ -530,6 +537,7 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                     ((bytes as f64 / rate + 5e-6) * 1e12) as u64
                 }
                 OpKind::Recv { .. } => 0,
+                OpKind::MemoryRead { bytes } => ((bytes as f64 / cxl_rate + 1e-6) * 1e12) as u64,
             }
         })
         .map_err(|e| {

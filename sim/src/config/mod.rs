@@ -226,6 +226,46 @@ pub struct CxlConfig {
     /// Bandwidth of a GPU's CXL link, GB/s per direction (CXL 2.0/3.0 on a PCIe 5 x16 port: 64).
     #[serde(default = "defaults::cxl_link_gb_s")]
     pub link_gb_s: f64,
+    /// Cache-coherent memory (HCSim's "consistency"): kernels read CXL-resident operands
+    /// while they run. `false`: operands are copied into HBM first, then computed on.
+    #[serde(default = "defaults::yes")]
+    pub coherent: bool,
+    /// Tensor classes kept in CXL memory instead of HBM.
+    #[serde(default)]
+    pub tensors: Vec<TensorClass>,
+    /// Move tensor classes that do not fit HBM into CXL memory (optimizer state first, then
+    /// activations, gradients, weights) instead of failing the memory check.
+    #[serde(default = "defaults::yes")]
+    pub spill: bool,
+}
+
+/// What a GPU keeps in memory for training, by class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TensorClass {
+    Weights,
+    Gradients,
+    Optimizer,
+    Activations,
+}
+
+impl TensorClass {
+    /// The order spilling moves classes out of HBM: the least often touched first.
+    pub const SPILL_ORDER: [TensorClass; 4] = [
+        TensorClass::Optimizer,
+        TensorClass::Activations,
+        TensorClass::Gradients,
+        TensorClass::Weights,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorClass::Weights => "weights",
+            TensorClass::Gradients => "gradients",
+            TensorClass::Optimizer => "optimizer",
+            TensorClass::Activations => "activations",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 use super::dcqcn::Dcqcn;
 use super::net::{Ports, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
-use super::{Body, Ctx, INJECTED, NO_NODE, P2P, Segment, SimModel, Tag};
+use super::{Body, Ctx, INJECTED, MEMORY_GROUP, NO_NODE, P2P, Segment, SimModel, Tag};
 use crate::collective::{self, Algorithm, Arch, CommShape, Plan, pat, ring, tree};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId, splitmix64};
@@ -30,6 +30,7 @@ use crate::workload::{CollectiveOp, MemoryEvent, OpKind, Peer, Stream};
 
 const STREAMS: usize = Stream::COUNT;
 const COMPUTE: usize = 0;
+const MEMORY: usize = Stream::Memory as usize;
 
 /// A rank's place in a group: position, size and ring neighbours (GPU nodes).
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
@@ -180,7 +181,15 @@ const PLANS_KEPT: usize = 16;
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 enum Running {
     Idle,
-    Compute { op: u32, start_ps: u64 },
+    Compute {
+        op: u32,
+        start_ps: u64,
+    },
+    /// A transfer to or from the CXL memory node, waiting for the node's reply.
+    Memory {
+        op: u32,
+        start_ps: u64,
+    },
     Comm(Box<CommRun>),
 }
 
@@ -484,6 +493,9 @@ impl GpuLp {
                 self.flow_arrivals.push((tag.seq, ctx.now));
                 self.digest = mix(self.digest, u64::from(tag.seq) | (1 << 41), ctx.now);
             }
+            Body::Message { tag } if tag.group == MEMORY_GROUP => {
+                self.complete(model, usize::from(tag.stream), ctx)
+            }
             Body::Message { tag } | Body::ClearToSend { tag } => self.arrived(model, tag, 0, ctx),
             Body::Arrived { tag, ready_ps } => self.arrived(model, tag, ready_ps, ctx),
             Body::StartFlow { index } => {
@@ -545,7 +557,7 @@ impl GpuLp {
         }
         if matches!(self.running[COMPUTE], Running::Compute { .. }) {
             self.compute_ps += dt;
-        } else if self.comm_active > 0 {
+        } else if self.comm_active > 0 || matches!(self.running[MEMORY], Running::Memory { .. }) {
             self.exposed_comm_ps += dt;
         } else {
             self.bubble_ps += dt;
@@ -613,6 +625,44 @@ impl GpuLp {
                     start_ps: ctx.now,
                 };
                 ctx.emit(self.node, ctx.now + ps, Body::ComputeDone);
+            }
+            OpKind::MemoryRead { bytes } => {
+                let Some(memory) = model.topology.cxl_memory_of(self.rank) else {
+                    self.fail(format!(
+                        "rank {} reads CXL memory but its host has no CXL memory node",
+                        self.rank
+                    ));
+                    return;
+                };
+                let request_ps = match model.topology.path(self.node, memory, 0) {
+                    Ok(path) => path
+                        .iter()
+                        .map(|&l| model.topology.links()[l as usize].latency_ps)
+                        .sum::<u64>(),
+                    Err(e) => {
+                        self.fail(format!("rank {}: {e}", self.rank));
+                        return;
+                    }
+                };
+                self.running[s] = Running::Memory {
+                    op,
+                    start_ps: ctx.now,
+                };
+                let tag = Tag {
+                    stream: s as u8,
+                    group: MEMORY_GROUP,
+                    seq: op,
+                    step: 0,
+                };
+                ctx.emit(
+                    memory,
+                    ctx.now + request_ps.max(1),
+                    Body::MemoryRead {
+                        bytes,
+                        reply_to: self.node,
+                        tag,
+                    },
+                );
             }
             OpKind::Collective {
                 op: cop,
@@ -1672,6 +1722,7 @@ impl GpuLp {
         let running = std::mem::replace(&mut self.running[s], Running::Idle);
         let (op, start) = match running {
             Running::Idle => return,
+            Running::Memory { op, start_ps } => (op, start_ps),
             Running::Compute { op, start_ps } => {
                 if let Some(e) = self.memory_event(model, op) {
                     self.live_bytes = self.live_bytes.saturating_sub(e.free);

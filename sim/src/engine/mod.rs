@@ -47,6 +47,9 @@ pub const P2P: u8 = u8::MAX;
 /// [`Tag::group`] of injected flows ([`SimModel::flows`]); `seq` is the flow's index.
 pub const INJECTED: u8 = u8::MAX - 1;
 
+/// [`Tag::group`] of CXL memory transfers; `seq` is the op's index in its program.
+pub const MEMORY_GROUP: u8 = u8::MAX - 2;
+
 /// A flow injected outside any workload: traffic patterns for network experiments and
 /// tests (incast, ECMP collisions, congestion control), between GPU ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +162,13 @@ pub enum Body {
     /// Start injected flow `index` of [`SimModel::flows`].
     StartFlow {
         index: u32,
+    },
+    /// To a CXL memory node: move `bytes` between it and GPU `reply_to`, then answer with
+    /// a [`Body::Message`] carrying `tag`.
+    MemoryRead {
+        bytes: u64,
+        reply_to: NodeId,
+        tag: Tag,
     },
 }
 

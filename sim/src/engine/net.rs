@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 
 use super::results::{LpReport, PortReport, Span};
-use super::{Body, Ctx, NO_LINK, Segment, SimModel};
+use super::{Body, Ctx, NO_LINK, Segment, SimModel, Tag};
 use crate::topology::{LinkId, NodeId, ecmp_pick, splitmix64};
 
 /// One output port: the sending end of a queued link.
@@ -295,20 +295,51 @@ fn route(model: &SimModel, at: NodeId, seg: &mut Segment, ctx: &mut Ctx) -> Opti
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct FabricLp {
     pub ports: Ports,
+    /// A CXL memory node: when its link is free of the transfers it already serves.
+    memory_free_ps: u64,
 }
 
 impl FabricLp {
     pub fn new(model: &SimModel, node: NodeId) -> Self {
         FabricLp {
             ports: Ports::new(model, node),
+            memory_free_ps: 0,
         }
     }
 
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
         match body {
             Body::Segment(seg) if seg.dst != ctx.lp => self.ports.forward(model, seg, ctx),
+            Body::MemoryRead {
+                bytes,
+                reply_to,
+                tag,
+            } => self.serve_memory(model, bytes, reply_to, tag, ctx),
             other => self.ports.handle(model, &other, ctx),
         }
+    }
+
+    /// A memory node serves transfers first come, first served over its own link (shared by
+    /// every GPU under its CXL switch: the contention point); each takes its bytes at the
+    /// path's bottleneck rate plus the path's latency to reach the GPU.
+    fn serve_memory(&mut self, model: &SimModel, bytes: u64, gpu: NodeId, tag: Tag, ctx: &mut Ctx) {
+        let Ok(path) = model.topology.path(ctx.lp, gpu, 0) else {
+            return; // routing was checked by the GPU on the way here
+        };
+        let links = model.topology.links();
+        let Some(&first) = path.first() else {
+            return;
+        };
+        let latency: u64 = path.iter().map(|&l| links[l as usize].latency_ps).sum();
+        let bottleneck = path
+            .iter()
+            .map(|&l| links[l as usize].bytes_per_s)
+            .fold(f64::INFINITY, f64::min);
+        let start = ctx.now.max(self.memory_free_ps);
+        self.memory_free_ps =
+            start + serialisation_ps(bytes, 1e12 / links[first as usize].bytes_per_s);
+        let arrive = start + serialisation_ps(bytes, 1e12 / bottleneck) + latency.max(1);
+        ctx.emit(gpu, arrive, Body::Message { tag });
     }
 
     pub fn report(&self, _model: &SimModel) -> LpReport {

@@ -272,6 +272,21 @@ impl Topology {
         }
     }
 
+    /// The CXL memory node GPU `rank` keeps its CXL-resident tensors on: the GPUs under a CXL
+    /// switch are spread over its memory nodes in turn. `None` without a CXL tier.
+    pub fn cxl_memory_of(&self, rank: u32) -> Option<NodeId> {
+        let routing::Routing::Structured(s) = &self.routing else {
+            return None;
+        };
+        let cxl = s.cxl.as_ref()?;
+        let gph = s.hosts.gpus_per_host;
+        let under_switch = cxl.hosts_per_switch * gph;
+        let switch = rank / under_switch;
+        let memory = cxl.memory_per_switch.max(1);
+        (cxl.memory_per_switch > 0)
+            .then(|| cxl.memory_base + switch * memory + (rank % under_switch) % memory)
+    }
+
     /// Per host, the index into the `gpu_types` passed to [`Topology::build`].
     pub fn host_gpu_types(&self) -> &[u16] {
         &self.host_gpu_type

@@ -23,7 +23,7 @@
 //!   ZeRO-3 / FSDP also gathers each layer's parameters before its forward and backward,
 //!   prefetching one layer ahead.
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, TensorClass};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
 use crate::memory::{MemoryInputs, bytes_per_param, layer_params_per_rank, output_params_per_rank};
@@ -52,6 +52,29 @@ pub struct CompileOptions {
     pub bucket_params: u64,
     pub overlap_p2p_comm: bool,
     pub p2p_scatter_gather: bool,
+    /// Tensor classes in CXL memory and how kernels reach them.
+    pub remote: RemoteMemory,
+}
+
+/// CXL-resident tensors (HCSim, Li et al., "Performance Modeling and Optimization for
+/// Large-Scale Heterogeneous Consistency Integrated Computing System", workload graph, its
+/// Figure 3 b/c): in a *coherent* system a layer's kernels read their remote operands while
+/// they run, so the layer ends when both its compute and the transfer have (max of the two);
+/// in a *non-coherent* one the operands are first copied into HBM, then computed on (sum).
+/// Per layer and micro-batch a transfer moves the layer's weights (forward, backward and
+/// recomputation), its gradients (read and written back in backward) and its stashed
+/// activations (written in forward, read in backward); the optimizer step moves the state,
+/// gradients and weights it reads and writes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteMemory {
+    pub coherent: bool,
+    pub classes: Vec<TensorClass>,
+}
+
+impl RemoteMemory {
+    pub fn has(&self, class: TensorClass) -> bool {
+        self.classes.contains(&class)
+    }
 }
 
 impl CompileOptions {
@@ -86,6 +109,23 @@ impl CompileOptions {
             bucket_params: bucket_params.max(1),
             overlap_p2p_comm: t.overlap_p2p_comm,
             p2p_scatter_gather: t.p2p_scatter_gather,
+            remote: RemoteMemory {
+                coherent: cfg.cluster.cxl.as_ref().is_none_or(|c| c.coherent),
+                classes: exp.cxl_tensors.clone(),
+            },
+        }
+    }
+
+    /// What the memory model reads for a replica class of `micro_batches`.
+    pub fn memory_inputs(&self, micro_batches: u64) -> MemoryInputs {
+        MemoryInputs {
+            precision: self.dims.precision,
+            zero: self.zero,
+            recompute: self.dims.recompute,
+            sequence_parallel: self.dims.sequence_parallel,
+            flash_attention: self.dims.flash,
+            micro_batch: self.micro_batch,
+            micro_batches,
         }
     }
 }
@@ -118,18 +158,17 @@ pub fn compile_with(
         .collect();
     let mut programs = Vec::with_capacity(class_counts.len() * layout.pp as usize);
     for &m in &class_counts {
-        let inputs = MemoryInputs {
-            precision: options.dims.precision,
-            zero: options.zero,
-            recompute: options.dims.recompute,
-            sequence_parallel: options.dims.sequence_parallel,
-            flash_attention: options.dims.flash,
-            micro_batch: options.micro_batch,
-            micro_batches: m,
-        };
+        let inputs = options.memory_inputs(m);
         for stage in 0..layout.pp {
             let mut program = StageCompiler::new(model, layout, options, stage, m as u32).compile();
-            live_memory::annotate(&mut program, model, layout, &options.stage_layers, &inputs);
+            live_memory::annotate(
+                &mut program,
+                model,
+                layout,
+                &options.stage_layers,
+                &inputs,
+                &options.remote.classes,
+            );
             programs.push(program);
         }
     }
@@ -487,7 +526,9 @@ impl<'a> StageCompiler<'a> {
                 }
                 b.wait(gathers[i]);
             }
-            e.layer_forward(b, l);
+            b.label.layer = l as u32;
+            let bytes = self.remote_layer_bytes(l, Phase::Forward);
+            self.remote(b, bytes, &mut |b| e.layer_forward(b, l));
         }
         if self.has_logits(chunk) {
             e.logits_forward(b);
@@ -537,7 +578,9 @@ impl<'a> StageCompiler<'a> {
                 }
                 b.wait(gathers[j]);
             }
-            e.layer_backward(b, l);
+            b.label.layer = l as u32;
+            let bytes = self.remote_layer_bytes(l, Phase::Backward);
+            self.remote(b, bytes, &mut |b| e.layer_backward(b, l));
             if zero3 {
                 // ZeRO-3 reduce-scatters each layer's gradients every micro-batch.
                 let u = units[unit];
@@ -692,12 +735,20 @@ impl<'a> StageCompiler<'a> {
         // fused Adam reads the fp32 master, m, v and the gradient and writes master, m and v;
         // `_copy_main_params_to_model_params` then reads the master again and writes the
         // model's weights.
-        b.compute(self.optimizer_pass(
+        let r = &self.options.remote;
+        let (w, _, o) = bytes_per_param(self.options.dims.precision);
+        let remote = u64::from(r.has(TensorClass::Optimizer)) * local * 2 * o as u64
+            + u64::from(r.has(TensorClass::Gradients)) * local * g
+            + u64::from(r.has(TensorClass::Weights)) * local * w as u64;
+        let step = self.optimizer_pass(
             KernelName::OptimizerStep,
             local,
             12 * local,
             local * (4 * 3 + g + 4 * 3),
-        ));
+        );
+        self.remote(b, remote, &mut |b| {
+            b.compute(step);
+        });
         b.compute(self.optimizer_pass(
             KernelName::ParamCopy,
             local,
@@ -744,6 +795,59 @@ impl<'a> StageCompiler<'a> {
             flops: 0,
             bytes: 2 * params * self.grad_bytes(),
             dtype: d.precision,
+        }
+    }
+
+    /// Bytes layer `layer` moves to and from CXL memory in one micro-batch's forward or
+    /// backward ([`RemoteMemory`]).
+    fn remote_layer_bytes(&self, layer: u64, phase: Phase) -> u64 {
+        let r = &self.options.remote;
+        if r.classes.is_empty() {
+            return 0;
+        }
+        let (w, g, _) = bytes_per_param(self.options.dims.precision);
+        let (dense, expert) = layer_params_per_rank(self.model, self.layout, layer);
+        let dp = f64::from(self.layout.dp * self.layout.cp);
+        let shard =
+            |bytes: f64, sharded: bool| (dense + expert) * bytes / if sharded { dp } else { 1.0 };
+        let zero = self.options.zero;
+        let recompute = self.options.dims.recompute == crate::config::Recompute::Full;
+        let inputs = self
+            .options
+            .memory_inputs(u64::from(self.pipeline.micro_batches));
+        let stash = crate::memory::layer_activation_bytes(self.model, self.layout, &inputs, layer);
+        let mut bytes = 0.0;
+        if r.has(TensorClass::Weights) {
+            let passes = if phase == Phase::Backward && recompute {
+                2.0
+            } else {
+                1.0
+            };
+            bytes += passes * shard(w, zero >= 3);
+        }
+        if r.has(TensorClass::Gradients) && phase == Phase::Backward {
+            bytes += 2.0 * shard(g, zero >= 2);
+        }
+        if r.has(TensorClass::Activations) {
+            bytes += stash;
+        }
+        bytes.round() as u64
+    }
+
+    /// Emits `body` (one layer, or the optimizer step) with its CXL transfer of `bytes`,
+    /// coherent or not ([`RemoteMemory`]).
+    fn remote(&self, b: &mut Builder, bytes: u64, body: &mut dyn FnMut(&mut Builder)) {
+        if bytes == 0 {
+            body(b);
+            return;
+        }
+        let transfer = b.memory_transfer(bytes);
+        if self.options.remote.coherent {
+            body(b);
+            b.wait(transfer);
+        } else {
+            b.wait(transfer);
+            body(b);
         }
     }
 

@@ -267,7 +267,7 @@ fn resolve(stages: &mut [StageState], s: usize, op: u32, pp: u32, cost: &IndexCo
     let o = stages[s].program.ops[op as usize];
     let duration = cost(stages[s].program, op);
     match o.kind {
-        OpKind::Compute { .. } => {
+        OpKind::Compute { .. } | OpKind::MemoryRead { .. } => {
             stages[s].complete(op, ready + duration);
             true
         }

@@ -131,6 +131,17 @@ impl<'a> Builder<'a> {
         id
     }
 
+    /// A transfer to or from CXL memory, issued when the last compute op is done.
+    pub fn memory_transfer(&mut self, bytes: u64) -> u32 {
+        let deps: Vec<u32> = self.last_compute.into_iter().collect();
+        self.program.push(
+            OpKind::MemoryRead { bytes },
+            Stream::Memory,
+            self.label,
+            &deps,
+        )
+    }
+
     /// Issues a collective whose input is what the last compute op produced.
     pub fn collective(&mut self, op: CollectiveOp, group: GroupKind, bytes: u64) -> u32 {
         let deps: Vec<u32> = self.last_compute.into_iter().collect();

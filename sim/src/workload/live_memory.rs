@@ -13,13 +13,15 @@
 //!   the layer's activations for the duration of its backward. The first stage also keeps the
 //!   embedding output, the last stage the fp32 logits of the micro-batch it is on.
 //!
+//! Classes kept in CXL memory (`cluster.cxl.tensors`, or spilled) are not counted.
+//!
 //! Invariant: events sit on compute-stream ops only, in program order, so the engine replays
 //! them with one cursor (the compute stream runs its ops in order).
 
 use std::collections::BTreeMap;
 
 use super::{MemoryEvent, Module, NO_LAYER, OpKind, Phase, Program, Stream};
-use crate::config::Recompute;
+use crate::config::{Recompute, TensorClass};
 use crate::layout::ParallelLayout;
 use crate::memory::{self, MemoryInputs};
 use crate::model::ModelSpec;
@@ -38,6 +40,7 @@ pub fn annotate(
     layout: &ParallelLayout,
     stage_layers: &[u64],
     inputs: &MemoryInputs,
+    in_cxl: &[TensorClass],
 ) {
     let stage = program.stage;
     let m = memory::stage_memory(model, layout, stage_layers, inputs, stage);
@@ -51,8 +54,14 @@ pub fn annotate(
     .iter()
     .filter(|&&n| n > 1)
     .count() as u64;
-    program.resident_bytes = (m.weights + m.gradients + m.optimizer) as u64
-        + communicators * CHANNELS_PER_COMMUNICATOR * NCCL_CONNECTION_BYTES;
+    let state = m.in_hbm(in_cxl)
+        - if in_cxl.contains(&TensorClass::Activations) {
+            0.0
+        } else {
+            m.activations
+        };
+    program.resident_bytes =
+        state as u64 + communicators * CHANNELS_PER_COMMUNICATOR * NCCL_CONNECTION_BYTES;
 
     let stashed =
         |layer: u32| memory::layer_activation_bytes(model, layout, inputs, u64::from(layer)) as u64;
@@ -132,6 +141,9 @@ pub fn annotate(
             add(r, transient, 0);
             add(b, 0, transient);
         }
+    }
+    if in_cxl.contains(&TensorClass::Activations) {
+        events.clear();
     }
     program.memory_events = events.into_values().collect();
 }

@@ -101,10 +101,12 @@ pub enum Stream {
     /// Ring-attention lanes inside the CP group.
     CpSendNext,
     CpRecvPrev,
+    /// Reads from CXL memory (a copy engine's queue): HCSim's remote operands.
+    Memory,
 }
 
 impl Stream {
-    pub const ALL: [Stream; 12] = [
+    pub const ALL: [Stream; 13] = [
         Stream::Compute,
         Stream::Tp,
         Stream::Cp,
@@ -117,6 +119,7 @@ impl Stream {
         Stream::RecvNext,
         Stream::CpSendNext,
         Stream::CpRecvPrev,
+        Stream::Memory,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -138,6 +141,7 @@ impl Stream {
             Stream::RecvNext => "recv-next",
             Stream::CpSendNext => "cp-send-next",
             Stream::CpRecvPrev => "cp-recv-prev",
+            Stream::Memory => "memory",
         }
     }
 }
@@ -223,6 +227,11 @@ pub enum OpKind {
     },
     Recv {
         peer: Peer,
+        bytes: u64,
+    },
+    /// Moves `bytes` between the rank's CXL memory node and the GPU (HCSim's remote
+    /// operands: reads, and write-backs counted on the same path).
+    MemoryRead {
         bytes: u64,
     },
 }

@@ -38,6 +38,8 @@ pub struct StageSummary {
     pub collectives: BTreeMap<(CollectiveOp, GroupKind), CommTotal>,
     pub send_bytes: u64,
     pub recv_bytes: u64,
+    /// Bytes moved to and from CXL memory (remote operands).
+    pub memory_bytes: u64,
 }
 
 impl StageSummary {
@@ -72,6 +74,7 @@ pub fn summarize_program(
         collectives: BTreeMap::new(),
         send_bytes: 0,
         recv_bytes: 0,
+        memory_bytes: 0,
     };
     for op in &program.ops {
         match op.kind {
@@ -107,6 +110,7 @@ pub fn summarize_program(
                 s.p2p_ops += 1;
                 s.send_bytes += bytes;
             }
+            OpKind::MemoryRead { bytes } => s.memory_bytes += bytes,
             OpKind::Recv { bytes, .. } => {
                 s.p2p_ops += 1;
                 s.recv_bytes += bytes;
