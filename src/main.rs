@@ -269,6 +269,10 @@ enum Command {
         /// Where sweep.csv and sweep.svg go.
         #[arg(long)]
         out: PathBuf,
+        /// The column of sweep.csv the plot shows (default: iteration_time_s, or wall_s when
+        /// only engine.* keys vary), e.g. batches_per_s.
+        #[arg(long, value_name = "COLUMN")]
+        plot: Option<String>,
         /// Override a key of the experiment file for every run.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
@@ -534,9 +538,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             experiment,
             vary,
             out,
+            plot,
             sets,
         } => {
             use coordinator::sweep;
+            let y = plot
+                .as_deref()
+                .map(|c| {
+                    sweep::column(c).with_context(|| {
+                        format!(
+                            "--plot: unknown column `{c}`; use one of {}",
+                            sweep::column_names().join(", ")
+                        )
+                    })
+                })
+                .transpose()?;
             let rows = sweep::run_sweep(&experiment, &sets, &vary, |r| {
                 println!("{}", sweep::row_line(r));
             })?;
@@ -544,7 +560,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let csv = out.join("sweep.csv");
             std::fs::write(&csv, sweep::to_csv(&vary, &rows))
                 .with_context(|| format!("writing {}", csv.display()))?;
-            let svg = sweep::plot_svg(&vary, &rows)
+            let svg = sweep::plot_svg(&vary, &rows, y)
                 .map_err(|e| anyhow::anyhow!("plotting the sweep: {e}"))?;
             let plot = out.join("sweep.svg");
             std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))?;

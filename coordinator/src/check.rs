@@ -103,8 +103,9 @@ impl CheckReport<'_> {
                     "optimizer_gb": gb(m.optimizer),
                     "activations_gb": gb(m.activations),
                     "total_gb": gb(m.total()),
+                    "in_hbm_gb": gb(m.in_hbm(&exp.cxl_tensors)),
                     "hbm_gb": gb(*hbm),
-                    "fits": m.total() <= *hbm,
+                    "fits": m.in_hbm(&exp.cxl_tensors) <= *hbm,
                 })
             })
             .collect();
@@ -278,11 +279,37 @@ impl CheckReport<'_> {
                 mem.activations / 1e9,
                 mem.total() / 1e9,
                 hbm / 1e9,
-                if mem.total() <= *hbm {
+                if mem.in_hbm(&exp.cxl_tensors) <= *hbm {
                     ""
                 } else {
                     "  DOES NOT FIT"
                 }
+            );
+        }
+        if !exp.cxl_tensors.is_empty() {
+            let names: Vec<&str> = exp.cxl_tensors.iter().map(|c| c.name()).collect();
+            let in_hbm = exp
+                .memory
+                .iter()
+                .map(|m| m.in_hbm(&exp.cxl_tensors))
+                .fold(0.0, f64::max);
+            let _ = writeln!(
+                s,
+                "in CXL      {} ({}); at most {:.2} GB per GPU stays in HBM",
+                names.join(", "),
+                if exp
+                    .loaded
+                    .config
+                    .cluster
+                    .cxl
+                    .as_ref()
+                    .is_some_and(|c| c.coherent)
+                {
+                    "coherent: read while kernels run"
+                } else {
+                    "not coherent: copied into HBM before use"
+                },
+                in_hbm / 1e9
             );
         }
         for w in &exp.warnings {

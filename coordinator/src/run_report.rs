@@ -93,6 +93,13 @@ pub fn summarize_run(
         "gpus": gpus,
         "iteration_time_s": t,
         "tokens_per_s": if t > 0.0 { model.workload.tokens as f64 / t } else { 0.0 },
+        // Global batches (iterations) and samples (sequences) per second.
+        "batches_per_s": if t > 0.0 { 1.0 / t } else { 0.0 },
+        "samples_per_s": if t > 0.0 {
+            model.workload.tokens as f64 / exp.model.seq_len.max(1) as f64 / t
+        } else {
+            0.0
+        },
         "tflops_per_gpu": tflops_per_gpu,
         "mfu": if peak > 0.0 { tflops_per_gpu * 1e12 / peak } else { 0.0 },
         "breakdown_s": {

@@ -8,7 +8,8 @@ use std::str::FromStr;
 use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
 use crate::run::{RunError, RunOptions, load_checked, run_embedded};
 
-/// One `--vary KEY=V1,V2,...`.
+/// One `--vary KEY=V1,V2,...`. Keys joined by `+` vary together, their values joined the
+/// same way: `--vary 'cluster.gpus+cluster.cxl.hosts_per_switch=64+8,128+16'`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vary {
     pub key: String,
@@ -33,11 +34,26 @@ impl FromStr for Vary {
                 "`{s}` needs a key and at least one value; e.g. --vary engine.partition=by-host,metis"
             ));
         }
+        let keys = key.split('+').count();
+        if let Some(v) = values.iter().find(|v| v.split('+').count() != keys) {
+            return Err(format!(
+                "`{v}` has {} part(s) but `{key}` names {keys} keys; join one value per key with +",
+                v.split('+').count()
+            ));
+        }
         Ok(Vary {
             key: key.to_string(),
             values,
         })
     }
+}
+
+/// The `KEY=VALUE` overrides of one setting (several when keys vary together).
+pub fn overrides(key: &str, value: &str) -> Vec<String> {
+    key.split('+')
+        .zip(value.split('+'))
+        .map(|(k, v)| format!("{}={}", k.trim(), v.trim()))
+        .collect()
 }
 
 /// Every combination of the varied values, the first `--vary` changing slowest.
@@ -78,7 +94,7 @@ pub fn run_sweep(
         .into_iter()
         .map(|combo| {
             let mut all = sets.to_vec();
-            all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
+            all.extend(combo.iter().flat_map(|(k, v)| overrides(k, v)));
             Ok((combo, load_checked(path, &all)?))
         })
         .collect::<Result<Vec<_>, RunError>>()?;
@@ -96,8 +112,10 @@ pub fn run_sweep(
 }
 
 /// The measured columns: (header, JSON pointer into summary.json).
-const COLUMNS: [(&str, &str); 16] = [
+const COLUMNS: [(&str, &str); 18] = [
     ("iteration_time_s", "/iteration_time_s"),
+    ("batches_per_s", "/batches_per_s"),
+    ("samples_per_s", "/samples_per_s"),
     ("mfu", "/mfu"),
     ("result_digest", "/result_digest"),
     ("tflops_per_gpu", "/tflops_per_gpu"),
@@ -169,26 +187,42 @@ pub fn row_line(r: &SweepRow) -> String {
     )
 }
 
+/// A measured column by name: (header, JSON pointer into summary.json).
+pub fn column(name: &str) -> Option<(&'static str, &'static str)> {
+    COLUMNS.iter().copied().find(|(n, _)| *n == name)
+}
+
+pub fn column_names() -> Vec<&'static str> {
+    COLUMNS.iter().map(|(n, _)| *n).collect()
+}
+
 /// The plot: the last varied key across (its values when they are numbers, else their
-/// positions), one line per combination of the others. Up: wall time when only `engine.*`
-/// keys vary (the simulated result cannot change then), else the iteration time.
-pub fn plot_svg(varies: &[Vary], rows: &[SweepRow]) -> Result<String, PlotError> {
+/// positions), one line per combination of the others. Up: `y` when given, else wall time
+/// when only `engine.*` keys vary (the simulated result cannot change then), else the
+/// iteration time.
+pub fn plot_svg(
+    varies: &[Vary],
+    rows: &[SweepRow],
+    y: Option<(&str, &str)>,
+) -> Result<String, PlotError> {
     let Some(last) = varies.last() else {
         return Err(PlotError::new("nothing was varied"));
     };
-    let numeric = last.values.iter().all(|v| v.parse::<f64>().is_ok());
+    // Keys that vary together are plotted against the first.
+    let first = |v: &str| v.split('+').next().unwrap_or(v).trim().to_string();
+    let numeric = last.values.iter().all(|v| first(v).parse::<f64>().is_ok());
     let engine_only = varies.iter().all(|v| v.key.starts_with("engine."));
-    let (y_pointer, y_label) = if engine_only {
-        ("/engine/wall_s", "wall time (s)")
-    } else {
-        ("/iteration_time_s", "iteration time (s)")
+    let (y_pointer, y_label) = match y {
+        Some((name, pointer)) => (pointer, name),
+        None if engine_only => ("/engine/wall_s", "wall time (s)"),
+        None => ("/iteration_time_s", "iteration time (s)"),
     };
     let mut series: Vec<Series> = Vec::new();
     for r in rows {
         let (others, x) = r.settings.split_at(r.settings.len() - 1);
         let value = &x[0].1;
         let x = if numeric {
-            value.parse::<f64>().unwrap_or(0.0)
+            first(value).parse::<f64>().unwrap_or(0.0)
         } else {
             last.values.iter().position(|v| v == value).unwrap_or(0) as f64 + 1.0
         };
@@ -209,7 +243,7 @@ pub fn plot_svg(varies: &[Vary], rows: &[SweepRow]) -> Result<String, PlotError>
         Series::add_point(&mut series, &name, (x, y));
     }
     let x_label = if numeric {
-        last.key.clone()
+        first(&last.key)
     } else {
         format!("{} ({})", last.key, last.values.join(", "))
     };
@@ -243,7 +277,12 @@ mod tests {
             c[5],
             vec![("a".into(), "2".into()), ("b".into(), "z".into())]
         );
-        for bad in ["a", "=1,2", "a=", "a=,"] {
+        let together: Vary = "a+b=1+2,3+4".parse().expect("vary together");
+        assert_eq!(
+            overrides(&together.key, &together.values[1]),
+            ["a=3", "b=4"]
+        );
+        for bad in ["a", "=1,2", "a=", "a=,", "a+b=1,2+3"] {
             assert!(bad.parse::<Vary>().is_err(), "{bad}");
         }
     }

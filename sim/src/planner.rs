@@ -409,8 +409,8 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
     }
     let mut n = units;
     let mut layers = Vec::with_capacity(pp);
-    for s in 0..pp {
-        let k = choice[s][n];
+    for stage_choice in choice.iter().take(pp) {
+        let k = stage_choice[n];
         layers.push((k as u64 * vp) as u32);
         n -= k;
     }

@@ -21,7 +21,9 @@ fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     // Communication at 100 GB/s: DP buckets overlap backward, TP collectives partly overlap.
     let cost = |p: &Program, op: &Op| match op.kind {
         OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
-        OpKind::Collective { bytes, .. } | OpKind::Send { bytes, .. } => bytes * 10,
+        OpKind::Collective { bytes, .. }
+        | OpKind::Send { bytes, .. }
+        | OpKind::MemoryRead { bytes } => bytes * 10,
         OpKind::Recv { .. } => 0,
     };
     let plain = evaluate(&workload, 0, &cost).expect("no deadlock");

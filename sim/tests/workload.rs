@@ -532,11 +532,12 @@ fn shipped_experiments_compile_without_deadlock() {
                 match op.kind {
                     OpKind::Compute { .. } => assert_eq!(op.stream, Stream::Compute),
                     OpKind::Send { .. } | OpKind::Recv { .. } => {
-                        assert!(op.stream > Stream::Pp)
+                        assert!(op.stream > Stream::Pp && op.stream != Stream::Memory)
                     }
                     OpKind::Collective { .. } => {
                         assert!(op.stream != Stream::Compute && op.stream < Stream::SendNext)
                     }
+                    OpKind::MemoryRead { .. } => assert_eq!(op.stream, Stream::Memory),
                 }
             }
         }

@@ -170,6 +170,8 @@ pub enum Body {
         reply_to: NodeId,
         tag: Tag,
     },
+    /// A CXL memory node's link finished a chunk: serve the next.
+    MemoryTick,
 }
 
 /// An event addressed to an LP (a topology node).

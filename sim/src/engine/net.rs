@@ -295,15 +295,38 @@ fn route(model: &SimModel, at: NodeId, seg: &mut Segment, ctx: &mut Ctx) -> Opti
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct FabricLp {
     pub ports: Ports,
-    /// A CXL memory node: when its link is free of the transfers it already serves.
-    memory_free_ps: u64,
+    /// A CXL memory node's transfers in progress, served in turn.
+    memory: MemoryServer,
+}
+
+/// A CXL memory node serves its transfers round-robin, one chunk (`network.segment_bytes`)
+/// at a time over its link, the way a memory controller interleaves requests: concurrent
+/// transfers share the node's bandwidth fairly (processor sharing at chunk granularity), and
+/// none goes faster than the bottleneck of its own path to the GPU.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct MemoryServer {
+    active: VecDeque<Transfer>,
+    /// A chunk is on the link until this time (a tick is scheduled for it).
+    busy_until: u64,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Transfer {
+    left: u64,
+    gpu: NodeId,
+    tag: Tag,
+    /// The path's bottleneck and one-way latency to the GPU.
+    ps_per_byte: f64,
+    latency_ps: u64,
+    /// Earliest start of its next chunk (its own path's pace).
+    next_ps: u64,
 }
 
 impl FabricLp {
     pub fn new(model: &SimModel, node: NodeId) -> Self {
         FabricLp {
             ports: Ports::new(model, node),
-            memory_free_ps: 0,
+            memory: MemoryServer::default(),
         }
     }
 
@@ -314,32 +337,62 @@ impl FabricLp {
                 bytes,
                 reply_to,
                 tag,
-            } => self.serve_memory(model, bytes, reply_to, tag, ctx),
+            } => {
+                let Ok(path) = model.topology.path(ctx.lp, reply_to, 0) else {
+                    return; // the GPU checked the route before asking
+                };
+                let links = model.topology.links();
+                let bottleneck = path
+                    .iter()
+                    .map(|&l| links[l as usize].bytes_per_s)
+                    .fold(f64::INFINITY, f64::min);
+                self.memory.active.push_back(Transfer {
+                    left: bytes,
+                    gpu: reply_to,
+                    tag,
+                    ps_per_byte: 1e12 / bottleneck,
+                    latency_ps: path.iter().map(|&l| links[l as usize].latency_ps).sum(),
+                    next_ps: ctx.now,
+                });
+                if ctx.now >= self.memory.busy_until {
+                    self.serve_chunk(model, ctx);
+                }
+            }
+            Body::MemoryTick => self.serve_chunk(model, ctx),
             other => self.ports.handle(model, &other, ctx),
         }
     }
 
-    /// A memory node serves transfers first come, first served over its own link (shared by
-    /// every GPU under its CXL switch: the contention point); each takes its bytes at the
-    /// path's bottleneck rate plus the path's latency to reach the GPU.
-    fn serve_memory(&mut self, model: &SimModel, bytes: u64, gpu: NodeId, tag: Tag, ctx: &mut Ctx) {
-        let Ok(path) = model.topology.path(ctx.lp, gpu, 0) else {
-            return; // routing was checked by the GPU on the way here
-        };
-        let links = model.topology.links();
-        let Some(&first) = path.first() else {
+    /// Puts the next chunk on the memory node's link: the first transfer in turn whose own
+    /// path is ready, else waits for the earliest one.
+    fn serve_chunk(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let m = &mut self.memory;
+        if m.active.is_empty() || ctx.now < m.busy_until {
+            return;
+        }
+        let Some(i) = m.active.iter().position(|t| t.next_ps <= ctx.now) else {
+            let at = m.active.iter().map(|t| t.next_ps).min().unwrap_or(ctx.now);
+            m.busy_until = at;
+            ctx.emit(ctx.lp, at, Body::MemoryTick);
             return;
         };
-        let latency: u64 = path.iter().map(|&l| links[l as usize].latency_ps).sum();
-        let bottleneck = path
-            .iter()
-            .map(|&l| links[l as usize].bytes_per_s)
-            .fold(f64::INFINITY, f64::min);
-        let start = ctx.now.max(self.memory_free_ps);
-        self.memory_free_ps =
-            start + serialisation_ps(bytes, 1e12 / links[first as usize].bytes_per_s);
-        let arrive = start + serialisation_ps(bytes, 1e12 / bottleneck) + latency.max(1);
-        ctx.emit(gpu, arrive, Body::Message { tag });
+        let Some(mut t) = m.active.remove(i) else {
+            return;
+        };
+        let link = model.topology.out_links(ctx.lp)[0];
+        let own = 1e12 / model.topology.links()[link as usize].bytes_per_s;
+        let chunk = t.left.min(model.net.segment_bytes.max(1));
+        let done = ctx.now + serialisation_ps(chunk, own);
+        t.left -= chunk;
+        t.next_ps = ctx.now + serialisation_ps(chunk, t.ps_per_byte);
+        if t.left == 0 {
+            let arrive = t.next_ps.max(done) + t.latency_ps.max(1);
+            ctx.emit(t.gpu, arrive, Body::Message { tag: t.tag });
+        } else {
+            m.active.push_back(t);
+        }
+        m.busy_until = done;
+        ctx.emit(ctx.lp, done, Body::MemoryTick);
     }
 
     pub fn report(&self, _model: &SimModel) -> LpReport {
