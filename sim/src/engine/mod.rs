@@ -293,7 +293,24 @@ impl CollectiveModel {
         topology: &Topology,
     ) -> Result<CollectiveModel, crate::config::ConfigError> {
         let c = &exp.loaded.config.collectives;
-        let settings = crate::collective::Settings::from_config(c);
+        let mut settings = crate::collective::Settings::from_config(c);
+        // The coherent ring needs cache-coherent memory; a non-coherent CXL tier only moves data.
+        if exp
+            .loaded
+            .config
+            .cluster
+            .cxl
+            .as_ref()
+            .is_some_and(|x| !x.coherent)
+        {
+            if settings.algorithm == Some(crate::collective::Algorithm::CoherentRing) {
+                return Err(exp.loaded.error(
+                    "collectives.algorithm",
+                    "coherent-ring needs a coherent CXL fabric, but cluster.cxl.coherent = false; choose another algorithm or make the fabric coherent",
+                ));
+            }
+            settings.coherent_ring = false;
+        }
         for (key, v) in [
             ("min_channels", c.min_channels),
             ("max_channels", c.max_channels),
