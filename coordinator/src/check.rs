@@ -297,14 +297,7 @@ impl CheckReport<'_> {
                 s,
                 "in CXL      {} ({}); at most {:.2} GB per GPU stays in HBM",
                 names.join(", "),
-                if exp
-                    .loaded
-                    .config
-                    .cluster
-                    .cxl
-                    .as_ref()
-                    .is_some_and(|c| c.coherent)
-                {
+                if exp.cxl_coherent() == Some(true) {
                     "coherent: read while kernels run"
                 } else {
                     "not coherent: copied into HBM before use"

@@ -473,6 +473,11 @@ impl Experiment {
         })
     }
 
+    /// Whether the cluster's CXL tier is cache-coherent; `None` without a CXL tier.
+    pub fn cxl_coherent(&self) -> Option<bool> {
+        self.loaded.config.cluster.cxl.as_ref().map(|c| c.coherent)
+    }
+
     /// What the memory estimate reads besides model and layout.
     pub fn memory_inputs(&self) -> MemoryInputs {
         memory_inputs(&self.loaded.config, self.micro_batches)

@@ -295,14 +295,7 @@ impl CollectiveModel {
         let c = &exp.loaded.config.collectives;
         let mut settings = crate::collective::Settings::from_config(c);
         // The coherent ring needs cache-coherent memory; a non-coherent CXL tier only moves data.
-        if exp
-            .loaded
-            .config
-            .cluster
-            .cxl
-            .as_ref()
-            .is_some_and(|x| !x.coherent)
-        {
+        if exp.cxl_coherent() == Some(false) {
             if settings.algorithm == Some(crate::collective::Algorithm::CoherentRing) {
                 return Err(exp.loaded.error(
                     "collectives.algorithm",

@@ -110,7 +110,7 @@ impl CompileOptions {
             overlap_p2p_comm: t.overlap_p2p_comm,
             p2p_scatter_gather: t.p2p_scatter_gather,
             remote: RemoteMemory {
-                coherent: cfg.cluster.cxl.as_ref().is_none_or(|c| c.coherent),
+                coherent: exp.cxl_coherent().unwrap_or(true),
                 classes: exp.cxl_tensors.clone(),
             },
         }
