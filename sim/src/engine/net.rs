@@ -299,10 +299,15 @@ pub struct FabricLp {
     memory: MemoryServer,
 }
 
-/// A CXL memory node serves its transfers round-robin, one chunk (`network.segment_bytes`)
-/// at a time over its link, the way a memory controller interleaves requests: concurrent
-/// transfers share the node's bandwidth fairly (processor sharing at chunk granularity), and
-/// none goes faster than the bottleneck of its own path to the GPU.
+/// A CXL memory node serves its transfers round-robin, one chunk at a time over its link, the
+/// way a memory controller interleaves requests: concurrent transfers share the node's
+/// bandwidth fairly (processor sharing at chunk granularity), and none goes faster than the
+/// bottleneck of its own path to the GPU. A chunk is `network.segment_bytes`, or 1/64 of the
+/// transfer when that is larger: fair to within 1/64 of a transfer, and at most 64 turns
+/// (events) per transfer, however large.
+/// Most turns a CXL transfer takes at its memory node.
+const MEMORY_TURNS: u64 = 64;
+
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct MemoryServer {
     active: VecDeque<Transfer>,
@@ -320,6 +325,8 @@ struct Transfer {
     latency_ps: u64,
     /// Earliest start of its next chunk (its own path's pace).
     next_ps: u64,
+    /// Bytes per turn.
+    chunk: u64,
 }
 
 impl FabricLp {
@@ -353,6 +360,10 @@ impl FabricLp {
                     ps_per_byte: 1e12 / bottleneck,
                     latency_ps: path.iter().map(|&l| links[l as usize].latency_ps).sum(),
                     next_ps: ctx.now,
+                    chunk: bytes
+                        .div_ceil(MEMORY_TURNS)
+                        .max(model.net.segment_bytes)
+                        .max(1),
                 });
                 if ctx.now >= self.memory.busy_until {
                     self.serve_chunk(model, ctx);
@@ -381,7 +392,7 @@ impl FabricLp {
         };
         let link = model.topology.out_links(ctx.lp)[0];
         let own = 1e12 / model.topology.links()[link as usize].bytes_per_s;
-        let chunk = t.left.min(model.net.segment_bytes.max(1));
+        let chunk = t.left.min(t.chunk);
         let done = ctx.now + serialisation_ps(chunk, own);
         t.left -= chunk;
         t.next_ps = ctx.now + serialisation_ps(chunk, t.ps_per_byte);
