@@ -301,6 +301,10 @@ pub struct CommShape {
     /// Every member on another host is reached through a CXL switch (cache-coherent): then
     /// `nic_bytes_per_s` is a GPU's CXL link and every GPU has one.
     pub coherent: bool,
+    /// Coherent groups: one-way latency between hosts over the CXL fabric, µs. A step across
+    /// hosts costs an NVLink step plus this, instead of NCCL's network step (loads and
+    /// stores, no proxy thread).
+    pub coherent_hop_us: f64,
 }
 
 /// The user's `[collectives]` choices, resolved.
@@ -714,7 +718,7 @@ impl CommShape {
             HW_LAT_PCI[1][pi]
         } * p.step_scale;
         let mut intra_step = intra_hw;
-        if self.nodes > 1 {
+        if self.nodes > 1 && !self.coherent {
             // Network overhead per step (NCCL_NET_OVERHEAD: 1 µs, ×3 for Simple).
             let net = if protocol == Protocol::Simple {
                 3.0
@@ -724,7 +728,13 @@ impl CommShape {
             intra_step = intra_step.max(net);
         }
         let latency = f64::from(steps.saturating_sub(inter_steps)) * intra_step
-            + f64::from(inter_steps) * HW_LAT_NET[1][pi];
+            + f64::from(inter_steps)
+                * if self.coherent {
+                    // A step's synchronisation as on NVLink, plus the wire to the other host.
+                    intra_hw + self.coherent_hop_us
+                } else {
+                    HW_LAT_NET[1][pi]
+                };
         Plan {
             algorithm: Algorithm::Ring,
             protocol,
@@ -840,6 +850,7 @@ mod tests {
             nic_bytes_per_s: 50e9,
             nics_per_node: 8,
             coherent: false,
+            coherent_hop_us: 0.0,
         }
     }
 
@@ -929,5 +940,34 @@ mod tests {
             )
             .unwrap();
         assert!(tree.latency_us < ring.latency_us);
+    }
+
+    #[test]
+    fn the_coherent_ring_pays_the_cxl_hop_per_step_across_hosts() {
+        let s = Settings::default();
+        let shape = |hop_us| CommShape {
+            ranks: 32,
+            nodes: 4,
+            coherent: true,
+            coherent_hop_us: hop_us,
+            ..node(Arch::Hopper, 450.0)
+        };
+        let plan = |hop_us| {
+            shape(hop_us)
+                .cost(
+                    CollectiveOp::AllReduce,
+                    1 << 20,
+                    Algorithm::CoherentRing,
+                    Protocol::Simple,
+                    &s,
+                )
+                .expect("coherent ring on a coherent shape")
+        };
+        // The reduce-scatter half: 3 of its 31 steps cross hosts.
+        let (steps, inter) = ring_steps(CollectiveOp::ReduceScatter, 32, 4);
+        assert_eq!((steps, inter), (31, 3));
+        let gap = plan(2.0).latency_us - plan(0.5).latency_us;
+        assert!((gap - 3.0 * 1.5).abs() < 1e-9, "{gap}");
+        assert_eq!(plan(2.0).transfer_us, plan(0.5).transfer_us);
     }
 }

@@ -1122,6 +1122,7 @@ impl GpuLp {
             nic_bytes_per_s: 0.0,
             nics_per_node: model.collectives.nics_per_host.max(1) * topo.hosts_per_nccl_node(),
             coherent: false,
+            coherent_hop_us: 0.0,
         };
         let mut closed = true;
         let mut hop_ps = (0, 0);
@@ -1184,6 +1185,7 @@ impl GpuLp {
                 if coherent {
                     shape.coherent = true;
                     shape.nics_per_node = ppn;
+                    shape.coherent_hop_us = hop_ps.1 as f64 * 1e-6;
                 }
             }
         }
