@@ -222,7 +222,7 @@ enum Command {
         /// HOST:PORT this worker's peers reach it on; port 0 picks a free port.
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
-        /// Threads (default: the machine's cores).
+        /// Threads (default: the cores other processes leave idle).
         #[arg(long)]
         threads: Option<usize>,
         /// File holding the run's shared token (the coordinator's --token-file, or the token
@@ -289,7 +289,7 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
-        /// Threads per engine run (0 = the machine's cores).
+        /// Threads per engine run (0 = the cores other processes leave idle).
         #[arg(long)]
         threads: Option<usize>,
         /// Override a key of the experiment file.
@@ -311,7 +311,7 @@ enum Command {
         /// Override a key of every row's experiment, e.g. --set network.model=analytical.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
-        /// Threads per run (0 = the machine's cores).
+        /// Threads per run (0 = the cores other processes leave idle).
         #[arg(long)]
         threads: Option<usize>,
         /// Exit with status 1 when the MAPE (percent) is above this.

@@ -942,7 +942,7 @@ pub fn run_worker_process(
     };
     let threads = threads
         .filter(|&t| t > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(crate::run::idle_cores);
     let request = with_token(
         pb::RegisterRequest {
             listen_address: advertised,

@@ -44,7 +44,7 @@ pub enum RunError {
 pub struct RunOptions {
     /// In-process workers; `None`: `engine.workers`.
     pub workers: Option<u32>,
-    /// Threads per worker; `None`: `engine.threads` (0 = the machine's cores).
+    /// Threads per worker; `None`: `engine.threads` (0 = the cores other processes leave idle).
     pub threads: Option<usize>,
     pub trace: bool,
     /// Checkpoints to take, or to resume from; `None`: neither.
@@ -130,11 +130,7 @@ pub fn simulate(
     let engine_cfg = &exp.loaded.config.engine;
     let workers = options.workers.unwrap_or(engine_cfg.workers).max(1);
     let threads = options.threads.unwrap_or(engine_cfg.threads as usize);
-    let threads = if threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        threads
-    };
+    let threads = if threads == 0 { idle_cores() } else { threads };
     let checkpoints = match &options.checkpoints {
         Some(c) => {
             Some(checkpoint::prepare(exp, &model, c, workers).map_err(RunError::Checkpoint)?)
@@ -179,6 +175,52 @@ pub fn simulate(
     Ok((model, results, engine))
 }
 
+/// Cores not busy with other work right now: the machine's cores less the runnable threads
+/// of other processes (Linux `procs_running` in `/proc/stat` less this process's own
+/// runnable threads, such as a thread pool still spinning), at least 1.
+/// The window barrier needs every thread on a core at once; on a shared machine one
+/// thread too many makes each window wait for a scheduler time slice (quickstart beside two
+/// busy processes: 37 s on 2 threads, 1.1 s on 1).
+/// The count is the least of ten samples 1 ms apart, so that short-lived processes (the
+/// shell's pipeline starting beside us) do not count.
+pub fn idle_cores() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let running = || {
+        std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("procs_running "))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+        })
+    };
+    let own = || {
+        std::fs::read_dir("/proc/self/task").map_or(1, |tasks| {
+            tasks
+                .filter_map(Result::ok)
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                        // The state follows the command name, which is in parentheses.
+                        stat.rsplit_once(") ")
+                            .is_some_and(|(_, rest)| rest.starts_with('R'))
+                    })
+                })
+                .count()
+                .max(1)
+        })
+    };
+    let mut others = usize::MAX;
+    for _ in 0..10 {
+        match running() {
+            Some(n) => others = others.min(n.saturating_sub(own())),
+            None => return cores,
+        }
+        if others == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    cores.saturating_sub(others).max(1)
+}
+
 /// Peak resident set size of this process (Linux `VmHWM`), 0 where unknown.
 pub fn peak_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -190,4 +232,14 @@ pub fn peak_rss_bytes() -> u64 {
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn idle_cores_is_between_one_and_the_machines_cores() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let idle = super::idle_cores();
+        assert!((1..=cores).contains(&idle), "{idle} of {cores}");
+    }
 }

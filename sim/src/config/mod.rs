@@ -695,7 +695,7 @@ pub struct EngineConfig {
     /// In-process workers of an embedded run.
     #[serde(default = "defaults::one")]
     pub workers: u32,
-    /// Threads per worker; 0 = the machine's cores.
+    /// Threads per worker; 0 = the cores other processes leave idle (Linux `/proc/stat`).
     #[serde(default)]
     pub threads: u32,
     /// Partitions to cut the topology into; 0 = the strategy's natural count (see
