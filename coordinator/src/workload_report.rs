@@ -95,6 +95,7 @@ impl WorkloadReport {
                     "collectives": collectives,
                     "send_bytes": s.send_bytes,
                     "recv_bytes": s.recv_bytes,
+                    "cxl_bytes": s.memory_bytes,
                 })
             })
             .collect();
