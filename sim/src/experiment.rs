@@ -60,8 +60,13 @@ impl Experiment {
 
     /// GPU type of a rank under the default placement (rank r on GPU r).
     pub fn gpu_of_rank(&self, rank: u32) -> &GpuSpec {
+        &self.gpu_types[usize::from(self.gpu_type_of_rank(rank))]
+    }
+
+    /// Index into `gpu_types` of a rank's GPU under the default placement.
+    pub fn gpu_type_of_rank(&self, rank: u32) -> u16 {
         let gph = self.loaded.config.cluster.gpus_per_host;
-        &self.gpu_types[usize::from(self.host_gpu_type[(rank / gph) as usize])]
+        self.host_gpu_type[(rank / gph) as usize]
     }
 
     /// For every pipeline stage, the slowest GPU (lowest dense peak at the run's precision)

@@ -25,8 +25,7 @@ use crate::collective::bus_factor;
 use crate::compute::ComputeModel;
 use crate::config::ConfigError;
 use crate::experiment::Experiment;
-use crate::gpu::GpuSpec;
-use crate::layout::{GroupKind, ParallelLayout};
+use crate::layout::GroupKind;
 use crate::memory;
 use crate::workload::{NO_LAYER, OpKind, Program, compile, evaluate::evaluate};
 
@@ -299,19 +298,13 @@ pub fn tp_spans_types(exp: &Experiment) -> bool {
 }
 
 fn rank_types(exp: &Experiment) -> Vec<u16> {
-    let gph = exp.loaded.config.cluster.gpus_per_host;
     (0..exp.layout.world())
-        .map(|r| exp.host_gpu_type[(r / gph) as usize])
+        .map(|r| exp.gpu_type_of_rank(r))
         .collect()
 }
 
-/// The slowest GPU type (by the compiled kernels' time on `program`) among `ranks`.
-fn slowest<'a>(
-    exp: &'a Experiment,
-    types: &[u16],
-    ranks: impl Iterator<Item = u32>,
-    per_type_time: &[u64],
-) -> (&'a GpuSpec, usize) {
+/// The slowest GPU type (the one with the most `per_type_time`) among `ranks`.
+fn slowest(types: &[u16], ranks: impl Iterator<Item = u32>, per_type_time: &[u64]) -> usize {
     let mut worst = None::<usize>;
     for r in ranks {
         let t = usize::from(types[r as usize]);
@@ -319,8 +312,7 @@ fn slowest<'a>(
             worst = Some(t);
         }
     }
-    let t = worst.unwrap_or(0);
-    (&exp.gpu_types[t], t)
+    worst.unwrap_or(0)
 }
 
 /// Compute time of `program` on every GPU type, ps: (transformer layers, the rest).
@@ -369,7 +361,7 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
             .map(|(layers, _)| layers / exp.stage_layers[s as usize].max(1))
             .collect();
         let ranks = (0..l.world()).filter(|&r| l.coords(r).pp == s);
-        let (_, t) = slowest(exp, &types, ranks, &per_layer);
+        let t = slowest(&types, ranks, &per_layer);
         let hbm = exp.stage_hbm[s as usize];
         stage_cost.push((per_layer[t], split[t].1, hbm));
     }
@@ -442,8 +434,7 @@ pub fn balance_micro_batches(exp: &Experiment, compute: &ComputeModel) -> Option
     let replica_time: Vec<u64> = (0..l.dp)
         .map(|d| {
             let ranks = (0..l.world()).filter(|&r| l.coords(r).dp == d);
-            let (_, t) = slowest(exp, &types, ranks, &per_type);
-            per_type[t]
+            per_type[slowest(&types, ranks, &per_type)]
         })
         .collect();
     let mut counts = vec![step; l.dp as usize];
@@ -482,13 +473,24 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
             f64::from(x.hosts_per_switch * gph) / f64::from(x.memory_nodes_per_switch.max(1));
         (x.link_gb_s * 1e9).min(x.memory_node_gb_s * 1e9 / sharers.max(1.0))
     });
+    // A group's rate: the scale-up link when every member shares the first one's host, else
+    // the GPU's NIC share.
+    let group_rate = |kind: GroupKind, rank: u32, scale_up: f64| {
+        let host = rank / gph;
+        if l.group(kind, rank).iter().all(|&m| m / gph == host) {
+            scale_up
+        } else {
+            nic_share
+        }
+    };
     let mut worst = 0u64;
     for class in 0..workload.classes() {
         let class_ranks: Vec<u32> = (0..l.world())
             .filter(|&r| usize::from(workload.replica_class[l.coords(r).dp as usize]) == class)
             .collect();
         let mut times = Vec::with_capacity(l.pp as usize);
-        let mut rates = Vec::with_capacity(l.pp as usize);
+        // Per stage, the rate of each group kind (index: `GroupKind as usize`).
+        let mut rates: Vec<Vec<f64>> = Vec::with_capacity(l.pp as usize);
         for s in 0..l.pp {
             let program = workload.program(class, s);
             let stage_ranks: Vec<u32> = class_ranks
@@ -496,27 +498,26 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                 .copied()
                 .filter(|&r| l.coords(r).pp == s)
                 .collect();
-            let per_type: Vec<u64> = exp
+            let mut per_type: Vec<Vec<u64>> = exp
                 .gpu_types
                 .iter()
-                .map(|g| compute.program_times(program, g).iter().sum())
+                .map(|g| compute.program_times(program, g))
                 .collect();
-            let (gpu, _) = slowest(exp, &types, stage_ranks.iter().copied(), &per_type);
-            times.push(compute.program_times(program, gpu));
+            let totals: Vec<u64> = per_type.iter().map(|t| t.iter().sum()).collect();
+            let slow = slowest(&types, stage_ranks.iter().copied(), &totals);
+            let gpu = &exp.gpu_types[slow];
+            times.push(per_type.swap_remove(slow));
             let scale_up = gpu.nvlink_bytes_per_s().max(gpu.pcie.bytes_per_s());
-            rates.push((stage_ranks.first().copied().unwrap_or(0), scale_up));
+            let rank = stage_ranks.first().copied().unwrap_or(0);
+            rates.push(
+                (0u8..)
+                    .map_while(GroupKind::from_index)
+                    .map(|kind| group_rate(kind, rank, scale_up))
+                    .collect(),
+            );
         }
-        let link = |l: &ParallelLayout, kind: GroupKind, rank: u32, scale_up: f64| {
-            let members = l.group(kind, rank);
-            let host = rank / gph;
-            if members.iter().all(|&m| m / gph == host) {
-                scale_up
-            } else {
-                nic_share
-            }
-        };
         let timing = evaluate(&workload, class, &|p, op| {
-            let (rank, scale_up) = rates[p.stage as usize];
+            let rate = |kind: GroupKind| rates[p.stage as usize][kind as usize];
             match op.kind {
                 OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
                 OpKind::Collective { op, group, bytes } => {
@@ -524,17 +525,11 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                     if n <= 1 {
                         return 0;
                     }
-                    let rate = link(l, group, rank, scale_up);
-                    let s = bytes as f64 * bus_factor(op, n) / rate + 10e-6;
+                    let s = bytes as f64 * bus_factor(op, n) / rate(group) + 10e-6;
                     (s * 1e12) as u64
                 }
                 OpKind::Send { bytes, .. } => {
-                    let rate = if l.pp > 1 {
-                        link(l, GroupKind::Pp, rank, scale_up)
-                    } else {
-                        scale_up
-                    };
-                    ((bytes as f64 / rate + 5e-6) * 1e12) as u64
+                    ((bytes as f64 / rate(GroupKind::Pp) + 5e-6) * 1e12) as u64
                 }
                 OpKind::Recv { .. } => 0,
                 OpKind::MemoryRead { bytes } => ((bytes as f64 / cxl_rate + 1e-6) * 1e12) as u64,
