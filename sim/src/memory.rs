@@ -179,6 +179,28 @@ pub fn estimate(
         .collect()
 }
 
+/// The embedding's dropout mask for one micro-batch in flight, bytes per GPU.
+pub fn embedding_activation_bytes(
+    model: &ModelSpec,
+    layout: &ParallelLayout,
+    inputs: &MemoryInputs,
+) -> f64 {
+    let sp = inputs.sequence_parallel && layout.tp > 1;
+    let sb = (model.seq_len / u64::from(layout.cp) * inputs.micro_batch) as f64;
+    sb * model.hidden as f64 / if sp { f64::from(layout.tp) } else { 1.0 }
+}
+
+/// The fp32 logits of one micro-batch for its cross-entropy (Korthikanti et al. §4.3), bytes
+/// per GPU.
+pub fn logits_activation_bytes(
+    model: &ModelSpec,
+    layout: &ParallelLayout,
+    inputs: &MemoryInputs,
+) -> f64 {
+    let sb = (model.seq_len / u64::from(layout.cp) * inputs.micro_batch) as f64;
+    4.0 * sb * model.vocab as f64 / f64::from(layout.tp)
+}
+
 /// Memory of pipeline stage `stage` when stages hold `per_stage` layers.
 pub fn stage_memory(
     model: &ModelSpec,
@@ -241,16 +263,11 @@ pub fn stage_memory(
         / layers.len().max(1) as f64;
     let layers_per_chunk = (layers.len() as u64 / vp) as f64;
     let mut activations = chunks_in_flight as f64 * layers_per_chunk * per_layer_avg;
-    let sp = inputs.sequence_parallel && layout.tp > 1;
-    let sb = (model.seq_len / u64::from(layout.cp) * inputs.micro_batch) as f64;
     if first {
-        // Embedding dropout mask, per micro-batch in flight.
-        activations +=
-            chunks_in_flight as f64 * sb * model.hidden as f64 / if sp { t } else { 1.0 };
+        activations += chunks_in_flight as f64 * embedding_activation_bytes(model, layout, inputs);
     }
     if last {
-        // fp32 logits for the cross-entropy of one micro-batch (Korthikanti et al. §4.3).
-        activations += 4.0 * sb * model.vocab as f64 / t;
+        activations += logits_activation_bytes(model, layout, inputs);
     }
     StageMemory {
         stage,

@@ -54,12 +54,15 @@ pub fn annotate(
     .iter()
     .filter(|&&n| n > 1)
     .count() as u64;
-    let state = m.in_hbm(in_cxl)
-        - if in_cxl.contains(&TensorClass::Activations) {
-            0.0
-        } else {
-            m.activations
-        };
+    let state: f64 = [
+        TensorClass::Weights,
+        TensorClass::Gradients,
+        TensorClass::Optimizer,
+    ]
+    .into_iter()
+    .filter(|c| !in_cxl.contains(c))
+    .map(|c| m.of(c))
+    .sum();
     program.resident_bytes =
         state as u64 + communicators * CHANNELS_PER_COMMUNICATOR * NCCL_CONNECTION_BYTES;
 
@@ -72,11 +75,8 @@ pub fn annotate(
     let full = |layer: u32| {
         memory::layer_activation_bytes(model, layout, &full_inputs, u64::from(layer)) as u64
     };
-    let t = u64::from(layout.tp);
-    let sp = inputs.sequence_parallel && layout.tp > 1;
-    let sb = model.seq_len / u64::from(layout.cp) * inputs.micro_batch;
-    let embedding_bytes = sb * model.hidden / if sp { t } else { 1 };
-    let logits_bytes = 4 * sb * model.vocab / t;
+    let embedding_bytes = memory::embedding_activation_bytes(model, layout, inputs) as u64;
+    let logits_bytes = memory::logits_activation_bytes(model, layout, inputs) as u64;
 
     // (micro-batch, chunk, layer or module) → first forward op, first recompute op, last
     // backward op; compute ops only.
