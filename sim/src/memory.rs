@@ -179,6 +179,29 @@ pub fn estimate(
         .collect()
 }
 
+/// Bytes per GPU of the weights, gradients and optimizer state of `dense` and `expert`
+/// parameters, sharded over their data-parallel group as the ZeRO stage says (dense over
+/// DP × CP, experts over the expert data-parallel group).
+pub fn state_bytes(
+    dense: f64,
+    expert: f64,
+    layout: &ParallelLayout,
+    inputs: &MemoryInputs,
+) -> (f64, f64, f64) {
+    let (w, g, o) = bytes_per_param(inputs.precision);
+    let d_dense = f64::from(layout.dp * layout.cp);
+    let d_expert = f64::from(layout.expert_dp());
+    let part = |bytes: f64, sharded: bool| {
+        if sharded {
+            dense * bytes / d_dense + expert * bytes / d_expert
+        } else {
+            (dense + expert) * bytes
+        }
+    };
+    let z = inputs.zero;
+    (part(w, z >= 3), part(g, z >= 2), part(o, z >= 1))
+}
+
 /// The embedding's dropout mask for one micro-batch in flight, bytes per GPU.
 pub fn embedding_activation_bytes(
     model: &ModelSpec,
@@ -229,23 +252,7 @@ pub fn stage_memory(
         dense += norm + output_params_per_rank(model, layout);
     }
 
-    let (w, g, o) = bytes_per_param(inputs.precision);
-    let d_dense = f64::from(layout.dp * layout.cp);
-    let d_expert = f64::from(layout.expert_dp());
-    let shard = |params: f64, bytes: f64, sharded: bool, d: f64| {
-        if sharded {
-            params * bytes / d
-        } else {
-            params * bytes
-        }
-    };
-    let z = inputs.zero;
-    let part = |bytes: f64, sharded: bool| {
-        shard(dense, bytes, sharded, d_dense) + shard(expert, bytes, sharded, d_expert)
-    };
-    let weights = part(w, z >= 3);
-    let gradients = part(g, z >= 2);
-    let optimizer = part(o, z >= 1);
+    let (weights, gradients, optimizer) = state_bytes(dense, expert, layout, inputs);
 
     let vp = u64::from(layout.vp);
     let pp = u64::from(layout.pp);

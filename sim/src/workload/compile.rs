@@ -805,16 +805,13 @@ impl<'a> StageCompiler<'a> {
         if r.classes.is_empty() {
             return 0;
         }
-        let (w, g, _) = bytes_per_param(self.options.dims.precision);
         let (dense, expert) = layer_params_per_rank(self.model, self.layout, layer);
-        let dp = f64::from(self.layout.dp * self.layout.cp);
-        let shard =
-            |bytes: f64, sharded: bool| (dense + expert) * bytes / if sharded { dp } else { 1.0 };
-        let zero = self.options.zero;
         let recompute = self.options.dims.recompute == crate::config::Recompute::Full;
         let inputs = self
             .options
             .memory_inputs(u64::from(self.pipeline.micro_batches));
+        let (weights, gradients, _) =
+            crate::memory::state_bytes(dense, expert, self.layout, &inputs);
         let stash = crate::memory::layer_activation_bytes(self.model, self.layout, &inputs, layer);
         let mut bytes = 0.0;
         if r.has(TensorClass::Weights) {
@@ -823,10 +820,10 @@ impl<'a> StageCompiler<'a> {
             } else {
                 1.0
             };
-            bytes += passes * shard(w, zero >= 3);
+            bytes += passes * weights;
         }
         if r.has(TensorClass::Gradients) && phase == Phase::Backward {
-            bytes += 2.0 * shard(g, zero >= 2);
+            bytes += 2.0 * gradients;
         }
         if r.has(TensorClass::Activations) {
             bytes += stash;
