@@ -634,11 +634,8 @@ impl GpuLp {
                     ));
                     return;
                 };
-                let request_ps = match model.topology.path(self.node, memory, 0) {
-                    Ok(path) => path
-                        .iter()
-                        .map(|&l| model.topology.links()[l as usize].latency_ps)
-                        .sum::<u64>(),
+                let path = match self.paths.get(model, self.node, memory, 0) {
+                    Ok(p) => p,
                     Err(e) => {
                         self.fail(format!("rank {}: {e}", self.rank));
                         return;
@@ -654,13 +651,16 @@ impl GpuLp {
                     seq: op,
                     step: 0,
                 };
+                // CXL links are cabled both ways alike: the reply takes the path back.
                 ctx.emit(
                     memory,
-                    ctx.now + request_ps.max(1),
+                    ctx.now + path.latency_ps.max(1),
                     Body::MemoryRead {
                         bytes,
                         reply_to: self.node,
                         tag,
+                        latency_ps: path.latency_ps,
+                        bytes_per_s: path.bytes_per_s,
                     },
                 );
             }

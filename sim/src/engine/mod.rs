@@ -164,11 +164,14 @@ pub enum Body {
         index: u32,
     },
     /// To a CXL memory node: move `bytes` between it and GPU `reply_to`, then answer with
-    /// a [`Body::Message`] carrying `tag`.
+    /// a [`Body::Message`] carrying `tag`. The GPU's route gives the path's one-way latency
+    /// and bottleneck rate.
     MemoryRead {
         bytes: u64,
         reply_to: NodeId,
         tag: Tag,
+        latency_ps: u64,
+        bytes_per_s: f64,
     },
     /// A CXL memory node's link finished a chunk: serve the next.
     MemoryTick,

@@ -344,21 +344,15 @@ impl FabricLp {
                 bytes,
                 reply_to,
                 tag,
+                latency_ps,
+                bytes_per_s,
             } => {
-                let Ok(path) = model.topology.path(ctx.lp, reply_to, 0) else {
-                    return; // the GPU checked the route before asking
-                };
-                let links = model.topology.links();
-                let bottleneck = path
-                    .iter()
-                    .map(|&l| links[l as usize].bytes_per_s)
-                    .fold(f64::INFINITY, f64::min);
                 self.memory.active.push_back(Transfer {
                     left: bytes,
                     gpu: reply_to,
                     tag,
-                    ps_per_byte: 1e12 / bottleneck,
-                    latency_ps: path.iter().map(|&l| links[l as usize].latency_ps).sum(),
+                    ps_per_byte: 1e12 / bytes_per_s,
+                    latency_ps,
                     next_ps: ctx.now,
                     chunk: bytes
                         .div_ceil(MEMORY_TURNS)
