@@ -340,7 +340,8 @@ fn program_split(program: &Program, exp: &Experiment, compute: &ComputeModel) ->
 /// Layers per stage for `exp` (uniform, stages outermost) so that the slowest stage is as fast
 /// as it can be: stage time = layers × that stage's per-layer time on its slowest GPU + the
 /// stage's other work (embedding, logits, loss, optimizer), each stage within the HBM of its
-/// smallest GPU. A min-max split by dynamic programming over stages; `None` when no split fits.
+/// smallest GPU (less what lives in CXL memory, as the experiment's own check counts it).
+/// A min-max split by dynamic programming over stages; `None` when no split fits.
 pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u32>> {
     let l = &exp.layout;
     let pp = l.pp as usize;
@@ -369,7 +370,7 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
     let fits = |s: usize, layers: u64| {
         let per_stage = vec![layers; pp];
         let m = memory::stage_memory(&exp.model, l, &per_stage, &inputs, s as u32);
-        m.total() <= stage_cost[s].2
+        m.in_hbm(&exp.cxl_tensors) <= stage_cost[s].2
     };
     let time = |s: usize, layers: u64| layers * stage_cost[s].0 + stage_cost[s].1;
     // best[s][n]: the smallest bottleneck of stages s.. holding n layers (in units of vp).
