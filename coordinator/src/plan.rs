@@ -181,9 +181,7 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<Plan
     };
     let mut confirmed = Vec::with_capacity(order.len());
     for i in order {
-        let exp = &candidates[i].experiment;
-        exp.build_topology()?;
-        let out = run_embedded(exp, &options, None)?;
+        let out = run_embedded(&candidates[i].experiment, &options, None)?;
         confirmed.push(Confirmed {
             candidate: i,
             iteration_s: out.summary.json["iteration_time_s"]
