@@ -1,152 +1,205 @@
 //! The pending-event queue of one partition, ordered by [`EventKey`].
 //!
-//! A 4-ary min-heap of 24-byte keys, each pointing into a slab that holds the events: sifting
-//! moves keys, never event bodies, and a 4-ary heap halves the depth a pop walks (pops are
-//! as frequent as pushes here). Freed slab slots are reused, so a steady-state run does not
-//! allocate.
+//! A radix heap on the time stamp (Ahuja, Mehlhorn, Orlin and Tarjan, "Faster algorithms for
+//! the shortest path problem", JACM 1990, §3): an event `t` picoseconds ahead of the last
+//! popped time `last` sits in bucket `1 + ⌊log2(t XOR last)⌋`, and only the lowest non-empty
+//! bucket is ever scanned and split. Pushes append to a vector and pops walk vectors front to
+//! back, so the queue streams through memory instead of chasing a heap's cache lines: at
+//! 131,072 GPUs a partition holds tens of thousands of pending events, and a 4-ary heap of
+//! them spent a third of the run in cache misses. Events live in the buckets themselves (no
+//! slab to miss in). Bucket 0 holds the events at (or, for a late push, before) `last`: a
+//! vector sorted by the full key once per split (ties in time pop by origin LP, then origin
+//! sequence), plus a small binary heap for pushes that land on `last` while it drains: a
+//! symmetric workload puts thousands of events on the same picosecond, and sorting them once
+//! is cheaper than sifting each through a heap.
+//!
+//! The engine's time never runs backwards inside a partition: an LP emits at or after its
+//! event's time, and a peer's event is at or after the window it was sent in ends. Should a
+//! push still land before `last`, bucket 0 takes it and it pops first, in key order.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use sim::event::EventKey;
+
+/// Buckets: 0 for `time <= last`, then one per bit position of `time XOR last`.
+const BUCKETS: usize = 65;
 
 /// A min-queue of events keyed by `(time, origin LP, origin sequence)`. Keys are unique, so the
 /// pop order is total and independent of insertion order: the basis of partition-independent
 /// results.
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    heap: Vec<HeapKey>,
-    slab: Vec<Option<E>>,
-    free: Vec<u32>,
+    /// The time of the last bucket split (the latest popped time, or earlier).
+    last: u64,
+    /// Events at `last` from the last split, sorted latest key first (pop from the end).
+    now: Vec<Entry<E>>,
+    /// Events pushed at or before `last` since the split, earliest key on top.
+    late: BinaryHeap<Entry<E>>,
+    /// `buckets[b]` (b ≥ 1): events whose `time XOR last` has its highest set bit at `b - 1`.
+    buckets: Vec<Vec<Entry<E>>>,
+    /// The earliest time in each bucket (`u64::MAX` when empty).
+    bucket_min: [u64; BUCKETS],
+    /// Bit `b` set when `buckets[b]` is not empty.
+    occupied: u128,
+    len: usize,
 }
 
-/// An [`EventKey`] and the slab slot of its event.
-#[derive(Debug, Clone, Copy)]
-struct HeapKey {
+#[derive(Debug)]
+struct Entry<E> {
     time_ps: u64,
     origin_seq: u64,
     origin_lp: u32,
-    slot: u32,
+    event: E,
 }
 
-impl HeapKey {
+impl<E> Entry<E> {
     fn order(&self) -> (u64, u32, u64) {
         (self.time_ps, self.origin_lp, self.origin_seq)
     }
 
-    fn before(&self, other: &HeapKey) -> bool {
-        self.order() < other.order()
+    fn key(&self) -> EventKey {
+        EventKey {
+            time_ps: self.time_ps,
+            origin_lp: self.origin_lp,
+            origin_seq: self.origin_seq,
+        }
     }
 }
 
-const ARITY: usize = 4;
+// `BinaryHeap` is a max-heap: the earliest key compares greatest.
+impl<E> PartialEq for Entry<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.order() == other.order()
+    }
+}
+impl<E> Eq for Entry<E> {}
+impl<E> PartialOrd for Entry<E> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<E> Ord for Entry<E> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.order().cmp(&self.order())
+    }
+}
 
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
-            heap: Vec::new(),
-            slab: Vec::new(),
-            free: Vec::new(),
+            last: 0,
+            now: Vec::new(),
+            late: BinaryHeap::new(),
+            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            bucket_min: [u64::MAX; BUCKETS],
+            occupied: 0,
+            len: 0,
         }
     }
 }
 
 impl<E> EventQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.slab[s as usize] = Some(event);
-                s
-            }
-            None => {
-                self.slab.push(Some(event));
-                (self.slab.len() - 1) as u32
-            }
-        };
-        let entry = HeapKey {
+        self.len += 1;
+        self.place(Entry {
             time_ps: key.time_ps,
             origin_seq: key.origin_seq,
             origin_lp: key.origin_lp,
-            slot,
-        };
-        let mut i = self.heap.len();
-        self.heap.push(entry);
-        while i > 0 {
-            let parent = (i - 1) / ARITY;
-            if !entry.before(&self.heap[parent]) {
-                break;
-            }
-            self.heap[i] = self.heap[parent];
-            i = parent;
+            event,
+        });
+    }
+
+    fn place(&mut self, entry: Entry<E>) {
+        if entry.time_ps <= self.last {
+            self.late.push(entry);
+            return;
         }
-        self.heap[i] = entry;
+        self.place_ahead(entry);
+    }
+
+    /// Files an event later than `last` in its bucket.
+    fn place_ahead(&mut self, entry: Entry<E>) {
+        let b = (u64::BITS - (entry.time_ps ^ self.last).leading_zeros()) as usize;
+        self.bucket_min[b] = self.bucket_min[b].min(entry.time_ps);
+        self.occupied |= 1 << b;
+        self.buckets[b].push(entry);
     }
 
     /// Time of the earliest pending event.
     pub fn next_time_ps(&self) -> Option<u64> {
-        self.heap.first().map(|k| k.time_ps)
+        match (self.now.last(), self.late.peek()) {
+            (Some(a), Some(b)) => return Some(a.time_ps.min(b.time_ps)),
+            (Some(a), None) => return Some(a.time_ps),
+            (None, Some(b)) => return Some(b.time_ps),
+            (None, None) => {}
+        }
+        (self.occupied != 0).then(|| self.bucket_min[self.occupied.trailing_zeros() as usize])
     }
 
     /// Pops the earliest event if it is before `end_ps` (the window's end, exclusive).
     pub fn pop_before(&mut self, end_ps: u64) -> Option<(EventKey, E)> {
-        let top = *self.heap.first()?;
-        if top.time_ps >= end_ps {
+        if self.next_time_ps()? >= end_ps {
             return None;
         }
-        let last = self.heap.pop()?;
-        let n = self.heap.len();
-        if n > 0 {
-            // Sift the last key down from the root.
-            let mut i = 0;
-            loop {
-                let first = i * ARITY + 1;
-                if first >= n {
-                    break;
-                }
-                let mut best = first;
-                for c in first + 1..(first + ARITY).min(n) {
-                    if self.heap[c].before(&self.heap[best]) {
-                        best = c;
-                    }
-                }
-                if !self.heap[best].before(&last) {
-                    break;
-                }
-                self.heap[i] = self.heap[best];
-                i = best;
-            }
-            self.heap[i] = last;
+        if self.now.is_empty() && self.late.is_empty() {
+            self.split_lowest();
         }
-        let event = self.slab[top.slot as usize].take()?;
-        self.free.push(top.slot);
-        Some((
-            EventKey {
-                time_ps: top.time_ps,
-                origin_lp: top.origin_lp,
-                origin_seq: top.origin_seq,
-            },
-            event,
-        ))
+        // `Entry`'s order is reversed: the greater entry is the earlier key.
+        let from_late = match (self.now.last(), self.late.peek()) {
+            (Some(a), Some(b)) => b > a,
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        let entry = if from_late {
+            self.late.pop()?
+        } else {
+            self.now.pop()?
+        };
+        self.len -= 1;
+        Some((entry.key(), entry.event))
+    }
+
+    /// Moves `last` up to the lowest bucket's earliest time and spreads that bucket over the
+    /// lower ones; its earliest events land in `now`. Only called with `now` and `late`
+    /// empty.
+    fn split_lowest(&mut self) {
+        if self.occupied == 0 {
+            return;
+        }
+        let b = self.occupied.trailing_zeros() as usize;
+        self.last = self.bucket_min[b];
+        self.bucket_min[b] = u64::MAX;
+        self.occupied &= !(1 << b);
+        let mut moving = std::mem::take(&mut self.buckets[b]);
+        for entry in moving.drain(..) {
+            if entry.time_ps == self.last {
+                self.now.push(entry);
+            } else {
+                self.place_ahead(entry);
+            }
+        }
+        // Ascending `Entry` order is latest key first.
+        self.now.sort_unstable();
+        // Keep the emptied vector's capacity for the next events of this bucket.
+        self.buckets[b] = moving;
     }
 
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.len
     }
 
     /// Every pending event, in no particular order (checkpoints sort them).
     pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
-        self.heap.iter().filter_map(|k| {
-            let event = self.slab[k.slot as usize].as_ref()?;
-            Some((
-                EventKey {
-                    time_ps: k.time_ps,
-                    origin_lp: k.origin_lp,
-                    origin_seq: k.origin_seq,
-                },
-                event,
-            ))
-        })
+        self.now
+            .iter()
+            .chain(self.late.iter())
+            .chain(self.buckets.iter().flatten())
+            .map(|e| (e.key(), &e.event))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len == 0
     }
 }
 
@@ -191,6 +244,43 @@ mod tests {
             out.sort();
             prop_assert_eq!(out, keys);
             prop_assert!(q.is_empty());
+        }
+    }
+
+    proptest! {
+        /// As the engine drives it: windows of random length, events pushed at or after the
+        /// time being processed (some at exactly that time), pops up to each window's end;
+        /// the queue must agree with a sorted reference at every step.
+        #[test]
+        fn agrees_with_a_sorted_reference_over_windows(
+            steps in proptest::collection::vec((0u64..1 << 40, 0u32..3, 1u64..1 << 20, 0u8..4), 1..300),
+        ) {
+            let mut q = EventQueue::default();
+            let mut reference = std::collections::BTreeSet::new();
+            let mut now = 0u64;
+            let mut seq = 0u64;
+            for (ahead, lp, window, pops) in steps {
+                // Exact ties in time are common: half the pushes land on `now` itself.
+                let time = if ahead % 2 == 0 { now } else { now + ahead };
+                seq += 1;
+                q.push(EventKey { time_ps: time, origin_lp: lp, origin_seq: seq }, (time, lp, seq));
+                reference.insert((time, lp, seq));
+                let end = now + window;
+                for _ in 0..pops {
+                    let expected = reference.first().copied().filter(|k| k.0 < end);
+                    let got = q.pop_before(end).map(|(k, e)| {
+                        assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
+                        e
+                    });
+                    prop_assert_eq!(got, expected);
+                    if let Some(k) = expected {
+                        reference.remove(&k);
+                        now = k.0;
+                    }
+                }
+                prop_assert_eq!(q.len(), reference.len());
+                prop_assert_eq!(q.next_time_ps(), reference.first().map(|k| k.0));
+            }
         }
     }
 

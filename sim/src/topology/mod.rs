@@ -172,6 +172,9 @@ pub struct Topology {
     /// `out_ids[out_start[n]..out_start[n + 1]]` are the links leaving `n`, ascending.
     out_start: Vec<u32>,
     out_ids: Vec<LinkId>,
+    /// Parallel to `out_ids`: each link's far end. Routing looks a neighbour up here, in one
+    /// compact run of memory, instead of visiting every candidate link record.
+    out_dsts: Vec<NodeId>,
     gpu_of_rank: Vec<NodeId>,
     host_count: u32,
     /// Per host, an index into the `gpu_types` the topology was built with.
@@ -234,6 +237,12 @@ impl Topology {
     pub fn out_links(&self, n: NodeId) -> &[LinkId] {
         let i = n as usize;
         &self.out_ids[self.out_start[i] as usize..self.out_start[i + 1] as usize]
+    }
+
+    /// The far ends of [`Topology::out_links`]`(n)`, in the same order.
+    pub fn out_neighbours(&self, n: NodeId) -> &[NodeId] {
+        let i = n as usize;
+        &self.out_dsts[self.out_start[i] as usize..self.out_start[i + 1] as usize]
     }
 
     /// The node of GPU `rank`. Panics if `rank >= gpu_count()`.
@@ -496,6 +505,7 @@ impl Builder {
             out_ids[*slot as usize] = id as LinkId;
             *slot += 1;
         }
+        let out_dsts = out_ids.iter().map(|&l| links[l as usize].dst).collect();
         let lookahead_ps = links
             .iter()
             .filter(|l| {
@@ -509,6 +519,7 @@ impl Builder {
             links,
             out_start,
             out_ids,
+            out_dsts,
             gpu_of_rank,
             host_count,
             host_gpu_type,

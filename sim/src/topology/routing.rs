@@ -206,18 +206,13 @@ impl Topology {
     /// The link `a → b`, looked up from the side with fewer links (the reverse of `b → a` is
     /// `(b → a) ^ 1`).
     fn link_between(&self, a: NodeId, b: NodeId) -> Option<LinkId> {
-        let (from_a, from_b) = (self.out_links(a), self.out_links(b));
-        if from_a.len() <= from_b.len() {
-            from_a
-                .iter()
-                .copied()
-                .find(|&l| self.links[l as usize].dst == b)
+        let (to_a, to_b) = (self.out_neighbours(a), self.out_neighbours(b));
+        if to_a.len() <= to_b.len() {
+            let i = to_a.iter().position(|&n| n == b)?;
+            Some(self.out_links(a)[i])
         } else {
-            from_b
-                .iter()
-                .copied()
-                .find(|&l| self.links[l as usize].dst == a)
-                .map(|l| l ^ 1)
+            let i = to_b.iter().position(|&n| n == a)?;
+            Some(self.out_links(b)[i] ^ 1)
         }
     }
 
