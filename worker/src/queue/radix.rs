@@ -1,6 +1,4 @@
-//! The pending-event queue of one partition, ordered by [`EventKey`].
-//!
-//! A radix heap on the time stamp (Ahuja, Mehlhorn, Orlin and Tarjan, "Faster algorithms for
+//! The queue for large partitions: a radix heap on the time stamp (Ahuja, Mehlhorn, Orlin and Tarjan, "Faster algorithms for
 //! the shortest path problem", JACM 1990, §3): an event `t` picoseconds ahead of the last
 //! popped time `last` sits in bucket `1 + ⌊log2(t XOR last)⌋`, and only the lowest non-empty
 //! bucket is ever scanned and split. Pushes append to a vector and pops walk vectors front to
@@ -25,11 +23,9 @@ use sim::event::EventKey;
 /// Buckets: 0 for `time <= last`, then one per bit position of `time XOR last`.
 const BUCKETS: usize = 65;
 
-/// A min-queue of events keyed by `(time, origin LP, origin sequence)`. Keys are unique, so the
-/// pop order is total and independent of insertion order: the basis of partition-independent
-/// results.
+/// A min-queue of events by [`EventKey`]: a radix heap on time.
 #[derive(Debug)]
-pub struct EventQueue<E> {
+pub struct RadixQueue<E> {
     /// The time of the last bucket split (the latest popped time, or earlier).
     last: u64,
     /// Events at `last` from the last split, sorted latest key first (pop from the end).
@@ -85,9 +81,9 @@ impl<E> Ord for Entry<E> {
     }
 }
 
-impl<E> Default for EventQueue<E> {
+impl<E> Default for RadixQueue<E> {
     fn default() -> Self {
-        EventQueue {
+        RadixQueue {
             last: 0,
             now: Vec::new(),
             late: BinaryHeap::new(),
@@ -99,7 +95,7 @@ impl<E> Default for EventQueue<E> {
     }
 }
 
-impl<E> EventQueue<E> {
+impl<E> RadixQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
         self.len += 1;
         self.place(Entry {
@@ -180,13 +176,27 @@ impl<E> EventQueue<E> {
             }
         }
         // Ascending `Entry` order is latest key first.
-        self.now.sort_unstable();
+        if self.now.len() > 1 {
+            self.now.sort_unstable();
+        }
         // Keep the emptied vector's capacity for the next events of this bucket.
         self.buckets[b] = moving;
     }
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Takes every pending event out, in no particular order.
+    pub fn drain(&mut self) -> impl Iterator<Item = (EventKey, E)> + '_ {
+        self.len = 0;
+        self.occupied = 0;
+        self.bucket_min = [u64::MAX; BUCKETS];
+        self.now
+            .drain(..)
+            .chain(self.late.drain())
+            .chain(self.buckets.iter_mut().flat_map(|b| b.drain(..)))
+            .map(|e| (e.key(), e.event))
     }
 
     /// Every pending event, in no particular order (checkpoints sort them).
@@ -196,123 +206,5 @@ impl<E> EventQueue<E> {
             .chain(self.late.iter())
             .chain(self.buckets.iter().flatten())
             .map(|e| (e.key(), &e.event))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Whatever order events arrive in, they leave in key order, each with its own event.
-        #[test]
-        fn pops_in_key_order_regardless_of_push_order(
-            mut keys in proptest::collection::vec((0u64..50, 0u32..4, 0u64..1000), 1..200),
-            interleave in 0usize..200,
-        ) {
-            keys.sort();
-            keys.dedup();
-            let mut shuffled = keys.clone();
-            shuffled.reverse();
-            let mut q = EventQueue::default();
-            let mut out = Vec::new();
-            for (i, &(t, lp, seq)) in shuffled.iter().enumerate() {
-                q.push(EventKey { time_ps: t, origin_lp: lp, origin_seq: seq }, (t, lp, seq));
-                // Pop some early on to exercise slot reuse; the earliest stays the earliest
-                // only among what was pushed, so compare as a multiset below.
-                if i == interleave
-                    && let Some((k, e)) = q.pop_before(u64::MAX)
-                {
-                    prop_assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
-                    out.push(e);
-                }
-            }
-            let mut rest = Vec::new();
-            while let Some((k, e)) = q.pop_before(u64::MAX) {
-                prop_assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
-                rest.push(e);
-            }
-            let mut sorted_rest = rest.clone();
-            sorted_rest.sort();
-            prop_assert_eq!(&rest, &sorted_rest);
-            out.extend(rest);
-            out.sort();
-            prop_assert_eq!(out, keys);
-            prop_assert!(q.is_empty());
-        }
-    }
-
-    proptest! {
-        /// As the engine drives it: windows of random length, events pushed at or after the
-        /// time being processed (some at exactly that time), pops up to each window's end;
-        /// the queue must agree with a sorted reference at every step.
-        #[test]
-        fn agrees_with_a_sorted_reference_over_windows(
-            steps in proptest::collection::vec((0u64..1 << 40, 0u32..3, 1u64..1 << 20, 0u8..4), 1..300),
-        ) {
-            let mut q = EventQueue::default();
-            let mut reference = std::collections::BTreeSet::new();
-            let mut now = 0u64;
-            let mut seq = 0u64;
-            for (ahead, lp, window, pops) in steps {
-                // Exact ties in time are common: half the pushes land on `now` itself.
-                let time = if ahead % 2 == 0 { now } else { now + ahead };
-                seq += 1;
-                q.push(EventKey { time_ps: time, origin_lp: lp, origin_seq: seq }, (time, lp, seq));
-                reference.insert((time, lp, seq));
-                let end = now + window;
-                for _ in 0..pops {
-                    let expected = reference.first().copied().filter(|k| k.0 < end);
-                    let got = q.pop_before(end).map(|(k, e)| {
-                        assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
-                        e
-                    });
-                    prop_assert_eq!(got, expected);
-                    if let Some(k) = expected {
-                        reference.remove(&k);
-                        now = k.0;
-                    }
-                }
-                prop_assert_eq!(q.len(), reference.len());
-                prop_assert_eq!(q.next_time_ps(), reference.first().map(|k| k.0));
-            }
-        }
-    }
-
-    #[test]
-    fn window_end_is_exclusive() {
-        let mut q = EventQueue::default();
-        q.push(
-            EventKey {
-                time_ps: 10,
-                origin_lp: 0,
-                origin_seq: 0,
-            },
-            'a',
-        );
-        assert!(q.pop_before(10).is_none());
-        assert_eq!(q.pop_before(11).map(|(_, e)| e), Some('a'));
-    }
-
-    #[test]
-    fn ties_in_time_break_by_origin_then_sequence() {
-        let mut q = EventQueue::default();
-        for (lp, seq) in [(2, 0), (1, 5), (1, 3), (0, 9)] {
-            q.push(
-                EventKey {
-                    time_ps: 7,
-                    origin_lp: lp,
-                    origin_seq: seq,
-                },
-                (lp, seq),
-            );
-        }
-        let order: Vec<_> = std::iter::from_fn(|| q.pop_before(8).map(|(_, e)| e)).collect();
-        assert_eq!(order, vec![(0, 9), (1, 3), (1, 5), (2, 0)]);
     }
 }

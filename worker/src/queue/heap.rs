@@ -1,0 +1,160 @@
+//! The queue for small partitions: a 4-ary min-heap of 24-byte keys, each pointing into a slab that holds the events: sifting
+//! moves keys, never event bodies, and a 4-ary heap halves the depth a pop walks (pops are
+//! as frequent as pushes here). Freed slab slots are reused, so a steady-state run does not
+//! allocate.
+
+use sim::event::EventKey;
+
+/// A min-queue of events by [`EventKey`]: a 4-ary heap of keys over a slab of events.
+#[derive(Debug)]
+pub struct HeapQueue<E> {
+    heap: Vec<HeapKey>,
+    slab: Vec<Option<E>>,
+    free: Vec<u32>,
+}
+
+/// An [`EventKey`] and the slab slot of its event.
+#[derive(Debug, Clone, Copy)]
+struct HeapKey {
+    time_ps: u64,
+    origin_seq: u64,
+    origin_lp: u32,
+    slot: u32,
+}
+
+impl HeapKey {
+    fn order(&self) -> (u64, u32, u64) {
+        (self.time_ps, self.origin_lp, self.origin_seq)
+    }
+
+    fn before(&self, other: &HeapKey) -> bool {
+        self.order() < other.order()
+    }
+}
+
+const ARITY: usize = 4;
+
+impl<E> Default for HeapQueue<E> {
+    fn default() -> Self {
+        HeapQueue {
+            heap: Vec::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<E> HeapQueue<E> {
+    pub fn push(&mut self, key: EventKey, event: E) {
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = Some(event);
+                s
+            }
+            None => {
+                self.slab.push(Some(event));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        let entry = HeapKey {
+            time_ps: key.time_ps,
+            origin_seq: key.origin_seq,
+            origin_lp: key.origin_lp,
+            slot,
+        };
+        let mut i = self.heap.len();
+        self.heap.push(entry);
+        while i > 0 {
+            let parent = (i - 1) / ARITY;
+            if !entry.before(&self.heap[parent]) {
+                break;
+            }
+            self.heap[i] = self.heap[parent];
+            i = parent;
+        }
+        self.heap[i] = entry;
+    }
+
+    /// Time of the earliest pending event.
+    pub fn next_time_ps(&self) -> Option<u64> {
+        self.heap.first().map(|k| k.time_ps)
+    }
+
+    /// Pops the earliest event if it is before `end_ps` (the window's end, exclusive).
+    pub fn pop_before(&mut self, end_ps: u64) -> Option<(EventKey, E)> {
+        let top = *self.heap.first()?;
+        if top.time_ps >= end_ps {
+            return None;
+        }
+        let last = self.heap.pop()?;
+        let n = self.heap.len();
+        if n > 0 {
+            // Sift the last key down from the root.
+            let mut i = 0;
+            loop {
+                let first = i * ARITY + 1;
+                if first >= n {
+                    break;
+                }
+                let mut best = first;
+                for c in first + 1..(first + ARITY).min(n) {
+                    if self.heap[c].before(&self.heap[best]) {
+                        best = c;
+                    }
+                }
+                if !self.heap[best].before(&last) {
+                    break;
+                }
+                self.heap[i] = self.heap[best];
+                i = best;
+            }
+            self.heap[i] = last;
+        }
+        let event = self.slab[top.slot as usize].take()?;
+        self.free.push(top.slot);
+        Some((
+            EventKey {
+                time_ps: top.time_ps,
+                origin_lp: top.origin_lp,
+                origin_seq: top.origin_seq,
+            },
+            event,
+        ))
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Takes every pending event out, in no particular order.
+    pub fn drain(&mut self) -> impl Iterator<Item = (EventKey, E)> + '_ {
+        self.free.clear();
+        let slab = &mut self.slab;
+        self.heap.drain(..).filter_map(move |k| {
+            let event = slab[k.slot as usize].take()?;
+            Some((
+                EventKey {
+                    time_ps: k.time_ps,
+                    origin_lp: k.origin_lp,
+                    origin_seq: k.origin_seq,
+                },
+                event,
+            ))
+        })
+    }
+
+    /// Every pending event, in no particular order (checkpoints sort them).
+    pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
+        self.heap.iter().filter_map(|k| {
+            let event = self.slab[k.slot as usize].as_ref()?;
+            Some((
+                EventKey {
+                    time_ps: k.time_ps,
+                    origin_lp: k.origin_lp,
+                    origin_seq: k.origin_seq,
+                },
+                event,
+            ))
+        })
+    }
+}
