@@ -33,7 +33,7 @@ pub struct EventQueue<E> {
 #[derive(Debug)]
 enum Repr<E> {
     Heap(HeapQueue<E>),
-    Radix(RadixQueue<E>),
+    Radix(Box<RadixQueue<E>>),
 }
 
 impl<E> Default for EventQueue<E> {
@@ -57,7 +57,7 @@ impl<E> EventQueue<E> {
             Repr::Heap(h) => {
                 h.push(key, event);
                 if h.len() > self.to_radix {
-                    let mut r = RadixQueue::default();
+                    let mut r = Box::<RadixQueue<E>>::default();
                     for (k, e) in h.drain() {
                         r.push(k, e);
                     }
