@@ -175,6 +175,8 @@ pub struct Topology {
     /// Parallel to `out_ids`: each link's far end. Routing looks a neighbour up here, in one
     /// compact run of memory, instead of visiting every candidate link record.
     out_dsts: Vec<NodeId>,
+    /// Parallel to `out_ids`: each link's class.
+    out_classes: Vec<LinkClass>,
     gpu_of_rank: Vec<NodeId>,
     host_count: u32,
     /// Per host, an index into the `gpu_types` the topology was built with.
@@ -506,6 +508,7 @@ impl Builder {
             *slot += 1;
         }
         let out_dsts = out_ids.iter().map(|&l| links[l as usize].dst).collect();
+        let out_classes = out_ids.iter().map(|&l| links[l as usize].class).collect();
         let lookahead_ps = links
             .iter()
             .filter(|l| {
@@ -520,6 +523,7 @@ impl Builder {
             out_start,
             out_ids,
             out_dsts,
+            out_classes,
             gpu_of_rank,
             host_count,
             host_gpu_type,

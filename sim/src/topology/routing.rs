@@ -216,11 +216,16 @@ impl Topology {
         }
     }
 
-    fn network_links(&self, nic: NodeId) -> impl Iterator<Item = LinkId> + '_ {
-        self.out_links(nic)
-            .iter()
-            .copied()
-            .filter(|&l| self.links[l as usize].class == LinkClass::Network)
+    /// A NIC's network links and their far ends, read from the compact out-lists (routing
+    /// asks this for every segment at every switch).
+    fn network_links(&self, nic: NodeId) -> impl Iterator<Item = (LinkId, NodeId)> + '_ {
+        let (start, end) = (
+            self.out_start[nic as usize] as usize,
+            self.out_start[nic as usize + 1] as usize,
+        );
+        (start..end)
+            .filter(|&i| self.out_classes[i] == LinkClass::Network)
+            .map(|i| (self.out_ids[i], self.out_dsts[i]))
     }
 }
 
@@ -317,7 +322,7 @@ impl Structured {
                         .pcie_step(t, at, nic_src, out)
                         .map_err(|()| missing(src, dst)),
                     NodeKind::Nic if at == nic_src => {
-                        out.extend(t.network_links(at));
+                        out.extend(t.network_links(at).map(|(l, _)| l));
                         Ok(())
                     }
                     NodeKind::Nic if at == nic_dst => self
@@ -390,16 +395,15 @@ impl Structured {
                 // NIC's port link), else up to every spine.
                 out.extend(
                     t.network_links(nic_dst)
-                        .filter(|&l| t.links[l as usize].dst == at)
-                        .map(|l| l ^ 1),
+                        .filter(|&(_, leaf)| leaf == at)
+                        .map(|(l, _)| l ^ 1),
                 );
                 if out.is_empty() {
                     return up(out, c);
                 }
             }
             NodeKind::Spine => {
-                for l in t.network_links(nic_dst) {
-                    let leaf = t.links[l as usize].dst;
+                for (_, leaf) in t.network_links(nic_dst) {
                     let lc = self.fabric.coord(leaf);
                     if lc.plane == c.plane && lc.pod == c.pod {
                         // The leaf's j-th up-link goes to spine j of its pod (clos.rs id order).
@@ -417,7 +421,7 @@ impl Structured {
             NodeKind::Core => {
                 let pod = t
                     .network_links(nic_dst)
-                    .map(|l| self.fabric.coord(t.links[l as usize].dst))
+                    .map(|(_, leaf)| self.fabric.coord(leaf))
                     .find(|lc| lc.plane == c.plane)
                     .map(|lc| lc.pod)
                     .ok_or_else(|| missing(src, dst))?;
