@@ -509,8 +509,8 @@ pub fn run_coordinator(
     let workload = sim::workload::load_or_compile(exp, None)?;
     let compute = ComputeModel::from_experiment(exp)?;
     let model = SimModel::build(exp, workload, &compute, false)?;
-    let partition = partition(exp, &model)?;
     let workers = options.workers.max(1);
+    let partition = partition(exp, &model, workers)?;
     let map = LpMap::new(partition.partition_of.clone());
     let owners = assign_workers(map.partitions, workers, &partition.weights);
     let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)

@@ -699,7 +699,7 @@ pub struct EngineConfig {
     #[serde(default)]
     pub threads: u32,
     /// Partitions to cut the topology into; 0 = the strategy's natural count (see
-    /// `partitioner`): over-decomposition for threads to balance.
+    /// `partitioner`), at most 256 per worker: over-decomposition for threads to balance.
     #[serde(default)]
     pub partitions: u32,
     /// How a worker places its partitions on its threads every window: `load-adaptive`
