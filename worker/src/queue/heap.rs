@@ -27,6 +27,14 @@ impl HeapKey {
         (self.time_ps, self.origin_lp, self.origin_seq)
     }
 
+    fn key(&self) -> EventKey {
+        EventKey {
+            time_ps: self.time_ps,
+            origin_lp: self.origin_lp,
+            origin_seq: self.origin_seq,
+        }
+    }
+
     fn before(&self, other: &HeapKey) -> bool {
         self.order() < other.order()
     }
@@ -112,14 +120,7 @@ impl<E> HeapQueue<E> {
         }
         let event = self.slab[top.slot as usize].take()?;
         self.free.push(top.slot);
-        Some((
-            EventKey {
-                time_ps: top.time_ps,
-                origin_lp: top.origin_lp,
-                origin_seq: top.origin_seq,
-            },
-            event,
-        ))
+        Some((top.key(), event))
     }
 
     pub fn len(&self) -> usize {
@@ -132,14 +133,7 @@ impl<E> HeapQueue<E> {
         let slab = &mut self.slab;
         self.heap.drain(..).filter_map(move |k| {
             let event = slab[k.slot as usize].take()?;
-            Some((
-                EventKey {
-                    time_ps: k.time_ps,
-                    origin_lp: k.origin_lp,
-                    origin_seq: k.origin_seq,
-                },
-                event,
-            ))
+            Some((k.key(), event))
         })
     }
 
@@ -147,14 +141,7 @@ impl<E> HeapQueue<E> {
     pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
         self.heap.iter().filter_map(|k| {
             let event = self.slab[k.slot as usize].as_ref()?;
-            Some((
-                EventKey {
-                    time_ps: k.time_ps,
-                    origin_lp: k.origin_lp,
-                    origin_seq: k.origin_seq,
-                },
-                event,
-            ))
+            Some((k.key(), event))
         })
     }
 }
