@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The engine benchmarks of issue 4 ("Simulation engine"), as `fleetsim run` on real
+# experiments: wall time, events/s, peak RSS, sync fraction and digest per run.
+#
+#   tools/bench-engine.sh                 # the three quick ones (about 2 minutes)
+#   tools/bench-engine.sh --scale 3600    # also llama3-405b on 131,072 GPUs, stopped after
+#                                         # 3600 s of wall time if it has not finished
+#
+# Runs one at a time, so no run competes with another for cores. A run stopped at its limit
+# reports its last progress line (simulated time reached) and its peak RSS at that moment;
+# it is killed, not checkpointed (a 131,072-GPU checkpoint is gigabytes).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+scale_limit=0
+if [[ "${1:-}" == "--scale" ]]; then
+    scale_limit="${2:?--scale needs a limit in seconds}"
+fi
+
+cargo build --release --quiet
+bin=target/release/fleetsim
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# bench NAME LIMIT_S EXPERIMENT [ARGS...]
+bench() {
+    local name=$1 limit=$2 experiment=$3
+    shift 3
+    local dir="$out/$name"
+    local started=$SECONDS
+    # Not --quiet: with stderr not a terminal, progress comes as periodic log lines.
+    "$bin" run "$experiment" --out "$dir" "$@" >"$dir.log" 2>&1 &
+    local pid=$! hwm=0
+    while kill -0 "$pid" 2>/dev/null; do
+        hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo "$hwm") # kB
+        if ((limit > 0 && SECONDS - started >= limit)); then
+            kill -KILL "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+            printf '%-28s stopped after %d s at %s; peak RSS %.2f GB\n' "$name" "$limit" \
+                "$(grep -o 'simulated [0-9.e-]* s' "$dir.log" | tail -1)" \
+                "$(awk -v kb="$hwm" 'BEGIN {print kb / 1e6}')"
+            return
+        fi
+        sleep 1
+    done
+    wait "$pid"
+    python3 - "$name" "$dir/summary.json" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+s = json.load(open(path))
+e = s["engine"]
+print(f"{name:<28} wall {e['wall_s']:7.2f} s  {e['events']:>13,} events  "
+      f"{e['events_per_s'] / 1e6:5.2f} M events/s  threads {e['threads']}  "
+      f"sync {e['sync_fraction']:.3f}  peak RSS {e['peak_rss_bytes'] / 1e9:.2f} GB  "
+      f"digest {s['result_digest']}")
+PY
+}
+
+bench allreduce-64m-h100-128-ring 0 configs/experiments/allreduce-64m-h100-128.toml \
+    --set collectives.algorithm=ring
+bench gpt3-175b-h100-1024-t1 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 1
+bench gpt3-175b-h100-1024-t2 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 2
+if ((scale_limit > 0)); then
+    # The issue's setting: 1 MiB segments (the preset itself uses 16 MiB).
+    bench llama3-405b-h100-131072 "$scale_limit" \
+        configs/experiments/llama3-405b-h100-131072.toml --set network.segment_bytes=1048576
+fi
