@@ -43,30 +43,14 @@ pub struct RadixQueue<E> {
 
 #[derive(Debug)]
 struct Entry<E> {
-    time_ps: u64,
-    origin_seq: u64,
-    origin_lp: u32,
+    key: EventKey,
     event: E,
-}
-
-impl<E> Entry<E> {
-    fn order(&self) -> (u64, u32, u64) {
-        (self.time_ps, self.origin_lp, self.origin_seq)
-    }
-
-    fn key(&self) -> EventKey {
-        EventKey {
-            time_ps: self.time_ps,
-            origin_lp: self.origin_lp,
-            origin_seq: self.origin_seq,
-        }
-    }
 }
 
 // `BinaryHeap` is a max-heap: the earliest key compares greatest.
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.order() == other.order()
+        self.key == other.key
     }
 }
 impl<E> Eq for Entry<E> {}
@@ -77,7 +61,7 @@ impl<E> PartialOrd for Entry<E> {
 }
 impl<E> Ord for Entry<E> {
     fn cmp(&self, other: &Self) -> Ordering {
-        other.order().cmp(&self.order())
+        other.key.cmp(&self.key)
     }
 }
 
@@ -98,16 +82,11 @@ impl<E> Default for RadixQueue<E> {
 impl<E> RadixQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
         self.len += 1;
-        self.place(Entry {
-            time_ps: key.time_ps,
-            origin_seq: key.origin_seq,
-            origin_lp: key.origin_lp,
-            event,
-        });
+        self.place(Entry { key, event });
     }
 
     fn place(&mut self, entry: Entry<E>) {
-        if entry.time_ps <= self.last {
+        if entry.key.time_ps <= self.last {
             self.late.push(entry);
             return;
         }
@@ -116,8 +95,8 @@ impl<E> RadixQueue<E> {
 
     /// Files an event later than `last` in its bucket.
     fn place_ahead(&mut self, entry: Entry<E>) {
-        let b = (u64::BITS - (entry.time_ps ^ self.last).leading_zeros()) as usize;
-        self.bucket_min[b] = self.bucket_min[b].min(entry.time_ps);
+        let b = (u64::BITS - (entry.key.time_ps ^ self.last).leading_zeros()) as usize;
+        self.bucket_min[b] = self.bucket_min[b].min(entry.key.time_ps);
         self.occupied |= 1 << b;
         self.buckets[b].push(entry);
     }
@@ -125,9 +104,9 @@ impl<E> RadixQueue<E> {
     /// Time of the earliest pending event.
     pub fn next_time_ps(&self) -> Option<u64> {
         match (self.now.last(), self.late.peek()) {
-            (Some(a), Some(b)) => return Some(a.time_ps.min(b.time_ps)),
-            (Some(a), None) => return Some(a.time_ps),
-            (None, Some(b)) => return Some(b.time_ps),
+            (Some(a), Some(b)) => return Some(a.key.time_ps.min(b.key.time_ps)),
+            (Some(a), None) => return Some(a.key.time_ps),
+            (None, Some(b)) => return Some(b.key.time_ps),
             (None, None) => {}
         }
         (self.occupied != 0).then(|| self.bucket_min[self.occupied.trailing_zeros() as usize])
@@ -153,7 +132,7 @@ impl<E> RadixQueue<E> {
             self.now.pop()?
         };
         self.len -= 1;
-        Some((entry.key(), entry.event))
+        Some((entry.key, entry.event))
     }
 
     /// Moves `last` up to the lowest bucket's earliest time and spreads that bucket over the
@@ -169,7 +148,7 @@ impl<E> RadixQueue<E> {
         self.occupied &= !(1 << b);
         let mut moving = std::mem::take(&mut self.buckets[b]);
         for entry in moving.drain(..) {
-            if entry.time_ps == self.last {
+            if entry.key.time_ps == self.last {
                 self.now.push(entry);
             } else {
                 self.place_ahead(entry);
@@ -196,7 +175,7 @@ impl<E> RadixQueue<E> {
             .drain(..)
             .chain(self.late.drain())
             .chain(self.buckets.iter_mut().flat_map(|b| b.drain(..)))
-            .map(|e| (e.key(), e.event))
+            .map(|e| (e.key, e.event))
     }
 
     /// Every pending event, in no particular order (checkpoints sort them).
@@ -205,6 +184,6 @@ impl<E> RadixQueue<E> {
             .iter()
             .chain(self.late.iter())
             .chain(self.buckets.iter().flatten())
-            .map(|e| (e.key(), &e.event))
+            .map(|e| (e.key, &e.event))
     }
 }
