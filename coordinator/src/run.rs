@@ -51,6 +51,15 @@ pub struct RunOptions {
     pub checkpoints: Option<CheckpointOptions>,
 }
 
+impl RunOptions {
+    /// In-process workers for `exp`: the option, else `engine.workers`; at least 1.
+    pub fn workers(&self, exp: &Experiment) -> u32 {
+        self.workers
+            .unwrap_or(exp.loaded.config.engine.workers)
+            .max(1)
+    }
+}
+
 #[derive(Debug)]
 pub struct RunOutput {
     pub model: SimModel,
@@ -76,8 +85,7 @@ pub fn run_embedded(
     let workload = sim::workload::load_or_compile(exp, None)?;
     let compute = ComputeModel::from_experiment(exp)?;
     let model = SimModel::build(exp, workload, &compute, options.trace)?;
-    let workers = options.workers.unwrap_or(exp.loaded.config.engine.workers);
-    let partition = partition(exp, &model, workers)?;
+    let partition = partition(exp, &model, options.workers(exp))?;
     let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
     Ok(RunOutput {
@@ -143,7 +151,7 @@ pub fn simulate(
     progress: Option<ProgressHook>,
 ) -> Result<(SimModel, RunResults, EngineInfo), RunError> {
     let engine_cfg = &exp.loaded.config.engine;
-    let workers = options.workers.unwrap_or(engine_cfg.workers).max(1);
+    let workers = options.workers(exp);
     let threads = options.threads.unwrap_or(engine_cfg.threads as usize);
     let threads = if threads == 0 { idle_cores() } else { threads };
     let checkpoints = match &options.checkpoints {

@@ -1,6 +1,6 @@
-//! The queue for large partitions: a radix heap on the time stamp (Ahuja, Mehlhorn, Orlin and Tarjan, "Faster algorithms for
-//! the shortest path problem", JACM 1990, §3): an event `t` picoseconds ahead of the last
-//! popped time `last` sits in bucket `1 + ⌊log2(t XOR last)⌋`, and only the lowest non-empty
+//! The queue for large partitions: a radix heap on the time stamp (Ahuja, Mehlhorn, Orlin
+//! and Tarjan, "Faster algorithms for the shortest path problem", JACM 1990, §3): an event
+//! `t` picoseconds ahead of the last popped time `last` sits in bucket `1 + ⌊log2(t XOR last)⌋`, and only the lowest non-empty
 //! bucket is ever scanned and split. Pushes append to a vector and pops walk vectors front to
 //! back, so the queue streams through memory instead of chasing a heap's cache lines: at
 //! 131,072 GPUs a partition holds tens of thousands of pending events, and a 4-ary heap of
