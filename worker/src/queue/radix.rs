@@ -1,15 +1,16 @@
 //! The queue for large partitions: a radix heap on the time stamp (Ahuja, Mehlhorn, Orlin
 //! and Tarjan, "Faster algorithms for the shortest path problem", JACM 1990, §3): an event
-//! `t` picoseconds ahead of the last popped time `last` sits in bucket `1 + ⌊log2(t XOR last)⌋`, and only the lowest non-empty
-//! bucket is ever scanned and split. Pushes append to a vector and pops walk vectors front to
-//! back, so the queue streams through memory instead of chasing a heap's cache lines: at
-//! 131,072 GPUs a partition holds tens of thousands of pending events, and a 4-ary heap of
-//! them spent a third of the run in cache misses. Events live in the buckets themselves (no
-//! slab to miss in). Bucket 0 holds the events at (or, for a late push, before) `last`: a
-//! vector sorted by the full key once per split (ties in time pop by origin LP, then origin
-//! sequence), plus a small binary heap for pushes that land on `last` while it drains: a
-//! symmetric workload puts thousands of events on the same picosecond, and sorting them once
-//! is cheaper than sifting each through a heap.
+//! at time `t`, later than the last popped time `last`, sits in bucket
+//! `1 + ⌊log2(t XOR last)⌋`, and only the lowest non-empty bucket is ever scanned and split.
+//! Pushes append to a vector and pops walk vectors front to back, so the queue streams
+//! through memory instead of chasing a heap's cache lines: at 131,072 GPUs a partition holds
+//! tens of thousands of pending events, and a 4-ary heap of them spent a third of the run in
+//! cache misses. Events live in the buckets themselves (no slab to miss in). Bucket 0 holds
+//! the events at (or, for a late push, before) `last`: a vector sorted by the full key once
+//! per split (ties in time pop by origin LP, then origin sequence), plus a small binary heap
+//! for pushes that land on `last` while it drains: a symmetric workload puts thousands of
+//! events on the same picosecond, and sorting them once is cheaper than sifting each through
+//! a heap.
 //!
 //! The engine's time never runs backwards inside a partition: an LP emits at or after its
 //! event's time, and a peer's event is at or after the window it was sent in ends. Should a
