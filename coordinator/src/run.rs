@@ -116,8 +116,7 @@ pub const MAX_PARTITIONS_PER_WORKER: u32 = 256;
 /// Partitions `model`'s topology as the experiment's `[engine]` says, for `workers` workers.
 pub fn partition(exp: &Experiment, model: &SimModel, workers: u32) -> Result<Partition, RunError> {
     let engine_cfg = &exp.loaded.config.engine;
-    let load =
-        partitioner::Load::estimate(&model.topology, &model.workload, model.net.segment_bytes);
+    let load = partitioner::Load::estimate(&model.topology, &model.workload, &model.net);
     let split = |parts| {
         partitioner::partition(
             &model.topology,

@@ -131,7 +131,7 @@ proptest! {
         for (workers, threads) in [(1, 2), (2, 1), (3, 2), (8, 1), (8, 2)] {
             splits.push((format!("by-host {workers}x{threads}"), by_host.clone(), workers, threads));
         }
-        let load = partitioner::Load::estimate(topo, &m.workload, m.net.segment_bytes);
+        let load = partitioner::Load::estimate(topo, &m.workload, &m.net);
         for strategy in partitioner::names() {
             for parts in [0, 3] {
                 match partitioner::partition(topo, strategy, parts, &load, case.seed) {

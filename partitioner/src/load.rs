@@ -3,17 +3,23 @@
 //! workload before anything runs.
 //!
 //! - A rank's collectives send about `bytes × bus factor` (nccl-tests' convention, so an
-//!   all-reduce moves `2(n−1)/n` of its buffer) to its ring neighbour in the group; sends go
-//!   to their peer. Each such flow is routed over the fabric with the engine's routing, and
-//!   its bytes are added to every link it crosses. All-to-all is counted on the ring
-//!   neighbour too: an approximation, its traffic spreads over the group.
-//! - Events: a GPU handles about two per op plus two per segment it sends or receives; a
-//!   node that forwards handles two per segment (arrival, end of transmission), as the
-//!   engine's port model does.
+//!   all-reduce moves `2(n−1)/n` of its buffer) to its ring neighbour in the group, in
+//!   `bus factor × n` transfers (the ring's steps); sends go to their peer. Each such flow is
+//!   routed over the fabric with the engine's routing, and its bytes are added to every link
+//!   it crosses. All-to-all is counted on the ring neighbour too: an approximation, its
+//!   traffic spreads over the group.
+//! - Events, as the engine makes them (`sim/src/engine/net.rs`, `gpu.rs`): a GPU handles two
+//!   per op. A flow whose path has a queued link is cut into segments (`segment_bytes`, at
+//!   least 8 per transfer); each segment is sent and acknowledged at its source, arrives at
+//!   the first queued node and at the far end of every queued link, ends a transmission
+//!   (about once per queued link) and, when the last link is analytical, arrives at its
+//!   destination. A flow that crosses analytical links only is one transfer: two events at
+//!   each end.
 
 use std::collections::BTreeMap;
 
 use sim::collective::bus_factor;
+use sim::engine::NetworkParams;
 use sim::layout::GroupKind;
 use sim::topology::{NodeId, Topology};
 use sim::workload::{OpKind, Peer, Workload};
@@ -27,12 +33,20 @@ pub struct Load {
     pub from_workload: bool,
 }
 
-/// Traffic of one program: bytes to each group's ring neighbour and to each peer, and ops.
+/// Traffic of one program, ops: bytes and transfers to each group's ring neighbour and to
+/// each peer.
 #[derive(Debug, Default)]
 struct ProgramTraffic {
     ops: u64,
-    to_group: BTreeMap<GroupKind, f64>,
-    to_peer: BTreeMap<u8, f64>,
+    to_group: BTreeMap<GroupKind, Flows>,
+    to_peer: BTreeMap<u8, Flows>,
+}
+
+/// Bytes and the transfers that carry them.
+#[derive(Debug, Default, Clone, Copy)]
+struct Flows {
+    bytes: f64,
+    transfers: f64,
 }
 
 fn peer_index(p: Peer) -> u8 {
@@ -64,8 +78,8 @@ impl Load {
         }
     }
 
-    /// The load `workload` puts on `topology`, with flows cut into `segment_bytes` segments.
-    pub fn estimate(topology: &Topology, workload: &Workload, segment_bytes: u64) -> Load {
+    /// The load `workload` puts on `topology` under the network model `net`.
+    pub fn estimate(topology: &Topology, workload: &Workload, net: &NetworkParams) -> Load {
         let layout = &workload.layout;
         let group_size: BTreeMap<GroupKind, u32> = GroupKind::ALL
             .iter()
@@ -84,12 +98,15 @@ impl Load {
                         OpKind::Collective { op, group, bytes } => {
                             let n = group_size.get(&group).copied().unwrap_or(1);
                             if n > 1 {
-                                *t.to_group.entry(group).or_default() +=
-                                    bytes as f64 * bus_factor(op, n);
+                                let f = t.to_group.entry(group).or_default();
+                                f.bytes += bytes as f64 * bus_factor(op, n);
+                                f.transfers += bus_factor(op, n) * f64::from(n);
                             }
                         }
                         OpKind::Send { peer, bytes } => {
-                            *t.to_peer.entry(peer_index(peer)).or_default() += bytes as f64;
+                            let f = t.to_peer.entry(peer_index(peer)).or_default();
+                            f.bytes += bytes as f64;
+                            f.transfers += 1.0;
                         }
                         OpKind::Compute { .. }
                         | OpKind::Recv { .. }
@@ -101,15 +118,12 @@ impl Load {
             .collect();
         let mut node_events = vec![0.0; topology.nodes().len()];
         let mut link_bytes = vec![0.0; topology.links().len()];
-        let segment = segment_bytes.max(1) as f64;
+        let segment = net.segment_bytes.max(1) as f64;
         let (mut path, mut hops) = (Vec::new(), Vec::new());
-        let mut flow = |src: NodeId, dst: NodeId, bytes: f64, node_events: &mut [f64]| {
-            if src == dst || bytes <= 0.0 {
+        let mut flow = |src: NodeId, dst: NodeId, f: Flows, node_events: &mut [f64]| {
+            if src == dst || f.bytes <= 0.0 {
                 return;
             }
-            let segments = (bytes / segment).ceil();
-            node_events[src as usize] += 2.0 * segments;
-            node_events[dst as usize] += 2.0 * segments;
             let hash = u64::from(src) << 32 | u64::from(dst);
             if topology
                 .path_into(src, dst, hash, &mut path, &mut hops)
@@ -117,12 +131,29 @@ impl Load {
             {
                 return;
             }
+            let links = topology.links();
+            let queued = |l: u32| net.packet && net.is_queued(links[l as usize].class);
             for &l in path.iter() {
-                link_bytes[l as usize] += bytes;
-                let from = topology.links()[l as usize].src;
-                if from != src {
-                    node_events[from as usize] += 2.0 * segments;
-                }
+                link_bytes[l as usize] += f.bytes;
+            }
+            let Some(first) = path.iter().position(|&l| queued(l)) else {
+                node_events[src as usize] += 2.0 * f.transfers;
+                node_events[dst as usize] += 2.0 * f.transfers;
+                return;
+            };
+            let segments = (f.bytes / segment).ceil().max(8.0 * f.transfers);
+            node_events[src as usize] += 2.0 * segments;
+            let first_queued = links[path[first] as usize].src;
+            if first_queued != src {
+                node_events[first_queued as usize] += segments;
+            }
+            for &l in path.iter().filter(|&&l| queued(l)) {
+                let link = links[l as usize];
+                node_events[link.src as usize] += segments;
+                node_events[link.dst as usize] += segments;
+            }
+            if path.last().is_some_and(|&l| !queued(l)) {
+                node_events[dst as usize] += segments;
             }
         };
         let world = layout.world().min(topology.gpu_count());
@@ -132,15 +163,15 @@ impl Load {
             let t = &traffic[class * layout.pp as usize + c.pp as usize];
             let me = topology.gpu(rank);
             node_events[me as usize] += 2.0 * t.ops as f64;
-            for (&kind, &bytes) in &t.to_group {
+            for (&kind, &flows) in &t.to_group {
                 let members = layout.group(kind, rank);
                 let pos = members.iter().position(|&m| m == rank).unwrap_or(0);
                 let next = members[(pos + 1) % members.len()];
                 if next < world {
-                    flow(me, topology.gpu(next), bytes, &mut node_events);
+                    flow(me, topology.gpu(next), flows, &mut node_events);
                 }
             }
-            for (&peer, &bytes) in &t.to_peer {
+            for (&peer, &flows) in &t.to_peer {
                 let (kind, forward) = match peer {
                     0 => (GroupKind::Pp, true),
                     1 => (GroupKind::Pp, false),
@@ -156,7 +187,7 @@ impl Load {
                     (pos + n - 1) % n
                 }];
                 if other < world {
-                    flow(me, topology.gpu(other), bytes, &mut node_events);
+                    flow(me, topology.gpu(other), flows, &mut node_events);
                 }
             }
         }
