@@ -9,17 +9,18 @@
 //!   it crosses. All-to-all is counted on the ring neighbour too: an approximation, its
 //!   traffic spreads over the group.
 //! - Events, as the engine makes them (`sim/src/engine/net.rs`, `gpu.rs`): a GPU handles two
-//!   per op. A flow whose path has a queued link is cut into segments (`segment_bytes`, at
-//!   least 8 per transfer); each segment is sent and acknowledged at its source, arrives at
-//!   the first queued node and at the far end of every queued link, ends a transmission
-//!   (about once per queued link) and, when the last link is analytical, arrives at its
-//!   destination. A flow that crosses analytical links only is one transfer: two events at
-//!   each end.
+//!   per op. A flow whose path has a queued link is cut into segments, each transfer as the
+//!   engine cuts it (`sim::engine::gpu::segment_size`); each segment is sent and
+//!   acknowledged at its source, arrives at the first queued node and at the far end of every
+//!   queued link, ends a transmission (about once per queued link) and, when the last link is
+//!   analytical, arrives at its destination. A flow that crosses analytical links only is one
+//!   transfer: two events at each end.
 
 use std::collections::BTreeMap;
 
 use sim::collective::bus_factor;
 use sim::engine::NetworkParams;
+use sim::engine::gpu::segment_size;
 use sim::layout::GroupKind;
 use sim::topology::{NodeId, Topology};
 use sim::workload::{OpKind, Peer, Workload};
@@ -98,9 +99,10 @@ impl Load {
                         OpKind::Collective { op, group, bytes } => {
                             let n = group_size.get(&group).copied().unwrap_or(1);
                             if n > 1 {
+                                let bus = bus_factor(op, n);
                                 let f = t.to_group.entry(group).or_default();
-                                f.bytes += bytes as f64 * bus_factor(op, n);
-                                f.transfers += bus_factor(op, n) * f64::from(n);
+                                f.bytes += bytes as f64 * bus;
+                                f.transfers += bus * f64::from(n);
                             }
                         }
                         OpKind::Send { peer, bytes } => {
@@ -118,7 +120,6 @@ impl Load {
             .collect();
         let mut node_events = vec![0.0; topology.nodes().len()];
         let mut link_bytes = vec![0.0; topology.links().len()];
-        let segment = net.segment_bytes.max(1) as f64;
         let (mut path, mut hops) = (Vec::new(), Vec::new());
         let mut flow = |src: NodeId, dst: NodeId, f: Flows, node_events: &mut [f64]| {
             if src == dst || f.bytes <= 0.0 {
@@ -132,7 +133,7 @@ impl Load {
                 return;
             }
             let links = topology.links();
-            let queued = |l: u32| net.packet && net.is_queued(links[l as usize].class);
+            let queued = |l: u32| net.is_queued(links[l as usize].class);
             for &l in path.iter() {
                 link_bytes[l as usize] += f.bytes;
             }
@@ -141,7 +142,10 @@ impl Load {
                 node_events[dst as usize] += 2.0 * f.transfers;
                 return;
             };
-            let segments = (f.bytes / segment).ceil().max(8.0 * f.transfers);
+            // Cut as the engine cuts each transfer.
+            let per_transfer = (f.bytes / f.transfers).ceil() as u64;
+            let size = segment_size(per_transfer, net.segment_bytes) as f64;
+            let segments = f.transfers * (per_transfer as f64 / size).ceil();
             node_events[src as usize] += 2.0 * segments;
             let first_queued = links[path[first] as usize].src;
             if first_queued != src {

@@ -2140,8 +2140,8 @@ const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 /// Bytes per segment of a flow of `bytes`: `network.segment_bytes`, but small enough for
 /// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that storing and
 /// forwarding whole segments adds at most an eighth of the flow's serialisation per hop,
-/// as a switch forwarding MTU-sized packets would.
-fn segment_size(bytes: u64, largest: u64) -> u64 {
+/// as a switch forwarding MTU-sized packets would. `largest` is `network.segment_bytes`.
+pub fn segment_size(bytes: u64, largest: u64) -> u64 {
     (bytes / MIN_SEGMENTS)
         .max(MIN_SEGMENT_BYTES)
         .min(largest)

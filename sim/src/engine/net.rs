@@ -83,7 +83,7 @@ impl Ports {
             .iter()
             .map(|&l| {
                 let class = model.topology.links()[l as usize].class;
-                (model.net.packet && model.net.is_queued(class)).then(|| Port::new(model, l))
+                model.net.is_queued(class).then(|| Port::new(model, l))
             })
             .collect();
         Ports {

@@ -40,7 +40,8 @@ pub struct NetworkParams {
 }
 
 impl NetworkParams {
-    /// Whether links of `class` have queued output ports (segment level).
+    /// Whether links of `class` have queued output ports (segment level); never with
+    /// `network.model = "analytical"`.
     pub fn is_queued(&self, class: LinkClass) -> bool {
         self.queued[class_index(class)]
     }
