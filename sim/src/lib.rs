@@ -16,5 +16,6 @@ pub mod layout;
 pub mod memory;
 pub mod model;
 pub mod planner;
+pub mod slab;
 pub mod topology;
 pub mod workload;

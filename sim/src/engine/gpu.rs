@@ -1895,16 +1895,7 @@ impl GpuLp {
             pace_scheduled: false,
             serial: u32::MAX,
         };
-        let id = match self.free_flows.pop() {
-            Some(id) => {
-                self.flows[id as usize] = Some(flow);
-                id
-            }
-            None => {
-                self.flows.push(Some(flow));
-                (self.flows.len() - 1) as u32
-            }
-        };
+        let id = crate::slab::insert(&mut self.flows, &mut self.free_flows, flow);
         self.pump_flow(model, id, ctx);
         Sent::Flow(id)
     }

@@ -54,16 +54,7 @@ impl<E> Default for HeapQueue<E> {
 
 impl<E> HeapQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.slab[s as usize] = Some(event);
-                s
-            }
-            None => {
-                self.slab.push(Some(event));
-                (self.slab.len() - 1) as u32
-            }
-        };
+        let slot = sim::slab::insert(&mut self.slab, &mut self.free, event);
         let entry = HeapKey {
             time_ps: key.time_ps,
             origin_seq: key.origin_seq,
