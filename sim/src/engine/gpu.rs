@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::dcqcn::Dcqcn;
-use super::net::{Ports, serialisation_ps};
+use super::net::{NO_PORT, Ports, Route, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
 use super::{Body, Ctx, INJECTED, MEMORY_GROUP, NO_NODE, P2P, Segment, SimModel, Tag};
 use crate::collective::{self, Algorithm, Arch, CommShape, Plan, pat, ring, tree};
@@ -222,6 +222,9 @@ struct Flow {
     pace_scheduled: bool,
     /// The [`SerialConnection`] whose slot this flow holds until acknowledged, or `u32::MAX`.
     serial: u32,
+    /// Its segments' route, planned with the first one (one queue pair only: split over
+    /// several, each hop routes the segment).
+    route: Option<Route>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -1894,6 +1897,7 @@ impl GpuLp {
             next_tx_ps: ctx.now,
             pace_scheduled: false,
             serial: u32::MAX,
+            route: None,
         };
         let id = crate::slab::insert(&mut self.flows, &mut self.free_flows, flow);
         self.pump_flow(model, id, ctx);
@@ -1902,6 +1906,7 @@ impl GpuLp {
 
     /// Emits the flow's next segments while its window (and DCQCN rate) allows.
     fn pump_flow(&mut self, model: &SimModel, id: u32, ctx: &mut Ctx) {
+        let node = self.node;
         loop {
             let Some(Some(f)) = self.flows.get_mut(id as usize) else {
                 return;
@@ -1967,8 +1972,8 @@ impl GpuLp {
             f.sent += bytes;
             f.sent_any = true;
             f.in_flight += bytes;
-            let seg = Segment {
-                src: self.node,
+            let mut seg = Segment {
+                src: node,
                 dst: f.dst,
                 flow: id,
                 bytes: bytes as u32,
@@ -1976,6 +1981,8 @@ impl GpuLp {
                 tag: f.tag,
                 path_ps: f.path_ps,
                 ingress: super::NO_LINK,
+                ingress_port: NO_PORT,
+                route: Route::default(),
                 hop: 0,
                 last,
                 parts: f.parts,
@@ -1983,6 +1990,11 @@ impl GpuLp {
                 via: f.via,
                 relayed: false,
             };
+            if f.parts == 1 {
+                seg.route = *f
+                    .route
+                    .get_or_insert_with(|| Route::plan(&model.topology, node, seg, ctx.hops));
+            }
             self.ports.forward(model, seg, ctx);
         }
     }

@@ -75,6 +75,11 @@ pub struct Segment {
     pub path_ps: u64,
     /// The queued link the segment arrived on, [`NO_LINK`] when it skipped analytical links.
     pub ingress: LinkId,
+    /// The reverse of `ingress` among the receiving node's out links, from the sending port
+    /// ([`net::NO_PORT`] when unknown): the receiver charges its buffer there.
+    pub ingress_port: u8,
+    /// The whole route, planned by the sender; empty when each hop routes itself.
+    pub route: net::Route,
     /// Links crossed so far; ECMP picks by `(hash, hop)` as [`Topology::path`] does.
     pub hop: u16,
     pub last: bool,
@@ -115,9 +120,10 @@ pub enum Body {
     ComputeDone,
     /// A segment reaches the target node.
     Segment(Segment),
-    /// The target's port on `link` finished serialising its head segment.
+    /// The target's port `port` (an index among its out links) finished serialising its
+    /// head segment.
     TxDone {
-        link: LinkId,
+        port: u32,
     },
     /// PFC pause / resume of the target's output port on `link`.
     Pause {

@@ -15,13 +15,16 @@ use std::collections::VecDeque;
 
 use super::results::{LpReport, PortReport, Span};
 use super::{Body, Ctx, NO_LINK, Segment, SimModel, Tag};
-use crate::topology::{LinkId, NodeId, ecmp_pick, splitmix64};
+use crate::topology::{LinkId, NodeId, Topology, ecmp_pick, splitmix64};
 
 /// One output port: the sending end of a queued link.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Port {
     pub link: LinkId,
     dst: NodeId,
+    /// The reverse link's index among `dst`'s out links ([`NO_PORT`] when it does not fit
+    /// a `u8`): where `dst` charges what this port sends it, given to it in the segment.
+    reverse_port: u8,
     latency_ps: u64,
     ps_per_byte: f64,
     queue: VecDeque<Segment>,
@@ -40,6 +43,7 @@ impl Port {
         Port {
             link,
             dst: l.dst,
+            reverse_port: port_index(&model.topology, l.dst, link ^ 1),
             latency_ps: l.latency_ps,
             ps_per_byte: 1e12 / l.bytes_per_s,
             queue: VecDeque::new(),
@@ -61,15 +65,22 @@ pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
     (bytes as f64 * ps_per_byte).round() as u64
 }
 
+/// Bytes queued at a node that arrived on one link, and whether the node has paused the
+/// link's sending port for them. One struct: both are read together on every segment.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+struct Ingress {
+    bytes: u64,
+    upstream_paused: bool,
+}
+
 /// The queued output ports of one node, and the PFC state of its ingress side.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Ports {
     node: NodeId,
     /// Parallel to `topology.out_links(node)`: the port, or `None` for analytical links.
     ports: Vec<Option<Port>>,
-    /// Parallel to the out links: bytes queued here that arrived on the reverse link.
-    ingress_bytes: Vec<u64>,
-    upstream_paused: Vec<bool>,
+    /// Parallel to the out links: the PFC state of the reverse link's ingress side.
+    ingress: Vec<Ingress>,
     /// Per-LP random stream for ECN marking, seeded by (experiment seed, LP id).
     rng: u64,
     /// The deepest any ingress buffer got: PFC is lossless while it stays within the buffer.
@@ -88,8 +99,7 @@ impl Ports {
             .collect();
         Ports {
             node,
-            ingress_bytes: vec![0; ports.len()],
-            upstream_paused: vec![false; ports.len()],
+            ingress: vec![Ingress::default(); ports.len()],
             ports,
             rng: splitmix64(model.seed ^ splitmix64(u64::from(node) + 1)),
             max_ingress_bytes: 0,
@@ -107,46 +117,54 @@ impl Ports {
     /// Sends `seg` on from this node: into a queued port, or across analytical links to the
     /// next node that queues it (or to its destination).
     pub fn forward(&mut self, model: &SimModel, mut seg: Segment, ctx: &mut Ctx) {
-        let Some(link) = route(model, self.node, &mut seg, ctx) else {
+        let i = match seg.route.port(seg.hop) {
+            Some(i) => i,
+            None => {
+                let Some(i) = route(&model.topology, self.node, &mut seg, ctx.hops)
+                    .and_then(|link| self.index_of(model, link))
+                else {
+                    return;
+                };
+                i
+            }
+        };
+        // This node's own port table says whether the link queues: no look-up in the
+        // topology's link array, which misses the cache at scale.
+        if matches!(self.ports.get(i), Some(Some(_))) {
+            self.enqueue(model, i, seg, ctx);
+            return;
+        }
+        let Some(&link) = model.topology.out_links(self.node).get(i) else {
             return;
         };
-        let links = model.topology.links();
-        if model.net.is_queued(links[link as usize].class) {
-            if let Some(i) = self.index_of(model, link) {
-                self.enqueue(model, i, seg, ctx);
-            }
-            return;
+        let t = cross_analytical(model, link, ctx.now, &mut seg);
+        let at = model.topology.links()[link as usize].dst;
+        deliver(model, at, t, seg, ctx);
+    }
+
+    /// The index of the port that `seg`, queued here, arrived through (the reverse of its
+    /// ingress link), if it arrived over a queued link.
+    fn ingress_index(model: &SimModel, node: NodeId, seg: &Segment) -> Option<usize> {
+        if seg.ingress == NO_LINK {
+            return None;
         }
-        let mut t = ctx.now;
-        let mut l = link;
-        loop {
-            let lk = links[l as usize];
-            t += lk.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / lk.bytes_per_s);
-            seg.hop += 1;
-            seg.ingress = NO_LINK;
-            if lk.dst == seg.dst {
-                ctx.emit(lk.dst, t, Body::Segment(seg));
-                return;
-            }
-            let Some(next) = route(model, lk.dst, &mut seg, ctx) else {
-                return;
-            };
-            if model.net.is_queued(links[next as usize].class) {
-                ctx.emit(lk.dst, t, Body::Segment(seg));
-                return;
-            }
-            l = next;
+        if seg.ingress_port != NO_PORT {
+            return Some(usize::from(seg.ingress_port));
         }
+        model
+            .topology
+            .out_links(node)
+            .binary_search(&(seg.ingress ^ 1))
+            .ok()
     }
 
     fn enqueue(&mut self, model: &SimModel, i: usize, mut seg: Segment, ctx: &mut Ctx) {
-        if seg.ingress != NO_LINK
-            && let Some(j) = self.index_of(model, seg.ingress ^ 1)
-        {
-            self.ingress_bytes[j] += u64::from(seg.bytes);
-            self.max_ingress_bytes = self.max_ingress_bytes.max(self.ingress_bytes[j]);
-            if self.ingress_bytes[j] >= model.net.xoff_bytes && !self.upstream_paused[j] {
-                self.upstream_paused[j] = true;
+        if let Some(j) = Self::ingress_index(model, self.node, &seg) {
+            let ingress = &mut self.ingress[j];
+            ingress.bytes += u64::from(seg.bytes);
+            self.max_ingress_bytes = self.max_ingress_bytes.max(ingress.bytes);
+            if ingress.bytes >= model.net.xoff_bytes && !ingress.upstream_paused {
+                ingress.upstream_paused = true;
                 let up = model.topology.links()[seg.ingress as usize];
                 ctx.emit(
                     up.src,
@@ -177,8 +195,13 @@ impl Ports {
         }
         port.queued_bytes += u64::from(seg.bytes);
         port.stats.max_queue_bytes = port.stats.max_queue_bytes.max(port.queued_bytes);
-        port.queue.push_back(seg);
-        self.try_transmit(model, i, ctx);
+        if port.queue.is_empty() && !port.paused && ctx.now >= port.busy_until {
+            // An idle port sends at once: the segment never touches the queue's buffer.
+            self.transmit(model, i, seg, ctx);
+        } else {
+            port.queue.push_back(seg);
+            self.try_transmit(model, i, ctx);
+        }
     }
 
     /// Starts sending the head segment of port `i` if the port is free and not paused.
@@ -192,11 +215,18 @@ impl Ports {
         if ctx.now < port.busy_until {
             if !port.tx_scheduled {
                 port.tx_scheduled = true;
-                ctx.emit(self.node, port.busy_until, Body::TxDone { link: port.link });
+                ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
             }
             return;
         }
-        let Some(mut seg) = port.queue.pop_front() else {
+        if let Some(seg) = port.queue.pop_front() {
+            self.transmit(model, i, seg, ctx);
+        }
+    }
+
+    /// Puts `seg`, the head of port `i`'s queue, on the wire now.
+    fn transmit(&mut self, model: &SimModel, i: usize, mut seg: Segment, ctx: &mut Ctx) {
+        let Some(Some(port)) = self.ports.get_mut(i) else {
             return;
         };
         let bytes = u64::from(seg.bytes);
@@ -217,24 +247,21 @@ impl Ports {
             }
         }
         let ingress = seg.ingress;
+        let ingress_index = Self::ingress_index(model, self.node, &seg);
         seg.ingress = port.link;
+        seg.ingress_port = port.reverse_port;
         seg.hop += 1;
-        ctx.emit(
-            port.dst,
-            port.busy_until + port.latency_ps,
-            Body::Segment(seg),
-        );
+        deliver(model, port.dst, port.busy_until + port.latency_ps, seg, ctx);
         if !port.queue.is_empty() {
             port.tx_scheduled = true;
-            ctx.emit(self.node, port.busy_until, Body::TxDone { link: port.link });
+            ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
         }
         // The segment leaves this node's buffer: release its ingress charge.
-        if ingress != NO_LINK
-            && let Some(j) = self.index_of(model, ingress ^ 1)
-        {
-            self.ingress_bytes[j] -= bytes;
-            if self.upstream_paused[j] && self.ingress_bytes[j] <= model.net.xon_bytes {
-                self.upstream_paused[j] = false;
+        if let Some(j) = ingress_index {
+            let charged = &mut self.ingress[j];
+            charged.bytes -= bytes;
+            if charged.upstream_paused && charged.bytes <= model.net.xon_bytes {
+                charged.upstream_paused = false;
                 let up = model.topology.links()[ingress as usize];
                 ctx.emit(
                     up.src,
@@ -247,16 +274,16 @@ impl Ports {
 
     /// Handles the port events (`TxDone`, `Pause`, `Resume`); other bodies are not for ports.
     pub fn handle(&mut self, model: &SimModel, body: &Body, ctx: &mut Ctx) {
-        let (link, pause) = match *body {
-            Body::TxDone { link } => (link, None),
-            Body::Pause { link } => (link, Some(true)),
-            Body::Resume { link } => (link, Some(false)),
+        let (i, pause) = match *body {
+            Body::TxDone { port } => (Some(port as usize), None),
+            Body::Pause { link } => (self.index_of(model, link), Some(true)),
+            Body::Resume { link } => (self.index_of(model, link), Some(false)),
             _ => return,
         };
-        let Some(i) = self.index_of(model, link) else {
+        let Some(i) = i else {
             return;
         };
-        if let Some(port) = self.ports[i].as_mut() {
+        if let Some(Some(port)) = self.ports.get_mut(i) {
             match pause {
                 None => port.tx_scheduled = false,
                 Some(p) => {
@@ -282,13 +309,123 @@ impl Ports {
 }
 
 /// The link `seg` takes out of `at`: up/down routing, ECMP by the flow hash.
-fn route(model: &SimModel, at: NodeId, seg: &mut Segment, ctx: &mut Ctx) -> Option<LinkId> {
+fn route(
+    topology: &Topology,
+    at: NodeId,
+    seg: &mut Segment,
+    hops: &mut Vec<LinkId>,
+) -> Option<LinkId> {
     if seg.via == at {
         seg.relayed = true;
     }
     let (src, dst) = seg.leg();
-    model.topology.next_hops(at, src, dst, ctx.hops).ok()?;
-    ecmp_pick(seg.hash, u32::from(seg.hop), ctx.hops)
+    topology.next_hops(at, src, dst, hops).ok()?;
+    ecmp_pick(seg.hash, u32::from(seg.hop), hops)
+}
+
+/// Hands `seg`, reaching node `at` at time `t`, to the node that acts on it: `at` itself
+/// when it is the destination or queues the segment, else whichever node does after the
+/// analytical links that follow. A node that would only pass the segment on across analytical
+/// links (a NIC towards its GPU) gets no event: its time is the same without one.
+fn deliver(model: &SimModel, mut at: NodeId, mut t: u64, mut seg: Segment, ctx: &mut Ctx) {
+    loop {
+        if at == seg.dst {
+            break;
+        }
+        let next = match seg.route.port(seg.hop) {
+            Some(i) => model.topology.out_links(at).get(i).copied(),
+            None => route(&model.topology, at, &mut seg, ctx.hops),
+        };
+        let Some(next) = next else {
+            return;
+        };
+        if model
+            .net
+            .is_queued(model.topology.links()[next as usize].class)
+        {
+            break;
+        }
+        t = cross_analytical(model, next, t, &mut seg);
+        at = model.topology.links()[next as usize].dst;
+    }
+    ctx.emit(at, t, Body::Segment(seg));
+}
+
+/// Moves `seg` across analytical link `link`, entered at time `t`: latency plus
+/// serialisation, no queue. Returns when it reaches the far end.
+fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -> u64 {
+    let lk = model.topology.links()[link as usize];
+    seg.hop += 1;
+    seg.ingress = NO_LINK;
+    seg.ingress_port = NO_PORT;
+    t + lk.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / lk.bytes_per_s)
+}
+
+/// The index of `link` among `node`'s out links, or [`NO_PORT`] when it is not one or does
+/// not fit a `u8`.
+fn port_index(topology: &Topology, node: NodeId, link: LinkId) -> u8 {
+    topology
+        .out_links(node)
+        .binary_search(&link)
+        .ok()
+        .and_then(|i| u8::try_from(i).ok())
+        .filter(|&i| i != NO_PORT)
+        .unwrap_or(NO_PORT)
+}
+
+/// Hops a [`Route`] holds: GPU, PCIe switch, NIC, leaf, spine, core, spine, leaf, NIC, PCIe
+/// switch, GPU is ten links; two spare for a CPU crossing or a PXN relay.
+pub const ROUTE_HOPS: usize = 12;
+
+/// "No port" in a [`Route`] or [`Segment::ingress_port`].
+pub const NO_PORT: u8 = u8::MAX;
+
+/// A segment's whole route as the out-port index taken at each hop, planned once per flow by
+/// the sender with the same routing and ECMP choices that forwarding each hop would make.
+/// Forwarding by it reads no topology tables: at 131,072 GPUs those miss the cache on almost
+/// every hop. Empty (`len == 0`) when the route is longer than [`ROUTE_HOPS`] or passes a
+/// node with more out links than a `u8` counts; each hop then routes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Route {
+    ports: [u8; ROUTE_HOPS],
+    len: u8,
+}
+
+impl Route {
+    /// The out-port index at hop `hop`, if the route is carried.
+    pub fn port(&self, hop: u16) -> Option<usize> {
+        (hop < u16::from(self.len)).then(|| usize::from(self.ports[usize::from(hop)]))
+    }
+
+    /// The route `seg`, sent from `from`, will take: [`route`] at every node until its
+    /// destination, crossing links as forwarding does.
+    pub fn plan(
+        topology: &Topology,
+        from: NodeId,
+        mut seg: Segment,
+        hops: &mut Vec<LinkId>,
+    ) -> Route {
+        let mut planned = Route::default();
+        let mut at = from;
+        while at != seg.dst {
+            let hop = usize::from(seg.hop);
+            if hop >= ROUTE_HOPS {
+                return Route::default();
+            }
+            let Some(link) = route(topology, at, &mut seg, hops) else {
+                return Route::default();
+            };
+            let index = port_index(topology, at, link);
+            if index == NO_PORT {
+                return Route::default();
+            }
+            planned.ports[hop] = index;
+            seg.hop += 1;
+            at = topology.links()[link as usize].dst;
+        }
+        planned.len = seg.hop as u8;
+        planned
+    }
 }
 
 /// A node that only forwards: NIC, switch, NVSwitch, PCIe switch, CPU root, memory node.
@@ -404,5 +541,102 @@ impl FabricLp {
         let mut r = LpReport::default();
         self.ports.report_into(&mut r);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::testutil::{build_toml, h100};
+
+    fn segment(src: NodeId, dst: NodeId, hash: u64) -> Segment {
+        Segment {
+            src,
+            dst,
+            flow: 0,
+            bytes: 4096,
+            hash,
+            tag: Tag {
+                stream: 0,
+                group: 0,
+                seq: 0,
+                step: 0,
+            },
+            path_ps: 0,
+            ingress: NO_LINK,
+            ingress_port: NO_PORT,
+            route: Route::default(),
+            hop: 0,
+            last: true,
+            parts: 1,
+            ecn: false,
+            via: super::super::NO_NODE,
+            relayed: false,
+        }
+    }
+
+    /// The links a carried route takes from `from`.
+    fn walk(t: &Topology, from: NodeId, route: &Route) -> Vec<LinkId> {
+        let mut at = from;
+        (0..u16::from(route.len))
+            .map(|hop| {
+                let link = t.out_links(at)[route.port(hop).expect("carried")];
+                at = t.links()[link as usize].dst;
+                link
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_planned_route_is_the_path_that_routing_each_hop_takes() {
+        // 256 GPUs in 4 pods on two planes: PCIe, leaf, spine and core hops, ECMP at each tier.
+        let t = build_toml(
+            "gpus = 256\nnic_ports = 2\ndual_plane = true\nhosts_per_segment = 4\nsegments_per_pod = 2\n",
+            &[h100()],
+            None,
+        );
+        let mut hops = Vec::new();
+        for src in (0..256).step_by(7) {
+            for dst in (0..256).step_by(5) {
+                let (s, d) = (t.gpu(src), t.gpu(dst));
+                if s == d {
+                    continue;
+                }
+                for hash in [0, 1, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
+                    let route = Route::plan(&t, s, segment(s, d, hash), &mut hops);
+                    let path = t.path(s, d, hash).expect("route");
+                    assert_eq!(usize::from(route.len), path.len(), "{s} -> {d}");
+                    assert_eq!(walk(&t, s, &route), path, "{s} -> {d}, hash {hash}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_stays_within_80_bytes() {
+        // The queues move events by value; the carried route made a segment 16 bytes larger.
+        assert!(std::mem::size_of::<super::super::Event>() <= 80);
+    }
+
+    #[test]
+    fn no_route_is_carried_from_a_node_off_the_path() {
+        let t = build_toml("gpus = 16\n", &[h100()], None);
+        let (s, d) = (t.gpu(0), t.gpu(9));
+        // GPU 3 is on no route from GPU 0 to GPU 9 (another host): nothing to plan.
+        let route = Route::plan(&t, t.gpu(3), segment(s, d, 0), &mut Vec::new());
+        assert_eq!(route, Route::default());
+        assert_eq!(route.port(0), None);
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn probe() {
+        eprintln!(
+            "SIZES segment {} body {} event {}",
+            std::mem::size_of::<super::Segment>(),
+            std::mem::size_of::<super::Body>(),
+            std::mem::size_of::<crate::engine::Event>()
+        );
     }
 }

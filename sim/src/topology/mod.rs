@@ -28,7 +28,7 @@ mod graph_file;
 mod host;
 mod routing;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 pub use graph_file::{GraphFile, GraphLink, GraphNode};
 pub use routing::{RoutingError, ecmp_pick};
