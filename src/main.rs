@@ -365,6 +365,31 @@ enum ExportFormat {
 /// EX_TEMPFAIL): `fleetsim.sbatch` requeues the job on it.
 const EXIT_STOPPED: u8 = 75;
 
+/// Writes to standard output. When the reader has gone away (`fleetsim … | head`), the
+/// process ends quietly with success, as ripgrep does, instead of panicking like `print!`.
+fn write_stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print!` through [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`write_stdout`].
+macro_rules! outln {
+    () => { write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
@@ -487,7 +512,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 load_tls(tls_dir.as_deref())?.as_ref(),
                 coordinator::checkpoint::stop_on_signals().map_err(anyhow::Error::msg)?,
             )?;
-            println!(
+            outln!(
                 "worker {} of {}: {} partitions, {} events{}",
                 summary.id,
                 summary.workers,
@@ -527,10 +552,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 format!("writing {}", dir.join("partition-report.svg").display())
             })?;
             if csv {
-                print!("{csv_text}");
+                out!("{csv_text}");
             } else {
-                print!("{}", report::to_text(&comparison));
-                println!("report in {}", dir.display());
+                out!("{}", report::to_text(&comparison));
+                outln!("report in {}", dir.display());
             }
             Ok(())
         }
@@ -554,7 +579,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 })
                 .transpose()?;
             let rows = sweep::run_sweep(&experiment, &sets, &vary, |r| {
-                println!("{}", sweep::row_line(r));
+                outln!("{}", sweep::row_line(r));
             })?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             let csv = out.join("sweep.csv");
@@ -564,7 +589,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("plotting the sweep: {e}"))?;
             let plot = out.join("sweep.svg");
             std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))?;
-            println!("sweep: {} run(s) in {}", rows.len(), out.display());
+            outln!("sweep: {} run(s) in {}", rows.len(), out.display());
             Ok(())
         }
         Command::Plan {
@@ -590,9 +615,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&value)?);
+                outln!("{}", serde_json::to_string_pretty(&value)?);
             } else {
-                print!("{text}");
+                out!("{text}");
             }
             Ok(())
         }
@@ -723,9 +748,9 @@ fn collective_command(
     // Printed once every size ran: an error part-way leaves no partial table on stdout.
     let rows = bench::run_bench(&exp, &spec, &options)?;
     if csv {
-        print!("{}", bench::to_csv(&rows, dtype));
+        out!("{}", bench::to_csv(&rows, dtype));
     } else {
-        print!("{}", bench::to_text(&exp, &spec, &rows));
+        out!("{}", bench::to_text(&exp, &spec, &rows));
     }
     if let Some(path) = plot {
         let svg = bench::to_svg(&exp, &spec, &rows).map_err(anyhow::Error::msg)?;
@@ -779,9 +804,9 @@ fn print_report(
     if json {
         let text =
             serde_json::to_string_pretty(&to_json()).context("rendering the report as JSON")?;
-        println!("{text}");
+        outln!("{text}");
     } else {
-        print!("{}", to_text());
+        out!("{}", to_text());
     }
     Ok(())
 }
@@ -795,7 +820,7 @@ fn report_run(
     write_outputs(dir, exp, &output.model, &output.results, &output.summary)
         .with_context(|| format!("writing the results to {}", dir.display()))?;
     let s = &output.summary.json;
-    println!(
+    outln!(
         "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
         exp.name(),
         s["iteration_time_s"].as_f64().unwrap_or(0.0),
@@ -803,7 +828,7 @@ fn report_run(
         s["mfu"].as_f64().unwrap_or(0.0),
         output.summary.digest
     );
-    println!(
+    outln!(
         "engine: {} events in {:.2} s ({:.2e} events/s), {} windows, {} worker(s); results in {}",
         s["engine"]["events"],
         s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
@@ -976,22 +1001,22 @@ fn validate_command(
         threads,
         ..Default::default()
     };
-    println!("{}", validate::table_header());
+    outln!("{}", validate::table_header());
     let mut outcomes = Vec::new();
     for (i, (case, exp)) in prepared.into_iter().enumerate() {
         let outcome = validate::run_case(case, &exp, &options, &file)?;
-        println!("{}", validate::table_line(i, &outcome));
+        outln!("{}", validate::table_line(i, &outcome));
         outcomes.push(outcome);
     }
     let verdict = validate::verdict(&outcomes);
-    println!("{verdict}");
+    outln!("{verdict}");
     let csv = out.join("validation.csv");
     std::fs::write(&csv, validate::to_csv(&outcomes))
         .with_context(|| format!("writing {}", csv.display()))?;
     let svg = out.join("parity.svg");
     std::fs::write(&svg, validate::parity_svg(&outcomes)?)
         .with_context(|| format!("writing {}", svg.display()))?;
-    println!("results in {}", out.display());
+    outln!("results in {}", out.display());
     let mape = validate::mape(&outcomes);
     if let Some(limit) = max_mape.filter(|&l| mape > l) {
         anyhow::bail!("MAPE {mape:.2}% is above --max-mape {limit}%");
