@@ -11,10 +11,10 @@
 //! - Events, as the engine makes them (`sim/src/engine/net.rs`, `gpu.rs`): a GPU handles two
 //!   per op. A flow whose path has a queued link is cut into segments, each transfer as the
 //!   engine cuts it (`sim::engine::gpu::segment_size`); each segment is sent and
-//!   acknowledged at its source, arrives at the first queued node and at the far end of every
-//!   queued link, ends a transmission (about once per queued link) and, when the last link is
-//!   analytical, arrives at its destination. A flow that crosses analytical links only is one
-//!   transfer: two events at each end.
+//!   acknowledged at its source, arrives at every other node that queues it (the near end of
+//!   each queued link) and at its destination, and ends a transmission (about once per queued
+//!   link); a node that only passes it on across analytical links gets no event. A flow that
+//!   crosses analytical links only is one transfer: two events at each end.
 
 use std::collections::BTreeMap;
 
@@ -137,27 +137,23 @@ impl Load {
             for &l in path.iter() {
                 link_bytes[l as usize] += f.bytes;
             }
-            let Some(first) = path.iter().position(|&l| queued(l)) else {
+            if !path.iter().any(|&l| queued(l)) {
                 node_events[src as usize] += 2.0 * f.transfers;
                 node_events[dst as usize] += 2.0 * f.transfers;
                 return;
-            };
+            }
             // Cut as the engine cuts each transfer.
             let per_transfer = (f.bytes / f.transfers).ceil() as u64;
             let size = segment_size(per_transfer, net.segment_bytes) as f64;
             let segments = f.transfers * (per_transfer as f64 / size).ceil();
+            // Sent and acknowledged at the source, arriving at the destination.
             node_events[src as usize] += 2.0 * segments;
-            let first_queued = links[path[first] as usize].src;
-            if first_queued != src {
-                node_events[first_queued as usize] += segments;
-            }
+            node_events[dst as usize] += segments;
             for &l in path.iter().filter(|&&l| queued(l)) {
-                let link = links[l as usize];
-                node_events[link.src as usize] += segments;
-                node_events[link.dst as usize] += segments;
-            }
-            if path.last().is_some_and(|&l| !queued(l)) {
-                node_events[dst as usize] += segments;
+                let queuing = links[l as usize].src;
+                // A transmission, and an arrival unless the source queues it itself.
+                let arrivals = if queuing == src { 0.0 } else { 1.0 };
+                node_events[queuing as usize] += (1.0 + arrivals) * segments;
             }
         };
         let world = layout.world().min(topology.gpu_count());

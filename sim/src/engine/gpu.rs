@@ -1991,9 +1991,12 @@ impl GpuLp {
                 relayed: false,
             };
             if f.parts == 1 {
-                seg.route = *f
-                    .route
-                    .get_or_insert_with(|| Route::plan(&model.topology, node, seg, ctx.hops));
+                seg.route = *f.route.get_or_insert_with(|| {
+                    let topology = &model.topology;
+                    let is_queued =
+                        |l: u32| model.net.is_queued(topology.links()[l as usize].class);
+                    Route::plan(topology, is_queued, node, seg, ctx.hops)
+                });
             }
             self.ports.forward(model, seg, ctx);
         }

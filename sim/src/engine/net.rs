@@ -328,23 +328,27 @@ fn route(
 /// analytical links that follow. A node that would only pass the segment on across analytical
 /// links (a NIC towards its GPU) gets no event: its time is the same without one.
 fn deliver(model: &SimModel, mut at: NodeId, mut t: u64, mut seg: Segment, ctx: &mut Ctx) {
-    loop {
-        if at == seg.dst {
-            break;
-        }
-        let next = match seg.route.port(seg.hop) {
-            Some(i) => model.topology.out_links(at).get(i).copied(),
-            None => route(&model.topology, at, &mut seg, ctx.hops),
+    while at != seg.dst {
+        // The carried route knows which hops queue: deciding that reads no topology table.
+        let next = if let Some(i) = seg.route.port(seg.hop) {
+            if seg.route.queued(seg.hop) {
+                break;
+            }
+            model.topology.out_links(at).get(i).copied()
+        } else {
+            let next = route(&model.topology, at, &mut seg, ctx.hops);
+            if next.is_some_and(|l| {
+                model
+                    .net
+                    .is_queued(model.topology.links()[l as usize].class)
+            }) {
+                break;
+            }
+            next
         };
         let Some(next) = next else {
             return;
         };
-        if model
-            .net
-            .is_queued(model.topology.links()[next as usize].class)
-        {
-            break;
-        }
         t = cross_analytical(model, next, t, &mut seg);
         at = model.topology.links()[next as usize].dst;
     }
@@ -389,6 +393,8 @@ pub const NO_PORT: u8 = u8::MAX;
 pub struct Route {
     ports: [u8; ROUTE_HOPS],
     len: u8,
+    /// Bit `h`: the link of hop `h` has a queued port.
+    queued: u16,
 }
 
 impl Route {
@@ -397,10 +403,17 @@ impl Route {
         (hop < u16::from(self.len)).then(|| usize::from(self.ports[usize::from(hop)]))
     }
 
+    /// Whether the link of hop `hop` has a queued port (false past the carried route).
+    fn queued(&self, hop: u16) -> bool {
+        hop < u16::from(self.len) && self.queued & (1 << hop) != 0
+    }
+
     /// The route `seg`, sent from `from`, will take: [`route`] at every node until its
     /// destination, crossing links as forwarding does.
+    /// `is_queued` says which links have queued ports.
     pub fn plan(
         topology: &Topology,
+        is_queued: impl Fn(LinkId) -> bool,
         from: NodeId,
         mut seg: Segment,
         hops: &mut Vec<LinkId>,
@@ -420,6 +433,9 @@ impl Route {
                 return Route::default();
             }
             planned.ports[hop] = index;
+            if is_queued(link) {
+                planned.queued |= 1 << hop;
+            }
             seg.hop += 1;
             at = topology.links()[link as usize].dst;
         }
@@ -547,6 +563,7 @@ impl FabricLp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::LinkClass;
     use crate::topology::testutil::{build_toml, h100};
 
     fn segment(src: NodeId, dst: NodeId, hash: u64) -> Segment {
@@ -595,6 +612,8 @@ mod tests {
             &[h100()],
             None,
         );
+        // As with `intra_host = "analytical"`: only network links queue.
+        let network = |l: LinkId| t.links()[l as usize].class == LinkClass::Network;
         let mut hops = Vec::new();
         for src in (0..256).step_by(7) {
             for dst in (0..256).step_by(5) {
@@ -603,10 +622,13 @@ mod tests {
                     continue;
                 }
                 for hash in [0, 1, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
-                    let route = Route::plan(&t, s, segment(s, d, hash), &mut hops);
+                    let route = Route::plan(&t, network, s, segment(s, d, hash), &mut hops);
                     let path = t.path(s, d, hash).expect("route");
                     assert_eq!(usize::from(route.len), path.len(), "{s} -> {d}");
                     assert_eq!(walk(&t, s, &route), path, "{s} -> {d}, hash {hash}");
+                    for (hop, &link) in path.iter().enumerate() {
+                        assert_eq!(route.queued(hop as u16), network(link), "hop {hop}");
+                    }
                 }
             }
         }
@@ -623,7 +645,7 @@ mod tests {
         let t = build_toml("gpus = 16\n", &[h100()], None);
         let (s, d) = (t.gpu(0), t.gpu(9));
         // GPU 3 is on no route from GPU 0 to GPU 9 (another host): nothing to plan.
-        let route = Route::plan(&t, t.gpu(3), segment(s, d, 0), &mut Vec::new());
+        let route = Route::plan(&t, |_| true, t.gpu(3), segment(s, d, 0), &mut Vec::new());
         assert_eq!(route, Route::default());
         assert_eq!(route.port(0), None);
     }
