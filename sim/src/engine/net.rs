@@ -650,15 +650,3 @@ mod tests {
         assert_eq!(route.port(0), None);
     }
 }
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn probe() {
-        eprintln!(
-            "SIZES segment {} body {} event {}",
-            std::mem::size_of::<super::Segment>(),
-            std::mem::size_of::<super::Body>(),
-            std::mem::size_of::<crate::engine::Event>()
-        );
-    }
-}
