@@ -106,14 +106,6 @@ impl Ports {
         }
     }
 
-    fn index_of(&self, model: &SimModel, link: LinkId) -> Option<usize> {
-        model
-            .topology
-            .out_links(self.node)
-            .binary_search(&link)
-            .ok()
-    }
-
     /// Sends `seg` on from this node: into a queued port, or across analytical links to the
     /// next node that queues it (or to its destination).
     pub fn forward(&mut self, model: &SimModel, mut seg: Segment, ctx: &mut Ctx) {
@@ -121,7 +113,7 @@ impl Ports {
             Some(i) => i,
             None => {
                 let Some(i) = route(&model.topology, self.node, &mut seg, ctx.hops)
-                    .and_then(|link| self.index_of(model, link))
+                    .and_then(|link| out_index(&model.topology, self.node, link))
                 else {
                     return;
                 };
@@ -151,11 +143,7 @@ impl Ports {
         if seg.ingress_port != NO_PORT {
             return Some(usize::from(seg.ingress_port));
         }
-        model
-            .topology
-            .out_links(node)
-            .binary_search(&(seg.ingress ^ 1))
-            .ok()
+        out_index(&model.topology, node, seg.ingress ^ 1)
     }
 
     fn enqueue(&mut self, model: &SimModel, i: usize, mut seg: Segment, ctx: &mut Ctx) {
@@ -276,8 +264,8 @@ impl Ports {
     pub fn handle(&mut self, model: &SimModel, body: &Body, ctx: &mut Ctx) {
         let (i, pause) = match *body {
             Body::TxDone { port } => (Some(port as usize), None),
-            Body::Pause { link } => (self.index_of(model, link), Some(true)),
-            Body::Resume { link } => (self.index_of(model, link), Some(false)),
+            Body::Pause { link } => (out_index(&model.topology, self.node, link), Some(true)),
+            Body::Resume { link } => (out_index(&model.topology, self.node, link), Some(false)),
             _ => return,
         };
         let Some(i) = i else {
@@ -365,13 +353,14 @@ fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -
     t + lk.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / lk.bytes_per_s)
 }
 
-/// The index of `link` among `node`'s out links, or [`NO_PORT`] when it is not one or does
-/// not fit a `u8`.
+/// The index of `link` among `node`'s out links (where `Ports` keeps its port), if it is one.
+fn out_index(topology: &Topology, node: NodeId, link: LinkId) -> Option<usize> {
+    topology.out_links(node).binary_search(&link).ok()
+}
+
+/// [`out_index`] as a `u8`, or [`NO_PORT`] when it is not one or does not fit.
 fn port_index(topology: &Topology, node: NodeId, link: LinkId) -> u8 {
-    topology
-        .out_links(node)
-        .binary_search(&link)
-        .ok()
+    out_index(topology, node, link)
         .and_then(|i| u8::try_from(i).ok())
         .filter(|&i| i != NO_PORT)
         .unwrap_or(NO_PORT)
@@ -409,8 +398,8 @@ impl Route {
     }
 
     /// The route `seg`, sent from `from`, will take: [`route`] at every node until its
-    /// destination, crossing links as forwarding does.
-    /// `is_queued` says which links have queued ports.
+    /// destination, crossing links as forwarding does; `is_queued` says which links have
+    /// queued ports.
     pub fn plan(
         topology: &Topology,
         is_queued: impl Fn(LinkId) -> bool,
