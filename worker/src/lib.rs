@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod partition;
+mod prefetch;
 pub mod queue;
 mod team;
 

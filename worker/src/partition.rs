@@ -172,6 +172,21 @@ impl Partition {
     pub fn run_window(&mut self, model: &SimModel, map: &LpMap, end_ps: u64) {
         let mut n = 0;
         while let Some((key, event)) = self.queue.pop_before(end_ps) {
+            // Cache hints, a pipeline over the events next in line: three ahead the LP, two
+            // ahead what its handler reads first, one ahead what that leads to. At scale
+            // each is a miss that would otherwise wait its turn.
+            if let Some(e) = self.queue.peek(2) {
+                let lp = &self.lps[map.local_index[e.target as usize] as usize];
+                crate::prefetch::prefetch(std::ptr::from_ref(lp).cast());
+            }
+            for (n, deep) in [(1, false), (0, true)] {
+                if let Some(e) = self.queue.peek(n) {
+                    let lp = &self.lps[map.local_index[e.target as usize] as usize];
+                    for p in lp.hot_state(&e.body, deep) {
+                        crate::prefetch::prefetch(p);
+                    }
+                }
+            }
             let i = map.local_index[event.target as usize] as usize;
             let mut ctx = Ctx::new(
                 key.time_ps,

@@ -532,6 +532,27 @@ impl GpuLp {
         self.pump(model, ctx);
     }
 
+    /// [`super::Lp::hot_state`] for a GPU: shallow, its own first lines; deep, the flow an
+    /// acknowledgement names, or the port a segment passing through takes.
+    pub fn hot_state(&self, body: &Body, deep: bool) -> [*const u8; 2] {
+        let me = std::ptr::from_ref(self).cast::<u8>();
+        if !deep {
+            return [me, me.wrapping_add(64)];
+        }
+        match body {
+            Body::Ack { flow, .. } => {
+                let f = self
+                    .flows
+                    .as_ptr()
+                    .wrapping_add(*flow as usize)
+                    .cast::<u8>();
+                [f, f.wrapping_add(64)]
+            }
+            Body::Segment(seg) if seg.dst != self.node => self.ports.hot_state(body, false),
+            _ => [std::ptr::null(), std::ptr::null()],
+        }
+    }
+
     /// Counts a queue pair's final segment of a split flow; true when it was the last one.
     fn last_part(&mut self, seg: &Segment) -> bool {
         let key = (seg.src, seg.flow);

@@ -506,6 +506,17 @@ impl Lp {
         }
     }
 
+    /// Where handling `body` will read first beyond the LP's own inline fields, as
+    /// addresses for a cache hint (null where nothing is known): the runner asks while the
+    /// events before run. Shallow needs only the inline fields; deep reads what the shallow
+    /// addresses hold, so it comes an event later. Nothing is read through the addresses.
+    pub fn hot_state(&self, body: &Body, deep: bool) -> [*const u8; 2] {
+        match self {
+            Lp::Gpu(g) => g.hot_state(body, deep),
+            Lp::Fabric(f) => f.ports.hot_state(body, deep),
+        }
+    }
+
     /// What the LP contributes to the results, at the end of the run.
     pub fn report(&self, model: &SimModel) -> LpReport {
         match self {

@@ -283,6 +283,43 @@ impl Ports {
         self.try_transmit(model, i, ctx);
     }
 
+    /// Where handling `body` here will read first, as addresses for a cache hint (null
+    /// where nothing is known); nothing is read through them. Shallow: the port and the
+    /// ingress counter the event names. Deep: the port's queue slot the handler will write
+    /// or read, found through the port, so ask for it once the shallow lines are loaded.
+    pub fn hot_state(&self, body: &Body, deep: bool) -> [*const u8; 2] {
+        let none = std::ptr::null();
+        let (port, enqueue) = match body {
+            Body::Segment(seg) => match seg.route.port(seg.hop) {
+                Some(i) => (i, true),
+                None => return [none, none],
+            },
+            Body::TxDone { port } => (*port as usize, false),
+            _ => return [none, none],
+        };
+        if deep {
+            let Some(Some(p)) = self.ports.get(port) else {
+                return [none, none];
+            };
+            let (front, back) = p.queue.as_slices();
+            let slot = match (enqueue, back.is_empty()) {
+                (false, _) => front.as_ptr(),
+                (true, true) => front.as_ptr().wrapping_add(front.len()),
+                (true, false) => back.as_ptr().wrapping_add(back.len()),
+            };
+            return [slot.cast(), none];
+        }
+        let ingress = match body {
+            Body::Segment(seg) if seg.ingress_port != NO_PORT => self
+                .ingress
+                .as_ptr()
+                .wrapping_add(usize::from(seg.ingress_port))
+                .cast(),
+            _ => none,
+        };
+        [self.ports.as_ptr().wrapping_add(port).cast(), ingress]
+    }
+
     pub fn report_into(&self, report: &mut LpReport) {
         report.max_ingress_bytes = self.max_ingress_bytes;
         for p in self.ports.iter().flatten() {

@@ -163,6 +163,19 @@ impl<E> RadixQueue<E> {
         self.buckets[b] = moving;
     }
 
+    /// The `n`-th event to pop from now, where that is known without a split: a hint.
+    pub fn peek(&self, n: usize) -> Option<&E> {
+        if let Some(late) = self.late.peek() {
+            return match (n, self.now.last()) {
+                (0, Some(a)) if a > late => Some(&a.event),
+                (0, _) => Some(&late.event),
+                _ => None,
+            };
+        }
+        let i = self.now.len().checked_sub(1 + n)?;
+        Some(&self.now[i].event)
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
