@@ -35,6 +35,9 @@ pub struct Port {
     stats: PortReport,
     /// Busy periods, merged when back to back (trace only).
     spans: Vec<Span>,
+    /// The last walk across analytical links after this port.
+    #[serde(skip)]
+    run: RunMemo,
 }
 
 impl Port {
@@ -56,6 +59,7 @@ impl Port {
                 ..PortReport::default()
             },
             spans: Vec::new(),
+            run: RunMemo::default(),
         }
     }
 }
@@ -85,6 +89,9 @@ pub struct Ports {
     rng: u64,
     /// The deepest any ingress buffer got: PFC is lossless while it stays within the buffer.
     max_ingress_bytes: u64,
+    /// The last walk across analytical links from this node itself (a GPU to its NIC).
+    #[serde(skip)]
+    run: RunMemo,
 }
 
 impl Ports {
@@ -103,6 +110,7 @@ impl Ports {
             ports,
             rng: splitmix64(model.seed ^ splitmix64(u64::from(node) + 1)),
             max_ingress_bytes: 0,
+            run: RunMemo::default(),
         }
     }
 
@@ -126,12 +134,17 @@ impl Ports {
             self.enqueue(model, i, seg, ctx);
             return;
         }
+        if seg.route.port(seg.hop).is_some() {
+            // Carried: the walk from here takes port `i`, as routing did.
+            deliver(model, self.node, ctx.now, seg, ctx, &mut self.run);
+            return;
+        }
         let Some(&link) = model.topology.out_links(self.node).get(i) else {
             return;
         };
         let t = cross_analytical(model, link, ctx.now, &mut seg);
         let at = model.topology.links()[link as usize].dst;
-        deliver(model, at, t, seg, ctx);
+        deliver(model, at, t, seg, ctx, &mut RunMemo::default());
     }
 
     /// The index of the port that `seg`, queued here, arrived through (the reverse of its
@@ -239,7 +252,8 @@ impl Ports {
         seg.ingress = port.link;
         seg.ingress_port = port.reverse_port;
         seg.hop += 1;
-        deliver(model, port.dst, port.busy_until + port.latency_ps, seg, ctx);
+        let at = port.busy_until + port.latency_ps;
+        deliver(model, port.dst, at, seg, ctx, &mut port.run);
         if !port.queue.is_empty() {
             port.tx_scheduled = true;
             ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
@@ -351,17 +365,48 @@ fn route(
 /// Hands `seg`, reaching node `at` at time `t`, to the node that acts on it: `at` itself
 /// when it is the destination or queues the segment, else whichever node does after the
 /// analytical links that follow. A node that would only pass the segment on across analytical
-/// links (a NIC towards its GPU) gets no event: its time is the same without one.
-fn deliver(model: &SimModel, mut at: NodeId, mut t: u64, mut seg: Segment, ctx: &mut Ctx) {
-    while at != seg.dst {
+/// links (a NIC towards its GPU) gets no event: its time is the same without one. `memo`
+/// remembers the last walk across analytical links: with a carried route the walk depends
+/// only on where it starts, the destination, the size and the rest of the route, and the
+/// next segment from the same port usually repeats it, so it skips the topology's tables
+/// (misses in the cache at scale).
+fn deliver(
+    model: &SimModel,
+    at: NodeId,
+    t: u64,
+    mut seg: Segment,
+    ctx: &mut Ctx,
+    memo: &mut RunMemo,
+) {
+    if at == seg.dst || seg.route.queued(seg.hop) {
+        ctx.emit(at, t, Body::Segment(seg));
+        return;
+    }
+    let key = (seg.route.port(seg.hop).is_some()).then(|| RunKey {
+        from: at,
+        dst: seg.dst,
+        bytes: seg.bytes,
+        rest: seg.route.rest(seg.hop),
+    });
+    if let Some(k) = key
+        && memo.key == Some(k)
+    {
+        seg.hop = memo.hop;
+        seg.ingress = NO_LINK;
+        seg.ingress_port = NO_PORT;
+        ctx.emit(memo.to, t + memo.took_ps, Body::Segment(seg));
+        return;
+    }
+    let (mut node, mut reached) = (at, t);
+    while node != seg.dst {
         // The carried route knows which hops queue: deciding that reads no topology table.
         let next = if let Some(i) = seg.route.port(seg.hop) {
             if seg.route.queued(seg.hop) {
                 break;
             }
-            model.topology.out_links(at).get(i).copied()
+            model.topology.out_links(node).get(i).copied()
         } else {
-            let next = route(&model.topology, at, &mut seg, ctx.hops);
+            let next = route(&model.topology, node, &mut seg, ctx.hops);
             if next.is_some_and(|l| {
                 model
                     .net
@@ -374,10 +419,38 @@ fn deliver(model: &SimModel, mut at: NodeId, mut t: u64, mut seg: Segment, ctx: 
         let Some(next) = next else {
             return;
         };
-        t = cross_analytical(model, next, t, &mut seg);
-        at = model.topology.links()[next as usize].dst;
+        reached = cross_analytical(model, next, reached, &mut seg);
+        node = model.topology.links()[next as usize].dst;
     }
-    ctx.emit(at, t, Body::Segment(seg));
+    if key.is_some() {
+        *memo = RunMemo {
+            key,
+            took_ps: reached - t,
+            to: node,
+            hop: seg.hop,
+        };
+    }
+    ctx.emit(node, reached, Body::Segment(seg));
+}
+
+/// What decides a walk across analytical links with a carried route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunKey {
+    from: NodeId,
+    dst: NodeId,
+    bytes: u32,
+    /// The route from the walk's first hop on.
+    rest: Route,
+}
+
+/// A walk `deliver` made: from `key.from` to node `to`, taking `took_ps`, arriving at hop
+/// `hop`.
+#[derive(Debug, Clone, Copy, Default)]
+struct RunMemo {
+    key: Option<RunKey>,
+    took_ps: u64,
+    to: NodeId,
+    hop: u16,
 }
 
 /// Moves `seg` across analytical link `link`, entered at time `t`: latency plus
@@ -427,6 +500,19 @@ impl Route {
     /// The out-port index at hop `hop`, if the route is carried.
     pub fn port(&self, hop: u16) -> Option<usize> {
         (hop < u16::from(self.len)).then(|| usize::from(self.ports[usize::from(hop)]))
+    }
+
+    /// The route from hop `hop` on, as a route of its own (its hop 0 is `hop`).
+    fn rest(&self, hop: u16) -> Route {
+        let from = usize::from(hop).min(usize::from(self.len));
+        let mut ports = [0; ROUTE_HOPS];
+        ports[..usize::from(self.len) - from]
+            .copy_from_slice(&self.ports[from..usize::from(self.len)]);
+        Route {
+            ports,
+            len: self.len - from as u8,
+            queued: self.queued.checked_shr(u32::from(hop)).unwrap_or(0),
+        }
     }
 
     /// Whether the link of hop `hop` has a queued port (false past the carried route).
@@ -657,6 +743,28 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_rest_of_a_route_is_the_route_from_that_hop() {
+        let t = build_toml(
+            "gpus = 64\nhosts_per_segment = 2\nsegments_per_pod = 2\n",
+            &[h100()],
+            None,
+        );
+        let network = |l: LinkId| t.links()[l as usize].class == LinkClass::Network;
+        let (s, d) = (t.gpu(1), t.gpu(62));
+        let route = Route::plan(&t, network, s, segment(s, d, 7), &mut Vec::new());
+        assert!(route.len > 4, "a route across the fabric: {route:?}");
+        for from in 0..=u16::from(route.len) {
+            let rest = route.rest(from);
+            assert_eq!(u16::from(rest.len), u16::from(route.len) - from);
+            for hop in 0..u16::from(rest.len) {
+                assert_eq!(rest.port(hop), route.port(from + hop), "{from} + {hop}");
+                assert_eq!(rest.queued(hop), route.queued(from + hop), "{from} + {hop}");
+            }
+            assert_eq!(rest.port(rest.len.into()), None);
         }
     }
 
