@@ -704,6 +704,11 @@ mod tests {
         }
     }
 
+    /// Which links queue with `intra_host = "analytical"`: the network's only.
+    fn network_queues(t: &Topology) -> impl Fn(LinkId) -> bool + Copy + '_ {
+        |l| t.links()[l as usize].class == LinkClass::Network
+    }
+
     /// The links a carried route takes from `from`.
     fn walk(t: &Topology, from: NodeId, route: &Route) -> Vec<LinkId> {
         let mut at = from;
@@ -724,8 +729,7 @@ mod tests {
             &[h100()],
             None,
         );
-        // As with `intra_host = "analytical"`: only network links queue.
-        let network = |l: LinkId| t.links()[l as usize].class == LinkClass::Network;
+        let network = network_queues(&t);
         let mut hops = Vec::new();
         for src in (0..256).step_by(7) {
             for dst in (0..256).step_by(5) {
@@ -748,14 +752,9 @@ mod tests {
 
     #[test]
     fn the_rest_of_a_route_is_the_route_from_that_hop() {
-        let t = build_toml(
-            "gpus = 64\nhosts_per_segment = 2\nsegments_per_pod = 2\n",
-            &[h100()],
-            None,
-        );
-        let network = |l: LinkId| t.links()[l as usize].class == LinkClass::Network;
+        let t = build_toml("gpus = 64\nsegments_per_pod = 2\n", &[h100()], None);
         let (s, d) = (t.gpu(1), t.gpu(62));
-        let route = Route::plan(&t, network, s, segment(s, d, 7), &mut Vec::new());
+        let route = Route::plan(&t, network_queues(&t), s, segment(s, d, 7), &mut Vec::new());
         assert!(route.len > 4, "a route across the fabric: {route:?}");
         for from in 0..=u16::from(route.len) {
             let rest = route.rest(from);
