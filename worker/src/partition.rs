@@ -179,8 +179,8 @@ impl Partition {
                 let lp = &self.lps[map.local_index[e.target as usize] as usize];
                 crate::prefetch::prefetch(std::ptr::from_ref(lp).cast());
             }
-            for (n, deep) in [(1, false), (0, true)] {
-                if let Some(e) = self.queue.peek(n) {
+            for (ahead, deep) in [(1, false), (0, true)] {
+                if let Some(e) = self.queue.peek(ahead) {
                     let lp = &self.lps[map.local_index[e.target as usize] as usize];
                     for p in lp.hot_state(&e.body, deep) {
                         crate::prefetch::prefetch(p);

@@ -391,13 +391,13 @@ fn deliver(
     if let Some(k) = key
         && memo.key == Some(k)
     {
-        seg.hop = memo.hop;
+        seg.hop += memo.crossed;
         seg.ingress = NO_LINK;
         seg.ingress_port = NO_PORT;
         ctx.emit(memo.to, t + memo.took_ps, Body::Segment(seg));
         return;
     }
-    let (mut node, mut reached) = (at, t);
+    let (mut node, mut reached, first_hop) = (at, t, seg.hop);
     while node != seg.dst {
         // The carried route knows which hops queue: deciding that reads no topology table.
         let next = if let Some(i) = seg.route.port(seg.hop) {
@@ -427,13 +427,15 @@ fn deliver(
             key,
             took_ps: reached - t,
             to: node,
-            hop: seg.hop,
+            crossed: seg.hop - first_hop,
         };
     }
     ctx.emit(node, reached, Body::Segment(seg));
 }
 
-/// What decides a walk across analytical links with a carried route.
+/// What decides a walk across analytical links with a carried route. A carried route runs to
+/// the destination, so such a walk never falls back to routing hop by hop (`seg.hash`,
+/// `seg.via`), and where it stops depends on these alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RunKey {
     from: NodeId,
@@ -443,14 +445,15 @@ struct RunKey {
     rest: Route,
 }
 
-/// A walk `deliver` made: from `key.from` to node `to`, taking `took_ps`, arriving at hop
-/// `hop`.
+/// A walk `deliver` made: from `key.from` to node `to`, taking `took_ps`, across `crossed`
+/// links. Relative to the hop it started at: segments from near and far senders share the
+/// walk after a leaf but reach it at different hops.
 #[derive(Debug, Clone, Copy, Default)]
 struct RunMemo {
     key: Option<RunKey>,
     took_ps: u64,
     to: NodeId,
-    hop: u16,
+    crossed: u16,
 }
 
 /// Moves `seg` across analytical link `link`, entered at time `t`: latency plus
@@ -765,6 +768,63 @@ mod tests {
             }
             assert_eq!(rest.port(rest.len.into()), None);
         }
+    }
+
+    /// What `deliver` emits for `seg` reaching `at` at time 5, with the walk memo `memo`.
+    fn delivered(
+        model: &SimModel,
+        at: NodeId,
+        seg: Segment,
+        memo: &mut RunMemo,
+    ) -> Vec<(crate::event::EventKey, super::super::Event)> {
+        let (mut seq, mut out, mut hops) = (0, Vec::new(), Vec::new());
+        let mut ctx = Ctx::new(5, at, &mut seq, &mut out, &mut hops);
+        deliver(model, at, 5, seg, &mut ctx, memo);
+        out
+    }
+
+    #[test]
+    fn a_remembered_walk_is_the_walk() {
+        // Two hosts per leaf: GPU 8 is one leaf away from GPU 0, GPU 32 a spine away, and
+        // both reach GPU 0's NIC, then cross PCIe to it, at different hops.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/experiments/quickstart.toml"
+        );
+        let sets = [
+            "cluster.hosts_per_segment=2".to_string(),
+            "network.intra_host=\"analytical\"".to_string(),
+        ];
+        let exp = crate::experiment::Experiment::load(std::path::Path::new(path), &sets)
+            .expect("quickstart loads");
+        let workload = crate::workload::load_or_compile(&exp, None).expect("workload");
+        let compute = crate::compute::ComputeModel::from_experiment(&exp).expect("compute");
+        let model = SimModel::build(&exp, workload, &compute, false).expect("model");
+        let t = &model.topology;
+        let dst = t.gpu(0);
+        let mut arrivals = Vec::new();
+        for src in [t.gpu(8), t.gpu(32)] {
+            let mut seg = segment(src, dst, 3);
+            seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
+            // The hop after the last queued link, and the node it reaches.
+            let links = walk(t, src, &seg.route);
+            let after = (0..seg.route.len)
+                .rev()
+                .find(|&h| seg.route.queued(h.into()));
+            let after = usize::from(after.expect("a queued hop")) + 1;
+            seg.hop = after as u16;
+            arrivals.push((t.links()[links[after - 1] as usize].dst, seg));
+        }
+        assert_ne!(arrivals[0].1.hop, arrivals[1].1.hop, "{arrivals:?}");
+        assert_eq!(arrivals[0].0, arrivals[1].0, "both reach GPU 0's NIC");
+        let mut shared = RunMemo::default();
+        for &(at, seg) in &arrivals {
+            let remembered = delivered(&model, at, seg, &mut shared);
+            let walked = delivered(&model, at, seg, &mut RunMemo::default());
+            assert_eq!(remembered, walked);
+            assert_eq!(walked.len(), 1);
+        }
+        assert!(shared.key.is_some(), "the walk was remembered");
     }
 
     #[test]
