@@ -172,21 +172,7 @@ impl Partition {
     pub fn run_window(&mut self, model: &SimModel, map: &LpMap, end_ps: u64) {
         let mut n = 0;
         while let Some((key, event)) = self.queue.pop_before(end_ps) {
-            // Cache hints, a pipeline over the events next in line: three ahead the LP, two
-            // ahead what its handler reads first, one ahead what that leads to. At scale
-            // each is a miss that would otherwise wait its turn.
-            if let Some(e) = self.queue.peek(2) {
-                let lp = &self.lps[map.local_index[e.target as usize] as usize];
-                crate::prefetch::prefetch(std::ptr::from_ref(lp).cast());
-            }
-            for (ahead, deep) in [(1, false), (0, true)] {
-                if let Some(e) = self.queue.peek(ahead) {
-                    let lp = &self.lps[map.local_index[e.target as usize] as usize];
-                    for p in lp.hot_state(&e.body, deep) {
-                        crate::prefetch::prefetch(p);
-                    }
-                }
-            }
+            self.prefetch_next_events(map);
             let i = map.local_index[event.target as usize] as usize;
             let mut ctx = Ctx::new(
                 key.time_ps,
@@ -200,6 +186,23 @@ impl Partition {
             n += 1;
         }
         self.last_window_events = n;
+    }
+
+    /// Cache hints, a pipeline over the events next in line: three ahead the LP, two ahead
+    /// what its handler reads first, one ahead what that leads to. At scale each is a miss
+    /// that would otherwise wait its turn.
+    fn prefetch_next_events(&self, map: &LpMap) {
+        let lp_of = |e: &Event| &self.lps[map.local_index[e.target as usize] as usize];
+        if let Some(e) = self.queue.peek(2) {
+            crate::prefetch::prefetch(std::ptr::from_ref(lp_of(e)).cast());
+        }
+        for (ahead, deep) in [(1, false), (0, true)] {
+            if let Some(e) = self.queue.peek(ahead) {
+                for p in lp_of(e).hot_state(&e.body, deep) {
+                    crate::prefetch::prefetch(p);
+                }
+            }
+        }
     }
 
     fn route_emitted(&mut self, map: &LpMap, end_ps: u64) {

@@ -134,17 +134,9 @@ impl Ports {
             self.enqueue(model, i, seg, ctx);
             return;
         }
-        if seg.route.port(seg.hop).is_some() {
-            // Carried: the walk from here takes port `i`, as routing did.
-            deliver(model, self.node, ctx.now, seg, ctx, &mut self.run);
-            return;
-        }
-        let Some(&link) = model.topology.out_links(self.node).get(i) else {
-            return;
-        };
-        let t = cross_analytical(model, link, ctx.now, &mut seg);
-        let at = model.topology.links()[link as usize].dst;
-        deliver(model, at, t, seg, ctx, &mut RunMemo::default());
+        // The walk from here takes port `i` first, as choosing it did (without a carried
+        // route the walk routes this hop again, to the same link).
+        deliver(model, self.node, ctx.now, seg, ctx, &mut self.run);
     }
 
     /// The index of the port that `seg`, queued here, arrived through (the reverse of its
@@ -514,7 +506,7 @@ impl Route {
         Route {
             ports,
             len: self.len - from as u8,
-            queued: self.queued.checked_shr(u32::from(hop)).unwrap_or(0),
+            queued: self.queued >> from,
         }
     }
 
