@@ -90,21 +90,32 @@ fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
 fn sigterm_stops_a_run_at_a_checkpoint_that_resumes() {
     let dir = scratch("checkpoint-sigterm");
     let out = dir.join("stopped");
-    // The full quickstart on one thread: many seconds in a debug build.
+    // A checkpoint every 100 µs of simulated time makes the full quickstart take many
+    // seconds in any build; the first one shows that the run is under way, with its signal
+    // handler installed. A fixed sleep instead raced a release build to the end of the run.
     let mut run = Command::new(assert_cmd::cargo::cargo_bin("fleetsim"))
-        .args(["run", QUICKSTART, "--quiet", "--threads", "1", "--out"])
+        .args(["run", QUICKSTART, "--quiet", "--threads", "1"])
+        .args(["--checkpoint-every", "100us", "--out"])
         .arg(&out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start a run");
-    std::thread::sleep(Duration::from_millis(1500));
+    let manifest = out.join("checkpoint").join("checkpoint.json");
+    let until = Instant::now() + Duration::from_secs(60);
+    while !manifest.exists() {
+        assert!(
+            run.try_wait().expect("wait").is_none(),
+            "the run ended before its first checkpoint"
+        );
+        assert!(Instant::now() < until, "no checkpoint within 60 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let sent = Command::new("kill")
         .args(["-TERM", &run.id().to_string()])
         .status()
         .expect("kill");
     assert!(sent.success());
-    let until = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = run.try_wait().expect("wait") {
             break s;
@@ -122,7 +133,17 @@ fn sigterm_stops_a_run_at_a_checkpoint_that_resumes() {
     let resumed = dir.join("resumed");
     stdout_ok(
         fleetsim()
-            .args(["run", QUICKSTART, "--quiet", "--workers", "2", "--resume"])
+            // One thread each: two workers of all cores' threads oversubscribe CI's two.
+            .args([
+                "run",
+                QUICKSTART,
+                "--quiet",
+                "--workers",
+                "2",
+                "--threads",
+                "1",
+            ])
+            .arg("--resume")
             .arg(&checkpoint)
             .arg("--out")
             .arg(&resumed),
