@@ -164,7 +164,7 @@ enum Command {
         /// In-process workers, each with its own partitions and mailboxes.
         #[arg(long)]
         workers: Option<u32>,
-        /// Threads per worker (default: engine.threads, 0 = all cores).
+        /// Threads per worker (default: engine.threads, 0 = the idle cores, shared among the workers).
         #[arg(long)]
         threads: Option<usize>,
         /// Partition strategy (like --set engine.partition=S).

@@ -695,7 +695,8 @@ pub struct EngineConfig {
     /// In-process workers of an embedded run.
     #[serde(default = "defaults::one")]
     pub workers: u32,
-    /// Threads per worker; 0 = the cores other processes leave idle (Linux `/proc/stat`).
+    /// Threads per worker; 0 = the cores other processes leave idle (Linux `/proc/stat`),
+    /// shared among an embedded run's in-process workers.
     #[serde(default)]
     pub threads: u32,
     /// Partitions to cut the topology into; 0 = the strategy's natural count (see
