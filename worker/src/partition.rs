@@ -198,8 +198,8 @@ impl Partition {
         }
         for (ahead, deep) in [(1, false), (0, true)] {
             if let Some(e) = self.queue.peek(ahead) {
-                for p in lp_of(e).hot_state(&e.body, deep) {
-                    crate::prefetch::prefetch(p);
+                for span in lp_of(e).hot_state(&e.body, deep) {
+                    crate::prefetch::prefetch_span(span);
                 }
             }
         }

@@ -13,3 +13,41 @@ pub fn prefetch(p: *const u8) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Asks for every cache line of `len` bytes from `first` (nothing when `len` is 0).
+#[inline(always)]
+pub fn prefetch_span(span: sim::engine::HotSpan) {
+    for line in lines(span) {
+        prefetch(line);
+    }
+}
+
+const LINE: usize = 64;
+
+/// The start of every cache line that `len` bytes from `first` touch.
+fn lines((first, len): sim::engine::HotSpan) -> impl Iterator<Item = *const u8> {
+    let offset = first as usize % LINE;
+    let start = first.wrapping_sub(offset);
+    (0..offset + len)
+        .step_by(LINE)
+        .map(move |at| start.wrapping_add(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_asks_for_every_line_it_touches() {
+        let at = |a: usize| a as *const u8;
+        let lines_of = |first, len| {
+            lines((at(first), len))
+                .map(|p| p as usize)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lines_of(100, 30), vec![64, 128]);
+        assert_eq!(lines_of(128, 64), vec![128]);
+        assert_eq!(lines_of(130, 208), vec![128, 192, 256, 320]);
+        assert!(lines_of(0, 0).is_empty());
+    }
+}

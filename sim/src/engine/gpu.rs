@@ -22,7 +22,9 @@ use std::collections::{BTreeMap, VecDeque};
 use super::dcqcn::Dcqcn;
 use super::net::{NO_PORT, Ports, Route, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
-use super::{Body, Ctx, INJECTED, MEMORY_GROUP, NO_NODE, P2P, Segment, SimModel, Tag};
+use super::{
+    Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, P2P, Segment, SimModel, Tag,
+};
 use crate::collective::{self, Algorithm, Arch, CommShape, Plan, pat, ring, tree};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId, splitmix64};
@@ -534,22 +536,17 @@ impl GpuLp {
 
     /// [`super::Lp::hot_state`] for a GPU: shallow, its own first lines; deep, the flow an
     /// acknowledgement names, or the port a segment passing through takes.
-    pub fn hot_state(&self, body: &Body, deep: bool) -> [*const u8; 2] {
-        let me = std::ptr::from_ref(self).cast::<u8>();
+    pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
         if !deep {
-            return [me, me.wrapping_add(64)];
+            return [(std::ptr::from_ref(self).cast(), 128), NO_SPAN];
         }
         match body {
             Body::Ack { flow, .. } => {
-                let f = self
-                    .flows
-                    .as_ptr()
-                    .wrapping_add(*flow as usize)
-                    .cast::<u8>();
-                [f, f.wrapping_add(64)]
+                let f = self.flows.as_ptr().wrapping_add(*flow as usize).cast();
+                [(f, 128), NO_SPAN]
             }
             Body::Segment(seg) if seg.dst != self.node => self.ports.hot_state(body, false),
-            _ => [std::ptr::null(), std::ptr::null()],
+            _ => [NO_SPAN; 2],
         }
     }
 

@@ -183,6 +183,13 @@ pub enum Body {
     MemoryTick,
 }
 
+/// Bytes from an address that an event's handler will read ([`Lp::hot_state`]): a hint to
+/// load them early, never read through.
+pub type HotSpan = (*const u8, usize);
+
+/// No hint.
+pub const NO_SPAN: HotSpan = (std::ptr::null(), 0);
+
 /// An event addressed to an LP (a topology node).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -506,11 +513,11 @@ impl Lp {
         }
     }
 
-    /// Where handling `body` will read first beyond the LP's own inline fields, as
-    /// addresses for a cache hint (null where nothing is known): the runner asks while the
+    /// Where handling `body` will read first beyond the LP's own inline fields, as spans
+    /// for a cache hint ([`NO_SPAN`] where nothing is known): the runner asks while the
     /// events before run. Shallow needs only the inline fields; deep reads what the shallow
     /// addresses hold, so it comes an event later. Nothing is read through the addresses.
-    pub fn hot_state(&self, body: &Body, deep: bool) -> [*const u8; 2] {
+    pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
         match self {
             Lp::Gpu(g) => g.hot_state(body, deep),
             Lp::Fabric(f) => f.ports.hot_state(body, deep),

@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 
 use super::results::{LpReport, PortReport, Span};
-use super::{Body, Ctx, NO_LINK, Segment, SimModel, Tag};
+use super::{Body, Ctx, HotSpan, NO_LINK, NO_SPAN, Segment, SimModel, Tag};
 use crate::topology::{LinkId, NodeId, Topology, ecmp_pick, splitmix64};
 
 /// One output port: the sending end of a queued link.
@@ -289,23 +289,23 @@ impl Ports {
         self.try_transmit(model, i, ctx);
     }
 
-    /// Where handling `body` here will read first, as addresses for a cache hint (null
-    /// where nothing is known); nothing is read through them. Shallow: the port and the
-    /// ingress counter the event names. Deep: the port's queue slot the handler will write
-    /// or read, found through the port, so ask for it once the shallow lines are loaded.
-    pub fn hot_state(&self, body: &Body, deep: bool) -> [*const u8; 2] {
-        let none = std::ptr::null();
+    /// Where handling `body` here will read first, as spans for a cache hint ([`NO_SPAN`]
+    /// where nothing is known); nothing is read through them. Shallow: the port (all of
+    /// it: a transmit reads its queue, clock, counters and link) and the ingress counter the
+    /// event names. Deep: the port's queue slot the handler will write or read, found
+    /// through the port, so ask for it once the shallow lines are loaded.
+    pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
         let (port, enqueue) = match body {
             Body::Segment(seg) => match seg.route.port(seg.hop) {
                 Some(i) => (i, true),
-                None => return [none, none],
+                None => return [NO_SPAN; 2],
             },
             Body::TxDone { port } => (*port as usize, false),
-            _ => return [none, none],
+            _ => return [NO_SPAN; 2],
         };
         if deep {
             let Some(Some(p)) = self.ports.get(port) else {
-                return [none, none];
+                return [NO_SPAN; 2];
             };
             let (front, back) = p.queue.as_slices();
             let slot = match (enqueue, back.is_empty()) {
@@ -313,17 +313,25 @@ impl Ports {
                 (true, true) => front.as_ptr().wrapping_add(front.len()),
                 (true, false) => back.as_ptr().wrapping_add(back.len()),
             };
-            return [slot.cast(), none];
+            return [(slot.cast(), size_of::<Segment>()), NO_SPAN];
         }
         let ingress = match body {
-            Body::Segment(seg) if seg.ingress_port != NO_PORT => self
-                .ingress
-                .as_ptr()
-                .wrapping_add(usize::from(seg.ingress_port))
-                .cast(),
-            _ => none,
+            Body::Segment(seg) if seg.ingress_port != NO_PORT => (
+                self.ingress
+                    .as_ptr()
+                    .wrapping_add(usize::from(seg.ingress_port))
+                    .cast(),
+                size_of::<Ingress>(),
+            ),
+            _ => NO_SPAN,
         };
-        [self.ports.as_ptr().wrapping_add(port).cast(), ingress]
+        [
+            (
+                self.ports.as_ptr().wrapping_add(port).cast(),
+                size_of::<Option<Port>>(),
+            ),
+            ingress,
+        ]
     }
 
     pub fn report_into(&self, report: &mut LpReport) {
