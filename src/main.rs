@@ -164,7 +164,8 @@ enum Command {
         /// In-process workers, each with its own partitions and mailboxes.
         #[arg(long)]
         workers: Option<u32>,
-        /// Threads per worker (default: engine.threads, 0 = the idle cores, shared among the workers).
+        /// Threads per worker (default: engine.threads, 0 = the idle cores, shared among the
+        /// workers).
         #[arg(long)]
         threads: Option<usize>,
         /// Partition strategy (like --set engine.partition=S).
@@ -346,7 +347,8 @@ enum Command {
         /// Also write busbw against size as an SVG plot to this file.
         #[arg(long, value_name = "FILE")]
         plot: Option<PathBuf>,
-        /// Threads per size's run (default: engine.threads, 0 = all cores).
+        /// Threads per size's run (default: engine.threads, 0 = the idle cores, shared among
+        /// engine.workers).
         #[arg(long)]
         threads: Option<usize>,
         /// Override a key of the file, e.g. --set collectives.algorithm=ring.

@@ -155,7 +155,7 @@ pub fn simulate(
     let threads = options.threads.unwrap_or(engine_cfg.threads as usize);
     // In-process workers share the machine: each taking every core would put several
     // threads on each core, and each window would wait for a time slice (quickstart, two
-    // workers on two cores: 1.6 s with two threads each, 1.0 s with one).
+    // workers on two cores: 1.9-41 s with two threads each, 1.3 s with one).
     let threads = if threads == 0 {
         (idle_cores() / workers as usize).max(1)
     } else {

@@ -14,7 +14,7 @@ pub fn prefetch(p: *const u8) {
     let _ = p;
 }
 
-/// Asks for every cache line of `len` bytes from `first` (nothing when `len` is 0).
+/// Asks for every cache line a span touches (none for an empty span).
 #[inline(always)]
 pub fn prefetch_span(span: sim::engine::HotSpan) {
     for line in lines(span) {
@@ -24,13 +24,12 @@ pub fn prefetch_span(span: sim::engine::HotSpan) {
 
 const LINE: usize = 64;
 
-/// The start of every cache line that `len` bytes from `first` touch.
+/// The start of every cache line that `len` bytes from `first` touch (none when `len` is 0).
 fn lines((first, len): sim::engine::HotSpan) -> impl Iterator<Item = *const u8> {
     let offset = first as usize % LINE;
     let start = first.wrapping_sub(offset);
-    (0..offset + len)
-        .step_by(LINE)
-        .map(move |at| start.wrapping_add(at))
+    let end = if len == 0 { 0 } else { offset + len };
+    (0..end).step_by(LINE).map(move |at| start.wrapping_add(at))
 }
 
 #[cfg(test)]
@@ -49,5 +48,6 @@ mod tests {
         assert_eq!(lines_of(128, 64), vec![128]);
         assert_eq!(lines_of(130, 208), vec![128, 192, 256, 320]);
         assert!(lines_of(0, 0).is_empty());
+        assert!(lines_of(100, 0).is_empty());
     }
 }

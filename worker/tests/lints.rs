@@ -17,7 +17,13 @@ fn lints(toml_text: &str, path: &[&str]) -> toml::Table {
 fn worker_lints_are_the_workspace_lints_with_unsafe_code_denied() {
     let workspace = include_str!("../../Cargo.toml");
     let worker = include_str!("../Cargo.toml");
-    for group in ["rust", "clippy"] {
+    let groups = lints(workspace, &["workspace", "lints"]);
+    assert_eq!(
+        lints(worker, &["lints"]).keys().collect::<Vec<_>>(),
+        groups.keys().collect::<Vec<_>>(),
+        "worker/Cargo.toml has the workspace's lint groups"
+    );
+    for group in groups.keys().map(String::as_str) {
         let mut expected = lints(workspace, &["workspace", "lints", group]);
         let actual = lints(worker, &["lints", group]);
         if group == "rust" {

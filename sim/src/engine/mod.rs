@@ -516,7 +516,7 @@ impl Lp {
     /// Where handling `body` will read first beyond the LP's own inline fields, as spans
     /// for a cache hint ([`NO_SPAN`] where nothing is known): the runner asks while the
     /// events before run. Shallow needs only the inline fields; deep reads what the shallow
-    /// addresses hold, so it comes an event later. Nothing is read through the addresses.
+    /// spans hold, so it comes an event later. Nothing is read through the spans.
     pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
         match self {
             Lp::Gpu(g) => g.hot_state(body, deep),
