@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use coordinator::embedded;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sim::compute::ComputeModel;
 use sim::engine::{FlowSpec, SimModel};
 use sim::experiment::Experiment;
 
@@ -17,9 +16,7 @@ fn model(experiment: &str, sets: &[&str]) -> SimModel {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let exp = Experiment::load(&root.join(experiment), &sets).expect("experiment");
-    let workload = sim::workload::load_or_compile(&exp, None).expect("workload");
-    let compute = ComputeModel::from_experiment(&exp).expect("compute");
-    SimModel::build(&exp, workload, &compute, false).expect("model")
+    SimModel::from_experiment(&exp, false).expect("model")
 }
 
 /// 128 H100s exchanging 8 MiB with the GPU one host over (rail-aligned) at 4 KiB segments.

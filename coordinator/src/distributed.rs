@@ -27,7 +27,6 @@ use pb::coordinator_client::CoordinatorClient;
 use pb::coordinator_server::{Coordinator, CoordinatorServer};
 use pb::worker_client::WorkerClient;
 use pb::worker_server::{Worker, WorkerServer};
-use sim::compute::ComputeModel;
 use sim::engine::{LpReport, RunResults, SimModel};
 use sim::experiment::Experiment;
 use sim::topology::NodeId;
@@ -506,9 +505,7 @@ pub fn run_coordinator(
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> Result<RunOutput, RunError> {
     let started = Instant::now();
-    let workload = sim::workload::load_or_compile(exp, None)?;
-    let compute = ComputeModel::from_experiment(exp)?;
-    let model = SimModel::build(exp, workload, &compute, false)?;
+    let model = SimModel::from_experiment(exp, false)?;
     let workers = options.workers.max(1);
     let partition = partition(exp, &model, workers)?;
     let map = LpMap::new(partition.partition_of.clone());
@@ -974,9 +971,7 @@ pub fn run_worker_process(
     );
     let exp = Experiment::load(Path::new(&reply.experiment_path), &reply.sets)
         .map_err(|e| fail(format!("cannot load the run's experiment: {e}")))?;
-    let workload = sim::workload::load_or_compile(&exp, None)?;
-    let compute = ComputeModel::from_experiment(&exp)?;
-    let model = SimModel::build(&exp, workload, &compute, false)?;
+    let model = SimModel::from_experiment(&exp, false)?;
     let partition_of: Vec<u32> = reply
         .partition_runs
         .iter()

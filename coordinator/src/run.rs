@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use sim::compute::ComputeModel;
 use sim::config::ConfigError;
 use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
@@ -83,9 +82,7 @@ pub fn run_embedded(
     options: &RunOptions,
     progress: Option<ProgressHook>,
 ) -> Result<RunOutput, RunError> {
-    let workload = sim::workload::load_or_compile(exp, None)?;
-    let compute = ComputeModel::from_experiment(exp)?;
-    let model = SimModel::build(exp, workload, &compute, options.trace)?;
+    let model = SimModel::from_experiment(exp, options.trace)?;
     let partition = partition(exp, &model, options.workers(exp))?;
     let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use coordinator::embedded;
-use sim::compute::ComputeModel;
 use sim::engine::{FlowSpec, RunResults, SimModel};
 use sim::experiment::Experiment;
 
@@ -29,9 +28,7 @@ pub fn experiment(toml: &str) -> Experiment {
 
 /// The experiment's model with its workload compiled and timed.
 pub fn model(exp: &Experiment) -> SimModel {
-    let workload = sim::workload::load_or_compile(exp, None).expect("workload");
-    let compute = ComputeModel::from_experiment(exp).expect("compute model");
-    SimModel::build(exp, workload, &compute, false).expect("model")
+    SimModel::from_experiment(exp, false).expect("model")
 }
 
 /// A model whose GPUs run nothing but `flows`.

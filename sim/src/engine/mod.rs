@@ -408,7 +408,19 @@ impl CollectiveModel {
 }
 
 impl SimModel {
-    /// Builds the topology, compiles (or loads) the workload, and times every kernel.
+    /// The experiment's model as a run simulates it: its workload loaded or compiled
+    /// ([`crate::workload::load_or_compile`]), every kernel timed by the experiment's compute
+    /// model, and the topology built.
+    pub fn from_experiment(
+        exp: &Experiment,
+        trace: bool,
+    ) -> Result<SimModel, crate::config::ConfigError> {
+        let workload = crate::workload::load_or_compile(exp, None)?;
+        let compute = ComputeModel::from_experiment(exp)?;
+        SimModel::build(exp, workload, &compute, trace)
+    }
+
+    /// Builds the topology and times every kernel of `workload`.
     pub fn build(
         exp: &Experiment,
         workload: Workload,

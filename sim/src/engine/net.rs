@@ -797,9 +797,7 @@ mod tests {
         ];
         let exp = crate::experiment::Experiment::load(std::path::Path::new(path), &sets)
             .expect("quickstart loads");
-        let workload = crate::workload::load_or_compile(&exp, None).expect("workload");
-        let compute = crate::compute::ComputeModel::from_experiment(&exp).expect("compute");
-        let model = SimModel::build(&exp, workload, &compute, false).expect("model");
+        let model = SimModel::from_experiment(&exp, false).expect("model");
         let t = &model.topology;
         let dst = t.gpu(0);
         let mut arrivals = Vec::new();
