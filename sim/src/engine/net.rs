@@ -30,6 +30,8 @@ pub struct Port {
     queue: VecDeque<Segment>,
     queued_bytes: u64,
     busy_until: u64,
+    /// A `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is stale: an
+    /// arrival at its picosecond got to the idle port first and sent the head segment.
     tx_scheduled: bool,
     paused: bool,
     stats: PortReport,
@@ -246,8 +248,9 @@ impl Ports {
         seg.hop += 1;
         let at = port.busy_until + port.latency_ps;
         deliver(model, port.dst, at, seg, ctx, &mut port.run);
-        if !port.queue.is_empty() {
-            port.tx_scheduled = true;
+        // Whatever `TxDone` was planned is at or before now, so stale from here on.
+        port.tx_scheduled = !port.queue.is_empty();
+        if port.tx_scheduled {
             ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
         }
         // The segment leaves this node's buffer: release its ingress charge.
@@ -279,6 +282,10 @@ impl Ports {
         };
         if let Some(Some(port)) = self.ports.get_mut(i) {
             match pause {
+                // Stale: the port sent again at this `TxDone`'s picosecond, before it, and
+                // planned the next one itself. Handling it would plan a duplicate, and
+                // each duplicate another at every later `TxDone` of the backlog.
+                None if ctx.now < port.busy_until => return,
                 None => port.tx_scheduled = false,
                 Some(p) => {
                     port.paused = p;
@@ -787,17 +794,7 @@ mod tests {
     fn a_remembered_walk_is_the_walk() {
         // Two hosts per leaf: GPU 8 is one leaf away from GPU 0, GPU 32 a spine away, and
         // both reach GPU 0's NIC, then cross PCIe to it, at different hops.
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../configs/experiments/quickstart.toml"
-        );
-        let sets = [
-            "cluster.hosts_per_segment=2".to_string(),
-            "network.intra_host=\"analytical\"".to_string(),
-        ];
-        let exp = crate::experiment::Experiment::load(std::path::Path::new(path), &sets)
-            .expect("quickstart loads");
-        let model = SimModel::from_experiment(&exp, false).expect("model");
+        let model = two_hosts_per_leaf();
         let t = &model.topology;
         let dst = t.gpu(0);
         let mut arrivals = Vec::new();
@@ -823,6 +820,70 @@ mod tests {
             assert_eq!(walked.len(), 1);
         }
         assert!(shared.key.is_some(), "the walk was remembered");
+    }
+
+    /// The quickstart with two hosts per leaf and only the network queued: GPUs 0 and 8
+    /// share a leaf.
+    fn two_hosts_per_leaf() -> SimModel {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/experiments/quickstart.toml"
+        );
+        let sets = [
+            "cluster.hosts_per_segment=2".to_string(),
+            "network.intra_host=\"analytical\"".to_string(),
+        ];
+        let exp = crate::experiment::Experiment::load(std::path::Path::new(path), &sets)
+            .expect("quickstart loads");
+        SimModel::from_experiment(&exp, false).expect("model")
+    }
+
+    #[test]
+    fn a_stale_tx_done_plans_nothing() {
+        let model = two_hosts_per_leaf();
+        let t = &model.topology;
+        let (src, dst) = (t.gpu(8), t.gpu(0));
+        let mut seg = segment(src, dst, 3);
+        seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
+        // The leaf: the near end of the route's second queued link (the first is the NIC's).
+        let links = walk(t, src, &seg.route);
+        let hop = (0..seg.route.len)
+            .filter(|&h| seg.route.queued(h.into()))
+            .nth(1)
+            .expect("a queued hop at the leaf");
+        seg.hop = hop.into();
+        let leaf = t.links()[links[usize::from(hop)] as usize].src;
+        let mut lp = FabricLp::new(&model, leaf);
+        let (mut seq, mut hops) = (0, Vec::new());
+        let mut handle = |now: u64, body: Body| {
+            let mut out = Vec::new();
+            let mut ctx = Ctx::new(now, leaf, &mut seq, &mut out, &mut hops);
+            lp.handle(&model, body, &mut ctx);
+            out.into_iter()
+                .filter(|(_, e)| matches!(e.body, Body::TxDone { .. }))
+                .map(|(k, e)| (k.time_ps, e.body))
+                .collect::<Vec<_>>()
+        };
+        // Two segments at once: the first goes, the second waits for the first's TxDone.
+        assert!(handle(0, Body::Segment(seg)).is_empty());
+        let planned = handle(0, Body::Segment(seg));
+        let [(t1, ref tx_done)] = planned[..] else {
+            panic!("one TxDone for the backlog: {planned:?}");
+        };
+        // A third arrives at that TxDone's picosecond and is handled first: it finds the
+        // port free and sends the second, planning the next TxDone itself.
+        let planned = handle(t1, Body::Segment(seg));
+        let [(t2, _)] = planned[..] else {
+            panic!("one TxDone for the third: {planned:?}");
+        };
+        assert!(t2 > t1);
+        // The first TxDone is stale now, and plans no second TxDone at t2.
+        assert_eq!(handle(t1, tx_done.clone()), vec![]);
+        assert_eq!(
+            handle(t2, tx_done.clone()),
+            vec![],
+            "the third goes; nothing waits"
+        );
     }
 
     #[test]
