@@ -30,8 +30,9 @@ pub struct Port {
     queue: VecDeque<Segment>,
     queued_bytes: u64,
     busy_until: u64,
-    /// A `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is stale: an
-    /// arrival at its picosecond got to the idle port first and sent the head segment.
+    /// Whether a `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is
+    /// stale: an event at its picosecond (an arrival, a PFC resume) was handled first,
+    /// found the port free and sent the head segment.
     tx_scheduled: bool,
     paused: bool,
     stats: PortReport,
