@@ -198,6 +198,8 @@ impl Shared {
 pub struct Team {
     pub shared: Arc<Shared>,
     helpers: Vec<JoinHandle<()>>,
+    /// More threads than cores: wait for the helpers by yielding the core they may need.
+    oversubscribed: bool,
     /// The worker thread's outbox buffer (helpers have their own).
     scratch: Events,
 }
@@ -251,6 +253,7 @@ impl Team {
         Team {
             shared,
             helpers,
+            oversubscribed,
             scratch: Vec::new(),
         }
     }
@@ -284,7 +287,11 @@ impl Team {
         }
         s.work(end, lists, 0, &mut self.scratch);
         while s.finished_helpers.0.load(Ordering::Acquire) < self.helpers.len() {
-            std::hint::spin_loop();
+            if self.oversubscribed {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 
