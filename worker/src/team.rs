@@ -43,13 +43,19 @@ pub fn wait_briefly(oversubscribed: bool, ready: impl Fn() -> bool) -> bool {
         if ready() {
             return true;
         }
-        if oversubscribed {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+        relax(oversubscribed);
     }
     ready()
+}
+
+/// One round of waiting awake: a spin when every thread has a core of its own, else the
+/// core is yielded to a thread that may need it.
+fn relax(oversubscribed: bool) {
+    if oversubscribed {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
 }
 
 /// Keeps a value on its own cache line (two, for adjacent-line prefetch) so threads that
@@ -287,11 +293,7 @@ impl Team {
         }
         s.work(end, lists, 0, &mut self.scratch);
         while s.finished_helpers.0.load(Ordering::Acquire) < self.helpers.len() {
-            if self.oversubscribed {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            relax(self.oversubscribed);
         }
     }
 
