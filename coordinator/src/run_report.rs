@@ -141,6 +141,7 @@ pub fn summarize_run(
                 "bytes_sent": ws.bytes_sent,
                 "busy_s": ws.busy_s,
                 "barrier_wait_s": (ws.wall_s - ws.busy_s).max(0.0),
+                "speedup_bound": speedup_bound(ws),
             })).collect::<Vec<_>>(),
         },
         "warnings": exp.warnings,
@@ -150,6 +151,19 @@ pub fn summarize_run(
         digest,
         json,
     })
+}
+
+/// The best speed-up over one thread that a worker's windows allowed on 2, 4, 8 and 16
+/// threads, and with unlimited threads ([`worker::WindowParallelism`]): a window waits for
+/// its busiest partition, and no placement beats an even share.
+fn speedup_bound(stats: &worker::WorkerStats) -> serde_json::Value {
+    let (bounds, unlimited) = stats.parallelism.speedup_bounds(stats.events);
+    let mut out = serde_json::Map::new();
+    for (threads, bound) in worker::BOUND_THREADS.iter().zip(bounds) {
+        out.insert(threads.to_string(), json!(bound));
+    }
+    out.insert("unlimited".into(), json!(unlimited));
+    serde_json::Value::Object(out)
 }
 
 /// Per rank: time split, the simulated peak of live HBM bytes (resident state, activations in

@@ -14,6 +14,6 @@ pub mod window;
 
 pub use partition::{LpMap, Partition};
 pub use window::{
-    Coordination, EngineError, EventBatch, Scheduling, WindowGrant, WindowReport, WorkerOutcome,
-    WorkerSetup, WorkerStats, run_worker,
+    BOUND_THREADS, Coordination, EngineError, EventBatch, Scheduling, WindowGrant,
+    WindowParallelism, WindowReport, WorkerOutcome, WorkerSetup, WorkerStats, run_worker,
 };

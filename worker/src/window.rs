@@ -187,6 +187,52 @@ pub struct WorkerStats {
     pub parallel_events: u64,
     /// Encoded event batches sent to peer workers, bytes.
     pub bytes_sent: u64,
+    /// How much of each window more threads could have shared.
+    pub parallelism: WindowParallelism,
+}
+
+/// Thread counts for which [`WindowParallelism`] bounds the speed-up.
+pub const BOUND_THREADS: [u64; 4] = [2, 4, 8, 16];
+
+/// How far a worker's windows could be shared among threads, measured from the events each
+/// partition processed in each window. A window ends at a barrier and a partition runs on
+/// one thread, so on `T` threads a window takes at least as long as its busiest partition
+/// and at least its events over `T`; summed over windows, that is the work on the critical
+/// path even with perfect placement and synchronisation that costs nothing. Events over it
+/// bound the speed-up over one thread (Graham's bound for list scheduling, per window).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WindowParallelism {
+    /// Σ over windows of the busiest partition's events: the bound with unlimited threads.
+    pub busiest_partition_events: u64,
+    /// Σ over windows of max(busiest partition's events, ⌈events / T⌉), T per
+    /// [`BOUND_THREADS`].
+    pub critical_events: [u64; BOUND_THREADS.len()],
+}
+
+impl WindowParallelism {
+    /// Counts one window: its events and those of its busiest partition.
+    pub fn add_window(&mut self, events: u64, busiest: u64) {
+        self.busiest_partition_events += busiest;
+        for (critical, threads) in self.critical_events.iter_mut().zip(BOUND_THREADS) {
+            *critical += busiest.max(events.div_ceil(threads));
+        }
+    }
+
+    /// The best speed-up over one thread that `events` (the windows' total) allow on each
+    /// of [`BOUND_THREADS`], then with unlimited threads; 1 when nothing ran.
+    pub fn speedup_bounds(&self, events: u64) -> ([f64; BOUND_THREADS.len()], f64) {
+        let ratio = |critical: u64| {
+            if critical == 0 {
+                1.0
+            } else {
+                events as f64 / critical as f64
+            }
+        };
+        (
+            self.critical_events.map(ratio),
+            ratio(self.busiest_partition_events),
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -327,6 +373,7 @@ pub fn run_worker(
     let stopped = loop {
         // 1. Fold in what the threads did: partitions that ran first (their queues' next
         //    events), then deliveries (an incoming box can only lower a partition's next).
+        let (mut window_events, mut busiest) = (0, 0);
         for r in &shared.results {
             let mut r = lock(r);
             if let Some(e) = r.error.take() {
@@ -335,6 +382,8 @@ pub fn run_worker(
             for (slot, t, events) in r.ran.drain(..) {
                 next.set(slot, t);
                 cost[slot] = events;
+                window_events += events;
+                busiest = busiest.max(events);
             }
             let events = std::mem::take(&mut r.events);
             stats.events += events;
@@ -342,6 +391,7 @@ pub fn run_worker(
                 stats.parallel_events += events;
             }
         }
+        stats.parallelism.add_window(window_events, busiest);
         let mut earliest_sent = u64::MAX;
         for r in &shared.results {
             let mut r = lock(r);
@@ -539,5 +589,37 @@ fn assign_longest_first(
         loads[t] += c;
         home[slot] = t;
         lists[t].push(slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_bounded_by_its_busiest_partition_and_by_an_even_share() {
+        let mut p = WindowParallelism::default();
+        // 10 events in one partition and 2 in another: 10 on any number of threads.
+        p.add_window(12, 10);
+        // 40 events spread evenly over 40 partitions: ⌈40 / T⌉ on T threads, 1 unlimited.
+        p.add_window(40, 1);
+        assert_eq!(p.critical_events, [10 + 20, 10 + 10, 10 + 5, 10 + 3]);
+        assert_eq!(p.busiest_partition_events, 11);
+        let (bounds, unlimited) = p.speedup_bounds(52);
+        assert_eq!(bounds[0], 52.0 / 30.0);
+        assert_eq!(bounds[3], 4.0);
+        assert_eq!(unlimited, 52.0 / 11.0);
+        for (bound, threads) in bounds.iter().zip(BOUND_THREADS) {
+            assert!(
+                (1.0..=threads as f64).contains(bound),
+                "{bound} on {threads}"
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_run_bounds_nothing() {
+        let (bounds, unlimited) = WindowParallelism::default().speedup_bounds(0);
+        assert_eq!((bounds, unlimited), ([1.0; BOUND_THREADS.len()], 1.0));
     }
 }
