@@ -382,10 +382,10 @@ pub fn run_worker(
             for (slot, t, events) in r.ran.drain(..) {
                 next.set(slot, t);
                 cost[slot] = events;
-                window_events += events;
                 busiest = busiest.max(events);
             }
             let events = std::mem::take(&mut r.events);
+            window_events += events;
             stats.events += events;
             if last_parallel {
                 stats.parallel_events += events;
