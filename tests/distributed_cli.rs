@@ -142,6 +142,17 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
         .as_f64()
         .expect("coordinator bytes");
     assert!(per_window > 0.0 && per_window < 3.0 * 64.0, "{per_window}");
+    // The workers' statistics travel with their results: every cross-partition event is
+    // counted by its delay.
+    let slack = summary["engine"]["cross_partition_slack"]
+        .as_object()
+        .expect("cross_partition_slack");
+    let counted: u64 = slack.values().filter_map(serde_json::Value::as_u64).sum();
+    let crossed = summary["engine"]["cross_partition_events"].as_u64();
+    assert!(
+        crossed > Some(0) && Some(counted) == crossed,
+        "{slack:?} {crossed:?}"
+    );
     assert_eq!(distributed, small_embedded_digest(&dir.join("embedded")));
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");

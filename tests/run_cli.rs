@@ -82,6 +82,21 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
             "speed-up bound on {threads} threads: {bound:?}"
         );
     }
+    // Every cross-partition event is counted once by its delay in lookaheads, whichever
+    // worker sent it.
+    for run in [&a, &b] {
+        let slack = run["engine"]["cross_partition_slack"]
+            .as_object()
+            .expect("cross_partition_slack");
+        let counted: u64 = slack.values().map(|v| v.as_u64().expect("a count")).sum();
+        assert_eq!(slack.len(), 6, "{slack:?}");
+        assert_eq!(
+            Some(counted),
+            run["engine"]["cross_partition_events"].as_u64(),
+            "{slack:?}"
+        );
+    }
+    assert!(b["engine"]["cross_partition_events"].as_u64() > Some(0));
     assert_eq!(a["result_digest"], b["result_digest"]);
     assert_eq!(a["iteration_time_s"], b["iteration_time_s"]);
     assert_eq!(b["engine"]["workers"], 3);

@@ -1007,6 +1007,7 @@ pub fn run_worker_process(
             .then(|| reply.resume_parts.iter().map(PathBuf::from).collect()),
         stop_requested: Some(stop_requested),
         scheduling: worker::Scheduling::from_name(&exp.loaded.config.engine.scheduling),
+        lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
     };
     // Heartbeats: the coordinator learns this worker is alive; this worker learns whether
     // the run goes on, and stops by itself when the coordinator goes silent.

@@ -277,6 +277,7 @@ pub fn run(
                     resume: resume.clone(),
                     stop_requested: None,
                     scheduling,
+                    lookahead_ps,
                 };
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()

@@ -125,6 +125,7 @@ pub fn summarize_run(
             "windows": s.windows,
             "events_per_window": s.events as f64 / s.windows.max(1) as f64,
             "cross_partition_events": s.cross_partition_events,
+            "cross_partition_slack": cross_partition_slack(&s.per_worker),
             "lookahead_s": s.lookahead_ps.map(|l| l as f64 * PS),
             "wall_s": s.wall_s,
             "events_per_s": if s.wall_s > 0.0 { s.events as f64 / s.wall_s } else { 0.0 },
@@ -163,6 +164,21 @@ fn speedup_bound(stats: &worker::WorkerStats) -> serde_json::Value {
         out.insert(threads.to_string(), json!(bound));
     }
     out.insert("unlimited".into(), json!(unlimited));
+    serde_json::Value::Object(out)
+}
+
+/// Cross-partition events of all workers by how many lookaheads after their sending they
+/// arrived ([`worker::CrossPartitionSlack`]): under "k" those that took at least k
+/// lookaheads and less than the next key's.
+fn cross_partition_slack(per_worker: &[worker::WorkerStats]) -> serde_json::Value {
+    let mut sum = worker::CrossPartitionSlack::default();
+    for w in per_worker {
+        sum.add(&w.cross_partition_slack);
+    }
+    let mut out = serde_json::Map::new();
+    for (multiple, events) in worker::SLACK_MULTIPLES.iter().zip(sum.events) {
+        out.insert(multiple.to_string(), json!(events));
+    }
     serde_json::Value::Object(out)
 }
 

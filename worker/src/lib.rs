@@ -7,12 +7,14 @@ pub mod checkpoint;
 pub mod partition;
 mod prefetch;
 pub mod queue;
+mod slack;
 mod team;
 
 pub use team::wait_briefly;
 pub mod window;
 
 pub use partition::{LpMap, Partition};
+pub use slack::{CrossPartitionSlack, SLACK_MULTIPLES};
 pub use window::{
     BOUND_THREADS, Coordination, EngineError, EventBatch, Scheduling, WindowGrant,
     WindowParallelism, WindowReport, WorkerOutcome, WorkerSetup, WorkerStats, run_worker,

@@ -9,6 +9,7 @@ use sim::topology::{LinkId, NodeId};
 
 use crate::checkpoint::{LpRecord, PartWriter};
 use crate::queue::EventQueue;
+use crate::slack::CrossPartitionSlack;
 
 /// Where every LP lives: its partition and its index inside it. Read-only during a run.
 #[derive(Debug, Clone)]
@@ -74,6 +75,10 @@ pub struct Partition {
     /// Events processed in the last window: the cost estimate for longest-first scheduling.
     pub last_window_events: u64,
     pub error: Option<CausalityError>,
+    /// The run's lookahead, the unit of `slack`.
+    pub lookahead_ps: u64,
+    /// Events sent to other partitions, by how many lookaheads later they arrive.
+    pub slack: CrossPartitionSlack,
 }
 
 impl Partition {
@@ -119,6 +124,8 @@ impl Partition {
             hops: Vec::with_capacity(8),
             last_window_events: 0,
             error: None,
+            lookahead_ps: u64::MAX,
+            slack: CrossPartitionSlack::default(),
         }
     }
 
@@ -153,7 +160,7 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].start(model, &mut ctx);
-            self.route_emitted(map, 0);
+            self.route_emitted(map, 0, 0);
         }
     }
 
@@ -182,7 +189,7 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].handle(model, event.body, &mut ctx);
-            self.route_emitted(map, end_ps);
+            self.route_emitted(map, key.time_ps, end_ps);
             n += 1;
         }
         self.last_window_events = n;
@@ -205,7 +212,9 @@ impl Partition {
         }
     }
 
-    fn route_emitted(&mut self, map: &LpMap, end_ps: u64) {
+    /// Queues the events the handler at `now` emitted for this partition; puts the others in
+    /// the outbox.
+    fn route_emitted(&mut self, map: &LpMap, now: u64, end_ps: u64) {
         for (key, event) in self.emitted.drain(..) {
             if map.partition_of[event.target as usize] == self.id {
                 self.queue.push(key, event);
@@ -218,6 +227,8 @@ impl Partition {
                         window_end_ps: end_ps,
                     });
                 }
+                self.slack
+                    .count(key.time_ps.saturating_sub(now), self.lookahead_ps);
                 self.outbox.push((key, event));
             }
         }

@@ -26,6 +26,7 @@ use sim::topology::NodeId;
 
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::partition::{CausalityError, LpMap, Partition};
+use crate::slack::CrossPartitionSlack;
 use crate::team::{Routing, Shared, Team, lock};
 
 /// What a worker tells the coordinator at the end of a window.
@@ -169,6 +170,8 @@ pub struct WorkerSetup {
     /// Set by a signal handler: ask the coordinator to checkpoint and stop.
     pub stop_requested: Option<Arc<AtomicBool>>,
     pub scheduling: Scheduling,
+    /// The smallest latency of a link between two partitions; `None` when none is cut.
+    pub lookahead_ps: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -189,6 +192,8 @@ pub struct WorkerStats {
     pub bytes_sent: u64,
     /// How much of each window more threads could have shared.
     pub parallelism: WindowParallelism,
+    /// Events sent across partitions, by how many lookaheads later they arrived.
+    pub cross_partition_slack: CrossPartitionSlack,
 }
 
 /// Thread counts for which [`WindowParallelism`] bounds the speed-up.
@@ -322,6 +327,7 @@ pub fn run_worker(
     for (i, &p) in mine.iter().enumerate() {
         slot_of[p as usize] = i as u32;
     }
+    let lookahead_ps = setup.lookahead_ps.unwrap_or(u64::MAX);
     let partitions = match &setup.resume {
         None => {
             let mut partitions: Vec<Partition> = mine
@@ -329,11 +335,18 @@ pub fn run_worker(
                 .map(|&p| Partition::new(model, map, p))
                 .collect();
             for p in &mut partitions {
+                p.lookahead_ps = lookahead_ps;
                 p.start(model, map);
             }
             partitions
         }
-        Some(files) => restore_partitions(files, map, &mine, &slot_of)?,
+        Some(files) => {
+            let mut partitions = restore_partitions(files, map, &mine, &slot_of)?;
+            for p in &mut partitions {
+                p.lookahead_ps = lookahead_ps;
+            }
+            partitions
+        }
     };
     let mut next = NextTimes {
         time: vec![u64::MAX; partitions.len()],
@@ -489,6 +502,9 @@ pub fn run_worker(
         stats.busy_s += busy.elapsed().as_secs_f64();
     };
     stats.wall_s = started.elapsed().as_secs_f64();
+    for p in parts {
+        stats.cross_partition_slack.add(&lock(p).slack);
+    }
     let reports = if stopped {
         Vec::new()
     } else {
