@@ -20,7 +20,7 @@ use sim::event::EventKey;
 use sim::topology::NodeId;
 
 /// First bytes of a part file: the format and its version.
-pub const PART_MAGIC: &[u8; 8] = b"FSIMLPS1";
+pub const PART_MAGIC: &[u8; 8] = b"FSIMLPS2";
 
 /// One LP in a checkpoint, as read back.
 #[derive(Debug, Deserialize)]

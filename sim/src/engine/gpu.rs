@@ -237,8 +237,17 @@ pub struct GpuLp {
     kernel_table: u32,
     done: [u32; STREAMS],
     running: [Running; STREAMS],
-    /// Messages and clear-to-sends that arrived before the op they belong to started.
-    early: BTreeMap<Tag, u32>,
+    /// Messages and clear-to-sends that arrived before the op they belong to started, with
+    /// their counts. A short list searched in place: a map would allocate a node for the
+    /// first entry and free it with the last, several million times a run.
+    early: Vec<(Tag, u32)>,
+    /// Scratch for [`Self::drain_early`]: not part of a checkpoint.
+    #[serde(skip)]
+    early_drained: Vec<(Tag, u32)>,
+    /// The run of the last op that finished, kept for the next one to start in, so that
+    /// starting and finishing communication ops does not allocate: not part of a checkpoint.
+    #[serde(skip)]
+    spare_run: Option<Box<CommRun>>,
     flows: Vec<Option<Flow>>,
     /// When each FIFO-paced connection (by destination GPU) may send its next segment.
     fifo_clock: Vec<(NodeId, u64)>,
@@ -427,7 +436,9 @@ impl GpuLp {
             kernel_table: (program as usize * model.gpu_types + gpu_type) as u32,
             done: [0; STREAMS],
             running: std::array::from_fn(|_| Running::Idle),
-            early: BTreeMap::new(),
+            early: Vec::new(),
+            early_drained: Vec::new(),
+            spare_run: None,
             flows: Vec::new(),
             fifo_clock: Vec::new(),
             serial: Vec::new(),
@@ -696,14 +707,8 @@ impl GpuLp {
                     return;
                 };
                 if ring.n <= 1 {
-                    self.running[s] = Running::Comm(Box::new(self.comm(
-                        op,
-                        (comm_group, seq),
-                        Algo::Direct,
-                        ring,
-                        0,
-                        ctx,
-                    )));
+                    let run = self.comm(op, (comm_group, seq), Algo::Direct, ring, 0, ctx);
+                    self.running[s] = Running::Comm(self.boxed(run));
                     self.complete(model, s, ctx);
                     return;
                 }
@@ -901,7 +906,7 @@ impl GpuLp {
                         }
                     }
                 }
-                self.running[s] = Running::Comm(Box::new(run));
+                self.running[s] = Running::Comm(self.boxed(run));
                 if is_collective_stream(s) {
                     self.comm_active += 1;
                 }
@@ -978,7 +983,7 @@ impl GpuLp {
                 run.tail_ps = tail_ps;
                 run.net_window = collective::p2p_window(&model.collectives.settings);
                 run.waiting_clear_to_send = true;
-                self.running[s] = Running::Comm(Box::new(run));
+                self.running[s] = Running::Comm(self.boxed(run));
             }
             OpKind::Recv { peer, bytes } => {
                 let peer = self.peer(model, peer);
@@ -994,7 +999,7 @@ impl GpuLp {
                 run.peer = peer;
                 run.tail_ps = tail_ps;
                 run.recv_needed = 1;
-                self.running[s] = Running::Comm(Box::new(run));
+                self.running[s] = Running::Comm(self.boxed(run));
                 let tag = Tag {
                     stream: mirror(Stream::ALL[s]).index() as u8,
                     group: comm_group,
@@ -1026,17 +1031,34 @@ impl GpuLp {
             step: u16::MAX,
             ..first
         };
-        let early: Vec<(Tag, u32)> = self
-            .early
-            .range(first..=last)
-            .map(|(t, c)| (*t, *c))
-            .collect();
-        for (tag, count) in early {
-            self.early.remove(&tag);
+        let mut drained = std::mem::take(&mut self.early_drained);
+        self.early.retain(|&(tag, count)| {
+            let this_op = (first..=last).contains(&tag);
+            if this_op {
+                drained.push((tag, count));
+            }
+            !this_op
+        });
+        // In step order, as every member applies them.
+        drained.sort_unstable_by_key(|&(tag, _)| tag);
+        for &(tag, count) in &drained {
             // A member that arrived before this op started was ready no later than now.
             for _ in 0..count {
                 self.apply_arrival(model, s, tag.step, 0, ctx);
             }
+        }
+        drained.clear();
+        self.early_drained = drained;
+    }
+
+    /// A box for a starting op's run: the last finished op's when there is one.
+    fn boxed(&mut self, run: CommRun) -> Box<CommRun> {
+        match self.spare_run.take() {
+            Some(mut spare) => {
+                *spare = run;
+                spare
+            }
+            None => Box::new(run),
         }
     }
 
@@ -1587,7 +1609,10 @@ impl GpuLp {
             self.apply_arrival(model, s, tag.step, ready_ps, ctx);
             self.check_done(model, s, ctx);
         } else {
-            *self.early.entry(tag).or_insert(0) += 1;
+            match self.early.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, count)) => *count += 1,
+                None => self.early.push((tag, 1)),
+            }
         }
     }
 
@@ -1769,7 +1794,9 @@ impl GpuLp {
                         st.plan = format!("{}/{}/{c}", a.name(), p.name());
                     }
                 }
-                (run.op, run.start_ps)
+                let ended = (run.op, run.start_ps);
+                self.spare_run = Some(run);
+                ended
             }
         };
         self.done[s] += 1;
