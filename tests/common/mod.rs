@@ -84,6 +84,15 @@ pub fn summary(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("summary.json is JSON")
 }
 
+/// The events `summary`'s `engine.cross_partition_slack` counts, over its six delay buckets.
+pub fn slack_counted(summary: &serde_json::Value) -> u64 {
+    let slack = summary["engine"]["cross_partition_slack"]
+        .as_object()
+        .expect("cross_partition_slack");
+    assert_eq!(slack.len(), 6, "{slack:?}");
+    slack.values().map(|v| v.as_u64().expect("a count")).sum()
+}
+
 /// The `result_digest` of the embedded run of [`QUICKSTART`] with [`SMALL`], written to
 /// `dir`: what every split of that run must reproduce.
 pub fn small_embedded_digest(dir: &Path) -> String {

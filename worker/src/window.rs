@@ -327,27 +327,20 @@ pub fn run_worker(
     for (i, &p) in mine.iter().enumerate() {
         slot_of[p as usize] = i as u32;
     }
-    let lookahead_ps = setup.lookahead_ps.unwrap_or(u64::MAX);
-    let partitions = match &setup.resume {
-        None => {
-            let mut partitions: Vec<Partition> = mine
-                .iter()
-                .map(|&p| Partition::new(model, map, p))
-                .collect();
-            for p in &mut partitions {
-                p.lookahead_ps = lookahead_ps;
-                p.start(model, map);
-            }
-            partitions
-        }
-        Some(files) => {
-            let mut partitions = restore_partitions(files, map, &mine, &slot_of)?;
-            for p in &mut partitions {
-                p.lookahead_ps = lookahead_ps;
-            }
-            partitions
-        }
+    let mut partitions: Vec<Partition> = match &setup.resume {
+        None => mine
+            .iter()
+            .map(|&p| Partition::new(model, map, p))
+            .collect(),
+        Some(files) => restore_partitions(files, map, &mine, &slot_of)?,
     };
+    for p in &mut partitions {
+        // Before start-up: its events are counted in lookaheads too.
+        p.lookahead_ps = setup.lookahead_ps.unwrap_or(u64::MAX);
+        if setup.resume.is_none() {
+            p.start(model, map);
+        }
+    }
     let mut next = NextTimes {
         time: vec![u64::MAX; partitions.len()],
         heap: BinaryHeap::new(),

@@ -241,9 +241,6 @@ pub struct GpuLp {
     /// their counts. A short list searched in place: a map would allocate a node for the
     /// first entry and free it with the last, several million times a run.
     early: Vec<(Tag, u32)>,
-    /// Scratch for [`Self::drain_early`]: not part of a checkpoint.
-    #[serde(skip)]
-    early_drained: Vec<(Tag, u32)>,
     /// The run of the last op that finished, kept for the next one to start in, so that
     /// starting and finishing communication ops does not allocate: not part of a checkpoint.
     #[serde(skip)]
@@ -437,7 +434,6 @@ impl GpuLp {
             done: [0; STREAMS],
             running: std::array::from_fn(|_| Running::Idle),
             early: Vec::new(),
-            early_drained: Vec::new(),
             spare_run: None,
             flows: Vec::new(),
             fifo_clock: Vec::new(),
@@ -1031,24 +1027,18 @@ impl GpuLp {
             step: u16::MAX,
             ..first
         };
-        let mut drained = std::mem::take(&mut self.early_drained);
-        self.early.retain(|&(tag, count)| {
-            let this_op = (first..=last).contains(&tag);
-            if this_op {
-                drained.push((tag, count));
-            }
-            !this_op
-        });
-        // In step order, as every member applies them.
-        drained.sort_unstable_by_key(|&(tag, _)| tag);
-        for &(tag, count) in &drained {
+        // In step order, as every member applies them. The op is running now, so applying
+        // an arrival adds none of its own to the list.
+        while let Some(i) = (0..self.early.len())
+            .filter(|&i| (first..=last).contains(&self.early[i].0))
+            .min_by_key(|&i| self.early[i].0)
+        {
+            let (tag, count) = self.early.swap_remove(i);
             // A member that arrived before this op started was ready no later than now.
             for _ in 0..count {
                 self.apply_arrival(model, s, tag.step, 0, ctx);
             }
         }
-        drained.clear();
-        self.early_drained = drained;
     }
 
     /// A box for a starting op's run: the last finished op's when there is one.
