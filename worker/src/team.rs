@@ -11,9 +11,10 @@
 //! What each thread did is left in its [`ThreadResult`] for the worker thread to fold in
 //! between windows, so the serial part of a window stays small.
 //!
-//! Shared mutable state: the claim counters (one cache line each), each partition's mutex
-//! (taken once per window by the one thread that claimed it) and each incoming box's mutex
-//! (taken once per run of consecutive events for it). Nothing in the event loop locks.
+//! Shared mutable state: the claim counters, each partition's mutex (taken once per window
+//! by the one thread that claimed it) and each incoming box's mutex (taken once per run of
+//! consecutive events for it), each on cache lines of its own. Nothing in the event loop
+//! locks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -59,10 +60,17 @@ fn relax(oversubscribed: bool) {
 }
 
 /// Keeps a value on its own cache line (two, for adjacent-line prefetch) so threads that
-/// write neighbouring counters do not slow each other down.
+/// write neighbouring values do not slow each other down.
 #[repr(align(128))]
 #[derive(Debug, Default)]
-struct Padded<T>(T);
+pub struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// Keyed events in transit between partitions.
 pub type Events = Vec<(EventKey, Event)>;
@@ -91,11 +99,15 @@ pub struct ThreadResult {
     pub error: Option<CausalityError>,
 }
 
+/// Partitions, incoming boxes and thread results are padded to their own cache lines:
+/// neighbours in these vectors run on different threads, and a line shared at their border
+/// would be written by both on every event. The gain is within this VM's noise
+/// (docs/engine.md, "What wider windows would buy").
 pub struct Shared {
-    pub partitions: Vec<Mutex<Partition>>,
+    pub partitions: Vec<Padded<Mutex<Partition>>>,
     /// Events for each partition from other partitions, not yet in its queue.
-    pub incoming: Vec<Mutex<Events>>,
-    pub results: Vec<Mutex<ThreadResult>>,
+    pub incoming: Vec<Padded<Mutex<Events>>>,
+    pub results: Vec<Padded<Mutex<ThreadResult>>>,
     model: Arc<SimModel>,
     map: Arc<LpMap>,
     pub routing: Routing,
@@ -230,10 +242,16 @@ impl Team {
     ) -> Team {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            incoming: partitions.iter().map(|_| Mutex::new(Vec::new())).collect(),
-            partitions: partitions.into_iter().map(Mutex::new).collect(),
+            incoming: partitions
+                .iter()
+                .map(|_| Padded(Mutex::new(Vec::new())))
+                .collect(),
+            partitions: partitions
+                .into_iter()
+                .map(|p| Padded(Mutex::new(p)))
+                .collect(),
             results: (0..threads)
-                .map(|_| Mutex::new(ThreadResult::default()))
+                .map(|_| Padded(Mutex::new(ThreadResult::default())))
                 .collect(),
             model,
             map,
