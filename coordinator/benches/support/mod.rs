@@ -1,0 +1,52 @@
+//! Models and runs shared by the engine benchmarks (`engine.rs`, wall time with criterion;
+//! `engine_instructions.rs`, instruction counts with gungraun).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use coordinator::embedded;
+use sim::engine::{FlowSpec, SimModel};
+use sim::experiment::Experiment;
+
+/// The model of `experiment` (relative to the repository root) with `sets` applied.
+pub fn model(experiment: &str, sets: &[&str]) -> SimModel {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let exp = Experiment::load(&root.join(experiment), &sets).expect("experiment");
+    SimModel::from_experiment(&exp, false).expect("model")
+}
+
+/// 128 H100s exchanging `bytes` with the GPU one host over (rail-aligned) at 4 KiB segments.
+pub fn permutation_model(bytes: u64) -> SimModel {
+    model(
+        "configs/experiments/quickstart.toml",
+        &["network.segment_bytes=4096"],
+    )
+    .only_flows(
+        (0..128u32)
+            .map(|src| FlowSpec {
+                src,
+                dst: (src + 8) % 128,
+                bytes,
+                start_ps: 0,
+            })
+            .collect(),
+    )
+}
+
+/// Runs `model` in one embedded worker on `threads` threads, one partition per host and per
+/// switch; returns the events processed.
+pub fn run(model: &Arc<SimModel>, threads: usize) -> u64 {
+    let a = partitioner::by_host(&model.topology);
+    let lookahead = partitioner::lookahead_ps(&model.topology, &a);
+    let (_, stats) = embedded::run(
+        Arc::clone(model),
+        a.partition_of,
+        lookahead,
+        embedded::Split::new(1, threads),
+        None,
+        None,
+    )
+    .expect("run");
+    stats.events
+}
