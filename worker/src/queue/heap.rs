@@ -86,28 +86,33 @@ impl<E> HeapQueue<E> {
             return None;
         }
         let last = self.heap.pop()?;
-        let n = self.heap.len();
+        let heap = &mut self.heap[..];
+        let n = heap.len();
         if n > 0 {
-            // Sift the last key down from the root.
+            // Sift the last key down from the root. The children are taken as one slice and
+            // the best is carried by value, so the loop indexes nothing it has to check.
             let mut i = 0;
             loop {
                 let first = i * ARITY + 1;
-                if first >= n {
+                let Some(children) = heap.get(first..(first + ARITY).min(n)) else {
                     break;
-                }
-                let mut best = first;
-                for c in first + 1..(first + ARITY).min(n) {
-                    if self.heap[c].before(&self.heap[best]) {
-                        best = c;
+                };
+                let Some((&head, rest)) = children.split_first() else {
+                    break;
+                };
+                let (mut best, mut best_at) = (head, first);
+                for (offset, child) in rest.iter().enumerate() {
+                    if child.before(&best) {
+                        (best, best_at) = (*child, first + 1 + offset);
                     }
                 }
-                if !self.heap[best].before(&last) {
+                if !best.before(&last) {
                     break;
                 }
-                self.heap[i] = self.heap[best];
-                i = best;
+                heap[i] = best;
+                i = best_at;
             }
-            self.heap[i] = last;
+            heap[i] = last;
         }
         let event = self.slab[top.slot as usize].take()?;
         self.free.push(top.slot);
