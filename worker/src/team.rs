@@ -141,7 +141,7 @@ impl Shared {
         for k in 0..lists_worked {
             let t = (me + k) % lists.len();
             loop {
-                let i = self.next[t].0.fetch_add(1, Ordering::Relaxed);
+                let i = self.next[t].fetch_add(1, Ordering::Relaxed);
                 let Some(&slot) = lists[t].get(i) else {
                     break;
                 };
@@ -302,15 +302,15 @@ impl Team {
             }
         }
         for n in &s.next {
-            n.0.store(0, Ordering::Relaxed);
+            n.store(0, Ordering::Relaxed);
         }
-        s.finished_helpers.0.store(0, Ordering::Relaxed);
-        s.generation.0.fetch_add(1, Ordering::Release);
+        s.finished_helpers.store(0, Ordering::Relaxed);
+        s.generation.fetch_add(1, Ordering::Release);
         if *lock(&s.sleepers) > 0 {
             s.wake.notify_all();
         }
         s.work(end, lists, 0, &mut self.scratch);
-        while s.finished_helpers.0.load(Ordering::Acquire) < self.helpers.len() {
+        while s.finished_helpers.load(Ordering::Acquire) < self.helpers.len() {
             relax(self.oversubscribed);
         }
     }
@@ -341,7 +341,7 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
     loop {
         // Wait for the next window: briefly awake, then asleep.
         let next_or_stop =
-            || s.stop.load(Ordering::Acquire) || s.generation.0.load(Ordering::Acquire) != seen;
+            || s.stop.load(Ordering::Acquire) || s.generation.load(Ordering::Acquire) != seen;
         if !wait_briefly(oversubscribed, next_or_stop) {
             let mut sleepers = lock(&s.sleepers);
             *sleepers += 1;
@@ -356,7 +356,7 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
         if s.stop.load(Ordering::Acquire) {
             return;
         }
-        seen = s.generation.0.load(Ordering::Acquire);
+        seen = s.generation.load(Ordering::Acquire);
         let end = {
             let job = lock(&s.job);
             lists.resize_with(job.1.len(), Vec::new);
@@ -367,7 +367,7 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
             job.0
         };
         s.work(end, &lists, me, &mut scratch);
-        s.finished_helpers.0.fetch_add(1, Ordering::Release);
+        s.finished_helpers.fetch_add(1, Ordering::Release);
     }
 }
 
