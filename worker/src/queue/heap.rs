@@ -89,19 +89,17 @@ impl<E> HeapQueue<E> {
         let heap = &mut self.heap[..];
         let n = heap.len();
         if n > 0 {
-            // Sift the last key down from the root. The children are taken as one slice and
-            // the best is carried by value, so the loop indexes nothing it has to check.
+            // Sift the last key down from the root. The best child is carried by value and
+            // the others are walked as one slice, so the loop indexes little it has to check.
             let mut i = 0;
             loop {
                 let first = i * ARITY + 1;
-                let Some(children) = heap.get(first..(first + ARITY).min(n)) else {
+                if first >= n {
                     break;
-                };
-                let Some((&head, rest)) = children.split_first() else {
-                    break;
-                };
-                let (mut best, mut best_at) = (head, first);
-                for (offset, child) in rest.iter().enumerate() {
+                }
+                let (mut best, mut best_at) = (heap[first], first);
+                let others = &heap[first + 1..(first + ARITY).min(n)];
+                for (offset, child) in others.iter().enumerate() {
                     if child.before(&best) {
                         (best, best_at) = (*child, first + 1 + offset);
                     }
