@@ -5,16 +5,18 @@
 //! the ones other threads have not started. Helpers spin briefly between windows (windows are
 //! short and back to back), then sleep until the next one.
 //!
-//! A thread that finished a partition's window routes that partition's outbox at once, in
-//! parallel with the others, into the target partitions' incoming boxes (UNISON's per-LP
-//! mailboxes, §4.2); a partition moves its incoming box into its queue when it next runs.
-//! What each thread did is left in its [`ThreadResult`] for the worker thread to fold in
-//! between windows, so the serial part of a window stays small.
+//! A thread that finished a partition's window sorts that partition's outbox by target
+//! partition into buffers of its own, without locks; once it has run all its partitions of
+//! the window, it moves each buffer into its target's incoming box (UNISON's per-LP
+//! mailboxes, §4.2), in parallel with the other threads. A partition moves its incoming box
+//! into its queue when it next runs. What each thread did is left in its [`ThreadResult`]
+//! for the worker thread to fold in between windows, so the serial part of a window stays
+//! small.
 //!
 //! Shared mutable state: the claim counters, each partition's mutex (taken once per window
-//! by the one thread that claimed it) and each incoming box's mutex (taken once per run of
-//! consecutive events for it), each on cache lines of its own. Nothing in the event loop
-//! locks.
+//! by the one thread that claimed it) and each incoming box's mutex (taken once per window
+//! by each thread that has events for it), each on cache lines of its own. Nothing in the
+//! event loop locks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -97,6 +99,10 @@ pub struct ThreadResult {
     pub outgoing: Vec<Events>,
     pub cross_partition_events: u64,
     pub error: Option<CausalityError>,
+    /// Events for this worker's partitions, by slot, until the thread's window ends.
+    staged: Vec<Events>,
+    /// Slots with staged events, in the order they got their first.
+    staged_slots: Vec<usize>,
 }
 
 /// Partitions, incoming boxes and thread results are padded to their own cache lines:
@@ -131,7 +137,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Runs the thread's own partitions, longest first, then (when stealing) helps the
     /// others, taking what they have not started, until nothing is left.
-    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize, scratch: &mut Events) {
+    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize) {
         let mut res = lock(&self.results[me]);
         let lists_worked = if self.steal.load(Ordering::Relaxed) {
             lists.len()
@@ -145,44 +151,46 @@ impl Shared {
                 let Some(&slot) = lists[t].get(i) else {
                     break;
                 };
-                self.run_partition(slot, end, &mut res, scratch);
+                self.run_partition(slot, end, &mut res);
             }
         }
+        self.deliver_staged(&mut res);
     }
 
     /// Runs `order` on the calling thread alone (thread 0's result).
-    pub fn work_inline(&self, end: u64, order: &[usize], scratch: &mut Events) {
+    pub fn work_inline(&self, end: u64, order: &[usize]) {
         let mut res = lock(&self.results[0]);
         for &slot in order {
-            self.run_partition(slot, end, &mut res, scratch);
+            self.run_partition(slot, end, &mut res);
         }
+        self.deliver_staged(&mut res);
     }
 
-    /// One partition's window: take in its incoming box, run it, route its outbox.
-    fn run_partition(&self, slot: usize, end: u64, res: &mut ThreadResult, scratch: &mut Events) {
+    /// One partition's window: take in its incoming box, run it, stage its outbox.
+    fn run_partition(&self, slot: usize, end: u64, res: &mut ThreadResult) {
         let mut p = lock(&self.partitions[slot]);
         p.absorb(&mut lock(&self.incoming[slot]));
         p.run_window(&self.model, &self.map, end);
-        std::mem::swap(&mut p.outbox, scratch);
         res.events += p.last_window_events;
         res.ran.push((slot, p.next_time_ps(), p.last_window_events));
         if let Some(e) = p.error.take() {
             res.error.get_or_insert(e);
         }
-        drop(p);
-        self.route(scratch, res);
+        self.stage(&mut p.outbox, res);
     }
 
-    /// Moves `outbox` into the incoming boxes of this worker's partitions and the outgoing
-    /// lists of other workers. Consecutive events for one partition share one lock.
-    pub fn route(&self, outbox: &mut Events, res: &mut ThreadResult) {
+    /// Moves `outbox` into the thread's buffers for this worker's partitions and the
+    /// outgoing lists of other workers. Takes no lock: an event crossing partitions is due
+    /// after the window, so it can wait in the thread until [`Shared::deliver_staged`].
+    fn stage(&self, outbox: &mut Events, res: &mut ThreadResult) {
         res.cross_partition_events += outbox.len() as u64;
-        if res.outgoing.len() < self.routing.workers as usize {
-            res.outgoing
-                .resize_with(self.routing.workers as usize, Vec::new);
+        let workers = self.routing.workers as usize;
+        if res.outgoing.len() < workers {
+            res.outgoing.resize_with(workers, Vec::new);
         }
-        // The incoming box being filled: slot, earliest time put in, its lock.
-        let mut held: Option<(usize, u64, MutexGuard<'_, Events>)> = None;
+        if res.staged.len() < self.incoming.len() {
+            res.staged.resize_with(self.incoming.len(), Vec::new);
+        }
         for (key, event) in outbox.drain(..) {
             let target = self.map.partition_of[event.target as usize];
             let slot = self.routing.slot_of[target as usize];
@@ -190,25 +198,36 @@ impl Shared {
                 res.outgoing[self.routing.owner[target as usize] as usize].push((key, event));
                 continue;
             }
-            let slot = slot as usize;
-            match &mut held {
-                Some((s, earliest, inbox)) if *s == slot => {
-                    *earliest = (*earliest).min(key.time_ps);
-                    inbox.push((key, event));
-                }
-                _ => {
-                    if let Some((s, earliest, _)) = held.take() {
-                        res.delivered.push((s, earliest));
-                    }
-                    let mut inbox = lock(&self.incoming[slot]);
-                    let t = key.time_ps;
-                    inbox.push((key, event));
-                    held = Some((slot, t, inbox));
-                }
+            let staged = &mut res.staged[slot as usize];
+            if staged.is_empty() {
+                res.staged_slots.push(slot as usize);
             }
+            staged.push((key, event));
         }
-        if let Some((s, earliest, _)) = held {
-            res.delivered.push((s, earliest));
+    }
+
+    /// Moves the thread's staged events into their partitions' incoming boxes: one lock per
+    /// target partition and window, where routing event by event took one per event.
+    fn deliver_staged(&self, res: &mut ThreadResult) {
+        let ThreadResult {
+            staged,
+            staged_slots,
+            delivered,
+            ..
+        } = res;
+        for slot in staged_slots.drain(..) {
+            let events = &mut staged[slot];
+            let earliest = events.iter().map(|(k, _)| k.time_ps).min();
+            if let Some(earliest) = earliest {
+                let mut inbox = lock(&self.incoming[slot]);
+                if inbox.is_empty() {
+                    // Hand the buffer over instead of copying the events.
+                    std::mem::swap(&mut *inbox, events);
+                } else {
+                    inbox.append(events);
+                }
+                delivered.push((slot, earliest));
+            }
         }
     }
 }
@@ -218,8 +237,6 @@ pub struct Team {
     helpers: Vec<JoinHandle<()>>,
     /// More threads than cores: wait for the helpers by yielding the core they may need.
     oversubscribed: bool,
-    /// The worker thread's outbox buffer (helpers have their own).
-    scratch: Events,
 }
 
 impl std::fmt::Debug for Team {
@@ -278,7 +295,6 @@ impl Team {
             shared,
             helpers,
             oversubscribed,
-            scratch: Vec::new(),
         }
     }
 
@@ -309,7 +325,7 @@ impl Team {
         if *lock(&s.sleepers) > 0 {
             s.wake.notify_all();
         }
-        s.work(end, lists, 0, &mut self.scratch);
+        s.work(end, lists, 0);
         while s.finished_helpers.load(Ordering::Acquire) < self.helpers.len() {
             relax(self.oversubscribed);
         }
@@ -317,7 +333,7 @@ impl Team {
 
     /// Runs `order` on the worker thread alone.
     pub fn run_inline(&mut self, end: u64, order: &[usize]) {
-        self.shared.work_inline(end, order, &mut self.scratch);
+        self.shared.work_inline(end, order);
     }
 
     /// Routes the outboxes partitions filled at start-up (worker thread, thread 0's result).
@@ -326,18 +342,16 @@ impl Team {
         let mut res = lock(&s.results[0]);
         for (slot, p) in s.partitions.iter().enumerate() {
             let mut p = lock(p);
-            std::mem::swap(&mut p.outbox, &mut self.scratch);
             res.ran.push((slot, p.next_time_ps(), 0));
-            drop(p);
-            s.route(&mut self.scratch, &mut res);
+            s.stage(&mut p.outbox, &mut res);
         }
+        s.deliver_staged(&mut res);
     }
 }
 
 fn helper(s: &Shared, me: usize, oversubscribed: bool) {
     let mut seen = 0u64;
     let mut lists: Vec<Vec<usize>> = Vec::new();
-    let mut scratch = Vec::new();
     loop {
         // Wait for the next window: briefly awake, then asleep.
         let next_or_stop =
@@ -366,7 +380,7 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
             }
             job.0
         };
-        s.work(end, &lists, me, &mut scratch);
+        s.work(end, &lists, me);
         s.finished_helpers.fetch_add(1, Ordering::Release);
     }
 }
