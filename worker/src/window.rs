@@ -463,15 +463,16 @@ pub fn run_worker(
                 continue;
             }
         }
-        // 3. Run the window, longest first.
+        // 3. Run the window: shared, longest first; or on this thread alone, where order
+        //    does not matter.
         let busy = Instant::now();
         let end = grant.end_ps;
         next.take_before(end, &mut active);
-        active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
         let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
         if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
             let steal = match setup.scheduling {
                 Scheduling::LoadAdaptive => {
+                    active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
                     assign_longest_first(&active, &cost, predicted, &mut home, &mut lists);
                     true
                 }
