@@ -229,6 +229,9 @@ struct Flow {
     route: Option<Route>,
 }
 
+/// Flow slots a GPU keeps once its last flow is done; a larger table is freed.
+const FLOW_SLOTS_KEPT: usize = 16;
+
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct GpuLp {
     node: NodeId,
@@ -2053,6 +2056,13 @@ impl GpuLp {
             self.digest = mix(self.digest, u64::from(id) | (1 << 40), ctx.now);
             self.flows[id as usize] = None;
             self.free_flows.push(id);
+            if self.free_flows.len() == self.flows.len() && self.flows.len() > FLOW_SLOTS_KEPT {
+                // No flow left: release the table. Kept, every GPU's busiest moment stayed
+                // resident (llama3-405b-h100-131072: 3.6 GB of slots for at most 0.34 M
+                // live flows). Stale events for old ids find no slot and are dropped.
+                self.flows = Vec::new();
+                self.free_flows = Vec::new();
+            }
             if serial != u32::MAX {
                 // A slot of the connection is free for its next chunk.
                 self.serial[serial as usize].in_flight -= 1;
