@@ -2059,7 +2059,8 @@ impl GpuLp {
             if self.free_flows.len() == self.flows.len() && self.flows.len() > FLOW_SLOTS_KEPT {
                 // No flow left: release the table. Kept, every GPU's busiest moment stayed
                 // resident (llama3-405b-h100-131072: 3.6 GB of slots for at most 0.34 M
-                // live flows). Stale events for old ids find no slot and are dropped.
+                // live flows). Ids start again from 0: an event that names an old id finds
+                // no slot, or a reused one, as after any slot's reuse.
                 self.flows = Vec::new();
                 self.free_flows = Vec::new();
             }
