@@ -43,9 +43,10 @@ pub struct Port {
     run: RunMemo,
 }
 
-/// Segments an empty port queue keeps room for; a queue that grew beyond frees its buffer
-/// once it drains. Keeping only the first allocation (4) made gpt3-175b-h100-1024 2-10%
-/// slower (a reallocation every deep busy period) and saved no more at 131,072 GPUs.
+/// Segments a port queue always keeps room for. Beyond it, a queue's buffer halves when less
+/// than a quarter of it is used, and is freed when the queue drains: a buffer stays within
+/// four times what it holds. Keeping only the first allocation (4) made gpt3-175b-h100-1024
+/// 2-10% slower (a reallocation every deep busy period) and saved no more at 131,072 GPUs.
 const QUEUE_CAPACITY_KEPT: usize = 16;
 
 impl Port {
@@ -256,11 +257,17 @@ impl Ports {
         deliver(model, port.dst, at, seg, ctx, &mut port.run);
         // Whatever `TxDone` was planned is at or before now, so stale from here on.
         port.tx_scheduled = !port.queue.is_empty();
-        if !port.tx_scheduled && port.queue.capacity() > QUEUE_CAPACITY_KEPT {
-            // Release what a burst grew: kept, the deepest queue each of a million ports
+        let capacity = port.queue.capacity();
+        if capacity > QUEUE_CAPACITY_KEPT && port.queue.len() * 4 < capacity {
+            // Give back what a burst grew: kept, the deepest queue each of the fabric's ports
             // ever had stayed resident (llama3-405b-h100-131072: 1.2 GB in 3 minutes of
-            // its gradient reduce-scatter, against 0.2 GB queued at most).
-            port.queue = VecDeque::new();
+            // its gradient reduce-scatter, against 0.2 GB queued at most). Halving, not
+            // fitting, leaves room to grow again without a reallocation at every segment.
+            if port.tx_scheduled {
+                port.queue.shrink_to(capacity / 2);
+            } else {
+                port.queue = VecDeque::new();
+            }
         }
         if port.tx_scheduled {
             ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
