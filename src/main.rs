@@ -830,9 +830,19 @@ fn report_run(
         s["mfu"].as_f64().unwrap_or(0.0),
         output.summary.digest
     );
+    let events = s["engine"]["events"].as_u64().unwrap_or(0);
+    // After a resume, this process ran only the events past its checkpoint.
+    let events = match s["engine"]["resumed_events"].as_u64() {
+        Some(before) if before > 0 => {
+            format!(
+                "{events} events, {} of them since the checkpoint,",
+                events - before
+            )
+        }
+        _ => format!("{events} events"),
+    };
     outln!(
-        "engine: {} events in {:.2} s ({:.2e} events/s), {} windows, {} worker(s); results in {}",
-        s["engine"]["events"],
+        "engine: {events} in {:.2} s ({:.2e} events/s), {} windows, {} worker(s); results in {}",
         s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
         s["engine"]["events_per_s"].as_f64().unwrap_or(0.0),
         s["engine"]["windows"],

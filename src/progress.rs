@@ -108,12 +108,13 @@ pub fn hook(exp: &Experiment) -> ProgressHook {
         );
         bar
     });
-    let mut last = Instant::now();
-    let mut last_events = 0u64;
-    let mut last_sim = 0u64;
+    // When and at what counts the last line was shown, from the first window on: a resumed
+    // run's counts start at its checkpoint's, not at 0.
+    let mut last: Option<(Instant, u64, u64)> = None;
     Box::new(move |sim_ps: u64, events: u64| {
+        let (at, last_events, last_sim) = *last.get_or_insert((Instant::now(), events, sim_ps));
         let every = if terminal { DRAW_EVERY } else { LOG_EVERY };
-        let since = last.elapsed();
+        let since = at.elapsed();
         if since < every {
             return;
         }
@@ -122,9 +123,7 @@ pub fn hook(exp: &Experiment) -> ProgressHook {
         // Simulated seconds per wall second over the last period: the ETA assumes the rest
         // of the iteration goes as fast as the recent past, which is all a DES can know.
         let rate_sim_per_wall = (sim_ps - last_sim) as f64 * 1e-12 / since.as_secs_f64();
-        last = Instant::now();
-        last_events = events;
-        last_sim = sim_ps;
+        last = Some((Instant::now(), events, sim_ps));
         let simulated_s = sim_ps as f64 * 1e-12;
         let expected_s = estimate.as_mut().and_then(Estimate::get);
         let msg = format!(

@@ -77,10 +77,29 @@ fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
                 .args(&split),
         );
         assert_eq!(digest(&out), expected, "{name}");
-        // The event count covers the whole run, before the checkpoint too.
+        // The event count covers the whole run, before the checkpoint too; the rate, only
+        // what this process ran, in its wall time.
+        let engine = &summary(&out)["engine"];
         assert_eq!(
-            summary(&out)["engine"]["events"],
+            engine["events"],
             summary(&dir.join("embedded"))["engine"]["events"],
+            "{name}"
+        );
+        assert_eq!(engine["resumed_events"], manifest["events"], "{name}");
+        let events = engine["events"].as_u64().expect("events");
+        let ran = events - engine["resumed_events"].as_u64().expect("resumed events");
+        let by_workers: u64 = engine["per_worker"]
+            .as_array()
+            .expect("per-worker statistics")
+            .iter()
+            .map(|w| w["events"].as_u64().expect("a worker's events"))
+            .sum();
+        assert_eq!(ran, by_workers, "{name}");
+        assert!(ran > 0 && ran < events, "{name}: {ran} of {events}");
+        let rate = engine["events_per_s"].as_f64().expect("events/s");
+        let wall = engine["wall_s"].as_f64().expect("wall");
+        assert!(
+            (rate * wall - ran as f64).abs() <= 1e-6 * ran as f64,
             "{name}"
         );
     }

@@ -135,6 +135,9 @@ pub struct EngineStats {
     pub partitions: u32,
     pub windows: u64,
     pub events: u64,
+    /// Of `events`, those counted before the checkpoint this run resumed from (0 when it
+    /// started at time zero): `wall_s` and the per-worker figures cover only the rest.
+    pub resumed_events: u64,
     pub cross_partition_events: u64,
     pub lookahead_ps: Option<u64>,
     pub wall_s: f64,
@@ -152,7 +155,8 @@ pub struct EngineStats {
 
 impl EngineStats {
     /// The run's statistics from every worker's. Windows and events are the window
-    /// driver's: a resumed run also counts those before its checkpoint.
+    /// driver's: a resumed run also counts those before its checkpoint, which the workers
+    /// did not run.
     pub fn from_workers(
         stats: &[WorkerStats],
         threads: usize,
@@ -169,6 +173,9 @@ impl EngineStats {
             partitions,
             windows: driver.windows(),
             events: driver.events,
+            resumed_events: driver
+                .events
+                .saturating_sub(stats.iter().map(|s| s.events).sum()),
             cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
             lookahead_ps,
             wall_s,

@@ -128,7 +128,13 @@ pub fn summarize_run(
             "cross_partition_slack": cross_partition_slack(&s.per_worker),
             "lookahead_s": s.lookahead_ps.map(|l| l as f64 * PS),
             "wall_s": s.wall_s,
-            "events_per_s": if s.wall_s > 0.0 { s.events as f64 / s.wall_s } else { 0.0 },
+            "resumed_events": s.resumed_events,
+            // What this process ran: after a resume, `events` also holds those before it.
+            "events_per_s": if s.wall_s > 0.0 {
+                (s.events - s.resumed_events) as f64 / s.wall_s
+            } else {
+                0.0
+            },
             "sync_fraction": s.sync_fraction,
             "parallel_windows": s.parallel_windows,
             "parallel_events": s.parallel_events,
