@@ -249,8 +249,8 @@ pub struct GpuLp {
     #[serde(skip)]
     spare_run: Option<Box<CommRun>>,
     /// Boxed, so that a free slot costs a pointer: a GPU's busiest moment sizes its table
-    /// (llama3-405b-h100-131072: some 140 slots per GPU in the gradient reduce-scatter,
-    /// 3.6 GB inline, for 0.34 M live flows, 2.6 per GPU).
+    /// (llama3-405b-h100-131072's gradient reduce-scatter: 27 KB per GPU inline, 3.6 GB in
+    /// all, for at most 0.34 M live flows, 2.6 per GPU).
     flows: Vec<Option<Box<Flow>>>,
     /// When each FIFO-paced connection (by destination GPU) may send its next segment.
     fifo_clock: Vec<(NodeId, u64)>,
