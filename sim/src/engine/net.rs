@@ -906,6 +906,59 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_buffer_stays_within_four_times_what_it_holds() {
+        let model = two_hosts_per_leaf();
+        let t = &model.topology;
+        let (src, dst) = (t.gpu(8), t.gpu(0));
+        let mut seg = segment(src, dst, 3);
+        seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
+        let links = walk(t, src, &seg.route);
+        let hop = (0..seg.route.len)
+            .filter(|&h| seg.route.queued(h.into()))
+            .nth(1)
+            .expect("a queued hop at the leaf");
+        seg.hop = hop.into();
+        let leaf = t.links()[links[usize::from(hop)] as usize].src;
+        let port = seg.route.port(seg.hop).expect("carried");
+        let mut lp = FabricLp::new(&model, leaf);
+        let (mut seq, mut hops) = (0, Vec::new());
+        // Handles `body` at `now`; the next TxDone it plans, if any.
+        let mut handle = |lp: &mut FabricLp, now: u64, body: Body| {
+            let mut out = Vec::new();
+            let mut ctx = Ctx::new(now, leaf, &mut seq, &mut out, &mut hops);
+            lp.handle(&model, body, &mut ctx);
+            out.into_iter()
+                .find(|(_, e)| matches!(e.body, Body::TxDone { .. }))
+                .map(|(k, e)| (k.time_ps, e.body))
+        };
+        let queue = |lp: &FabricLp| {
+            let q = &lp.ports.ports[port].as_ref().expect("the port").queue;
+            (q.len(), q.capacity())
+        };
+        // A burst of 200 segments at once, then the port drains it one TxDone at a time.
+        let mut next = None;
+        for _ in 0..200 {
+            next = handle(&mut lp, 0, Body::Segment(seg)).or(next);
+        }
+        let (len, grown) = queue(&lp);
+        assert_eq!(len, 199, "one is on the wire");
+        assert!(grown >= 199);
+        let mut shrank = false;
+        while let Some((at, tx_done)) = next.take() {
+            next = handle(&mut lp, at, tx_done);
+            let (len, capacity) = queue(&lp);
+            assert!(
+                capacity <= QUEUE_CAPACITY_KEPT.max(4 * (len + 1)),
+                "{capacity} slots for {len} segments"
+            );
+            shrank |= capacity < grown;
+        }
+        assert!(shrank);
+        assert_eq!(queue(&lp).0, 0, "drained");
+        assert!(queue(&lp).1 <= QUEUE_CAPACITY_KEPT);
+    }
+
+    #[test]
     fn an_event_stays_within_80_bytes() {
         // The queues move events by value; the carried route made a segment 16 bytes larger.
         assert!(std::mem::size_of::<super::super::Event>() <= 80);
