@@ -857,32 +857,45 @@ mod tests {
         SimModel::from_experiment(&exp, false).expect("model")
     }
 
-    #[test]
-    fn a_stale_tx_done_plans_nothing() {
-        let model = two_hosts_per_leaf();
+    /// A segment from GPU 8 to GPU 0 as it reaches their leaf, and the leaf: the near end of
+    /// the route's second queued link (the first is the NIC's).
+    fn segment_at_the_leaf(model: &SimModel) -> (Segment, NodeId) {
         let t = &model.topology;
         let (src, dst) = (t.gpu(8), t.gpu(0));
         let mut seg = segment(src, dst, 3);
         seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
-        // The leaf: the near end of the route's second queued link (the first is the NIC's).
         let links = walk(t, src, &seg.route);
         let hop = (0..seg.route.len)
             .filter(|&h| seg.route.queued(h.into()))
             .nth(1)
             .expect("a queued hop at the leaf");
         seg.hop = hop.into();
-        let leaf = t.links()[links[usize::from(hop)] as usize].src;
+        (seg, t.links()[links[usize::from(hop)] as usize].src)
+    }
+
+    /// The TxDones (time, event) that `lp` at `node` plans handling `body` at `now`.
+    fn tx_dones(
+        model: &SimModel,
+        lp: &mut FabricLp,
+        node: NodeId,
+        now: u64,
+        body: Body,
+    ) -> Vec<(u64, Body)> {
+        let (mut seq, mut out, mut hops) = (0, Vec::new(), Vec::new());
+        let mut ctx = Ctx::new(now, node, &mut seq, &mut out, &mut hops);
+        lp.handle(model, body, &mut ctx);
+        out.into_iter()
+            .filter(|(_, e)| matches!(e.body, Body::TxDone { .. }))
+            .map(|(k, e)| (k.time_ps, e.body))
+            .collect()
+    }
+
+    #[test]
+    fn a_stale_tx_done_plans_nothing() {
+        let model = two_hosts_per_leaf();
+        let (seg, leaf) = segment_at_the_leaf(&model);
         let mut lp = FabricLp::new(&model, leaf);
-        let (mut seq, mut hops) = (0, Vec::new());
-        let mut handle = |now: u64, body: Body| {
-            let mut out = Vec::new();
-            let mut ctx = Ctx::new(now, leaf, &mut seq, &mut out, &mut hops);
-            lp.handle(&model, body, &mut ctx);
-            out.into_iter()
-                .filter(|(_, e)| matches!(e.body, Body::TxDone { .. }))
-                .map(|(k, e)| (k.time_ps, e.body))
-                .collect::<Vec<_>>()
-        };
+        let mut handle = |now: u64, body: Body| tx_dones(&model, &mut lp, leaf, now, body);
         // Two segments at once: the first goes, the second waits for the first's TxDone.
         assert!(handle(0, Body::Segment(seg)).is_empty());
         let planned = handle(0, Body::Segment(seg));
@@ -908,29 +921,12 @@ mod tests {
     #[test]
     fn a_queue_buffer_stays_within_four_times_what_it_holds() {
         let model = two_hosts_per_leaf();
-        let t = &model.topology;
-        let (src, dst) = (t.gpu(8), t.gpu(0));
-        let mut seg = segment(src, dst, 3);
-        seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
-        let links = walk(t, src, &seg.route);
-        let hop = (0..seg.route.len)
-            .filter(|&h| seg.route.queued(h.into()))
-            .nth(1)
-            .expect("a queued hop at the leaf");
-        seg.hop = hop.into();
-        let leaf = t.links()[links[usize::from(hop)] as usize].src;
+        let (seg, leaf) = segment_at_the_leaf(&model);
         let port = seg.route.port(seg.hop).expect("carried");
         let mut lp = FabricLp::new(&model, leaf);
-        let (mut seq, mut hops) = (0, Vec::new());
         // Handles `body` at `now`; the next TxDone it plans, if any.
-        let mut handle = |lp: &mut FabricLp, now: u64, body: Body| {
-            let mut out = Vec::new();
-            let mut ctx = Ctx::new(now, leaf, &mut seq, &mut out, &mut hops);
-            lp.handle(&model, body, &mut ctx);
-            out.into_iter()
-                .find(|(_, e)| matches!(e.body, Body::TxDone { .. }))
-                .map(|(k, e)| (k.time_ps, e.body))
-        };
+        let handle =
+            |lp: &mut FabricLp, now: u64, body: Body| tx_dones(&model, lp, leaf, now, body).pop();
         let queue = |lp: &FabricLp| {
             let q = &lp.ports.ports[port].as_ref().expect("the port").queue;
             (q.len(), q.capacity())
