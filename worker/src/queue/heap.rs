@@ -114,6 +114,15 @@ impl<E> HeapQueue<E> {
         }
         let event = self.slab[top.slot as usize].take()?;
         self.free.push(top.slot);
+        // The next pop reads the new top's event, which was written long ago: start loading
+        // it while this one is handled.
+        if let Some(next) = self.heap.first() {
+            let body = &self.slab[next.slot as usize];
+            crate::prefetch::prefetch_span((
+                std::ptr::from_ref(body).cast(),
+                std::mem::size_of_val(body),
+            ));
+        }
         Some((top.key(), event))
     }
 
