@@ -1,7 +1,8 @@
 //! The queue for small partitions: a 4-ary min-heap of 24-byte keys, each pointing into a slab that holds the events: sifting
 //! moves keys, never event bodies, and a 4-ary heap halves the depth a pop walks (pops are
 //! as frequent as pushes here). Freed slab slots are reused, so a steady-state run does not
-//! allocate.
+//! allocate. Each pop asks the cache for the next top's event: in a heap of thousands (131,072
+//! GPUs in the reduce-scatter) that event was written long ago and is no longer cached.
 
 use sim::event::EventKey;
 
