@@ -925,8 +925,9 @@ mod tests {
         let port = seg.route.port(seg.hop).expect("carried");
         let mut lp = FabricLp::new(&model, leaf);
         // Handles `body` at `now`; the next TxDone it plans, if any.
-        let handle =
-            |lp: &mut FabricLp, now: u64, body: Body| tx_dones(&model, lp, leaf, now, body).pop();
+        let handle = |lp: &mut FabricLp, now: u64, body: Body| {
+            tx_dones(&model, lp, leaf, now, body).into_iter().next()
+        };
         let queue = |lp: &FabricLp| {
             let q = &lp.ports.ports[port].as_ref().expect("the port").queue;
             (q.len(), q.capacity())
