@@ -13,8 +13,6 @@
 //! The embedded run implements [`Coordination`] in-process; the distributed run implements it
 //! over gRPC. Both drive this same loop.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +23,7 @@ use sim::event::EventKey;
 use sim::topology::NodeId;
 
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
+use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
 use crate::slack::CrossPartitionSlack;
 use crate::team::{Routing, Shared, Team, lock};
@@ -253,65 +252,6 @@ pub struct WorkerOutcome {
 /// helpers would cost more than it saves.
 const PARALLEL_MIN_EVENTS: u64 = 12;
 
-/// Earliest pending event of each partition, with a lazy min-heap over them: between windows
-/// only the partitions that ran or received events are looked at, never all of them.
-struct NextTimes {
-    time: Vec<u64>,
-    heap: BinaryHeap<Reverse<(u64, usize)>>,
-}
-
-impl NextTimes {
-    /// The partition's earliest pending event is now `time`.
-    fn set(&mut self, slot: usize, time: Option<u64>) {
-        let t = time.unwrap_or(u64::MAX);
-        if self.time[slot] != t {
-            self.time[slot] = t;
-            if t != u64::MAX {
-                self.heap.push(Reverse((t, slot)));
-            }
-        }
-    }
-
-    /// The partition received an event at `t`.
-    fn lower(&mut self, slot: usize, t: u64) {
-        if t < self.time[slot] {
-            self.time[slot] = t;
-            self.heap.push(Reverse((t, slot)));
-        }
-    }
-
-    /// Drops heap entries that no longer match their partition's next time.
-    fn clean_top(&mut self) {
-        while let Some(&Reverse((t, slot))) = self.heap.peek() {
-            if self.time[slot] == t {
-                return;
-            }
-            self.heap.pop();
-        }
-    }
-
-    fn min(&mut self) -> u64 {
-        self.clean_top();
-        self.heap.peek().map_or(u64::MAX, |Reverse((t, _))| *t)
-    }
-
-    /// Partitions with an event before `end`, into `out`; their entries leave the heap.
-    fn take_before(&mut self, end: u64, out: &mut Vec<usize>) {
-        out.clear();
-        loop {
-            self.clean_top();
-            match self.heap.peek() {
-                Some(&Reverse((t, slot))) if t < end => {
-                    self.heap.pop();
-                    self.time[slot] = u64::MAX;
-                    out.push(slot);
-                }
-                _ => return,
-            }
-        }
-    }
-}
-
 /// Runs the worker's partitions to the end of the simulation.
 pub fn run_worker(
     setup: &WorkerSetup,
@@ -341,10 +281,7 @@ pub fn run_worker(
             p.start(model, map);
         }
     }
-    let mut next = NextTimes {
-        time: vec![u64::MAX; partitions.len()],
-        heap: BinaryHeap::new(),
-    };
+    let mut next = NextTimes::new(partitions.len());
     let routing = Routing {
         slot_of,
         owner: Arc::clone(&setup.owner),
