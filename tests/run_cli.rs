@@ -72,16 +72,34 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
             a["engine"]
         );
     }
-    // The speed-up the windows allow is at least 1 and at most the threads (or, unlimited,
-    // the partitions).
-    let partitions = a["engine"]["partitions"].as_f64().expect("partitions");
-    for (threads, limit) in [("2", 2.0), ("16", 16.0), ("unlimited", partitions)] {
-        let bound = a["engine"]["per_worker"][0]["speedup_bound"][threads].as_f64();
-        assert!(
-            bound.is_some_and(|b| (1.0..=limit).contains(&b)),
-            "speed-up bound on {threads} threads: {bound:?}"
-        );
+    // One worker runs asynchronously: windows wider than the lookahead, sub-windows per
+    // thread, no barrier per window to bound a speed-up by.
+    let lone = &a["engine"]["per_worker"][0];
+    assert_eq!(lone["scheduling"], "asynchronous", "{lone}");
+    let windows = a["engine"]["windows"].as_u64().expect("windows");
+    assert!(
+        lone["sub_windows"].as_u64() > Some(windows),
+        "a lone worker's threads run more sub-windows than it is granted windows: {lone}"
+    );
+    assert!(lone["thread_wait_s"].as_f64().is_some_and(|w| w >= 0.0));
+    assert!(lone["speedup_bound"].is_null(), "{lone}");
+    // Several workers keep a barrier per window: the speed-up their windows allow is at
+    // least 1 and at most the threads (or, unlimited, the partitions).
+    let partitions = b["engine"]["partitions"].as_f64().expect("partitions");
+    for worker in b["engine"]["per_worker"].as_array().expect("per_worker") {
+        assert_eq!(worker["scheduling"], "load-adaptive", "{worker}");
+        for (threads, limit) in [("2", 2.0), ("16", 16.0), ("unlimited", partitions)] {
+            let bound = worker["speedup_bound"][threads].as_f64();
+            assert!(
+                bound.is_some_and(|b| (1.0..=limit).contains(&b)),
+                "speed-up bound on {threads} threads: {bound:?}"
+            );
+        }
     }
+    assert!(
+        b["engine"]["windows"].as_u64() > Some(windows),
+        "a window per lookahead on several workers, wider ones on one"
+    );
     // Every cross-partition event is counted once by its delay in lookaheads, whichever
     // worker sent it.
     for run in [&a, &b] {

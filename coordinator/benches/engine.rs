@@ -1,5 +1,6 @@
 //! Engine throughput (issue 4, "Benchmarks"): events per second of the segment-level network
-//! and the window loop, on one thread and on two.
+//! and the window loop, on one thread and on two, with a barrier every window and with
+//! asynchronous threads (`fleetsim run`'s default on one worker).
 //!
 //! `cargo bench -p coordinator --bench engine`. Each benchmark reports elements = simulated
 //! events, so criterion prints events/s directly.
@@ -9,7 +10,8 @@ mod support;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use support::{model, permutation_model, run};
+use support::{model, permutation_model, run, run_scheduled};
+use worker::Scheduling;
 
 fn engine(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
@@ -30,10 +32,11 @@ fn engine(c: &mut Criterion) {
     for (name, m) in &cases {
         let events = run(m, 1);
         g.throughput(Throughput::Elements(events));
-        for threads in [1, 2] {
-            g.bench_function(format!("{name}/threads-{threads}"), |b| {
-                b.iter(|| run(m, threads))
-            });
+        for scheduling in [Scheduling::LoadAdaptive, Scheduling::Asynchronous] {
+            for threads in [1, 2] {
+                let id = format!("{name}/{}/threads-{threads}", scheduling.name());
+                g.bench_function(id, |b| b.iter(|| run_scheduled(m, threads, scheduling)));
+            }
         }
     }
     g.finish();

@@ -412,6 +412,16 @@ impl Schedule {
         }
     }
 
+    /// When the next checkpoint is due in simulated time, if they are taken that way.
+    pub fn next_due_ps(&self) -> Option<u64> {
+        match self.every {
+            Some(CheckpointEvery::SimulatedPs(every)) => {
+                Some(self.last_time_ps.saturating_add(every))
+            }
+            _ => None,
+        }
+    }
+
     /// Every worker reported (`written`: the window each last wrote a part before; `asked`:
     /// whether any worker's process was asked to stop). `next` is the window about to be
     /// granted, if the run goes on.

@@ -549,8 +549,17 @@ pub fn run_coordinator(
             hosts: Vec::new(),
             threads: 1,
             last_seen: Vec::new(),
-            rounds: CombiningBarrier::new(workers, partition.lookahead_ps, progress)
-                .with_checkpoints(checkpoints.schedule),
+            rounds: {
+                let rounds = CombiningBarrier::new(workers, partition.lookahead_ps, progress)
+                    .with_checkpoints(checkpoints.schedule);
+                let scheduling =
+                    worker::Scheduling::for_run(&exp.loaded.config.engine.scheduling, workers);
+                if scheduling.wide_windows(workers) {
+                    rounds.widening()
+                } else {
+                    rounds
+                }
+            },
             results: vec![None; workers as usize],
             submitted: 0,
             window_bytes: 0,
@@ -1006,7 +1015,7 @@ pub fn run_worker_process(
         resume: (!reply.resume_parts.is_empty())
             .then(|| reply.resume_parts.iter().map(PathBuf::from).collect()),
         stop_requested: Some(stop_requested),
-        scheduling: worker::Scheduling::from_name(&exp.loaded.config.engine.scheduling),
+        scheduling: worker::Scheduling::for_run(&exp.loaded.config.engine.scheduling, workers),
         lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
     };
     // Heartbeats: the coordinator learns this worker is alive; this worker learns whether

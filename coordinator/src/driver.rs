@@ -13,9 +13,24 @@ pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
 /// this one keeps the progress display moving.
 pub const UNCUT_WINDOW_PS: u64 = 1_000_000_000;
 
+/// Wide windows (a lone worker scheduled asynchronously, [`WindowDriver::widening`]) double
+/// after one with fewer events than this, so that barriers stay rare where events are
+/// sparse...
+const WIDEN_BELOW_EVENTS: u64 = 250_000;
+/// ...and halve after one with more than this, so that a window stays a fraction of a
+/// second of wall time: progress, checkpoints and stop requests are seen between windows.
+const NARROW_ABOVE_EVENTS: u64 = 1_000_000;
+/// The widest window: one simulated second.
+const WIDEST_WINDOW_PS: u64 = 1_000_000_000_000;
+
 #[derive(Debug)]
 pub struct WindowDriver {
     lookahead_ps: u64,
+    /// The next window's width: the lookahead, or more once widening.
+    width_ps: u64,
+    widening: bool,
+    /// Events when the last window was granted.
+    events_granted: u64,
     window: u64,
     /// Lower bound of the last window granted, for progress.
     pub time_ps: u64,
@@ -31,8 +46,12 @@ impl WindowDriver {
     /// `lookahead_ps`: the smallest latency of a link between two partitions; `None` when no
     /// link is cut.
     pub fn new(lookahead_ps: Option<u64>) -> Self {
+        let lookahead_ps = lookahead_ps.unwrap_or(UNCUT_WINDOW_PS).max(1);
         WindowDriver {
-            lookahead_ps: lookahead_ps.unwrap_or(UNCUT_WINDOW_PS).max(1),
+            lookahead_ps,
+            width_ps: lookahead_ps,
+            widening: false,
+            events_granted: 0,
             window: 0,
             time_ps: 0,
             events: 0,
@@ -40,6 +59,14 @@ impl WindowDriver {
             checkpoints: None,
             stopped: None,
         }
+    }
+
+    /// Grants windows wider than the lookahead, sized by the events the last one held: for
+    /// a lone worker whose threads synchronise among themselves
+    /// ([`worker::Scheduling::wide_windows`]). Any width gives the same results.
+    pub fn widening(mut self) -> Self {
+        self.widening = true;
+        self
     }
 
     /// Takes checkpoints as `schedule` says; when it resumed a run, continues that run's
@@ -50,6 +77,7 @@ impl WindowDriver {
             self.time_ps = m.time_ps;
             self.events_before = m.events;
             self.events = m.events;
+            self.events_granted = m.events;
         }
         self.checkpoints = Some(schedule);
         self
@@ -66,7 +94,8 @@ impl WindowDriver {
     ///
     /// With checkpoints, a grant may ask every worker to write its part before the window
     /// (and, on a stop request, not to run it); the round after, once every part is written,
-    /// the checkpoint is completed. `Err` when completing it failed.
+    /// the checkpoint is completed. `Err` when completing it failed. Widening windows end
+    /// no later than the next checkpoint due in simulated time, at least a lookahead on.
     pub fn grant(&mut self, reports: &[WindowReport]) -> Result<Vec<WindowGrant>, String> {
         let t = reports
             .iter()
@@ -98,7 +127,20 @@ impl WindowDriver {
             self.window += 1;
             self.time_ps = t;
         }
-        let end_ps = t.saturating_add(self.lookahead_ps);
+        if self.widening {
+            let held = self.events - self.events_granted;
+            if held < WIDEN_BELOW_EVENTS {
+                self.width_ps = self.width_ps.saturating_mul(2).min(WIDEST_WINDOW_PS);
+            } else if held > NARROW_ABOVE_EVENTS {
+                self.width_ps = (self.width_ps / 2).max(self.lookahead_ps);
+            }
+            self.width_ps = self.width_ps.max(self.lookahead_ps);
+        }
+        self.events_granted = self.events;
+        let mut end_ps = t.saturating_add(self.width_ps);
+        if let Some(due) = self.checkpoints.as_ref().and_then(Schedule::next_due_ps) {
+            end_ps = end_ps.min(due.max(t.saturating_add(self.lookahead_ps)));
+        }
         Ok((0..reports.len())
             .map(|w| WindowGrant {
                 window: self.window,
@@ -141,6 +183,12 @@ impl CombiningBarrier {
             progress,
             failed: None,
         }
+    }
+
+    /// Grants widening windows ([`WindowDriver::widening`]).
+    pub fn widening(mut self) -> Self {
+        self.driver = self.driver.widening();
+        self
     }
 
     /// Takes checkpoints as `schedule` says ([`WindowDriver::with_checkpoints`]).
@@ -225,6 +273,45 @@ mod tests {
         assert_eq!(g[0].batches_expected, 1);
         assert_eq!(g[1].batches_expected, 2);
         assert!(!g[0].finished);
+    }
+
+    fn one_worker(next: u64, events: u64) -> [WindowReport; 1] {
+        let mut r = report(0, next, u64::MAX, vec![0]);
+        r.events_processed = events;
+        [r]
+    }
+
+    #[test]
+    fn windows_stay_one_lookahead_wide_unless_widening() {
+        let mut d = WindowDriver::new(Some(1000));
+        for i in 0..5 {
+            let g = d.grant(&one_worker(i * 1000, 0)).expect("grant");
+            assert_eq!(g[0].end_ps, i * 1000 + 1000);
+        }
+    }
+
+    #[test]
+    fn widening_windows_double_while_sparse_and_halve_when_crowded() {
+        let mut d = WindowDriver::new(Some(1000)).widening();
+        let ends: Vec<u64> = (0..4)
+            .map(|_| d.grant(&one_worker(0, 0)).expect("grant")[0].end_ps)
+            .collect();
+        assert_eq!(ends, [2000, 4000, 8000, 16_000]);
+        // A window with more than a million events halves the next one.
+        let g = d.grant(&one_worker(0, 2_000_000)).expect("grant");
+        assert_eq!(g[0].end_ps, 8000);
+        // In between, the width holds.
+        let g = d.grant(&one_worker(0, 2_500_000)).expect("grant");
+        assert_eq!(g[0].end_ps, 8000);
+        // Never narrower than the lookahead.
+        let mut events = 2_500_000;
+        for _ in 0..10 {
+            events += 2_000_000;
+            let g = d.grant(&one_worker(0, events)).expect("grant");
+            assert!(g[0].end_ps >= 1000, "{}", g[0].end_ps);
+        }
+        let g = d.grant(&one_worker(0, events + 2_000_000)).expect("grant");
+        assert_eq!(g[0].end_ps, 1000);
     }
 
     #[test]

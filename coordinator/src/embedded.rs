@@ -252,6 +252,9 @@ pub fn run(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let oversubscribed = workers as usize * threads.max(1) > cores;
     let mut rounds = CombiningBarrier::new(workers, lookahead_ps, progress);
+    if scheduling.wide_windows(workers) {
+        rounds = rounds.widening();
+    }
     let (mut checkpoint_dir, mut resume) = (None, None);
     if let Some(c) = checkpoints {
         rounds = rounds.with_checkpoints(c.schedule);

@@ -173,7 +173,7 @@ pub fn simulate(
         embedded::Split {
             workers,
             threads,
-            scheduling: worker::Scheduling::from_name(&engine_cfg.scheduling),
+            scheduling: worker::Scheduling::for_run(&engine_cfg.scheduling, workers),
             partition_weights: partition.weights.clone(),
         },
         progress,

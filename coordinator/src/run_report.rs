@@ -140,16 +140,7 @@ pub fn summarize_run(
             "parallel_events": s.parallel_events,
             "peak_rss_bytes": engine.peak_rss_bytes,
             "coordinator_bytes_per_window": s.coordinator_bytes as f64 / s.windows.max(1) as f64,
-            "per_worker": s.per_worker.iter().enumerate().map(|(w, ws)| serde_json::json!({
-                "worker": w,
-                "partitions": ws.partitions,
-                "events": ws.events,
-                "cross_worker_events": ws.cross_worker_events,
-                "bytes_sent": ws.bytes_sent,
-                "busy_s": ws.busy_s,
-                "barrier_wait_s": (ws.wall_s - ws.busy_s).max(0.0),
-                "speedup_bound": speedup_bound(ws),
-            })).collect::<Vec<_>>(),
+            "per_worker": s.per_worker.iter().enumerate().map(|(w, ws)| per_worker(w, ws)).collect::<Vec<_>>(),
         },
         "warnings": exp.warnings,
     });
@@ -160,10 +151,31 @@ pub fn summarize_run(
     })
 }
 
+/// One worker's part of `engine.per_worker`.
+fn per_worker(worker: usize, ws: &worker::WorkerStats) -> serde_json::Value {
+    json!({
+        "worker": worker,
+        "partitions": ws.partitions,
+        "events": ws.events,
+        "cross_worker_events": ws.cross_worker_events,
+        "bytes_sent": ws.bytes_sent,
+        "busy_s": ws.busy_s,
+        "barrier_wait_s": (ws.wall_s - ws.busy_s).max(0.0),
+        "scheduling": ws.scheduling,
+        "sub_windows": ws.sub_windows,
+        "thread_wait_s": ws.thread_wait_s,
+        "speedup_bound": speedup_bound(ws),
+    })
+}
+
 /// The best speed-up over one thread that a worker's windows allowed on 2, 4, 8 and 16
 /// threads, and with unlimited threads ([`worker::WindowParallelism`]): a window waits for
-/// its busiest partition, and no placement beats an even share.
+/// its busiest partition, and no placement beats an even share. Null with asynchronous
+/// scheduling, which has no barrier per window to bound it by.
 fn speedup_bound(stats: &worker::WorkerStats) -> serde_json::Value {
+    if stats.scheduling == worker::Scheduling::Asynchronous.name() {
+        return serde_json::Value::Null;
+    }
     let (bounds, unlimited) = stats.parallelism.speedup_bounds(stats.events);
     let mut out = serde_json::Map::new();
     for (threads, bound) in worker::BOUND_THREADS.iter().zip(bounds) {

@@ -1,9 +1,11 @@
 //! The result digest does not depend on how the simulation is split (issue 4, "Determinism"):
 //! random small clusters, workloads and seeds, run on 1, 2, 3 and 8 in-process workers with 1
-//! or 2 threads each, under every partition strategy and random LP→partition maps.
+//! or 2 threads each, under every partition strategy and random LP→partition maps, with a
+//! barrier per window and with asynchronous scheduling.
 
 mod support;
 
+use coordinator::embedded;
 use proptest::prelude::*;
 use sim::topology::splitmix64;
 use support::*;
@@ -147,6 +149,28 @@ proptest! {
         for (name, map, workers, threads) in splits {
             let (_, r) = run_with(model(&exp), map, workers, threads);
             prop_assert_eq!(r.digest(), digest.clone(), "{} differs for {:?}", name, case);
+            prop_assert_eq!(r.iteration_ps(), Ok(iteration));
+        }
+        // Asynchronous scheduling: windows wider than the lookahead on one worker (threads
+        // kept in step by promises), a window per lookahead on several.
+        for (name, map, workers, threads) in [
+            ("by-host", by_host.clone(), 1, 1),
+            ("by-host", by_host.clone(), 1, 2),
+            ("by-host", by_host.clone(), 1, 3),
+            ("by-host", by_host.clone(), 3, 2),
+            ("random k=17", random_map(nodes, 17, map_seed), 1, 2),
+            ("random k=17", random_map(nodes, 17, map_seed), 2, 3),
+        ] {
+            let split = embedded::Split {
+                scheduling: worker::Scheduling::Asynchronous,
+                ..embedded::Split::new(workers, threads)
+            };
+            let (_, r) = run_scheduled(model(&exp), map, split);
+            prop_assert_eq!(
+                r.digest(),
+                digest.clone(),
+                "asynchronous {} {}x{} differs for {:?}", name, workers, threads, case
+            );
             prop_assert_eq!(r.iteration_ps(), Ok(iteration));
         }
     }

@@ -415,11 +415,13 @@ impl Experiment {
             ));
         }
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
-        if !["load-adaptive", "static"].contains(&cfg.engine.scheduling.as_str()) {
+        if !["auto", "asynchronous", "load-adaptive", "static"]
+            .contains(&cfg.engine.scheduling.as_str())
+        {
             return Err(err(
                 "engine.scheduling",
                 format!(
-                    "unknown scheduling `{}`; use load-adaptive (UNISON's: longest partition first, work stealing) or static (each partition on one thread, no stealing)",
+                    "unknown scheduling `{}`; use auto (the default: asynchronous on one worker, load-adaptive on several), asynchronous (each thread runs its own partitions, no barrier inside a window), load-adaptive (UNISON's: longest partition first, work stealing) or static (each partition on one thread, no stealing)",
                     cfg.engine.scheduling
                 ),
             ));

@@ -13,18 +13,27 @@
 //! for the worker thread to fold in between windows, so the serial part of a window stays
 //! small.
 //!
+//! With asynchronous scheduling ([`crate::Scheduling::Asynchronous`]) there is no barrier
+//! inside a granted window: every thread owns the partitions `slot mod threads` and runs
+//! them in sub-windows of its own, bounded by the promises the other threads publish
+//! (Chandy and Misra's conservative synchronisation, with channel clocks in shared memory;
+//! Fujimoto, "Parallel and Distributed Simulation Systems", 2000, §3.2). See
+//! [`Shared::work_async`].
+//!
 //! Shared mutable state: the claim counters, each partition's mutex (taken once per window
 //! by the one thread that claimed it) and each incoming box's mutex (taken once per window
-//! by each thread that has events for it), each on cache lines of its own. Nothing in the
-//! event loop locks.
+//! by each thread that has events for it), each on cache lines of its own; in asynchronous
+//! scheduling, each thread's promise and notice list. Nothing in the event loop locks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use sim::engine::{Event, SimModel};
 use sim::event::EventKey;
 
+use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
 
 /// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
@@ -103,6 +112,17 @@ pub struct ThreadResult {
     staged: Vec<Events>,
     /// Slots with staged events, in the order they got their first.
     staged_slots: Vec<usize>,
+    /// Asynchronous scheduling: the earliest pending event of each partition this thread
+    /// owns (indexed by slot; other slots stay empty).
+    next: NextTimes,
+    /// Asynchronous scheduling: the last promise this thread published.
+    promised: u64,
+    /// Asynchronous scheduling: the partitions of the current sub-window.
+    active: Vec<usize>,
+    /// Asynchronous scheduling: sub-windows run, and time spent waiting for other threads'
+    /// promises.
+    pub sub_windows: u64,
+    pub wait_s: f64,
 }
 
 /// Partitions, incoming boxes and thread results are padded to their own cache lines:
@@ -126,8 +146,39 @@ pub struct Shared {
     /// Threads take partitions other threads have not started (set per window).
     steal: AtomicBool,
     stop: AtomicBool,
+    /// Asynchronous scheduling's promises and notices; `None` with a window barrier.
+    promises: Option<Promises>,
     sleepers: Mutex<u32>,
     wake: Condvar,
+}
+
+/// Partitions (by slot) that received events from another thread, with the earliest.
+type Notices = Vec<(usize, u64)>;
+
+/// What the threads of an asynchronously scheduled worker tell each other.
+#[derive(Debug)]
+struct Promises {
+    /// Per thread: every event it will still send to a partition of another thread is at
+    /// or after this time. Only grows within a granted window.
+    at: Vec<Padded<AtomicU64>>,
+    /// Per thread: (slot, earliest) of the events other threads put into the incoming
+    /// boxes of its partitions, for its next times.
+    notices: Vec<Padded<Mutex<Notices>>>,
+    lookahead_ps: u64,
+}
+
+impl Promises {
+    /// The thread that owns partition `slot`.
+    fn owner(&self, slot: usize) -> usize {
+        slot % self.at.len()
+    }
+
+    /// Lowers `next` by what other threads delivered to thread `me`'s partitions.
+    fn take_notices(&self, me: usize, next: &mut NextTimes) {
+        for (slot, t) in lock(&self.notices[me]).drain(..) {
+            next.lower(slot, t);
+        }
+    }
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -137,7 +188,11 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Runs the thread's own partitions, longest first, then (when stealing) helps the
     /// others, taking what they have not started, until nothing is left.
-    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize) {
+    fn work(&self, end: u64, lists: &[Vec<usize>], me: usize, oversubscribed: bool) {
+        if let Some(promises) = &self.promises {
+            self.work_async(promises, end, me, oversubscribed);
+            return;
+        }
         let mut res = lock(&self.results[me]);
         let lists_worked = if self.steal.load(Ordering::Relaxed) {
             lists.len()
@@ -154,7 +209,7 @@ impl Shared {
                 self.run_partition(slot, end, &mut res);
             }
         }
-        self.deliver_staged(&mut res);
+        self.deliver_staged(&mut res, None);
     }
 
     /// Runs `order` on the calling thread alone (thread 0's result).
@@ -163,20 +218,27 @@ impl Shared {
         for &slot in order {
             self.run_partition(slot, end, &mut res);
         }
-        self.deliver_staged(&mut res);
+        self.deliver_staged(&mut res, None);
     }
 
     /// One partition's window: take in its incoming box, run it, stage its outbox.
     fn run_partition(&self, slot: usize, end: u64, res: &mut ThreadResult) {
+        let (next, events) = self.run_to(slot, end, res);
+        res.ran.push((slot, next, events));
+    }
+
+    /// Runs partition `slot` up to `end` on the calling thread: its earliest pending event
+    /// afterwards, and the events it processed.
+    fn run_to(&self, slot: usize, end: u64, res: &mut ThreadResult) -> (Option<u64>, u64) {
         let mut p = lock(&self.partitions[slot]);
         p.absorb(&mut lock(&self.incoming[slot]));
         p.run_window(&self.model, &self.map, end);
         res.events += p.last_window_events;
-        res.ran.push((slot, p.next_time_ps(), p.last_window_events));
         if let Some(e) = p.error.take() {
             res.error.get_or_insert(e);
         }
         self.stage(&mut p.outbox, res);
+        (p.next_time_ps(), p.last_window_events)
     }
 
     /// Moves `outbox` into the thread's buffers for this worker's partitions and the
@@ -208,11 +270,15 @@ impl Shared {
 
     /// Moves the thread's staged events into their partitions' incoming boxes: one lock per
     /// target partition and window, where routing event by event took one per event.
-    fn deliver_staged(&self, res: &mut ThreadResult) {
+    /// With a window barrier (`asynchronous` is `None`) the worker thread learns of them
+    /// from `delivered`; in asynchronous scheduling thread `me` lowers its own partitions'
+    /// next times and notifies the owners of the others.
+    fn deliver_staged(&self, res: &mut ThreadResult, asynchronous: Option<(&Promises, usize)>) {
         let ThreadResult {
             staged,
             staged_slots,
             delivered,
+            next,
             ..
         } = res;
         for slot in staged_slots.drain(..) {
@@ -226,10 +292,154 @@ impl Shared {
                 } else {
                     inbox.append(events);
                 }
-                delivered.push((slot, earliest));
+                drop(inbox);
+                match asynchronous {
+                    None => delivered.push((slot, earliest)),
+                    Some((promises, me)) => match promises.owner(slot) {
+                        owner if owner == me => next.lower(slot, earliest),
+                        owner => lock(&promises.notices[owner]).push((slot, earliest)),
+                    },
+                }
             }
         }
     }
+
+    /// Asynchronous scheduling: thread `me` runs the partitions it owns up to `end` without
+    /// a barrier. Each round it reads the other threads' promises, takes its notices and
+    /// promises in turn that whatever it sends from now on is at least one lookahead after
+    /// the earliest event it may still process: its own next event or the earliest the
+    /// others may still send it. Then it runs its partitions in a sub-window of one
+    /// lookahead from its next event, cut at the others' promises (nothing can arrive
+    /// before them), or waits for the others to promise more. Reading the promises before
+    /// the notices matters: what a thread sent before promising is then in the notices,
+    /// and what it sends later is at or after its promise. Each LP still sees its events
+    /// in key order, so results are those of any other schedule.
+    fn work_async(&self, promises: &Promises, end: u64, me: usize, oversubscribed: bool) {
+        let lookahead = promises.lookahead_ps;
+        let mut res = lock(&self.results[me]);
+        let mut active = std::mem::take(&mut res.active);
+        let mut waiting: Option<Instant> = None;
+        loop {
+            let others = promises
+                .at
+                .iter()
+                .enumerate()
+                .filter(|&(thread, _)| thread != me)
+                .map(|(_, p)| p.load(Ordering::Acquire))
+                .min()
+                .unwrap_or(u64::MAX);
+            promises.take_notices(me, &mut res.next);
+            let next = res.next.min();
+            let earliest = next.min(others);
+            let promise = earliest.saturating_add(lookahead).min(end);
+            if promise > res.promised {
+                promises.at[me].store(promise, Ordering::Release);
+                res.promised = promise;
+            }
+            let sub_end = next.saturating_add(lookahead).min(others).min(end);
+            if sub_end > next {
+                if let Some(since) = waiting.take() {
+                    res.wait_s += since.elapsed().as_secs_f64();
+                }
+                res.next.take_before(sub_end, &mut active);
+                for &slot in &active {
+                    let (after, _) = self.run_to(slot, sub_end, &mut res);
+                    res.next.set(slot, after);
+                }
+                self.deliver_staged(&mut res, Some((promises, me)));
+                res.sub_windows += 1;
+            } else if earliest >= end {
+                if let Some(since) = waiting.take() {
+                    res.wait_s += since.elapsed().as_secs_f64();
+                }
+                break;
+            } else {
+                waiting.get_or_insert_with(Instant::now);
+                relax(oversubscribed);
+            }
+        }
+        res.active = active;
+    }
+
+    /// Asynchronous scheduling, between windows: every thread's next times from its
+    /// partitions' queues and incoming boxes, with no notice pending (at start-up and
+    /// after a resume).
+    pub fn init_next_times(&self) {
+        let Some(promises) = &self.promises else {
+            return;
+        };
+        for r in &self.results {
+            let mut r = lock(r);
+            r.next = NextTimes::new(self.partitions.len());
+            r.delivered.clear();
+        }
+        for n in &promises.notices {
+            lock(n).clear();
+        }
+        for (slot, (p, inbox)) in self.partitions.iter().zip(&self.incoming).enumerate() {
+            let inbox = lock(inbox);
+            let next = inbox
+                .iter()
+                .map(|(k, _)| k.time_ps)
+                .chain(lock(p).next_time_ps())
+                .min();
+            lock(&self.results[promises.owner(slot)])
+                .next
+                .set(slot, next);
+        }
+    }
+
+    /// Asynchronous scheduling, between windows: the earliest pending event of the
+    /// worker, every notice taken.
+    pub fn async_next_time(&self) -> Option<u64> {
+        let promises = self.promises.as_ref()?;
+        let mut next = u64::MAX;
+        for (me, r) in self.results.iter().enumerate() {
+            let mut r = lock(r);
+            promises.take_notices(me, &mut r.next);
+            next = next.min(r.next.min());
+        }
+        Some(next)
+    }
+
+    /// Asynchronous scheduling, between windows: partition `slot` received an event at
+    /// `time` from another worker.
+    pub fn async_received(&self, slot: usize, time: u64) {
+        if let Some(promises) = &self.promises {
+            lock(&self.results[promises.owner(slot)])
+                .next
+                .lower(slot, time);
+        }
+    }
+
+    /// Asynchronous scheduling: the window about to run starts at `start`, so nothing any
+    /// thread sends is earlier than a lookahead after it.
+    fn promise_from(&self, start: u64, end: u64) {
+        let Some(promises) = &self.promises else {
+            return;
+        };
+        let promise = start.saturating_add(promises.lookahead_ps).min(end);
+        for (at, r) in promises.at.iter().zip(&self.results) {
+            let mut r = lock(r);
+            if promise > r.promised {
+                r.promised = promise;
+                at.store(promise, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// How a worker's threads run its partitions.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadPlan {
+    pub threads: usize,
+    /// More threads than cores: waiting threads yield their core.
+    pub oversubscribed: bool,
+    /// The worker's id, for the threads' names.
+    pub worker: u32,
+    /// Asynchronous scheduling, with the run's lookahead (`u64::MAX` when no link is cut);
+    /// `None`: a barrier ends every window.
+    pub asynchronous_lookahead_ps: Option<u64>,
 }
 
 pub struct Team {
@@ -253,10 +463,14 @@ impl Team {
         model: Arc<SimModel>,
         map: Arc<LpMap>,
         routing: Routing,
-        threads: usize,
-        oversubscribed: bool,
-        worker: u32,
+        plan: ThreadPlan,
     ) -> Team {
+        let ThreadPlan {
+            threads,
+            oversubscribed,
+            worker,
+            asynchronous_lookahead_ps,
+        } = plan;
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             incoming: partitions
@@ -279,6 +493,13 @@ impl Team {
             finished_helpers: Padded(AtomicUsize::new(0)),
             steal: AtomicBool::new(true),
             stop: AtomicBool::new(false),
+            promises: asynchronous_lookahead_ps.map(|lookahead_ps| Promises {
+                at: (0..threads).map(|_| Padded(AtomicU64::new(0))).collect(),
+                notices: (0..threads)
+                    .map(|_| Padded(Mutex::new(Vec::new())))
+                    .collect(),
+                lookahead_ps,
+            }),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
@@ -325,10 +546,17 @@ impl Team {
         if *lock(&s.sleepers) > 0 {
             s.wake.notify_all();
         }
-        s.work(end, lists, 0);
+        s.work(end, lists, 0, self.oversubscribed);
         while s.finished_helpers.load(Ordering::Acquire) < self.helpers.len() {
             relax(self.oversubscribed);
         }
+    }
+
+    /// Asynchronous scheduling: runs the window `[start, end)` on every thread, each on the
+    /// partitions it owns, synchronised by promises instead of a barrier.
+    pub fn run_async(&mut self, start: u64, end: u64) {
+        self.shared.promise_from(start, end);
+        self.run(end, &[], false);
     }
 
     /// Runs `order` on the worker thread alone.
@@ -345,7 +573,7 @@ impl Team {
             res.ran.push((slot, p.next_time_ps(), 0));
             s.stage(&mut p.outbox, &mut res);
         }
-        s.deliver_staged(&mut res);
+        s.deliver_staged(&mut res, None);
     }
 }
 
@@ -380,7 +608,7 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
             }
             job.0
         };
-        s.work(end, &lists, me);
+        s.work(end, &lists, me, oversubscribed);
         s.finished_helpers.fetch_add(1, Ordering::Release);
     }
 }

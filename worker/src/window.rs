@@ -10,6 +10,11 @@
 //!    up to the window's end on its threads, longest first (UNISON's load-adaptive
 //!    scheduling).
 //!
+//! With asynchronous scheduling, step 3 has no barrier inside the window: each thread runs
+//! the partitions it owns and waits only for the other threads' promises (`team.rs`). A lone
+//! worker scheduled that way is granted windows much wider than the lookahead, so most
+//! barriers go.
+//!
 //! The embedded run implements [`Coordination`] in-process; the distributed run implements it
 //! over gRPC. Both drive this same loop.
 
@@ -26,7 +31,7 @@ use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
 use crate::slack::CrossPartitionSlack;
-use crate::team::{Routing, Shared, Team, lock};
+use crate::team::{Routing, Shared, Team, ThreadPlan, lock};
 
 /// What a worker tells the coordinator at the end of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,24 +132,49 @@ pub trait Coordination {
     ) -> Result<Vec<EventBatch>, EngineError>;
 }
 
-/// How a worker places its active partitions on its threads every window.
+/// How a worker runs its partitions on its threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scheduling {
-    /// UNISON's load-adaptive scheduling (Bai et al., EuroSys'24 §4.3): longest first by
-    /// last window's events, kept on its last thread while that fits, with work stealing.
+    /// Partition `p` on thread `p mod threads`; no barrier inside a window: each thread runs
+    /// its partitions in sub-windows of its own, bounded by the other threads' promises
+    /// (Chandy-Misra conservative synchronisation in shared memory, `team.rs`).
+    Asynchronous,
+    /// UNISON's load-adaptive scheduling (Bai et al., EuroSys'24 §4.3), every window: longest
+    /// first by last window's events, kept on its last thread while that fits, with work
+    /// stealing, then a barrier.
     #[default]
     LoadAdaptive,
-    /// Partition `p` always on thread `p mod threads`, no stealing: the baseline.
+    /// Partition `p` always on thread `p mod threads`, no stealing, a barrier every window:
+    /// the baseline.
     Static,
 }
 
 impl Scheduling {
-    /// From `engine.scheduling` (validated when the experiment is loaded).
-    pub fn from_name(name: &str) -> Scheduling {
-        if name == "static" {
-            Scheduling::Static
-        } else {
-            Scheduling::LoadAdaptive
+    /// From `engine.scheduling` (validated when the experiment is loaded) for a run on
+    /// `workers` workers. `auto` is asynchronous on one worker, which the coordinator then
+    /// grants windows wider than the lookahead, and load-adaptive on several, whose windows
+    /// must end at the lookahead for their batches anyway.
+    pub fn for_run(name: &str, workers: u32) -> Scheduling {
+        match name {
+            "asynchronous" => Scheduling::Asynchronous,
+            "load-adaptive" => Scheduling::LoadAdaptive,
+            "static" => Scheduling::Static,
+            _ if workers <= 1 => Scheduling::Asynchronous,
+            _ => Scheduling::LoadAdaptive,
+        }
+    }
+
+    /// Whether the coordinator may grant windows wider than the lookahead: only a lone
+    /// worker whose threads synchronise among themselves can run one safely.
+    pub fn wide_windows(self, workers: u32) -> bool {
+        self == Scheduling::Asynchronous && workers <= 1
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduling::Asynchronous => "asynchronous",
+            Scheduling::LoadAdaptive => "load-adaptive",
+            Scheduling::Static => "static",
         }
     }
 }
@@ -184,9 +214,16 @@ pub struct WorkerStats {
     pub wall_s: f64,
     /// Time spent processing windows; the rest is synchronisation.
     pub busy_s: f64,
-    /// Windows big enough to run on all the worker's threads, and their events.
+    /// Windows big enough to run on all the worker's threads, and their events (a barrier
+    /// every window; with asynchronous scheduling every window runs on all threads).
     pub parallel_windows: u64,
     pub parallel_events: u64,
+    /// How the worker ran its partitions on its threads.
+    pub scheduling: String,
+    /// Asynchronous scheduling: the sub-windows the threads ran, and the time they spent
+    /// waiting for each other's promises, both summed over the threads.
+    pub sub_windows: u64,
+    pub thread_wait_s: f64,
     /// Encoded event batches sent to peer workers, bytes.
     pub bytes_sent: u64,
     /// How much of each window more threads could have shared.
@@ -198,7 +235,8 @@ pub struct WorkerStats {
 /// Thread counts for which [`WindowParallelism`] bounds the speed-up.
 pub const BOUND_THREADS: [u64; 4] = [2, 4, 8, 16];
 
-/// How far a worker's windows could be shared among threads, measured from the events each
+/// How far a worker's windows could be shared among threads (measured with a barrier every
+/// window only), measured from the events each
 /// partition processed in each window. A window ends at a barrier and a partition runs on
 /// one thread, so on `T` threads a window takes at least as long as its busiest partition
 /// and at least its events over `T`; summed over windows, that is the work on the critical
@@ -287,21 +325,27 @@ pub fn run_worker(
         owner: Arc::clone(&setup.owner),
         workers: setup.workers,
     };
+    let asynchronous = setup.scheduling == Scheduling::Asynchronous;
     let mut team = Team::new(
         partitions,
         Arc::clone(&setup.model),
         Arc::clone(&setup.map),
         routing,
-        setup.threads,
-        setup.oversubscribed,
-        setup.id,
+        ThreadPlan {
+            threads: setup.threads,
+            oversubscribed: setup.oversubscribed,
+            worker: setup.id,
+            asynchronous_lookahead_ps: asynchronous.then(|| setup.lookahead_ps.unwrap_or(u64::MAX)),
+        },
     );
     team.route_start();
+    team.shared.init_next_times();
     let shared = Arc::clone(&team.shared);
     let parts = &shared.partitions;
     let threads = team.threads();
     let mut stats = WorkerStats {
         partitions: mine.len() as u32,
+        scheduling: setup.scheduling.name().into(),
         ..WorkerStats::default()
     };
     let mut window = 0u64;
@@ -333,8 +377,12 @@ pub fn run_worker(
             if last_parallel {
                 stats.parallel_events += events;
             }
+            stats.sub_windows += std::mem::take(&mut r.sub_windows);
+            stats.thread_wait_s += std::mem::take(&mut r.wait_s);
         }
-        stats.parallelism.add_window(window_events, busiest);
+        if !asynchronous {
+            stats.parallelism.add_window(window_events, busiest);
+        }
         let mut earliest_sent = u64::MAX;
         for r in &shared.results {
             let mut r = lock(r);
@@ -365,7 +413,7 @@ pub fn run_worker(
         let grant = coord.exchange(WindowReport {
             worker: setup.id,
             window,
-            next_event_ps: next.min(),
+            next_event_ps: shared.async_next_time().unwrap_or_else(|| next.min()),
             earliest_sent_ps: earliest_sent,
             batches_sent,
             events_processed: stats.events,
@@ -389,7 +437,11 @@ pub fn run_worker(
                         setup.id
                     )));
                 }
-                next.lower(to as usize, key.time_ps);
+                if asynchronous {
+                    shared.async_received(to as usize, key.time_ps);
+                } else {
+                    next.lower(to as usize, key.time_ps);
+                }
                 lock(&shared.incoming[to as usize]).push((key, event));
             }
         }
@@ -404,30 +456,36 @@ pub fn run_worker(
         //    does not matter.
         let busy = Instant::now();
         let end = grant.end_ps;
-        next.take_before(end, &mut active);
-        let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
-        if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
-            let steal = match setup.scheduling {
-                Scheduling::LoadAdaptive => {
+        if asynchronous {
+            // Every thread runs the partitions it owns; promises, not a barrier, keep
+            // them in step.
+            let start = shared.async_next_time().unwrap_or(u64::MAX);
+            team.run_async(start, end);
+            stats.parallel_windows += 1;
+            last_parallel = true;
+        } else {
+            next.take_before(end, &mut active);
+            let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
+            if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
+                let steal = if setup.scheduling == Scheduling::LoadAdaptive {
                     active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
                     assign_longest_first(&active, &cost, predicted, &mut home, &mut lists);
                     true
-                }
-                Scheduling::Static => {
+                } else {
                     lists.iter_mut().for_each(Vec::clear);
                     active.sort_unstable();
                     for &slot in &active {
                         lists[slot % threads].push(slot);
                     }
                     false
-                }
-            };
-            team.run(end, &lists, steal);
-            stats.parallel_windows += 1;
-            last_parallel = true;
-        } else {
-            team.run_inline(end, &active);
-            last_parallel = false;
+                };
+                team.run(end, &lists, steal);
+                stats.parallel_windows += 1;
+                last_parallel = true;
+            } else {
+                team.run_inline(end, &active);
+                last_parallel = false;
+            }
         }
         stats.windows += 1;
         stats.busy_s += busy.elapsed().as_secs_f64();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use coordinator::embedded;
 use sim::engine::{FlowSpec, SimModel};
 use sim::experiment::Experiment;
+use worker::Scheduling;
 
 /// The model of `experiment` (relative to the repository root) with `sets` applied.
 pub fn model(experiment: &str, sets: &[&str]) -> SimModel {
@@ -35,15 +36,24 @@ pub fn permutation_model(bytes: u64) -> SimModel {
 }
 
 /// Runs `model` in one embedded worker on `threads` threads, one partition per host and per
-/// switch; returns the events processed.
+/// switch, with a barrier every window (load-adaptive scheduling); returns the events
+/// processed.
 pub fn run(model: &Arc<SimModel>, threads: usize) -> u64 {
+    run_scheduled(model, threads, Scheduling::LoadAdaptive)
+}
+
+/// [`run`] with `scheduling` (`fleetsim run` schedules a lone worker asynchronously).
+pub fn run_scheduled(model: &Arc<SimModel>, threads: usize, scheduling: Scheduling) -> u64 {
     let a = partitioner::by_host(&model.topology);
     let lookahead = partitioner::lookahead_ps(&model.topology, &a);
     let (_, stats) = embedded::run(
         Arc::clone(model),
         a.partition_of,
         lookahead,
-        embedded::Split::new(1, threads),
+        embedded::Split {
+            scheduling,
+            ..embedded::Split::new(1, threads)
+        },
         None,
         None,
     )

@@ -43,6 +43,15 @@ pub fn run_with(
     workers: u32,
     threads: usize,
 ) -> (Arc<SimModel>, RunResults) {
+    run_scheduled(model, partition_of, embedded::Split::new(workers, threads))
+}
+
+/// Runs `model` partitioned by `partition_of`, split and scheduled as `split` says.
+pub fn run_scheduled(
+    model: SimModel,
+    partition_of: Vec<u32>,
+    split: embedded::Split,
+) -> (Arc<SimModel>, RunResults) {
     let model = Arc::new(model);
     let assignment = partitioner::Assignment {
         partitions: partition_of.iter().copied().max().unwrap_or(0) + 1,
@@ -53,7 +62,7 @@ pub fn run_with(
         Arc::clone(&model),
         assignment.partition_of,
         lookahead,
-        embedded::Split::new(workers, threads),
+        split,
         None,
         None,
     )

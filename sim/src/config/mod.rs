@@ -703,8 +703,11 @@ pub struct EngineConfig {
     /// `partitioner`), at most 256 per worker: over-decomposition for threads to balance.
     #[serde(default)]
     pub partitions: u32,
-    /// How a worker places its partitions on its threads every window: `load-adaptive`
-    /// (longest first by last window's events, with stealing) or `static`.
+    /// How a worker runs its partitions on its threads: `asynchronous` (each thread owns
+    /// partitions and waits only for the other threads' promises, no barrier inside a
+    /// window), `load-adaptive` (every window longest first by last window's events, with
+    /// stealing, then a barrier), `static`, or `auto` (asynchronous on one worker,
+    /// load-adaptive on several).
     #[serde(default = "defaults::scheduling")]
     pub scheduling: String,
     /// How work is placed on a heterogeneous cluster: `naive` (as configured) or `hetero`
@@ -905,7 +908,7 @@ pub mod defaults {
         "auto".into()
     }
     pub fn scheduling() -> String {
-        "load-adaptive".into()
+        "auto".into()
     }
     pub fn seed() -> u64 {
         1
