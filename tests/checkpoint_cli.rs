@@ -61,6 +61,8 @@ fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
     assert_eq!(windows.len(), 1, "older checkpoints are removed");
     for (name, split) in [
         ("three-workers", vec!["--workers", "3", "--threads", "1"]),
+        // One worker on two threads: asynchronous, with windows wider than the lookahead.
+        ("one-worker", vec!["--workers", "1", "--threads", "2"]),
         (
             "round-robin",
             vec!["--workers", "2", "--partition", "round-robin"],

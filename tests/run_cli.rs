@@ -22,6 +22,11 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     let one = scratch("run-one");
     let split = scratch("run-split");
     let a = run(&one, &["--workers", "1", "--threads", "1"]);
+    let lone_two = run(
+        &scratch("run-lone-two-threads"),
+        &["--workers", "1", "--threads", "2"],
+    );
+    assert_eq!(a["result_digest"], lone_two["result_digest"]);
     let b = run(
         &split,
         &[
@@ -74,15 +79,26 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     }
     // One worker runs asynchronously: windows wider than the lookahead, sub-windows per
     // thread, no barrier per window to bound a speed-up by.
-    let lone = &a["engine"]["per_worker"][0];
-    assert_eq!(lone["scheduling"], "asynchronous", "{lone}");
     let windows = a["engine"]["windows"].as_u64().expect("windows");
+    for run in [&a, &lone_two] {
+        let lone = &run["engine"]["per_worker"][0];
+        assert_eq!(lone["scheduling"], "asynchronous", "{lone}");
+        assert!(
+            lone["sub_windows"].as_u64() > Some(windows),
+            "a lone worker's threads run more sub-windows than it is granted windows: {lone}"
+        );
+        assert!(lone["speedup_bound"].is_null(), "{lone}");
+    }
+    assert_eq!(lone_two["engine"]["threads"], 2);
+    let waited = lone_two["engine"]["per_worker"][0]["thread_wait_s"].as_f64();
     assert!(
-        lone["sub_windows"].as_u64() > Some(windows),
-        "a lone worker's threads run more sub-windows than it is granted windows: {lone}"
+        waited.is_some_and(|w| w > 0.0),
+        "two threads wait for each other: {waited:?}"
     );
-    assert!(lone["thread_wait_s"].as_f64().is_some_and(|w| w >= 0.0));
-    assert!(lone["speedup_bound"].is_null(), "{lone}");
+    assert_eq!(
+        a["engine"]["per_worker"][0]["thread_wait_s"], 0.0,
+        "one thread waits for none"
+    );
     // Several workers keep a barrier per window: the speed-up their windows allow is at
     // least 1 and at most the threads (or, unlimited, the partitions).
     let partitions = b["engine"]["partitions"].as_f64().expect("partitions");
@@ -144,6 +160,29 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         events.iter().any(|e| e["ph"] == "X" && e["name"] == "busy"),
         "link tracks"
     );
+}
+
+#[test]
+fn a_zero_latency_link_between_partitions_is_one_clear_error() {
+    // The conservative engine's window is the cut links' latency; with none it could never
+    // move (an asynchronous worker used to spin for ever here).
+    let fixture = "tests/fixtures/bad-run/zero-latency-cut.toml";
+    let out = scratch("zero-latency-cut");
+    let stderr = one_clear_error(
+        fleetsim()
+            .args(["run", fixture, "--quiet", "--threads", "2", "--out"])
+            .arg(&out)
+            .timeout(std::time::Duration::from_secs(300)),
+        "run with zero network latency",
+    );
+    for says in [
+        "zero-latency-cut.toml",
+        "cluster.latency_ns.network",
+        "has zero latency",
+    ] {
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    assert!(!out.join("summary.json").exists(), "no partial result");
 }
 
 #[test]

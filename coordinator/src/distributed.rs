@@ -552,8 +552,11 @@ pub fn run_coordinator(
             rounds: {
                 let rounds = CombiningBarrier::new(workers, partition.lookahead_ps, progress)
                     .with_checkpoints(checkpoints.schedule);
-                let scheduling =
-                    worker::Scheduling::for_run(&exp.loaded.config.engine.scheduling, workers);
+                let scheduling = worker::Scheduling::for_run(
+                    &exp.loaded.config.engine.scheduling,
+                    workers,
+                    false,
+                );
                 if scheduling.wide_windows(workers) {
                     rounds.widening()
                 } else {
@@ -1015,7 +1018,11 @@ pub fn run_worker_process(
         resume: (!reply.resume_parts.is_empty())
             .then(|| reply.resume_parts.iter().map(PathBuf::from).collect()),
         stop_requested: Some(stop_requested),
-        scheduling: worker::Scheduling::for_run(&exp.loaded.config.engine.scheduling, workers),
+        scheduling: worker::Scheduling::for_run(
+            &exp.loaded.config.engine.scheduling,
+            workers,
+            false,
+        ),
         lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
     };
     // Heartbeats: the coordinator learns this worker is alive; this worker learns whether

@@ -205,6 +205,14 @@ pub fn assign_workers(partitions: u32, workers: u32, weights: &[f64]) -> Vec<u32
         .collect()
 }
 
+/// Whether `workers` in-process workers of `threads` threads each outnumber the machine's
+/// cores. Only our own threads count: under load from other processes, yielding waits for a
+/// whole time slice per window and is slower than spinning (measured: 10 s against 3 s).
+pub fn oversubscribed(workers: u32, threads: usize) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    workers.max(1) as usize * threads.max(1) > cores
+}
+
 /// How a run is spread: in-process workers, threads per worker, and how each worker places
 /// its partitions on its threads.
 #[derive(Debug, Clone, PartialEq)]
@@ -247,10 +255,7 @@ pub fn run(
     let workers = workers.max(1);
     let map = Arc::new(LpMap::new(partition_of));
     let owner = Arc::new(assign_workers(map.partitions, workers, &partition_weights));
-    // Only our own threads count: under load from other processes, yielding waits for a
-    // whole time slice per window and is slower than spinning (measured: 10 s against 3 s).
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let oversubscribed = workers as usize * threads.max(1) > cores;
+    let oversubscribed = oversubscribed(workers, threads);
     let mut rounds = CombiningBarrier::new(workers, lookahead_ps, progress);
     if scheduling.wide_windows(workers) {
         rounds = rounds.widening();

@@ -131,9 +131,29 @@ pub fn partition(exp: &Experiment, model: &SimModel, workers: u32) -> Result<Par
         assignment = split(cap)?;
     }
     let weights = load.events_by(&assignment.partition_of, assignment.partitions);
+    let lookahead_ps = partitioner::lookahead_ps(&model.topology, &assignment);
+    if lookahead_ps == Some(0) {
+        // A zero lookahead leaves conservative synchronisation no safe window at all.
+        let cut = model
+            .topology
+            .links()
+            .iter()
+            .find(|l| {
+                l.latency_ps == 0
+                    && assignment.partition_of[l.src as usize]
+                        != assignment.partition_of[l.dst as usize]
+            })
+            .map_or("network", |l| l.class.name());
+        return Err(RunError::Partition(exp.loaded.error(
+            &format!("cluster.latency_ns.{cut}"),
+            format!(
+                "a {cut} link between two partitions has zero latency, so no event across it can wait for the next window; give {cut} links a latency of at least 0.001 ns (1 ps)"
+            ),
+        )));
+    }
     Ok(Partition {
         strategy: engine_cfg.partition.clone(),
-        lookahead_ps: partitioner::lookahead_ps(&model.topology, &assignment),
+        lookahead_ps,
         partition_of: assignment.partition_of,
         weights,
     })
@@ -173,7 +193,11 @@ pub fn simulate(
         embedded::Split {
             workers,
             threads,
-            scheduling: worker::Scheduling::for_run(&engine_cfg.scheduling, workers),
+            scheduling: worker::Scheduling::for_run(
+                &engine_cfg.scheduling,
+                workers,
+                embedded::oversubscribed(workers, threads),
+            ),
             partition_weights: partition.weights.clone(),
         },
         progress,

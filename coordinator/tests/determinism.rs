@@ -160,6 +160,8 @@ proptest! {
             ("by-host", by_host.clone(), 3, 2),
             ("random k=17", random_map(nodes, 17, map_seed), 1, 2),
             ("random k=17", random_map(nodes, 17, map_seed), 2, 3),
+            // A thread with no partition of its own.
+            ("random k=2", random_map(nodes, 2, map_seed), 1, 3),
         ] {
             let split = embedded::Split {
                 scheduling: worker::Scheduling::Asynchronous,

@@ -35,6 +35,7 @@ use sim::event::EventKey;
 
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
+use crate::window::EngineError;
 
 /// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
 /// sleep and wake-up per window would dominate.
@@ -317,6 +318,12 @@ impl Shared {
     fn work_async(&self, promises: &Promises, end: u64, me: usize, oversubscribed: bool) {
         let lookahead = promises.lookahead_ps;
         let mut res = lock(&self.results[me]);
+        if me >= self.partitions.len() {
+            // Owns no partition (more threads than partitions): it will send nothing.
+            promises.at[me].store(end, Ordering::Release);
+            res.promised = end;
+            return;
+        }
         let mut active = std::mem::take(&mut res.active);
         let mut waiting: Option<Instant> = None;
         loop {
@@ -377,11 +384,12 @@ impl Shared {
             lock(n).clear();
         }
         for (slot, (p, inbox)) in self.partitions.iter().zip(&self.incoming).enumerate() {
-            let inbox = lock(inbox);
-            let next = inbox
+            // Partition, then incoming box: the order `run_to` takes them in.
+            let queued = lock(p).next_time_ps();
+            let next = lock(inbox)
                 .iter()
                 .map(|(k, _)| k.time_ps)
-                .chain(lock(p).next_time_ps())
+                .chain(queued)
                 .min();
             lock(&self.results[promises.owner(slot)])
                 .next
@@ -464,7 +472,7 @@ impl Team {
         map: Arc<LpMap>,
         routing: Routing,
         plan: ThreadPlan,
-    ) -> Team {
+    ) -> Result<Team, EngineError> {
         let ThreadPlan {
             threads,
             oversubscribed,
@@ -503,20 +511,28 @@ impl Team {
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
-        let helpers = (1..threads)
-            .filter_map(|i| {
-                let shared = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(format!("fleetsim-w{worker}-t{i}"))
-                    .spawn(move || helper(&shared, i, oversubscribed))
-                    .ok()
-            })
-            .collect();
-        Team {
+        let mut team = Team {
             shared,
-            helpers,
+            helpers: Vec::new(),
             oversubscribed,
+        };
+        for i in 1..threads {
+            let shared = Arc::clone(&team.shared);
+            let name = format!("fleetsim-w{worker}-t{i}");
+            match std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || helper(&shared, i, oversubscribed))
+            {
+                Ok(h) => team.helpers.push(h),
+                // Dropping the team stops the helpers already started.
+                Err(e) => {
+                    return Err(EngineError::Transport(format!(
+                        "cannot start thread {name}: {e}"
+                    )));
+                }
+            }
         }
+        Ok(team)
     }
 
     pub fn threads(&self) -> usize {
