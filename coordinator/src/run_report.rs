@@ -161,7 +161,7 @@ fn per_worker(worker: usize, ws: &worker::WorkerStats) -> serde_json::Value {
         "bytes_sent": ws.bytes_sent,
         "busy_s": ws.busy_s,
         "barrier_wait_s": (ws.wall_s - ws.busy_s).max(0.0),
-        "scheduling": ws.scheduling,
+        "scheduling": ws.scheduling.name(),
         "sub_windows": ws.sub_windows,
         "thread_wait_s": ws.thread_wait_s,
         "speedup_bound": speedup_bound(ws),
@@ -173,7 +173,7 @@ fn per_worker(worker: usize, ws: &worker::WorkerStats) -> serde_json::Value {
 /// its busiest partition, and no placement beats an even share. Null with asynchronous
 /// scheduling, which has no barrier per window to bound it by.
 fn speedup_bound(stats: &worker::WorkerStats) -> serde_json::Value {
-    if stats.scheduling == worker::Scheduling::Asynchronous.name() {
+    if stats.scheduling == worker::Scheduling::Asynchronous {
         return serde_json::Value::Null;
     }
     let (bounds, unlimited) = stats.parallelism.speedup_bounds(stats.events);

@@ -133,7 +133,7 @@ pub trait Coordination {
 }
 
 /// How a worker runs its partitions on its threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Scheduling {
     /// Partition `p` on thread `p mod threads`; no barrier inside a window: each thread runs
     /// its partitions in sub-windows of its own, bounded by the other threads' promises
@@ -224,7 +224,7 @@ pub struct WorkerStats {
     pub parallel_windows: u64,
     pub parallel_events: u64,
     /// How the worker ran its partitions on its threads.
-    pub scheduling: String,
+    pub scheduling: Scheduling,
     /// Asynchronous scheduling: the sub-windows the threads ran, and the time they spent
     /// waiting for each other's promises, both summed over the threads.
     pub sub_windows: u64,
@@ -352,7 +352,7 @@ pub fn run_worker(
     let threads = team.threads();
     let mut stats = WorkerStats {
         partitions: mine.len() as u32,
-        scheduling: setup.scheduling.name().into(),
+        scheduling: setup.scheduling,
         ..WorkerStats::default()
     };
     let mut window = 0u64;
