@@ -118,6 +118,8 @@ pub struct ThreadResult {
     next: NextTimes,
     /// Asynchronous scheduling: the last promise this thread published.
     promised: u64,
+    /// Asynchronous scheduling: notices to this thread counted when it last took them.
+    notices_seen: u64,
     /// Asynchronous scheduling: the partitions of the current sub-window.
     active: Vec<usize>,
     /// Asynchronous scheduling: sub-windows run, and time spent waiting for other threads'
@@ -165,20 +167,78 @@ struct Promises {
     /// Per thread: (slot, earliest) of the events other threads put into the incoming
     /// boxes of its partitions, for its next times.
     notices: Vec<Padded<Mutex<Notices>>>,
+    /// Per thread: notices pushed so far, counted after each push, so that a thread waiting
+    /// for promises locks its notice list only when something is in it.
+    posted: Vec<Padded<AtomicU64>>,
     lookahead_ps: u64,
 }
 
 impl Promises {
+    fn new(threads: usize, lookahead_ps: u64) -> Self {
+        Promises {
+            at: (0..threads).map(|_| Padded(AtomicU64::new(0))).collect(),
+            notices: (0..threads)
+                .map(|_| Padded(Mutex::new(Vec::new())))
+                .collect(),
+            posted: (0..threads).map(|_| Padded(AtomicU64::new(0))).collect(),
+            lookahead_ps,
+        }
+    }
+
     /// The thread that owns partition `slot`.
     fn owner(&self, slot: usize) -> usize {
         slot % self.at.len()
     }
 
-    /// Lowers `next` by what other threads delivered to thread `me`'s partitions.
-    fn take_notices(&self, me: usize, next: &mut NextTimes) {
+    /// Lowers `next` by what other threads delivered to thread `me`'s partitions, if any
+    /// were posted since `seen` notices. A notice still uncounted is at or after its
+    /// sender's last promise read before this: the sender counts a notice before it next
+    /// promises, so a promise read with Acquire brings every count made before it.
+    fn take_notices(&self, me: usize, next: &mut NextTimes, seen: &mut u64) {
+        let posted = self.posted[me].load(Ordering::Acquire);
+        if posted == *seen {
+            return;
+        }
+        *seen = posted;
         for (slot, t) in lock(&self.notices[me]).drain(..) {
             next.lower(slot, t);
         }
+    }
+
+    /// Thread `me` reads the other threads' promises, then takes its notices, and returns
+    /// the least promise. In that order, every event sent to it and not yet noticed is at
+    /// or after the returned time; read the other way round, a notice posted between the
+    /// reads could be missed under a promise already past it. `between` runs between the
+    /// two reads, so that a test can post there.
+    fn observe(
+        &self,
+        me: usize,
+        next: &mut NextTimes,
+        seen: &mut u64,
+        between: impl FnOnce(),
+    ) -> u64 {
+        let others = self
+            .at
+            .iter()
+            .enumerate()
+            .filter(|&(thread, _)| thread != me)
+            .map(|(_, p)| p.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        between();
+        self.take_notices(me, next, seen);
+        others
+    }
+
+    /// Thread `me` promises that it sends nothing before `promise` from now on.
+    fn promise(&self, me: usize, promise: u64) {
+        self.at[me].store(promise, Ordering::Release);
+    }
+
+    /// Hands thread `owner` a notice: partition `slot` has an event at `earliest`.
+    fn post(&self, owner: usize, slot: usize, earliest: u64) {
+        lock(&self.notices[owner]).push((slot, earliest));
+        self.posted[owner].fetch_add(1, Ordering::Release);
     }
 }
 
@@ -298,7 +358,7 @@ impl Shared {
                     None => delivered.push((slot, earliest)),
                     Some((promises, me)) => match promises.owner(slot) {
                         owner if owner == me => next.lower(slot, earliest),
-                        owner => lock(&promises.notices[owner]).push((slot, earliest)),
+                        owner => promises.post(owner, slot, earliest),
                     },
                 }
             }
@@ -317,30 +377,23 @@ impl Shared {
     /// in key order, so results are those of any other schedule.
     fn work_async(&self, promises: &Promises, end: u64, me: usize, oversubscribed: bool) {
         let lookahead = promises.lookahead_ps;
-        let mut res = lock(&self.results[me]);
+        let mut guard = lock(&self.results[me]);
+        let res = &mut *guard;
         if me >= self.partitions.len() {
             // Owns no partition (more threads than partitions): it will send nothing.
-            promises.at[me].store(end, Ordering::Release);
+            promises.promise(me, end);
             res.promised = end;
             return;
         }
         let mut active = std::mem::take(&mut res.active);
         let mut waiting: Option<Instant> = None;
         loop {
-            let others = promises
-                .at
-                .iter()
-                .enumerate()
-                .filter(|&(thread, _)| thread != me)
-                .map(|(_, p)| p.load(Ordering::Acquire))
-                .min()
-                .unwrap_or(u64::MAX);
-            promises.take_notices(me, &mut res.next);
+            let others = promises.observe(me, &mut res.next, &mut res.notices_seen, || {});
             let next = res.next.min();
             let earliest = next.min(others);
             let promise = earliest.saturating_add(lookahead).min(end);
             if promise > res.promised {
-                promises.at[me].store(promise, Ordering::Release);
+                promises.promise(me, promise);
                 res.promised = promise;
             }
             let sub_end = next.saturating_add(lookahead).min(others).min(end);
@@ -350,10 +403,10 @@ impl Shared {
                 }
                 res.next.take_before(sub_end, &mut active);
                 for &slot in &active {
-                    let (after, _) = self.run_to(slot, sub_end, &mut res);
+                    let (after, _) = self.run_to(slot, sub_end, res);
                     res.next.set(slot, after);
                 }
-                self.deliver_staged(&mut res, Some((promises, me)));
+                self.deliver_staged(res, Some((promises, me)));
                 res.sub_windows += 1;
             } else if earliest >= end {
                 if let Some(since) = waiting.take() {
@@ -404,7 +457,8 @@ impl Shared {
         let mut next = u64::MAX;
         for (me, r) in self.results.iter().enumerate() {
             let mut r = lock(r);
-            promises.take_notices(me, &mut r.next);
+            let r = &mut *r;
+            promises.take_notices(me, &mut r.next, &mut r.notices_seen);
             next = next.min(r.next.min());
         }
         Some(next)
@@ -501,13 +555,8 @@ impl Team {
             finished_helpers: Padded(AtomicUsize::new(0)),
             steal: AtomicBool::new(true),
             stop: AtomicBool::new(false),
-            promises: asynchronous_lookahead_ps.map(|lookahead_ps| Promises {
-                at: (0..threads).map(|_| Padded(AtomicU64::new(0))).collect(),
-                notices: (0..threads)
-                    .map(|_| Padded(Mutex::new(Vec::new())))
-                    .collect(),
-                lookahead_ps,
-            }),
+            promises: asynchronous_lookahead_ps
+                .map(|lookahead_ps| Promises::new(threads, lookahead_ps)),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
@@ -639,5 +688,46 @@ impl Drop for Team {
         for h in self.helpers.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Thread 1 sends thread 0 an event at 150 ps and then promises 300 ps, while thread 0
+    /// is between its two reads. Whatever thread 0 runs next must not pass 150 ps.
+    #[test]
+    fn a_notice_posted_between_the_reads_bounds_what_the_reader_runs() {
+        let promises = Promises::new(2, 100);
+        promises.promise(1, 100);
+        let mut next = NextTimes::new(2);
+        next.set(0, Some(400));
+        let mut seen = 0;
+        let others = promises.observe(0, &mut next, &mut seen, || {
+            promises.post(0, 0, 150);
+            promises.promise(1, 300);
+        });
+        assert!(
+            others.min(next.min()) <= 150,
+            "thread 0 may run to {} past the event at 150",
+            others.min(next.min())
+        );
+    }
+
+    #[test]
+    fn notices_are_taken_once_and_only_when_posted() {
+        let promises = Promises::new(2, 100);
+        let mut next = NextTimes::new(4);
+        let mut seen = 0;
+        promises.observe(0, &mut next, &mut seen, || {});
+        assert_eq!(next.min(), u64::MAX);
+        promises.post(0, 2, 700);
+        promises.post(0, 0, 500);
+        promises.observe(0, &mut next, &mut seen, || {});
+        assert_eq!((seen, next.min()), (2, 500));
+        next.set(0, None);
+        promises.observe(0, &mut next, &mut seen, || {});
+        assert_eq!(next.min(), 700, "a notice taken once is not taken again");
     }
 }
