@@ -120,6 +120,9 @@ pub struct ThreadResult {
     promised: u64,
     /// Asynchronous scheduling: notices to this thread counted when it last took them.
     notices_seen: u64,
+    /// Asynchronous scheduling: notices for other threads, `(owner, slot, earliest)`, until
+    /// the sub-window's deliveries are done.
+    notices_out: Vec<(usize, usize, u64)>,
     /// Asynchronous scheduling: the partitions of the current sub-window.
     active: Vec<usize>,
     /// Asynchronous scheduling: sub-windows run, and time spent waiting for other threads'
@@ -235,10 +238,17 @@ impl Promises {
         self.at[me].store(promise, Ordering::Release);
     }
 
-    /// Hands thread `owner` a notice: partition `slot` has an event at `earliest`.
-    fn post(&self, owner: usize, slot: usize, earliest: u64) {
-        lock(&self.notices[owner]).push((slot, earliest));
-        self.posted[owner].fetch_add(1, Ordering::Release);
+    /// Hands each notice `(owner, slot, earliest)` to thread `owner` (partition `slot` has
+    /// an event at `earliest`), with one lock and one count per owner: each is a cache line
+    /// the owner reads.
+    fn post(&self, notices: &mut Vec<(usize, usize, u64)>) {
+        notices.sort_unstable_by_key(|&(owner, _, _)| owner);
+        for batch in notices.chunk_by(|a, b| a.0 == b.0) {
+            let owner = batch[0].0;
+            lock(&self.notices[owner]).extend(batch.iter().map(|&(_, slot, t)| (slot, t)));
+            self.posted[owner].fetch_add(batch.len() as u64, Ordering::Release);
+        }
+        notices.clear();
     }
 }
 
@@ -340,6 +350,7 @@ impl Shared {
             staged_slots,
             delivered,
             next,
+            notices_out,
             ..
         } = res;
         for slot in staged_slots.drain(..) {
@@ -358,10 +369,13 @@ impl Shared {
                     None => delivered.push((slot, earliest)),
                     Some((promises, me)) => match promises.owner(slot) {
                         owner if owner == me => next.lower(slot, earliest),
-                        owner => promises.post(owner, slot, earliest),
+                        owner => notices_out.push((owner, slot, earliest)),
                     },
                 }
             }
+        }
+        if let Some((promises, _)) = asynchronous {
+            promises.post(notices_out);
         }
     }
 
@@ -705,7 +719,7 @@ mod tests {
         next.set(0, Some(400));
         let mut seen = 0;
         let others = promises.observe(0, &mut next, &mut seen, || {
-            promises.post(0, 0, 150);
+            promises.post(&mut vec![(0, 0, 150)]);
             promises.promise(1, 300);
         });
         assert!(
@@ -722,8 +736,7 @@ mod tests {
         let mut seen = 0;
         promises.observe(0, &mut next, &mut seen, || {});
         assert_eq!(next.min(), u64::MAX);
-        promises.post(0, 2, 700);
-        promises.post(0, 0, 500);
+        promises.post(&mut vec![(0, 2, 700), (1, 3, 100), (0, 0, 500)]);
         promises.observe(0, &mut next, &mut seen, || {});
         assert_eq!((seen, next.min()), (2, 500));
         next.set(0, None);
