@@ -202,6 +202,22 @@ fn a_sweep_runs_the_cross_product_into_one_table_and_plot() {
         ]
     );
     assert!(rows.iter().all(|r| r[digest] == rows[0][digest]), "{csv}");
+    // One worker runs asynchronously, two keep a barrier per window: the table says which.
+    let scheduling = header
+        .iter()
+        .position(|&h| h == "scheduling")
+        .expect("scheduling column");
+    assert_eq!(
+        rows.iter().map(|r| r[scheduling]).collect::<Vec<_>>(),
+        [
+            "asynchronous",
+            "load-adaptive",
+            "asynchronous",
+            "load-adaptive"
+        ],
+        "{csv}"
+    );
+    assert!(header.contains(&"thread_wait_s"), "{csv}");
     let svg = std::fs::read_to_string(dir.join("sweep.svg")).expect("sweep.svg");
     assert!(svg.contains("engine.partition=metis") && svg.contains("wall time"));
 }

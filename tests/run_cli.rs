@@ -69,6 +69,8 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         "wall_s",
         "events_per_s",
         "sync_fraction",
+        "scheduling",
+        "thread_wait_s",
         "peak_rss_bytes",
     ] {
         assert!(
@@ -98,6 +100,12 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     assert_eq!(
         a["engine"]["per_worker"][0]["thread_wait_s"], 0.0,
         "one thread waits for none"
+    );
+    assert_eq!(lone_two["engine"]["thread_wait_s"].as_f64(), waited);
+    assert_eq!(lone_two["engine"]["scheduling"], "asynchronous");
+    assert_eq!(
+        b["engine"]["scheduling"], "load-adaptive",
+        "every worker alike"
     );
     // Several workers keep a barrier per window: the speed-up their windows allow is at
     // least 1 and at most the threads (or, unlimited, the partitions).

@@ -136,6 +136,8 @@ pub fn summarize_run(
                 0.0
             },
             "sync_fraction": s.sync_fraction,
+            "scheduling": scheduling(&s.per_worker),
+            "thread_wait_s": s.per_worker.iter().map(|w| w.thread_wait_s).sum::<f64>(),
             "parallel_windows": s.parallel_windows,
             "parallel_events": s.parallel_events,
             "peak_rss_bytes": engine.peak_rss_bytes,
@@ -149,6 +151,16 @@ pub fn summarize_run(
         digest,
         json,
     })
+}
+
+/// How the workers ran their partitions on their threads: one name when all agree (every
+/// worker of a run decides alike), else each worker's, by worker id.
+fn scheduling(workers: &[worker::WorkerStats]) -> String {
+    let mut names: Vec<&str> = workers.iter().map(|w| w.scheduling.name()).collect();
+    if names.windows(2).all(|pair| pair[0] == pair[1]) {
+        names.truncate(1);
+    }
+    names.join("+")
 }
 
 /// One worker's part of `engine.per_worker`.

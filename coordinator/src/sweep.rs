@@ -112,7 +112,7 @@ pub fn run_sweep(
 }
 
 /// The measured columns: (header, JSON pointer into summary.json).
-const COLUMNS: [(&str, &str); 18] = [
+const COLUMNS: [(&str, &str); 20] = [
     ("iteration_time_s", "/iteration_time_s"),
     ("batches_per_s", "/batches_per_s"),
     ("samples_per_s", "/samples_per_s"),
@@ -128,6 +128,8 @@ const COLUMNS: [(&str, &str); 18] = [
     ("events_per_window", "/engine/events_per_window"),
     ("cross_partition_events", "/engine/cross_partition_events"),
     ("sync_fraction", "/engine/sync_fraction"),
+    ("scheduling", "/engine/scheduling"),
+    ("thread_wait_s", "/engine/thread_wait_s"),
     ("partitions", "/engine/partitions"),
     ("lookahead_s", "/engine/lookahead_s"),
     ("peak_rss_bytes", "/engine/peak_rss_bytes"),
