@@ -240,12 +240,14 @@ impl Promises {
 
     /// Hands each notice `(owner, slot, earliest)` to thread `owner` (partition `slot` has
     /// an event at `earliest`), with one lock and one count per owner: each is a cache line
-    /// the owner reads.
+    /// the owner reads. The count moves while the list is locked, so an owner that saw it
+    /// move and then takes the lock finds the notices in the list.
     fn post(&self, notices: &mut Vec<(usize, usize, u64)>) {
         notices.sort_unstable_by_key(|&(owner, _, _)| owner);
         for batch in notices.chunk_by(|a, b| a.0 == b.0) {
             let owner = batch[0].0;
-            lock(&self.notices[owner]).extend(batch.iter().map(|&(_, slot, t)| (slot, t)));
+            let mut list = lock(&self.notices[owner]);
+            list.extend(batch.iter().map(|&(_, slot, t)| (slot, t)));
             self.posted[owner].fetch_add(batch.len() as u64, Ordering::Release);
         }
         notices.clear();
