@@ -105,6 +105,31 @@ fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
             "{name}"
         );
     }
+    // Resumed on one worker with the same checkpoints, the run goes on with the windows the
+    // checkpointed run granted: the checkpoint records the width of the window it precedes.
+    let again = dir.join("same-checkpoints");
+    stdout_ok(
+        fleetsim()
+            .args([
+                "run",
+                QUICKSTART,
+                "--quiet",
+                "--workers",
+                "1",
+                "--threads",
+                "2",
+            ])
+            .args(["--checkpoint-every", "10ms", "--resume"])
+            .arg(&checkpoint)
+            .arg("--out")
+            .arg(&again)
+            .args(SMALL),
+    );
+    assert_eq!(digest(&again), expected);
+    assert_eq!(
+        summary(&again)["engine"]["windows"],
+        summary(&dir.join("checkpointed"))["engine"]["windows"]
+    );
 }
 
 #[test]

@@ -147,6 +147,10 @@ pub struct Mark {
     pub time_ps: u64,
     /// Events processed before it.
     pub events: u64,
+    /// How wide the coordinator granted window `window`, so that a resumed run goes on
+    /// with the same windows; 0 (checkpoints written before it was kept) means a lookahead.
+    #[serde(default)]
+    pub width_ps: u64,
 }
 
 /// `checkpoint.json`.
@@ -509,6 +513,7 @@ mod tests {
             window,
             time_ps,
             events: 0,
+            width_ps: 0,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct WindowDriver {
     /// The next window's width: the lookahead, or more once widening.
     width_ps: u64,
     widening: bool,
+    /// The width the checkpoint this run resumed recorded, for its first grant.
+    resumed_width_ps: Option<u64>,
     /// Events when the last window was granted.
     events_granted: u64,
     window: u64,
@@ -51,6 +53,7 @@ impl WindowDriver {
             lookahead_ps,
             width_ps: lookahead_ps,
             widening: false,
+            resumed_width_ps: None,
             events_granted: 0,
             window: 0,
             time_ps: 0,
@@ -78,9 +81,30 @@ impl WindowDriver {
             self.events_before = m.events;
             self.events = m.events;
             self.events_granted = m.events;
+            self.resumed_width_ps = (m.width_ps > 0).then_some(m.width_ps);
         }
         self.checkpoints = Some(schedule);
         self
+    }
+
+    /// The next window's width: a lookahead, or when widening, from the events the last one
+    /// held (the first after a resume: as the checkpoint recorded).
+    fn size_window(&mut self) {
+        let resumed = self.resumed_width_ps.take();
+        if !self.widening {
+            self.width_ps = self.lookahead_ps;
+        } else if let Some(width_ps) = resumed {
+            self.width_ps = width_ps;
+        } else {
+            let held = self.events - self.events_granted;
+            if held < WIDEN_BELOW_EVENTS {
+                self.width_ps = self.width_ps.saturating_mul(2).min(WIDEST_WINDOW_PS);
+            } else if held > NARROW_ABOVE_EVENTS {
+                self.width_ps = (self.width_ps / 2).max(self.lookahead_ps);
+            }
+        }
+        self.width_ps = self.width_ps.max(self.lookahead_ps);
+        self.events_granted = self.events;
     }
 
     pub fn windows(&self) -> u64 {
@@ -103,11 +127,13 @@ impl WindowDriver {
             .min()
             .unwrap_or(u64::MAX);
         self.events = self.events_before + reports.iter().map(|r| r.events_processed).sum::<u64>();
+        self.size_window();
         let mut finished = t == u64::MAX;
         let next = (!finished).then(|| Mark {
             window: self.window + 1,
             time_ps: t,
             events: self.events,
+            width_ps: self.width_ps,
         });
         let (mut checkpoint, mut stop) = (false, false);
         if let Some(schedule) = self.checkpoints.as_mut() {
@@ -127,16 +153,6 @@ impl WindowDriver {
             self.window += 1;
             self.time_ps = t;
         }
-        if self.widening {
-            let held = self.events - self.events_granted;
-            if held < WIDEN_BELOW_EVENTS {
-                self.width_ps = self.width_ps.saturating_mul(2).min(WIDEST_WINDOW_PS);
-            } else if held > NARROW_ABOVE_EVENTS {
-                self.width_ps = (self.width_ps / 2).max(self.lookahead_ps);
-            }
-            self.width_ps = self.width_ps.max(self.lookahead_ps);
-        }
-        self.events_granted = self.events;
         let mut end_ps = t.saturating_add(self.width_ps);
         if let Some(due) = self.checkpoints.as_ref().and_then(Schedule::next_due_ps) {
             end_ps = end_ps.min(due.max(t.saturating_add(self.lookahead_ps)));
@@ -246,6 +262,8 @@ impl std::fmt::Debug for CombiningBarrier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
 
     fn report(worker: u32, next: u64, sent: u64, batches: Vec<u32>) -> WindowReport {
         WindowReport {
@@ -312,6 +330,41 @@ mod tests {
         }
         let g = d.grant(&one_worker(0, events + 2_000_000)).expect("grant");
         assert_eq!(g[0].end_ps, 1000);
+    }
+
+    /// A resumed driver over a checkpoint taken before window 3, granted 4 lookaheads wide.
+    fn resumed(widening: bool) -> WindowDriver {
+        let mark = Mark {
+            window: 3,
+            time_ps: 5000,
+            events: 10,
+            width_ps: 4000,
+        };
+        let schedule = Schedule::new(
+            None,
+            Arc::new(AtomicBool::new(false)),
+            Some(mark),
+            Box::new(|_| Ok(())),
+        );
+        let d = WindowDriver::new(Some(1000));
+        if widening {
+            d.widening().with_checkpoints(schedule)
+        } else {
+            d.with_checkpoints(schedule)
+        }
+    }
+
+    #[test]
+    fn a_resumed_run_goes_on_with_the_width_its_checkpoint_recorded() {
+        let mut d = resumed(true);
+        let g = d.grant(&one_worker(5000, 0)).expect("grant");
+        assert_eq!((g[0].window, g[0].end_ps), (3, 9000));
+        let g = d.grant(&one_worker(9000, 0)).expect("grant");
+        assert_eq!(g[0].end_ps, 9000 + 8000, "then widens as before");
+        // Several workers keep a barrier per lookahead, whatever the checkpoint recorded.
+        let mut d = resumed(false);
+        let g = d.grant(&one_worker(5000, 0)).expect("grant");
+        assert_eq!(g[0].end_ps, 6000);
     }
 
     #[test]

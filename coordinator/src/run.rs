@@ -209,6 +209,7 @@ pub fn simulate(
                 window,
                 time_ps,
                 events: 0,
+                width_ps: 0,
             },
             dir: dir.clone().unwrap_or_default(),
         },
