@@ -1005,6 +1005,8 @@ pub fn run_worker_process(
     }
     let map = LpMap::new(partition_of);
     let workers = reply.peer_addresses.len() as u32;
+    // This process's own threads against its cores: peers elsewhere do not share them.
+    let oversubscribed = crate::embedded::oversubscribed(1, threads);
     let setup = WorkerSetup {
         id: reply.worker_id,
         workers,
@@ -1012,7 +1014,7 @@ pub fn run_worker_process(
         map: Arc::new(map),
         owner: Arc::new(reply.partition_owner.clone()),
         threads,
-        oversubscribed: false,
+        oversubscribed,
         checkpoint_dir: Some(PathBuf::from(&reply.checkpoint_dir))
             .filter(|d| !d.as_os_str().is_empty()),
         resume: (!reply.resume_parts.is_empty())
@@ -1021,7 +1023,7 @@ pub fn run_worker_process(
         scheduling: worker::Scheduling::for_run(
             &exp.loaded.config.engine.scheduling,
             workers,
-            false,
+            oversubscribed,
         ),
         lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
     };
