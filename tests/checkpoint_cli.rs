@@ -69,15 +69,7 @@ fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
         ),
     ] {
         let out = dir.join(name);
-        stdout_ok(
-            fleetsim()
-                .args(["run", QUICKSTART, "--quiet", "--resume"])
-                .arg(&checkpoint)
-                .arg("--out")
-                .arg(&out)
-                .args(SMALL)
-                .args(&split),
-        );
+        stdout_ok(resume_command(&checkpoint, &out).args(SMALL).args(&split));
         assert_eq!(digest(&out), expected, "{name}");
         // The event count covers the whole run, before the checkpoint too; the rate, only
         // what this process ran, in its wall time.
@@ -108,23 +100,14 @@ fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
     // Resumed on one worker with the same checkpoints, the run goes on with the windows the
     // checkpointed run granted: the checkpoint records the width of the window it precedes.
     let again = dir.join("same-checkpoints");
-    stdout_ok(
-        fleetsim()
-            .args([
-                "run",
-                QUICKSTART,
-                "--quiet",
-                "--workers",
-                "1",
-                "--threads",
-                "2",
-            ])
-            .args(["--checkpoint-every", "10ms", "--resume"])
-            .arg(&checkpoint)
-            .arg("--out")
-            .arg(&again)
-            .args(SMALL),
-    );
+    stdout_ok(resume_command(&checkpoint, &again).args(SMALL).args([
+        "--workers",
+        "1",
+        "--threads",
+        "2",
+        "--checkpoint-every",
+        "10ms",
+    ]));
     assert_eq!(digest(&again), expected);
     assert_eq!(
         summary(&again)["engine"]["windows"],
@@ -182,22 +165,9 @@ fn sigterm_stops_a_run_at_a_checkpoint_that_resumes() {
     let checkpoint = out.join("checkpoint");
     let resumed = dir.join("resumed");
     stdout_ok(
-        fleetsim()
-            // One thread per worker, whatever the machine's cores: a debug build is slow
-            // when threads outnumber them.
-            .args([
-                "run",
-                QUICKSTART,
-                "--quiet",
-                "--workers",
-                "2",
-                "--threads",
-                "1",
-            ])
-            .arg("--resume")
-            .arg(&checkpoint)
-            .arg("--out")
-            .arg(&resumed),
+        // One thread per worker, whatever the machine's cores: a debug build is slow when
+        // threads outnumber them.
+        resume_command(&checkpoint, &resumed).args(["--workers", "2", "--threads", "1"]),
     );
     let whole = dir.join("whole");
     stdout_ok(
@@ -230,13 +200,19 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// `fleetsim run QUICKSTART --quiet --resume CHECKPOINT --out OUT`, for more arguments.
+fn resume_command(checkpoint: &Path, out: &Path) -> assert_cmd::Command {
+    let mut cmd = fleetsim();
+    cmd.args(["run", QUICKSTART, "--quiet", "--resume"])
+        .arg(checkpoint)
+        .arg("--out")
+        .arg(out);
+    cmd
+}
+
 fn resume_error(checkpoint: &Path, sets: &[&str], what: &str) -> String {
     one_clear_error(
-        fleetsim()
-            .args(["run", QUICKSTART, "--quiet", "--resume"])
-            .arg(checkpoint)
-            .arg("--out")
-            .arg(checkpoint.with_extension("out"))
+        resume_command(checkpoint, &checkpoint.with_extension("out"))
             .args(SMALL)
             .args(sets),
         what,
