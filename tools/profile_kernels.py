@@ -7,7 +7,8 @@ exactly the kernels the IR emits, on a real GPU with PyTorch, and writes that ta
 
     python3 tools/profile_kernels.py EXPERIMENT.toml --out TABLE.csv
         [--fleetsim PATH] [--template TEMPLATE.csv] [--gpu NAME]
-        [--warmup 10] [--iters 50] [--device cuda] [--plan]
+        [--warmup 10] [--iters 50] [--device cuda] [--clock burst|steady]
+        [--attention megatron|cudnn|flash|default] [--plan]
 
 Without ``--template`` it runs ``fleetsim workload EXPERIMENT.toml --export kernels --output
 TMP`` to get the template (one row per distinct kernel, ``time_us`` = the model's prediction).
@@ -52,13 +53,19 @@ GEMM, B independent (M x K)(K x N) products (B > 1 uses ``torch.bmm``):
 
 Attention:
   * flash=true: ``F.scaled_dot_product_attention`` on q [B,H,SQ,D], k/v [B,KV,SKV,D]
-    (``enable_gqa=True`` when H != KV, or k/v repeated per query group on torch without it),
-    restricted to the flash backend; where flash cannot run the shape (fp32, an old torch, a
-    head_dim it lacks) the default backend runs it and a note says so. Causal with SQ < SKV
-    is context parallelism with all-gathered KV: like Transformer Engine's load-balanced split,
-    the queries run as two calls, the first half causally over the first SQ/2 keys, the second
-    half over all SKV keys with a bottom-right aligned causal mask (torch's ``is_causal``
-    aligns top-left, which would skip most of the work).
+    (``enable_gqa=True`` when H != KV), restricted to one SDPA backend chosen by
+    ``--attention``: ``megatron`` (the default) is what Megatron-Core with Transformer Engine
+    runs, cuDNN fused attention on Hopper and newer (TE's ``get_attention_backend`` disables
+    FlashAttention on sm90+ when FusedAttention is available) and FlashAttention elsewhere;
+    ``cudnn``, ``flash`` and ``default`` force one. Where the backend refuses a grouped-query
+    shape it runs again with k/v materialised per query head before timing (same FLOPs), then
+    on the default backend; the table's ``source`` ends with ``attention=BACKEND`` naming what
+    ran. Causal with SQ < SKV is context parallelism with all-gathered KV: like Transformer
+    Engine's load-balanced split, the queries run as two calls, the first half causally over
+    the first SQ/2 keys, the second half over all SKV keys with a bottom-right aligned causal
+    mask (torch's ``is_causal`` aligns top-left, which would skip most of the work); cuDNN
+    through SDPA has no such mask, so there the second call is a full rectangle over the first
+    SKV - SQ/2 keys plus a causal square over the last SQ/2, as TE's CP ring issues its blocks.
   * flash=false: Megatron's unfused core attention: k/v repeated to H heads (GQA),
     ``baddbmm(Q, K^T, alpha=1/sqrt(D))``, in-place mask fill, softmax, dropout(p=0.1),
     ``bmm`` with V. Eager torch runs the mask fill and the softmax as two kernels where
@@ -93,11 +100,15 @@ prints each N):
   with ``requires_grad``: x, weight and bias for norms; x for gelu; x and r for residuals).
 
 Timing: CUDA events around each call; ``--warmup`` untimed calls, then ``--iters`` timed
-calls, the median in microseconds. Before every timed call a 256 MiB buffer is zeroed (more
-than any L2 to date: 50 MB on H100, 126 MB on B200) so each call starts with a cold L2 rather
-than finding the previous call's operands cached, the usual benchmarking convention; then a short
-spin kernel (``torch.cuda._sleep``) keeps the GPU busy while Python launches the timed call, so
-host launch overhead is not measured. ``--device cpu`` times with a wall clock and no flush; it
+calls, the median in microseconds. ``--clock burst`` (the default, the convention of published
+kernel benchmarks): before every timed call a 256 MiB buffer is zeroed (more than any L2 to
+date: 50 MB on H100, 126 MB on B200) so each call starts with a cold L2 rather than finding the
+previous call's operands cached; then a short spin kernel (``torch.cuda._sleep``) keeps the GPU
+busy while Python launches the timed call, so host launch overhead is not measured. The GPU is
+near idle before each call, so compute-bound kernels run above the clock a training loop holds.
+``--clock steady``: two 8192³ bf16 GEMMs run before every timed call instead (they also evict
+L2 and cover the launch), after 2 s of them before the first row, so every kernel runs at the
+power-capped clock of sustained load (on an H100 bf16 GEMMs take 1.13x their burst time). ``--device cpu`` times with a wall clock and no flush; it
 exists to smoke-test the tool without a GPU, not to measure.
 
 GPU names: ``--gpu`` names the GPU in the output; by default ``torch.cuda.get_device_name()``
@@ -150,6 +161,16 @@ FP8_ALIGN = 16
 # Largest tensor of the bandwidth proxy; bigger rows loop over it (same bytes, bounded memory:
 # an optimizer step over a billion parameters would otherwise need tens of GB).
 PROXY_CHUNK = 1 << 28
+# `--clock steady`: square bf16 GEMMs of this size run before every timed call (and for
+# HEAT_SECONDS before the first), so the GPU sits at the clock its power limit allows under a
+# training loop's load instead of boosting after an idle gap.
+HEATER_DIM = 8192
+HEATER_CALLS = 2
+HEAT_SECONDS = 2.0
+CLOCKS = ("burst", "steady")
+# `--attention megatron` times the backend Megatron-Core with Transformer Engine runs: cuDNN
+# fused attention on Hopper and newer (TE's FusedAttention), FlashAttention elsewhere.
+ATTENTION_BACKENDS = ("megatron", "cudnn", "flash", "default")
 
 # device-name pattern (upper-cased) -> fleetsim GPU name; None: known part without a fleetsim
 # configuration. First match wins, so variants come before their family.
@@ -519,12 +540,13 @@ def plan_gemm(row: Row) -> GemmPlan:
 
 
 class Chunk(NamedTuple):
-    """One attention call: queries [q_start, q_end) over keys [0, kv_len)."""
+    """One attention call: queries [q_start, q_end) over keys [kv_start, kv_start + kv_len)."""
     q_start: int
     q_end: int
     kv_len: int
     # "none", "causal" (top-left, torch's is_causal) or "lower_right".
     mask: str
+    kv_start: int = 0
 
 
 def attention_chunks(s: Attention) -> list[Chunk]:
@@ -541,15 +563,35 @@ def attention_chunks(s: Attention) -> list[Chunk]:
     return [Chunk(0, half, half, "causal"), Chunk(half, s.seq_q, s.seq_kv, "lower_right")]
 
 
+def without_lower_right(chunks: list[Chunk]) -> list[Chunk]:
+    """The same work for a backend without bottom-right causal masks (cuDNN through SDPA): a
+    chunk of q queries over k > q keys is the full rectangle over the first k - q keys plus a
+    causal square over the last q, as Transformer Engine's CP ring issues its blocks."""
+    out = []
+    for c in chunks:
+        q_len = c.q_end - c.q_start
+        if c.mask != "lower_right" or q_len >= c.kv_len:
+            out.append(c if c.mask != "lower_right" else c._replace(mask="causal"))
+            continue
+        out.append(Chunk(c.q_start, c.q_end, c.kv_len - q_len, "none", c.kv_start))
+        out.append(Chunk(c.q_start, c.q_end, q_len, "causal", c.kv_start + c.kv_len - q_len))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionPlan:
     shape: Attention
     backward: bool
     dtype: str
+    # The SDPA backend of fused rows: "cudnn", "flash" or "default".
+    backend: str = "flash"
 
     @property
     def chunks(self) -> list[Chunk]:
-        return attention_chunks(self.shape)
+        chunks = attention_chunks(self.shape)
+        if self.shape.flash and self.backend != "flash":
+            return without_lower_right(chunks)
+        return chunks
 
     def describe(self) -> str:
         s = self.shape
@@ -564,7 +606,7 @@ class AttentionPlan:
                 mask = {"none": "", "causal": ", is_causal=True",
                         "lower_right": ", attn_mask=causal_lower_right"}[c.mask]
                 calls.append(f"scaled_dot_product_attention({q}, {k}{mask}{gqa})")
-            op = " + ".join(calls) + f" {dt} flash backend"
+            op = " + ".join(calls) + f" {dt} {self.backend} backend"
         else:
             rep = f"repeat_interleave k/v[{b},{kv},{skv},{d}] to {h} heads, " if h != kv else ""
             mask = "masked_fill_(causal), " if s.causal else ""
@@ -643,16 +685,27 @@ def plan_elementwise(row: Row) -> ElementwisePlan:
 Plan = GemmPlan | AttentionPlan | ElementwisePlan
 
 
-def plan_row(row: Row) -> Plan:
+def plan_row(row: Row, backend: str = "flash") -> Plan:
     if isinstance(row.shape, Gemm):
         return plan_gemm(row)
     if isinstance(row.shape, Attention):
-        return AttentionPlan(row.shape, row.pass_ == "bwd", row.dtype)
+        return AttentionPlan(row.shape, row.pass_ == "bwd", row.dtype, backend)
     return plan_elementwise(row)
 
 
-def plan_line(row: Row) -> str:
-    return f"{row.dtype} {row.kernel} {row.pass_} {row.shape_str}: {plan_row(row).describe()}"
+def plan_line(row: Row, backend: str = "flash") -> str:
+    return (f"{row.dtype} {row.kernel} {row.pass_} {row.shape_str}: "
+            f"{plan_row(row, backend).describe()}")
+
+
+def megatron_attention_backend(capability: tuple[int, int] | None) -> str:
+    """The fused-attention backend Megatron-Core with Transformer Engine runs on a GPU of this
+    compute capability (None: not an NVIDIA GPU): TE prefers FusedAttention (cuDNN) over
+    FlashAttention on sm90 and newer (TE `dot_product_attention/utils.py`,
+    `get_attention_backend`), FlashAttention elsewhere."""
+    if capability is not None and capability >= (9, 0):
+        return "cudnn"
+    return "flash"
 
 
 # ----- the template from fleetsim -----
@@ -705,7 +758,8 @@ def note(message: str) -> None:
 
 
 class Profiler:
-    def __init__(self, device: str, warmup: int, iters: int):
+    def __init__(self, device: str, warmup: int, iters: int, clock: str = "burst",
+                 attention: str = "megatron"):
         try:
             import torch  # lazy: only measuring needs torch
         except (ImportError, OSError) as e:
@@ -721,9 +775,21 @@ class Profiler:
         if self.cuda and not torch.cuda.is_available():
             raise InputError(f"--device {device}: torch sees no GPU (expected a CUDA/ROCm GPU)")
         self.warmup, self.iters = warmup, iters
+        self.clock = clock
         self.flush = None
+        self.heater = None
         if self.cuda:
             self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=self.device)
+            if clock == "steady":
+                a = torch.randn(HEATER_DIM, HEATER_DIM, dtype=torch.bfloat16, device=self.device)
+                self.heater = (a, a.clone())
+                self.heat(HEAT_SECONDS)
+        self.backend = attention
+        if attention == "megatron":
+            hip = getattr(torch.version, "hip", None)
+            capability = (torch.cuda.get_device_capability(self.device)
+                          if self.cuda and not hip else None)
+            self.backend = megatron_attention_backend(capability)
         self._gqa: bool | None = None
         self._notes: set[str] = set()
 
@@ -739,10 +805,34 @@ class Profiler:
         v = self.torch.version
         runtime = f"hip={v.hip}" if getattr(v, "hip", None) else f"cuda={v.cuda}"
         date = datetime.datetime.now(datetime.UTC).date().isoformat()
+        how = ("steady (after a bf16 GEMM heater)" if self.clock == "steady"
+               else "burst (cold L2 and an idle spin before each call)")
         return clean_text(f"profile_kernels.py torch={self.torch.__version__} {runtime} "
-                          f"{self.device_name()} {date} median of {self.iters}")
+                          f"{self.device_name()} {date} median of {self.iters} {how}")
 
     # -- timing --
+
+    def heat(self, seconds: float) -> None:
+        """Runs heater GEMMs for `seconds` of wall time (steady clock)."""
+        a, b = self.heater
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(8):
+                self.torch.mm(a, b)
+            self.torch.cuda.synchronize(self.device)
+
+    def before_call(self) -> None:
+        """What runs on the GPU right before a timed call: a cold L2 and an idle spin (burst),
+        or heater GEMMs, which also evict L2 (steady)."""
+        if self.heater is not None:
+            a, b = self.heater
+            for _ in range(HEATER_CALLS):
+                self.torch.mm(a, b)
+            return
+        self.flush.zero_()
+        spin = getattr(self.torch.cuda, "_sleep", None)
+        if spin is not None:
+            spin(SPIN_CYCLES)
 
     def time_us(self, fn: Callable[[], object]) -> float:
         torch = self.torch
@@ -757,20 +847,19 @@ class Profiler:
             return statistics.median(samples)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.iters)]
-        spin = getattr(torch.cuda, "_sleep", None)
         for start, end in events:
-            self.flush.zero_()
-            if spin is not None:
-                spin(SPIN_CYCLES)
+            self.before_call()
             start.record()
             fn()
             end.record()
         torch.cuda.synchronize(self.device)
         return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in events)
 
-    def measure(self, row: Row) -> float:
+    def measure(self, row: Row) -> tuple[float, str]:
+        """The median time of `row` in microseconds, and for attention the backend that ran."""
         torch = self.torch
-        plan = plan_row(row)
+        plan = plan_row(row, self.backend)
+        ran = ""
         # TF32 only where the row asks for it; fp32 means full-precision matmuls.
         torch.backends.cuda.matmul.allow_tf32 = row.dtype == "tf32"
         torch.backends.cudnn.allow_tf32 = row.dtype == "tf32"
@@ -778,7 +867,7 @@ class Profiler:
             if isinstance(plan, GemmPlan):
                 fn = self.gemm(plan)
             elif isinstance(plan, AttentionPlan):
-                fn = self.attention(plan)
+                fn, ran = self.attention(plan)
             else:
                 fn = self.elementwise(plan)
             t = self.time_us(fn)
@@ -791,7 +880,7 @@ class Profiler:
                 torch.cuda.empty_cache()
         if not (math.isfinite(t) and t > 0):
             raise Skip(f"measured a non-positive time {t}")
-        return t
+        return t, ran
 
     def dtype(self, plan_dtype: str):
         return getattr(self.torch, torch_dtype_name(plan_dtype))
@@ -857,18 +946,49 @@ class Profiler:
                 self._gqa = False
         return self._gqa
 
-    def attention(self, p: AttentionPlan) -> Callable[[], object]:
+    def attention(self, p: AttentionPlan) -> tuple[Callable[[], object], str]:
+        """The call to time and the backend that runs it. The plan's backend first; for
+        grouped-query shapes that it refuses, the same backend with k/v materialised per query
+        head (same FLOPs; the copy is made before timing); then the default SDPA backend."""
+        s = p.shape
+        if not s.flash:
+            return self.unfused_attention(p), "unfused"
+        group = s.heads // s.kv_heads
+        attempts = [(p.backend, False)]
+        if group > 1:
+            attempts.append((p.backend, True))
+        if p.backend != "default":
+            attempts.append(("default", group > 1))
+        refused = []
+        for backend, expand in attempts:
+            plan = dataclasses.replace(p, backend=backend)
+            try:
+                fn = self.sdpa_call(plan, expand)
+            except RuntimeError as e:
+                refused.append(f"{backend}{' kv-expanded' if expand else ''}: {first_line(e)}")
+                continue
+            ran = backend + (" kv-expanded" if expand else "")
+            if refused:
+                note(f"{shape_text(s)} {p.dtype}: {'; '.join(refused)}; timing {ran}")
+            return fn, ran
+        raise Skip("no SDPA backend runs this shape (" + "; ".join(refused) + ")")
+
+    def sdpa_call(self, p: AttentionPlan, expand: bool) -> Callable[[], object]:
+        """SDPA over the plan's chunks on its backend; raises RuntimeError if the backend
+        cannot run them. `expand`: k/v carry one head per query head."""
         torch = self.torch
         s = p.shape
         dt = self.dtype(p.dtype)
         g = p.backward
-        if not s.flash:
-            return self.unfused_attention(p)
-        q = self.randn(s.batch, s.heads, s.seq_q, s.head_dim, dtype=dt, grad=g)
-        k = self.randn(s.batch, s.kv_heads, s.seq_kv, s.head_dim, dtype=dt, grad=g)
-        v = self.randn(s.batch, s.kv_heads, s.seq_kv, s.head_dim, dtype=dt, grad=g)
-        sdpa = torch.nn.functional.scaled_dot_product_attention
         group = s.heads // s.kv_heads
+        native_gqa = group > 1 and not expand
+        if native_gqa and not self.gqa_supported():
+            raise RuntimeError("this torch lacks enable_gqa")
+        kv_heads = s.heads if expand else s.kv_heads
+        q = self.randn(s.batch, s.heads, s.seq_q, s.head_dim, dtype=dt, grad=g)
+        k = self.randn(s.batch, kv_heads, s.seq_kv, s.head_dim, dtype=dt, grad=g)
+        v = self.randn(s.batch, kv_heads, s.seq_kv, s.head_dim, dtype=dt, grad=g)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
         masks = {}
         for c in p.chunks:
             if c.mask == "lower_right":
@@ -882,52 +1002,49 @@ class Profiler:
                     masks[c] = torch.ones(q_len, c.kv_len, dtype=torch.bool,
                                           device=self.device).tril(c.kv_len - q_len)
 
-        def forward(repeat: bool):
+        def forward():
             outs = []
             for c in p.chunks:
                 qc = q[:, :, c.q_start:c.q_end]
-                kc, vc = k[:, :, :c.kv_len], v[:, :, :c.kv_len]
-                kwargs = {}
-                if repeat:
-                    kc, vc = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)
-                elif group > 1:
-                    kwargs["enable_gqa"] = True
+                kv = slice(c.kv_start, c.kv_start + c.kv_len)
+                kwargs = {"enable_gqa": True} if native_gqa else {}
                 if c.mask == "causal":
                     kwargs["is_causal"] = True
                 elif c.mask == "lower_right":
                     kwargs["attn_mask"] = masks[c]
-                outs.append(sdpa(qc, kc, vc, **kwargs))
+                outs.append(sdpa(qc, k[:, :, kv], v[:, :, kv], **kwargs))
             return outs
 
-        repeat = group > 1 and not self.gqa_supported()
-        if repeat:
-            self.note_once("this torch lacks enable_gqa: k/v are repeated per query group")
-        ctx = self.flash_context()
-        try:
-            with ctx():
-                outs = forward(repeat)
-        except RuntimeError as e:
-            # The most portable form: any backend, k/v repeated to every query head.
-            note(f"flash backend cannot run {shape_text(s)} {p.dtype} ({first_line(e)}); "
-                 "timing the default SDPA backend")
-            ctx, repeat = contextlib.nullcontext, group > 1
-            outs = forward(repeat)
+        ctx = self.backend_context(p.backend)
+        with ctx():
+            outs = forward()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
         if not g:
             def run_forward():
                 with torch.no_grad(), ctx():
-                    forward(repeat)
+                    forward()
             return run_forward
         douts = [torch.randn_like(o) for o in outs]
+        # The backward kernels were fixed by the forward's backend; try one before timing.
+        torch.autograd.grad(outs, (q, k, v), douts, retain_graph=True)
         return lambda: torch.autograd.grad(outs, (q, k, v), douts, retain_graph=True)
 
-    def flash_context(self):
+    def backend_context(self, backend: str):
         torch = self.torch
+        if backend == "default":
+            return contextlib.nullcontext
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
-            return lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
         except ImportError:
+            if backend != "flash":
+                raise RuntimeError(f"this torch cannot select the {backend} SDPA backend")
             return lambda: torch.backends.cuda.sdp_kernel(
                 enable_flash=True, enable_math=False, enable_mem_efficient=False)
+        chosen = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}[backend]
+        if not hasattr(SDPBackend, chosen):
+            raise RuntimeError(f"this torch has no {chosen} SDPA backend")
+        return lambda: sdpa_kernel(getattr(SDPBackend, chosen))
 
     def unfused_attention(self, p: AttentionPlan) -> Callable[[], object]:
         torch = self.torch
@@ -1024,6 +1141,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls per kernel")
     ap.add_argument("--iters", type=int, default=50, help="timed calls per kernel (median)")
     ap.add_argument("--device", default="cuda", help="torch device (cpu: smoke test only)")
+    ap.add_argument("--clock", choices=CLOCKS, default="burst",
+                    help="burst: cold L2 and an idle GPU before each call (boost clock); "
+                         "steady: bf16 GEMMs before each call (the power-capped clock of a "
+                         "training loop)")
+    ap.add_argument("--attention", choices=ATTENTION_BACKENDS, default="megatron",
+                    help="SDPA backend of fused attention rows (megatron: cuDNN on Hopper and "
+                         "newer, flash elsewhere, as Transformer Engine picks)")
     ap.add_argument("--plan", action="store_true",
                     help="print what would run, one line per kernel, without torch")
     return ap.parse_args(argv)
@@ -1039,6 +1163,13 @@ def load_template(args: argparse.Namespace) -> list[Row]:
         path = Path(tmp) / "template.csv"
         export_template(fleetsim, args.experiment, path)
         return read_table(path)
+
+
+def save(path: str, rows: list[Row]) -> None:
+    try:
+        write_table(path, rows)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the kernel table: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1060,11 +1191,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(rows)} rows, {len(todo)} distinct kernels to measure, "
           f"{len(imported)} imported skipped", file=sys.stderr)
     if args.plan:
+        backend = args.attention
+        if backend == "megatron":
+            backend = "cudnn"
+            note("--attention megatron: the plan shows cuDNN, what Hopper and newer run; "
+                 "older GPUs run flash")
         for row in todo:
-            print(plan_line(row))
+            print(plan_line(row, backend))
         return 0
 
-    profiler = Profiler(args.device, args.warmup, args.iters)
+    profiler = Profiler(args.device, args.warmup, args.iters, args.clock, args.attention)
     gpu = args.gpu or (canonical_gpu(profiler.device_name()) if profiler.cuda else None)
     if gpu is None:
         raise InputError(f"--device {args.device} has no GPU name (expected --gpu NAME)")
@@ -1075,16 +1211,16 @@ def run(args: argparse.Namespace) -> int:
     for i, row in enumerate(todo, start=1):
         label = f"[{i}/{len(todo)}] {row.dtype} {row.kernel} {row.pass_} {row.shape_str}"
         try:
-            t = profiler.measure(row)
+            t, ran = profiler.measure(row)
         except Skip as e:
             note(f"{label}: skipped: {e}")
             continue
         print(f"{label}: {t:.3f} us (model {row.time_us:.3f} us)", file=sys.stderr)
-        measured.append(dataclasses.replace(row, gpu=gpu, time_us=t, source=source))
-    try:
-        write_table(args.out, measured)
-    except OSError as e:
-        raise InputError(f"{args.out}: cannot write the kernel table: {e}") from None
+        row_source = f"{source} attention={ran}" if ran else source
+        measured.append(dataclasses.replace(row, gpu=gpu, time_us=t, source=row_source))
+        # Written after every row, so an interrupted run keeps what it measured.
+        save(args.out, measured)
+    save(args.out, measured)
     print(f"wrote {args.out}: {len(measured)} of {len(todo)} kernels measured", file=sys.stderr)
     if todo and not measured:
         raise InputError("no kernel could be measured (see the notes above)")

@@ -259,6 +259,26 @@ class PlanTests(unittest.TestCase):
         self.assertEqual(pk.attention_chunks(unfused),
                          [pk.Chunk(0, 2048, 4096, "lower_right")])
 
+    def test_cudnn_chunks_split_bottom_right_masks_into_rectangle_and_square(self):
+        # cuDNN through SDPA has no bottom-right mask: the late half's 1024 queries over 4096
+        # keys become a full 1024 x 3072 rectangle and a causal 1024 x 1024 square on the
+        # last keys, the same work.
+        cp = pk.Attention(1, 8, 8, 2048, 4096, 128, True, True)
+        chunks = pk.AttentionPlan(cp, False, "bf16", "cudnn").chunks
+        self.assertEqual(chunks, [pk.Chunk(0, 1024, 1024, "causal"),
+                                  pk.Chunk(1024, 2048, 3072, "none"),
+                                  pk.Chunk(1024, 2048, 1024, "causal", 3072)])
+        # The flash backend keeps the bottom-right mask.
+        flash = pk.AttentionPlan(cp, False, "bf16", "flash").chunks
+        self.assertEqual(flash, pk.attention_chunks(cp))
+        self.assertIn("cudnn backend", pk.AttentionPlan(cp, True, "bf16", "cudnn").describe())
+
+    def test_megatron_backend_is_cudnn_from_hopper_on(self):
+        self.assertEqual(pk.megatron_attention_backend((9, 0)), "cudnn")
+        self.assertEqual(pk.megatron_attention_backend((10, 0)), "cudnn")
+        self.assertEqual(pk.megatron_attention_backend((8, 0)), "flash")
+        self.assertEqual(pk.megatron_attention_backend(None), "flash")
+
     def test_attention_descriptions(self):
         fwd = pk.plan_row(row("core_attention", "fwd", ATTN)).describe()
         self.assertIn("scaled_dot_product_attention(q[1,16,4096,128], k/v[1,4,4096,128], "
