@@ -522,7 +522,9 @@ impl Experiment {
     }
 }
 
-/// Layers per pipeline stage: even, or with Megatron's first/last-stage overrides.
+/// Layers per pipeline stage: even, with Megatron's first/last-stage overrides, or with the
+/// embedding and loss counted as layers. A stage's chunks split its layers as
+/// [`memory::chunk_counts`] says, so a stage needs at least one layer per chunk.
 fn split_layers(
     loaded: &LoadedConfig,
     layers: u64,
@@ -530,6 +532,11 @@ fn split_layers(
     vp: u32,
 ) -> Result<Vec<u64>, ConfigError> {
     let p = &loaded.config.parallel;
+    let counted = u64::from(p.account_for_embedding_in_pipeline_split)
+        + u64::from(p.account_for_loss_in_pipeline_split);
+    if counted > 0 {
+        return split_counting_embedding_and_loss(loaded, layers, pp, vp);
+    }
     if let Some(list) = &p.stage_layers {
         let key = "parallel.stage_layers";
         if p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
@@ -554,14 +561,10 @@ fn split_layers(
                 format!("adds up to {sum} layers but model.layers = {layers}"),
             ));
         }
-        if let Some((s, &c)) = list
-            .iter()
-            .enumerate()
-            .find(|(_, c)| **c == 0 || **c % vp != 0)
-        {
+        if let Some((s, &c)) = list.iter().enumerate().find(|(_, c)| **c < vp.max(1)) {
             return Err(loaded.error(
                 key,
-                format!("stage {s} has {c} layers; every stage needs at least one, and a multiple of VP {vp}"),
+                format!("stage {s} has {c} layers; every stage needs at least one per model chunk (VP {vp})"),
             ));
         }
         return Ok(list.iter().map(|&c| u64::from(c)).collect());
@@ -609,13 +612,53 @@ fn split_layers(
     if let Some((s, &c)) = counts
         .iter()
         .enumerate()
-        .find(|(_, c)| **c == 0 || **c % u64::from(vp) != 0)
+        .find(|(_, c)| **c < u64::from(vp.max(1)))
     {
         return Err(loaded.error(
             "parallel.vp",
-            format!("stage {s} has {c} layers, which VP {vp} model chunks cannot split evenly (each needs >= 1)"),
+            format!("stage {s} has {c} layers, fewer than its VP {vp} model chunks (each needs >= 1)"),
         ));
     }
+    Ok(counts)
+}
+
+/// Megatron-Core's split with `account_for_embedding_in_pipeline_split` and/or
+/// `account_for_loss_in_pipeline_split` (`transformer_block.py`, `get_num_layers_to_build`;
+/// checked in `transformer_config.py`): the embedding and the loss count as one layer each,
+/// the total divides evenly over PP × VP virtual stages, and the first (last) virtual stage
+/// builds one layer fewer. Llama 3.1 405B: 126 + 2 = 128 over PP 8 × VP 8, so 1 layer in
+/// (stage 0, chunk 0) and (stage 7, chunk 7) and 2 everywhere else.
+fn split_counting_embedding_and_loss(
+    loaded: &LoadedConfig,
+    layers: u64,
+    pp: u32,
+    vp: u32,
+) -> Result<Vec<u64>, ConfigError> {
+    let p = &loaded.config.parallel;
+    let key = "parallel.account_for_embedding_in_pipeline_split";
+    if p.stage_layers.is_some() || p.first_stage_layers.is_some() || p.last_stage_layers.is_some()
+    {
+        return Err(loaded.error(
+            key,
+            "cannot be combined with parallel.stage_layers or first/last_stage_layers (Megatron-Core refuses the combination too)",
+        ));
+    }
+    let embedding = u64::from(p.account_for_embedding_in_pipeline_split);
+    let loss = u64::from(p.account_for_loss_in_pipeline_split);
+    let total = layers + embedding + loss;
+    let virtual_stages = u64::from(pp) * u64::from(vp.max(1));
+    if !total.is_multiple_of(virtual_stages) || total / virtual_stages < 1 + embedding.max(loss) {
+        return Err(loaded.error(
+            key,
+            format!(
+                "model.layers = {layers} plus the embedding and loss counted as layers ({total}) must split evenly over PP {pp} × VP {vp} = {virtual_stages} virtual stages, with at least one layer left on the first and last"
+            ),
+        ));
+    }
+    let per_stage = total / u64::from(pp);
+    let mut counts = vec![per_stage; pp as usize];
+    counts[0] -= embedding;
+    counts[pp as usize - 1] -= loss;
     Ok(counts)
 }
 

@@ -77,23 +77,60 @@ pub fn bytes_per_param(p: Precision) -> (f64, f64, f64) {
     }
 }
 
-/// Layers of stage `stage`, given the layer count of every stage. Megatron's interleaved
-/// assignment: virtual stage `chunk·pp + s` holds the next contiguous block of
-/// `stage_layers[s] / vp` layers, virtual stages in order.
-pub fn stage_layers(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> Vec<u64> {
+/// Layers of each model chunk of a stage holding `count` layers in `vp` chunks: as even as
+/// possible. Where `count` is not a multiple of `vp` the short chunks sit next to the
+/// embedding on the first stage and next to the loss on the last, as Megatron-Core's
+/// `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split` leave them
+/// (`transformer_block.py`, `get_num_layers_to_build`: one layer fewer on the first and last
+/// virtual stage); elsewhere the first chunks are short.
+pub fn chunk_counts(count: u64, vp: u64, first: bool, last: bool) -> Vec<u64> {
+    let vp = vp.max(1);
+    let base = count.div_ceil(vp);
+    let short = base * vp - count;
+    let (front, back) = match (first, last) {
+        (true, true) => (short.div_ceil(2), short / 2),
+        (false, true) => (0, short),
+        _ => (short, 0),
+    };
+    (0..vp)
+        .map(|c| {
+            if c < front || c >= vp - back {
+                base - 1
+            } else {
+                base
+            }
+        })
+        .collect()
+}
+
+/// Layers of every model chunk of stage `stage`, given the layer count of every stage.
+/// Megatron's interleaved assignment: virtual stage `chunk·pp + s` holds the next contiguous
+/// block of layers, virtual stages in order, each of the size [`chunk_counts`] gives it.
+pub fn stage_chunks(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> Vec<Vec<u64>> {
     let vp = u64::from(layout.vp);
+    let pp = per_stage.len();
+    let counts: Vec<Vec<u64>> = per_stage
+        .iter()
+        .enumerate()
+        .map(|(s, &c)| chunk_counts(c, vp, s == 0, s + 1 == pp))
+        .collect();
     let mut start = 0;
     let mut out = Vec::new();
-    for _chunk in 0..layout.vp {
-        for (s, &count) in per_stage.iter().enumerate() {
-            let n = count / vp;
+    for chunk in 0..layout.vp as usize {
+        for (s, c) in counts.iter().enumerate() {
+            let n = c[chunk];
             if s == stage as usize {
-                out.extend(start..start + n);
+                out.push((start..start + n).collect());
             }
             start += n;
         }
     }
     out
+}
+
+/// Layers of stage `stage` (all its chunks, in chunk order).
+pub fn stage_layers(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> Vec<u64> {
+    stage_chunks(layout, per_stage, stage).concat()
 }
 
 /// Dense and expert parameters of layer `layer` held by one GPU. Norms are replicated across
@@ -268,7 +305,7 @@ pub fn stage_memory(
         .map(|&l| layer_activation_bytes(model, layout, inputs, l))
         .sum::<f64>()
         / layers.len().max(1) as f64;
-    let layers_per_chunk = (layers.len() as u64 / vp) as f64;
+    let layers_per_chunk = layers.len() as f64 / vp as f64;
     let mut activations = chunks_in_flight as f64 * layers_per_chunk * per_layer_avg;
     if first {
         activations += chunks_in_flight as f64 * embedding_activation_bytes(model, layout, inputs);

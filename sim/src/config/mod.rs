@@ -299,6 +299,15 @@ pub struct ParallelConfig {
     /// Layers on every pipeline stage, listed (overrides the even split and the first/last
     /// overrides): the heterogeneity-aware planner gives fast stages more layers.
     pub stage_layers: Option<Vec<u32>>,
+    /// Count the embedding as a layer when splitting layers over pipeline stages and virtual
+    /// stages (Megatron-Core `account_for_embedding_in_pipeline_split`): the first virtual stage
+    /// gets one layer fewer.
+    #[serde(default)]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Count the loss as a layer (Megatron-Core `account_for_loss_in_pipeline_split`): the last
+    /// virtual stage gets one layer fewer.
+    #[serde(default)]
+    pub account_for_loss_in_pipeline_split: bool,
     /// Micro-batches of every data-parallel replica, listed (default: the same for all,
     /// global_batch / (micro_batch × DP)). The planner gives fast replicas more; each
     /// replica's loss is scaled by its share of the global batch, so the summed gradient is
@@ -340,6 +349,8 @@ impl Default for ParallelConfig {
             first_stage_layers: None,
             last_stage_layers: None,
             stage_layers: None,
+            account_for_embedding_in_pipeline_split: false,
+            account_for_loss_in_pipeline_split: false,
             replica_micro_batches: None,
             order: defaults::order(),
             cp_comm: CpComm::P2p,
@@ -457,6 +468,33 @@ pub struct TrainingConfig {
     /// `--scatter-gather-tensors-in-pipeline`, on by default there; Megatron-Core ignores it).
     #[serde(default)]
     pub p2p_scatter_gather: bool,
+    /// FP8 dot-product attention (Transformer Engine's `fp8_dpa`, Megatron-Core's
+    /// `fp8_dot_product_attention`; off by default in both): without it FP8 training runs core
+    /// attention in BF16.
+    #[serde(default)]
+    pub fp8_attention: bool,
+    /// How Transformer Engine scales FP8 tensors: `delayed` (`DelayedScaling`, amax history,
+    /// one amax all-reduce per model chunk's forward and backward) or `current`
+    /// (`Float8CurrentScaling`, NeMo's `fp8-cs`: an amax pass over every tensor before its cast).
+    #[serde(default)]
+    pub fp8_recipe: Fp8Recipe,
+    /// Weights live in FP8 and the distributed optimizer gathers them in FP8 (Megatron-Core
+    /// `--fp8-param-gather`, NeMo's `fp8_params`): 1 byte per weight, no per-step weight cast.
+    #[serde(default)]
+    pub fp8_param_gather: bool,
+    /// Gradients accumulate and reduce in BF16 (Megatron-Core `--grad-reduce-in-bf16`, NeMo's
+    /// `grad_sync_dtype = bf16`) instead of FP32.
+    #[serde(default)]
+    pub grad_reduce_in_bf16: bool,
+}
+
+/// Transformer Engine's FP8 scaling recipe (`transformer_engine/common/recipe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fp8Recipe {
+    #[default]
+    Delayed,
+    Current,
 }
 
 impl Default for TrainingConfig {
@@ -473,6 +511,10 @@ impl Default for TrainingConfig {
             bucket_params: None,
             overlap_p2p_comm: true,
             p2p_scatter_gather: false,
+            fp8_attention: false,
+            fp8_recipe: Fp8Recipe::Delayed,
+            fp8_param_gather: false,
+            grad_reduce_in_bf16: false,
         }
     }
 }

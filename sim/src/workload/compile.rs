@@ -360,11 +360,7 @@ impl<'a> StageCompiler<'a> {
         stage: u32,
         micro_batches: u32,
     ) -> Self {
-        let layers = crate::memory::stage_layers(layout, &options.stage_layers, stage);
-        let per_chunk = (options.stage_layers[stage as usize] / u64::from(layout.vp)) as usize;
-        let chunk_layers = (0..layout.vp as usize)
-            .map(|c| layers[c * per_chunk..(c + 1) * per_chunk].to_vec())
-            .collect();
+        let chunk_layers = crate::memory::stage_chunks(layout, &options.stage_layers, stage);
         let d = &options.dims;
         let boundary = d.sp_tokens() * model.hidden * d.act_bytes();
         let scatter = if options.p2p_scatter_gather && !d.sp() && boundary.is_multiple_of(d.tp) {
