@@ -31,6 +31,49 @@ pub struct GpuSpec {
     pub hbm: Hbm,
     pub nvlink: NvLink,
     pub pcie: Pcie,
+    /// SM clocks and power limit. Without it the GPU holds the fraction of its datasheet
+    /// clock that its architecture family's fitted GPU holds (`configs/compute/*.toml`,
+    /// `[clock]`).
+    #[serde(default)]
+    pub clocks: Option<Clocks>,
+}
+
+/// The SM clock a GPU runs its tensor work at, MHz, and the power limit that sets it. A
+/// compute-bound kernel's speed follows the clock; a memory-bound one's does not (an H100
+/// copying 512 MiB holds its 1,980 MHz maximum: `sim/tests/calibration/h100-measured/`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clocks {
+    /// The clock `dense_tflops` are quoted at (SMs × tensor FLOPs per clock × this).
+    pub spec_mhz: f64,
+    /// The highest boost clock.
+    pub max_mhz: f64,
+    /// The clock of a compute-bound kernel timed alone after an idle GPU, as published kernel
+    /// benchmarks and `tools/profile_kernels.py --clock burst` time it.
+    pub burst_mhz: f64,
+    /// The clock held under sustained compute-bound load at the power limit, as in training.
+    pub sustained_mhz: f64,
+    /// The same under sustained FP8 tensor work, which draws more power per clock (an H100
+    /// holds 1,275 MHz under FP8 GEMMs, 1,380 under BF16); default `sustained_mhz`.
+    #[serde(default)]
+    pub sustained_fp8_mhz: Option<f64>,
+    pub power_limit_w: f64,
+    pub source: String,
+}
+
+impl Clocks {
+    pub fn sustained_fp8(&self) -> f64 {
+        self.sustained_fp8_mhz.unwrap_or(self.sustained_mhz)
+    }
+}
+
+/// Which clock a kernel is timed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockState {
+    /// Sustained load at the power limit: every simulation.
+    Sustained,
+    /// One kernel after an idle GPU: what published kernel benchmarks measure.
+    Burst,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -121,6 +164,19 @@ impl GpuSpec {
         self.nvlink.bandwidth_gb_s * 1e9
     }
 
+    /// The clock of `dtype` tensor work in `state` as a fraction of the datasheet clock, when
+    /// the file gives clocks.
+    pub fn clock_fraction(&self, state: ClockState, dtype: Precision) -> Option<f64> {
+        self.clocks.as_ref().map(|c| {
+            let mhz = match state {
+                ClockState::Sustained if dtype == Precision::Fp8 => c.sustained_fp8(),
+                ClockState::Sustained => c.sustained_mhz,
+                ClockState::Burst => c.burst_mhz,
+            };
+            mhz / c.spec_mhz
+        })
+    }
+
     fn validate(&self, file: &str) -> Result<(), ConfigError> {
         let t = &self.dense_tflops;
         let checks: [(&str, f64, bool); 9] = [
@@ -143,6 +199,35 @@ impl GpuSpec {
                     format!(
                         "must be a finite number {} 0, got {value}",
                         if zero_ok { ">=" } else { ">" }
+                    ),
+                ));
+            }
+        }
+        if let Some(c) = &self.clocks {
+            let positive = [
+                ("clocks.spec_mhz", c.spec_mhz),
+                ("clocks.max_mhz", c.max_mhz),
+                ("clocks.burst_mhz", c.burst_mhz),
+                ("clocks.sustained_mhz", c.sustained_mhz),
+                ("clocks.power_limit_w", c.power_limit_w),
+                ("clocks.sustained_fp8_mhz", c.sustained_fp8()),
+            ];
+            for (key, value) in positive {
+                if !value.is_finite() || value <= 0.0 {
+                    return Err(ConfigError::plain(
+                        file,
+                        key,
+                        format!("must be a finite number > 0, got {value}"),
+                    ));
+                }
+            }
+            if c.sustained_mhz.max(c.sustained_fp8()) > c.burst_mhz || c.burst_mhz > c.max_mhz {
+                return Err(ConfigError::plain(
+                    file,
+                    "clocks",
+                    format!(
+                        "needs sustained_mhz <= burst_mhz <= max_mhz, got {} <= {} <= {}: a power limit can only lower the clock",
+                        c.sustained_mhz, c.burst_mhz, c.max_mhz
                     ),
                 ));
             }

@@ -1,16 +1,23 @@
 //! The compute model against public measurements (`sim/tests/calibration/`, copied from
-//! `../shared/calibration/` with sources). The thresholds are issue 3's acceptance criteria;
+//! `../shared/calibration/` with sources, and the H100 tables of `h100-measured/`). The
+//! thresholds are issues 3's and 10's acceptance criteria;
 //! `cargo run --release -p sim --example fit_compute` prints every residual.
 
 use std::path::PathBuf;
 
 use sim::compute::calibration::{
-    Comparison, compare_flash_attention, compare_gemm, layer_seconds, nccl_busbw,
+    Comparison, compare_flash_attention, compare_gemm, compare_table, heated, layer_seconds,
+    nccl_busbw,
 };
-use sim::compute::{ComputeModel, Interference};
+use sim::compute::{
+    ComputeModel, EfficiencyTable, Interference, KernelTables, model_time, model_time_at,
+};
+use sim::config::{AttentionBackend, Precision};
 use sim::experiment::Experiment;
 use sim::gpu::GpuDatabase;
+use sim::gpu::{ClockState, GpuSpec};
 use sim::workload::{CollectiveOp, compile};
+use sim::workload::{Kernel, Shape};
 
 fn calibration(file: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -40,37 +47,42 @@ fn table(cases: &[Comparison]) -> String {
 }
 
 #[test]
-fn gemm_throughput_within_10_percent_for_80_percent_of_shapes_per_gpu() {
+fn a100_gemm_throughput_within_10_percent_for_80_percent_of_shapes() {
     let m = model();
     let db = GpuDatabase::embedded().expect("GPU database");
-    let cases = compare_gemm(&calibration("gemm_tflops.csv"), &db, &|k, g| {
+    let cases: Vec<Comparison> = compare_gemm(&calibration("gemm_tflops.csv"), &db, &|k, g| {
         m.kernel_time(k, g).seconds()
     })
-    .expect("GEMM table");
-    let mut columns: Vec<&str> = cases.iter().map(|c| c.column.as_str()).collect();
-    columns.sort_unstable();
-    columns.dedup();
-    assert_eq!(columns, ["a100_fp16", "h100_fp8", "h200_fp8"]);
-    for column in columns {
-        let of: Vec<&Comparison> = cases.iter().filter(|c| c.column == column).collect();
-        let good = of.iter().filter(|c| c.error().abs() <= 0.10).count();
-        assert!(
-            good * 10 >= of.len() * 8,
-            "{column}: only {good} of {} shapes within 10%:\n{}",
-            of.len(),
-            table(&cases)
-        );
-    }
+    .expect("GEMM table")
+    .into_iter()
+    .filter(|c| c.column == "a100_fp16")
+    .collect();
+    assert_eq!(cases.len(), 8);
+    let good = cases.iter().filter(|c| c.error().abs() <= 0.10).count();
+    assert!(good * 10 >= cases.len() * 8, "{}", table(&cases));
 }
 
 #[test]
-fn flash_attention_within_10_percent_from_1k_tokens() {
+fn a100_and_h100_flash_attention_2_within_10_percent_from_1k_tokens() {
     let m = model();
     let db = GpuDatabase::embedded().expect("GPU database");
-    let cases =
-        compare_flash_attention(&calibration("flash_attention_tflops.csv"), &db, &|k, g| {
-            m.kernel_time(k, g).seconds()
-        })
+    // A100 runs FlashAttention-2 by default (Transformer Engine prefers it on sm80), at the
+    // sustained clock; H100's FlashAttention-2 fit is its `attention_flash2`, at the burst
+    // clock of the benchmark's short loops.
+    let families = EfficiencyTable::embedded()
+        .expect("families")
+        .with_attention(AttentionBackend::Flash2, &["hopper"])
+        .expect("hopper has a FlashAttention-2 fit");
+    let seconds = |k: &Kernel, g: &GpuSpec| {
+        let (e, fitted) = families.for_architecture(&g.architecture);
+        let state = if g.architecture == "hopper" {
+            ClockState::Burst
+        } else {
+            ClockState::Sustained
+        };
+        model_time_at(k, g, e, fitted, state).seconds()
+    };
+    let cases = compare_flash_attention(&calibration("flash_attention_tflops.csv"), &db, &seconds)
         .expect("attention table");
     assert_eq!(cases.len(), 47);
     let long: Vec<&Comparison> = cases
@@ -81,6 +93,145 @@ fn flash_attention_within_10_percent_from_1k_tokens() {
     for c in long {
         assert!(c.error().abs() <= 0.10, "{c:?}\n{}", table(&cases));
     }
+    let _ = m;
+}
+
+/// The H100 tables a file of `h100-measured/` holds, every row, as comparisons with the
+/// model at the clocks the steady measurement ran at (after BF16 heaters).
+fn steady(file: &str) -> Vec<Comparison> {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/calibration/h100-measured")
+        .join(file);
+    let mut t = KernelTables::default();
+    t.add_text(
+        &path,
+        &calibration(&format!("h100-measured/{file}")),
+        &|n| db.get(n).cloned(),
+    )
+    .expect("measured table");
+    let m = model();
+    compare_table(&t, &|k, g| {
+        let g = heated(g);
+        let (e, fitted) = m.efficiency_of(&g);
+        model_time(k, &g, e, fitted).seconds()
+    })
+}
+
+fn within(cases: &[Comparison], column: &str, tolerance: f64) -> (usize, usize) {
+    let of: Vec<&Comparison> = cases.iter().filter(|c| c.column == column).collect();
+    let good = of.iter().filter(|c| c.error().abs() <= tolerance).count();
+    (good, of.len())
+}
+
+/// The GEMM model against cuBLAS GEMMs measured at the IR's shapes on an H100 in steady
+/// state: BF16 (`kernels-steady.csv`) and FP8 (`gemm-fp8-steady.csv`, `torch._scaled_mm`).
+#[test]
+fn h100_steady_gemms_within_10_percent_for_90_percent_of_ir_shapes() {
+    let mut cases = steady("kernels-steady.csv");
+    cases.extend(steady("gemm-fp8-steady.csv"));
+    for column in ["gemm bf16", "gemm fp8"] {
+        let (good, n) = within(&cases, column, 0.10);
+        assert!(n >= 180, "{column}: {n} rows");
+        assert!(good * 10 >= n * 9, "{column}: {good} of {n} within 10%");
+    }
+}
+
+/// Attention as Megatron-Core runs it on Hopper: cuDNN fused attention, measured through
+/// PyTorch SDPA's cuDNN backend at the IR's shapes and FlashAttention-2's grid.
+#[test]
+fn h100_cudnn_attention_within_10_percent_for_80_percent_and_20_percent_for_all() {
+    let cases = steady("attention-cudnn-steady.csv");
+    let mut all = 0;
+    for column in ["attention bf16 fwd", "attention bf16 bwd"] {
+        let (good, n) = within(&cases, column, 0.10);
+        assert_eq!(n, 35, "{column}");
+        assert!(good * 10 >= n * 8, "{column}: {good} of {n} within 10%");
+        all += within(&cases, column, 0.20).0;
+    }
+    assert_eq!(all, 70, "{}", table(&cases));
+}
+
+/// Sustained clocks: compute-bound kernels run at the power-capped clock, memory-bound ones
+/// do not. The model's burst-to-sustained time ratio of the IR's BF16 GEMMs is within 3% of
+/// the median measured on an H100 (207 GEMMs of `kernels-{burst,steady}.csv`: 1.134);
+/// elementwise kernels stay within 3% of their measured 0.985.
+#[test]
+fn steady_over_burst_time_follows_the_clock_for_gemms_and_not_for_memory_bound_kernels() {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    let h100 = db.get("H100-SXM").expect("H100");
+    let m = model();
+    let (e, fitted) = m.efficiency_of(h100);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/calibration/h100-measured");
+    let read = |f: &str| {
+        let mut t = KernelTables::default();
+        let path = dir.join(f);
+        t.add_text(
+            &path,
+            &std::fs::read_to_string(&path).expect("table"),
+            &|n| db.get(n).cloned(),
+        )
+        .expect("table");
+        t
+    };
+    let (burst, steady) = (read("kernels-burst.csv"), read("kernels-steady.csv"));
+    let measured: std::collections::BTreeMap<String, f64> = burst
+        .measured()
+        .map(|(_, k, s)| (format!("{k:?}"), s))
+        .collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut ratios = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (_, k, steady_s) in steady.measured() {
+        let burst_s = measured[&format!("{k:?}")];
+        let model = |state| model_time_at(&k, h100, e, fitted, state).seconds();
+        let modelled = model(ClockState::Sustained) / model(ClockState::Burst);
+        match k.shape {
+            Shape::Gemm { .. } => {
+                ratios.0.push(steady_s / burst_s);
+                ratios.1.push(modelled);
+            }
+            Shape::Elementwise { .. } => {
+                ratios.2.push(steady_s / burst_s);
+                ratios.3.push(modelled);
+            }
+            _ => {}
+        }
+    }
+    let (gemm_measured, gemm_model) = (median(ratios.0), median(ratios.1));
+    assert!((gemm_measured - 1.134).abs() < 0.002, "{gemm_measured}");
+    assert!(
+        (gemm_model / gemm_measured - 1.0).abs() < 0.03,
+        "model {gemm_model} against measured {gemm_measured}"
+    );
+    let (memory_measured, memory_model) = (median(ratios.2), median(ratios.3));
+    assert!((memory_model / memory_measured - 1.0).abs() < 0.03);
+    assert!((memory_model - 1.0).abs() < 0.01, "{memory_model}");
+}
+
+/// FP8 GEMMs hold a lower clock than BF16 under sustained load: back to back for 8 s an
+/// 8192³ FP8 GEMM ran at 1,222-1,231 TFLOP/s on the H100 (`sustained-clocks.txt`), against
+/// 1,337 when each call followed BF16 heaters (`gemm-fp8-steady.csv`): 8.9% slower, as the
+/// clock probe's 1,275 MHz under FP8 against 1,380 under BF16 says (8.2%). The model's ratio
+/// is within 3% of the measured one, and its sustained FP8 and BF16 8192³ within 8%.
+#[test]
+fn sustained_fp8_gemms_run_at_the_fp8_clock() {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    let h100 = db.get("H100-SXM").expect("H100");
+    let m = model();
+    let k = sim::compute::calibration::gemm_kernel(8192, 8192, 8192, Precision::Fp8);
+    let sustained = k.flops as f64 / m.kernel_time(&k, h100).seconds() / 1e12;
+    let after_heater = k.flops as f64 / m.kernel_time(&k, &heated(h100)).seconds() / 1e12;
+    let measured = (1228.0, 1336.9);
+    let ratio = (after_heater / sustained) / (measured.1 / measured.0);
+    assert!((ratio - 1.0).abs() < 0.03, "{ratio}");
+    assert!((sustained / measured.0 - 1.0).abs() < 0.08, "{sustained}");
+    let bf16 = sim::compute::calibration::gemm_kernel(8192, 8192, 8192, Precision::Bf16);
+    let tflops = bf16.flops as f64 / m.kernel_time(&bf16, h100).seconds() / 1e12;
+    // 675-682 TFLOP/s back to back for 12 s (sustained-clocks.txt).
+    assert!((tflops / 680.0 - 1.0).abs() < 0.08, "{tflops}");
 }
 
 /// Korthikanti et al. 2022 Table 4: one layer of the 22B GPT, TP 8 on A100, per variant.

@@ -15,6 +15,8 @@ pub struct Comparison {
     pub case: String,
     pub measured: f64,
     pub predicted: f64,
+    /// The measured duration, where the case is one kernel's time (else 0).
+    pub measured_seconds: f64,
 }
 
 impl Comparison {
@@ -91,6 +93,7 @@ pub fn compare_gemm(
                 case: format!("{}x{}x{}", dims[0], dims[1], dims[2]),
                 measured: number(value)?,
                 predicted: k.flops as f64 / seconds(&k, g) / 1e12,
+                measured_seconds: 0.0,
             });
         }
     }
@@ -172,10 +175,59 @@ pub fn compare_flash_attention(
                 ),
                 measured: number(value)?,
                 predicted: flops / time / 1e12,
+                measured_seconds: 0.0,
             });
         }
     }
     Ok(out)
+}
+
+/// `gpu` as `tools/profile_kernels.py --clock steady` measured it: after BF16 GEMM heaters,
+/// so every kernel, FP8 ones too, ran at the 16-bit sustained clock.
+pub fn heated(gpu: &GpuSpec) -> GpuSpec {
+    let mut g = gpu.clone();
+    if let Some(c) = &mut g.clocks {
+        c.sustained_fp8_mhz = Some(c.sustained_mhz);
+    }
+    g
+}
+
+/// A measured kernel table (`sim/tests/calibration/h100-measured/*.csv`) against the model:
+/// per row, achieved speed measured and predicted, FLOP/s of executed work for GEMMs and
+/// attention, bytes/s for the rest (so a positive error means the model is too fast). The
+/// column names the kind and data type, e.g. `gemm fp8`, `attention bf16 bwd`.
+pub fn compare_table(
+    tables: &super::KernelTables,
+    seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
+) -> Vec<Comparison> {
+    tables
+        .measured()
+        .map(|(gpu, kernel, measured_s)| {
+            let (kind, work) = match kernel.shape {
+                Shape::Gemm { .. } => ("gemm", super::executed_flops(&kernel)),
+                Shape::Attention { .. } => ("attention", super::executed_flops(&kernel)),
+                _ => ("memory", kernel.bytes as f64),
+            };
+            let pass = if kind == "attention" {
+                format!(" {}", kernel.pass.name())
+            } else {
+                String::new()
+            };
+            Comparison {
+                column: format!("{kind} {}{pass}", kernel.dtype.name()),
+                case: format!(
+                    "{} {} {} {}",
+                    gpu.name,
+                    kernel.name.name(),
+                    kernel.pass.name(),
+                    super::table::shape_key(&kernel.shape)
+                ),
+                measured: work / measured_s,
+                predicted: work / seconds(&kernel, gpu),
+                measured_seconds: measured_s,
+            }
+        })
+        .collect()
 }
 
 /// Bus bandwidth (bytes/s) of a one-node all-reduce of `bytes`, interpolated log-log in

@@ -17,17 +17,23 @@
 //! - **Fused attention** (FlashAttention-2, Dao 2023): each thread block owns 128 query rows
 //!   and loops over the keys, so a fixed per-block cost gives efficiency
 //!   `seq_kv/(seq_kv + seq_half)`; with a causal mask the diagonal blocks are partly wasted,
-//!   `nb/(nb + causal_blocks)` with `nb = seq_q/128`. Backward runs at `backward_relative` of
-//!   the forward efficiency (FA2 paper §4.1: up to 73% of peak forward, 63% backward on A100).
+//!   `causal_peak · nb/(nb + causal_blocks)` with `nb = seq_q/128`. A grid of few thread blocks
+//!   per SM hides less latency: `x/(x + blocks_per_sm_half)` with `x` blocks per SM. Backward
+//!   runs at `backward_relative` of the forward efficiency (FA2 paper §4.1: up to 73% of peak
+//!   forward, 63% backward on A100).
 //! - **Memory-bound kernels** reach `memory_efficiency` of the datasheet HBM bandwidth (the
 //!   measured STREAM-like bandwidth in `../shared/calibration/gpus.csv`).
 //! - Every kernel pays `launch_us` (launch plus the gap between back-to-back kernels).
+//! - **Clocks.** Every efficiency of GEMMs and attention is a fraction of the tensor peak *at
+//!   the clock the kernel runs at*: `dense_tflops × clock / spec clock` (the GPU file's
+//!   `[clocks]`). Training runs at the sustained, power-capped clock; the `[clock]` fractions
+//!   here stand in for a GPU file without clocks.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, Precision, parse_typed};
+use crate::config::{AttentionBackend, ConfigError, Precision, parse_typed};
 use crate::embedded;
 
 /// The efficiency parameters of one architecture family.
@@ -41,7 +47,26 @@ pub struct ArchEfficiency {
     pub memory_efficiency: f64,
     pub source: String,
     pub gemm: GemmEfficiency,
+    /// The fused attention Megatron-Core with Transformer Engine runs on this family by
+    /// default (its `backend` names which).
     pub attention: AttentionEfficiency,
+    /// FlashAttention-2, where it is not the default (Hopper: TE before mid 2024, or
+    /// `NVTE_FUSED_ATTN=0`); `training.attention_backend = "flash2"` selects it.
+    #[serde(default)]
+    pub attention_flash2: Option<AttentionEfficiency>,
+    pub clock: ClockFractions,
+}
+
+/// The clocks, as fractions of the datasheet clock, of a GPU of this family whose file has no
+/// `[clocks]`: those of the GPU the family was fitted on.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockFractions {
+    pub sustained: f64,
+    /// Under sustained FP8 tensor work.
+    pub sustained_fp8: f64,
+    pub burst: f64,
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -84,14 +109,27 @@ impl PeakFraction {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionEfficiency {
+    /// The kernels fitted: `cudnn` (Transformer Engine's FusedAttention) or `flash2`
+    /// (FlashAttention-2).
+    pub backend: AttentionBackend,
     /// Forward efficiency at long sequences, head dimension 64.
     pub peak_fraction_hd64: f64,
     /// Forward efficiency at long sequences, head dimension 128.
     pub peak_fraction_hd128: f64,
     /// Keys at which the per-block fixed cost halves the efficiency.
     pub seq_half: f64,
+    /// The same for the backward pass, whose per-block fixed cost differs (dQ, dK, dV
+    /// accumulators); default `seq_half`.
+    #[serde(default)]
+    pub seq_half_backward: Option<f64>,
     /// Extra 128-row blocks' worth of waste from a causal mask.
     pub causal_blocks: f64,
+    /// The efficiency of a causal kernel at long sequences relative to a full one (masked
+    /// diagonal blocks and the uneven work of query blocks); 1 where the fit needs none.
+    pub causal_peak: f64,
+    /// Thread blocks per SM at which latency hiding halves the efficiency: a grid of `x`
+    /// blocks per SM runs at `x / (x + blocks_per_sm_half)` (0: no such loss).
+    pub blocks_per_sm_half: f64,
     /// Backward efficiency relative to forward.
     pub backward_relative: f64,
     pub source: String,
@@ -133,6 +171,39 @@ impl EfficiencyTable {
         Ok(Self { by_architecture })
     }
 
+    /// The same families with `backend`'s attention: `auto` keeps each family's default;
+    /// `flash2` or `cudnn` on a family `in_use` (the GPUs' architectures) without that fit is
+    /// an error naming the family.
+    pub fn with_attention(
+        mut self,
+        backend: AttentionBackend,
+        in_use: &[&str],
+    ) -> Result<Self, String> {
+        if backend == AttentionBackend::Auto {
+            return Ok(self);
+        }
+        let used: Vec<String> = in_use
+            .iter()
+            .map(|arch| self.for_architecture(arch).0.architecture.clone())
+            .collect();
+        for (arch, a) in &mut self.by_architecture {
+            if a.attention.backend == backend || !used.contains(arch) {
+                continue;
+            }
+            match (&a.attention_flash2, backend) {
+                (Some(f), AttentionBackend::Flash2) => a.attention = f.clone(),
+                _ => {
+                    return Err(format!(
+                        "the {arch} family has no {} attention fit (its default is {}); use auto",
+                        backend.name(),
+                        a.attention.backend.name()
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// The parameters for `architecture` and whether they were fitted for it (false: the
     /// default family's).
     pub fn for_architecture(&self, architecture: &str) -> (&ArchEfficiency, bool) {
@@ -167,6 +238,19 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         }
     };
     non_negative("launch_us", a.launch_us)?;
+    for (key, v) in [
+        ("clock.sustained", a.clock.sustained),
+        ("clock.sustained_fp8", a.clock.sustained_fp8),
+        ("clock.burst", a.clock.burst),
+    ] {
+        if !v.is_finite() || v <= 0.0 || v > 1.5 {
+            return Err(ConfigError::plain(
+                file,
+                key,
+                format!("must be a fraction of the datasheet clock in (0, 1.5], got {v}"),
+            ));
+        }
+    }
     fraction("memory_efficiency", a.memory_efficiency)?;
     let p = &a.gemm.peak_fraction;
     for (key, v) in [
@@ -184,13 +268,22 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
             a.attention.peak_fraction_hd128,
         ),
         ("attention.backward_relative", a.attention.backward_relative),
+        ("attention.causal_peak", a.attention.causal_peak),
     ] {
         fraction(key, v)?;
     }
     non_negative("gemm.k_overhead", a.gemm.k_overhead)?;
     non_negative("gemm.tile_intensity_half", a.gemm.tile_intensity_half)?;
     non_negative("attention.seq_half", a.attention.seq_half)?;
+    non_negative(
+        "attention.seq_half_backward",
+        a.attention.seq_half_backward.unwrap_or(0.0),
+    )?;
     non_negative("attention.causal_blocks", a.attention.causal_blocks)?;
+    non_negative(
+        "attention.blocks_per_sm_half",
+        a.attention.blocks_per_sm_half,
+    )?;
     if a.memory_efficiency == 0.0 || a.attention.backward_relative == 0.0 {
         return Err(ConfigError::plain(
             file,

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::config::{ConfigError, Origin, Precision};
-use crate::gpu::GpuSpec;
+use crate::gpu::{ClockState, GpuSpec};
 use crate::workload::{Kernel, KernelName, Pass, Shape};
 
 use super::{TimeSource, executed_flops};
@@ -325,6 +325,24 @@ impl KernelTables {
         self.rows.is_empty()
     }
 
+    /// Every measured row as the kernel it times, its GPU and its time in seconds, in key
+    /// order.
+    pub fn measured(&self) -> impl Iterator<Item = (&GpuSpec, Kernel, f64)> + '_ {
+        self.rows
+            .iter()
+            .filter_map(|((gpu, dtype, name, pass, shape), row)| {
+                let kernel = Kernel {
+                    name: *name,
+                    pass: *pass,
+                    shape: parse_shape(shape).ok()?,
+                    flops: row.flops,
+                    bytes: row.bytes,
+                    dtype: *dtype,
+                };
+                Some((self.gpus.get(gpu)?, kernel, row.time_ps as f64 * 1e-12))
+            })
+    }
+
     pub fn len(&self) -> usize {
         self.rows.len()
     }
@@ -377,8 +395,16 @@ fn scale(row: &Row, kernel: &Kernel, base: &GpuSpec, target: &GpuSpec) -> u64 {
         flops / row.bytes as f64
     };
     let ridge = base_peak / (base_bw * 1e12);
+    // Compute-bound work also follows the sustained clocks, where both files give them.
+    let clocks = match (
+        base.clock_fraction(ClockState::Sustained, kernel.dtype),
+        target.clock_fraction(ClockState::Sustained, kernel.dtype),
+    ) {
+        (Some(b), Some(t)) => b / t,
+        _ => 1.0,
+    };
     let ratio = if intensity >= ridge && target_peak > 0.0 {
-        base_peak / target_peak
+        base_peak / target_peak * clocks
     } else {
         base_bw / target.hbm.bandwidth_tb_s
     };
@@ -523,9 +549,9 @@ mod tests {
             model.kernel_time(&g, a100).source,
             TimeSource::Model { fitted: true }
         );
-        let b200 = db.get("B200").unwrap();
+        let mi300x = db.get("MI300X").unwrap();
         assert_eq!(
-            model.kernel_time(&g, b200).source,
+            model.kernel_time(&g, mi300x).source,
             TimeSource::Model { fitted: false }
         );
     }

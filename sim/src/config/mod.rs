@@ -486,6 +486,34 @@ pub struct TrainingConfig {
     /// `grad_sync_dtype = bf16`) instead of FP32.
     #[serde(default)]
     pub grad_reduce_in_bf16: bool,
+    /// The fused-attention kernels (with `flash_attention`): `auto` (what Megatron-Core with
+    /// Transformer Engine picks for the GPU), `cudnn` or `flash2`.
+    #[serde(default)]
+    pub attention_backend: AttentionBackend,
+}
+
+/// Which fused-attention kernels run (`training.attention_backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionBackend {
+    /// What Megatron-Core with Transformer Engine picks for the GPU: cuDNN fused attention on
+    /// Hopper and newer, FlashAttention-2 on Ampere (TE `get_attention_backend`).
+    #[default]
+    Auto,
+    /// Transformer Engine's FusedAttention (cuDNN).
+    Cudnn,
+    /// FlashAttention-2 (Dao 2023).
+    Flash2,
+}
+
+impl AttentionBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionBackend::Auto => "auto",
+            AttentionBackend::Cudnn => "cudnn",
+            AttentionBackend::Flash2 => "flash2",
+        }
+    }
 }
 
 /// Transformer Engine's FP8 scaling recipe (`transformer_engine/common/recipe`).
@@ -515,6 +543,7 @@ impl Default for TrainingConfig {
             fp8_recipe: Fp8Recipe::Delayed,
             fp8_param_gather: false,
             grad_reduce_in_bf16: false,
+            attention_backend: AttentionBackend::Auto,
         }
     }
 }

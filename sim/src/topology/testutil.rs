@@ -42,6 +42,7 @@ fn spec(name: &str, vendor: Vendor, nvlink_gb_s: f64, pcie_gen: u32) -> GpuSpec 
             lanes: 16,
             source: String::new(),
         },
+        clocks: None,
     }
 }
 
