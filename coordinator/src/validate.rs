@@ -169,31 +169,41 @@ impl Framework {
     }
 }
 
-/// The cluster a GPU's published runs used: the NVIDIA DGX SuperPOD of its generation, 8 GPUs
-/// and 8 compute NICs per host on a rail-optimised fabric (DGX SuperPOD reference
-/// architectures: A100 with HDR 200 Gb/s in scalable units of 20 hosts (Selene); H100/H200
-/// with NDR 400 Gb/s in units of 32 hosts (EOS)). `None` for a GPU without one: give the
-/// cluster in the row's `settings`.
-pub fn cluster_for(gpu: &str) -> Option<[(&'static str, String); 5]> {
+/// The cluster a GPU's published runs used: the NVIDIA DGX SuperPOD of its generation, on a
+/// rail-optimised fabric, one compute NIC per GPU (DGX SuperPOD reference architectures):
+/// A100 with HDR 200 Gb/s in scalable units of 20 hosts (Selene); H100/H200 with NDR
+/// 400 Gb/s in units of 32 hosts (EOS); DGX B200 with 8 ConnectX-7 400 Gb/s NICs, units of
+/// 32 hosts; GB200 NVL72 with 4 GPUs and 4 ConnectX-7 400 Gb/s NICs per compute tray, 72
+/// GPUs per NVLink domain, 18 trays per rack. `None` for a GPU without one: give the cluster
+/// in the row's `settings`.
+pub fn cluster_for(gpu: &str) -> Option<Vec<(&'static str, String)>> {
     let lower = gpu.to_ascii_lowercase();
-    let (nic_gbps, hosts_per_segment) = if lower.starts_with("a100") || lower.starts_with("a800") {
-        (200, 20)
+    let rail = |gpus_per_host: u32, nic_gbps: u32, hosts_per_segment: u32| {
+        vec![
+            ("gpus_per_host", gpus_per_host.to_string()),
+            ("topology", "\"rail-optimized\"".into()),
+            ("nics_per_host", gpus_per_host.to_string()),
+            ("nic_gbps", nic_gbps.to_string()),
+            ("hosts_per_segment", hosts_per_segment.to_string()),
+        ]
+    };
+    if lower.starts_with("a100") || lower.starts_with("a800") {
+        Some(rail(8, 200, 20))
     } else if lower.starts_with("h100")
         || lower.starts_with("h200")
         || lower.starts_with("h800")
         || lower.starts_with("h20")
     {
-        (400, 32)
+        Some(rail(8, 400, 32))
+    } else if lower.starts_with("gb200") {
+        let mut c = rail(4, 400, 18);
+        c.push(("nvlink_domain", "72".into()));
+        Some(c)
+    } else if lower.starts_with("b200") {
+        Some(rail(8, 400, 32))
     } else {
-        return None;
-    };
-    Some([
-        ("gpus_per_host", "8".into()),
-        ("topology", "\"rail-optimized\"".into()),
-        ("nics_per_host", "8".into()),
-        ("nic_gbps", nic_gbps.to_string()),
-        ("hosts_per_segment", hosts_per_segment.to_string()),
-    ])
+        None
+    }
 }
 
 /// One row of the table, resolved.
@@ -208,10 +218,34 @@ pub struct Case {
     pub measured: f64,
     pub unit: Unit,
     pub notes: String,
-    /// The experiment file this row becomes.
+    /// Tokens per second per GPU when the notes give them (`26006 tok/s/GPU`): compared
+    /// instead of TFLOP/s, which frameworks count differently (Megatron-Core halves causal
+    /// attention from March 2025, `training.py` `num_floating_point_operations`).
+    pub tokens_per_gpu_s: Option<f64>,
+    /// The experiment file this row becomes, its `settings` included.
     pub experiment: String,
-    /// `settings` column, applied like `--set`.
+    /// The `settings` column (already in `experiment`).
     pub settings: Vec<String>,
+}
+
+/// A setting's value as TOML text: as written when it parses (numbers, booleans, arrays,
+/// quoted strings), else quoted, as `--set` reads a bare word.
+fn toml_value(raw: &str) -> String {
+    if format!("v = {raw}").parse::<toml::Table>().is_ok() {
+        raw.to_string()
+    } else {
+        toml::Value::String(raw.to_string()).to_string()
+    }
+}
+
+/// The number before `tok/s/GPU` in a row's notes, if any.
+fn tokens_in_notes(notes: &str) -> Option<f64> {
+    let at = notes.find("tok/s/GPU")?;
+    let before = notes[..at].trim_end();
+    let start = before
+        .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or(0, |i| i + 1);
+    before[start..].parse().ok().filter(|v: &f64| *v > 0.0)
 }
 
 /// A case and what the simulator said.
@@ -387,7 +421,7 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
     let cluster = cluster_for(&gpu);
     if cluster.is_none() && !settings.iter().any(|s| s.starts_with("cluster.")) {
         return Err(err(format!(
-            "GPU `{gpu}` has no default cluster (A100, A800, H100, H200, H800 and H20 do); describe it in the `settings` column, e.g. cluster.topology=fat-tree;cluster.nic_gbps=400"
+            "GPU `{gpu}` has no default cluster (A100, A800, H100, H200, H800, H20, B200 and GB200 do); describe it in the `settings` column, e.g. cluster.topology=fat-tree;cluster.nic_gbps=400"
         )));
     }
     let unit = Unit::parse(get("unit")).ok_or_else(|| {
@@ -439,51 +473,57 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         }
     };
 
-    let mut toml = String::new();
-    let name = format!("{source}-line{line}");
-    let _ = writeln!(
-        toml,
-        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}",
-        framework.name(),
-        unit.name(),
-        get("notes")
-    );
-    let _ = writeln!(
-        toml,
-        "name = \"{name}\"\n\n[cluster]\ngpus = {gpus}\ngpu = \"{gpu}\""
-    );
+    // The experiment as (section, key, value) in file order; the row's `settings` then replace
+    // or extend it, so the case file is exactly what runs.
+    let mut entries: Vec<(String, String, String)> = Vec::new();
+    let mut put = |section: &str, key: &str, value: String| {
+        entries.push((section.to_string(), key.to_string(), value));
+    };
+    put("", "name", format!("\"{source}-line{line}\""));
+    put("cluster", "gpus", gpus.to_string());
+    put("cluster", "gpu", format!("\"{gpu}\""));
     for (k, v) in cluster.iter().flatten() {
-        let _ = writeln!(toml, "{k} = {v}");
+        put("cluster", k, v.clone());
     }
-    let _ = writeln!(toml, "\n[model]");
     // The model columns, in the table's order.
     for column in &REQUIRED[3..9] {
-        let _ = writeln!(toml, "{column} = {}", positive(column)?);
+        put("model", column, positive(column)?.to_string());
     }
     let kv_heads = optional_positive("kv_heads")?.unwrap_or(positive("heads")?);
+    put("model", "kv_heads", kv_heads.to_string());
     // Megatron-LM's GPT defaults: GeLU MLP with biases, LayerNorm, learned absolute
     // positions, input and output embeddings tied.
-    let _ = writeln!(
-        toml,
-        "kv_heads = {kv_heads}\nactivation = \"gelu\"\nnorm = \"layernorm\"\nbias = true\ntied_embeddings = true\nposition = \"learned\""
-    );
-    let _ = writeln!(toml, "\n[parallel]\ntp = {tp}\npp = {}", positive("pp")?);
-    if let Some(dp) = optional_positive("dp")? {
-        let _ = writeln!(toml, "dp = {dp}");
+    for (k, v) in [
+        ("activation", "\"gelu\""),
+        ("norm", "\"layernorm\""),
+        ("bias", "true"),
+        ("tied_embeddings", "true"),
+        ("position", "\"learned\""),
+    ] {
+        put("model", k, v.to_string());
     }
-    let _ = writeln!(
-        toml,
-        "cp = {}\nvp = {}\nsequence_parallel = {sequence_parallel}\nzero = {}\nmicro_batch = {}\nglobal_batch = {}",
-        optional_positive("cp")?.unwrap_or(1),
-        optional_positive("vp")?.unwrap_or(1),
-        framework.zero(),
-        optional_positive("micro_batch")?.unwrap_or(1),
-        positive("global_batch")?
-    );
-    let _ = writeln!(
-        toml,
-        "\n[training]\nprecision = \"{precision}\"\nrecompute = \"{recompute}\"\n# The measurement says what fits; fleetsim's estimate need not agree.\nmemory_check = \"off\""
-    );
+    put("parallel", "tp", tp.to_string());
+    put("parallel", "pp", positive("pp")?.to_string());
+    if let Some(dp) = optional_positive("dp")? {
+        put("parallel", "dp", dp.to_string());
+    }
+    for (k, v) in [
+        ("cp", optional_positive("cp")?.unwrap_or(1).to_string()),
+        ("vp", optional_positive("vp")?.unwrap_or(1).to_string()),
+        ("sequence_parallel", sequence_parallel.to_string()),
+        ("zero", framework.zero().to_string()),
+        (
+            "micro_batch",
+            optional_positive("micro_batch")?.unwrap_or(1).to_string(),
+        ),
+        ("global_batch", positive("global_batch")?.to_string()),
+    ] {
+        put("parallel", k, v);
+    }
+    put("training", "precision", format!("\"{precision}\""));
+    put("training", "recompute", format!("\"{recompute}\""));
+    // The measurement says what fits; fleetsim's estimate need not agree.
+    put("training", "memory_check", "\"off\"".into());
     let notes = get("notes").to_ascii_lowercase();
     for (k, v) in framework.training_keys() {
         // A note naming the flag off overrides the framework's default (e.g. "no grad-reduce
@@ -496,7 +536,48 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         } else {
             v
         };
-        let _ = writeln!(toml, "{k} = {v}");
+        put("training", k, v.to_string());
+    }
+    for setting in &settings {
+        let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
+        let (section, key) = key.trim().split_once('.').ok_or_else(|| {
+            err(format!(
+                "column `settings`: `{setting}` needs a dotted key such as cluster.nic_gbps=400"
+            ))
+        })?;
+        let value = toml_value(value.trim());
+        match entries
+            .iter_mut()
+            .find(|(s, k, _)| s == section && k == key)
+        {
+            Some(entry) => entry.2 = value,
+            None => entries.push((section.to_string(), key.to_string(), value)),
+        }
+    }
+    let mut toml = String::new();
+    let _ = writeln!(
+        toml,
+        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}",
+        framework.name(),
+        unit.name(),
+        get("notes")
+    );
+    if !settings.is_empty() {
+        let _ = writeln!(toml, "# With the row's settings: {}", settings.join("; "));
+    }
+    let mut sections: Vec<&str> = Vec::new();
+    for (section, _, _) in &entries {
+        if !sections.contains(&section.as_str()) {
+            sections.push(section);
+        }
+    }
+    for section in sections {
+        if !section.is_empty() {
+            let _ = writeln!(toml, "\n[{section}]");
+        }
+        for (_, k, v) in entries.iter().filter(|(s, _, _)| s == section) {
+            let _ = writeln!(toml, "{k} = {v}");
+        }
     }
     Ok(Case {
         line,
@@ -507,6 +588,7 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         measured,
         unit,
         notes: get("notes").to_string(),
+        tokens_per_gpu_s: tokens_in_notes(get("notes")),
         experiment: toml,
         settings,
     })
@@ -559,9 +641,7 @@ pub fn prepare(
                 path: path.display().to_string(),
                 error,
             })?;
-            let mut all = case.settings.clone();
-            all.extend(sets.iter().cloned());
-            let exp = load_checked(&path, &all).map_err(|error| ValidateError::Case {
+            let exp = load_checked(&path, sets).map_err(|error| ValidateError::Case {
                 file: file.to_string(),
                 line: case.line,
                 error,
@@ -589,9 +669,17 @@ pub fn run_case(
     let tflops = number("/tflops_per_gpu").unwrap_or(0.0);
     // Model TFLOP per GPU per iteration, to turn a measured time into TFLOP/s.
     let work = seconds * tflops;
-    let (predicted, measured_tflops) = match case.unit {
-        Unit::SecondsPerIteration => (seconds, work / case.measured),
-        Unit::TflopsPerGpu => (tflops, case.measured),
+    let tokens = number("/tokens_per_s").unwrap_or(0.0) / f64::from(case.gpus.max(1));
+    let (predicted, measured_tflops) = match (case.unit, case.tokens_per_gpu_s) {
+        (Unit::SecondsPerIteration, _) => (seconds, work / case.measured),
+        // Tokens are counted alike everywhere: the prediction in the source's TFLOP/s is the
+        // measured TFLOP/s times the ratio of tokens/s, and fleetsim's own count of the
+        // measured run is its FLOPs per token times the measured tokens.
+        (Unit::TflopsPerGpu, Some(measured_tokens)) if tokens > 0.0 => (
+            case.measured * tokens / measured_tokens,
+            tflops * measured_tokens / tokens,
+        ),
+        (Unit::TflopsPerGpu, _) => (tflops, case.measured),
     };
     let l = &exp.layout;
     Ok(Outcome {

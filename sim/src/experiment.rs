@@ -616,7 +616,9 @@ fn split_layers(
     {
         return Err(loaded.error(
             "parallel.vp",
-            format!("stage {s} has {c} layers, fewer than its VP {vp} model chunks (each needs >= 1)"),
+            format!(
+                "stage {s} has {c} layers, fewer than its VP {vp} model chunks (each needs >= 1)"
+            ),
         ));
     }
     Ok(counts)
@@ -636,8 +638,7 @@ fn split_counting_embedding_and_loss(
 ) -> Result<Vec<u64>, ConfigError> {
     let p = &loaded.config.parallel;
     let key = "parallel.account_for_embedding_in_pipeline_split";
-    if p.stage_layers.is_some() || p.first_stage_layers.is_some() || p.last_stage_layers.is_some()
-    {
+    if p.stage_layers.is_some() || p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
         return Err(loaded.error(
             key,
             "cannot be combined with parallel.stage_layers or first/last_stage_layers (Megatron-Core refuses the combination too)",
@@ -726,6 +727,9 @@ fn memory_inputs(cfg: &config::ExperimentConfig, micro_batches: u64) -> MemoryIn
         flash_attention: cfg.training.flash_attention,
         micro_batch: u64::from(cfg.parallel.micro_batch),
         micro_batches,
+        fp8_recipe: cfg.training.fp8_recipe,
+        fp8_param_gather: cfg.training.fp8_param_gather,
+        grad_reduce_in_bf16: cfg.training.grad_reduce_in_bf16,
     }
 }
 

@@ -17,7 +17,7 @@
 //!   (`megatron/core/pipeline_parallel/schedules.py`); interleaved:
 //!   `2(pp − s − 1) + (vp − 1)·pp` warm-up model chunks plus one.
 
-use crate::config::{Precision, Recompute, TensorClass};
+use crate::config::{Fp8Recipe, Precision, Recompute, TensorClass};
 use crate::layout::ParallelLayout;
 use crate::model::{Activation, ModelSpec};
 
@@ -32,6 +32,53 @@ pub struct MemoryInputs {
     pub micro_batch: u64,
     /// Micro-batches per iteration per replica (gradient accumulation steps).
     pub micro_batches: u64,
+    pub fp8_recipe: Fp8Recipe,
+    /// FP8 weights, gathered in FP8 (`training.fp8_param_gather`).
+    pub fp8_param_gather: bool,
+    /// BF16 gradient buffers (`training.grad_reduce_in_bf16`).
+    pub grad_reduce_in_bf16: bool,
+}
+
+/// Bytes per parameter of the model state, before sharding.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParamBytes {
+    /// Resident weights, with Transformer Engine's FP8 copies under FP8.
+    pub weights: f64,
+    /// What the distributed optimizer's parameter all-gather moves per parameter.
+    pub gathered: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+}
+
+impl MemoryInputs {
+    /// Bytes per parameter of weights, gradients and optimizer state.
+    /// - BF16 (Megatron `docs/source/api-guide/dist_optimizer.md`): bf16 weights, fp32
+    ///   gradients, fp32 master + Adam m, v; FP16 adds loss-scaled fp16 gradients' fp32 copy;
+    ///   FP32 has no master copy.
+    /// - FP8 (Transformer Engine): the bf16 weights plus the FP8 copy and its transpose that TE
+    ///   caches across micro-batches (`is_first_microbatch`); with `fp8_param_gather` the
+    ///   weights are FP8 (data and transpose) and gather as 1 byte.
+    /// - `grad_reduce_in_bf16` halves the gradient buffer.
+    pub fn param_bytes(&self) -> ParamBytes {
+        let (weights, gathered, gradients, optimizer) = match self.precision {
+            Precision::Bf16 => (2.0, 2.0, 4.0, 12.0),
+            Precision::Fp8 if self.fp8_param_gather => (2.0, 1.0, 4.0, 12.0),
+            Precision::Fp8 => (4.0, 2.0, 4.0, 12.0),
+            Precision::Fp16 => (2.0, 2.0, 2.0, 16.0),
+            Precision::Fp32 | Precision::Tf32 => (4.0, 4.0, 4.0, 8.0),
+        };
+        let gradients = if self.grad_reduce_in_bf16 && gradients > 2.0 {
+            2.0
+        } else {
+            gradients
+        };
+        ParamBytes {
+            weights,
+            gathered,
+            gradients,
+            optimizer,
+        }
+    }
 }
 
 /// Bytes per GPU on one pipeline stage.
@@ -63,17 +110,6 @@ impl StageMemory {
     /// What stays in HBM when the classes `in_cxl` live in CXL memory.
     pub fn in_hbm(&self, in_cxl: &[TensorClass]) -> f64 {
         self.total() - in_cxl.iter().map(|&c| self.of(c)).sum::<f64>()
-    }
-}
-
-/// Bytes per parameter for (weights, gradients, optimizer state) before sharding.
-pub fn bytes_per_param(p: Precision) -> (f64, f64, f64) {
-    match p {
-        // Transformer Engine keeps bf16 weights and casts to fp8 per GEMM; the optimizer is the
-        // bf16 one.
-        Precision::Bf16 | Precision::Fp8 => (2.0, 4.0, 12.0),
-        Precision::Fp16 => (2.0, 2.0, 16.0),
-        Precision::Fp32 | Precision::Tf32 => (4.0, 4.0, 8.0),
     }
 }
 
@@ -174,19 +210,34 @@ pub fn layer_activation_bytes(
     }
     let (q, kv) = model.qkv_widths();
     let (q, kv) = (q as f64, kv as f64);
+    // Under FP8, Transformer Engine's linears keep their inputs as FP8 (Linear and
+    // LayerNormLinear save the quantized input, `save_for_backward` in `module/linear.py`,
+    // `layernorm_linear.py`): 1 byte instead of 2 for the QKV, fc1 and fc2 inputs; with delayed
+    // scaling the output projection also keeps an FP8 copy of the attention output, which
+    // attention keeps in BF16 anyway (Megatron-Core avoids it for other recipes with
+    // `save_original_input`).
+    let fp8 = inputs.precision == Precision::Fp8;
     // Kept whole on every TP rank unless sequence parallel: the inputs of QKV and of the MLP,
     // two dropout masks and two norm inputs.
-    let replicated = 10.0 * sb * h;
+    let replicated = if fp8 { 8.0 } else { 10.0 } * sb * h;
     let core = match (inputs.recompute, inputs.flash_attention) {
         (Recompute::Selective, _) => 0.0,
         (_, true) => 4.0 * model.heads as f64 * sb,
         (_, false) => 5.0 * model.heads as f64 * s * sb,
     };
     // Q and K, V, and the attention output feeding the output projection.
-    let attention = 2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + core;
+    let out_proj_copy = if fp8 && inputs.fp8_recipe == Fp8Recipe::Delayed {
+        sb * q
+    } else {
+        0.0
+    };
+    let attention = 2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + out_proj_copy + core;
+    // The activation's input (fc1's output) in BF16 and its output (fc2's input), FP8 under
+    // FP8.
+    let fc2_input = if fp8 { 1.0 } else { 2.0 };
     let mlp_inner = |f: f64| match model.activation {
-        Activation::Gelu => 4.0 * sb * f,
-        Activation::Swiglu => 6.0 * sb * f,
+        Activation::Gelu => (2.0 + fc2_input) * sb * f,
+        Activation::Swiglu => (4.0 + fc2_input) * sb * f,
     };
     let mlp = match model.moe {
         Some(m) if model.is_moe_layer(layer) => {
@@ -225,7 +276,12 @@ pub fn state_bytes(
     layout: &ParallelLayout,
     inputs: &MemoryInputs,
 ) -> (f64, f64, f64) {
-    let (w, g, o) = bytes_per_param(inputs.precision);
+    let ParamBytes {
+        weights: w,
+        gradients: g,
+        optimizer: o,
+        ..
+    } = inputs.param_bytes();
     let d_dense = f64::from(layout.dp * layout.cp);
     let d_expert = f64::from(layout.expert_dp());
     let part = |bytes: f64, sharded: bool| {
@@ -363,6 +419,9 @@ mod tests {
             flash_attention: true,
             micro_batch: 1,
             micro_batches: 1536 / 16,
+            fp8_recipe: Fp8Recipe::Delayed,
+            fp8_param_gather: false,
+            grad_reduce_in_bf16: false,
         };
         let stages = estimate(&model, &layout, &[12; 8], &inputs);
 
@@ -419,6 +478,9 @@ mod tests {
                 flash_attention: true,
                 micro_batch: 1,
                 micro_batches: 96,
+                fp8_recipe: Fp8Recipe::Delayed,
+                fp8_param_gather: false,
+                grad_reduce_in_bf16: false,
             };
             let total = estimate(&model, &layout, &[12; 8], &inputs)[0].total();
             assert!(total < last);
@@ -439,6 +501,9 @@ mod tests {
                 flash_attention: false,
                 micro_batch: 1,
                 micro_batches: 1,
+                fp8_recipe: Fp8Recipe::Delayed,
+                fp8_param_gather: false,
+                grad_reduce_in_bf16: false,
             };
             layer_activation_bytes(&model, &layout, &inputs, 0)
         };

@@ -26,7 +26,7 @@
 use crate::config::{ConfigError, TensorClass};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
-use crate::memory::{MemoryInputs, bytes_per_param, layer_params_per_rank, output_params_per_rank};
+use crate::memory::{MemoryInputs, ParamBytes, layer_params_per_rank, output_params_per_rank};
 use crate::model::ModelSpec;
 
 use super::layer::{Builder, Dims, LayerEmitter};
@@ -52,6 +52,8 @@ pub struct CompileOptions {
     pub bucket_params: u64,
     pub overlap_p2p_comm: bool,
     pub p2p_scatter_gather: bool,
+    pub fp8_param_gather: bool,
+    pub grad_reduce_in_bf16: bool,
     /// Tensor classes in CXL memory and how kernels reach them.
     pub remote: RemoteMemory,
 }
@@ -102,6 +104,8 @@ impl CompileOptions {
                 flash: t.flash_attention,
                 tp_comm_overlap: t.tp_comm_overlap,
                 cp_comm: p.cp_comm,
+                fp8_attention: t.fp8_attention,
+                fp8_recipe: t.fp8_recipe,
             },
             zero: p.zero,
             overlap_grad_reduce: t.overlap_grad_reduce,
@@ -109,6 +113,8 @@ impl CompileOptions {
             bucket_params: bucket_params.max(1),
             overlap_p2p_comm: t.overlap_p2p_comm,
             p2p_scatter_gather: t.p2p_scatter_gather,
+            fp8_param_gather: t.fp8_param_gather,
+            grad_reduce_in_bf16: t.grad_reduce_in_bf16,
             remote: RemoteMemory {
                 coherent: exp.cxl_coherent().unwrap_or(true),
                 classes: exp.cxl_tensors.clone(),
@@ -126,7 +132,15 @@ impl CompileOptions {
             flash_attention: self.dims.flash,
             micro_batch: self.micro_batch,
             micro_batches,
+            fp8_recipe: self.dims.fp8_recipe,
+            fp8_param_gather: self.fp8_param_gather,
+            grad_reduce_in_bf16: self.grad_reduce_in_bf16,
         }
+    }
+
+    /// Bytes per parameter of the model state.
+    pub fn param_bytes(&self) -> ParamBytes {
+        self.memory_inputs(1).param_bytes()
     }
 }
 
@@ -598,11 +612,12 @@ impl<'a> StageCompiler<'a> {
     }
 
     fn grad_bytes(&self) -> u64 {
-        bytes_per_param(self.options.dims.precision).1 as u64
+        self.options.param_bytes().gradients as u64
     }
 
+    /// Bytes per parameter a parameter all-gather moves, and the optimizer writes back.
     fn weight_bytes(&self) -> u64 {
-        bytes_per_param(self.options.dims.precision).0 as u64
+        self.options.param_bytes().gathered as u64
     }
 
     /// Reduces one bucket of gradients over its data-parallel group.
@@ -732,7 +747,11 @@ impl<'a> StageCompiler<'a> {
         // `_copy_main_params_to_model_params` then reads the master again and writes the
         // model's weights.
         let r = &self.options.remote;
-        let (w, _, o) = bytes_per_param(self.options.dims.precision);
+        let ParamBytes {
+            weights: w,
+            optimizer: o,
+            ..
+        } = self.options.param_bytes();
         let remote = u64::from(r.has(TensorClass::Optimizer)) * local * 2 * o as u64
             + u64::from(r.has(TensorClass::Gradients)) * local * g
             + u64::from(r.has(TensorClass::Weights)) * local * w as u64;

@@ -25,7 +25,7 @@
 //!   layer per checkpoint): full recompute re-runs each layer's forward right before its
 //!   backward; selective recomputes only core attention (Korthikanti et al., MLSys'23 §5).
 
-use crate::config::{CpComm, Precision, Recompute};
+use crate::config::{CpComm, Fp8Recipe, Precision, Recompute};
 use crate::layout::GroupKind;
 use crate::model::{Activation, ModelSpec, Norm, Position};
 
@@ -50,6 +50,9 @@ pub struct Dims {
     pub flash: bool,
     pub tp_comm_overlap: bool,
     pub cp_comm: CpComm,
+    /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
+    pub fp8_attention: bool,
+    pub fp8_recipe: Fp8Recipe,
 }
 
 impl Dims {
@@ -79,6 +82,41 @@ impl Dims {
     /// Bytes of a GEMM operand.
     pub fn gemm_bytes(&self) -> u64 {
         self.precision.gemm_operand_bytes()
+    }
+
+    pub fn fp8(&self) -> bool {
+        self.precision == Precision::Fp8
+    }
+
+    /// The data type of work Transformer Engine does not run in FP8 (`fp8_autocast` only
+    /// affects TE modules): activations, and GEMMs of Megatron's own modules.
+    pub fn unquantized(&self) -> Precision {
+        if self.fp8() {
+            Precision::Bf16
+        } else {
+            self.precision
+        }
+    }
+
+    /// Core attention's data type: BF16 under FP8 unless FP8 attention is on (Transformer
+    /// Engine's `fp8_dpa` defaults to off).
+    pub fn attention_precision(&self) -> Precision {
+        if self.fp8_attention {
+            self.precision
+        } else {
+            self.unquantized()
+        }
+    }
+
+    /// Bytes per element of quantizing one BF16 tensor for an FP8 GEMM as Transformer Engine
+    /// does: a fused cast + transpose reads 2 and writes the FP8 tensor and its transpose
+    /// (1 + 1; the transpose feeds the other backward GEMM, `cast_transpose`); current scaling
+    /// first reads the tensor once more for its amax (`Float8CurrentScaling`).
+    pub fn cast_bytes(&self) -> u64 {
+        match self.fp8_recipe {
+            Fp8Recipe::Delayed => 4,
+            Fp8Recipe::Current => 6,
+        }
     }
 }
 
@@ -191,14 +229,20 @@ impl<'a> Builder<'a> {
 const ELEMENTWISE_FLOPS: u64 = 4;
 
 fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Dims) -> Kernel {
-    let e = d.gemm_bytes();
+    // Megatron's output layer and MoE router are its own modules, not Transformer Engine's:
+    // under FP8 they stay in BF16.
+    let dtype = match name {
+        KernelName::Logits | KernelName::Router => d.unquantized(),
+        _ => d.precision,
+    };
+    let e = dtype.gemm_operand_bytes();
     Kernel {
         name,
         pass,
         shape: Shape::Gemm { m, n, k, batch },
         flops: 2 * m * n * k * batch,
         bytes: batch * (m * k + k * n) * e + batch * m * n * d.act_bytes(),
-        dtype: d.precision,
+        dtype,
     }
 }
 
@@ -224,6 +268,21 @@ struct Linear {
 }
 
 impl Linear {
+    /// Whether Transformer Engine runs it (and quantizes its operands under FP8).
+    fn te(&self) -> bool {
+        !matches!(self.name, KernelName::Logits | KernelName::Router)
+    }
+
+    /// Elements of the forward input (tokens × k_in per copy).
+    fn input_elements(&self) -> u64 {
+        self.tokens * self.k_in * self.batch
+    }
+
+    /// Elements of the output and of its gradient.
+    fn output_elements(&self) -> u64 {
+        self.tokens * self.n_out * self.batch
+    }
+
     fn forward(&self, d: &Dims) -> Kernel {
         gemm(
             self.name,
@@ -325,12 +384,56 @@ impl LayerEmitter<'_> {
         self.dims.tokens() * self.model.hidden * self.dims.act_bytes()
     }
 
+    /// Whether `l`'s operands are quantized to FP8.
+    fn quantized(&self, l: &Linear) -> bool {
+        self.dims.fp8() && l.te()
+    }
+
+    /// Bytes per element of the SP all-gathers around `l`: Transformer Engine quantizes the
+    /// local shard first and gathers FP8 (`_all_gather_fp8`); reduce-scatters stay BF16.
+    fn gather_element_bytes(&self, l: &Linear) -> u64 {
+        if self.quantized(l) {
+            1
+        } else {
+            self.dims.act_bytes()
+        }
+    }
+
+    /// Quantizing `elements` of a BF16 tensor for `l`'s FP8 GEMMs (none outside FP8).
+    fn cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
+        if !self.quantized(l) || elements == 0 {
+            return;
+        }
+        let d = &self.dims;
+        let mut k = elementwise(
+            KernelName::Fp8Cast,
+            pass,
+            elements,
+            elements * d.cast_bytes(),
+            d,
+        );
+        k.dtype = d.precision;
+        b.compute(k);
+    }
+
+    /// Elements of `l`'s forward input held on this rank before an SP all-gather.
+    fn local_input(&self, l: &Linear) -> u64 {
+        if self.dims.sp() {
+            l.input_elements() / self.dims.tp
+        } else {
+            l.input_elements()
+        }
+    }
+
     // ----- TP communication patterns around column- and row-parallel linears -----
 
-    /// Forward into a column-parallel linear: all-gather (SP) before `run`.
-    fn column_forward(&self, b: &mut Builder, linear: Kernel) {
+    /// Forward into a column-parallel linear: quantize (FP8) and all-gather (SP) its input.
+    fn column_forward(&self, b: &mut Builder, l: &Linear) {
+        self.cast(b, l, Pass::Forward, self.local_input(l));
+        let linear = l.forward(&self.dims);
         if self.dims.sp() {
-            let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, self.hidden_bytes());
+            let bytes = l.input_elements() * self.gather_element_bytes(l);
+            let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             if self.dims.tp_comm_overlap {
                 // Transformer Engine pipelines the gather with the GEMM's chunks.
                 b.compute(linear);
@@ -343,7 +446,9 @@ impl LayerEmitter<'_> {
     }
 
     /// Forward out of a row-parallel linear: all-reduce (TP) or reduce-scatter (SP).
-    fn row_forward(&self, b: &mut Builder, linear: Kernel, bytes: u64) {
+    fn row_forward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
+        self.cast(b, l, Pass::Forward, l.input_elements());
+        let linear = l.forward(&self.dims);
         if !self.tp_group_active() {
             b.compute(linear);
             return;
@@ -365,9 +470,16 @@ impl LayerEmitter<'_> {
         b.blocking(op, GroupKind::Tp, bytes);
     }
 
-    /// Backward of a row-parallel linear: (SP) all-gather the output gradient, dgrad, wgrad.
+    /// Backward of a row-parallel linear: quantize the output gradient (FP8), all-gather it
+    /// (SP), dgrad, wgrad.
     fn row_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
         if self.dims.sp() {
+            self.cast(b, l, Pass::Backward, l.output_elements() / self.dims.tp);
+            let bytes = if self.quantized(l) {
+                bytes / self.dims.act_bytes()
+            } else {
+                bytes
+            };
             let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             if self.dims.tp_comm_overlap {
                 b.compute(l.dgrad(&self.dims));
@@ -377,6 +489,7 @@ impl LayerEmitter<'_> {
                 b.compute(l.dgrad(&self.dims));
             }
         } else {
+            self.cast(b, l, Pass::Backward, l.output_elements());
             b.compute(l.dgrad(&self.dims));
         }
         b.compute(l.wgrad(&self.dims));
@@ -386,10 +499,13 @@ impl LayerEmitter<'_> {
     /// overlapping wgrad; under SP the input is re-gathered for wgrad while dgrad runs.
     fn column_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
         let regather = if self.dims.sp() {
-            Some(b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes))
+            // The input is kept as its local shard (FP8 under FP8) and gathered again.
+            let gathered = l.input_elements() * self.gather_element_bytes(l);
+            Some(b.collective(CollectiveOp::AllGather, GroupKind::Tp, gathered))
         } else {
             None
         };
+        self.cast(b, l, Pass::Backward, l.output_elements());
         b.compute(l.dgrad(&self.dims));
         let reduce = if !self.tp_group_active() {
             None
@@ -494,7 +610,7 @@ impl LayerEmitter<'_> {
             },
             flops,
             bytes,
-            dtype: d.precision,
+            dtype: d.attention_precision(),
         }
     }
 
@@ -589,12 +705,12 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         b.label.module = Module::Attention;
         b.compute(self.norm(KernelName::InputNorm).forward(&d));
-        self.column_forward(b, self.qkv().forward(&d));
+        self.column_forward(b, &self.qkv());
         if let Some(r) = self.rope() {
             b.compute(r.forward(&d));
         }
         self.core_attention_forward(b);
-        self.row_forward(b, self.out_proj().forward(&d), self.hidden_bytes());
+        self.row_forward(b, &self.out_proj(), self.hidden_bytes());
         b.compute(self.residual(KernelName::AttnResidual).forward(&d));
     }
 
@@ -667,9 +783,9 @@ impl LayerEmitter<'_> {
     fn dense_mlp_forward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
         let d = self.dims;
         let [up, down] = self.mlp_linears(d.tokens(), ffn, 1, [names[0], names[2]]);
-        self.column_forward(b, up.forward(&d));
+        self.column_forward(b, &up);
         b.compute(self.activation(names[1], d.tokens(), ffn, 1).forward(&d));
-        self.row_forward(b, down.forward(&d), self.hidden_bytes());
+        self.row_forward(b, &down, self.hidden_bytes());
     }
 
     fn dense_mlp_backward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
@@ -811,8 +927,10 @@ impl LayerEmitter<'_> {
         let [up, down] =
             self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
         let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
+        self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
+        self.cast(b, &down, Pass::Forward, down.input_elements());
         b.compute(down.forward(&d));
         self.moe_combine(b, routed);
         b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
@@ -826,9 +944,11 @@ impl LayerEmitter<'_> {
         let [up, down] =
             self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
         let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
+        self.cast(b, &down, Pass::Backward, down.output_elements());
         b.compute(down.dgrad(&d));
         b.compute(down.wgrad(&d));
         b.compute(act.backward(&d));
+        self.cast(b, &up, Pass::Backward, up.output_elements());
         b.compute(up.dgrad(&d));
         b.compute(up.wgrad(&d));
         self.moe_combine(b, routed);
@@ -954,7 +1074,7 @@ impl LayerEmitter<'_> {
         b.label.module = Module::Logits;
         b.label.layer = NO_LAYER;
         b.compute(self.norm(KernelName::FinalNorm).forward(&d));
-        self.column_forward(b, self.logits_linear().forward(&d));
+        self.column_forward(b, &self.logits_linear());
         let [max, exp_sum, normalize] = self.cross_entropy_forward();
         b.compute(max);
         // All-reduces of one fp32 per token: the max, then the predicted logit and the sum of

@@ -375,12 +375,15 @@ pub enum KernelName {
     ParamCopy,
     /// The gradient buffer set to zero for the next iteration.
     GradZero,
+    /// Transformer Engine quantizing a BF16 tensor for an FP8 GEMM (cast + transpose, and the
+    /// amax pass of current scaling).
+    Fp8Cast,
     /// An imported SimAI compute time.
     Imported,
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 29] = [
+    pub const ALL: [KernelName; 30] = [
         KernelName::Embedding,
         KernelName::InputNorm,
         KernelName::QkvProj,
@@ -409,6 +412,7 @@ impl KernelName {
         KernelName::OptimizerStep,
         KernelName::ParamCopy,
         KernelName::GradZero,
+        KernelName::Fp8Cast,
         KernelName::Imported,
     ];
 
@@ -446,6 +450,7 @@ impl KernelName {
             KernelName::OptimizerStep => "optimizer_step",
             KernelName::ParamCopy => "param_copy",
             KernelName::GradZero => "grad_zero",
+            KernelName::Fp8Cast => "fp8_cast",
             KernelName::Imported => "imported",
         }
     }
