@@ -90,7 +90,7 @@ prints each N):
     torch runs dropout and add as two kernels where Megatron's jit fuses them, so this
     somewhat overstates the cost.
   * everything else (embedding, rope, router, moe_permute, moe_unpermute, cross_entropy,
-    grad_norm, optimizer_step, param_copy, grad_zero, and any other kernel with an
+    grad_norm, optimizer_step, param_copy, grad_zero, fp8_cast, and any other kernel with an
     elementwise shape): a bandwidth proxy ``torch.add(a, b, out=c)`` whose total traffic equals ``bytes`` (N = bytes /
     (3 x elem) each, run as calls of at most 2^28 elements to bound memory), for every pass.
     These kernels are gathers, scatters, reductions or chains of pointwise ops bounded by HBM
@@ -149,7 +149,7 @@ KERNELS = (
     "mlp_bias_dropout_add", "router", "moe_permute", "moe_unpermute", "expert_up",
     "expert_activation", "expert_down", "shared_expert_up", "shared_expert_activation",
     "shared_expert_down", "final_norm", "logits", "cross_entropy", "grad_norm",
-    "optimizer_step", "param_copy", "grad_zero", IMPORTED,
+    "optimizer_step", "param_copy", "grad_zero", "fp8_cast", IMPORTED,
 )
 
 NORM_WIDTH = 4096

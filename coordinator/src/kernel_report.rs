@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use sim::compute::{ComputeModel, KernelTime, table::shape_key};
+use sim::compute::{ClockSummary, ComputeModel, KernelTime, table::shape_key};
 use sim::gpu::GpuSpec;
 use sim::workload::{Kernel, OpKind, Workload};
 
@@ -32,6 +32,8 @@ pub struct StageKernels {
     pub rows: Vec<KernelRow>,
     /// Sum over all compute ops of the stage, ps.
     pub compute_ps: u64,
+    /// The clocks its kernels run at.
+    pub clock: ClockSummary,
 }
 
 impl StageKernels {
@@ -88,6 +90,7 @@ pub fn stage_kernels(
                 gpu: gpu.name.clone(),
                 rows,
                 compute_ps,
+                clock: model.clocks_of(gpu),
             }
         })
         .collect()
@@ -111,10 +114,20 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
             st.compute_ps as f64 * 1e-9,
             sources.join(", ")
         );
+        let _ = writeln!(s, "  clock: {}", st.clock.describe());
         let _ = writeln!(
             s,
-            "  {:<24} {:<5} {:>6} {:>10} {:>10} {:>6}  {:<8} {:>6}  {:<20} shape",
-            "kernel", "pass", "count", "each_us", "total_ms", "share", "bound", "eff", "source"
+            "  {:<24} {:<5} {:<5} {:>6} {:>10} {:>10} {:>6}  {:<8} {:>6}  {:<20} shape",
+            "kernel",
+            "pass",
+            "dtype",
+            "count",
+            "each_us",
+            "total_ms",
+            "share",
+            "bound",
+            "eff",
+            "source"
         );
         for r in st.rows.iter().take(top) {
             let share = if st.compute_ps > 0 {
@@ -124,9 +137,10 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
             };
             let _ = writeln!(
                 s,
-                "  {:<24} {:<5} {:>6} {:>10.2} {:>10.3} {:>5.1}%  {:<8} {:>5.1}%  {:<20} {}",
+                "  {:<24} {:<5} {:<5} {:>6} {:>10.2} {:>10.3} {:>5.1}%  {:<8} {:>5.1}%  {:<20} {}",
                 r.kernel.name.name(),
                 r.kernel.pass.name(),
+                r.kernel.dtype.name(),
                 r.count,
                 r.time.ps as f64 * 1e-6,
                 r.total_ps() as f64 * 1e-9,
@@ -150,6 +164,16 @@ pub fn to_json(stages: &[StageKernels], top: usize) -> Value {
                 "class": st.class,
                 "gpu": st.gpu,
                 "compute_s": st.compute_ps as f64 * 1e-12,
+                "clock": {
+                    "sustained_fraction": st.clock.sustained,
+                    "sustained_fp8_fraction": st.clock.sustained_fp8,
+                    "burst_fraction": st.clock.burst,
+                    "sustained_mhz": st.clock.spec_mhz.map(|m| m * st.clock.sustained),
+                    "sustained_fp8_mhz": st.clock.spec_mhz.map(|m| m * st.clock.sustained_fp8),
+                    "burst_mhz": st.clock.spec_mhz.map(|m| m * st.clock.burst),
+                    "power_limit_w": st.clock.power_limit_w,
+                    "spread": st.clock.spread,
+                },
                 "sources": st.sources(),
                 "top": st.rows.iter().take(top).map(|r| json!({
                     "kernel": r.kernel.name.name(),

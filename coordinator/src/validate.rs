@@ -898,6 +898,61 @@ mod tests {
     }
 
     #[test]
+    fn settings_are_written_into_the_case_file() {
+        let header = format!("{HEADER},kv_heads,framework,settings");
+        let row = "bridge-25.11-b200,B200,8,32,4096,14336,32,8192,128256,1,1,8,1,1,2,128,none,false,fp8,1576,tflops_per_gpu,Llama3-8B; 30624 tok/s/GPU,8,megatron-core-0.8,\"model.activation=swiglu;model.norm=rmsnorm;training.fp8_recipe=current;parallel.first_stage_layers=15\"";
+        let cases = parse_cases(&format!("{header}\n{row}\n"), "t.csv").expect("parses");
+        let e = &cases[0].experiment;
+        // Replaced where the defaults had the key, added where they had not, bare words quoted.
+        for want in [
+            "activation = \"swiglu\"",
+            "norm = \"rmsnorm\"",
+            "fp8_recipe = \"current\"",
+            "first_stage_layers = 15",
+            "nic_gbps = 400",
+        ] {
+            assert!(e.contains(want), "{want} in\n{e}");
+        }
+        assert!(!e.contains("\"gelu\""), "{e}");
+        assert_eq!(e.matches("activation =").count(), 1, "{e}");
+        let parsed: toml::Table = e.parse().expect("the case file is TOML");
+        assert_eq!(parsed["cluster"]["gpus_per_host"].as_integer(), Some(8));
+        assert_eq!(cases[0].tokens_per_gpu_s, Some(30624.0));
+    }
+
+    #[test]
+    fn tokens_per_second_come_from_the_notes() {
+        assert_eq!(tokens_in_notes("GPT3; 1600 tok/s/GPU"), Some(1600.0));
+        assert_eq!(tokens_in_notes("x;26006 tok/s/GPU; y"), Some(26006.0));
+        assert_eq!(tokens_in_notes("no count"), None);
+        assert_eq!(tokens_in_notes("tok/s/GPU"), None);
+    }
+
+    #[test]
+    fn b200_and_gb200_get_their_dgx_clusters() {
+        let b200 = cluster_for("B200").expect("B200");
+        assert!(b200.contains(&("nic_gbps", "400".into())));
+        assert!(b200.contains(&("gpus_per_host", "8".into())));
+        let gb200 = cluster_for("GB200").expect("GB200");
+        assert!(gb200.contains(&("nvlink_domain", "72".into())));
+        assert!(gb200.contains(&("gpus_per_host", "4".into())));
+        assert!(gb200.contains(&("nics_per_host", "4".into())));
+    }
+
+    /// Every row of the project's copy of `e2e_more.csv` becomes an experiment that loads (the
+    /// 405B rows' 126 layers on PP 8 × VP 8 included).
+    #[test]
+    fn every_row_of_the_fp8_table_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/validation/e2e_more.csv");
+        let cases = read_cases(&path).expect("table");
+        assert_eq!(cases.len(), 13);
+        let out = std::env::temp_dir().join(format!("fleetsim-more-{}", std::process::id()));
+        let prepared = prepare(&out, &cases, &[], "e2e_more.csv").expect("every row loads");
+        assert_eq!(prepared.len(), 13);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
     fn quoted_fields_keep_their_commas() {
         assert_eq!(
             fields("a,\"b, c\",\"say \"\"hi\"\"\""),

@@ -637,7 +637,11 @@ fn split_counting_embedding_and_loss(
     vp: u32,
 ) -> Result<Vec<u64>, ConfigError> {
     let p = &loaded.config.parallel;
-    let key = "parallel.account_for_embedding_in_pipeline_split";
+    let key = if p.account_for_embedding_in_pipeline_split {
+        "parallel.account_for_embedding_in_pipeline_split"
+    } else {
+        "parallel.account_for_loss_in_pipeline_split"
+    };
     if p.stage_layers.is_some() || p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
         return Err(loaded.error(
             key,

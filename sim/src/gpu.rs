@@ -58,6 +58,11 @@ pub struct Clocks {
     #[serde(default)]
     pub sustained_fp8_mhz: Option<f64>,
     pub power_limit_w: f64,
+    /// Relative standard deviation of the sustained clock from chip to chip of this part
+    /// (manufacturing variation under the same power limit); default: the family's `[clock]
+    /// spread`.
+    #[serde(default)]
+    pub spread: Option<f64>,
     pub source: String,
 }
 
@@ -212,6 +217,15 @@ impl GpuSpec {
                 ("clocks.power_limit_w", c.power_limit_w),
                 ("clocks.sustained_fp8_mhz", c.sustained_fp8()),
             ];
+            if let Some(spread) = c.spread
+                && (!spread.is_finite() || !(0.0..0.2).contains(&spread))
+            {
+                return Err(ConfigError::plain(
+                    file,
+                    "clocks.spread",
+                    format!("must be a fraction in [0, 0.2), got {spread}"),
+                ));
+            }
             for (key, value) in positive {
                 if !value.is_finite() || value <= 0.0 {
                     return Err(ConfigError::plain(

@@ -66,6 +66,8 @@ pub struct ClockFractions {
     /// Under sustained FP8 tensor work.
     pub sustained_fp8: f64,
     pub burst: f64,
+    /// Relative standard deviation of the sustained clock from chip to chip.
+    pub spread: f64,
     pub source: String,
 }
 

@@ -129,11 +129,17 @@ impl KernelTime {
 pub struct ComputeModel {
     efficiency: EfficiencyTable,
     tables: KernelTables,
+    /// `compute.clock_spread`: overrides every GPU's chip-to-chip spread.
+    clock_spread: Option<f64>,
 }
 
 impl ComputeModel {
     pub fn new(efficiency: EfficiencyTable, tables: KernelTables) -> Self {
-        ComputeModel { efficiency, tables }
+        ComputeModel {
+            efficiency,
+            tables,
+            clock_spread: None,
+        }
     }
 
     /// The model for an experiment: the embedded efficiency files, the experiment's
@@ -142,16 +148,30 @@ impl ComputeModel {
     pub fn from_experiment(exp: &crate::experiment::Experiment) -> Result<Self, ConfigError> {
         let loaded = &exp.loaded;
         let c = &loaded.config.compute;
-        for (key, value, max) in [
-            ("compute.comm_sm_share", c.comm_sm_share, 0.95),
-            ("compute.comm_slowdown", c.comm_slowdown, 10.0),
+        for (key, value, max, zero) in [
+            (
+                "compute.comm_sm_share",
+                c.comm_sm_share,
+                0.95,
+                "0 turns interference off",
+            ),
+            (
+                "compute.comm_slowdown",
+                c.comm_slowdown,
+                10.0,
+                "0 turns interference off",
+            ),
+            (
+                "compute.clock_spread",
+                c.clock_spread.unwrap_or(0.0),
+                0.19,
+                "0 gives every chip the nominal clock",
+            ),
         ] {
             if !value.is_finite() || !(0.0..=max).contains(&value) {
                 return Err(loaded.error(
                     key,
-                    format!(
-                        "must be a number in [0, {max}], got {value} (0 turns interference off)"
-                    ),
+                    format!("must be a number in [0, {max}], got {value} ({zero})"),
                 ));
             }
         }
@@ -179,7 +199,9 @@ impl ComputeModel {
         let efficiency = EfficiencyTable::embedded()?
             .with_attention(backend, &in_use)
             .map_err(|m| loaded.error("training.attention_backend", m))?;
-        Ok(Self::new(efficiency, tables))
+        let mut model = Self::new(efficiency, tables);
+        model.clock_spread = c.clock_spread;
+        Ok(model)
     }
 
     /// The calibrated model alone, without measured tables.
@@ -215,6 +237,42 @@ impl ComputeModel {
         }
     }
 
+    /// The clocks compute-bound kernels run at on `gpu`, for reports.
+    pub fn clocks_of(&self, gpu: &GpuSpec) -> ClockSummary {
+        let (eff, _) = self.efficiency_of(gpu);
+        let fraction = |state, dtype| clock_fraction(gpu, eff, state, dtype);
+        ClockSummary {
+            sustained: fraction(ClockState::Sustained, Precision::Bf16),
+            sustained_fp8: fraction(ClockState::Sustained, Precision::Fp8),
+            burst: fraction(ClockState::Burst, Precision::Bf16),
+            spec_mhz: gpu.clocks.as_ref().map(|c| c.spec_mhz),
+            power_limit_w: gpu.clocks.as_ref().map(|c| c.power_limit_w),
+            spread: self.clock_spread(gpu),
+        }
+    }
+
+    /// The relative standard deviation of `gpu`'s sustained clock from chip to chip: its
+    /// file's `[clocks] spread`, else its family's.
+    pub fn clock_spread(&self, gpu: &GpuSpec) -> f64 {
+        if let Some(spread) = self.clock_spread {
+            return spread;
+        }
+        gpu.clocks
+            .as_ref()
+            .and_then(|c| c.spread)
+            .unwrap_or_else(|| self.efficiency_of(gpu).0.clock.spread)
+    }
+
+    /// Whether each interned kernel of `program` is compute-bound on `gpu` (its time follows
+    /// the SM clock), indexed like `program.kernels`.
+    pub fn program_clocked(&self, program: &Program, gpu: &GpuSpec) -> Vec<bool> {
+        program
+            .kernels
+            .iter()
+            .map(|k| self.kernel_time(k, gpu).bound == Bound::Compute)
+            .collect()
+    }
+
     /// Durations (ps) of every interned kernel of `program` on `gpu`, indexed like
     /// `program.kernels`: what an executor looks up per compute op.
     pub fn program_times(&self, program: &Program, gpu: &GpuSpec) -> Vec<u64> {
@@ -223,6 +281,38 @@ impl ComputeModel {
             .iter()
             .map(|k| self.kernel_time(k, gpu).ps)
             .collect()
+    }
+}
+
+/// The clocks of a GPU as fractions of its datasheet clock (and in MHz where its file gives
+/// the datasheet clock).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockSummary {
+    pub sustained: f64,
+    pub sustained_fp8: f64,
+    pub burst: f64,
+    pub spec_mhz: Option<f64>,
+    pub power_limit_w: Option<f64>,
+    pub spread: f64,
+}
+
+impl ClockSummary {
+    /// One line for `fleetsim check --kernels`.
+    pub fn describe(&self) -> String {
+        let at = |f: f64| match self.spec_mhz {
+            Some(mhz) => format!("{:.0} MHz", f * mhz),
+            None => format!("{:.1}% of the datasheet clock", 100.0 * f),
+        };
+        let power = self
+            .power_limit_w
+            .map_or(String::new(), |w| format!(" at the {w:.0} W limit"));
+        format!(
+            "compute-bound kernels run at the sustained clock{power}: {} (FP8 {}), burst {}; chip-to-chip spread {:.1}%",
+            at(self.sustained),
+            at(self.sustained_fp8),
+            at(self.burst),
+            100.0 * self.spread
+        )
     }
 }
 

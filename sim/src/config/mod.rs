@@ -831,6 +831,11 @@ pub struct ComputeConfig {
     /// Default 0.17: ncclAllReduce 4.7 ms alone vs 5.5 ms beside a GEMM (NVIDIA/nccl#205).
     #[serde(default = "defaults::comm_slowdown")]
     pub comm_slowdown: f64,
+    /// Chip-to-chip spread of the sustained clock (relative standard deviation) for every
+    /// GPU of the experiment; default: each GPU file's `[clocks] spread`, else its family's
+    /// (1%, Sinha et al. SC'22). 0 gives every chip the nominal clock.
+    #[serde(default)]
+    pub clock_spread: Option<f64>,
 }
 
 impl Default for ComputeConfig {
@@ -839,6 +844,7 @@ impl Default for ComputeConfig {
             kernel_tables: Vec::new(),
             comm_sm_share: defaults::comm_sm_share(),
             comm_slowdown: defaults::comm_slowdown(),
+            clock_spread: None,
         }
     }
 }

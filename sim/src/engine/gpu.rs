@@ -238,6 +238,9 @@ pub struct GpuLp {
     rank: u32,
     program: u32,
     kernel_table: u32,
+    /// This chip's compute-bound kernels take this times the part's nominal time
+    /// ([`super::chip_slowdown`]).
+    chip_slowdown: f64,
     done: [u32; STREAMS],
     running: [Running; STREAMS],
     /// Messages and clear-to-sends that arrived before the op they belong to started, with
@@ -437,6 +440,7 @@ impl GpuLp {
             rank,
             program,
             kernel_table: (program as usize * model.gpu_types + gpu_type) as u32,
+            chip_slowdown: super::chip_slowdown(model.seed, rank, model.clock_spread[gpu_type]),
             done: [0; STREAMS],
             running: std::array::from_fn(|_| Running::Idle),
             early: Vec::new(),
@@ -654,7 +658,11 @@ impl GpuLp {
         };
         match o.kind {
             OpKind::Compute { kernel } => {
-                let base = model.kernel_ps[self.kernel_table as usize][kernel as usize];
+                let table = self.kernel_table as usize;
+                let mut base = model.kernel_ps[table][kernel as usize];
+                if model.kernel_clocked[table][kernel as usize] {
+                    base = (base as f64 * self.chip_slowdown).round() as u64;
+                }
                 let ps = if self.comm_active > 0 {
                     (base as f64 / model.interference.compute_rate).round() as u64
                 } else {

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;
 use crate::experiment::Experiment;
-use crate::topology::{LinkId, NodeId, NodeKind, Topology};
+use crate::topology::{LinkId, NodeId, NodeKind, Topology, splitmix64};
 use crate::workload::{Program, Stream, Workload};
 
 pub use params::NetworkParams;
@@ -280,6 +280,10 @@ pub struct SimModel {
     pub programs: Vec<ProgramIndex>,
     /// Kernel durations, `kernel_ps[program * gpu_types + gpu_type][kernel]`.
     pub kernel_ps: Vec<Vec<u64>>,
+    /// Whether each of those kernels is compute-bound (follows the GPU's own clock).
+    pub kernel_clocked: Vec<Vec<bool>>,
+    /// Chip-to-chip spread of the sustained clock, per GPU type.
+    pub clock_spread: Vec<f64>,
     pub gpu_types: usize,
     pub net: NetworkParams,
     pub interference: Interference,
@@ -430,13 +434,19 @@ impl SimModel {
         let topology = exp.build_topology()?;
         let net = NetworkParams::from_experiment(exp, &topology)?;
         let collectives = CollectiveModel::from_experiment(exp, &topology)?;
-        let (programs, kernel_ps) = workload_tables(exp, &workload, compute);
+        let (programs, kernel_ps, kernel_clocked) = workload_tables(exp, &workload, compute);
         let gpu_types = exp.gpu_types.len();
         Ok(SimModel {
             topology,
             workload,
             programs,
             kernel_ps,
+            kernel_clocked,
+            clock_spread: exp
+                .gpu_types
+                .iter()
+                .map(|g| compute.clock_spread(g))
+                .collect(),
             gpu_types,
             net,
             interference: Interference::from_config(&exp.loaded.config.compute),
@@ -455,7 +465,8 @@ impl SimModel {
         workload: Workload,
         compute: &ComputeModel,
     ) -> SimModel {
-        (self.programs, self.kernel_ps) = workload_tables(exp, &workload, compute);
+        (self.programs, self.kernel_ps, self.kernel_clocked) =
+            workload_tables(exp, &workload, compute);
         self.workload = workload;
         self
     }
@@ -488,19 +499,44 @@ impl SimModel {
     }
 }
 
-/// Per-program lookup tables, and kernel times per program and GPU type.
+/// Per-program lookup tables, and kernel times (and whether they are compute-bound) per
+/// program and GPU type.
+#[allow(clippy::type_complexity)]
 fn workload_tables(
     exp: &Experiment,
     workload: &Workload,
     compute: &ComputeModel,
-) -> (Vec<ProgramIndex>, Vec<Vec<u64>>) {
+) -> (Vec<ProgramIndex>, Vec<Vec<u64>>, Vec<Vec<bool>>) {
     let programs = workload.programs.iter().map(ProgramIndex::new).collect();
     let kernel_ps = workload
         .programs
         .iter()
         .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_times(p, g)))
         .collect();
-    (programs, kernel_ps)
+    let clocked = workload
+        .programs
+        .iter()
+        .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_clocked(p, g)))
+        .collect();
+    (programs, kernel_ps, clocked)
+}
+
+/// How much longer GPU `gpu`'s compute-bound kernels take than the part's nominal ones: its
+/// chip's sustained clock is `1 + spread · z` times the nominal, with `z` a standard normal
+/// drawn from the seed and the GPU's index alone (so every worker and thread draws the same),
+/// clamped to ±4. Sinha et al., "Not All GPUs Are Created Equal" (SC'22): identical GPUs
+/// running identical code differ by 8% on average between the fastest and slowest, from
+/// manufacturing variation under the power limit.
+pub fn chip_slowdown(seed: u64, gpu: u32, spread: f64) -> f64 {
+    if spread <= 0.0 {
+        return 1.0;
+    }
+    let a = splitmix64(seed ^ splitmix64(u64::from(gpu).wrapping_add(0x9e37_79b9_7f4a_7c15)));
+    let b = splitmix64(a);
+    let unit = |x: u64| ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    // Box-Muller.
+    let z = (-2.0 * unit(a).ln()).sqrt() * (std::f64::consts::TAU * unit(b)).cos();
+    1.0 / (1.0 + spread * z.clamp(-4.0, 4.0))
 }
 
 /// A logical process: one topology node and its state.

@@ -543,6 +543,37 @@ impl<'a> StageCompiler<'a> {
         if self.has_logits(chunk) {
             e.logits_forward(b);
         }
+        self.amax_reduction(b, chunk, Phase::Forward);
+    }
+
+    /// Delayed scaling's amax reduction when a model chunk leaves `fp8_autocast`: Transformer
+    /// Engine concatenates the amaxes of the chunk's FP8 modules and all-reduces their maximum
+    /// (`FP8GlobalStateManager.reduce_and_update_fp8_tensors`) over the stage's data-,
+    /// context- and tensor-parallel ranks, waited on before the next kernel. Each layer has
+    /// four TE modules with three forward and two backward amaxes of 4 bytes. Modelled over
+    /// the DP × CP group, whose inter-node latency dominates; the intra-node TP hop is left out.
+    fn amax_reduction(&self, b: &mut Builder, chunk: u32, phase: Phase) {
+        let d = &self.options.dims;
+        if !d.fp8() || d.fp8_recipe != crate::config::Fp8Recipe::Delayed {
+            return;
+        }
+        if self.layout.group_size(GroupKind::DpCp) <= 1 {
+            return;
+        }
+        let layers = self.chunk_layers[chunk as usize].len() as u64;
+        let per_layer = if phase == Phase::Forward {
+            4 * 3 * 4
+        } else {
+            4 * 2 * 4
+        };
+        let label = b.label;
+        b.label.module = Module::GradSync;
+        b.blocking(
+            CollectiveOp::AllReduce,
+            GroupKind::DpCp,
+            per_layer * layers.max(1),
+        );
+        b.label = label;
     }
 
     fn backward(&self, b: &mut Builder, chunk: u32, last_micro_batch: bool) {
@@ -609,6 +640,7 @@ impl<'a> StageCompiler<'a> {
             e.embedding_backward(b);
             reduce_done(b, unit);
         }
+        self.amax_reduction(b, chunk, Phase::Backward);
     }
 
     fn grad_bytes(&self) -> u64 {

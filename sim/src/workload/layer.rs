@@ -416,6 +416,17 @@ impl LayerEmitter<'_> {
         b.compute(k);
     }
 
+    /// Current scaling of a tensor all-gathered over TP (SP): the shards' amaxes are
+    /// all-reduced (one fp32) before the cast, and the cast waits for it
+    /// (`Float8CurrentScalingQuantizer` with `with_amax_reduction`).
+    fn gathered_cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
+        let d = &self.dims;
+        if self.quantized(l) && d.sp() && d.fp8_recipe == Fp8Recipe::Current {
+            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, 4);
+        }
+        self.cast(b, l, pass, elements);
+    }
+
     /// Elements of `l`'s forward input held on this rank before an SP all-gather.
     fn local_input(&self, l: &Linear) -> u64 {
         if self.dims.sp() {
@@ -429,7 +440,7 @@ impl LayerEmitter<'_> {
 
     /// Forward into a column-parallel linear: quantize (FP8) and all-gather (SP) its input.
     fn column_forward(&self, b: &mut Builder, l: &Linear) {
-        self.cast(b, l, Pass::Forward, self.local_input(l));
+        self.gathered_cast(b, l, Pass::Forward, self.local_input(l));
         let linear = l.forward(&self.dims);
         if self.dims.sp() {
             let bytes = l.input_elements() * self.gather_element_bytes(l);
@@ -474,7 +485,7 @@ impl LayerEmitter<'_> {
     /// (SP), dgrad, wgrad.
     fn row_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
         if self.dims.sp() {
-            self.cast(b, l, Pass::Backward, l.output_elements() / self.dims.tp);
+            self.gathered_cast(b, l, Pass::Backward, l.output_elements() / self.dims.tp);
             let bytes = if self.quantized(l) {
                 bytes / self.dims.act_bytes()
             } else {
