@@ -539,3 +539,61 @@ fn every_algorithm_is_deterministic_across_workers_threads_and_partitions() {
         }
     }
 }
+
+/// NCCL's achieved multi-node bus bandwidth as NVIDIA's maintainers and users published it:
+/// - DGX-A100 with 8 × 200G HDR: 192 GB/s all-reduce busbw (AddyLaddy, NVIDIA/nccl#812;
+///   24 GB/s per 200G NIC, sjeaugey, nccl-tests#119), within 8%;
+/// - DGX-H100 with 8 × 400G NDR, 4-32 nodes: about 370-380 GB/s all-reduce busbw by default,
+///   400 at best with tuning (kiskra-nvidia, nccl-tests#309), within 8%;
+/// - H100 reduce-scatter falling with the node count, 360 / 345 / 320 / 300 / 280 / 260 GB/s
+///   at 4 / 8 / 16 / 32 / 64 / 128 nodes (NVIDIA/nccl#1229: ring latency grows with the
+///   ring), within 12%, and falling too.
+#[test]
+fn multi_node_bus_bandwidth_matches_the_published_nccl_numbers() {
+    let analytical = "network.model=analytical";
+    let a100 = "../configs/clusters/spine-leaf-a100.toml";
+    let sets = [
+        analytical,
+        "cluster.topology=\"rail-optimized\"",
+        "cluster.nics_per_host=8",
+        "cluster.nic_gbps=200",
+        "cluster.hosts_per_segment=20",
+    ];
+    let r = &bench_on(a100, CollectiveOp::AllReduce, 16, &[1 << 30], &sets)[0];
+    assert!((r.busbw / 192.0 - 1.0).abs() < 0.08, "A100 2 nodes: {r:?}");
+    for hosts in [4, 8, 16, 32] {
+        let r = &bench(
+            CollectiveOp::AllReduce,
+            8 * hosts,
+            &[4 << 30],
+            &[analytical],
+        )[0];
+        assert!(
+            (r.busbw / 375.0 - 1.0).abs() < 0.08,
+            "H100 {hosts} nodes: {r:?}"
+        );
+    }
+    let mut last = f64::INFINITY;
+    for (hosts, measured) in [
+        (4, 360.0),
+        (8, 345.0),
+        (16, 320.0),
+        (32, 300.0),
+        (64, 280.0),
+        (128, 260.0),
+    ] {
+        let r = &bench(
+            CollectiveOp::ReduceScatter,
+            8 * hosts,
+            &[4 << 30],
+            &[analytical],
+        )[0];
+        assert!(
+            (r.busbw / measured - 1.0).abs() < 0.12,
+            "H100 reduce-scatter {hosts} nodes: {:.1} GB/s against {measured}",
+            r.busbw
+        );
+        assert!(r.busbw < last, "falls with the node count: {r:?}");
+        last = r.busbw;
+    }
+}
