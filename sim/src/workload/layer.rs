@@ -225,6 +225,10 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// Chunks of a GEMM whose reduce-scatter userbuffers pipelines (`initialize_ub`'s default
+/// `num_splits` for the `pipeline` method).
+const UB_PIPELINE_SPLITS: u64 = 4;
+
 /// FLOPs of one elementwise pass: a handful per element (norms, activations, dropout).
 const ELEMENTWISE_FLOPS: u64 = 4;
 
@@ -427,6 +431,32 @@ impl LayerEmitter<'_> {
         self.cast(b, l, pass, elements);
     }
 
+    /// `l`'s forward or dgrad GEMM as `chunks` GEMMs over as many slices of its tokens, as
+    /// Transformer Engine's userbuffers overlap runs it (`transformer_engine/pytorch/module/
+    /// base.py` `initialize_ub`: ring exchange for the all-gathers before QKV / fc1 and before
+    /// the output projection's and fc2's dgrad, a pipeline of 4 splits for the reduce-scatters
+    /// after the output projection and fc2). Smaller GEMMs fill fewer waves.
+    fn chunked(&self, b: &mut Builder, l: &Linear, pass: Pass, chunks: u64) {
+        let chunks = chunks.max(1);
+        if !l.tokens.is_multiple_of(chunks) {
+            b.compute(match pass {
+                Pass::Dgrad => l.dgrad(&self.dims),
+                _ => l.forward(&self.dims),
+            });
+            return;
+        }
+        let part = Linear {
+            tokens: l.tokens / chunks,
+            ..*l
+        };
+        for _ in 0..chunks {
+            b.compute(match pass {
+                Pass::Dgrad => part.dgrad(&self.dims),
+                _ => part.forward(&self.dims),
+            });
+        }
+    }
+
     /// Elements of `l`'s forward input held on this rank before an SP all-gather.
     fn local_input(&self, l: &Linear) -> u64 {
         if self.dims.sp() {
@@ -446,8 +476,9 @@ impl LayerEmitter<'_> {
             let bytes = l.input_elements() * self.gather_element_bytes(l);
             let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             if self.dims.tp_comm_overlap {
-                // Transformer Engine pipelines the gather with the GEMM's chunks.
-                b.compute(linear);
+                // Transformer Engine's userbuffers ring exchange: one GEMM per TP rank's
+                // chunk while the next chunk arrives.
+                self.chunked(b, l, Pass::Forward, self.dims.tp);
                 b.wait(ag);
                 return;
             }
@@ -470,9 +501,10 @@ impl LayerEmitter<'_> {
             CollectiveOp::AllReduce
         };
         if self.dims.sp() && self.dims.tp_comm_overlap {
-            // The reduce-scatter of each finished GEMM chunk overlaps the next chunk.
+            // Userbuffers' pipelined reduce-scatter: the GEMM runs in `UB_PIPELINE_SPLITS`
+            // chunks, each chunk's reduce-scatter overlapping the next.
             let before: Vec<u32> = b.last_compute().into_iter().collect();
-            b.compute(linear);
+            self.chunked(b, l, Pass::Forward, UB_PIPELINE_SPLITS);
             let rs = b.collective_after(op, GroupKind::Tp, bytes, &before);
             b.wait(rs);
             return;
@@ -493,7 +525,8 @@ impl LayerEmitter<'_> {
             };
             let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             if self.dims.tp_comm_overlap {
-                b.compute(l.dgrad(&self.dims));
+                // Ring exchange of the output gradient, one dgrad GEMM per chunk.
+                self.chunked(b, l, Pass::Dgrad, self.dims.tp);
                 b.wait(ag);
             } else {
                 b.wait(ag);
