@@ -49,6 +49,13 @@ struct Param {
     grid: Vec<f64>,
 }
 
+fn param(set: fn(&mut ArchEfficiency, f64), from: f64, to: f64, step: f64) -> Param {
+    Param {
+        set,
+        grid: grid(from, to, step),
+    }
+}
+
 fn grid(from: f64, to: f64, step: f64) -> Vec<f64> {
     let n = ((to - from) / step).round() as usize;
     (0..=n).map(|i| from + step * i as f64).collect()
@@ -186,33 +193,15 @@ fn print_family(e: &ArchEfficiency) {
 
 fn gemm_params(dtypes: &[Precision]) -> Vec<Param> {
     let mut params = vec![
-        Param {
-            set: |e, v| e.gemm.k_overhead = v,
-            grid: grid(0.0, 1024.0, 16.0),
-        },
-        Param {
-            set: |e, v| e.gemm.tile_intensity_half = v,
-            grid: grid(0.0, 96.0, 2.0),
-        },
-        Param {
-            set: |e, v| e.launch_us = v,
-            grid: grid(0.5, 12.0, 0.25),
-        },
+        param(|e, v| e.gemm.k_overhead = v, 0.0, 1024.0, 16.0),
+        param(|e, v| e.gemm.tile_intensity_half = v, 0.0, 96.0, 2.0),
+        param(|e, v| e.launch_us = v, 0.5, 12.0, 0.25),
     ];
     for dtype in dtypes {
         params.push(match dtype {
-            Precision::Fp8 => Param {
-                set: |e, v| e.gemm.peak_fraction.fp8 = v,
-                grid: grid(0.40, 1.0, 0.005),
-            },
-            Precision::Fp16 => Param {
-                set: |e, v| e.gemm.peak_fraction.fp16 = v,
-                grid: grid(0.40, 1.0, 0.005),
-            },
-            _ => Param {
-                set: |e, v| e.gemm.peak_fraction.bf16 = v,
-                grid: grid(0.40, 1.0, 0.005),
-            },
+            Precision::Fp8 => param(|e, v| e.gemm.peak_fraction.fp8 = v, 0.40, 1.0, 0.005),
+            Precision::Fp16 => param(|e, v| e.gemm.peak_fraction.fp16 = v, 0.40, 1.0, 0.005),
+            _ => param(|e, v| e.gemm.peak_fraction.bf16 = v, 0.40, 1.0, 0.005),
         });
     }
     params
@@ -220,38 +209,19 @@ fn gemm_params(dtypes: &[Precision]) -> Vec<Param> {
 
 fn attention_params() -> Vec<Param> {
     vec![
-        Param {
-            set: |e, v| e.attention.peak_fraction_hd64 = v,
-            grid: grid(0.20, 1.0, 0.005),
-        },
-        Param {
-            set: |e, v| e.attention.peak_fraction_hd128 = v,
-            grid: grid(0.20, 1.0, 0.005),
-        },
-        Param {
-            set: |e, v| e.attention.seq_half = v,
-            grid: grid(0.0, 600.0, 10.0),
-        },
-        Param {
-            set: |e, v| e.attention.causal_blocks = v,
-            grid: grid(0.0, 6.0, 0.125),
-        },
-        Param {
-            set: |e, v| e.attention.backward_relative = v,
-            grid: grid(0.5, 1.0, 0.005),
-        },
-        Param {
-            set: |e, v| e.attention.causal_peak = v,
-            grid: grid(0.6, 1.0, 0.005),
-        },
-        Param {
-            set: |e, v| e.attention.blocks_per_sm_half = v,
-            grid: grid(0.0, 4.0, 0.05),
-        },
-        Param {
-            set: |e, v| e.attention.seq_half_backward = Some(v),
-            grid: grid(0.0, 1200.0, 10.0),
-        },
+        param(|e, v| e.attention.peak_fraction_hd64 = v, 0.20, 1.0, 0.005),
+        param(|e, v| e.attention.peak_fraction_hd128 = v, 0.20, 1.0, 0.005),
+        param(|e, v| e.attention.seq_half = v, 0.0, 600.0, 10.0),
+        param(|e, v| e.attention.causal_blocks = v, 0.0, 6.0, 0.125),
+        param(|e, v| e.attention.backward_relative = v, 0.5, 1.0, 0.005),
+        param(|e, v| e.attention.causal_peak = v, 0.6, 1.0, 0.005),
+        param(|e, v| e.attention.blocks_per_sm_half = v, 0.0, 4.0, 0.05),
+        param(
+            |e, v| e.attention.seq_half_backward = Some(v),
+            0.0,
+            1200.0,
+            10.0,
+        ),
     ]
 }
 
@@ -310,15 +280,9 @@ fn main() {
                 .collect()
         }
     };
-    let memory = [Param {
-        set: |e, v| e.memory_efficiency = v,
-        grid: grid(0.60, 1.0, 0.0025),
-    }];
+    let memory = [param(|e, v| e.memory_efficiency = v, 0.60, 1.0, 0.0025)];
     let e = descend(hopper, &memory, &bandwidth(true));
-    let launch = [Param {
-        set: |e, v| e.launch_us = v,
-        grid: grid(0.5, 12.0, 0.25),
-    }];
+    let launch = [param(|e, v| e.launch_us = v, 0.5, 12.0, 0.25)];
     let e = descend(&e, &launch, &bandwidth(false));
     let e = descend(
         &e,
