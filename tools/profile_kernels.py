@@ -7,7 +7,7 @@ exactly the kernels the IR emits, on a real GPU with PyTorch, and writes that ta
 
     python3 tools/profile_kernels.py EXPERIMENT.toml --out TABLE.csv
         [--fleetsim PATH] [--template TEMPLATE.csv] [--gpu NAME]
-        [--warmup 10] [--iters 50] [--device cuda] [--clock burst|steady]
+        [--warmup 10] [--iters 50] [--device cuda] [--clock steady|burst]
         [--attention megatron|cudnn|flash|default] [--plan]
 
 Without ``--template`` it runs ``fleetsim workload EXPERIMENT.toml --export kernels --output
@@ -100,16 +100,17 @@ prints each N):
   with ``requires_grad``: x, weight and bias for norms; x for gelu; x and r for residuals).
 
 Timing: CUDA events around each call; ``--warmup`` untimed calls, then ``--iters`` timed
-calls, the median in microseconds. ``--clock burst`` (the default, the convention of published
-kernel benchmarks): before every timed call a 256 MiB buffer is zeroed (more than any L2 to
-date: 50 MB on H100, 126 MB on B200) so each call starts with a cold L2 rather than finding the
-previous call's operands cached; then a short spin kernel (``torch.cuda._sleep``) keeps the GPU
-busy while Python launches the timed call, so host launch overhead is not measured. The GPU is
-near idle before each call, so compute-bound kernels run above the clock a training loop holds.
-``--clock steady``: two 8192³ bf16 GEMMs run before every timed call instead (they also evict
-L2 and cover the launch), after 2 s of them before the first row, so every kernel runs at the
-power-capped clock of sustained load (on an H100 bf16 GEMMs take 1.13x their burst time). ``--device cpu`` times with a wall clock and no flush; it
-exists to smoke-test the tool without a GPU, not to measure.
+calls, the median in microseconds. ``--clock steady`` (the default: what a training loop sees,
+and so what a table for fleetsim's simulations should hold): two 8192³ bf16 GEMMs run before
+every timed call (they also evict L2 and cover the launch), after 2 s of them before the first
+row, so every kernel runs at the power-capped clock of sustained load (on an H100 bf16 GEMMs
+take 1.13x their burst time). ``--clock burst`` (the convention of published kernel
+benchmarks): before every timed call a 256 MiB buffer is zeroed (more than any L2 to date: 50 MB
+on H100, 126 MB on B200) so each call starts with a cold L2; then a short spin kernel
+(``torch.cuda._sleep``) keeps the GPU busy while Python launches the timed call, so host launch
+overhead is not measured; the GPU is near idle before each call, so compute-bound kernels run
+above the clock a training loop holds. ``--device cpu`` times with a wall clock and no flush;
+it exists to smoke-test the tool without a GPU, not to measure.
 
 GPU names: ``--gpu`` names the GPU in the output; by default ``torch.cuda.get_device_name()``
 maps to fleetsim's canonical name (see ``GPU_PATTERNS``); an unknown name is an error that asks
@@ -758,7 +759,7 @@ def note(message: str) -> None:
 
 
 class Profiler:
-    def __init__(self, device: str, warmup: int, iters: int, clock: str = "burst",
+    def __init__(self, device: str, warmup: int, iters: int, clock: str = "steady",
                  attention: str = "megatron"):
         try:
             import torch  # lazy: only measuring needs torch
@@ -1141,10 +1142,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls per kernel")
     ap.add_argument("--iters", type=int, default=50, help="timed calls per kernel (median)")
     ap.add_argument("--device", default="cuda", help="torch device (cpu: smoke test only)")
-    ap.add_argument("--clock", choices=CLOCKS, default="burst",
-                    help="burst: cold L2 and an idle GPU before each call (boost clock); "
-                         "steady: bf16 GEMMs before each call (the power-capped clock of a "
-                         "training loop)")
+    ap.add_argument("--clock", choices=CLOCKS, default="steady",
+                    help="steady (default): bf16 GEMMs before each call, the power-capped "
+                         "clock of a training loop, what fleetsim simulates; burst: cold L2 "
+                         "and an idle GPU before each call, as published benchmarks time")
     ap.add_argument("--attention", choices=ATTENTION_BACKENDS, default="megatron",
                     help="SDPA backend of fused attention rows (megatron: cuDNN on Hopper and "
                          "newer, flash elsewhere, as Transformer Engine picks)")
