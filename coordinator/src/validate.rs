@@ -492,12 +492,19 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
     let kv_heads = optional_positive("kv_heads")?.unwrap_or(positive("heads")?);
     put("model", "kv_heads", kv_heads.to_string());
     // Megatron-LM's GPT defaults: GeLU MLP with biases, LayerNorm, learned absolute
-    // positions, input and output embeddings tied.
+    // positions, input and output embeddings tied. The Megatron-LM README's scaling table
+    // lists model sizes that count the output layer apart (1.7B = 24 · 12 · 2048² + 2 ·
+    // 131,072 · 2048): its runs untied the embeddings.
+    let tied = if source.starts_with("megatron-readme") {
+        "false"
+    } else {
+        "true"
+    };
     for (k, v) in [
         ("activation", "\"gelu\""),
         ("norm", "\"layernorm\""),
         ("bias", "true"),
-        ("tied_embeddings", "true"),
+        ("tied_embeddings", tied),
         ("position", "\"learned\""),
     ] {
         put("model", k, v.to_string());
