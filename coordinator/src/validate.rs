@@ -946,17 +946,25 @@ mod tests {
         assert!(gb200.contains(&("nics_per_host", "4".into())));
     }
 
-    /// Every row of the project's copy of `e2e_more.csv` becomes an experiment that loads (the
-    /// 405B rows' 126 layers on PP 8 × VP 8 included).
+    /// Every row of every shipped table becomes an experiment that loads (the 405B rows' 126
+    /// layers on PP 8 × VP 8 included).
     #[test]
-    fn every_row_of_the_fp8_table_loads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/validation/e2e_more.csv");
-        let cases = read_cases(&path).expect("table");
-        assert_eq!(cases.len(), 13);
-        let out = std::env::temp_dir().join(format!("fleetsim-more-{}", std::process::id()));
-        let prepared = prepare(&out, &cases, &[], "e2e_more.csv").expect("every row loads");
-        assert_eq!(prepared.len(), 13);
-        let _ = std::fs::remove_dir_all(&out);
+    fn every_row_of_the_shipped_tables_loads() {
+        for (table, rows) in [
+            ("e2e_iterations.csv", 18),
+            ("e2e_more.csv", 13),
+            ("megascale_a100.csv", 8),
+        ] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../configs/validation")
+                .join(table);
+            let cases = read_cases(&path).expect(table);
+            assert_eq!(cases.len(), rows, "{table}");
+            let out = std::env::temp_dir().join(format!("fleetsim-{table}-{}", std::process::id()));
+            let prepared = prepare(&out, &cases, &[], table).expect(table);
+            assert_eq!(prepared.len(), rows, "{table}");
+            let _ = std::fs::remove_dir_all(&out);
+        }
     }
 
     #[test]
