@@ -263,14 +263,22 @@ impl ComputeModel {
             .unwrap_or_else(|| self.efficiency_of(gpu).0.clock.spread)
     }
 
-    /// Whether each interned kernel of `program` is compute-bound on `gpu` (its time follows
-    /// the SM clock), indexed like `program.kernels`.
-    pub fn program_clocked(&self, program: &Program, gpu: &GpuSpec) -> Vec<bool> {
+    /// Durations (ps) of every interned kernel of `program` on `gpu` and whether each is
+    /// compute-bound (its time follows the SM clock), indexed like `program.kernels`: what the
+    /// engine looks up per compute op.
+    pub fn program_times_and_clocked(
+        &self,
+        program: &Program,
+        gpu: &GpuSpec,
+    ) -> (Vec<u64>, Vec<bool>) {
         program
             .kernels
             .iter()
-            .map(|k| self.kernel_time(k, gpu).bound == Bound::Compute)
-            .collect()
+            .map(|k| {
+                let t = self.kernel_time(k, gpu);
+                (t.ps, t.bound == Bound::Compute)
+            })
+            .unzip()
     }
 
     /// Durations (ps) of every interned kernel of `program` on `gpu`, indexed like

@@ -508,16 +508,15 @@ fn workload_tables(
     compute: &ComputeModel,
 ) -> (Vec<ProgramIndex>, Vec<Vec<u64>>, Vec<Vec<bool>>) {
     let programs = workload.programs.iter().map(ProgramIndex::new).collect();
-    let kernel_ps = workload
+    let (kernel_ps, clocked) = workload
         .programs
         .iter()
-        .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_times(p, g)))
-        .collect();
-    let clocked = workload
-        .programs
-        .iter()
-        .flat_map(|p| exp.gpu_types.iter().map(|g| compute.program_clocked(p, g)))
-        .collect();
+        .flat_map(|p| {
+            exp.gpu_types
+                .iter()
+                .map(|g| compute.program_times_and_clocked(p, g))
+        })
+        .unzip();
     (programs, kernel_ps, clocked)
 }
 
