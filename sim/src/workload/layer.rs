@@ -232,12 +232,18 @@ const UB_PIPELINE_SPLITS: u64 = 4;
 /// FLOPs of one elementwise pass: a handful per element (norms, activations, dropout).
 const ELEMENTWISE_FLOPS: u64 = 4;
 
+/// Whether Transformer Engine runs the GEMM `name` (and quantizes its operands under FP8).
+/// Megatron's output layer and MoE router are its own modules, not TE's: under FP8 they stay
+/// in BF16.
+fn runs_in_te(name: KernelName) -> bool {
+    !matches!(name, KernelName::Logits | KernelName::Router)
+}
+
 fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Dims) -> Kernel {
-    // Megatron's output layer and MoE router are its own modules, not Transformer Engine's:
-    // under FP8 they stay in BF16.
-    let dtype = match name {
-        KernelName::Logits | KernelName::Router => d.unquantized(),
-        _ => d.precision,
+    let dtype = if runs_in_te(name) {
+        d.precision
+    } else {
+        d.unquantized()
     };
     let e = dtype.gemm_operand_bytes();
     Kernel {
@@ -272,11 +278,6 @@ struct Linear {
 }
 
 impl Linear {
-    /// Whether Transformer Engine runs it (and quantizes its operands under FP8).
-    fn te(&self) -> bool {
-        !matches!(self.name, KernelName::Logits | KernelName::Router)
-    }
-
     /// Elements of the forward input (tokens × k_in per copy).
     fn input_elements(&self) -> u64 {
         self.tokens * self.k_in * self.batch
@@ -390,7 +391,7 @@ impl LayerEmitter<'_> {
 
     /// Whether `l`'s operands are quantized to FP8.
     fn quantized(&self, l: &Linear) -> bool {
-        self.dims.fp8() && l.te()
+        self.dims.fp8() && runs_in_te(l.name)
     }
 
     /// Bytes per element of the SP all-gathers around `l`: Transformer Engine quantizes the
