@@ -224,18 +224,6 @@ pub struct Case {
     pub tokens_per_gpu_s: Option<f64>,
     /// The experiment file this row becomes, its `settings` included.
     pub experiment: String,
-    /// The `settings` column (already in `experiment`).
-    pub settings: Vec<String>,
-}
-
-/// A setting's value as TOML text: as written when it parses (numbers, booleans, arrays,
-/// quoted strings), else quoted, as `--set` reads a bare word.
-fn toml_value(raw: &str) -> String {
-    if format!("v = {raw}").parse::<toml::Table>().is_ok() {
-        raw.to_string()
-    } else {
-        toml::Value::String(raw.to_string()).to_string()
-    }
 }
 
 /// The number before `tok/s/GPU` in a row's notes, if any.
@@ -552,7 +540,8 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
                 "column `settings`: `{setting}` needs a dotted key such as cluster.nic_gbps=400"
             ))
         })?;
-        let value = toml_value(value.trim());
+        // Read as `--set` reads it, written back as TOML text.
+        let value = sim::config::set_value(value).to_toml().to_string();
         match entries
             .iter_mut()
             .find(|(s, k, _)| s == section && k == key)
@@ -597,7 +586,6 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         notes: get("notes").to_string(),
         tokens_per_gpu_s: tokens_in_notes(get("notes")),
         experiment: toml,
-        settings,
     })
 }
 

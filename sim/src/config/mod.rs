@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use source::{Located, Origin, PathSegment, Value, parse_path, parse_text, parse_typed};
+pub use source::{
+    Located, Origin, PathSegment, Value, parse_path, parse_text, parse_typed, set_value,
+};
 
 /// One clear error about the configuration: where, which key, what is wrong and how to fix it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -449,8 +449,7 @@ pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Locat
     Ok(merged)
 }
 
-/// Applies one `--set dotted.key=value`. The value is read as TOML when it parses (numbers,
-/// booleans, arrays, quoted strings) and as a bare string otherwise.
+/// Applies one `--set dotted.key=value` (the value as [`set_value`] reads it).
 pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError> {
     let Some((key, raw)) = assignment.split_once('=') else {
         return Err(ConfigError::new(
@@ -468,22 +467,24 @@ pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError
             "expected a dotted key such as cluster.nic_gbps",
         ));
     }
+    root.set(&path, set_value(raw))
+        .map_err(|e| ConfigError::new(Origin::CommandLine, key, e))
+}
+
+/// The value of a `--set` (or of a `validate` row's `settings`): read as TOML when it parses
+/// (numbers, booleans, arrays, quoted strings) and as a bare string otherwise.
+pub fn set_value(raw: &str) -> Located {
     let raw = raw.trim();
-    let value = match parse_text("--set", &format!("v = {raw}")) {
-        Ok(mut t) => match t.remove("v") {
-            Some(v) => relocate(v, &Origin::CommandLine),
-            None => Located {
-                value: Value::String(raw.to_string()),
-                origin: Origin::CommandLine,
-            },
-        },
-        Err(_) => Located {
+    let parsed = parse_text("--set", &format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"));
+    match parsed {
+        Some(v) => relocate(v, &Origin::CommandLine),
+        None => Located {
             value: Value::String(raw.to_string()),
             origin: Origin::CommandLine,
         },
-    };
-    root.set(&path, value)
-        .map_err(|e| ConfigError::new(Origin::CommandLine, key, e))
+    }
 }
 
 /// Re-labels every part of a value with one origin.
