@@ -305,10 +305,15 @@ pub struct ClockSummary {
 }
 
 impl ClockSummary {
+    /// `fraction` of the datasheet clock in MHz, where the GPU file gives that clock.
+    pub fn mhz(&self, fraction: f64) -> Option<f64> {
+        self.spec_mhz.map(|mhz| fraction * mhz)
+    }
+
     /// One line for `fleetsim check --kernels`.
     pub fn describe(&self) -> String {
-        let at = |f: f64| match self.spec_mhz {
-            Some(mhz) => format!("{:.0} MHz", f * mhz),
+        let at = |f: f64| match self.mhz(f) {
+            Some(mhz) => format!("{mhz:.0} MHz"),
             None => format!("{:.1}% of the datasheet clock", 100.0 * f),
         };
         let power = self
