@@ -21,9 +21,10 @@
 use sim::compute::calibration::{
     Comparison, compare_flash_attention, compare_gemm, compare_table, heated,
 };
-use sim::compute::{ArchEfficiency, EfficiencyTable, KernelTables, model_time};
-use sim::config::Precision;
-use sim::gpu::GpuDatabase;
+use sim::compute::{ArchEfficiency, EfficiencyTable, KernelTables, model_time, model_time_at};
+use sim::config::{Origin, Precision};
+use sim::gpu::{ClockState, GpuDatabase, GpuSpec};
+use sim::workload::Kernel;
 
 fn score(cases: &[Comparison]) -> f64 {
     cases
@@ -147,26 +148,54 @@ fn summary(title: &str, cases: &[Comparison]) {
     }
 }
 
-fn table(db: &GpuDatabase, dir: &str, files: &[&str]) -> KernelTables {
-    let mut t = KernelTables::default();
-    for f in files {
-        let path = std::path::PathBuf::from(format!("{dir}/{f}"));
-        let text = std::fs::read_to_string(&path).expect("calibration table");
-        t.add_text(&path, &text, &|name| db.get(name).cloned())
+/// The H100 tables of `h100-measured/` for one clock (`steady` or `burst`), one per file, each
+/// with whether its attention rows count: `kernels-*.csv`'s attention ran the flash backend,
+/// which Megatron does not run on Hopper; `attention-cudnn-*.csv` holds the same shapes on
+/// cuDNN.
+fn h100_tables(db: &GpuDatabase, dir: &str, clock: &str) -> Vec<(KernelTables, bool)> {
+    [
+        (format!("kernels-{clock}.csv"), false),
+        (format!("gemm-fp8-{clock}.csv"), true),
+        (format!("attention-cudnn-{clock}.csv"), true),
+    ]
+    .into_iter()
+    .map(|(file, attention)| {
+        let path = std::path::PathBuf::from(format!("{dir}/h100-measured/{file}"));
+        let origin = Origin::Derived("fit_compute".into());
+        let t = KernelTables::load(&[(path, origin)], &|name| db.get(name).cloned())
             .expect("valid table");
-    }
-    t
+        (t, attention)
+    })
+    .collect()
 }
 
-fn seconds(e: &ArchEfficiency) -> impl Fn(&sim::workload::Kernel, &sim::gpu::GpuSpec) -> f64 + '_ {
+/// Every row of `tables` against the model `seconds`.
+fn compare_tables(
+    tables: &[(KernelTables, bool)],
+    seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
+) -> Vec<Comparison> {
+    tables
+        .iter()
+        .flat_map(|(t, attention)| {
+            compare_table(t, seconds)
+                .into_iter()
+                .filter(move |c| *attention || !c.column.starts_with("attention"))
+        })
+        .collect()
+}
+
+fn seconds(e: &ArchEfficiency) -> impl Fn(&Kernel, &GpuSpec) -> f64 + '_ {
     move |k, g| model_time(k, g, e, true).ps as f64 * 1e-12
 }
 
 /// The model at the clocks of `profile_kernels.py --clock steady` (after BF16 heaters).
-fn steady_seconds(
-    e: &ArchEfficiency,
-) -> impl Fn(&sim::workload::Kernel, &sim::gpu::GpuSpec) -> f64 + '_ {
+fn steady_seconds(e: &ArchEfficiency) -> impl Fn(&Kernel, &GpuSpec) -> f64 + '_ {
     move |k, g| model_time(k, &heated(g), e, true).ps as f64 * 1e-12
+}
+
+/// The model at the burst clock of a kernel timed after an idle GPU.
+fn burst_seconds(e: &ArchEfficiency) -> impl Fn(&Kernel, &GpuSpec) -> f64 + '_ {
+    move |k, g| model_time_at(k, g, e, true, ClockState::Burst).ps as f64 * 1e-12
 }
 
 fn print_family(e: &ArchEfficiency) {
@@ -191,12 +220,18 @@ fn print_family(e: &ArchEfficiency) {
     );
 }
 
-fn gemm_params(dtypes: &[Precision]) -> Vec<Param> {
+fn launch_param() -> Param {
+    param(|e, v| e.launch_us = v, 0.5, 12.0, 0.25)
+}
+
+/// The GEMM parameters: tile costs, then `launch` (where GEMMs fit the launch cost), then the
+/// peak fraction of each of `dtypes`.
+fn gemm_params(launch: Option<Param>, dtypes: &[Precision]) -> Vec<Param> {
     let mut params = vec![
         param(|e, v| e.gemm.k_overhead = v, 0.0, 1024.0, 16.0),
         param(|e, v| e.gemm.tile_intensity_half = v, 0.0, 96.0, 2.0),
-        param(|e, v| e.launch_us = v, 0.5, 12.0, 0.25),
     ];
+    params.extend(launch);
     for dtype in dtypes {
         params.push(match dtype {
             Precision::Fp8 => param(|e, v| e.gemm.peak_fraction.fp8 = v, 0.40, 1.0, 0.005),
@@ -233,27 +268,8 @@ fn main() {
 
     // ----- Hopper: H100 kernels at the IR's shapes, steady state -----
     let (hopper, _) = families.for_architecture("hopper");
-    // One table per file: kernels-steady.csv's attention rows ran the flash backend, which
-    // Megatron does not run on Hopper; attention-cudnn-steady.csv holds the same shapes on
-    // cuDNN.
-    let steady: Vec<(KernelTables, bool)> = [
-        ("h100-measured/kernels-steady.csv", false),
-        ("h100-measured/gemm-fp8-steady.csv", true),
-        ("h100-measured/attention-cudnn-steady.csv", true),
-    ]
-    .into_iter()
-    .map(|(f, attention)| (table(&db, dir, &[f]), attention))
-    .collect();
-    let steady_cases = |e: &ArchEfficiency| -> Vec<Comparison> {
-        steady
-            .iter()
-            .flat_map(|(t, attention)| {
-                compare_table(t, &steady_seconds(e))
-                    .into_iter()
-                    .filter(move |c| *attention || !c.column.starts_with("attention"))
-            })
-            .collect()
-    };
+    let steady = h100_tables(&db, dir, "steady");
+    let steady_cases = |e: &ArchEfficiency| compare_tables(&steady, &steady_seconds(e));
     let steady_cases = &steady_cases;
     let kind = |prefix: &'static str| {
         move |e: &ArchEfficiency| -> Vec<Comparison> {
@@ -282,30 +298,16 @@ fn main() {
     };
     let memory = [param(|e, v| e.memory_efficiency = v, 0.60, 1.0, 0.0025)];
     let e = descend(hopper, &memory, &bandwidth(true));
-    let launch = [param(|e, v| e.launch_us = v, 0.5, 12.0, 0.25)];
-    let e = descend(&e, &launch, &bandwidth(false));
-    let e = descend(
-        &e,
-        &gemm_params(&[Precision::Bf16, Precision::Fp8])[..2]
-            .iter()
-            .chain(&gemm_params(&[Precision::Bf16, Precision::Fp8])[3..])
-            .map(|p| Param {
-                set: p.set,
-                grid: p.grid.clone(),
-            })
-            .collect::<Vec<_>>(),
-        &kind("gemm"),
-    );
+    let e = descend(&e, &[launch_param()], &bandwidth(false));
+    // The launch cost is the memory-bound kernels'; the GEMMs fit the rest.
+    let gemm = gemm_params(None, &[Precision::Bf16, Precision::Fp8]);
+    let e = descend(&e, &gemm, &kind("gemm"));
     let mut e = descend_by(&e, &attention_params(), &kind("attention"), squared);
     // FlashAttention-2 on Hopper: its H100 benchmark, at the burst clock (30 back-to-back
     // calls per point are too short to settle at the sustained clock).
     let fa_csv = read("flash_attention_tflops.csv");
     let h100_fa = |e: &ArchEfficiency| -> Vec<Comparison> {
-        let at_burst = |k: &sim::workload::Kernel, g: &sim::gpu::GpuSpec| {
-            sim::compute::model_time_at(k, g, e, true, sim::gpu::ClockState::Burst).ps as f64
-                * 1e-12
-        };
-        compare_flash_attention(&fa_csv, &db, &at_burst)
+        compare_flash_attention(&fa_csv, &db, &burst_seconds(e))
             .expect("attention table")
             .into_iter()
             .filter(|c| c.column == "H100")
@@ -340,25 +342,8 @@ fn main() {
     let all = steady_cases(&e);
     summary("Hopper, steady H100 kernels (h100-measured/)", &all);
     // The same model at the burst clock against the burst tables and the public benchmarks.
-    let burst: Vec<(KernelTables, bool)> = [
-        ("h100-measured/kernels-burst.csv", false),
-        ("h100-measured/gemm-fp8-burst.csv", true),
-        ("h100-measured/attention-cudnn-burst.csv", true),
-    ]
-    .into_iter()
-    .map(|(f, attention)| (table(&db, dir, &[f]), attention))
-    .collect();
-    let at_burst = |k: &sim::workload::Kernel, g: &sim::gpu::GpuSpec| {
-        sim::compute::model_time_at(k, g, &e, true, sim::gpu::ClockState::Burst).ps as f64 * 1e-12
-    };
-    let burst_cases: Vec<Comparison> = burst
-        .iter()
-        .flat_map(|(t, attention)| {
-            compare_table(t, &at_burst)
-                .into_iter()
-                .filter(move |c| *attention || !c.column.starts_with("attention"))
-        })
-        .collect();
+    let at_burst = burst_seconds(&e);
+    let burst_cases = compare_tables(&h100_tables(&db, dir, "burst"), &at_burst);
     summary(
         "Hopper at the burst clock, burst H100 kernels",
         &burst_cases,
@@ -386,7 +371,8 @@ fn main() {
             .filter(|c| c.column == "a100_fp16")
             .collect()
     };
-    let mut e = descend(ampere, &gemm_params(&[Precision::Fp16]), &a100_gemm);
+    let gemm = gemm_params(Some(launch_param()), &[Precision::Fp16]);
+    let mut e = descend(ampere, &gemm, &a100_gemm);
     // BF16 runs on the same tensor cores at the same rate as FP16.
     let fp16 = e.gemm.peak_fraction.fp16;
     (e.gemm.peak_fraction.bf16, e.gemm.peak_fraction.tf32) = (fp16, fp16);

@@ -12,7 +12,7 @@ use sim::compute::calibration::{
 use sim::compute::{
     ComputeModel, EfficiencyTable, Interference, KernelTables, model_time, model_time_at,
 };
-use sim::config::{AttentionBackend, Precision};
+use sim::config::{AttentionBackend, Origin, Precision};
 use sim::experiment::Experiment;
 use sim::gpu::GpuDatabase;
 use sim::gpu::{ClockState, GpuSpec};
@@ -64,7 +64,6 @@ fn a100_gemm_throughput_within_10_percent_for_80_percent_of_shapes() {
 
 #[test]
 fn a100_and_h100_flash_attention_2_within_10_percent_from_1k_tokens() {
-    let m = model();
     let db = GpuDatabase::embedded().expect("GPU database");
     // A100 runs FlashAttention-2 by default (Transformer Engine prefers it on sm80), at the
     // sustained clock; H100's FlashAttention-2 fit is its `attention_flash2`, at the burst
@@ -93,7 +92,6 @@ fn a100_and_h100_flash_attention_2_within_10_percent_from_1k_tokens() {
     for c in long {
         assert!(c.error().abs() <= 0.10, "{c:?}\n{}", table(&cases));
     }
-    let _ = m;
 }
 
 /// The H100 tables a file of `h100-measured/` holds, every row, as comparisons with the
@@ -103,13 +101,8 @@ fn steady(file: &str) -> Vec<Comparison> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/calibration/h100-measured")
         .join(file);
-    let mut t = KernelTables::default();
-    t.add_text(
-        &path,
-        &calibration(&format!("h100-measured/{file}")),
-        &|n| db.get(n).cloned(),
-    )
-    .expect("measured table");
+    let origin = Origin::Derived("compute_calibration".into());
+    let t = KernelTables::load(&[(path, origin)], &|n| db.get(n).cloned()).expect("measured table");
     let m = model();
     compare_table(&t, &|k, g| {
         let g = heated(g);
