@@ -12,6 +12,7 @@
 //!   emits. Same inputs, same event sequence per LP, whatever the partitioning.
 
 pub mod dcqcn;
+pub mod flow;
 pub mod gpu;
 pub mod net;
 pub mod params;

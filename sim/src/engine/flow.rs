@@ -1,0 +1,747 @@
+//! `network.model = "flow"`: transfers as fluid flows whose rates are max-min fair over the
+//! links they share (Bertsekas and Gallager, *Data Networks*, §6.5.2; the fluid model of
+//! SimGrid and of m3's flowSim, SIGCOMM'24). Rates change only when a flow starts or ends.
+//!
+//! [`FlowSolver`] keeps every active flow, the load of every shared link and each flow's
+//! finish time under its current rate. After a change it re-solves only a *region*: the
+//! links whose flows may have to change rate, grown until the allocation is max-min fair
+//! everywhere. It relies on the local characterisation of max-min fairness: an allocation
+//! is max-min fair iff every flow has a *bottleneck*, a saturated link on its path where no
+//! other flow gets more (or the flow runs at its own cap). A flow none of whose links
+//! changed keeps its bottleneck, so only flows on changed links need re-solving:
+//! 1. Start from the added flow (or the saturated links a removed flow leaves).
+//! 2. Water-fill the flows of the region; links outside it keep their other flows' rates
+//!    and offer what those leave.
+//! 3. Grow the region by every outside link that a flow whose rate changed crosses, if it
+//!    is (or was) saturated, and by every outside link a flow was frozen at below another
+//!    flow's rate there. Repeat until nothing grows.
+//!
+//! At worst the region is the whole network (global water-filling); in a fabric whose
+//! saturated links are the NICs it is the flows of a few NICs. Everything is deterministic:
+//! one LP owns the solver, flows are slab slots, ties break by id.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+use serde::{Deserialize, Serialize};
+
+/// Relative tolerance for "saturated" and "changed".
+const EPS: f64 = 1e-9;
+
+/// What the run reports about the flow model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowStats {
+    /// Flows started (a transfer split over queue pairs counts each part).
+    pub flows: u64,
+    /// Rate recomputations: one per batch of starts or ends at one picosecond.
+    pub recomputations: u64,
+    /// Flows whose rate was re-solved, summed over recomputations.
+    pub flows_touched: u64,
+    /// Most flows active at once.
+    pub max_active: u64,
+}
+
+impl FlowStats {
+    pub fn merge(&mut self, other: &FlowStats) {
+        self.flows += other.flows;
+        self.recomputations += other.recomputations;
+        self.flows_touched += other.flows_touched;
+        self.max_active = self.max_active.max(other.max_active);
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct SharedLink {
+    /// Bytes per second.
+    capacity: f64,
+    /// Sum of the rates of its flows.
+    load: f64,
+    flows: Vec<u32>,
+    /// Bytes carried, for the link report.
+    bytes: f64,
+}
+
+impl SharedLink {
+    fn saturated(&self) -> bool {
+        self.load >= self.capacity * (1.0 - EPS)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Fluid<P> {
+    links: Vec<u32>,
+    /// Its own limit, bytes per second (the unshared links of its path, a FIFO).
+    cap: f64,
+    rate: f64,
+    /// Bytes left at `since`.
+    left: f64,
+    since: u64,
+    finish: u64,
+    payload: P,
+}
+
+/// Active flows and the max-min fair rates of the links they share. Links are dense
+/// indices into the capacities given at creation; a flow lists each link once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowSolver<P> {
+    links: Vec<SharedLink>,
+    flows: Vec<Option<Fluid<P>>>,
+    free: Vec<u32>,
+    /// (finish time, flow) of every active flow.
+    finishes: BTreeSet<(u64, u32)>,
+    active: u64,
+    pub stats: FlowStats,
+    /// Flows added or links freed since the last recomputation.
+    #[serde(skip)]
+    pending: Pending,
+    #[serde(skip)]
+    scratch: Scratch,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Pending {
+    flows: Vec<u32>,
+    links: Vec<u32>,
+}
+
+/// Reused buffers of a recomputation; marks are epochs, so nothing is cleared per call.
+#[derive(Debug, Clone, Default)]
+struct Scratch {
+    epoch: u32,
+    fill: u32,
+    /// Constraint links of the current water-filling (== fill).
+    link_mark: Vec<u32>,
+    /// Region membership of a link (== epoch).
+    region_mark: Vec<u32>,
+    /// Local index of a constraint link, valid when `link_mark == epoch`.
+    local_of: Vec<u32>,
+    flow_mark: Vec<u32>,
+}
+
+/// [`Filled`]'s bottleneck of a flow limited by its own cap.
+const NO_BOTTLENECK: u32 = u32::MAX;
+
+/// One water-filling's state over its constraint links (local indices).
+#[derive(Default)]
+struct Filling {
+    residual: Vec<f64>,
+    crossing: Vec<Vec<u32>>,
+    global: Vec<u32>,
+    unfrozen: Vec<u32>,
+    /// (share, local link), lowest first; entries whose share moved on are stale.
+    heap: BinaryHeap<Reverse<(Level, u32)>>,
+    /// Per member: (rate, bottleneck).
+    rate_of: Vec<Option<(f64, u32)>>,
+}
+
+impl Filling {
+    fn share(&self, k: usize) -> Option<f64> {
+        (self.unfrozen[k] > 0).then(|| self.residual[k].max(0.0) / f64::from(self.unfrozen[k]))
+    }
+
+    fn push(&mut self, k: usize) {
+        if let Some(share) = self.share(k) {
+            self.heap.push(Reverse((Level(share), k as u32)));
+        }
+    }
+
+    /// The link with the lowest fair share among those with unfrozen members.
+    fn lowest(&mut self) -> Option<(f64, usize)> {
+        while let Some(&Reverse((Level(share), k))) = self.heap.peek() {
+            let k = k as usize;
+            if self
+                .share(k)
+                .is_some_and(|c| c.to_bits() == share.to_bits())
+            {
+                return Some((share, k));
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Fixes member `i` (crossing `links`) at `level`.
+    fn freeze(
+        &mut self,
+        i: usize,
+        links: &[u32],
+        local: impl Fn(u32) -> usize,
+        level: f64,
+        bottleneck: u32,
+    ) {
+        self.rate_of[i] = Some((level, bottleneck));
+        for &l in links {
+            let k = local(l);
+            self.residual[k] -= level;
+            self.unfrozen[k] -= 1;
+            self.push(k);
+        }
+    }
+}
+
+/// Result of water-filling one region.
+struct Filled {
+    /// (flow, new rate, bottleneck link or `u32::MAX` for its own cap).
+    rates: Vec<(u32, f64, u32)>,
+}
+
+impl<P> FlowSolver<P> {
+    /// A network of links with these capacities (bytes per second).
+    pub fn new(capacities: impl IntoIterator<Item = f64>) -> Self {
+        FlowSolver {
+            links: capacities
+                .into_iter()
+                .map(|capacity| SharedLink {
+                    capacity,
+                    ..SharedLink::default()
+                })
+                .collect(),
+            flows: Vec::new(),
+            free: Vec::new(),
+            finishes: BTreeSet::new(),
+            active: 0,
+            stats: FlowStats::default(),
+            pending: Pending::default(),
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// Appends a link (a FIFO shared by one connection's flows); returns its index.
+    pub fn add_link(&mut self, capacity: f64) -> u32 {
+        self.links.push(SharedLink {
+            capacity,
+            ..SharedLink::default()
+        });
+        (self.links.len() - 1) as u32
+    }
+
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Bytes each link carried so far (flows still active count up to their last change).
+    pub fn link_bytes(&self, link: u32) -> f64 {
+        self.links[link as usize].bytes
+    }
+
+    pub fn active(&self) -> u64 {
+        self.active
+    }
+
+    /// Starts a flow of `bytes` over `links` at `now`, capped at `cap` bytes per second. Its
+    /// rate is set by the next [`FlowSolver::recompute`].
+    pub fn add(&mut self, now: u64, links: Vec<u32>, cap: f64, bytes: f64, payload: P) -> u32 {
+        let fluid = Fluid {
+            links,
+            cap,
+            rate: 0.0,
+            left: bytes.max(0.0),
+            since: now,
+            finish: u64::MAX,
+            payload,
+        };
+        let id = crate::slab::insert(&mut self.flows, &mut self.free, fluid);
+        self.pending.flows.push(id);
+        self.active += 1;
+        self.stats.flows += 1;
+        self.stats.max_active = self.stats.max_active.max(self.active);
+        id
+    }
+
+    /// The current rate of flow `id`, bytes per second.
+    pub fn rate(&self, id: u32) -> Option<f64> {
+        self.flows.get(id as usize)?.as_ref().map(|f| f.rate)
+    }
+
+    /// When the flow finishing first does, if any flow is active.
+    pub fn next_finish(&self) -> Option<u64> {
+        self.finishes.first().map(|&(t, _)| t)
+    }
+
+    /// Removes every flow that has finished by `now`, earliest first, and returns their
+    /// payloads with their finish times. Call [`FlowSolver::recompute`] after.
+    pub fn take_finished(&mut self, now: u64, out: &mut Vec<(u64, P)>) {
+        while let Some(&(t, id)) = self.finishes.first() {
+            if t > now {
+                break;
+            }
+            self.finishes.pop_first();
+            let Some(f) = self.remove(id, t) else {
+                continue;
+            };
+            out.push((t, f.payload));
+        }
+    }
+
+    /// Takes flow `id` out at time `t`: its links lose its load, and those it saturated
+    /// are re-solved by the next recomputation.
+    fn remove(&mut self, id: u32, t: u64) -> Option<Fluid<P>> {
+        let f = self.flows[id as usize].take()?;
+        self.free.push(id);
+        self.active -= 1;
+        for &l in &f.links {
+            let link = &mut self.links[l as usize];
+            if link.saturated() {
+                self.pending.links.push(l);
+            }
+            link.load -= f.rate;
+            link.bytes += f.rate * t.saturating_sub(f.since) as f64 * 1e-12;
+            if let Some(i) = link.flows.iter().position(|&g| g == id) {
+                link.flows.swap_remove(i);
+            }
+            if link.flows.is_empty() {
+                link.load = 0.0;
+            }
+        }
+        Some(f)
+    }
+
+    #[cfg(test)]
+    fn remove_for_test(&mut self, id: u32) {
+        if let Some(f) = self.flows[id as usize].as_ref() {
+            let key = (f.finish, id);
+            self.finishes.remove(&key);
+        }
+        let since = self.flows[id as usize].as_ref().map_or(0, |f| f.since);
+        self.remove(id, since);
+    }
+
+    /// Re-solves the rates the changes since the last call affect, at time `now`.
+    pub fn recompute(&mut self, now: u64) {
+        if self.pending.flows.is_empty() && self.pending.links.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.stats.recomputations += 1;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.begin(self.links.len(), self.flows.len());
+        let epoch = scratch.epoch;
+        // New flows join their links now, at rate 0; they are the region's first members.
+        let mut members: Vec<u32> = Vec::new();
+        for &id in &pending.flows {
+            let Some(f) = self.flows[id as usize].as_ref() else {
+                continue;
+            };
+            for &l in &f.links {
+                self.links[l as usize].flows.push(id);
+            }
+            if scratch.flow_mark[id as usize] != epoch {
+                scratch.flow_mark[id as usize] = epoch;
+                members.push(id);
+            }
+        }
+        let mut grow: Vec<u32> = pending.links;
+        loop {
+            for l in grow.drain(..) {
+                if scratch.region_mark[l as usize] == epoch {
+                    continue;
+                }
+                scratch.region_mark[l as usize] = epoch;
+                for &g in &self.links[l as usize].flows {
+                    if scratch.flow_mark[g as usize] != epoch {
+                        scratch.flow_mark[g as usize] = epoch;
+                        members.push(g);
+                    }
+                }
+            }
+            members.sort_unstable();
+            let filled = self.fill(&members, &mut scratch);
+            // Grow by what the new rates disturb outside the region.
+            for &(id, rate, bottleneck) in &filled.rates {
+                let f = self.flows[id as usize].as_ref().expect("member is active");
+                if bottleneck != NO_BOTTLENECK && scratch.region_mark[bottleneck as usize] != epoch
+                {
+                    let link = &self.links[bottleneck as usize];
+                    let larger_outside = link.flows.iter().any(|&g| {
+                        scratch.flow_mark[g as usize] != epoch
+                            && self.flows[g as usize]
+                                .as_ref()
+                                .is_some_and(|o| o.rate > rate * (1.0 + EPS))
+                    });
+                    if larger_outside {
+                        grow.push(bottleneck);
+                    }
+                }
+                if (rate - f.rate).abs() > EPS * rate.max(f.rate) {
+                    for &l in &f.links {
+                        if scratch.region_mark[l as usize] == epoch {
+                            continue;
+                        }
+                        let link = &self.links[l as usize];
+                        let after = link.load - f.rate + rate;
+                        if link.saturated() || after >= link.capacity * (1.0 - EPS) {
+                            grow.push(l);
+                        }
+                    }
+                }
+            }
+            if grow.is_empty() {
+                self.apply(now, &filled);
+                break;
+            }
+        }
+        self.scratch = scratch;
+    }
+
+    /// Max-min rates of `members` (sorted), every other flow's rate fixed: progressive
+    /// filling over the links they cross, each offering its capacity less the fixed flows'
+    /// load.
+    fn fill(&self, members: &[u32], s: &mut Scratch) -> Filled {
+        let mark = s.next_fill();
+        let member = |id: u32| self.flows[id as usize].as_ref().expect("member is active");
+        let mut w = Filling::default();
+        // Constraint links: what the fixed flows leave, and the members crossing them.
+        for &id in members {
+            let f = member(id);
+            for &l in &f.links {
+                let li = l as usize;
+                if s.link_mark[li] != mark {
+                    s.link_mark[li] = mark;
+                    s.local_of[li] = w.residual.len() as u32;
+                    let link = &self.links[li];
+                    w.residual.push(link.capacity - link.load);
+                    w.crossing.push(Vec::new());
+                    w.global.push(l);
+                }
+                let k = s.local_of[li] as usize;
+                // A member's current rate is not fixed load.
+                w.residual[k] += f.rate;
+                w.crossing[k].push(id);
+            }
+        }
+        w.unfrozen = w.crossing.iter().map(|c| c.len() as u32).collect();
+        for k in 0..w.residual.len() {
+            w.push(k);
+        }
+        w.rate_of = vec![None; members.len()];
+        let index_of = |id: u32| members.binary_search(&id).expect("member");
+        let mut by_cap: Vec<u32> = members.to_vec();
+        by_cap.sort_by(|&a, &b| member(a).cap.total_cmp(&member(b).cap).then(a.cmp(&b)));
+        let mut next_cap = 0;
+        let mut left = members.len();
+        let local = |l: u32| s.local_of[l as usize] as usize;
+        while left > 0 {
+            let link_level = w.lowest();
+            while next_cap < by_cap.len() && w.rate_of[index_of(by_cap[next_cap])].is_some() {
+                next_cap += 1;
+            }
+            let cap_level = by_cap.get(next_cap).map(|&id| (member(id).cap, id));
+            let by_link = match (link_level, cap_level) {
+                (Some((share, k)), Some((cap, _))) if share <= cap => Some((share, k)),
+                (Some(level), None) => Some(level),
+                _ => None,
+            };
+            if let Some((share, k)) = by_link {
+                let ids: Vec<u32> = w.crossing[k]
+                    .iter()
+                    .copied()
+                    .filter(|&id| w.rate_of[index_of(id)].is_none())
+                    .collect();
+                let bottleneck = w.global[k];
+                for id in ids {
+                    w.freeze(index_of(id), &member(id).links, local, share, bottleneck);
+                    left -= 1;
+                }
+            } else if let Some((cap, id)) = cap_level {
+                w.freeze(index_of(id), &member(id).links, local, cap, NO_BOTTLENECK);
+                left -= 1;
+            } else {
+                // Members that cross no link and have no cap: nothing limits them (the
+                // engine never starts one).
+                for r in w.rate_of.iter_mut().filter(|r| r.is_none()) {
+                    *r = Some((f64::INFINITY, NO_BOTTLENECK));
+                    left -= 1;
+                }
+            }
+        }
+        Filled {
+            rates: members
+                .iter()
+                .zip(w.rate_of)
+                .map(|(&id, r)| {
+                    let (rate, bottleneck) = r.expect("every member frozen");
+                    (id, rate, bottleneck)
+                })
+                .collect(),
+        }
+    }
+
+    /// Moves each member to its new rate at `now`: bytes sent so far at the old rate, the
+    /// finish time at the new.
+    fn apply(&mut self, now: u64, filled: &Filled) {
+        self.stats.flows_touched += filled.rates.len() as u64;
+        for &(id, rate, _) in &filled.rates {
+            let f = self.flows[id as usize].as_mut().expect("member is active");
+            let sent = f.rate * (now - f.since) as f64 * 1e-12;
+            f.left = (f.left - sent).max(0.0);
+            f.since = now;
+            for &l in &f.links {
+                let link = &mut self.links[l as usize];
+                link.load += rate - f.rate;
+                link.bytes += sent;
+            }
+            let old_finish = f.finish;
+            f.rate = rate;
+            f.finish = if f.left <= 0.0 {
+                now
+            } else if rate > 0.0 {
+                now.saturating_add((f.left / rate * 1e12).ceil() as u64)
+            } else {
+                u64::MAX
+            };
+            if old_finish != f.finish {
+                if old_finish != u64::MAX {
+                    self.finishes.remove(&(old_finish, id));
+                }
+                self.finishes.insert((f.finish, id));
+            }
+        }
+    }
+}
+
+impl Scratch {
+    fn begin(&mut self, links: usize, flows: usize) {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.region_mark.iter_mut().for_each(|m| *m = 0);
+            self.flow_mark.iter_mut().for_each(|m| *m = 0);
+            self.epoch = 1;
+        }
+        self.region_mark.resize(links, 0);
+        self.link_mark.resize(links, 0);
+        self.local_of.resize(links, 0);
+        self.flow_mark.resize(flows, 0);
+    }
+
+    /// A fresh mark for the constraint links of one water-filling.
+    fn next_fill(&mut self) -> u32 {
+        self.fill = self.fill.wrapping_add(1);
+        if self.fill == 0 {
+            self.link_mark.iter_mut().for_each(|m| *m = 0);
+            self.fill = 1;
+        }
+        self.fill
+    }
+}
+
+/// An f64 ordered totally (rates are finite and non-negative).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Level(f64);
+
+impl Eq for Level {}
+
+impl PartialOrd for Level {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Level {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GB: f64 = 1e9;
+    const S: u64 = 1_000_000_000_000;
+
+    fn rates(s: &FlowSolver<u32>, ids: &[u32]) -> Vec<f64> {
+        ids.iter().map(|&i| s.rate(i).unwrap()).collect()
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        a == b
+            || (a.is_finite()
+                && b.is_finite()
+                && (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0))
+    }
+
+    #[test]
+    fn n_flows_on_one_bottleneck_get_a_nth_each() {
+        for n in 1..=7u32 {
+            let mut s = FlowSolver::new([10.0 * GB, 100.0 * GB]);
+            let ids: Vec<u32> = (0..n)
+                .map(|i| s.add(0, vec![0, 1], f64::INFINITY, GB, i))
+                .collect();
+            s.recompute(0);
+            for r in rates(&s, &ids) {
+                assert!(close(r, 10.0 * GB / f64::from(n)), "{n}: {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_flow_bottlenecked_elsewhere_leaves_its_share_to_the_others() {
+        // Link 0: 10 GB/s, link 1: 4 GB/s. f0 crosses both, f1 only link 0, f2 only link 1.
+        // Max-min: link 1 splits 2 + 2, and f1 takes the 8 f0 leaves on link 0 (an equal
+        // split of link 0 would give it 5).
+        let mut s = FlowSolver::new([10.0 * GB, 4.0 * GB]);
+        let f0 = s.add(0, vec![0, 1], f64::INFINITY, GB, 0);
+        let f1 = s.add(0, vec![0], f64::INFINITY, GB, 1);
+        let f2 = s.add(0, vec![1], f64::INFINITY, GB, 2);
+        s.recompute(0);
+        let r = rates(&s, &[f0, f1, f2]);
+        assert!(
+            close(r[0], 2.0 * GB) && close(r[1], 8.0 * GB) && close(r[2], 2.0 * GB),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_cap_is_a_private_bottleneck() {
+        let mut s = FlowSolver::new([10.0 * GB]);
+        let a = s.add(0, vec![0], 1.0 * GB, GB, 0);
+        let b = s.add(0, vec![0], f64::INFINITY, GB, 1);
+        s.recompute(0);
+        assert_eq!(rates(&s, &[a, b]), vec![1.0 * GB, 9.0 * GB]);
+    }
+
+    #[test]
+    fn a_completion_moves_when_a_competitor_ends() {
+        // Two flows share 1 GB/s: the 0.5 GB one ends at 1 s; the 1 GB one has 0.5 GB left
+        // and takes the whole link: 1.5 s, not the 2 s of a fixed half.
+        let mut s = FlowSolver::new([GB]);
+        s.add(0, vec![0], f64::INFINITY, GB, 0);
+        s.add(0, vec![0], f64::INFINITY, 0.5 * GB, 1);
+        s.recompute(0);
+        let mut done = Vec::new();
+        let t = s.next_finish().unwrap();
+        assert_eq!(t, S);
+        s.take_finished(t, &mut done);
+        s.recompute(t);
+        assert_eq!(done, vec![(S, 1)]);
+        let t = s.next_finish().unwrap();
+        assert!(t.abs_diff(3 * S / 2) <= 1, "{t}");
+        done.clear();
+        s.take_finished(t, &mut done);
+        assert_eq!(done.len(), 1);
+        assert_eq!(s.active(), 0);
+        assert!(close(s.link_bytes(0), 1.5 * GB), "{}", s.link_bytes(0));
+    }
+
+    #[test]
+    fn a_late_flow_slows_the_first() {
+        // 1 GB at 1 GB/s alone; a second 1 GB flow joins at 0.5 s: both at half, the first
+        // ends at 1.5 s and the second, alone again, at 2 s.
+        let mut s = FlowSolver::new([GB]);
+        s.add(0, vec![0], f64::INFINITY, GB, 0);
+        s.recompute(0);
+        s.add(S / 2, vec![0], f64::INFINITY, GB, 1);
+        s.recompute(S / 2);
+        let mut done = Vec::new();
+        while let Some(t) = s.next_finish() {
+            s.take_finished(t, &mut done);
+            s.recompute(t);
+        }
+        assert_eq!(done.len(), 2);
+        assert!(
+            done[0].0.abs_diff(3 * S / 2) <= 1 && done[0].1 == 0,
+            "{done:?}"
+        );
+        assert!(done[1].0.abs_diff(2 * S) <= 1 && done[1].1 == 1, "{done:?}");
+    }
+
+    /// Global progressive filling from scratch: the reference the incremental solver must
+    /// match.
+    fn reference(capacity: &[f64], flows: &[(Vec<u32>, f64)]) -> Vec<f64> {
+        let mut rate = vec![None::<f64>; flows.len()];
+        let mut residual = capacity.to_vec();
+        while rate.iter().any(Option::is_none) {
+            let unfrozen_on = |l: u32, rate: &[Option<f64>]| {
+                flows
+                    .iter()
+                    .zip(rate)
+                    .filter(|((ls, _), x)| x.is_none() && ls.contains(&l))
+                    .count()
+            };
+            let share: Vec<Option<f64>> = (0..residual.len())
+                .map(|l| {
+                    let n = unfrozen_on(l as u32, &rate);
+                    (n > 0).then(|| residual[l].max(0.0) / n as f64)
+                })
+                .collect();
+            let best = share
+                .iter()
+                .flatten()
+                .copied()
+                .chain(
+                    flows
+                        .iter()
+                        .zip(&rate)
+                        .filter(|(_, x)| x.is_none())
+                        .map(|((_, c), _)| *c),
+                )
+                .fold(f64::INFINITY, f64::min);
+            let frozen: Vec<usize> = (0..flows.len())
+                .filter(|&i| {
+                    rate[i].is_none()
+                        && (close(flows[i].1, best)
+                            || flows[i]
+                                .0
+                                .iter()
+                                .any(|&l| share[l as usize].is_some_and(|x| close(x, best))))
+                })
+                .collect();
+            for i in frozen {
+                rate[i] = Some(best);
+                for &l in &flows[i].0 {
+                    residual[l as usize] -= best;
+                }
+            }
+        }
+        rate.into_iter().map(Option::unwrap).collect()
+    }
+
+    #[test]
+    fn incremental_rates_equal_global_water_filling() {
+        // Random networks of 12 links and random starts and ends; after every change the
+        // incremental rates must be the global max-min allocation.
+        let mut seed = 7u64;
+        let mut next = |m: u64| {
+            seed = crate::topology::splitmix64(seed);
+            seed % m
+        };
+        for _ in 0..40 {
+            let capacity: Vec<f64> = (0..12).map(|_| (1 + next(8)) as f64 * GB).collect();
+            let mut s = FlowSolver::new(capacity.iter().copied());
+            let mut live: Vec<(u32, Vec<u32>, f64)> = Vec::new();
+            let mut now = 0;
+            for step in 0..60u32 {
+                now += 1 + next(1000);
+                if live.is_empty() || next(3) > 0 {
+                    let mut links: Vec<u32> = (0..1 + next(4)).map(|_| next(12) as u32).collect();
+                    links.sort_unstable();
+                    links.dedup();
+                    let cap = if next(4) == 0 {
+                        (1 + next(4)) as f64 * 0.5 * GB
+                    } else {
+                        f64::INFINITY
+                    };
+                    let id = s.add(now, links.clone(), cap, 1e15, step);
+                    live.push((id, links, cap));
+                } else {
+                    // End a random flow by removing it through an early finish: rebuild the
+                    // solver state as the engine would see it after that flow's end.
+                    let i = next(live.len() as u64) as usize;
+                    let (id, ..) = live.swap_remove(i);
+                    s.remove_for_test(id);
+                }
+                s.recompute(now);
+                let flows: Vec<(Vec<u32>, f64)> =
+                    live.iter().map(|(_, l, c)| (l.clone(), *c)).collect();
+                let want = reference(&capacity, &flows);
+                for ((id, ..), w) in live.iter().zip(want.iter().copied()) {
+                    let got = s.rate(*id).unwrap();
+                    assert!(
+                        close(got, w),
+                        "flow {id}: {got} against {w}; capacity {capacity:?}, flows {live:?}, want {want:?}"
+                    );
+                }
+            }
+        }
+    }
+}
