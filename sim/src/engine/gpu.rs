@@ -1918,7 +1918,7 @@ impl GpuLp {
         let settings = &model.collectives.settings;
         let across = path.classes[class_index(LinkClass::Network)];
         let parts = if settings.split_data_on_qps && across && tag.group != INJECTED {
-            let segments = bytes.div_ceil(segment).max(1);
+            let segments = (bytes / segment).max(1);
             u64::from(settings.qps_per_connection).min(segments) as u8
         } else {
             1
@@ -1973,7 +1973,7 @@ impl GpuLp {
             if f.sent_any && f.sent >= f.total {
                 return;
             }
-            let bytes = f.segment.min(f.total - f.sent);
+            let bytes = next_segment(f.total - f.sent, f.segment);
             if f.in_flight > 0 && f.in_flight + bytes > f.window {
                 return;
             }
@@ -2019,7 +2019,7 @@ impl GpuLp {
             // Split over queue pairs, segment i goes on QP i mod parts, each with its path.
             let index = f.sent / f.segment;
             let (hash, last) = if f.parts > 1 {
-                let segments = f.total.div_ceil(f.segment).max(1);
+                let segments = (f.total / f.segment).max(1);
                 let qp = index % u64::from(f.parts);
                 (
                     splitmix64(f.hash ^ qp),
@@ -2214,11 +2214,22 @@ const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 /// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that storing and
 /// forwarding whole segments adds at most an eighth of the flow's serialisation per hop,
 /// as a switch forwarding MTU-sized packets would. `largest` is `network.segment_bytes`.
+///
+/// The segments are equal but the last, which also carries the remainder (fewer bytes than
+/// there are segments). A short last segment would overtake its predecessors across links
+/// that run without a queue and end the message before they arrive.
 pub fn segment_size(bytes: u64, largest: u64) -> u64 {
-    (bytes / MIN_SEGMENTS)
+    let most = (bytes / MIN_SEGMENTS)
         .max(MIN_SEGMENT_BYTES)
         .min(largest)
-        .max(1)
+        .max(1);
+    (bytes / bytes.div_ceil(most).max(1)).max(1)
+}
+
+/// Bytes of a flow's next segment with `rest` bytes left to send: the last takes all
+/// that is left ([`segment_size`]).
+fn next_segment(rest: u64, segment: u64) -> u64 {
+    if rest >= 2 * segment { segment } else { rest }
 }
 
 /// The tag step of chunk `c` of lane-tree `lt` going up (reduce) or down (broadcast).
