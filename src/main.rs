@@ -830,6 +830,21 @@ fn report_run(
         s["mfu"].as_f64().unwrap_or(0.0),
         output.summary.digest
     );
+    let net = &s["network"];
+    let flow = &net["flow"];
+    let flow = if flow.is_null() {
+        String::new()
+    } else {
+        format!(
+            "; {} flows, {} rate recomputations touching {} flows",
+            flow["flows"], flow["rate_recomputations"], flow["flows_touched"]
+        )
+    };
+    outln!(
+        "network: {} (intra-host {}){flow}",
+        net["model"].as_str().unwrap_or("?"),
+        net["intra_host"].as_str().unwrap_or("?"),
+    );
     let events = s["engine"]["events"].as_u64().unwrap_or(0);
     // After a resume, this process ran only the events past its checkpoint.
     let events = match s["engine"]["resumed_events"].as_u64() {

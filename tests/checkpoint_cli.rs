@@ -266,3 +266,45 @@ fn bad_checkpoints_are_one_clear_error() {
     let e = resume_error(&foreign, &[], "foreign part");
     assert!(e.contains("not a fleetsim checkpoint part"), "{e}");
 }
+
+#[test]
+fn a_flow_mode_run_resumes_to_its_uninterrupted_digest() {
+    let dir = scratch("checkpoint-flow");
+    let flow = ["--set", "network.model=flow"];
+    let plain = dir.join("plain");
+    stdout_ok(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(&plain)
+            .args(SMALL)
+            .args(flow),
+    );
+    let checkpointed = dir.join("checkpointed");
+    stdout_ok(
+        fleetsim()
+            .args([
+                "run",
+                QUICKSTART,
+                "--quiet",
+                "--checkpoint-every",
+                "10ms",
+                "--out",
+            ])
+            .arg(&checkpointed)
+            .args(SMALL)
+            .args(flow),
+    );
+    let expected = digest(&plain);
+    assert_eq!(digest(&checkpointed), expected);
+    let flows = &summary(&plain)["network"]["flow"];
+    assert!(flows["flows"].as_u64().is_some_and(|n| n > 0), "{flows}");
+    let resumed = dir.join("resumed");
+    stdout_ok(
+        resume_command(&checkpointed.join("checkpoint"), &resumed)
+            .args(SMALL)
+            .args(flow)
+            .args(["--workers", "2"]),
+    );
+    assert_eq!(digest(&resumed), expected);
+    assert_eq!(summary(&resumed)["network"]["flow"], *flows);
+}

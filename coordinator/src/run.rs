@@ -131,7 +131,7 @@ pub fn partition(exp: &Experiment, model: &SimModel, workers: u32) -> Result<Par
         assignment = split(cap)?;
     }
     let weights = load.events_by(&assignment.partition_of, assignment.partitions);
-    let lookahead_ps = partitioner::lookahead_ps(&model.topology, &assignment);
+    let lookahead_ps = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &assignment));
     if lookahead_ps == Some(0) {
         // A zero lookahead leaves conservative synchronisation no safe window at all.
         let cut = model

@@ -114,6 +114,13 @@ pub fn summarize_run(
             "intra_host": format!("{:?}", net.intra_host).to_lowercase(),
             "segment_bytes": net.segment_bytes,
             "congestion_control": format!("{:?}", net.congestion_control).to_lowercase(),
+            // Flow mode: flows started, rate recomputations and the flows they re-solved.
+            "flow": results.flow_stats().map(|f| json!({
+                "flows": f.flows,
+                "rate_recomputations": f.recomputations,
+                "flows_touched": f.flows_touched,
+                "max_active_flows": f.max_active,
+            })),
         },
         "engine": {
             "mode": engine.mode,

@@ -84,6 +84,8 @@ fn case() -> impl Strategy<Value = Case> {
             ("packet", "analytical"),
             ("packet", "packet"),
             ("analytical", "analytical"),
+            ("flow", "analytical"),
+            ("flow", "flow"),
         ]),
         prop::sample::select(vec![65536u64, 262144]),
         prop::sample::select(vec!["none", "dcqcn"]),

@@ -57,7 +57,7 @@ pub fn run_scheduled(
         partitions: partition_of.iter().copied().max().unwrap_or(0) + 1,
         partition_of,
     };
-    let lookahead = partitioner::lookahead_ps(&model.topology, &assignment);
+    let lookahead = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &assignment));
     let (results, _) = embedded::run(
         Arc::clone(&model),
         assignment.partition_of,

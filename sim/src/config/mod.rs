@@ -554,6 +554,8 @@ impl Default for TrainingConfig {
 #[serde(rename_all = "lowercase")]
 pub enum NetworkModel {
     Packet,
+    /// Fluid flows with max-min fair rates over the links they share (`engine::flow`).
+    Flow,
     Analytical,
 }
 
@@ -561,6 +563,7 @@ impl NetworkModel {
     pub fn name(self) -> &'static str {
         match self {
             NetworkModel::Packet => "packet",
+            NetworkModel::Flow => "flow",
             NetworkModel::Analytical => "analytical",
         }
     }

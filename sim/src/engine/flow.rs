@@ -21,9 +21,14 @@
 //! one LP owns the solver, flows are slab slots, ties break by id.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+
+use super::net::serialisation_ps;
+use super::results::PortReport;
+use super::{Ctx, SimModel, Tag};
+use crate::topology::{LinkId, NodeId, splitmix64};
 
 /// Relative tolerance for "saturated" and "changed".
 const EPS: f64 = 1e-9;
@@ -539,6 +544,264 @@ impl PartialOrd for Level {
 impl Ord for Level {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&other.0)
+    }
+}
+
+/// A transfer a GPU hands to the fabric's flow LP ([`super::Body::FlowStart`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FlowRequest {
+    pub src: NodeId,
+    pub dst: NodeId,
+    /// PXN relay, [`super::NO_NODE`] when none.
+    pub via: NodeId,
+    /// The sender's flow slot, named in [`super::Body::FlowDone`].
+    pub flow: u32,
+    pub bytes: u64,
+    pub hash: u64,
+    pub tag: Tag,
+    /// What NCCL's FIFO sustains on the connection (bytes/s), infinite when not a limit.
+    pub fifo_rate: f64,
+    /// Queue pairs the transfer is split over (NCCL_IB_SPLIT_DATA_ON_QPS).
+    pub parts: u8,
+}
+
+/// A queue pair: (sender, receiver, PXN relay, ECMP hash). An RC queue pair executes its
+/// send requests in order (InfiniBand Architecture Specification, vol. 1, §9.5), so a
+/// connection's next message starts when the one before it has left; in the packet model
+/// its segments queue behind the earlier message's at the same ports.
+type QueuePair = (NodeId, NodeId, NodeId, u64);
+
+impl FlowRequest {
+    fn queue_pair(&self) -> QueuePair {
+        (self.src, self.dst, self.via, self.hash)
+    }
+}
+
+/// A transfer until its last part finishes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Transfer {
+    src: NodeId,
+    dst: NodeId,
+    queue_pair: QueuePair,
+    flow: u32,
+    tag: Tag,
+    parts_left: u8,
+    /// After its last byte leaves the fluid: when the receiver has it, and when the
+    /// sender hears so.
+    deliver_ps: u64,
+    ack_ps: u64,
+}
+
+/// The fabric's flow LP: every flow over shared links, in one place so that rates are
+/// max-min fair across the whole fabric. It lives in one fabric node's LP
+/// ([`super::SimModel::flow_home`]). A GPU's request reaches it [`super::SimModel::flow_delay_ps`]
+/// after the transfer starts (the smallest latency of a shared link), and the rest of
+/// the path's latency follows the fluid, so every event either way is at least that far
+/// in the future.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FlowHome {
+    solver: FlowSolver<u32>,
+    transfers: Vec<Option<Transfer>>,
+    free_transfers: Vec<u32>,
+    /// NCCL's FIFO of a connection as a link its transfers share: (src, dst, rate bits).
+    fifo_links: BTreeMap<(NodeId, NodeId, u64), u32>,
+    /// Queue pairs with a transfer in progress, and the transfers waiting behind it.
+    queue_pairs: BTreeMap<QueuePair, VecDeque<FlowRequest>>,
+    /// The tick planned for the next finish (`u64::MAX`: none).
+    tick_at: u64,
+    #[serde(skip)]
+    path: Vec<LinkId>,
+    #[serde(skip)]
+    hops: Vec<LinkId>,
+    #[serde(skip)]
+    finished: Vec<(u64, u32)>,
+}
+
+impl FlowHome {
+    pub fn new(model: &SimModel) -> Self {
+        FlowHome {
+            solver: FlowSolver::new(model.topology.links().iter().map(|l| l.bytes_per_s)),
+            transfers: Vec::new(),
+            free_transfers: Vec::new(),
+            fifo_links: BTreeMap::new(),
+            queue_pairs: BTreeMap::new(),
+            tick_at: u64::MAX,
+            path: Vec::new(),
+            hops: Vec::new(),
+            finished: Vec::new(),
+        }
+    }
+
+    /// A transfer reaches the flow LP: it starts now unless its queue pair is busy.
+    pub fn start(&mut self, model: &SimModel, req: FlowRequest, ctx: &mut Ctx) {
+        match self.queue_pairs.entry(req.queue_pair()) {
+            std::collections::btree_map::Entry::Occupied(mut waiting) => {
+                waiting.get_mut().push_back(req);
+                return;
+            }
+            std::collections::btree_map::Entry::Vacant(free) => {
+                free.insert(VecDeque::new());
+            }
+        }
+        self.launch(model, req, ctx.now);
+        self.solver.recompute(ctx.now);
+        self.plan_tick(ctx);
+    }
+
+    /// Starts the parts of a transfer as flows (rates are set by the next recomputation).
+    fn launch(&mut self, model: &SimModel, req: FlowRequest, now: u64) {
+        let parts = req.parts.max(1);
+        let segment = super::gpu::segment_size(req.bytes, model.net.segment_bytes);
+        let mut latency = 0;
+        let mut fill = 0;
+        let mut flows = Vec::with_capacity(usize::from(parts));
+        for qp in 0..u64::from(parts) {
+            let hash = if parts > 1 {
+                splitmix64(req.hash ^ qp)
+            } else {
+                req.hash
+            };
+            let legs: &[(NodeId, NodeId)] = if req.via == super::NO_NODE {
+                &[(req.src, req.dst)]
+            } else {
+                &[(req.src, req.via), (req.via, req.dst)]
+            };
+            let mut links = Vec::new();
+            let mut cap = f64::INFINITY;
+            let (mut part_latency, mut part_fill) = (0, 0);
+            let mut slowest = f64::INFINITY;
+            for &(a, b) in legs {
+                if let Err(e) = model
+                    .topology
+                    .path_into(a, b, hash, &mut self.path, &mut self.hops)
+                {
+                    // The sender routed this transfer before asking; only its split parts
+                    // take other hashes, over the same reachable fabric.
+                    unreachable!("flow route from {a} to {b} vanished: {e}");
+                }
+                for &l in &self.path {
+                    let link = model.topology.links()[l as usize];
+                    part_latency += link.latency_ps;
+                    // Store and forward, as the packet model's segments: the first segment
+                    // is serialised on every hop, the rest follow at the bottleneck's pace.
+                    part_fill += serialisation_ps(segment, 1e12 / link.bytes_per_s);
+                    slowest = slowest.min(link.bytes_per_s);
+                    if model.net.is_shared(link.class) {
+                        if !links.contains(&l) {
+                            links.push(l);
+                        }
+                    } else {
+                        cap = cap.min(link.bytes_per_s);
+                    }
+                }
+            }
+            part_fill = part_fill.saturating_sub(serialisation_ps(segment, 1e12 / slowest));
+            if req.fifo_rate.is_finite() {
+                let key = (req.src, req.dst, req.fifo_rate.to_bits());
+                let solver = &mut self.solver;
+                let fifo = *self
+                    .fifo_links
+                    .entry(key)
+                    .or_insert_with(|| solver.add_link(req.fifo_rate));
+                links.push(fifo);
+            }
+            latency = latency.max(part_latency);
+            fill = fill.max(part_fill);
+            flows.push((links, cap));
+        }
+        let delay = model.flow_delay_ps;
+        let transfer = Transfer {
+            src: req.src,
+            dst: req.dst,
+            queue_pair: req.queue_pair(),
+            flow: req.flow,
+            tag: req.tag,
+            parts_left: parts,
+            deliver_ps: (latency + fill).saturating_sub(delay).max(delay),
+            ack_ps: latency.max(delay),
+        };
+        let id = crate::slab::insert(&mut self.transfers, &mut self.free_transfers, transfer);
+        let part_bytes = req.bytes as f64 / f64::from(parts);
+        for (links, cap) in flows {
+            self.solver.add(now, links, cap, part_bytes, id);
+        }
+    }
+
+    /// Finishes what is due: each transfer whose last part ended reaches its receiver, and
+    /// later its sender.
+    pub fn tick(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        if ctx.now == self.tick_at {
+            self.tick_at = u64::MAX;
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        self.solver.take_finished(ctx.now, &mut finished);
+        for &(t, id) in &finished {
+            let Some(tr) = self.transfers[id as usize].as_mut() else {
+                continue;
+            };
+            tr.parts_left -= 1;
+            if tr.parts_left > 0 {
+                continue;
+            }
+            let tr = self.transfers[id as usize].take().expect("checked above");
+            self.free_transfers.push(id);
+            let arrive = t.max(ctx.now) + tr.deliver_ps;
+            ctx.emit(tr.dst, arrive, super::Body::Message { tag: tr.tag });
+            ctx.emit(
+                tr.src,
+                arrive + tr.ack_ps,
+                super::Body::FlowDone { flow: tr.flow },
+            );
+            // The queue pair's next transfer follows.
+            match self
+                .queue_pairs
+                .get_mut(&tr.queue_pair)
+                .and_then(VecDeque::pop_front)
+            {
+                Some(next) => self.launch(model, next, ctx.now),
+                None => {
+                    self.queue_pairs.remove(&tr.queue_pair);
+                }
+            }
+        }
+        finished.clear();
+        self.finished = finished;
+        self.solver.recompute(ctx.now);
+        self.plan_tick(ctx);
+    }
+
+    /// Plans a tick at the next finish unless one is planned for then already.
+    fn plan_tick(&mut self, ctx: &mut Ctx) {
+        if let Some(t) = self.solver.next_finish() {
+            let t = t.max(ctx.now);
+            if t < self.tick_at || self.tick_at < ctx.now {
+                self.tick_at = t;
+                ctx.emit(ctx.lp, t, super::Body::FlowTick);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> FlowStats {
+        self.solver.stats
+    }
+
+    /// Bytes each shared link carried, as port reports (busy: the bytes at line rate).
+    pub fn link_reports(&self, model: &SimModel) -> Vec<PortReport> {
+        model
+            .topology
+            .links()
+            .iter()
+            .enumerate()
+            .filter_map(|(l, link)| {
+                let bytes = self.solver.link_bytes(l as u32).round() as u64;
+                (bytes > 0).then(|| PortReport {
+                    link: l as LinkId,
+                    bytes,
+                    busy_ps: serialisation_ps(bytes, 1e12 / link.bytes_per_s),
+                    ..PortReport::default()
+                })
+            })
+            .collect()
     }
 }
 

@@ -348,6 +348,8 @@ struct PathInfo {
     first_link: u32,
     hops: u32,
     queued: bool,
+    /// Crosses a link whose flows share it max-min fairly (flow mode).
+    shared: bool,
     /// Link classes the path crosses, to account analytical traffic.
     classes: [bool; 4],
 }
@@ -386,6 +388,7 @@ impl PathCache {
             first_link: a.first_link,
             hops: a.hops + b.hops,
             queued: a.queued || b.queued,
+            shared: a.shared || b.shared,
             classes,
         })
     }
@@ -411,6 +414,7 @@ impl PathCache {
             first_link: self.path.first().copied().unwrap_or(u32::MAX),
             hops: self.path.len() as u32,
             queued: false,
+            shared: false,
             classes: [false; 4],
         };
         for &l in &self.path {
@@ -418,6 +422,7 @@ impl PathCache {
             info.latency_ps += lk.latency_ps;
             info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
             info.queued |= model.net.is_queued(lk.class);
+            info.shared |= model.net.is_shared(lk.class);
             info.classes[super::results::class_index(lk.class)] = true;
         }
         if single_choice {
@@ -528,14 +533,20 @@ impl GpuLp {
                     (dst, NO_NODE),
                     f.bytes,
                     injected_tag(index),
-                    None,
+                    (None, u32::MAX),
                     ctx,
                 );
             }
             Body::SendDone { stream } => {
                 self.analytical_sends_delivered(model, usize::from(stream), ctx)
             }
-            Body::Ack { flow, bytes, ecn } => self.acked(model, flow, bytes, ecn, ctx),
+            Body::Ack { flow, bytes, ecn } => self.acked(model, flow, u64::from(bytes), ecn, ctx),
+            Body::FlowDone { flow } => {
+                if let Some(Some(f)) = self.flows.get(flow as usize) {
+                    let bytes = f.in_flight;
+                    self.acked(model, flow, bytes, false, ctx);
+                }
+            }
             Body::ConnectionFree { connection } => {
                 self.serial[connection as usize].in_flight -= 1;
                 self.serial_pump(model, connection as usize, ctx);
@@ -1190,7 +1201,7 @@ impl GpuLp {
                 Ok(p) => p,
                 Err(e) => return self.fail_none(e),
             };
-            closed &= !p.queued;
+            closed &= !(p.queued || p.shared);
             hop_ps.0 = p.latency_ps;
             shape.intra_bytes_per_s = p.bytes_per_s;
             shape.nvlink = p.classes[class_index(LinkClass::NvLink)];
@@ -1212,7 +1223,7 @@ impl GpuLp {
                 Ok(p) => p,
                 Err(e) => return self.fail_none(e),
             };
-            closed &= !p.queued;
+            closed &= !(p.queued || p.shared);
             hop_ps.1 = p.latency_ps;
             shape.nic_bytes_per_s = p.bytes_per_s;
             if model.collectives.cxl_fabric {
@@ -1233,7 +1244,7 @@ impl GpuLp {
                     seen.push(h);
                     match path(&mut self.paths, first, m) {
                         Ok(q) => {
-                            closed &= !q.queued;
+                            closed &= !(q.queued || q.shared);
                             coherent &= cxl(&q);
                         }
                         Err(e) => return self.fail_none(e),
@@ -1525,10 +1536,17 @@ impl GpuLp {
             if let Running::Comm(run) = &mut self.running[usize::from(stream)] {
                 run.queued -= 1;
             }
-            match self.transmit(model, (dst, NO_NODE), bytes, tag, Some(stream), ctx) {
+            let sent = self.transmit(
+                model,
+                (dst, NO_NODE),
+                bytes,
+                tag,
+                (Some(stream), i as u32),
+                ctx,
+            );
+            match sent {
                 Sent::Flow(id) => {
-                    if let Some(Some(f)) = self.flows.get_mut(id as usize) {
-                        f.serial = i as u32;
+                    if self.flows.get(id as usize).is_some_and(Option::is_some) {
                         let conn = &mut self.serial[i];
                         conn.in_flight += 1;
                         conn.limit = collective::NCCL_STEPS as u32;
@@ -1847,18 +1865,26 @@ impl GpuLp {
             seq: run.seq,
             step,
         };
-        self.transmit(model, (dst, via), bytes, tag, Some(s as u8), ctx);
+        self.transmit(
+            model,
+            (dst, via),
+            bytes,
+            tag,
+            (Some(s as u8), u32::MAX),
+            ctx,
+        );
     }
 
     /// Starts a flow of `bytes` to GPU `dst`, delivered as `tag`; when it completes, the op
-    /// on stream `notify` hears of it.
+    /// on stream `notify` hears of it, and [`SerialConnection`] `serial` (`u32::MAX`: none)
+    /// gets its slot back.
     fn transmit(
         &mut self,
         model: &SimModel,
         (dst, via): (NodeId, NodeId),
         bytes: u64,
         tag: Tag,
-        notify: Option<u8>,
+        (notify, serial): (Option<u8>, u32),
         ctx: &mut Ctx,
     ) -> Sent {
         let hash = self.flow_hash(model, dst, tag);
@@ -1877,7 +1903,7 @@ impl GpuLp {
             _ => u64::MAX,
         };
         let fifo_rate = collective::window_rate(net_window);
-        if !path.queued {
+        if !path.queued && !path.shared {
             // Analytical: a FIFO share of the first link at the path's bottleneck bandwidth,
             // or at what NCCL's FIFO sustains across the network when that is less.
             let i = model
@@ -1952,15 +1978,51 @@ impl GpuLp {
                 .net
                 .dcqcn
                 .as_ref()
+                .filter(|_| !path.shared)
                 .map(|_| Dcqcn::new(path.bytes_per_s, ctx.now)),
             next_tx_ps: ctx.now,
             pace_scheduled: false,
-            serial: u32::MAX,
+            serial,
             route: None,
         };
         let id = crate::slab::insert(&mut self.flows, &mut self.free_flows, Box::new(flow));
-        self.pump_flow(model, id, ctx);
+        if path.shared {
+            self.start_fluid(model, id, ctx);
+        } else {
+            self.pump_flow(model, id, ctx);
+        }
         Sent::Flow(id)
+    }
+
+    /// Flow mode: hands flow `id` whole to the fabric's flow LP, which answers with
+    /// [`Body::FlowDone`] once the receiver has it.
+    fn start_fluid(&mut self, model: &SimModel, id: u32, ctx: &mut Ctx) {
+        let Some(Some(f)) = self.flows.get_mut(id as usize) else {
+            return;
+        };
+        let Some(home) = model.flow_home else {
+            return self
+                .fail("a transfer crosses shared links but the fabric has no flow LP".into());
+        };
+        f.sent = f.total;
+        f.sent_any = true;
+        f.in_flight = f.total;
+        let request = super::flow::FlowRequest {
+            src: self.node,
+            dst: f.dst,
+            via: f.via,
+            flow: id,
+            bytes: f.total,
+            hash: f.hash,
+            tag: f.tag,
+            fifo_rate: f.fifo_rate,
+            parts: f.parts,
+        };
+        ctx.emit(
+            home,
+            ctx.now + model.flow_delay_ps,
+            Body::FlowStart(request),
+        );
     }
 
     /// Emits the flow's next segments while its window (and DCQCN rate) allows.
@@ -2061,12 +2123,12 @@ impl GpuLp {
         }
     }
 
-    fn acked(&mut self, model: &SimModel, id: u32, bytes: u32, ecn: bool, ctx: &mut Ctx) {
+    fn acked(&mut self, model: &SimModel, id: u32, bytes: u64, ecn: bool, ctx: &mut Ctx) {
         let Some(Some(f)) = self.flows.get_mut(id as usize) else {
             return;
         };
-        f.in_flight -= u64::from(bytes);
-        f.acked += u64::from(bytes);
+        f.in_flight -= bytes;
+        f.acked += bytes;
         if ecn && let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
             dc.on_congestion(ctx.now, p);
         }

@@ -182,6 +182,15 @@ pub enum Body {
     },
     /// A CXL memory node's link finished a chunk: serve the next.
     MemoryTick,
+    /// To the fabric's flow LP: a transfer over shared links starts (`network.model =
+    /// "flow"`).
+    FlowStart(flow::FlowRequest),
+    /// The flow LP's next flow finishes.
+    FlowTick,
+    /// To the sender: transfer `flow` was delivered (the fluid model's last acknowledgement).
+    FlowDone {
+        flow: u32,
+    },
 }
 
 /// Bytes from an address that an event's handler will read ([`Lp::hot_state`]): a hint to
@@ -294,6 +303,12 @@ pub struct SimModel {
     /// Flows injected besides the workload (empty for training runs).
     pub flows: Vec<FlowSpec>,
     pub collectives: CollectiveModel,
+    /// `network.model = "flow"`: the fabric node whose LP solves every flow's rate
+    /// ([`flow::FlowHome`]); `None` in the other models or without shared links.
+    pub flow_home: Option<NodeId>,
+    /// How far in the future a GPU's request reaches the flow LP, and the least delay of
+    /// its answers: the smallest latency of a shared link. Caps the lookahead.
+    pub flow_delay_ps: u64,
 }
 
 /// What the collective model needs beyond the topology.
@@ -437,6 +452,7 @@ impl SimModel {
         let collectives = CollectiveModel::from_experiment(exp, &topology)?;
         let (programs, kernel_ps, kernel_clocked) = workload_tables(exp, &workload, compute);
         let gpu_types = exp.gpu_types.len();
+        let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
         Ok(SimModel {
             topology,
             workload,
@@ -455,7 +471,19 @@ impl SimModel {
             trace,
             flows: Vec::new(),
             collectives,
+            flow_home,
+            flow_delay_ps,
         })
+    }
+
+    /// The lookahead of a partitioning whose cut links' smallest latency is `cut_ps`: that,
+    /// but no more than the flow LP's delay in flow mode (its events cross partitions
+    /// without following a link). `None` when nothing is cut.
+    pub fn lookahead_ps(&self, cut_ps: Option<u64>) -> Option<u64> {
+        match self.flow_home {
+            Some(_) => cut_ps.map(|c| c.min(self.flow_delay_ps)),
+            None => cut_ps,
+        }
     }
 
     /// This model running `workload` instead: the topology and parameters are kept, so a
@@ -498,6 +526,26 @@ impl SimModel {
             _ => Lp::Fabric(net::FabricLp::new(self, node)),
         }
     }
+}
+
+/// In flow mode, the fabric node that hosts the flow LP (the first that sends on a shared
+/// link and is not a GPU) and the smallest shared link latency ([`NetworkParams`] refuses
+/// zero): it is how far ahead the flow LP's events travel.
+fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, u64) {
+    if !net.flow {
+        return (None, 0);
+    }
+    let shared = || topology.links().iter().filter(|l| net.is_shared(l.class));
+    let Some(delay) = shared().map(|l| l.latency_ps).min() else {
+        return (None, 0);
+    };
+    let nodes = topology.nodes();
+    let home = shared()
+        .map(|l| l.src)
+        .filter(|&n| nodes[n as usize].kind != NodeKind::Gpu)
+        .min()
+        .or_else(|| shared().map(|l| l.src).min());
+    (home, delay)
 }
 
 /// Per-program lookup tables, and kernel times (and whether they are compute-bound) per

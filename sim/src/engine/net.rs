@@ -591,6 +591,8 @@ pub struct FabricLp {
     pub ports: Ports,
     /// A CXL memory node's transfers in progress, served in turn.
     memory: MemoryServer,
+    /// Flow mode: the fabric's flows, on the node [`SimModel::flow_home`] names.
+    flows: Option<Box<super::flow::FlowHome>>,
 }
 
 /// A CXL memory node serves its transfers round-robin, one chunk at a time over its link, the
@@ -628,6 +630,8 @@ impl FabricLp {
         FabricLp {
             ports: Ports::new(model, node),
             memory: MemoryServer::default(),
+            flows: (model.flow_home == Some(node))
+                .then(|| Box::new(super::flow::FlowHome::new(model))),
         }
     }
 
@@ -658,6 +662,15 @@ impl FabricLp {
                 }
             }
             Body::MemoryTick => self.serve_chunk(model, ctx),
+            Body::FlowStart(req) => match self.flows.as_mut() {
+                Some(home) => home.start(model, req, ctx),
+                None => unreachable!("a flow request reached node {}, not the flow LP", ctx.lp),
+            },
+            Body::FlowTick => {
+                if let Some(home) = self.flows.as_mut() {
+                    home.tick(model, ctx);
+                }
+            }
             other => self.ports.handle(model, &other, ctx),
         }
     }
@@ -694,9 +707,13 @@ impl FabricLp {
         ctx.emit(ctx.lp, done, Body::MemoryTick);
     }
 
-    pub fn report(&self, _model: &SimModel) -> LpReport {
+    pub fn report(&self, model: &SimModel) -> LpReport {
         let mut r = LpReport::default();
         self.ports.report_into(&mut r);
+        if let Some(home) = &self.flows {
+            r.flow = Some(home.stats());
+            r.ports.extend(home.link_reports(model));
+        }
         r
     }
 }

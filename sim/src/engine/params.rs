@@ -28,8 +28,12 @@ pub struct DcqcnParams {
 pub struct NetworkParams {
     /// `network.model = "packet"`: flows over queued links are cut into segments.
     pub packet: bool,
+    /// `network.model = "flow"`: flows over shared links are fluid, max-min fair.
+    pub flow: bool,
     /// Per [`LinkClass`] (in declaration order): queued ports, or analytical.
     queued: [bool; 4],
+    /// Per [`LinkClass`]: links whose flows share them max-min fairly (flow mode).
+    shared: [bool; 4],
     pub segment_bytes: u64,
     /// `None`: each flow's bandwidth-delay product.
     pub window_bytes: Option<u64>,
@@ -46,6 +50,12 @@ impl NetworkParams {
         self.queued[class_index(class)]
     }
 
+    /// Whether flows over links of `class` share them max-min fairly
+    /// (`network.model = "flow"`).
+    pub fn is_shared(&self, class: LinkClass) -> bool {
+        self.shared[class_index(class)]
+    }
+
     pub fn from_experiment(exp: &Experiment, topology: &Topology) -> Result<Self, ConfigError> {
         let loaded = &exp.loaded;
         let n = &loaded.config.network;
@@ -60,8 +70,39 @@ impl NetworkParams {
             ));
         }
         let packet = n.model == NetworkModel::Packet;
+        let flow = n.model == NetworkModel::Flow;
+        match (n.model, n.intra_host) {
+            (NetworkModel::Packet, NetworkModel::Flow)
+            | (NetworkModel::Flow, NetworkModel::Packet) => {
+                return Err(err(
+                    "network.intra_host",
+                    format!(
+                        "\"{}\" cannot run inside hosts while network.model = \"{}\"; use \"analytical\" or \"{}\"",
+                        n.intra_host.name(),
+                        n.model.name(),
+                        n.model.name()
+                    ),
+                ));
+            }
+            _ => {}
+        }
         let intra = packet && n.intra_host == NetworkModel::Packet;
         let queued = [intra, intra, packet, intra];
+        let intra_shared = flow && n.intra_host == NetworkModel::Flow;
+        let shared = [intra_shared, intra_shared, flow, intra_shared];
+        // The flow LP's answers travel at least one shared link's latency: that is the
+        // lookahead it gives, which must be positive.
+        if let Some(zero) = topology
+            .links()
+            .iter()
+            .find(|l| shared[class_index(l.class)] && l.latency_ps == 0)
+        {
+            let class = zero.class.name();
+            return Err(err(
+                &format!("cluster.latency_ns.{class}"),
+                "must be above 0 with network.model = \"flow\": the flow LP's events need a link latency to travel ahead (leave it out for the default)".into(),
+            ));
+        }
         if let Some(w) = n.window_bytes
             && w == 0
         {
@@ -113,7 +154,9 @@ impl NetworkParams {
         let dcqcn = (n.congestion_control == CongestionControl::Dcqcn).then_some(dcqcn);
         Ok(NetworkParams {
             packet,
+            flow,
             queued,
+            shared,
             segment_bytes: segment,
             window_bytes: n.window_bytes,
             buffer_bytes: buffer,

@@ -126,6 +126,8 @@ pub struct LpReport {
     /// Trace: op spans per stream, busy spans per link.
     pub op_spans: Vec<(u8, Vec<Span>)>,
     pub link_spans: Vec<(LinkId, Vec<Span>)>,
+    /// The flow LP's counters (flow mode).
+    pub flow: Option<super::flow::FlowStats>,
 }
 
 /// Every LP's report, in LP id order.
@@ -149,6 +151,17 @@ impl RunResults {
             b = mix(b ^ 0x5555, r.digest, u64::from(*id));
         }
         format!("{a:016x}{b:016x}")
+    }
+
+    /// The flow model's counters, when it ran.
+    pub fn flow_stats(&self) -> Option<super::flow::FlowStats> {
+        self.reports
+            .iter()
+            .filter_map(|(_, r)| r.flow)
+            .reduce(|mut a, b| {
+                a.merge(&b);
+                a
+            })
     }
 
     pub fn gpus(&self) -> impl Iterator<Item = &GpuReport> {

@@ -1,0 +1,209 @@
+//! `network.model = "flow"` against closed forms and against the packet model (issue 11).
+
+mod support;
+
+use sim::engine::FlowSpec;
+use sim::engine::gpu::{flow_hash, injected_tag, segment_size};
+use support::*;
+
+const MIB: u64 = 1 << 20;
+/// A 400 Gb/s NIC in bytes per second.
+const NIC: f64 = 400e9 / 8.0;
+
+/// Hosts with one GPU and one 400 Gb/s NIC each, `hosts_per_rack` per leaf, two spines.
+fn cluster(gpus: u32, hosts_per_rack: u32, model: &str, extra: &str) -> String {
+    format!(
+        r#"
+name = "flow-physics"
+[cluster]
+gpus = {gpus}
+gpus_per_host = 1
+gpu = "H100-SXM"
+topology = "spine-leaf"
+nics_per_host = 1
+nic_gbps = 400
+hosts_per_rack = {hosts_per_rack}
+[model]
+layers = 2
+hidden = 256
+ffn_hidden = 1024
+heads = 4
+kv_heads = 4
+seq_len = 128
+vocab = 1024
+[parallel]
+tp = 1
+pp = 1
+micro_batch = 1
+global_batch = {gpus}
+[network]
+model = "{model}"
+segment_bytes = 1048576
+{extra}
+"#
+    )
+}
+
+fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
+    FlowSpec {
+        src,
+        dst,
+        bytes,
+        start_ps,
+    }
+}
+
+/// What a transfer of `bytes` from GPU `src` to GPU `dst` (injected flow `index`) adds to
+/// its time at the bottleneck: the latency of its path and the store-and-forward of its
+/// first segment over every hop but the slowest.
+fn path_overhead_ps(
+    exp: &sim::experiment::Experiment,
+    src: u32,
+    dst: u32,
+    index: u32,
+    bytes: u64,
+) -> f64 {
+    let model = flow_model(exp, vec![]);
+    let topo = &model.topology;
+    let hash = flow_hash(
+        model.seed,
+        topo.gpu(src),
+        topo.gpu(dst),
+        injected_tag(index),
+    );
+    let path = topo.path(topo.gpu(src), topo.gpu(dst), hash).unwrap();
+    let seg = segment_size(bytes, model.net.segment_bytes) as f64;
+    let links: Vec<_> = path.iter().map(|&l| topo.links()[l as usize]).collect();
+    let slowest = links
+        .iter()
+        .map(|l| l.bytes_per_s)
+        .fold(f64::INFINITY, f64::min);
+    links
+        .iter()
+        .map(|l| l.latency_ps as f64 + seg / l.bytes_per_s * 1e12)
+        .sum::<f64>()
+        - seg / slowest * 1e12
+}
+
+fn close(t: u64, exact: f64) -> bool {
+    (t as f64 - exact).abs() <= 1e-6 * exact + 2.0
+}
+
+#[test]
+fn a_single_flow_arrives_when_the_packet_model_says() {
+    for bytes in [4 * MIB, 7 * MIB + 3] {
+        let times: Vec<u64> = ["packet", "flow"]
+            .iter()
+            .map(|m| {
+                let exp = experiment(&cluster(4, 2, m, ""));
+                let (_, results) = run(flow_model(&exp, vec![flow(0, 3, bytes, 0)]));
+                arrivals(&results)[&0]
+            })
+            .collect();
+        let exp = experiment(&cluster(4, 2, "flow", ""));
+        let exact = bytes as f64 / NIC * 1e12 + path_overhead_ps(&exp, 0, 3, 0, bytes);
+        assert!(
+            close(times[1], exact),
+            "flow {} ps, exact {exact} ps",
+            times[1]
+        );
+        let gap = (times[0] as f64 - times[1] as f64).abs() / times[1] as f64;
+        assert!(
+            gap < 1e-3,
+            "{bytes} B: packet {} ps, flow {} ps",
+            times[0],
+            times[1]
+        );
+    }
+}
+
+#[test]
+fn n_flows_into_one_link_get_a_nth_each() {
+    let n = 6u32;
+    let bytes = 8 * MIB;
+    let exp = experiment(&cluster(8, 8, "flow", ""));
+    let flows = (1..=n).map(|s| flow(s, 0, bytes, 0)).collect();
+    let (_, results) = run(flow_model(&exp, flows));
+    let got = arrivals(&results);
+    assert_eq!(got.len(), n as usize);
+    for (i, &t) in &got {
+        let exact =
+            f64::from(n) * bytes as f64 / NIC * 1e12 + path_overhead_ps(&exp, i + 1, 0, *i, bytes);
+        assert!(close(t, exact), "flow {i}: {t} ps, exact {exact} ps");
+    }
+}
+
+#[test]
+fn a_flow_bottlenecked_elsewhere_leaves_its_share_to_the_others() {
+    // GPUs 1, 2 and 3 send to 0 (a third of 0's link each); 3 also sends to 4. Max-min gives
+    // 3→4 the two thirds of 3's uplink that 3→0 cannot use; an equal split would give a half.
+    let bytes = 8 * MIB;
+    let exp = experiment(&cluster(8, 8, "flow", ""));
+    let flows = vec![
+        flow(1, 0, bytes, 0),
+        flow(2, 0, bytes, 0),
+        flow(3, 0, bytes, 0),
+        flow(3, 4, bytes, 0),
+    ];
+    let (_, results) = run(flow_model(&exp, flows));
+    let t = arrivals(&results)[&3];
+    let exact = bytes as f64 / (NIC * 2.0 / 3.0) * 1e12 + path_overhead_ps(&exp, 3, 4, 3, bytes);
+    assert!(
+        close(t, exact),
+        "3→4 arrived at {t} ps, max-min says {exact} ps"
+    );
+}
+
+#[test]
+fn a_flow_speeds_up_when_its_competitor_ends() {
+    // Two flows into GPU 0: the short one ends after sending its half at half the rate, and
+    // the long one sends its remaining half at the full rate.
+    let bytes = 8 * MIB;
+    let exp = experiment(&cluster(4, 4, "flow", ""));
+    let flows = vec![flow(1, 0, bytes, 0), flow(2, 0, bytes / 2, 0)];
+    let (_, results) = run(flow_model(&exp, flows));
+    let got = arrivals(&results);
+    let short = bytes as f64 / NIC * 1e12 + path_overhead_ps(&exp, 2, 0, 1, bytes / 2);
+    let long = 1.5 * bytes as f64 / NIC * 1e12 + path_overhead_ps(&exp, 1, 0, 0, bytes);
+    assert!(
+        close(got[&1], short),
+        "short {} ps, exact {short} ps",
+        got[&1]
+    );
+    assert!(close(got[&0], long), "long {} ps, exact {long} ps", got[&0]);
+}
+
+#[test]
+fn a_late_flow_takes_half_from_then_on() {
+    let bytes = 8 * MIB;
+    let exp = experiment(&cluster(4, 4, "flow", ""));
+    let half_way = (bytes as f64 / 2.0 / NIC * 1e12) as u64;
+    let flows = vec![flow(1, 0, bytes, 0), flow(2, 0, bytes, half_way)];
+    let (model, results) = run(flow_model(&exp, flows));
+    let got = arrivals(&results);
+    // The first sends half alone, then shares: its other half at half the rate.
+    let delay = model.flow_delay_ps as f64;
+    let first = 1.5 * bytes as f64 / NIC * 1e12 + path_overhead_ps(&exp, 1, 0, 0, bytes);
+    assert!(
+        (got[&0] as f64 - first).abs() <= delay + 2.0,
+        "first {} ps, exact {first} ps",
+        got[&0]
+    );
+    assert!(got[&1] > got[&0], "{got:?}");
+}
+
+#[test]
+fn flow_runs_report_their_recomputations() {
+    let exp = experiment(&cluster(8, 8, "flow", ""));
+    let flows = (1..=4).map(|s| flow(s, 0, 4 * MIB, 0)).collect();
+    let (_, results) = run(flow_model(&exp, flows));
+    let stats = results.flow_stats().expect("flow mode reports its solver");
+    assert_eq!(stats.flows, 4);
+    assert!(
+        stats.recomputations >= 1 && stats.flows_touched >= 4,
+        "{stats:?}"
+    );
+    let exp = experiment(&cluster(8, 8, "packet", ""));
+    let (_, results) = run(flow_model(&exp, vec![flow(1, 0, MIB, 0)]));
+    assert!(results.flow_stats().is_none());
+}
