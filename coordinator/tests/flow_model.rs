@@ -207,3 +207,31 @@ fn flow_runs_report_their_recomputations() {
     let (_, results) = run(flow_model(&exp, vec![flow(1, 0, MIB, 0)]));
     assert!(results.flow_stats().is_none());
 }
+
+#[test]
+fn an_eight_to_one_incast_ends_when_the_packet_model_says() {
+    // Eight senders on other leaves into one GPU: the packet model queues at the leaf and
+    // pauses the spines with PFC; the fluid gives each an eighth. Both end when the
+    // receiver's link has carried every byte.
+    let bytes = 16 * MIB;
+    let last = |m: &str| {
+        let exp = experiment(&cluster(16, 4, m, ""));
+        let flows = (8..16).map(|s| flow(s, 0, bytes, 0)).collect();
+        let (_, results) = run(flow_model(&exp, flows));
+        let got = arrivals(&results);
+        assert_eq!(got.len(), 8);
+        (*got.values().max().unwrap(), *got.values().min().unwrap())
+    };
+    let (packet, packet_first) = last("packet");
+    let (fluid, fluid_first) = last("flow");
+    let gap = (packet as f64 - fluid as f64).abs() / packet as f64;
+    assert!(
+        gap < 0.02,
+        "last arrival: packet {packet} ps, flow {fluid} ps"
+    );
+    // The fluid ends them all together; the packet model's FIFO and PFC spread them.
+    assert!(fluid - fluid_first < fluid / 100, "{fluid_first}..{fluid}");
+    eprintln!(
+        "8-to-1 incast, 16 MiB each: packet {packet_first}..{packet} ps, flow {fluid_first}..{fluid} ps"
+    );
+}

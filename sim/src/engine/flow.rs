@@ -86,7 +86,8 @@ struct Fluid<P> {
 }
 
 /// Active flows and the max-min fair rates of the links they share. Links are dense
-/// indices into the capacities given at creation; a flow lists each link once.
+/// indices into the capacities given at creation; a flow listing a link k times takes
+/// its rate there k times (a ring lane whose edges share the link).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowSolver<P> {
     links: Vec<SharedLink>,
@@ -444,6 +445,10 @@ impl<P> FlowSolver<P> {
                     .collect();
                 let bottleneck = w.global[k];
                 for id in ids {
+                    // A flow crossing the link twice is listed twice; it freezes once.
+                    if w.rate_of[index_of(id)].is_some() {
+                        continue;
+                    }
                     w.freeze(index_of(id), &member(id).links, local, share, bottleneck);
                     left -= 1;
                 }
@@ -577,14 +582,56 @@ impl FlowRequest {
     }
 }
 
+/// A member of a ring collective, ready to run it: its lanes' edges, to the next member.
+/// The ring runs once all `n` members of the group led by `leader` joined.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingJoin {
+    pub leader: NodeId,
+    pub group: u8,
+    pub seq: u32,
+    pub n: u32,
+    pub member: NodeId,
+    /// Delivered to the member when the ring is done.
+    pub tag: Tag,
+    /// Per lane: (next member, PXN relay, ECMP hash) of this member's edge.
+    pub lanes: Vec<(NodeId, NodeId, u64)>,
+    pub steps: u32,
+    /// Bytes each member sends its next per step and lane.
+    pub step_bytes: u64,
+    /// What NCCL's FIFO sustains on a connection (bytes/s), infinite when not a limit.
+    pub fifo_rate: f64,
+}
+
+/// A ring collective gathering its members.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Ring {
+    members: Vec<(NodeId, Tag)>,
+    /// Per lane: the shared links of every member's edge (a link two edges cross is listed
+    /// twice: it carries the lane's stream twice) and the lowest cap of their other hops.
+    lanes: Vec<(Vec<LinkId>, f64)>,
+    /// The slowest edge's per-step cost beyond serialisation: latency and fill.
+    step_overhead_ps: u64,
+}
+
+/// Who hears of a transfer's end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Done {
+    /// A point-to-point transfer: its receiver, then its sender.
+    Send {
+        src: NodeId,
+        dst: NodeId,
+        queue_pair: QueuePair,
+        flow: u32,
+        tag: Tag,
+    },
+    /// A ring collective: every member.
+    Ring { members: Vec<(NodeId, Tag)> },
+}
+
 /// A transfer until its last part finishes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Transfer {
-    src: NodeId,
-    dst: NodeId,
-    queue_pair: QueuePair,
-    flow: u32,
-    tag: Tag,
+    done: Done,
     parts_left: u8,
     /// After its last byte leaves the fluid: when the receiver has it, and when the
     /// sender hears so.
@@ -607,6 +654,8 @@ pub struct FlowHome {
     fifo_links: BTreeMap<(NodeId, NodeId, u64), u32>,
     /// Queue pairs with a transfer in progress, and the transfers waiting behind it.
     queue_pairs: BTreeMap<QueuePair, VecDeque<FlowRequest>>,
+    /// Ring collectives gathering their members, by (leader, group, sequence).
+    rings: BTreeMap<(NodeId, u8, u32), Ring>,
     /// The tick planned for the next finish (`u64::MAX`: none).
     tick_at: u64,
     #[serde(skip)]
@@ -625,6 +674,7 @@ impl FlowHome {
             free_transfers: Vec::new(),
             fifo_links: BTreeMap::new(),
             queue_pairs: BTreeMap::new(),
+            rings: BTreeMap::new(),
             tick_at: u64::MAX,
             path: Vec::new(),
             hops: Vec::new(),
@@ -648,12 +698,56 @@ impl FlowHome {
         self.plan_tick(ctx);
     }
 
+    /// Routes one edge from `src` to `dst` (through PXN relay `via`, or [`super::NO_NODE`])
+    /// on ECMP hash `hash`: appends its shared links to `links` and returns the lowest
+    /// bandwidth of its other hops, its latency, and the store-and-forward fill of a
+    /// `segment` over every hop but the slowest (as the packet model's segments: the first
+    /// is serialised on every hop, the rest follow at the bottleneck's pace).
+    fn route_edge(
+        &mut self,
+        model: &SimModel,
+        (src, dst, via): (NodeId, NodeId, NodeId),
+        hash: u64,
+        segment: u64,
+        links: &mut Vec<LinkId>,
+    ) -> (f64, u64, u64) {
+        let legs: &[(NodeId, NodeId)] = if via == super::NO_NODE {
+            &[(src, dst)]
+        } else {
+            &[(src, via), (via, dst)]
+        };
+        let (mut cap, mut latency, mut fill) = (f64::INFINITY, 0, 0);
+        let mut slowest = f64::INFINITY;
+        for &(a, b) in legs {
+            if let Err(e) = model
+                .topology
+                .path_into(a, b, hash, &mut self.path, &mut self.hops)
+            {
+                // The sender routed this edge before asking (split parts and ring edges
+                // take other hashes over the same reachable fabric).
+                unreachable!("flow route from {a} to {b} vanished: {e}");
+            }
+            for &l in &self.path {
+                let link = model.topology.links()[l as usize];
+                latency += link.latency_ps;
+                fill += serialisation_ps(segment, 1e12 / link.bytes_per_s);
+                slowest = slowest.min(link.bytes_per_s);
+                if model.net.is_shared(link.class) {
+                    links.push(l);
+                } else {
+                    cap = cap.min(link.bytes_per_s);
+                }
+            }
+        }
+        let fill = fill.saturating_sub(serialisation_ps(segment, 1e12 / slowest));
+        (cap, latency, fill)
+    }
+
     /// Starts the parts of a transfer as flows (rates are set by the next recomputation).
     fn launch(&mut self, model: &SimModel, req: FlowRequest, now: u64) {
         let parts = req.parts.max(1);
         let segment = super::gpu::segment_size(req.bytes, model.net.segment_bytes);
-        let mut latency = 0;
-        let mut fill = 0;
+        let (mut latency, mut fill) = (0, 0);
         let mut flows = Vec::with_capacity(usize::from(parts));
         for qp in 0..u64::from(parts) {
             let hash = if parts > 1 {
@@ -661,41 +755,18 @@ impl FlowHome {
             } else {
                 req.hash
             };
-            let legs: &[(NodeId, NodeId)] = if req.via == super::NO_NODE {
-                &[(req.src, req.dst)]
-            } else {
-                &[(req.src, req.via), (req.via, req.dst)]
-            };
             let mut links = Vec::new();
-            let mut cap = f64::INFINITY;
-            let (mut part_latency, mut part_fill) = (0, 0);
-            let mut slowest = f64::INFINITY;
-            for &(a, b) in legs {
-                if let Err(e) = model
-                    .topology
-                    .path_into(a, b, hash, &mut self.path, &mut self.hops)
-                {
-                    // The sender routed this transfer before asking; only its split parts
-                    // take other hashes, over the same reachable fabric.
-                    unreachable!("flow route from {a} to {b} vanished: {e}");
-                }
-                for &l in &self.path {
-                    let link = model.topology.links()[l as usize];
-                    part_latency += link.latency_ps;
-                    // Store and forward, as the packet model's segments: the first segment
-                    // is serialised on every hop, the rest follow at the bottleneck's pace.
-                    part_fill += serialisation_ps(segment, 1e12 / link.bytes_per_s);
-                    slowest = slowest.min(link.bytes_per_s);
-                    if model.net.is_shared(link.class) {
-                        if !links.contains(&l) {
-                            links.push(l);
-                        }
-                    } else {
-                        cap = cap.min(link.bytes_per_s);
-                    }
-                }
-            }
-            part_fill = part_fill.saturating_sub(serialisation_ps(segment, 1e12 / slowest));
+            let (cap, part_latency, part_fill) = self.route_edge(
+                model,
+                (req.src, req.dst, req.via),
+                hash,
+                segment,
+                &mut links,
+            );
+            // Both legs of a PXN transfer may cross one link only in odd fabrics; the
+            // transfer takes it once.
+            links.sort_unstable();
+            links.dedup();
             if req.fifo_rate.is_finite() {
                 let key = (req.src, req.dst, req.fifo_rate.to_bits());
                 let solver = &mut self.solver;
@@ -711,11 +782,13 @@ impl FlowHome {
         }
         let delay = model.flow_delay_ps;
         let transfer = Transfer {
-            src: req.src,
-            dst: req.dst,
-            queue_pair: req.queue_pair(),
-            flow: req.flow,
-            tag: req.tag,
+            done: Done::Send {
+                src: req.src,
+                dst: req.dst,
+                queue_pair: req.queue_pair(),
+                flow: req.flow,
+                tag: req.tag,
+            },
             parts_left: parts,
             deliver_ps: (latency + fill).saturating_sub(delay).max(delay),
             ack_ps: latency.max(delay),
@@ -727,8 +800,56 @@ impl FlowHome {
         }
     }
 
+    /// A member of a ring collective is ready. With the last member the ring starts: one
+    /// flow per lane over every member's edge, so that it moves at its slowest edge's
+    /// share, as a ring's steps do, and each of its links carries it once per edge. Each
+    /// step adds the slowest edge's latency and fill, as a step of the packet model does.
+    pub fn join(&mut self, model: &SimModel, join: RingJoin, ctx: &mut Ctx) {
+        let key = (join.leader, join.group, join.seq);
+        let segment = super::gpu::segment_size(join.step_bytes, model.net.segment_bytes);
+        let mut ring = self.rings.remove(&key).unwrap_or_else(|| Ring {
+            members: Vec::with_capacity(join.n as usize),
+            lanes: vec![(Vec::new(), join.fifo_rate); join.lanes.len()],
+            step_overhead_ps: 0,
+        });
+        ring.members.push((join.member, join.tag));
+        for (lane, &(next, via, hash)) in join.lanes.iter().enumerate() {
+            let Some((links, cap)) = ring.lanes.get_mut(lane) else {
+                break;
+            };
+            let mut edge = std::mem::take(links);
+            let (edge_cap, latency, fill) =
+                self.route_edge(model, (join.member, next, via), hash, segment, &mut edge);
+            ring.lanes[lane] = (edge, cap.min(edge_cap));
+            ring.step_overhead_ps = ring.step_overhead_ps.max(latency + fill);
+        }
+        if ring.members.len() < join.n as usize {
+            self.rings.insert(key, ring);
+            return;
+        }
+        let delay = model.flow_delay_ps;
+        let overhead = u64::from(join.steps) * ring.step_overhead_ps;
+        let lanes = ring.lanes.len().max(1);
+        let transfer = Transfer {
+            done: Done::Ring {
+                members: ring.members,
+            },
+            parts_left: lanes as u8,
+            deliver_ps: overhead.saturating_sub(delay).max(delay),
+            ack_ps: 0,
+        };
+        let id = crate::slab::insert(&mut self.transfers, &mut self.free_transfers, transfer);
+        let bytes = (u64::from(join.steps) * join.step_bytes) as f64;
+        for (mut links, cap) in ring.lanes {
+            links.sort_unstable();
+            self.solver.add(ctx.now, links, cap, bytes, id);
+        }
+        self.solver.recompute(ctx.now);
+        self.plan_tick(ctx);
+    }
+
     /// Finishes what is due: each transfer whose last part ended reaches its receiver, and
-    /// later its sender.
+    /// later its sender; a ring's end reaches every member.
     pub fn tick(&mut self, model: &SimModel, ctx: &mut Ctx) {
         if ctx.now == self.tick_at {
             self.tick_at = u64::MAX;
@@ -746,21 +867,32 @@ impl FlowHome {
             let tr = self.transfers[id as usize].take().expect("checked above");
             self.free_transfers.push(id);
             let arrive = t.max(ctx.now) + tr.deliver_ps;
-            ctx.emit(tr.dst, arrive, super::Body::Message { tag: tr.tag });
-            ctx.emit(
-                tr.src,
-                arrive + tr.ack_ps,
-                super::Body::FlowDone { flow: tr.flow },
-            );
-            // The queue pair's next transfer follows.
-            match self
-                .queue_pairs
-                .get_mut(&tr.queue_pair)
-                .and_then(VecDeque::pop_front)
-            {
-                Some(next) => self.launch(model, next, ctx.now),
-                None => {
-                    self.queue_pairs.remove(&tr.queue_pair);
+            match tr.done {
+                Done::Ring { members } => {
+                    for (member, tag) in members {
+                        ctx.emit(member, arrive, super::Body::Message { tag });
+                    }
+                }
+                Done::Send {
+                    src,
+                    dst,
+                    queue_pair,
+                    flow,
+                    tag,
+                } => {
+                    ctx.emit(dst, arrive, super::Body::Message { tag });
+                    ctx.emit(src, arrive + tr.ack_ps, super::Body::FlowDone { flow });
+                    // The queue pair's next transfer follows.
+                    match self
+                        .queue_pairs
+                        .get_mut(&queue_pair)
+                        .and_then(VecDeque::pop_front)
+                    {
+                        Some(next) => self.launch(model, next, ctx.now),
+                        None => {
+                            self.queue_pairs.remove(&queue_pair);
+                        }
+                    }
                 }
             }
         }
@@ -821,6 +953,19 @@ mod tests {
             || (a.is_finite()
                 && b.is_finite()
                 && (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0))
+    }
+
+    #[test]
+    fn a_flow_listing_a_link_twice_takes_its_rate_there_twice() {
+        let mut s = FlowSolver::new([9.0 * GB]);
+        let twice = s.add(0, vec![0, 0], f64::INFINITY, GB, 0);
+        let once = s.add(0, vec![0], f64::INFINITY, GB, 1);
+        s.recompute(0);
+        assert!(close(s.rate(twice).unwrap(), 3.0 * GB));
+        assert!(close(s.rate(once).unwrap(), 3.0 * GB));
+        s.remove_for_test(once);
+        s.recompute(0);
+        assert!(close(s.rate(twice).unwrap(), 4.5 * GB));
     }
 
     #[test]

@@ -50,6 +50,12 @@ enum Algo {
         steps: u32,
         lanes: u32,
     },
+    /// A ring run by the flow LP as one flow per lane (`network.model = "flow"`, one member
+    /// per host): every member joins, and all hear when it ends ([`super::flow::RingJoin`]).
+    Fluid {
+        steps: u32,
+        lanes: u32,
+    },
     /// Completes in closed form ([`collective::Plan`]) once every member arrived: the leader
     /// (position 0) gathers arrivals and releases everyone at the planned end.
     Closed {
@@ -826,7 +832,12 @@ impl GpuLp {
                                 ));
                             }
                             let step = bytes.div_ceil(n * u64::from(lanes));
-                            (Algo::Ring { steps, lanes }, wire(step), steps * lanes)
+                            if model.net.flow && shape.nodes > 1 && shape.ranks_per_node == 1 {
+                                // Every edge crosses the network alike: the ring as fluid.
+                                (Algo::Fluid { steps, lanes }, wire(step), 1)
+                            } else {
+                                (Algo::Ring { steps, lanes }, wire(step), steps * lanes)
+                            }
                         }
                         (_, CollectiveOp::AllToAll) => {
                             (Algo::Direct, wire(bytes.div_ceil(n)), ring.n - 1)
@@ -844,7 +855,9 @@ impl GpuLp {
                 run.plan = Some((plan.algorithm, plan.protocol, plan.channels));
                 let settings = &model.collectives.settings;
                 run.net_window = match algo {
-                    Algo::Ring { lanes, .. } if plan.protocol == collective::Protocol::Simple => {
+                    Algo::Ring { lanes, .. } | Algo::Fluid { lanes, .. }
+                        if plan.protocol == collective::Protocol::Simple =>
+                    {
                         collective::collective_window(settings, plan.channels.div_ceil(lanes))
                     }
                     Algo::Tree { lanes, .. } if plan.protocol == collective::Protocol::Simple => {
@@ -866,7 +879,7 @@ impl GpuLp {
                 // per-step handshakes.
                 let log_nodes = 31 - shape.nodes.max(1).leading_zeros();
                 let simulated_hops = match algo {
-                    Algo::Ring { steps, .. } => {
+                    Algo::Ring { steps, .. } | Algo::Fluid { steps, .. } => {
                         let op = if steps < 2 * (ring.n - 1) {
                             CollectiveOp::ReduceScatter
                         } else {
@@ -946,6 +959,9 @@ impl GpuLp {
                             let step = (lane * steps) as u16;
                             self.send(model, s, (next, via), step_bytes, s, step, ctx);
                         }
+                    }
+                    Algo::Fluid { steps, lanes } => {
+                        self.join_ring(model, s, (group, leader, ring.n), (steps, lanes), ctx)
                     }
                     Algo::Direct => {
                         let members = model.workload.layout.group(group, self.rank);
@@ -1673,6 +1689,7 @@ impl GpuLp {
                     self.send(model, s, (next, via), step_bytes, s, step + 1, ctx);
                 }
             }
+            Algo::Fluid { .. } => run.recv_got += 1,
             Algo::Closed { duration_ps } => {
                 run.recv_got += 1;
                 run.ready_ps = run.ready_ps.max(ready_ps);
@@ -1846,6 +1863,59 @@ impl GpuLp {
     /// Sends `bytes` to GPU `dst` (through the NIC of GPU `via`, PXN, unless [`NO_NODE`]) for
     /// the op on stream `s`; the receiver sees it on stream `to_stream` at `step`.
     #[allow(clippy::too_many_arguments)]
+    /// Fluid ring: hands this member's edges to the flow LP, which runs the ring once every
+    /// member has, and tells each when it ends.
+    fn join_ring(
+        &mut self,
+        model: &SimModel,
+        s: usize,
+        (kind, leader, n): (GroupKind, NodeId, u32),
+        (steps, lanes): (u32, u32),
+        ctx: &mut Ctx,
+    ) {
+        let Running::Comm(run) = &self.running[s] else {
+            return;
+        };
+        let (group, seq, step_bytes) = (run.group, run.seq, run.step_bytes);
+        let fifo_rate = collective::window_rate(run.net_window);
+        let Some(home) = model.flow_home else {
+            return self.fail("a ring crosses shared links but the fabric has no flow LP".into());
+        };
+        let tag = Tag {
+            stream: s as u8,
+            group,
+            seq,
+            step: 0,
+        };
+        let lanes = (0..lanes)
+            .map(|lane| {
+                let (next, _, via) = self.lane(kind, lane);
+                let first = Tag {
+                    step: (lane * steps) as u16,
+                    ..tag
+                };
+                (next, via, self.flow_hash(model, next, first))
+            })
+            .collect();
+        let join = super::flow::RingJoin {
+            leader,
+            group,
+            seq,
+            n,
+            member: self.node,
+            tag,
+            lanes,
+            steps,
+            step_bytes,
+            fifo_rate,
+        };
+        ctx.emit(
+            home,
+            ctx.now + model.flow_delay_ps,
+            Body::RingJoin(Box::new(join)),
+        );
+    }
+
     fn send(
         &mut self,
         model: &SimModel,

@@ -185,6 +185,9 @@ pub enum Body {
     /// To the fabric's flow LP: a transfer over shared links starts (`network.model =
     /// "flow"`).
     FlowStart(flow::FlowRequest),
+    /// To the fabric's flow LP: a member of a ring collective is ready; the ring runs as
+    /// one flow per lane once every member is (`network.model = "flow"`).
+    RingJoin(Box<flow::RingJoin>),
     /// The flow LP's next flow finishes.
     FlowTick,
     /// To the sender: transfer `flow` was delivered (the fluid model's last acknowledgement).

@@ -666,6 +666,10 @@ impl FabricLp {
                 Some(home) => home.start(model, req, ctx),
                 None => unreachable!("a flow request reached node {}, not the flow LP", ctx.lp),
             },
+            Body::RingJoin(join) => match self.flows.as_mut() {
+                Some(home) => home.join(model, *join, ctx),
+                None => unreachable!("a ring join reached node {}, not the flow LP", ctx.lp),
+            },
             Body::FlowTick => {
                 if let Some(home) = self.flows.as_mut() {
                     home.tick(model, ctx);
