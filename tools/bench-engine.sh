@@ -2,9 +2,10 @@
 # The engine benchmarks of issue 4 ("Simulation engine"), as `fleetsim run` on real
 # experiments: wall time, events/s, peak RSS, sync fraction and digest per run.
 #
-#   tools/bench-engine.sh                 # the three quick ones (about 2 minutes)
-#   tools/bench-engine.sh --scale 3600    # also llama3-405b on 131,072 GPUs, stopped after
-#                                         # 3600 s of wall time if it has not finished
+#   tools/bench-engine.sh                 # the four quick ones (about 3 minutes)
+#   tools/bench-engine.sh --scale 3600    # also llama3-405b on 8,192 GPUs in flow mode and
+#                                         # on 131,072 GPUs in flow and packet mode, each
+#                                         # stopped after 3600 s of wall time if not done
 #
 # Runs one at a time, so no run competes with another for cores. A run stopped at its limit
 # reports its last progress line (simulated time reached) and its peak RSS at that moment;
@@ -60,7 +61,15 @@ bench allreduce-64m-h100-128-ring 0 configs/experiments/allreduce-64m-h100-128.t
     --set collectives.algorithm=ring
 bench gpt3-175b-h100-1024-t1 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 1
 bench gpt3-175b-h100-1024-t2 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 2
+bench gpt3-175b-h100-1024-flow 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 1 \
+    --set network.model=flow --set network.segment_bytes=1048576
 if ((scale_limit > 0)); then
+    # Issue 11: the flow model on Llama 3 405B's 8,192-GPU cluster and at 131,072 GPUs.
+    bench llama3-405b-h100-8192-flow "$scale_limit" \
+        configs/experiments/llama3-405b-h100-16384.toml --threads 1 --set network.model=flow \
+        --set cluster.gpus=8192 --set parallel.global_batch=1024
+    bench llama3-405b-h100-131072-flow "$scale_limit" \
+        configs/experiments/llama3-405b-h100-131072.toml --threads 1 --set network.model=flow
     # The issue's setting: 1 MiB segments (the preset itself uses 16 MiB).
     bench llama3-405b-h100-131072 "$scale_limit" \
         configs/experiments/llama3-405b-h100-131072.toml --set network.segment_bytes=1048576

@@ -609,8 +609,9 @@ struct Ring {
     /// Per lane: the shared links of every member's edge (a link two edges cross is listed
     /// twice: it carries the lane's stream twice) and the lowest cap of their other hops.
     lanes: Vec<(Vec<LinkId>, f64)>,
-    /// The slowest edge's per-step cost beyond serialisation: latency and fill.
-    step_overhead_ps: u64,
+    /// Per lane, the sum over its edges of their cost per step beyond serialisation
+    /// (latency and fill).
+    overhead_ps: Vec<u64>,
 }
 
 /// Who hears of a transfer's end.
@@ -802,15 +803,15 @@ impl FlowHome {
 
     /// A member of a ring collective is ready. With the last member the ring starts: one
     /// flow per lane over every member's edge, so that it moves at its slowest edge's
-    /// share, as a ring's steps do, and each of its links carries it once per edge. Each
-    /// step adds the slowest edge's latency and fill, as a step of the packet model does.
+    /// share, as a ring's steps do, and each of its links carries it once per edge. The
+    /// steps' latency and fill follow, as they chain along the edges in the packet model.
     pub fn join(&mut self, model: &SimModel, join: RingJoin, ctx: &mut Ctx) {
         let key = (join.leader, join.group, join.seq);
         let segment = super::gpu::segment_size(join.step_bytes, model.net.segment_bytes);
         let mut ring = self.rings.remove(&key).unwrap_or_else(|| Ring {
             members: Vec::with_capacity(join.n as usize),
             lanes: vec![(Vec::new(), join.fifo_rate); join.lanes.len()],
-            step_overhead_ps: 0,
+            overhead_ps: vec![0; join.lanes.len()],
         });
         ring.members.push((join.member, join.tag));
         for (lane, &(next, via, hash)) in join.lanes.iter().enumerate() {
@@ -821,14 +822,18 @@ impl FlowHome {
             let (edge_cap, latency, fill) =
                 self.route_edge(model, (join.member, next, via), hash, segment, &mut edge);
             ring.lanes[lane] = (edge, cap.min(edge_cap));
-            ring.step_overhead_ps = ring.step_overhead_ps.max(latency + fill);
+            ring.overhead_ps[lane] += latency + fill;
         }
         if ring.members.len() < join.n as usize {
             self.rings.insert(key, ring);
             return;
         }
         let delay = model.flow_delay_ps;
-        let overhead = u64::from(join.steps) * ring.step_overhead_ps;
+        // A member forwards a step once it has it whole, so a ring's steps chain along its
+        // edges: over `steps` steps each edge's latency and fill count steps / n times.
+        let lane_overhead = ring.overhead_ps.iter().copied().max().unwrap_or(0);
+        let overhead = (u128::from(lane_overhead) * u128::from(join.steps)
+            / u128::from(join.n.max(1))) as u64;
         let lanes = ring.lanes.len().max(1);
         let transfer = Transfer {
             done: Done::Ring {
