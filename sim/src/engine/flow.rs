@@ -832,8 +832,8 @@ impl FlowHome {
         // A member forwards a step once it has it whole, so a ring's steps chain along its
         // edges: over `steps` steps each edge's latency and fill count steps / n times.
         let lane_overhead = ring.overhead_ps.iter().copied().max().unwrap_or(0);
-        let overhead = (u128::from(lane_overhead) * u128::from(join.steps)
-            / u128::from(join.n.max(1))) as u64;
+        let overhead =
+            (u128::from(lane_overhead) * u128::from(join.steps) / u128::from(join.n.max(1))) as u64;
         let lanes = ring.lanes.len().max(1);
         let transfer = Transfer {
             done: Done::Ring {
