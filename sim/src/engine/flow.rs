@@ -617,10 +617,8 @@ struct Ring {
 /// Who hears of a transfer's end.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum Done {
-    /// A point-to-point transfer: its receiver, then its sender.
+    /// A point-to-point transfer: its receiver, then its sender (both in its queue pair).
     Send {
-        src: NodeId,
-        dst: NodeId,
         queue_pair: QueuePair,
         flow: u32,
         tag: Tag,
@@ -784,8 +782,6 @@ impl FlowHome {
         let delay = model.flow_delay_ps;
         let transfer = Transfer {
             done: Done::Send {
-                src: req.src,
-                dst: req.dst,
                 queue_pair: req.queue_pair(),
                 flow: req.flow,
                 tag: req.tag,
@@ -818,10 +814,9 @@ impl FlowHome {
             let Some((links, cap)) = ring.lanes.get_mut(lane) else {
                 break;
             };
-            let mut edge = std::mem::take(links);
             let (edge_cap, latency, fill) =
-                self.route_edge(model, (join.member, next, via), hash, segment, &mut edge);
-            ring.lanes[lane] = (edge, cap.min(edge_cap));
+                self.route_edge(model, (join.member, next, via), hash, segment, links);
+            *cap = cap.min(edge_cap);
             ring.overhead_ps[lane] += latency + fill;
         }
         if ring.members.len() < join.n as usize {
@@ -879,12 +874,11 @@ impl FlowHome {
                     }
                 }
                 Done::Send {
-                    src,
-                    dst,
                     queue_pair,
                     flow,
                     tag,
                 } => {
+                    let (src, dst, _, _) = queue_pair;
                     ctx.emit(dst, arrive, super::Body::Message { tag });
                     ctx.emit(src, arrive + tr.ack_ps, super::Body::FlowDone { flow });
                     // The queue pair's next transfer follows.

@@ -1860,8 +1860,6 @@ impl GpuLp {
         }
     }
 
-    /// Sends `bytes` to GPU `dst` (through the NIC of GPU `via`, PXN, unless [`NO_NODE`]) for
-    /// the op on stream `s`; the receiver sees it on stream `to_stream` at `step`.
     /// Fluid ring: hands this member's edges to the flow LP, which runs the ring once every
     /// member has, and tells each when it ends.
     fn join_ring(
@@ -1915,6 +1913,8 @@ impl GpuLp {
         );
     }
 
+    /// Sends `bytes` to GPU `dst` (through the NIC of GPU `via`, PXN, unless [`NO_NODE`]) for
+    /// the op on stream `s`; the receiver sees it on stream `to_stream` at `step`.
     #[allow(clippy::too_many_arguments)]
     fn send(
         &mut self,
