@@ -21,9 +21,9 @@ fn digest(dir: &Path) -> String {
         .to_string()
 }
 
-/// Runs the small quickstart with a checkpoint every 10 ms of simulated time; its checkpoint
-/// directory.
-fn checkpointed_run(dir: &Path) -> PathBuf {
+/// Runs the small quickstart (with `sets`) and a checkpoint every 10 ms of simulated time
+/// into `dir/checkpointed`; its checkpoint directory.
+fn checkpointed_run(dir: &Path, sets: &[&str]) -> PathBuf {
     let out = dir.join("checkpointed");
     stdout_ok(
         fleetsim()
@@ -36,7 +36,8 @@ fn checkpointed_run(dir: &Path) -> PathBuf {
                 "--out",
             ])
             .arg(&out)
-            .args(SMALL),
+            .args(SMALL)
+            .args(sets),
     );
     out.join("checkpoint")
 }
@@ -45,7 +46,7 @@ fn checkpointed_run(dir: &Path) -> PathBuf {
 fn a_resumed_run_reaches_the_uninterrupted_digest_on_any_split() {
     let dir = scratch("checkpoint-resume");
     let expected = small_embedded_digest(&dir.join("embedded"));
-    let checkpoint = checkpointed_run(&dir);
+    let checkpoint = checkpointed_run(&dir, &[]);
     assert_eq!(digest(&dir.join("checkpointed")), expected);
     // One complete checkpoint is kept: the manifest and the window it names.
     let manifest: serde_json::Value = serde_json::from_str(
@@ -222,7 +223,7 @@ fn resume_error(checkpoint: &Path, sets: &[&str], what: &str) -> String {
 #[test]
 fn bad_checkpoints_are_one_clear_error() {
     let dir = scratch("checkpoint-bad");
-    let good = checkpointed_run(&dir);
+    let good = checkpointed_run(&dir, &[]);
     // Not a checkpoint directory at all.
     let e = resume_error(&dir.join("nowhere"), &[], "no directory");
     assert!(
@@ -279,28 +280,14 @@ fn a_flow_mode_run_resumes_to_its_uninterrupted_digest() {
             .args(SMALL)
             .args(flow),
     );
-    let checkpointed = dir.join("checkpointed");
-    stdout_ok(
-        fleetsim()
-            .args([
-                "run",
-                QUICKSTART,
-                "--quiet",
-                "--checkpoint-every",
-                "10ms",
-                "--out",
-            ])
-            .arg(&checkpointed)
-            .args(SMALL)
-            .args(flow),
-    );
+    let checkpoint = checkpointed_run(&dir, &flow);
     let expected = digest(&plain);
-    assert_eq!(digest(&checkpointed), expected);
+    assert_eq!(digest(&dir.join("checkpointed")), expected);
     let flows = &summary(&plain)["network"]["flow"];
     assert!(flows["flows"].as_u64().is_some_and(|n| n > 0), "{flows}");
     let resumed = dir.join("resumed");
     stdout_ok(
-        resume_command(&checkpointed.join("checkpoint"), &resumed)
+        resume_command(&checkpoint, &resumed)
             .args(SMALL)
             .args(flow)
             .args(["--workers", "2"]),

@@ -2,7 +2,6 @@
 
 mod support;
 
-use sim::engine::FlowSpec;
 use sim::engine::gpu::{flow_hash, injected_tag, segment_size};
 use support::*;
 
@@ -10,47 +9,15 @@ const MIB: u64 = 1 << 20;
 /// A 400 Gb/s NIC in bytes per second.
 const NIC: f64 = 400e9 / 8.0;
 
-/// Hosts with one GPU and one 400 Gb/s NIC each, `hosts_per_rack` per leaf, two spines.
+/// Hosts with one GPU each under `hosts_per_rack`-host leaves, network `model`, 1 MiB
+/// segments.
 fn cluster(gpus: u32, hosts_per_rack: u32, model: &str, extra: &str) -> String {
-    format!(
-        r#"
-name = "flow-physics"
-[cluster]
-gpus = {gpus}
-gpus_per_host = 1
-gpu = "H100-SXM"
-topology = "spine-leaf"
-nics_per_host = 1
-nic_gbps = 400
-hosts_per_rack = {hosts_per_rack}
-[model]
-layers = 2
-hidden = 256
-ffn_hidden = 1024
-heads = 4
-kv_heads = 4
-seq_len = 128
-vocab = 1024
-[parallel]
-tp = 1
-pp = 1
-micro_batch = 1
-global_batch = {gpus}
-[network]
-model = "{model}"
-segment_bytes = 1048576
-{extra}
-"#
+    one_gpu_hosts(
+        "flow-physics",
+        gpus,
+        hosts_per_rack,
+        &format!("model = \"{model}\"\nsegment_bytes = 1048576\n{extra}"),
     )
-}
-
-fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
-    FlowSpec {
-        src,
-        dst,
-        bytes,
-        start_ps,
-    }
 }
 
 /// What a transfer of `bytes` from GPU `src` to GPU `dst` (injected flow `index`) adds to

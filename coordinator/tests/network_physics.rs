@@ -8,47 +8,14 @@ use support::*;
 
 const MIB: u64 = 1 << 20;
 
-/// Hosts with one GPU and one 400 Gb/s NIC each, `hosts_per_rack` per leaf, two spines.
+/// Hosts with one GPU each under `hosts_per_rack`-host leaves, 4 KiB segments.
 fn cluster(gpus: u32, hosts_per_rack: u32, extra: &str) -> String {
-    format!(
-        r#"
-name = "physics"
-[cluster]
-gpus = {gpus}
-gpus_per_host = 1
-gpu = "H100-SXM"
-topology = "spine-leaf"
-nics_per_host = 1
-nic_gbps = 400
-hosts_per_rack = {hosts_per_rack}
-[model]
-layers = 2
-hidden = 256
-ffn_hidden = 1024
-heads = 4
-kv_heads = 4
-seq_len = 128
-vocab = 1024
-[parallel]
-tp = 1
-pp = 1
-micro_batch = 1
-global_batch = {gpus}
-[network]
-model = "packet"
-segment_bytes = 4096
-{extra}
-"#
+    one_gpu_hosts(
+        "physics",
+        gpus,
+        hosts_per_rack,
+        &format!("model = \"packet\"\nsegment_bytes = 4096\n{extra}"),
     )
-}
-
-fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
-    FlowSpec {
-        src,
-        dst,
-        bytes,
-        start_ps,
-    }
 }
 
 fn rel(a: f64, b: f64) -> f64 {

@@ -84,3 +84,46 @@ pub fn arrivals(results: &RunResults) -> BTreeMap<u32, u64> {
         .flat_map(|(_, r)| r.flow_arrivals.iter().copied())
         .collect()
 }
+
+/// Hosts with one H100 and one 400 Gb/s NIC each, `hosts_per_rack` per leaf, two spines,
+/// a two-layer model; `network` is the `[network]` table's body.
+pub fn one_gpu_hosts(name: &str, gpus: u32, hosts_per_rack: u32, network: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
+[cluster]
+gpus = {gpus}
+gpus_per_host = 1
+gpu = "H100-SXM"
+topology = "spine-leaf"
+nics_per_host = 1
+nic_gbps = 400
+hosts_per_rack = {hosts_per_rack}
+[model]
+layers = 2
+hidden = 256
+ffn_hidden = 1024
+heads = 4
+kv_heads = 4
+seq_len = 128
+vocab = 1024
+[parallel]
+tp = 1
+pp = 1
+micro_batch = 1
+global_batch = {gpus}
+[network]
+{network}
+"#
+    )
+}
+
+/// An injected flow of `bytes` from GPU `src` to GPU `dst`, starting at `start_ps`.
+pub fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
+    FlowSpec {
+        src,
+        dst,
+        bytes,
+        start_ps,
+    }
+}
