@@ -238,25 +238,59 @@ struct Flow {
 /// Flow slots a GPU keeps once its last flow is done; a larger table is freed.
 const FLOW_SLOTS_KEPT: usize = 16;
 
+/// The leading fields of a [`GpuLp`] that every event reads: up to its running ops.
+const HOT_BYTES: usize = std::mem::offset_of!(GpuLp, running);
+
+/// `repr(C)`, hot fields first: an event at 131K GPUs finds its GPU cold, and
+/// [`GpuLp::hot_state`] asks for the lines every handler reads (the first [`HOT_BYTES`]).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[repr(C)]
 pub struct GpuLp {
+    accounted_to_ps: u64,
+    finish_ps: Option<u64>,
+    compute_ps: u64,
+    exposed_comm_ps: u64,
+    bubble_ps: u64,
+    digest: u64,
+    ops_done: u64,
+    /// This chip's compute-bound kernels take this times the part's nominal time
+    /// ([`super::chip_slowdown`]).
+    chip_slowdown: f64,
     node: NodeId,
     rank: u32,
     program: u32,
     kernel_table: u32,
-    /// This chip's compute-bound kernels take this times the part's nominal time
-    /// ([`super::chip_slowdown`]).
-    chip_slowdown: f64,
+    /// Collective streams with an op running.
+    comm_active: u32,
+    /// Streams whose head op may have become ready (a bit per stream): set when an op
+    /// finishes, for its own stream and the streams of its dependents.
+    pump_streams: u32,
+    /// When the running kernel ends.
+    kernel_end_ps: u64,
+    /// The compute stream's chain of kernels ([`super::ProgramIndex::chains_into_next`]):
+    /// the stream position of its last kernel, the generation of its one pending
+    /// [`Body::ComputeDone`], and whether it was planned with a collective running.
+    chain_last: u32,
+    chain_gen: u32,
+    chain_slowed: bool,
     done: [u32; STREAMS],
+    /// Collectives started per group kind: the sequence number of the next one.
+    group_seq: [u32; 9],
+    memory_cursor: u32,
+    /// Live HBM bytes and their peak; the next of the program's memory events is
+    /// `memory_cursor`.
+    live_bytes: u64,
+    peak_bytes: u64,
+    /// The run of the last op that finished, kept for the next one to start in, so that
+    /// starting and finishing communication ops does not allocate: not part of a checkpoint.
+    #[serde(skip)]
+    spare_run: Option<Box<CommRun>>,
+    groups: [Option<Box<GroupInfo>>; 9],
     running: [Running; STREAMS],
     /// Messages and clear-to-sends that arrived before the op they belong to started, with
     /// their counts. A short list searched in place: a map would allocate a node for the
     /// first entry and free it with the last, several million times a run.
     early: Vec<(Tag, u32)>,
-    /// The run of the last op that finished, kept for the next one to start in, so that
-    /// starting and finishing communication ops does not allocate: not part of a checkpoint.
-    #[serde(skip)]
-    spare_run: Option<Box<CommRun>>,
     /// Boxed, so that a free slot costs a pointer: a GPU's busiest moment sizes its table
     /// (llama3-405b-h100-131072's gradient reduce-scatter: 27 KB per GPU inline, 3.6 GB in
     /// all, for at most 0.34 M live flows, 2.6 per GPU).
@@ -271,21 +305,6 @@ pub struct GpuLp {
     paths: PathCache,
     /// Analytical transfers: when each out link is free again (a FIFO share of it).
     link_free_ps: Vec<u64>,
-    groups: [Option<Box<GroupInfo>>; 9],
-    /// Collectives started per group kind: the sequence number of the next one.
-    group_seq: [u32; 9],
-    /// Collective streams with an op running.
-    comm_active: u32,
-    accounted_to_ps: u64,
-    compute_ps: u64,
-    exposed_comm_ps: u64,
-    bubble_ps: u64,
-    finish_ps: Option<u64>,
-    ops_done: u64,
-    /// Streams whose head op may have become ready (a bit per stream): set when an op
-    /// finishes, for its own stream and the streams of its dependents.
-    pump_streams: u32,
-    digest: u64,
     collectives: BTreeMap<(u8, u8, u64), CollectiveStats>,
     analytical_bytes: [u64; 4],
     spans: Vec<Vec<Span>>,
@@ -294,10 +313,6 @@ pub struct GpuLp {
     flow_arrivals: Vec<(u32, u64)>,
     /// Split flows being received: ((sender, flow slot), queue pairs complete).
     parts_seen: Vec<((NodeId, u32), u8)>,
-    /// Live HBM bytes, their peak, and the next of the program's memory events.
-    live_bytes: u64,
-    peak_bytes: u64,
-    memory_cursor: u32,
 }
 
 fn is_collective_stream(s: usize) -> bool {
@@ -473,6 +488,10 @@ impl GpuLp {
             finish_ps: None,
             ops_done: 0,
             pump_streams: (1 << STREAMS) - 1,
+            kernel_end_ps: 0,
+            chain_last: 0,
+            chain_gen: 0,
+            chain_slowed: false,
             digest: splitmix64(u64::from(node)),
             collectives: BTreeMap::new(),
             analytical_bytes: [0; 4],
@@ -501,8 +520,12 @@ impl GpuLp {
 
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
         self.account(ctx.now);
+        self.settle_chain(model, ctx.now);
         match body {
-            Body::ComputeDone => self.complete(model, COMPUTE, ctx),
+            Body::ComputeDone { chain } if chain == self.chain_gen => {
+                self.complete(model, COMPUTE, ctx)
+            }
+            Body::ComputeDone { .. } => {}
             Body::Segment(seg) if seg.dst == self.node => {
                 ctx.emit(
                     seg.src,
@@ -568,28 +591,135 @@ impl GpuLp {
         self.pump(model, ctx);
     }
 
-    /// [`super::Lp::hot_state`] for a GPU: shallow, its own first lines and the slot of the
-    /// flow an acknowledgement names; deep, that flow (read through the slot), or the port a
-    /// segment passing through takes.
+    /// How long `op`, a kernel starting now, takes on this chip.
+    fn kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
+        let program = &model.workload.programs[self.program as usize];
+        let OpKind::Compute { kernel } = program.ops[op as usize].kind else {
+            unreachable!("op {op} is not a kernel");
+        };
+        let table = self.kernel_table as usize;
+        let mut base = model.kernel_ps[table][kernel as usize];
+        if model.kernel_clocked[table][kernel as usize] {
+            base = (base as f64 * self.chip_slowdown).round() as u64;
+        }
+        if self.comm_active > 0 {
+            (base as f64 / model.interference.compute_rate).round() as u64
+        } else {
+            base
+        }
+    }
+
+    /// Starts kernel `op` at `at` on the compute stream.
+    fn start_kernel(&mut self, model: &SimModel, op: u32, at: u64) {
+        if let Some(e) = self.memory_event(model, op) {
+            self.live_bytes += e.alloc;
+            self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+        }
+        self.kernel_end_ps = at + self.kernel_ps(model, op);
+        self.running[COMPUTE] = Running::Compute { op, start_ps: at };
+    }
+
+    /// The kernel just started and those chained after it run back to back: one
+    /// [`Body::ComputeDone`] at the end of the last stands for all of them, and any event
+    /// in between first settles the kernels that ended ([`GpuLp::settle_chain`]).
+    fn plan_chain(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let index = &model.programs[self.program as usize];
+        let mut last = self.done[COMPUTE];
+        while index.chains_into_next[last as usize] {
+            last += 1;
+        }
+        self.chain_last = last;
+        self.chain_slowed = self.comm_active > 0;
+        self.chain_gen = self.chain_gen.wrapping_add(1);
+        let end = self.chain_end_ps(model);
+        let chain = self.chain_gen;
+        ctx.emit(self.node, end, Body::ComputeDone { chain });
+    }
+
+    /// When the chain's last kernel ends if the ones not started yet start at the running
+    /// one's end, one after another, slowed as the GPU is now.
+    fn chain_end_ps(&self, model: &SimModel) -> u64 {
+        let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
+        let next = self.done[COMPUTE] as usize + 1;
+        let after: u64 = ops[next..=self.chain_last as usize]
+            .iter()
+            .map(|&op| self.kernel_ps(model, op))
+            .sum();
+        self.kernel_end_ps + after
+    }
+
+    /// Completes the chain's kernels that ended by `now` (before the event at `now`), each
+    /// followed at once by the next.
+    fn settle_chain(&mut self, model: &SimModel, now: u64) {
+        while self.done[COMPUTE] < self.chain_last
+            && self.kernel_end_ps <= now
+            && matches!(self.running[COMPUTE], Running::Compute { .. })
+        {
+            let at = self.kernel_end_ps;
+            self.complete_at(model, COMPUTE, at);
+            let op = model.programs[self.program as usize].stream_ops[COMPUTE]
+                [self.done[COMPUTE] as usize];
+            self.start_kernel(model, op, at);
+        }
+    }
+
+    /// A collective started or ended while a chain runs: the kernels not started yet take
+    /// another time, so the chain's end moves (its old event goes stale).
+    fn replan_chain(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        if self.done[COMPUTE] >= self.chain_last
+            || !matches!(self.running[COMPUTE], Running::Compute { .. })
+        {
+            return;
+        }
+        self.chain_slowed = self.comm_active > 0;
+        self.chain_gen = self.chain_gen.wrapping_add(1);
+        let end = self.chain_end_ps(model);
+        let chain = self.chain_gen;
+        ctx.emit(self.node, end, Body::ComputeDone { chain });
+    }
+
+    /// [`super::Lp::hot_state`] for a GPU: shallow, the fields every handler reads (the
+    /// first [`HOT_BYTES`]) and the running op or flow slot the event names; deep, that
+    /// op's communication state or that flow (read through the slot), the spare run a
+    /// finished kernel's successor may start in, or the port a segment passing through
+    /// takes.
     pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
-        // Two lines of each: asking for all 968 bytes of a GPU measured no better at 131K.
         const HINT_BYTES: usize = 128;
+        let stream = match body {
+            Body::ComputeDone { .. } => Some(COMPUTE),
+            Body::Message { tag } | Body::ClearToSend { tag } | Body::Arrived { tag, .. } => {
+                Some(usize::from(tag.stream))
+            }
+            Body::SendDone { stream } => Some(usize::from(*stream)),
+            _ => None,
+        };
+        let running = stream.and_then(|s| self.running.get(s));
         if !deep {
-            let slot = match body {
-                Body::Ack { flow, .. } => (
+            let second = match (body, running) {
+                (Body::Ack { flow, .. } | Body::FlowDone { flow }, _) => (
                     self.flows.as_ptr().wrapping_add(*flow as usize).cast(),
                     size_of::<Option<Box<Flow>>>(),
                 ),
+                (_, Some(r)) => (std::ptr::from_ref(r).cast(), size_of::<Running>()),
                 _ => NO_SPAN,
             };
-            return [(std::ptr::from_ref(self).cast(), HINT_BYTES), slot];
+            return [(std::ptr::from_ref(self).cast(), HOT_BYTES), second];
         }
-        match body {
-            Body::Ack { flow, .. } => match self.flows.get(*flow as usize) {
-                Some(Some(f)) => [(std::ptr::from_ref(&**f).cast(), HINT_BYTES), NO_SPAN],
-                _ => [NO_SPAN; 2],
+        match (body, running) {
+            (Body::Ack { flow, .. } | Body::FlowDone { flow }, _) => {
+                match self.flows.get(*flow as usize) {
+                    Some(Some(f)) => [(std::ptr::from_ref(&**f).cast(), HINT_BYTES), NO_SPAN],
+                    _ => [NO_SPAN; 2],
+                }
+            }
+            (Body::Segment(seg), _) if seg.dst != self.node => self.ports.hot_state(body, false),
+            (Body::ComputeDone { .. }, _) => match &self.spare_run {
+                Some(run) => [(std::ptr::from_ref(&**run).cast(), HINT_BYTES), NO_SPAN],
+                None => [NO_SPAN; 2],
             },
-            Body::Segment(seg) if seg.dst != self.node => self.ports.hot_state(body, false),
+            (_, Some(Running::Comm(run))) => {
+                [(std::ptr::from_ref(&**run).cast(), HINT_BYTES), NO_SPAN]
+            }
             _ => [NO_SPAN; 2],
         }
     }
@@ -629,8 +759,16 @@ impl GpuLp {
         }
     }
 
-    /// Starts every op whose stream is free and whose dependencies are done.
+    /// Starts every op whose stream is free and whose dependencies are done; then moves the
+    /// kernel chain's end if a collective started or ended meanwhile.
     fn pump(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        self.start_ready(model, ctx);
+        if self.chain_slowed != (self.comm_active > 0) {
+            self.replan_chain(model, ctx);
+        }
+    }
+
+    fn start_ready(&mut self, model: &SimModel, ctx: &mut Ctx) {
         if self.pump_streams == 0 {
             return;
         }
@@ -674,26 +812,9 @@ impl GpuLp {
             _ => (P2P, self.done[s]),
         };
         match o.kind {
-            OpKind::Compute { kernel } => {
-                let table = self.kernel_table as usize;
-                let mut base = model.kernel_ps[table][kernel as usize];
-                if model.kernel_clocked[table][kernel as usize] {
-                    base = (base as f64 * self.chip_slowdown).round() as u64;
-                }
-                let ps = if self.comm_active > 0 {
-                    (base as f64 / model.interference.compute_rate).round() as u64
-                } else {
-                    base
-                };
-                if let Some(e) = self.memory_event(model, op) {
-                    self.live_bytes += e.alloc;
-                    self.peak_bytes = self.peak_bytes.max(self.live_bytes);
-                }
-                self.running[s] = Running::Compute {
-                    op,
-                    start_ps: ctx.now,
-                };
-                ctx.emit(self.node, ctx.now + ps, Body::ComputeDone);
+            OpKind::Compute { .. } => {
+                self.start_kernel(model, op, ctx.now);
+                self.plan_chain(model, ctx);
             }
             OpKind::MemoryRead { bytes } => {
                 let Some(memory) = model.topology.cxl_memory_of(self.rank) else {
@@ -1816,6 +1937,11 @@ impl GpuLp {
 
     /// The op on stream `s` finished now.
     fn complete(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
+        self.complete_at(model, s, ctx.now);
+    }
+
+    /// Finishes the op running on stream `s` at `at`.
+    fn complete_at(&mut self, model: &SimModel, s: usize, at: u64) {
         let running = std::mem::replace(&mut self.running[s], Running::Idle);
         let (op, start) = match running {
             Running::Idle => return,
@@ -1836,7 +1962,7 @@ impl GpuLp {
                         .collectives
                         .entry((group as u8, cop as u8, bytes))
                         .or_default();
-                    st.add(ctx.now - run.start_ps, u64::from(run.ring.n));
+                    st.add(at - run.start_ps, u64::from(run.ring.n));
                     if let (true, Some((a, p, c))) = (st.plan.is_empty(), run.plan) {
                         st.plan = format!("{}/{}/{c}", a.name(), p.name());
                     }
@@ -1850,11 +1976,11 @@ impl GpuLp {
         self.ops_done += 1;
         self.pump_streams |=
             (1 << s) | model.programs[self.program as usize].dependent_streams[op as usize];
-        self.digest = mix(self.digest, u64::from(op), ctx.now);
+        self.digest = mix(self.digest, u64::from(op), at);
         if model.trace {
             self.spans[s].push(Span {
                 start_ps: start,
-                end_ps: ctx.now,
+                end_ps: at,
                 name: op,
             });
         }

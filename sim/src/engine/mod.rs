@@ -24,7 +24,7 @@ use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;
 use crate::experiment::Experiment;
 use crate::topology::{LinkId, NodeId, NodeKind, Topology, splitmix64};
-use crate::workload::{Program, Stream, Workload};
+use crate::workload::{OpKind, Program, Stream, Workload};
 
 pub use params::NetworkParams;
 pub use results::{LpReport, RunResults};
@@ -117,8 +117,11 @@ pub const NO_LINK: LinkId = u32::MAX;
 /// What happens to an LP.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Body {
-    /// A compute kernel on the GPU's compute stream finished.
-    ComputeDone,
+    /// The last kernel of the compute stream's chain planned as generation `chain` finished
+    /// (an older generation's is stale: the chain was planned again).
+    ComputeDone {
+        chain: u32,
+    },
     /// A segment reaches the target node.
     Segment(Segment),
     /// The target's port `port` (an index among its out links) finished serialising its
@@ -262,6 +265,10 @@ pub struct ProgramIndex {
     /// For every op, the streams of the ops that depend on it (a bit per stream): when it
     /// finishes, only those streams' heads, and its own stream's, can become ready.
     pub dependent_streams: Vec<u32>,
+    /// For every position on the compute stream: the kernel there and the next one form a
+    /// chain. The next starts the moment this one ends (it waits for nothing else), and
+    /// nothing on another stream waits for this one, so one event can stand for both.
+    pub chains_into_next: Vec<bool>,
 }
 
 impl ProgramIndex {
@@ -277,10 +284,29 @@ impl ProgramIndex {
                 dependent_streams[d as usize] |= 1 << op.stream.index();
             }
         }
+        let compute = &stream_ops[Stream::Compute.index()];
+        let only_compute = 1u32 << Stream::Compute.index();
+        let is_kernel = |op: u32| matches!(program.ops[op as usize].kind, OpKind::Compute { .. });
+        let chains_into_next = (0..compute.len())
+            .map(|p| {
+                let Some(&next) = compute.get(p + 1) else {
+                    return false;
+                };
+                let this = compute[p];
+                is_kernel(this)
+                    && is_kernel(next)
+                    && dependent_streams[this as usize] & !only_compute == 0
+                    && program
+                        .deps(next as usize)
+                        .iter()
+                        .all(|&d| program.ops[d as usize].stream == Stream::Compute)
+            })
+            .collect();
         ProgramIndex {
             stream_ops,
             position,
             dependent_streams,
+            chains_into_next,
         }
     }
 }
