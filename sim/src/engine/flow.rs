@@ -122,20 +122,29 @@ struct Scratch {
     /// Local index of a constraint link, valid when `link_mark == epoch`.
     local_of: Vec<u32>,
     flow_mark: Vec<u32>,
+    /// Local index of a member flow in the current water-filling.
+    member_of: Vec<u32>,
 }
 
 /// [`Filled`]'s bottleneck of a flow limited by its own cap.
 const NO_BOTTLENECK: u32 = u32::MAX;
 
-/// One water-filling's state over its constraint links (local indices).
+/// One water-filling's state over its constraint links (local indices k) and members
+/// (local indices i, in `members` order).
 #[derive(Default)]
 struct Filling {
     residual: Vec<f64>,
-    crossing: Vec<Vec<u32>>,
+    /// Members crossing link k: `crossing[start[k]..start[k + 1]]`, once per listing.
+    start: Vec<u32>,
+    crossing: Vec<u32>,
     global: Vec<u32>,
     unfrozen: Vec<u32>,
-    /// (share, local link), lowest first; entries whose share moved on are stale.
+    /// (share, link), lowest first. A link's share only grows as members freeze (each
+    /// freezes at the lowest share), so an entry is pushed only when a share falls below
+    /// the link's last pushed one (`queued`, rounding) and a stale entry is renewed when it
+    /// comes to the top: the links of a long ring lane that never bottleneck stay put.
     heap: BinaryHeap<Reverse<(Level, u32)>>,
+    queued: Vec<f64>,
     /// Per member: (rate, bottleneck).
     rate_of: Vec<Option<(f64, u32)>>,
 }
@@ -145,23 +154,31 @@ impl Filling {
         (self.unfrozen[k] > 0).then(|| self.residual[k].max(0.0) / f64::from(self.unfrozen[k]))
     }
 
-    fn push(&mut self, k: usize) {
-        if let Some(share) = self.share(k) {
+    fn offer(&mut self, k: usize) {
+        if let Some(share) = self.share(k)
+            && share < self.queued[k]
+        {
+            self.queued[k] = share;
             self.heap.push(Reverse((Level(share), k as u32)));
         }
     }
 
-    /// The link with the lowest fair share among those with unfrozen members.
+    /// The link with the lowest fair share among those with unfrozen members (the lowest
+    /// index among equals).
     fn lowest(&mut self) -> Option<(f64, usize)> {
-        while let Some(&Reverse((Level(share), k))) = self.heap.peek() {
+        while let Some(&Reverse((Level(recorded), k))) = self.heap.peek() {
             let k = k as usize;
-            if self
-                .share(k)
-                .is_some_and(|c| c.to_bits() == share.to_bits())
-            {
-                return Some((share, k));
+            let current = self.share(k);
+            if current.is_some_and(|c| c.to_bits() == recorded.to_bits()) {
+                return Some((recorded, k));
             }
             self.heap.pop();
+            if let Some(c) = current
+                && recorded.to_bits() == self.queued[k].to_bits()
+            {
+                self.queued[k] = c;
+                self.heap.push(Reverse((Level(c), k as u32)));
+            }
         }
         None
     }
@@ -180,7 +197,7 @@ impl Filling {
             let k = local(l);
             self.residual[k] -= level;
             self.unfrozen[k] -= 1;
-            self.push(k);
+            self.offer(k);
         }
     }
 }
@@ -396,8 +413,10 @@ impl<P> FlowSolver<P> {
         let mark = s.next_fill();
         let member = |id: u32| self.flows[id as usize].as_ref().expect("member is active");
         let mut w = Filling::default();
-        // Constraint links: what the fixed flows leave, and the members crossing them.
-        for &id in members {
+        // Constraint links: what the fixed flows leave, and how many members cross them.
+        let mut count: Vec<u32> = Vec::new();
+        for (i, &id) in members.iter().enumerate() {
+            s.member_of[id as usize] = i as u32;
             let f = member(id);
             for &l in &f.links {
                 let li = l as usize;
@@ -406,54 +425,77 @@ impl<P> FlowSolver<P> {
                     s.local_of[li] = w.residual.len() as u32;
                     let link = &self.links[li];
                     w.residual.push(link.capacity - link.load);
-                    w.crossing.push(Vec::new());
                     w.global.push(l);
+                    count.push(0);
                 }
                 let k = s.local_of[li] as usize;
                 // A member's current rate is not fixed load.
                 w.residual[k] += f.rate;
-                w.crossing[k].push(id);
+                count[k] += 1;
             }
         }
-        w.unfrozen = w.crossing.iter().map(|c| c.len() as u32).collect();
+        w.start = Vec::with_capacity(count.len() + 1);
+        w.start.push(0);
+        for &c in &count {
+            w.start.push(w.start.last().copied().unwrap_or(0) + c);
+        }
+        let mut next: Vec<u32> = w.start[..count.len()].to_vec();
+        w.crossing = vec![0; w.start.last().copied().unwrap_or(0) as usize];
+        for (i, &id) in members.iter().enumerate() {
+            for &l in &member(id).links {
+                let k = s.local_of[l as usize] as usize;
+                w.crossing[next[k] as usize] = i as u32;
+                next[k] += 1;
+            }
+        }
+        w.unfrozen = count;
+        w.queued = vec![f64::INFINITY; w.residual.len()];
         for k in 0..w.residual.len() {
-            w.push(k);
+            w.offer(k);
         }
         w.rate_of = vec![None; members.len()];
-        let index_of = |id: u32| members.binary_search(&id).expect("member");
-        let mut by_cap: Vec<u32> = members.to_vec();
-        by_cap.sort_by(|&a, &b| member(a).cap.total_cmp(&member(b).cap).then(a.cmp(&b)));
+        let mut by_cap: Vec<u32> = (0..members.len() as u32).collect();
+        by_cap.sort_by(|&a, &b| {
+            let (a, b) = (members[a as usize], members[b as usize]);
+            member(a).cap.total_cmp(&member(b).cap).then(a.cmp(&b))
+        });
         let mut next_cap = 0;
         let mut left = members.len();
         let local = |l: u32| s.local_of[l as usize] as usize;
+        let mut frozen_here: Vec<u32> = Vec::new();
         while left > 0 {
             let link_level = w.lowest();
-            while next_cap < by_cap.len() && w.rate_of[index_of(by_cap[next_cap])].is_some() {
+            while next_cap < by_cap.len() && w.rate_of[by_cap[next_cap] as usize].is_some() {
                 next_cap += 1;
             }
-            let cap_level = by_cap.get(next_cap).map(|&id| (member(id).cap, id));
+            let cap_level = by_cap
+                .get(next_cap)
+                .map(|&i| (member(members[i as usize]).cap, i as usize));
             let by_link = match (link_level, cap_level) {
                 (Some((share, k)), Some((cap, _))) if share <= cap => Some((share, k)),
                 (Some(level), None) => Some(level),
                 _ => None,
             };
             if let Some((share, k)) = by_link {
-                let ids: Vec<u32> = w.crossing[k]
-                    .iter()
-                    .copied()
-                    .filter(|&id| w.rate_of[index_of(id)].is_none())
-                    .collect();
+                frozen_here.clear();
+                frozen_here.extend(
+                    w.crossing[w.start[k] as usize..w.start[k + 1] as usize]
+                        .iter()
+                        .copied()
+                        .filter(|&i| w.rate_of[i as usize].is_none()),
+                );
                 let bottleneck = w.global[k];
-                for id in ids {
+                for &i in &frozen_here {
+                    let i = i as usize;
                     // A flow crossing the link twice is listed twice; it freezes once.
-                    if w.rate_of[index_of(id)].is_some() {
+                    if w.rate_of[i].is_some() {
                         continue;
                     }
-                    w.freeze(index_of(id), &member(id).links, local, share, bottleneck);
+                    w.freeze(i, &member(members[i]).links, local, share, bottleneck);
                     left -= 1;
                 }
-            } else if let Some((cap, id)) = cap_level {
-                w.freeze(index_of(id), &member(id).links, local, cap, NO_BOTTLENECK);
+            } else if let Some((cap, i)) = cap_level {
+                w.freeze(i, &member(members[i]).links, local, cap, NO_BOTTLENECK);
                 left -= 1;
             } else {
                 // Members that cross no link and have no cap: nothing limits them (the
@@ -521,6 +563,7 @@ impl Scratch {
         self.link_mark.resize(links, 0);
         self.local_of.resize(links, 0);
         self.flow_mark.resize(flows, 0);
+        self.member_of.resize(flows, 0);
     }
 
     /// A fresh mark for the constraint links of one water-filling.
