@@ -2,7 +2,8 @@
 # The engine benchmarks of issue 4 ("Simulation engine"), as `fleetsim run` on real
 # experiments: wall time, events/s, peak RSS, sync fraction and digest per run.
 #
-#   tools/bench-engine.sh                 # the four quick ones (about 3 minutes)
+#   tools/bench-engine.sh                 # the five quick ones (about 4 minutes), and the
+#                                         # two-thread speed-ups against one thread
 #   tools/bench-engine.sh --scale 3600    # also llama3-405b on 8,192 GPUs in flow mode and
 #                                         # on 131,072 GPUs in flow and packet mode, each
 #                                         # stopped after 3600 s of wall time if not done
@@ -57,10 +58,34 @@ print(f"{name:<28} wall {e['wall_s']:7.2f} s  {e['events']:>13,} events  "
 PY
 }
 
+# speedup ONE TWO: the two-thread run TWO against the one-thread run ONE, and against the
+# speed-up TWO's own windows allow on two threads (`speedup_bound["2"]`, reported by runs
+# with a barrier per window); the check asks for at least 0.85 of the bound.
+speedup() {
+    python3 - "$out/$1/summary.json" "$out/$2/summary.json" "$2" <<'PY'
+import json, sys
+one, two = (json.load(open(p))["engine"] for p in sys.argv[1:3])
+raw = one["wall_s"] / two["wall_s"]
+bound = two["per_worker"][0]["speedup_bound"]
+line = f"{sys.argv[3]:<28} speed-up {raw:.2f} over one thread"
+if bound:
+    b = bound["2"]
+    verdict = "meets" if raw >= 0.85 * b else "misses"
+    line += f"; bound {b:.2f}, {raw / b:.2f} of it ({verdict} 0.85)"
+else:
+    line += " (asynchronous: no bound)"
+print(line)
+PY
+}
+
 bench allreduce-64m-h100-128-ring 0 configs/experiments/allreduce-64m-h100-128.toml \
     --set collectives.algorithm=ring
 bench gpt3-175b-h100-1024-t1 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 1
 bench gpt3-175b-h100-1024-t2 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 2
+bench gpt3-175b-h100-1024-t2-barrier 0 configs/experiments/gpt3-175b-h100-1024.toml \
+    --threads 2 --set engine.scheduling=load-adaptive
+speedup gpt3-175b-h100-1024-t1 gpt3-175b-h100-1024-t2
+speedup gpt3-175b-h100-1024-t1 gpt3-175b-h100-1024-t2-barrier
 bench gpt3-175b-h100-1024-flow 0 configs/experiments/gpt3-175b-h100-1024.toml --threads 1 \
     --set network.model=flow --set network.segment_bytes=1048576
 if ((scale_limit > 0)); then
@@ -70,6 +95,8 @@ if ((scale_limit > 0)); then
         --set cluster.gpus=8192 --set parallel.global_batch=1024
     bench llama3-405b-h100-131072-flow "$scale_limit" \
         configs/experiments/llama3-405b-h100-131072.toml --threads 1 --set network.model=flow
+    bench llama3-405b-h100-131072-flow-t2 "$scale_limit" \
+        configs/experiments/llama3-405b-h100-131072.toml --threads 2 --set network.model=flow
     # The issue's setting: 1 MiB segments (the preset itself uses 16 MiB).
     bench llama3-405b-h100-131072 "$scale_limit" \
         configs/experiments/llama3-405b-h100-131072.toml --set network.segment_bytes=1048576

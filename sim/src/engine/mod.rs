@@ -657,3 +657,42 @@ impl Lp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::GroupKind;
+    use crate::workload::{CollectiveOp, Label, Module, NO_LAYER, Phase};
+
+    #[test]
+    fn kernels_chain_only_where_nothing_else_waits() {
+        let label = Label {
+            phase: Phase::Forward,
+            module: Module::Imported,
+            micro_batch: 0,
+            chunk: 0,
+            layer: NO_LAYER,
+        };
+        let kernel = OpKind::Compute { kernel: 0 };
+        let mut p = Program::new(0, 1);
+        let a = p.push(kernel, Stream::Compute, label, &[]);
+        let b = p.push(kernel, Stream::Compute, label, &[a]);
+        // The all-gather waits for b: b cannot stand for itself and c.
+        let gather = OpKind::Collective {
+            op: CollectiveOp::AllGather,
+            group: GroupKind::Tp,
+            bytes: 1 << 20,
+        };
+        let ag = p.push(gather, Stream::Tp, label, &[b]);
+        let c = p.push(kernel, Stream::Compute, label, &[]);
+        // d waits for the all-gather: it starts when that ends, not when c does.
+        let d = p.push(kernel, Stream::Compute, label, &[ag]);
+        p.push(kernel, Stream::Compute, label, &[c, d]);
+        let index = ProgramIndex::new(&p);
+        assert_eq!(
+            index.chains_into_next,
+            vec![true, false, false, true, false],
+            "a-b chain, b feeds the all-gather, c-d waits for it, d-e chain, e is last"
+        );
+    }
+}
