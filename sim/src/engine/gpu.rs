@@ -629,6 +629,12 @@ impl GpuLp {
             last += 1;
         }
         self.chain_last = last;
+        self.emit_chain_end(model, ctx);
+    }
+
+    /// Plans the chain's one [`Body::ComputeDone`] under a new generation, with the GPU
+    /// slowed as it is now.
+    fn emit_chain_end(&mut self, model: &SimModel, ctx: &mut Ctx) {
         self.chain_slowed = self.comm_active > 0;
         self.chain_gen = self.chain_gen.wrapping_add(1);
         let end = self.chain_end_ps(model);
@@ -666,16 +672,14 @@ impl GpuLp {
     /// A collective started or ended while a chain runs: the kernels not started yet take
     /// another time, so the chain's end moves (its old event goes stale).
     fn replan_chain(&mut self, model: &SimModel, ctx: &mut Ctx) {
-        if self.done[COMPUTE] >= self.chain_last
-            || !matches!(self.running[COMPUTE], Running::Compute { .. })
+        if self.done[COMPUTE] < self.chain_last
+            && matches!(self.running[COMPUTE], Running::Compute { .. })
         {
-            return;
+            self.emit_chain_end(model, ctx);
+        } else {
+            // No chain runs: nothing to move until the next one is planned.
+            self.chain_slowed = self.comm_active > 0;
         }
-        self.chain_slowed = self.comm_active > 0;
-        self.chain_gen = self.chain_gen.wrapping_add(1);
-        let end = self.chain_end_ps(model);
-        let chain = self.chain_gen;
-        ctx.emit(self.node, end, Body::ComputeDone { chain });
     }
 
     /// [`super::Lp::hot_state`] for a GPU: shallow, the fields every handler reads (the

@@ -662,17 +662,11 @@ impl Lp {
 mod tests {
     use super::*;
     use crate::layout::GroupKind;
-    use crate::workload::{CollectiveOp, Label, Module, NO_LAYER, Phase};
+    use crate::workload::{CollectiveOp, Label};
 
     #[test]
     fn kernels_chain_only_where_nothing_else_waits() {
-        let label = Label {
-            phase: Phase::Forward,
-            module: Module::Imported,
-            micro_batch: 0,
-            chunk: 0,
-            layer: NO_LAYER,
-        };
+        let label = Label::imported();
         let kernel = OpKind::Compute { kernel: 0 };
         let mut p = Program::new(0, 1);
         let a = p.push(kernel, Stream::Compute, label, &[]);

@@ -3,7 +3,7 @@
 //! one communicator of all ranks, or sends to its successor while receiving from its
 //! predecessor (`sendrecv_perf`). `fleetsim collective` simulates one per message size.
 
-use super::{Label, Module, NO_LAYER, OpKind, Peer, Phase, Program, Stream, Workload};
+use super::{Label, OpKind, Peer, Program, Stream, Workload};
 use crate::layout::{Dim, GroupKind, ParallelLayout};
 
 pub use super::CollectiveOp;
@@ -95,13 +95,7 @@ pub fn workload(op: BenchOp, ranks: u32, bytes: u64) -> Workload {
         vp: 1,
         order: [Dim::Tp, Dim::Cp, Dim::Ep, Dim::Dp, Dim::Pp],
     };
-    let label = Label {
-        phase: Phase::Forward,
-        module: Module::Imported,
-        micro_batch: 0,
-        chunk: 0,
-        layer: NO_LAYER,
-    };
+    let label = Label::imported();
     let programs = (0..pp)
         .map(|stage| {
             let mut program = Program::new(stage, 1);

@@ -307,6 +307,20 @@ pub struct Label {
     pub layer: u32,
 }
 
+impl Label {
+    /// The label of an op with no model behind it (a benchmark's, an imported file's):
+    /// forward, micro-batch 0, no layer.
+    pub fn imported() -> Label {
+        Label {
+            phase: Phase::Forward,
+            module: Module::Imported,
+            micro_batch: 0,
+            chunk: 0,
+            layer: NO_LAYER,
+        }
+    }
+}
+
 /// One op of a program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
