@@ -17,7 +17,7 @@
 //! runs and a collective does; `bubble` for every other moment before the rank finishes
 //! (waiting for pipeline sends and receives, or for dependencies).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::dcqcn::Dcqcn;
 use super::net::{NO_PORT, Ports, Route, serialisation_ps};
@@ -178,13 +178,19 @@ struct GroupInfo {
     pat: Vec<(NodeId, NodeId)>,
     /// One-way latency to a member on this host and to one on another host, ps.
     hop_ps: (u64, u64),
-    /// Plans already made for this group: (op, bytes, plan). A program repeats a handful
-    /// of collectives many times; planning weighs every algorithm and protocol.
-    plans: Vec<(CollectiveOp, u64, Plan)>,
+    /// A closed group's messages, with each one's one-way latency: the leader's to every
+    /// other member, another member's to the leader.
+    closed_peers: Vec<(NodeId, u64)>,
 }
 
-/// Plans a group keeps ([`GroupInfo::plans`]); the oldest gives way beyond this.
-const PLANS_KEPT: usize = 16;
+/// What a rank keeps of one of its program's collectives ([`super::ProgramIndex::collective_slot`]).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct CollectiveSlot {
+    /// Made on first use: a program repeats a handful of collectives many times, and
+    /// planning weighs every algorithm and protocol.
+    plan: Option<Plan>,
+    stats: CollectiveStats,
+}
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 enum Running {
@@ -305,7 +311,8 @@ pub struct GpuLp {
     paths: PathCache,
     /// Analytical transfers: when each out link is free again (a FIFO share of it).
     link_free_ps: Vec<u64>,
-    collectives: BTreeMap<(u8, u8, u64), CollectiveStats>,
+    /// By [`super::ProgramIndex::collective_slot`]; a rank that runs no collective has none.
+    collectives: Vec<CollectiveSlot>,
     analytical_bytes: [u64; 4],
     spans: Vec<Vec<Span>>,
     error: Option<String>,
@@ -379,8 +386,10 @@ struct PathInfo {
 /// hash, such as NVLink inside a host) are computed once per destination.
 #[derive(Debug, Default)]
 struct PathCache {
-    /// (source, destination) → path, for pairs with a single route.
-    fixed: Vec<((NodeId, NodeId), PathInfo)>,
+    /// (source, destination) pairs with a single route, and their paths: keys apart, so a
+    /// lookup at 131K GPUs reads a line or two of a cold cache rather than every path.
+    fixed_pairs: Vec<(NodeId, NodeId)>,
+    fixed_paths: Vec<PathInfo>,
     path: Vec<u32>,
     hops: Vec<u32>,
 }
@@ -421,8 +430,8 @@ impl PathCache {
         dst: NodeId,
         hash: u64,
     ) -> Result<PathInfo, String> {
-        if let Some((_, info)) = self.fixed.iter().find(|(k, _)| *k == (src, dst)) {
-            return Ok(*info);
+        if let Some(i) = self.fixed_pairs.iter().position(|&k| k == (src, dst)) {
+            return Ok(self.fixed_paths[i]);
         }
         let single_choice = model
             .topology
@@ -447,7 +456,8 @@ impl PathCache {
             info.classes[super::results::class_index(lk.class)] = true;
         }
         if single_choice {
-            self.fixed.push(((src, dst), info));
+            self.fixed_pairs.push((src, dst));
+            self.fixed_paths.push(info);
         }
         Ok(info)
     }
@@ -493,7 +503,7 @@ impl GpuLp {
             chain_gen: 0,
             chain_slowed: false,
             digest: splitmix64(u64::from(node)),
-            collectives: BTreeMap::new(),
+            collectives: Vec::new(),
             analytical_bytes: [0; 4],
             spans: if model.trace {
                 vec![Vec::new(); STREAMS]
@@ -872,7 +882,7 @@ impl GpuLp {
                     self.complete(model, s, ctx);
                     return;
                 }
-                let plan = match self.plan(model, group, cop, bytes) {
+                let plan = match self.plan(model, op, group, cop, bytes) {
                     Ok(p) => p,
                     Err(e) => return self.fail(e),
                 };
@@ -1060,16 +1070,15 @@ impl GpuLp {
                             seq,
                             step: 0,
                         };
-                        match self.paths.get(model, self.node, leader, 0) {
-                            Ok(p) => ctx.emit(
-                                leader,
-                                ctx.now + p.latency_ps,
-                                Body::Arrived {
-                                    tag,
-                                    ready_ps: ready,
-                                },
-                            ),
-                            Err(e) => return self.fail(e),
+                        let to_leader = self.groups[group as usize]
+                            .as_ref()
+                            .and_then(|g| g.closed_peers.first().copied());
+                        if let Some((leader, latency_ps)) = to_leader {
+                            let body = Body::Arrived {
+                                tag,
+                                ready_ps: ready,
+                            };
+                            ctx.emit(leader, ctx.now + latency_ps, body);
                         }
                     }
                 }
@@ -1399,6 +1408,20 @@ impl GpuLp {
             }
         }
         let leader = topo.gpu(members[0]);
+        let mut closed_peers = Vec::new();
+        if closed {
+            let peers = if leader == self.node {
+                &members[1..]
+            } else {
+                &members[..1]
+            };
+            for &m in peers {
+                match path(&mut self.paths, self.rank, m) {
+                    Ok(p) => closed_peers.push((topo.gpu(m), p.latency_ps)),
+                    Err(e) => return self.fail_none(e),
+                }
+            }
+        }
         self.groups[kind as usize] = Some(Box::new(GroupInfo {
             ring,
             shape,
@@ -1409,7 +1432,7 @@ impl GpuLp {
             trees_for: (0, false),
             pat: Vec::new(),
             hop_ps,
-            plans: Vec::new(),
+            closed_peers,
         }));
         Some((ring, shape, closed, leader))
     }
@@ -1486,26 +1509,35 @@ impl GpuLp {
         true
     }
 
-    /// The plan of `op` on `bytes` in this rank's group of `kind` (made once per size).
+    /// The plan of collective op `op` (`cop` on `bytes` in this rank's group of `kind`),
+    /// made on first use.
     fn plan(
         &mut self,
         model: &SimModel,
+        op: u32,
         kind: GroupKind,
-        op: CollectiveOp,
+        cop: CollectiveOp,
         bytes: u64,
     ) -> Result<Plan, String> {
-        let Some(g) = self.groups[kind as usize].as_mut() else {
+        let slot = self.collective_slot(model, op);
+        if let Some(p) = slot.plan {
+            return Ok(p);
+        }
+        let Some(g) = self.groups[kind as usize].as_ref() else {
             return Err(format!("no {kind:?} group was set up"));
         };
-        if let Some((_, _, p)) = g.plans.iter().find(|(o, b, _)| *o == op && *b == bytes) {
-            return Ok(*p);
-        }
-        let plan = plan_for(model, &g.shape, g.closed, op, bytes)?;
-        if g.plans.len() >= PLANS_KEPT {
-            g.plans.remove(0);
-        }
-        g.plans.push((op, bytes, plan));
+        let plan = plan_for(model, &g.shape, g.closed, cop, bytes)?;
+        self.collective_slot(model, op).plan = Some(plan);
         Ok(plan)
+    }
+
+    /// What this rank keeps of collective op `op`.
+    fn collective_slot(&mut self, model: &SimModel, op: u32) -> &mut CollectiveSlot {
+        let index = &model.programs[self.program as usize];
+        if self.collectives.is_empty() {
+            self.collectives = vec![CollectiveSlot::default(); index.collective_keys.len()];
+        }
+        &mut self.collectives[usize::from(index.collective_slot[op as usize])]
     }
 
     /// One-way latency to a member of group `kind` on this host and on another host, ps.
@@ -1832,17 +1864,10 @@ impl GpuLp {
                         seq,
                         step: 1,
                     };
-                    for m in model.workload.layout.group(kind, self.rank) {
-                        let dst = model.topology.gpu(m);
-                        if dst == self.node {
-                            continue;
-                        }
-                        match self.paths.get(model, self.node, dst, 0) {
-                            Ok(p) => {
-                                let at = finish.max(ctx.now + p.latency_ps);
-                                ctx.emit(dst, at, Body::Message { tag });
-                            }
-                            Err(e) => return self.fail(e),
+                    if let Some(g) = &self.groups[kind as usize] {
+                        for &(member, latency_ps) in &g.closed_peers {
+                            let at = finish.max(ctx.now + latency_ps);
+                            ctx.emit(member, at, Body::Message { tag });
                         }
                     }
                 }
@@ -1961,11 +1986,8 @@ impl GpuLp {
                 if run.ring.n > 1 && is_collective_stream(s) && run.collective.is_some() {
                     self.comm_active -= 1;
                 }
-                if let Some((group, cop, bytes)) = run.collective {
-                    let st = self
-                        .collectives
-                        .entry((group as u8, cop as u8, bytes))
-                        .or_default();
+                if run.collective.is_some() {
+                    let st = &mut self.collective_slot(model, run.op).stats;
                     st.add(at - run.start_ps, u64::from(run.ring.n));
                     if let (true, Some((a, p, c))) = (st.plan.is_empty(), run.plan) {
                         st.plan = format!("{}/{}/{c}", a.name(), p.name());
@@ -2399,10 +2421,12 @@ impl GpuLp {
             }),
             analytical_bytes: self.analytical_bytes,
             flow_arrivals: self.flow_arrivals.clone(),
-            collectives: self
-                .collectives
+            collectives: index
+                .collective_keys
                 .iter()
-                .map(|(k, v)| (*k, v.clone()))
+                .zip(&self.collectives)
+                .filter(|(_, c)| c.stats.count > 0)
+                .map(|(k, c)| (*k, c.stats.clone()))
                 .collect(),
             op_spans: self
                 .spans

@@ -24,10 +24,10 @@ use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;
 use crate::experiment::Experiment;
 use crate::topology::{LinkId, NodeId, NodeKind, Topology, splitmix64};
-use crate::workload::{OpKind, Program, Stream, Workload};
+use crate::workload::{Op, OpKind, Program, Stream, Workload};
 
 pub use params::NetworkParams;
-pub use results::{LpReport, RunResults};
+pub use results::{CollectiveKey, LpReport, RunResults};
 
 /// Identifies a message at its receiver: the receiver's stream; the communicator (a group
 /// kind, or [`P2P`]) and the op's sequence number on it (the k-th collective of a group
@@ -269,7 +269,15 @@ pub struct ProgramIndex {
     /// chain. The next starts the moment this one ends (it waits for nothing else), and
     /// nothing on another stream waits for this one, so one event can stand for both.
     pub chains_into_next: Vec<bool>,
+    /// For every op, its collective's slot in [`Self::collective_keys`] ([`NO_SLOT`] for
+    /// other ops): a rank keeps its plan and statistics of each there, found by index.
+    pub collective_slot: Vec<u16>,
+    /// The program's distinct collectives, (group kind, operation, bytes), sorted.
+    pub collective_keys: Vec<CollectiveKey>,
 }
+
+/// "Not a collective" in [`ProgramIndex::collective_slot`].
+pub const NO_SLOT: u16 = u16::MAX;
 
 impl ProgramIndex {
     pub fn new(program: &Program) -> Self {
@@ -302,11 +310,31 @@ impl ProgramIndex {
                         .all(|&d| program.ops[d as usize].stream == Stream::Compute)
             })
             .collect();
+        let key = |op: &Op| match op.kind {
+            OpKind::Collective { op, group, bytes } => Some((group as u8, op as u8, bytes)),
+            _ => None,
+        };
+        let mut collective_keys: Vec<CollectiveKey> = program.ops.iter().filter_map(key).collect();
+        collective_keys.sort_unstable();
+        collective_keys.dedup();
+        let collective_slot = program
+            .ops
+            .iter()
+            .map(|op| {
+                key(op).map_or(NO_SLOT, |k| {
+                    collective_keys
+                        .binary_search(&k)
+                        .map_or(NO_SLOT, |i| i as u16)
+                })
+            })
+            .collect();
         ProgramIndex {
             stream_ops,
             position,
             dependent_streams,
             chains_into_next,
+            collective_slot,
+            collective_keys,
         }
     }
 }
