@@ -74,21 +74,34 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         "peak_rss_bytes",
     ] {
         assert!(
-            !a["engine"][key].is_null(),
+            !lone_two["engine"][key].is_null(),
             "engine lacks {key}: {}",
-            a["engine"]
+            lone_two["engine"]
         );
     }
-    // One worker runs asynchronously: windows wider than the lookahead, sub-windows per
-    // thread, no barrier per window to bound a speed-up by.
+    assert!(
+        a["engine"]["lookahead_s"].is_null(),
+        "one partition cuts no link: {}",
+        a["engine"]
+    );
+    // One worker runs asynchronously: one partition per thread, windows wider than the
+    // lookahead, sub-windows per thread where threads wait for each other's promises, no
+    // barrier per window to bound a speed-up by.
     let windows = a["engine"]["windows"].as_u64().expect("windows");
-    for run in [&a, &lone_two] {
+    for (run, threads) in [(&a, 1), (&lone_two, 2)] {
+        assert_eq!(run["engine"]["partitions"], threads, "{}", run["engine"]);
         let lone = &run["engine"]["per_worker"][0];
         assert_eq!(lone["scheduling"], "asynchronous", "{lone}");
-        assert!(
-            lone["sub_windows"].as_u64() > Some(windows),
-            "a lone worker's threads run more sub-windows than it is granted windows: {lone}"
-        );
+        let granted = run["engine"]["windows"].as_u64().expect("windows");
+        let sub_windows = lone["sub_windows"].as_u64().expect("sub_windows");
+        if threads == 1 {
+            assert_eq!(sub_windows, granted, "nothing to wait for: {lone}");
+        } else {
+            assert!(
+                sub_windows > granted,
+                "two threads run more sub-windows than they are granted windows: {lone}"
+            );
+        }
         assert!(lone["speedup_bound"].is_null(), "{lone}");
     }
     assert_eq!(lone_two["engine"]["threads"], 2);

@@ -145,7 +145,7 @@ pub fn run_bench(
     // The cluster is built and partitioned once; each size only swaps the workload.
     let workload = |size| bench::workload(spec.op, spec.gpus, size);
     let mut model = SimModel::build(exp, workload(first), &compute, false)?;
-    let partition = partition(exp, &model, options.workers(exp))?;
+    let partition = partition(exp, &model, options.placement(exp))?;
     let mut rows = Vec::with_capacity(sizes.len());
     for &size in &sizes {
         model = model.with_workload(exp, workload(size), &compute);

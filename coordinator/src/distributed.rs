@@ -44,7 +44,7 @@ use worker::{
 use crate::checkpoint::{self, CheckpointOptions};
 use crate::driver::{CombiningBarrier, ProgressHook};
 use crate::embedded::{EngineStats, assign_workers};
-use crate::run::{RunError, RunOutput, partition, peak_rss_bytes};
+use crate::run::{Placement, RunError, RunOutput, partition, peak_rss_bytes};
 use crate::run_report::{EngineInfo, summarize_run};
 
 /// Metadata entry every call carries the run's token in.
@@ -507,7 +507,7 @@ pub fn run_coordinator(
     let started = Instant::now();
     let model = SimModel::from_experiment(exp, false)?;
     let workers = options.workers.max(1);
-    let partition = partition(exp, &model, workers)?;
+    let partition = partition(exp, &model, Placement::remote(exp, workers))?;
     let map = LpMap::new(partition.partition_of.clone());
     let owners = assign_workers(map.partitions, workers, &partition.weights);
     let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)

@@ -58,6 +58,74 @@ impl RunOptions {
             .unwrap_or(exp.loaded.config.engine.workers)
             .max(1)
     }
+
+    /// Threads per in-process worker: the option, else `engine.threads`; 0 takes the cores
+    /// other processes leave idle, shared among the workers. At least 1.
+    pub fn threads(&self, exp: &Experiment) -> usize {
+        // In-process workers share the machine: each taking every core would put several
+        // threads on each core, and each window would wait for a time slice (quickstart, two
+        // workers on two cores: 1.9-41 s with two threads each, 1.3 s with one).
+        match self
+            .threads
+            .unwrap_or(exp.loaded.config.engine.threads as usize)
+        {
+            0 => (idle_cores() / self.workers(exp) as usize).max(1),
+            n => n,
+        }
+    }
+
+    /// How the run's workers place partitions on threads and how many threads each has.
+    pub fn placement(&self, exp: &Experiment) -> Placement {
+        let workers = self.workers(exp);
+        let threads = self.threads(exp);
+        Placement {
+            workers,
+            threads,
+            scheduling: worker::Scheduling::for_run(
+                &exp.loaded.config.engine.scheduling,
+                workers,
+                embedded::oversubscribed(workers, threads),
+            ),
+        }
+    }
+}
+
+/// Workers, threads per worker and their scheduling, settled once for a run: the partition
+/// count follows from them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    pub workers: u32,
+    /// Threads per worker; 0 where each worker decides (a distributed run).
+    pub threads: usize,
+    pub scheduling: worker::Scheduling,
+}
+
+impl Placement {
+    /// Workers on other machines, each choosing its threads: scheduling as a lone worker
+    /// chooses it, on cores of its own.
+    pub fn remote(exp: &Experiment, workers: u32) -> Placement {
+        Placement {
+            workers,
+            threads: 0,
+            scheduling: worker::Scheduling::for_run(
+                &exp.loaded.config.engine.scheduling,
+                workers,
+                false,
+            ),
+        }
+    }
+
+    /// The most partitions the strategy's natural count is cut down to.
+    fn partitions_cap(&self) -> u32 {
+        if self.scheduling == worker::Scheduling::Asynchronous
+            && self.workers <= 1
+            && self.threads > 0
+        {
+            self.threads as u32
+        } else {
+            MAX_PARTITIONS_PER_WORKER * self.workers.max(1)
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -83,7 +151,7 @@ pub fn run_embedded(
     progress: Option<ProgressHook>,
 ) -> Result<RunOutput, RunError> {
     let model = SimModel::from_experiment(exp, options.trace)?;
-    let partition = partition(exp, &model, options.workers(exp))?;
+    let partition = partition(exp, &model, options.placement(exp))?;
     let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
     Ok(RunOutput {
@@ -98,21 +166,31 @@ pub fn run_embedded(
 #[derive(Debug, Clone)]
 pub struct Partition {
     pub strategy: String,
+    /// The workers, threads and scheduling it was cut for.
+    pub placement: Placement,
     pub partition_of: Vec<u32>,
     pub lookahead_ps: Option<u64>,
     /// Expected events of each partition (from the workload), to balance workers by.
     pub weights: Vec<f64>,
 }
 
-/// Most partitions per worker when `engine.partitions = 0` leaves the count to the strategy.
-/// A window visits every partition that has events, so past a few hundred per worker the
-/// per-partition cost of a window outweighs the balance they buy: on
+/// Most partitions per worker when `engine.partitions = 0` leaves the count to the strategy,
+/// for window-by-window scheduling (load-adaptive, static): its threads balance partitions
+/// between windows, but a window visits every partition that has events, so past a few
+/// hundred per worker the per-partition cost of a window outweighs the balance they buy: on
 /// llama3-405b-h100-131072 one thread simulated 1.5x more per second with 256 partitions than
 /// with by-host's natural 25,600 (and 1,024 was already 1.3x slower than 256).
+/// Asynchronous scheduling gives each thread its partitions for good, so more partitions
+/// than threads buy no balance, only cost: there the count is one per thread.
 pub const MAX_PARTITIONS_PER_WORKER: u32 = 256;
 
-/// Partitions `model`'s topology as the experiment's `[engine]` says, for `workers` workers.
-pub fn partition(exp: &Experiment, model: &SimModel, workers: u32) -> Result<Partition, RunError> {
+/// Partitions `model`'s topology as the experiment's `[engine]` says, for `placement`'s
+/// workers and threads.
+pub fn partition(
+    exp: &Experiment,
+    model: &SimModel,
+    placement: Placement,
+) -> Result<Partition, RunError> {
     let engine_cfg = &exp.loaded.config.engine;
     let load = partitioner::Load::estimate(&model.topology, &model.workload, &model.net);
     let split = |parts| {
@@ -126,7 +204,7 @@ pub fn partition(exp: &Experiment, model: &SimModel, workers: u32) -> Result<Par
         .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))
     };
     let mut assignment = split(engine_cfg.partitions)?;
-    let cap = MAX_PARTITIONS_PER_WORKER * workers.max(1);
+    let cap = placement.partitions_cap();
     if engine_cfg.partitions == 0 && assignment.partitions > cap {
         assignment = split(cap)?;
     }
@@ -153,6 +231,7 @@ pub fn partition(exp: &Experiment, model: &SimModel, workers: u32) -> Result<Par
     }
     Ok(Partition {
         strategy: engine_cfg.partition.clone(),
+        placement,
         lookahead_ps,
         partition_of: assignment.partition_of,
         weights,
@@ -167,17 +246,11 @@ pub fn simulate(
     options: &RunOptions,
     progress: Option<ProgressHook>,
 ) -> Result<(SimModel, RunResults, EngineInfo), RunError> {
-    let engine_cfg = &exp.loaded.config.engine;
-    let workers = options.workers(exp);
-    let threads = options.threads.unwrap_or(engine_cfg.threads as usize);
-    // In-process workers share the machine: each taking every core would put several
-    // threads on each core, and each window would wait for a time slice (quickstart, two
-    // workers on two cores: 1.9-41 s with two threads each, 1.3 s with one).
-    let threads = if threads == 0 {
-        (idle_cores() / workers as usize).max(1)
-    } else {
-        threads
-    };
+    let Placement {
+        workers,
+        threads,
+        scheduling,
+    } = partition.placement;
     let checkpoints = match &options.checkpoints {
         Some(c) => {
             Some(checkpoint::prepare(exp, &model, c, workers).map_err(RunError::Checkpoint)?)
@@ -193,11 +266,7 @@ pub fn simulate(
         embedded::Split {
             workers,
             threads,
-            scheduling: worker::Scheduling::for_run(
-                &engine_cfg.scheduling,
-                workers,
-                embedded::oversubscribed(workers, threads),
-            ),
+            scheduling,
             partition_weights: partition.weights.clone(),
         },
         progress,
