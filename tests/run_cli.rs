@@ -137,6 +137,22 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         b["engine"]["windows"].as_u64() > Some(windows),
         "a window per lookahead on several workers, wider ones on one"
     );
+    // Several workers: how evenly the windows loaded them, and the barrier's round trips
+    // (one per window and worker).
+    let efficiency = b["engine"]["emulated_efficiency"].as_f64();
+    assert!(
+        efficiency.is_some_and(|e| e > 0.0 && e <= 1.0),
+        "{}",
+        b["engine"]
+    );
+    assert!(a["engine"]["emulated_efficiency"].is_null(), "one worker");
+    let trips = &b["engine"]["barrier_round_trip_s"];
+    assert!(
+        trips["count"].as_u64() >= b["engine"]["windows"].as_u64().map(|w| 3 * w),
+        "{trips}"
+    );
+    let (median, p99) = (trips["median"].as_f64(), trips["p99"].as_f64());
+    assert!(median.is_some_and(|m| m > 0.0) && median <= p99, "{trips}");
     // Every cross-partition event is counted once by its delay in lookaheads, whichever
     // worker sent it.
     for run in [&a, &b] {

@@ -42,6 +42,45 @@ pub struct WindowDriver {
     pub checkpoints: Option<Schedule>,
     /// The run stopped at this checkpoint instead of completing.
     pub stopped: Option<Mark>,
+    pub balance: WorkerBalance,
+}
+
+/// How evenly the windows loaded the workers: per window, the mean of the workers' events
+/// and the busiest worker's, each summed over the run. With a barrier per window the run
+/// waits for the busiest worker every window, so the ratio is the parallel efficiency of
+/// the split were every event's work alike and the barrier free: what 8 or 64 machines
+/// would get, measured on however few cores ran them.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerBalance {
+    /// Each worker's events at its last report.
+    reported: Vec<u64>,
+    workers: usize,
+    mean_sum: f64,
+    busiest_sum: u64,
+}
+
+impl WorkerBalance {
+    fn add(&mut self, reports: &[WindowReport]) {
+        self.workers = reports.len();
+        let (mut total, mut busiest) = (0, 0);
+        for r in reports {
+            let w = r.worker as usize;
+            if self.reported.len() <= w {
+                self.reported.resize(w + 1, 0);
+            }
+            let ran = r.events_processed.saturating_sub(self.reported[w]);
+            self.reported[w] = r.events_processed;
+            total += ran;
+            busiest = busiest.max(ran);
+        }
+        self.mean_sum += total as f64 / reports.len().max(1) as f64;
+        self.busiest_sum += busiest;
+    }
+
+    /// Mean over busiest, summed over windows; `None` on one worker or before any event.
+    pub fn efficiency(&self) -> Option<f64> {
+        (self.workers > 1 && self.busiest_sum > 0).then(|| self.mean_sum / self.busiest_sum as f64)
+    }
 }
 
 impl WindowDriver {
@@ -61,6 +100,7 @@ impl WindowDriver {
             events_before: 0,
             checkpoints: None,
             stopped: None,
+            balance: WorkerBalance::default(),
         }
     }
 
@@ -127,6 +167,7 @@ impl WindowDriver {
             .min()
             .unwrap_or(u64::MAX);
         self.events = self.events_before + reports.iter().map(|r| r.events_processed).sum::<u64>();
+        self.balance.add(reports);
         self.size_window();
         let mut finished = t == u64::MAX;
         let next = (!finished).then(|| Mark {
@@ -276,6 +317,31 @@ mod tests {
             checkpointed: 0,
             stop_requested: false,
         }
+    }
+
+    #[test]
+    fn emulated_efficiency_is_the_mean_over_the_busiest_worker_per_window() {
+        let mut d = WindowDriver::new(Some(1000));
+        assert_eq!(d.balance.efficiency(), None, "no events yet");
+        // Reports carry each worker's events so far: windows of (10, 0) and (5, 5) events.
+        for (a, b) in [(10, 0), (15, 5)] {
+            let mut reports = [
+                report(0, 5_000, u64::MAX, vec![0, 0]),
+                report(1, 5_000, u64::MAX, vec![0, 0]),
+            ];
+            reports[0].events_processed = a;
+            reports[1].events_processed = b;
+            d.grant(&reports).expect("no checkpoints to fail");
+        }
+        // Means 5 and 5 against busiest 10 and 5.
+        let e = d.balance.efficiency().expect("two workers");
+        assert!((e - 10.0 / 15.0).abs() < 1e-12, "{e}");
+
+        let mut lone = WindowDriver::new(None);
+        let mut r = report(0, 5_000, u64::MAX, vec![0]);
+        r.events_processed = 7;
+        lone.grant(&[r]).expect("no checkpoints to fail");
+        assert_eq!(lone.balance.efficiency(), None, "one worker");
     }
 
     #[test]

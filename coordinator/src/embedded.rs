@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use sim::engine::{RunResults, SimModel};
 use worker::{
-    Coordination, EngineError, EventBatch, LpMap, Scheduling, WindowGrant, WindowReport,
-    WorkerSetup, WorkerStats, run_worker, wait_briefly,
+    Coordination, EngineError, EventBatch, LpMap, RoundTrips, Scheduling, WindowGrant,
+    WindowReport, WorkerSetup, WorkerStats, run_worker, wait_briefly,
 };
 
 use crate::checkpoint::Prepared;
@@ -148,6 +148,11 @@ pub struct EngineStats {
     pub parallel_events: u64,
     /// Each worker's own statistics, by worker id.
     pub per_worker: Vec<WorkerStats>,
+    /// Several workers: mean over busiest worker's events per window, summed over the run
+    /// ([`crate::driver::WorkerBalance`]).
+    pub emulated_efficiency: Option<f64>,
+    /// Every worker's window-barrier round trips.
+    pub barrier_round_trips: RoundTrips,
     /// Bytes of window reports and grants the coordinator received and sent (encoded
     /// protobuf; 0 in process). Independent of how many events cross partitions.
     pub coordinator_bytes: u64,
@@ -182,6 +187,11 @@ impl EngineStats {
             parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
             parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
             per_worker: stats.to_vec(),
+            emulated_efficiency: driver.balance.efficiency(),
+            barrier_round_trips: stats.iter().fold(RoundTrips::default(), |mut all, s| {
+                all.add(&s.barrier_round_trips);
+                all
+            }),
             coordinator_bytes: 0,
             sync_fraction: if wall > 0.0 {
                 (1.0 - busy / wall).clamp(0.0, 1.0)

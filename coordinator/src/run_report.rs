@@ -149,6 +149,13 @@ pub fn summarize_run(
             "parallel_events": s.parallel_events,
             "peak_rss_bytes": engine.peak_rss_bytes,
             "coordinator_bytes_per_window": s.coordinator_bytes as f64 / s.windows.max(1) as f64,
+            // Several workers: how evenly windows loaded them, and what each barrier cost.
+            "emulated_efficiency": s.emulated_efficiency,
+            "barrier_round_trip_s": {
+                "median": s.barrier_round_trips.quantile_s(0.5),
+                "p99": s.barrier_round_trips.quantile_s(0.99),
+                "count": s.barrier_round_trips.count(),
+            },
             "per_worker": s.per_worker.iter().enumerate().map(|(w, ws)| per_worker(w, ws)).collect::<Vec<_>>(),
         },
         "warnings": exp.warnings,

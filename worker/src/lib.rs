@@ -8,6 +8,7 @@ mod next_times;
 pub mod partition;
 mod prefetch;
 pub mod queue;
+mod round_trips;
 mod slack;
 mod team;
 
@@ -15,6 +16,7 @@ pub use team::wait_briefly;
 pub mod window;
 
 pub use partition::{LpMap, Partition};
+pub use round_trips::RoundTrips;
 pub use slack::{CrossPartitionSlack, SLACK_MULTIPLES};
 pub use window::{
     BOUND_THREADS, Coordination, EngineError, EventBatch, Scheduling, WindowGrant,

@@ -30,6 +30,7 @@ use sim::topology::NodeId;
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
+use crate::round_trips::RoundTrips;
 use crate::slack::CrossPartitionSlack;
 use crate::team::{Routing, Shared, Team, ThreadPlan, lock};
 
@@ -235,6 +236,8 @@ pub struct WorkerStats {
     pub parallelism: WindowParallelism,
     /// Events sent across partitions, by how many lookaheads later they arrived.
     pub cross_partition_slack: CrossPartitionSlack,
+    /// The window barrier's round trips: from this worker's report to its grant.
+    pub barrier_round_trips: RoundTrips,
 }
 
 /// Thread counts for which [`WindowParallelism`] bounds the speed-up.
@@ -417,6 +420,7 @@ pub fn run_worker(
             batches_sent[w] += 1;
         }
         // 2. Report; get the next window.
+        let reported = Instant::now();
         let grant = coord.exchange(WindowReport {
             worker: setup.id,
             window,
@@ -430,6 +434,7 @@ pub fn run_worker(
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::Relaxed)),
         })?;
+        stats.barrier_round_trips.record(reported.elapsed());
         if grant.finished {
             break grant.stop;
         }
