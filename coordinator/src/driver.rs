@@ -52,16 +52,14 @@ pub struct WindowDriver {
 /// would get, measured on however few cores ran them.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerBalance {
-    /// Each worker's events at its last report.
+    /// Each worker's events at its last report, by worker id.
     reported: Vec<u64>,
-    workers: usize,
     mean_sum: f64,
     busiest_sum: u64,
 }
 
 impl WorkerBalance {
     fn add(&mut self, reports: &[WindowReport]) {
-        self.workers = reports.len();
         let (mut total, mut busiest) = (0, 0);
         for r in reports {
             let w = r.worker as usize;
@@ -79,7 +77,8 @@ impl WorkerBalance {
 
     /// Mean over busiest, summed over windows; `None` on one worker or before any event.
     pub fn efficiency(&self) -> Option<f64> {
-        (self.workers > 1 && self.busiest_sum > 0).then(|| self.mean_sum / self.busiest_sum as f64)
+        (self.reported.len() > 1 && self.busiest_sum > 0)
+            .then(|| self.mean_sum / self.busiest_sum as f64)
     }
 }
 
