@@ -265,16 +265,20 @@ enum Command {
         sets: Vec<String>,
     },
     /// Runs the cross product of --vary settings embedded; writes sweep.csv and sweep.svg.
+    /// With --slurm, submits one Slurm array job instead (a task per point); then
+    /// `fleetsim sweep --collect DIR` writes the same table and plot.
     Sweep {
         /// Experiment file (TOML).
-        experiment: PathBuf,
+        #[arg(required_unless_present_any = ["collect", "point"])]
+        experiment: Option<PathBuf>,
         /// KEY=V1,V2,...: a dotted key of the experiment file and the values it takes, e.g.
         /// --vary engine.partition=by-host,metis --vary engine.workers=1,2,4.
-        #[arg(long, required = true, value_parser = parse_vary)]
+        #[arg(long, value_parser = parse_vary, required_unless_present_any = ["collect", "point"])]
         vary: Vec<coordinator::sweep::Vary>,
-        /// Where sweep.csv and sweep.svg go.
-        #[arg(long)]
-        out: PathBuf,
+        /// Where sweep.csv and sweep.svg go (with --slurm: the sweep's folder, which every
+        /// node must see).
+        #[arg(long, required_unless_present_any = ["collect", "point"])]
+        out: Option<PathBuf>,
         /// The column of sweep.csv the plot shows (default: iteration_time_s, or wall_s when
         /// only engine.* keys vary), e.g. batches_per_s.
         #[arg(long, value_name = "COLUMN")]
@@ -282,6 +286,29 @@ enum Command {
         /// Override a key of the experiment file for every run.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
+        /// Submit the sweep as one Slurm array job (one task per point, results in
+        /// OUT/points/NNNN) instead of running it here.
+        #[arg(long)]
+        slurm: bool,
+        /// An option for sbatch when submitting with --slurm, e.g. --sbatch-arg=--time=60
+        /// --sbatch-arg=--partition=gpu (overrides the script's own #SBATCH lines).
+        #[arg(
+            long = "sbatch-arg",
+            value_name = "OPTION",
+            allow_hyphen_values = true,
+            requires = "slurm"
+        )]
+        sbatch_args: Vec<String>,
+        /// Write sweep.csv and sweep.svg in DIR from the points a --slurm sweep ran there.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["experiment", "vary", "out", "sets", "slurm", "point"])]
+        collect: Option<PathBuf>,
+        /// Run one point of the --slurm sweep in DIR (what each array task runs): the one
+        /// --index names, else SLURM_ARRAY_TASK_ID's.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["experiment", "vary", "out", "sets", "slurm", "plot"])]
+        point: Option<PathBuf>,
+        /// With --point: which point (0-based).
+        #[arg(long, requires = "point")]
+        index: Option<usize>,
     },
     /// Heterogeneity-aware placement: searches TP/PP/VP/micro-batch and how layers and
     /// micro-batches split over the device types with a fast analytical model, confirms the
@@ -572,6 +599,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             plot,
             sets,
+            slurm,
+            sbatch_args,
+            collect,
+            point,
+            index,
         } => {
             use coordinator::sweep;
             let y = plot
@@ -585,19 +617,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     })
                 })
                 .transpose()?;
+            if let Some(dir) = point {
+                return sweep_point(&dir, index);
+            }
+            if let Some(dir) = collect {
+                let manifest = sweep::SweepManifest::read(&dir)?;
+                let rows = manifest.collect(&dir)?;
+                return write_sweep(&dir, &manifest.varies, &rows, y);
+            }
+            let (Some(experiment), Some(out)) = (experiment, out) else {
+                anyhow::bail!("sweep needs an experiment file and --out DIR");
+            };
+            if slurm {
+                let manifest = sweep::SweepManifest::new(&experiment, &sets, &vary)?;
+                let fleetsim = std::env::current_exe().context("locating this fleetsim binary")?;
+                let workdir = std::env::current_dir().context("reading the working directory")?;
+                let script = manifest.write_array_job(&out, &fleetsim, &workdir)?;
+                let job = sweep::submit(&script, &sbatch_args)?;
+                outln!(
+                    "sweep: {} point(s) submitted as Slurm array job {job} ({}); when it is done: fleetsim sweep --collect {}",
+                    manifest.points.len(),
+                    script.display(),
+                    out.display()
+                );
+                return Ok(());
+            }
             let rows = sweep::run_sweep(&experiment, &sets, &vary, |r| {
                 outln!("{}", sweep::row_line(r));
             })?;
-            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let csv = out.join("sweep.csv");
-            std::fs::write(&csv, sweep::to_csv(&vary, &rows))
-                .with_context(|| format!("writing {}", csv.display()))?;
-            let svg = sweep::plot_svg(&vary, &rows, y)
-                .map_err(|e| anyhow::anyhow!("plotting the sweep: {e}"))?;
-            let plot = out.join("sweep.svg");
-            std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))?;
-            outln!("sweep: {} run(s) in {}", rows.len(), out.display());
-            Ok(())
+            write_sweep(&out, &vary, &rows, y)
         }
         Command::Plan {
             experiment,
@@ -704,6 +752,56 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report_run(&exp, &output, &out)
         }
     }
+}
+
+/// One point of a `--slurm` sweep: `index`, else the array task's.
+fn sweep_point(dir: &std::path::Path, index: Option<usize>) -> anyhow::Result<()> {
+    use coordinator::sweep::SweepManifest;
+    let index = match index {
+        Some(i) => i,
+        None => {
+            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
+                anyhow::anyhow!(
+                    "--point: SLURM_ARRAY_TASK_ID is not set; run it as a task of the sweep's array job, or name the point with --index N"
+                )
+            })?;
+            id.trim().parse().map_err(|_| {
+                anyhow::anyhow!("--point: SLURM_ARRAY_TASK_ID `{id}` is not a point number")
+            })?
+        }
+    };
+    let manifest = SweepManifest::read(dir)?;
+    // A task takes the CPUs Slurm gave it; other tasks of the array may share the node.
+    let threads = std::env::var("SLURM_CPUS_PER_TASK")
+        .ok()
+        .and_then(|c| c.trim().parse().ok());
+    let options = coordinator::run::RunOptions {
+        threads,
+        ..Default::default()
+    };
+    let row = manifest.run_point(dir, index, &options)?;
+    outln!("point {index}: {}", coordinator::sweep::row_line(&row));
+    Ok(())
+}
+
+/// `sweep.csv` and `sweep.svg` in `out`.
+fn write_sweep(
+    out: &std::path::Path,
+    varies: &[coordinator::sweep::Vary],
+    rows: &[coordinator::sweep::SweepRow],
+    y: Option<(&str, &str)>,
+) -> anyhow::Result<()> {
+    use coordinator::sweep;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let csv = out.join("sweep.csv");
+    std::fs::write(&csv, sweep::to_csv(varies, rows))
+        .with_context(|| format!("writing {}", csv.display()))?;
+    let svg =
+        sweep::plot_svg(varies, rows, y).map_err(|e| anyhow::anyhow!("plotting the sweep: {e}"))?;
+    let plot = out.join("sweep.svg");
+    std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))?;
+    outln!("sweep: {} run(s) in {}", rows.len(), out.display());
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -257,3 +257,40 @@ fn static_scheduling_gives_the_same_digest() {
         common::small_embedded_digest(&dir.join("adaptive")).as_str()
     );
 }
+
+/// A sweep folder `--collect` or `--point` cannot use: one clear line each.
+#[test]
+fn a_bad_sweep_folder_is_one_clear_error() {
+    let unfinished = "tests/fixtures/bad-sweep/unfinished";
+    for (args, want) in [
+        (
+            vec!["--collect", "tests/fixtures/bad-sweep/not-json"],
+            "not a sweep manifest",
+        ),
+        (
+            vec!["--collect", "tests/fixtures/bad-sweep/no-such-folder"],
+            "a sweep folder written by `fleetsim sweep ... --slurm`",
+        ),
+        (
+            vec!["--collect", unfinished],
+            "2 of 2 point(s) in tests/fixtures/bad-sweep/unfinished have no summary.json",
+        ),
+        (
+            vec!["--point", unfinished, "--index", "5"],
+            "the sweep has 2 point(s), 0 to 1; there is no point 5",
+        ),
+        (
+            vec!["--point", unfinished],
+            "SLURM_ARRAY_TASK_ID is not set",
+        ),
+    ] {
+        let stderr = one_clear_error(
+            fleetsim()
+                .env_remove("SLURM_ARRAY_TASK_ID")
+                .arg("sweep")
+                .args(&args),
+            &args.join(" "),
+        );
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}

@@ -1,8 +1,9 @@
 //! `fleetsim slurm` under a real Slurm (one node: `tools/slurm-local.sh`, which `.ci/run`
 //! starts): `srun -n 4` gives the embedded run's digest, and the shipped sbatch script
 //! completes, also when SIGUSR1 before the time limit stops it at a checkpoint and the
-//! requeued job resumes. Without a running Slurm the run
-//! test says so and passes, unless `FLEETSIM_REQUIRE_SLURM=1` (set by `.ci/run`).
+//! requeued job resumes; a `--slurm` sweep runs as an array job and collects the table a
+//! local sweep writes. Without a running Slurm each such test says so and passes, unless
+//! `FLEETSIM_REQUIRE_SLURM=1` (set by `.ci/run`).
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::process::Command;
 
 use common::{
     QUICKSTART, SMALL, assert_success, fleetsim, one_clear_error, scratch, small_embedded_digest,
-    summary,
+    stdout_ok, summary,
 };
 
 /// Whether a Slurm answers `sinfo` with a usable node. Without one a test says it skipped,
@@ -213,4 +214,72 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
         small_embedded_digest(&dir.join("embedded"))
     );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The columns of `sweep.csv` that say what the simulation answered, which must not depend
+/// on where or how it ran (unlike wall time, windows or threads).
+fn answers(csv: &str) -> Vec<Vec<String>> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let last = header
+        .iter()
+        .position(|&h| h == "bubble_s")
+        .expect("a bubble_s column");
+    lines
+        .map(|l| l.split(',').take(last + 1).map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn a_sweep_as_a_slurm_array_collects_the_local_sweeps_table() {
+    if !slurm_is_up() {
+        return;
+    }
+    let dir = scratch("slurm-sweep");
+    let sweep = |out: &std::path::Path, extra: &[&str]| {
+        stdout_ok(
+            fleetsim()
+                .args(["sweep", QUICKSTART])
+                .args(["--vary", "parallel.tp=2,4"])
+                .args(["--vary", "engine.partition=by-host,metis", "--out"])
+                .arg(out)
+                .args(SMALL)
+                .args(extra),
+        )
+    };
+    let local = dir.join("local");
+    sweep(&local, &[]);
+    let farm = dir.join("farm");
+    // --wait: sbatch returns once every task of the array is done.
+    let submitted = sweep(
+        &farm,
+        &[
+            "--slurm",
+            "--sbatch-arg=--wait",
+            "--sbatch-arg=--time=10",
+            "--sbatch-arg=--cpus-per-task=1",
+        ],
+    );
+    assert!(
+        submitted.contains("4 point(s) submitted as Slurm array job"),
+        "{submitted}"
+    );
+    let script = std::fs::read_to_string(farm.join("sweep.sbatch")).expect("sweep.sbatch");
+    assert!(script.contains("#SBATCH --array=0-3"), "{script}");
+    stdout_ok(fleetsim().args(["sweep", "--collect"]).arg(&farm));
+    let read =
+        |d: &std::path::Path| std::fs::read_to_string(d.join("sweep.csv")).expect("sweep.csv");
+    let (local_csv, farm_csv) = (read(&local), read(&farm));
+    assert_eq!(answers(&farm_csv).len(), 4, "{farm_csv}");
+    assert_eq!(
+        answers(&farm_csv),
+        answers(&local_csv),
+        "{farm_csv}\n{local_csv}"
+    );
+    assert!(farm.join("sweep.svg").exists());
+    for i in 0..4 {
+        let log = farm.join("logs").join(format!("{i:04}.out"));
+        let text = std::fs::read_to_string(&log).expect("a task's log");
+        assert!(text.contains(&format!("point {i}: ")), "{text}");
+    }
 }

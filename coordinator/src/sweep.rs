@@ -1,16 +1,26 @@
 //! `fleetsim sweep`: the cross product of `--vary KEY=V1,V2,...` settings, each run embedded,
 //! in one table (`sweep.csv`) and one plot (`sweep.svg`).
+//!
+//! Across a farm (`--slurm`) the sweep becomes one Slurm array job: the sweep's folder gets
+//! a manifest (`sweep.json`: the experiment, its settings, every point) and an sbatch
+//! script whose task `i` runs point `i` (`fleetsim sweep --point DIR`) into `points/NNNN/`;
+//! `fleetsim sweep --collect DIR` then reads every point's `summary.json` into the same
+//! table and plot a local sweep writes.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sim::experiment::Experiment;
 
 use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
 use crate::run::{RunError, RunOptions, load_checked, run_embedded};
+use crate::run_report::write_outputs;
 
 /// One `--vary KEY=V1,V2,...`. Keys joined by `+` vary together, their values joined the
 /// same way: `--vary 'cluster.gpus+cluster.cxl.hosts_per_switch=64+8,128+16'`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vary {
     pub key: String,
     pub values: Vec<String>,
@@ -81,25 +91,41 @@ pub struct SweepRow {
     pub summary: serde_json::Value,
 }
 
+/// One point's `(key, value)` for each `--vary`.
+pub type Settings = Vec<(String, String)>;
+
+/// Every `KEY=VALUE` a point runs with: the sweep's `--set`s, then the point's settings.
+fn point_sets(sets: &[String], settings: &[(String, String)]) -> Vec<String> {
+    let mut all = sets.to_vec();
+    all.extend(settings.iter().flat_map(|(k, v)| overrides(k, v)));
+    all
+}
+
+/// Every combination of `varies` on top of `sets`, loaded and checked, so that a bad value
+/// stops the sweep at once rather than hours in.
+pub fn load_points(
+    path: &Path,
+    sets: &[String],
+    varies: &[Vary],
+) -> Result<Vec<(Settings, Experiment)>, RunError> {
+    combinations(varies)
+        .into_iter()
+        .map(|combo| {
+            let exp = load_checked(path, &point_sets(sets, &combo))?;
+            Ok((combo, exp))
+        })
+        .collect()
+}
+
 /// Runs every combination of `varies` on top of `sets`; `on_row` sees each row as it is done.
-/// Every combination is loaded and checked before the first runs, so a bad value stops the
-/// sweep at once rather than hours in.
 pub fn run_sweep(
     path: &Path,
     sets: &[String],
     varies: &[Vary],
     mut on_row: impl FnMut(&SweepRow),
 ) -> Result<Vec<SweepRow>, RunError> {
-    let experiments = combinations(varies)
-        .into_iter()
-        .map(|combo| {
-            let mut all = sets.to_vec();
-            all.extend(combo.iter().flat_map(|(k, v)| overrides(k, v)));
-            Ok((combo, load_checked(path, &all)?))
-        })
-        .collect::<Result<Vec<_>, RunError>>()?;
     let mut rows = Vec::new();
-    for (combo, exp) in experiments {
+    for (combo, exp) in load_points(path, sets, varies)? {
         let output = run_embedded(&exp, &RunOptions::default(), None)?;
         let row = SweepRow {
             settings: combo,
@@ -109,6 +135,243 @@ pub fn run_sweep(
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// The manifest a sweep across a farm leaves in its folder, for its tasks and `--collect`.
+pub const MANIFEST: &str = "sweep.json";
+/// The sbatch script `--slurm` writes and submits.
+pub const SBATCH_SCRIPT: &str = "sweep.sbatch";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepManifest {
+    /// The experiment file, absolute: the tasks may start elsewhere.
+    pub experiment: PathBuf,
+    /// `--set`s every point runs with.
+    pub sets: Vec<String>,
+    pub varies: Vec<Vary>,
+    /// Each point's settings, in task order.
+    pub points: Vec<Settings>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {why}", path.display())]
+    Manifest { path: PathBuf, why: String },
+    #[error(
+        "{} of {total} point(s) in {} have no summary.json: {}; wait for the array job (squeue), or rerun a failed point with `fleetsim sweep --point {} --index N`",
+        missing.len(),
+        dir.display(),
+        missing.iter().take(8).map(|(i, why)| format!("point {i} ({why})")).collect::<Vec<_>>().join(", ")
+            + if missing.len() > 8 { ", ..." } else { "" },
+        dir.display()
+    )]
+    Incomplete {
+        dir: PathBuf,
+        total: usize,
+        missing: Vec<(usize, String)>,
+    },
+    #[error("the sweep has {points} point(s), 0 to {}; there is no point {index}", points.saturating_sub(1))]
+    NoSuchPoint { index: usize, points: usize },
+    #[error("sbatch failed: {0}")]
+    Submit(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SweepError + 'a {
+    move |source| SweepError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where point `index` of the sweep in `dir` writes its results.
+pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
+    dir.join("points").join(format!("{index:04}"))
+}
+
+impl SweepManifest {
+    /// Checks every point (see [`load_points`]) and records them.
+    pub fn new(experiment: &Path, sets: &[String], varies: &[Vary]) -> Result<Self, SweepError> {
+        let points = load_points(experiment, sets, varies)?
+            .into_iter()
+            .map(|(combo, _)| combo)
+            .collect();
+        let experiment = std::path::absolute(experiment).map_err(io("locating", experiment))?;
+        Ok(SweepManifest {
+            experiment,
+            sets: sets.to_vec(),
+            varies: varies.to_vec(),
+            points,
+        })
+    }
+
+    pub fn read(dir: &Path) -> Result<Self, SweepError> {
+        let path = dir.join(MANIFEST);
+        let text = std::fs::read_to_string(&path).map_err(|e| SweepError::Manifest {
+            path: path.clone(),
+            why: format!(
+                "{e}; is {} a sweep folder written by `fleetsim sweep ... --slurm`?",
+                dir.display()
+            ),
+        })?;
+        serde_json::from_str(&text).map_err(|e| SweepError::Manifest {
+            path,
+            why: format!(
+                "not a sweep manifest ({e}); write it again with `fleetsim sweep ... --slurm`"
+            ),
+        })
+    }
+
+    /// Point `index` loaded and checked.
+    pub fn load_point(&self, index: usize) -> Result<Experiment, SweepError> {
+        let settings = self.points.get(index).ok_or(SweepError::NoSuchPoint {
+            index,
+            points: self.points.len(),
+        })?;
+        Ok(load_checked(
+            &self.experiment,
+            &point_sets(&self.sets, settings),
+        )?)
+    }
+
+    /// Runs point `index` with `options` and writes its results into [`point_dir`].
+    pub fn run_point(
+        &self,
+        dir: &Path,
+        index: usize,
+        options: &RunOptions,
+    ) -> Result<SweepRow, SweepError> {
+        let exp = self.load_point(index)?;
+        let output = run_embedded(&exp, options, None)?;
+        let out = point_dir(dir, index);
+        write_outputs(&out, &exp, &output.model, &output.results, &output.summary)
+            .map_err(io("writing the results to", &out))?;
+        Ok(SweepRow {
+            settings: self.points[index].clone(),
+            summary: output.summary.json,
+        })
+    }
+
+    /// Every point's row from its `summary.json`; names every point that has none.
+    pub fn collect(&self, dir: &Path) -> Result<Vec<SweepRow>, SweepError> {
+        let mut rows = Vec::new();
+        let mut missing = Vec::new();
+        for (i, settings) in self.points.iter().enumerate() {
+            let path = point_dir(dir, i).join("summary.json");
+            let summary = std::fs::read_to_string(&path)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        format!("not run yet, or failed: logs/{i:04}.out")
+                    }
+                    _ => e.to_string(),
+                })
+                .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("unreadable: {e}")));
+            match summary {
+                Ok(summary) => rows.push(SweepRow {
+                    settings: settings.clone(),
+                    summary,
+                }),
+                Err(why) => missing.push((i, why)),
+            }
+        }
+        if missing.is_empty() {
+            Ok(rows)
+        } else {
+            Err(SweepError::Incomplete {
+                dir: dir.to_path_buf(),
+                total: self.points.len(),
+                missing,
+            })
+        }
+    }
+
+    /// Writes the manifest and the array job's script into `dir`; returns the script.
+    /// `fleetsim`: the binary every task runs; `workdir`: where tasks start (relative paths
+    /// in the experiment's settings are relative to it).
+    pub fn write_array_job(
+        &self,
+        dir: &Path,
+        fleetsim: &Path,
+        workdir: &Path,
+    ) -> Result<PathBuf, SweepError> {
+        let dir = std::path::absolute(dir).map_err(io("locating", dir))?;
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).map_err(io("creating", &logs))?;
+        let manifest = dir.join(MANIFEST);
+        let text = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
+        std::fs::write(&manifest, text).map_err(io("writing", &manifest))?;
+        let script = dir.join(SBATCH_SCRIPT);
+        std::fs::write(&script, self.sbatch_script(&dir, fleetsim, workdir))
+            .map_err(io("writing", &script))?;
+        Ok(script)
+    }
+
+    /// One array task per point; each writes `points/NNNN/` and logs to `logs/NNNN.out`.
+    /// Options given to `sbatch` itself (`--sbatch-arg`) override these lines.
+    fn sbatch_script(&self, dir: &Path, fleetsim: &Path, workdir: &Path) -> String {
+        let name = self
+            .experiment
+            .file_stem()
+            .map_or("sweep".into(), |s| s.to_string_lossy());
+        format!(
+            "#!/bin/bash
+# Written by `fleetsim sweep ... --slurm`: task i runs point i of {manifest}.
+# Collect the results with: {fleetsim} sweep --collect {dir}
+#SBATCH --job-name=fleetsim-sweep-{name}
+#SBATCH --array=0-{last}
+#SBATCH --ntasks=1
+#SBATCH --output={dir}/logs/%4a.out
+#SBATCH --chdir={workdir}
+set -euo pipefail
+exec {fleetsim} sweep --point {dir}
+",
+            manifest = dir.join(MANIFEST).display(),
+            last = self.points.len().saturating_sub(1),
+            dir = dir.display(),
+            fleetsim = fleetsim.display(),
+            workdir = workdir.display(),
+        )
+    }
+}
+
+/// Submits `script` with `sbatch --parsable` and the caller's own `sbatch` options; returns
+/// the job id.
+pub fn submit(script: &Path, sbatch_args: &[String]) -> Result<String, SweepError> {
+    let out = std::process::Command::new("sbatch")
+        .arg("--parsable")
+        .args(sbatch_args)
+        .arg(script)
+        .output()
+        .map_err(|e| {
+            SweepError::Submit(format!(
+                "{e}; is Slurm installed here? The job's script is {}; submit it by hand with sbatch",
+                script.display()
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(SweepError::Submit(format!(
+            "{} (script {})",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            script.display()
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let id = stdout.trim().split(';').next().unwrap_or("").to_string();
+    if id.is_empty() {
+        return Err(SweepError::Submit(format!(
+            "it printed no job id (script {})",
+            script.display()
+        )));
+    }
+    Ok(id)
 }
 
 /// The measured columns: (header, JSON pointer into summary.json).
