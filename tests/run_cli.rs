@@ -199,6 +199,39 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     );
 }
 
+/// Several workers end their windows at the partitions' least promise (model-derived
+/// lookahead): fewer windows than one lookahead each, the same digest.
+#[test]
+fn promises_widen_the_windows_of_several_workers_and_change_no_result() {
+    let dir = scratch("promises");
+    let with = |promises: &str, workers: &str| {
+        run(
+            &dir.join(format!("{promises}-{workers}")),
+            &[
+                "--workers",
+                workers,
+                "--partition",
+                "metis",
+                "--set",
+                &format!("engine.promises={promises}"),
+            ],
+        )
+    };
+    for workers in ["2", "3"] {
+        let (promised, fixed) = (with("true", workers), with("false", workers));
+        assert_eq!(promised["result_digest"], fixed["result_digest"]);
+        assert_eq!(promised["engine"]["window_end"], "promise");
+        assert_eq!(fixed["engine"]["window_end"], "lookahead");
+        let windows = |s: &serde_json::Value| s["engine"]["windows"].as_u64().expect("windows");
+        assert!(
+            windows(&promised) < windows(&fixed),
+            "{workers} workers: {} windows with promises, {} without",
+            windows(&promised),
+            windows(&fixed)
+        );
+    }
+}
+
 #[test]
 fn a_zero_latency_link_between_partitions_is_one_clear_error() {
     // The conservative engine's window is the cut links' latency; with none it could never

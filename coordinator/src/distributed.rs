@@ -428,6 +428,8 @@ impl Coordinator for CoordinatorService {
                     window: r.window,
                     next_event_ps: r.next_event_ps,
                     earliest_sent_ps: r.earliest_sent_ps,
+                    promise_ps: r.promise_ps,
+                    waiting_distance_ps: r.waiting_distance_ps,
                     batches_sent: r.batches_sent,
                     events_processed: r.events_processed,
                     checkpointed: r.checkpointed,
@@ -798,6 +800,8 @@ impl Coordination for GrpcCoordination<'_> {
                 window: report.window,
                 next_event_ps: report.next_event_ps,
                 earliest_sent_ps: report.earliest_sent_ps,
+                promise_ps: report.promise_ps,
+                waiting_distance_ps: report.waiting_distance_ps,
                 batches_sent: report.batches_sent,
                 events_processed: report.events_processed,
                 checkpointed: report.checkpointed,
@@ -1026,6 +1030,7 @@ pub fn run_worker_process(
             oversubscribed,
         ),
         lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
+        promises: exp.loaded.config.engine.promises,
     };
     // Heartbeats: the coordinator learns this worker is alive; this worker learns whether
     // the run goes on, and stops by itself when the coordinator goes silent.

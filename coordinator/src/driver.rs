@@ -193,7 +193,18 @@ impl WindowDriver {
             self.window += 1;
             self.time_ps = t;
         }
-        let mut end_ps = t.saturating_add(self.width_ps);
+        // Every worker's promise bounds what can cross a partition (0: one that does not
+        // track promises; the window is then one width wide).
+        let promised = reports
+            .iter()
+            .map(|r| r.promise_ps.min(t.saturating_add(r.waiting_distance_ps)))
+            .min()
+            .unwrap_or(0);
+        let mut end_ps = if promised == 0 || self.widening {
+            t.saturating_add(self.width_ps)
+        } else {
+            promised.max(t.saturating_add(self.lookahead_ps))
+        };
         if let Some(due) = self.checkpoints.as_ref().and_then(Schedule::next_due_ps) {
             end_ps = end_ps.min(due.max(t.saturating_add(self.lookahead_ps)));
         }
@@ -311,11 +322,54 @@ mod tests {
             window: 0,
             next_event_ps: next,
             earliest_sent_ps: sent,
+            promise_ps: 0,
+            waiting_distance_ps: u64::MAX,
             batches_sent: batches,
             events_processed: 0,
             checkpointed: 0,
             stop_requested: false,
         }
+    }
+
+    #[test]
+    fn a_window_ends_at_the_least_promise_but_at_least_a_lookahead_on() {
+        let promising = |worker, next, promise, waiting| WindowReport {
+            promise_ps: promise,
+            waiting_distance_ps: waiting,
+            ..report(worker, next, u64::MAX, vec![0, 0])
+        };
+        let mut d = WindowDriver::new(Some(1_000));
+        // Worker 1 promises 9,000; worker 0's waiting GPUs the next event (5,000) plus 2,500.
+        let g = d
+            .grant(&[
+                promising(0, 5_000, 20_000, 2_500),
+                promising(1, 6_000, 9_000, u64::MAX),
+            ])
+            .expect("grant");
+        assert_eq!(g[0].end_ps, 7_500);
+        let g = d
+            .grant(&[
+                promising(0, 8_000, 30_000, u64::MAX),
+                promising(1, 9_000, 12_000, u64::MAX),
+            ])
+            .expect("grant");
+        assert_eq!(g[1].end_ps, 12_000);
+        // A promise sooner than a lookahead on (it cannot be, but the bound holds anyway).
+        let g = d
+            .grant(&[
+                promising(0, 13_000, 13_100, u64::MAX),
+                promising(1, 20_000, 40_000, u64::MAX),
+            ])
+            .expect("grant");
+        assert_eq!(g[0].end_ps, 14_000);
+        // A worker that does not track promises (0) keeps windows one lookahead wide.
+        let g = d
+            .grant(&[
+                promising(0, 15_000, 0, u64::MAX),
+                promising(1, 20_000, 40_000, u64::MAX),
+            ])
+            .expect("grant");
+        assert_eq!(g[0].end_ps, 16_000);
     }
 
     #[test]

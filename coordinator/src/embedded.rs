@@ -232,6 +232,8 @@ pub struct Split {
     pub scheduling: Scheduling,
     /// Expected events per partition, to balance workers by; empty: by partition count.
     pub partition_weights: Vec<f64>,
+    /// Windows end at the partitions' least promise (`engine.promises`).
+    pub promises: bool,
 }
 
 impl Split {
@@ -241,6 +243,7 @@ impl Split {
             threads,
             scheduling: Scheduling::default(),
             partition_weights: Vec::new(),
+            promises: true,
         }
     }
 }
@@ -261,6 +264,7 @@ pub fn run(
         threads,
         scheduling,
         partition_weights,
+        promises,
     } = split;
     let workers = workers.max(1);
     let map = Arc::new(LpMap::new(partition_of));
@@ -303,6 +307,7 @@ pub fn run(
                     stop_requested: None,
                     scheduling,
                     lookahead_ps,
+                    promises,
                 };
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()

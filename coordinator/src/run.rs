@@ -268,6 +268,7 @@ pub fn simulate(
             threads,
             scheduling,
             partition_weights: partition.weights.clone(),
+            promises: exp.loaded.config.engine.promises,
         },
         progress,
         checkpoints,

@@ -134,6 +134,7 @@ pub fn summarize_run(
             "cross_partition_events": s.cross_partition_events,
             "cross_partition_slack": cross_partition_slack(&s.per_worker),
             "lookahead_s": s.lookahead_ps.map(|l| l as f64 * PS),
+            "window_end": window_end(s),
             "wall_s": s.wall_s,
             "resumed_events": s.resumed_events,
             // What this process ran: after a resume, `events` also holds those before it.
@@ -175,6 +176,25 @@ fn scheduling(workers: &[worker::WorkerStats]) -> String {
         names.truncate(1);
     }
     names.join("+")
+}
+
+/// What ended the run's windows: `promise` (the partitions' least promise, a
+/// model-derived lookahead), `lookahead` (one lookahead after the start), `widening` (a lone
+/// asynchronous worker's windows, sized by their events) or `uncut` (one partition).
+fn window_end(s: &EngineStats) -> &'static str {
+    if s.lookahead_ps.is_none() {
+        "uncut"
+    } else if s.per_worker.iter().any(|w| w.promises) {
+        "promise"
+    } else if s.workers <= 1
+        && s.per_worker
+            .iter()
+            .all(|w| w.scheduling == worker::Scheduling::Asynchronous)
+    {
+        "widening"
+    } else {
+        "lookahead"
+    }
 }
 
 /// One worker's part of `engine.per_worker`.

@@ -21,6 +21,8 @@ mod tests {
             window: 7,
             next_event_ps: u64::MAX,
             earliest_sent_ps: 1_000_000,
+            promise_ps: 3_000_000,
+            waiting_distance_ps: u64::MAX,
             batches_sent: vec![0, 2, 1],
             events_processed: 42,
             checkpointed: 5,

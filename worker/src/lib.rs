@@ -7,6 +7,7 @@ pub mod checkpoint;
 mod next_times;
 pub mod partition;
 mod prefetch;
+mod promise;
 pub mod queue;
 mod round_trips;
 mod slack;

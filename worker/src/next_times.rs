@@ -30,6 +30,11 @@ impl NextTimes {
         }
     }
 
+    /// The partition's time as last set or lowered (`u64::MAX`: none).
+    pub fn get(&self, slot: usize) -> u64 {
+        self.time[slot]
+    }
+
     /// The partition received an event at `t`.
     pub fn lower(&mut self, slot: usize, t: u64) {
         if t < self.time[slot] {

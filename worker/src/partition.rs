@@ -3,11 +3,14 @@
 //! queue and the outbox belong to the partition, so the hot loop takes no locks and touches
 //! no atomics.
 
+use std::sync::Arc;
+
 use sim::engine::{Ctx, Event, Lp, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::topology::{LinkId, NodeId};
 
 use crate::checkpoint::{LpRecord, PartWriter};
+use crate::promise::{Cut, PendingPromises, Promise};
 use crate::queue::EventQueue;
 use crate::slack::CrossPartitionSlack;
 
@@ -79,6 +82,8 @@ pub struct Partition {
     pub lookahead_ps: u64,
     /// Events sent to other partitions, by how many lookaheads later they arrive.
     pub slack: CrossPartitionSlack,
+    /// The promises of the pending events, when windows end at the least promise.
+    promises: Option<PendingPromises>,
 }
 
 impl Partition {
@@ -126,7 +131,39 @@ impl Partition {
             error: None,
             lookahead_ps: u64::MAX,
             slack: CrossPartitionSlack::default(),
+            promises: None,
         }
+    }
+
+    /// Keeps the promises of its pending events and of its GPUs from now on
+    /// ([`PendingPromises`]).
+    pub fn track_promises(&mut self, model: &SimModel, cut: Arc<Cut>) {
+        let mut promises = PendingPromises::new(cut, self.lps.len());
+        for (key, event) in self.queue.iter() {
+            promises.push(model, &key, event);
+        }
+        for (i, lp) in self.lps.iter_mut().enumerate() {
+            promises.settle_lp(model, i as u32, self.lp_ids[i], lp);
+        }
+        self.promises = Some(promises);
+    }
+
+    /// The earliest time anything here can reach another partition, after a window that
+    /// ended at `window_end_ps`; `None` when promises are not tracked.
+    pub fn promise(&mut self, model: &SimModel, window_end_ps: u64) -> Option<Promise> {
+        let promises = self.promises.as_mut()?;
+        for i in promises.take_touched() {
+            let i = i as usize;
+            promises.settle_lp(model, i as u32, self.lp_ids[i], &mut self.lps[i]);
+        }
+        let queue = &self.queue;
+        Some(promises.promise(
+            model,
+            window_end_ps,
+            queue.next_time_ps(),
+            queue.len(),
+            || queue.iter().collect(),
+        ))
     }
 
     /// Writes every LP's checkpoint record: its state, its sequence counter, and the events
@@ -160,13 +197,16 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].start(model, &mut ctx);
-            self.route_emitted(map, 0, 0);
+            self.route_emitted(model, map, 0, 0);
         }
     }
 
     /// Moves events other partitions sent into the queue.
-    pub fn absorb(&mut self, incoming: &mut Vec<(EventKey, Event)>) {
+    pub fn absorb(&mut self, model: &SimModel, incoming: &mut Vec<(EventKey, Event)>) {
         for (key, event) in incoming.drain(..) {
+            if let Some(p) = &mut self.promises {
+                p.push(model, &key, &event);
+            }
             self.queue.push(key, event);
         }
     }
@@ -189,7 +229,10 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].handle(model, event.body, &mut ctx);
-            self.route_emitted(map, key.time_ps, end_ps);
+            if let Some(p) = &mut self.promises {
+                p.touch(i as u32);
+            }
+            self.route_emitted(model, map, key.time_ps, end_ps);
             n += 1;
         }
         self.last_window_events = n;
@@ -214,9 +257,12 @@ impl Partition {
 
     /// Queues the events the handler at `now` emitted for this partition; puts the others in
     /// the outbox.
-    fn route_emitted(&mut self, map: &LpMap, now: u64, end_ps: u64) {
+    fn route_emitted(&mut self, model: &SimModel, map: &LpMap, now: u64, end_ps: u64) {
         for (key, event) in self.emitted.drain(..) {
             if map.partition_of[event.target as usize] == self.id {
+                if let Some(p) = &mut self.promises {
+                    p.push(model, &key, &event);
+                }
                 self.queue.push(key, event);
             } else {
                 if key.time_ps < end_ps && self.error.is_none() {

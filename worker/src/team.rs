@@ -35,6 +35,7 @@ use sim::event::EventKey;
 
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
+use crate::promise::{Cut, PendingPromises, Promise};
 use crate::window::EngineError;
 
 /// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
@@ -97,14 +98,27 @@ pub struct Routing {
     pub workers: u32,
 }
 
+/// A partition that ran in the last window.
+#[derive(Debug, Clone, Copy)]
+pub struct Ran {
+    pub slot: usize,
+    /// Its earliest pending event afterwards.
+    pub next: Option<u64>,
+    /// Its promise afterwards when tracked ([`Partition::promise`]), else none.
+    pub promise: Promise,
+    /// The events it processed.
+    pub events: u64,
+}
+
 /// What one thread did in the last window (or at start-up), for the worker thread to fold in.
 #[derive(Debug, Default)]
 pub struct ThreadResult {
     pub events: u64,
-    /// Every partition that ran: slot, its earliest pending event afterwards, its events.
-    pub ran: Vec<(usize, Option<u64>, u64)>,
-    /// Events put into incoming boxes: slot and the earliest time among them.
-    pub delivered: Vec<(usize, u64)>,
+    /// Every partition that ran.
+    pub ran: Vec<Ran>,
+    /// Events put into incoming boxes: slot, the earliest time among them and (when tracked)
+    /// their least promise, else `u64::MAX`.
+    pub delivered: Vec<(usize, u64, u64)>,
     /// Events for partitions of other workers, by worker.
     pub outgoing: Vec<Events>,
     pub cross_partition_events: u64,
@@ -154,6 +168,8 @@ pub struct Shared {
     stop: AtomicBool,
     /// Asynchronous scheduling's promises and notices; `None` with a window barrier.
     promises: Option<Promises>,
+    /// Where the partitions meet, when windows end at their least promise.
+    cut: Option<Arc<Cut>>,
     sleepers: Mutex<u32>,
     wake: Condvar,
 }
@@ -296,22 +312,27 @@ impl Shared {
 
     /// One partition's window: take in its incoming box, run it, stage its outbox.
     fn run_partition(&self, slot: usize, end: u64, res: &mut ThreadResult) {
-        let (next, events) = self.run_to(slot, end, res);
-        res.ran.push((slot, next, events));
+        let ran = self.run_to(slot, end, res);
+        res.ran.push(ran);
     }
 
     /// Runs partition `slot` up to `end` on the calling thread: its earliest pending event
-    /// afterwards, and the events it processed.
-    fn run_to(&self, slot: usize, end: u64, res: &mut ThreadResult) -> (Option<u64>, u64) {
+    /// and promise afterwards, and the events it processed.
+    fn run_to(&self, slot: usize, end: u64, res: &mut ThreadResult) -> Ran {
         let mut p = lock(&self.partitions[slot]);
-        p.absorb(&mut lock(&self.incoming[slot]));
+        p.absorb(&self.model, &mut lock(&self.incoming[slot]));
         p.run_window(&self.model, &self.map, end);
         res.events += p.last_window_events;
         if let Some(e) = p.error.take() {
             res.error.get_or_insert(e);
         }
         self.stage(&mut p.outbox, res);
-        (p.next_time_ps(), p.last_window_events)
+        Ran {
+            slot,
+            next: p.next_time_ps(),
+            promise: p.promise(&self.model, end).unwrap_or(Promise::NONE),
+            events: p.last_window_events,
+        }
     }
 
     /// Moves `outbox` into the thread's buffers for this worker's partitions and the
@@ -358,6 +379,13 @@ impl Shared {
         for slot in staged_slots.drain(..) {
             let events = &mut staged[slot];
             let earliest = events.iter().map(|(k, _)| k.time_ps).min();
+            let promise = self.cut.as_deref().map_or(u64::MAX, |d| {
+                events
+                    .iter()
+                    .map(|(k, e)| PendingPromises::of_event(d, &self.model, k, e))
+                    .min()
+                    .unwrap_or(u64::MAX)
+            });
             if let Some(earliest) = earliest {
                 let mut inbox = lock(&self.incoming[slot]);
                 if inbox.is_empty() {
@@ -368,7 +396,7 @@ impl Shared {
                 }
                 drop(inbox);
                 match asynchronous {
-                    None => delivered.push((slot, earliest)),
+                    None => delivered.push((slot, earliest, promise)),
                     Some((promises, me)) => match promises.owner(slot) {
                         owner if owner == me => next.lower(slot, earliest),
                         owner => notices_out.push((owner, slot, earliest)),
@@ -419,7 +447,7 @@ impl Shared {
                 }
                 res.next.take_before(sub_end, &mut active);
                 for &slot in &active {
-                    let (after, _) = self.run_to(slot, sub_end, res);
+                    let after = self.run_to(slot, sub_end, res).next;
                     res.next.set(slot, after);
                 }
                 self.deliver_staged(res, Some((promises, me)));
@@ -508,7 +536,7 @@ impl Shared {
 }
 
 /// How a worker's threads run its partitions.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ThreadPlan {
     pub threads: usize,
     /// More threads than cores: waiting threads yield their core.
@@ -518,6 +546,8 @@ pub struct ThreadPlan {
     /// Asynchronous scheduling, with the run's lookahead (`u64::MAX` when no link is cut);
     /// `None`: a barrier ends every window.
     pub asynchronous_lookahead_ps: Option<u64>,
+    /// Windows end at the partitions' least promise, with this cut ([`Cut`]).
+    pub cut: Option<Arc<Cut>>,
 }
 
 pub struct Team {
@@ -548,8 +578,15 @@ impl Team {
             oversubscribed,
             worker,
             asynchronous_lookahead_ps,
+            cut,
         } = plan;
         let threads = threads.max(1);
+        let mut partitions = partitions;
+        if let Some(d) = &cut {
+            for p in &mut partitions {
+                p.track_promises(&model, Arc::clone(d));
+            }
+        }
         let shared = Arc::new(Shared {
             incoming: partitions
                 .iter()
@@ -573,6 +610,7 @@ impl Team {
             stop: AtomicBool::new(false),
             promises: asynchronous_lookahead_ps
                 .map(|lookahead_ps| Promises::new(threads, lookahead_ps)),
+            cut,
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
@@ -651,7 +689,12 @@ impl Team {
         let mut res = lock(&s.results[0]);
         for (slot, p) in s.partitions.iter().enumerate() {
             let mut p = lock(p);
-            res.ran.push((slot, p.next_time_ps(), 0));
+            res.ran.push(Ran {
+                slot,
+                next: p.next_time_ps(),
+                promise: p.promise(&s.model, 0).unwrap_or(Promise::NONE),
+                events: 0,
+            });
             s.stage(&mut p.outbox, &mut res);
         }
         s.deliver_staged(&mut res, None);

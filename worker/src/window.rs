@@ -30,6 +30,7 @@ use sim::topology::NodeId;
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
+use crate::promise::{Cut, PendingPromises, Promise};
 use crate::round_trips::RoundTrips;
 use crate::slack::CrossPartitionSlack;
 use crate::team::{Routing, Shared, Team, ThreadPlan, lock};
@@ -43,6 +44,13 @@ pub struct WindowReport {
     pub next_event_ps: u64,
     /// Earliest event sent to a peer worker, `u64::MAX` when none.
     pub earliest_sent_ps: u64,
+    /// Nothing this worker's partitions hold or sent can reach another partition before
+    /// this time ([`crate::promise`]); 0 when the worker does not track promises (the
+    /// window then ends one lookahead after its start), `u64::MAX` when idle.
+    pub promise_ps: u64,
+    /// Nor can its GPUs that wait for an event before the next event anywhere plus this
+    /// (`u64::MAX`: none waits).
+    pub waiting_distance_ps: u64,
     /// Batches sent to each worker, indexed by worker id.
     pub batches_sent: Vec<u32>,
     pub events_processed: u64,
@@ -206,6 +214,9 @@ pub struct WorkerSetup {
     pub scheduling: Scheduling,
     /// The smallest latency of a link between two partitions; `None` when none is cut.
     pub lookahead_ps: Option<u64>,
+    /// With a barrier every window, end windows at the partitions' least promise
+    /// (`engine.promises`).
+    pub promises: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -226,6 +237,9 @@ pub struct WorkerStats {
     pub parallel_events: u64,
     /// How the worker ran its partitions on its threads.
     pub scheduling: Scheduling,
+    /// Its windows ended at the partitions' least promise ([`crate::promise`]).
+    #[serde(default)]
+    pub promises: bool,
     /// Asynchronous scheduling: the sub-windows the threads ran, and the time they spent
     /// waiting for each other's promises, both summed over the threads.
     pub sub_windows: u64,
@@ -328,12 +342,19 @@ pub fn run_worker(
         }
     }
     let mut next = NextTimes::new(partitions.len());
+    // With a barrier every window, the window ends at the partitions' least promise.
+    // (Asynchronous threads keep their next times apart, and a lone asynchronous worker's
+    // windows are as wide as it likes anyway.)
+    let asynchronous = setup.scheduling == Scheduling::Asynchronous;
+    let cut = (setup.promises && !asynchronous && setup.lookahead_ps.is_some())
+        .then(|| Arc::new(Cut::new(model, &map.partition_of)));
+    let mut promises = NextTimes::new(partitions.len());
+    let mut waiting = vec![u64::MAX; partitions.len()];
     let routing = Routing {
         slot_of,
         owner: Arc::clone(&setup.owner),
         workers: setup.workers,
     };
-    let asynchronous = setup.scheduling == Scheduling::Asynchronous;
     let mut team = Team::new(
         partitions,
         Arc::clone(&setup.model),
@@ -346,6 +367,7 @@ pub fn run_worker(
             // At least 1 ps, as the coordinator's windows (a zero one is refused before).
             asynchronous_lookahead_ps: asynchronous
                 .then(|| setup.lookahead_ps.unwrap_or(u64::MAX).max(1)),
+            cut: cut.clone(),
         },
     )?;
     team.route_start();
@@ -356,6 +378,7 @@ pub fn run_worker(
     let mut stats = WorkerStats {
         partitions: mine.len() as u32,
         scheduling: setup.scheduling,
+        promises: cut.is_some(),
         ..WorkerStats::default()
     };
     let mut window = 0u64;
@@ -367,6 +390,8 @@ pub fn run_worker(
     let mut lists: Vec<Vec<usize>> = vec![Vec::new(); threads];
     let mut last_parallel = false;
     let mut checkpointed = 0u64;
+    // The end of the last window run: no event anywhere is earlier.
+    let mut last_end = 0u64;
     let stopped = loop {
         // 1. Fold in what the threads did: partitions that ran first (their queues' next
         //    events), then deliveries (an incoming box can only lower a partition's next).
@@ -376,10 +401,12 @@ pub fn run_worker(
             if let Some(e) = r.error.take() {
                 return Err(e.into());
             }
-            for (slot, t, events) in r.ran.drain(..) {
-                next.set(slot, t);
-                cost[slot] = events;
-                busiest = busiest.max(events);
+            for ran in r.ran.drain(..) {
+                next.set(ran.slot, ran.next);
+                promises.set(ran.slot, Some(ran.promise.at_ps));
+                waiting[ran.slot] = ran.promise.waiting_distance_ps;
+                cost[ran.slot] = ran.events;
+                busiest = busiest.max(ran.events);
             }
             let events = std::mem::take(&mut r.events);
             window_events += events;
@@ -393,16 +420,20 @@ pub fn run_worker(
         if !asynchronous {
             stats.parallelism.add_window(window_events, busiest);
         }
-        let mut earliest_sent = u64::MAX;
+        let (mut earliest_sent, mut sent_promise) = (u64::MAX, u64::MAX);
         for r in &shared.results {
             let mut r = lock(r);
-            for (slot, t) in r.delivered.drain(..) {
+            for (slot, t, promise) in r.delivered.drain(..) {
                 next.lower(slot, t);
+                promises.lower(slot, promise);
             }
             stats.cross_partition_events += std::mem::take(&mut r.cross_partition_events);
             for (w, events) in r.outgoing.iter_mut().enumerate() {
-                if let Some(t) = events.iter().map(|(k, _)| k.time_ps).min() {
-                    earliest_sent = earliest_sent.min(t);
+                for (k, e) in events.iter() {
+                    earliest_sent = earliest_sent.min(k.time_ps);
+                    if let Some(d) = cut.as_deref() {
+                        sent_promise = sent_promise.min(PendingPromises::of_event(d, model, k, e));
+                    }
                 }
                 outgoing[w].append(events);
             }
@@ -419,6 +450,19 @@ pub fn run_worker(
             events.clear();
             batches_sent[w] += 1;
         }
+        // A partition that did not run keeps the promise it made when it last did, which a
+        // window end since may have passed: its GPUs then promise from this end instead.
+        if cut.is_some() {
+            for slot in 0..parts.len() {
+                if promises.get(slot) < last_end {
+                    let promise = lock(&parts[slot])
+                        .promise(model, last_end)
+                        .unwrap_or(Promise::NONE);
+                    promises.set(slot, Some(promise.at_ps));
+                    waiting[slot] = promise.waiting_distance_ps;
+                }
+            }
+        }
         // 2. Report; get the next window.
         let reported = Instant::now();
         let grant = coord.exchange(WindowReport {
@@ -426,6 +470,12 @@ pub fn run_worker(
             window,
             next_event_ps: shared.async_next_time().unwrap_or_else(|| next.min()),
             earliest_sent_ps: earliest_sent,
+            promise_ps: if cut.is_some() {
+                promises.min().min(sent_promise)
+            } else {
+                0
+            },
+            waiting_distance_ps: waiting.iter().copied().min().unwrap_or(u64::MAX),
             batches_sent,
             events_processed: stats.events,
             checkpointed,
@@ -454,6 +504,12 @@ pub fn run_worker(
                 } else {
                     next.lower(to as usize, key.time_ps);
                 }
+                if let Some(d) = cut.as_deref() {
+                    promises.lower(
+                        to as usize,
+                        PendingPromises::of_event(d, model, &key, &event),
+                    );
+                }
                 lock(&shared.incoming[to as usize]).push((key, event));
             }
         }
@@ -468,6 +524,7 @@ pub fn run_worker(
         //    does not matter.
         let busy = Instant::now();
         let end = grant.end_ps;
+        last_end = end;
         if asynchronous {
             // Every thread runs the partitions it owns; promises, not a barrier, keep
             // them in step.

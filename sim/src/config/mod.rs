@@ -786,6 +786,12 @@ pub struct EngineConfig {
     /// load-adaptive on several).
     #[serde(default = "defaults::scheduling")]
     pub scheduling: String,
+    /// Windows between barriers end at the least promise of any partition: from each pending
+    /// event's distance to the cut and each GPU's program (a model-derived lookahead).
+    /// `false`: one lookahead (the cut's smallest link latency) after a window's start.
+    /// Results are the same either way.
+    #[serde(default = "defaults::yes")]
+    pub promises: bool,
     /// How work is placed on a heterogeneous cluster: `naive` (as configured) or `hetero`
     /// (`fleetsim plan`'s search, then the best plan is simulated).
     #[serde(default)]
@@ -812,6 +818,7 @@ impl Default for EngineConfig {
             threads: 0,
             partitions: 0,
             scheduling: defaults::scheduling(),
+            promises: true,
             planner: Planner::Naive,
         }
     }

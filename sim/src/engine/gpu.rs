@@ -320,7 +320,18 @@ pub struct GpuLp {
     flow_arrivals: Vec<(u32, u64)>,
     /// Split flows being received: ((sender, flow slot), queue pairs complete).
     parts_seen: Vec<((NodeId, u32), u8)>,
+    /// Group kinds (a bit per [`GroupKind`] index) whose group of this rank lies inside its
+    /// host and talks without the flow LP, computed on first use: not part of a checkpoint.
+    #[serde(skip)]
+    host_local_groups: Option<u16>,
 }
+
+/// How many ops of a stream [`GpuLp::off_host_quiet_until`] looks through for the next
+/// that leaves the host.
+const QUIET_WALK_OPS: usize = 256;
+
+/// More GPUs than any host holds (an NVL72 rack's NVLink domain is 72, in hosts of 4).
+const MAX_GPUS_PER_HOST: u32 = 72;
 
 fn is_collective_stream(s: usize) -> bool {
     matches!(
@@ -513,6 +524,7 @@ impl GpuLp {
             error: None,
             flow_arrivals: Vec::new(),
             parts_seen: Vec::new(),
+            host_local_groups: None,
             live_bytes: w.programs[program as usize].resident_bytes,
             peak_bytes: w.programs[program as usize].resident_bytes,
             memory_cursor: 0,
@@ -690,6 +702,168 @@ impl GpuLp {
             // No chain runs: nothing to move until the next one is planned.
             self.chain_slowed = self.comm_active > 0;
         }
+    }
+
+    /// A lower bound on when this GPU next sends anything out of its host, other than the
+    /// acknowledgements of segments it receives (those follow the segments' own times),
+    /// whatever arrives from inside its host meanwhile. The GPU's state is as of its last
+    /// event (`accounted_to_ps`).
+    ///
+    /// What leaves the host is an op with a member or peer elsewhere (or a CXL transfer),
+    /// and whatever such an op still has in flight. While one runs (other than a receive
+    /// that has posted its clear-to-send), the answer is now. Otherwise the next such op of
+    /// each stream cannot start before the compute-stream kernels it waits for have run,
+    /// each at least its duration on this chip unslowed: a GPU in the middle of a stage's
+    /// forward pass, with only its tensor-parallel peers to talk to, promises the rest of
+    /// the stage. Ops on other streams it waits for count as instantaneous, which only
+    /// makes the bound earlier.
+    pub fn off_host_quiet_until(&mut self, model: &SimModel) -> u64 {
+        let now = self.accounted_to_ps;
+        // Injected flows start at their own events, outside any program.
+        if !model.flows.is_empty() {
+            return now;
+        }
+        if self.finish_ps.is_some() {
+            return u64::MAX;
+        }
+        // Flows and serial connections out of the host send on by themselves.
+        let nodes = model.topology.nodes();
+        let host = nodes[self.node as usize].host;
+        let elsewhere = |n: NodeId| n != NO_NODE && nodes[n as usize].host != host;
+        if self
+            .flows
+            .iter()
+            .flatten()
+            .any(|f| elsewhere(f.dst) || elsewhere(f.via))
+            || self
+                .serial
+                .iter()
+                .any(|c| (c.in_flight > 0 || !c.queue.is_empty()) && elsewhere(c.dst))
+        {
+            return now;
+        }
+        let local = self.host_local_groups(model);
+        let program = &model.workload.programs[self.program as usize];
+        let index = &model.programs[self.program as usize];
+        let off_host = |op: u32| match program.ops[op as usize].kind {
+            OpKind::Compute { .. } => false,
+            OpKind::Collective { group, .. } => local & (1 << group as u16) == 0,
+            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => {
+                let kind = match peer {
+                    Peer::PpNext | Peer::PpPrev => GroupKind::Pp,
+                    Peer::CpNext | Peer::CpPrev => GroupKind::Cp,
+                };
+                local & (1 << kind as u16) == 0
+            }
+            OpKind::MemoryRead { .. } => true,
+        };
+        // The first kernel of the compute stream not started yet.
+        let compute_running = matches!(self.running[COMPUTE], Running::Compute { .. });
+        let first_unstarted = self.done[COMPUTE] as usize + usize::from(compute_running);
+        let compute_ops = &index.stream_ops[COMPUTE];
+        let mut quiet = u64::MAX;
+        for s in 0..STREAMS {
+            if s == COMPUTE {
+                continue;
+            }
+            let ops = &index.stream_ops[s];
+            let mut pos = self.done[s] as usize;
+            match &self.running[s] {
+                Running::Idle => {}
+                Running::Compute { .. } | Running::Memory { .. } => return now,
+                Running::Comm(_) => {
+                    let op = ops[pos];
+                    // A receive sent its clear-to-send when it started.
+                    let posted_receive =
+                        matches!(program.ops[op as usize].kind, OpKind::Recv { .. });
+                    if off_host(op) && !posted_receive {
+                        return now;
+                    }
+                    pos += 1;
+                }
+            }
+            // The next op of this stream that leaves the host, within a bounded walk (past
+            // it, the stream promises nothing).
+            let Some(&op) = ops[pos.min(ops.len())..]
+                .iter()
+                .take(QUIET_WALK_OPS)
+                .find(|&&op| off_host(op))
+            else {
+                if ops.len() - pos.min(ops.len()) > QUIET_WALK_OPS {
+                    return now;
+                }
+                continue;
+            };
+            let waits_for = program
+                .deps(op as usize)
+                .iter()
+                .filter(|&&d| program.ops[d as usize].stream.index() == COMPUTE)
+                .map(|&d| index.position[d as usize] as usize)
+                .max();
+            let compute_ps: u64 = match waits_for {
+                Some(last) if last >= first_unstarted => compute_ops[first_unstarted..=last]
+                    .iter()
+                    .map(|&k| self.least_kernel_ps(model, k))
+                    .sum(),
+                _ => 0,
+            };
+            quiet = quiet.min(now.saturating_add(compute_ps));
+            if quiet == now {
+                return now;
+            }
+        }
+        quiet
+    }
+
+    /// Kernel `op`'s shortest time on this chip: unslowed by communication.
+    fn least_kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
+        let program = &model.workload.programs[self.program as usize];
+        let OpKind::Compute { kernel } = program.ops[op as usize].kind else {
+            return 0;
+        };
+        let table = self.kernel_table as usize;
+        let mut base = model.kernel_ps[table][kernel as usize];
+        if model.kernel_clocked[table][kernel as usize] {
+            base = (base as f64 * self.chip_slowdown).round() as u64;
+        }
+        let rate = model.interference.compute_rate;
+        if rate > 1.0 {
+            (base as f64 / rate).floor() as u64
+        } else {
+            base
+        }
+    }
+
+    /// [`GpuLp::host_local_groups`]'s bits, computed once.
+    fn host_local_groups(&mut self, model: &SimModel) -> u16 {
+        if let Some(bits) = self.host_local_groups {
+            return bits;
+        }
+        let topo = &model.topology;
+        let layout = &model.workload.layout;
+        let host = topo.nodes()[self.node as usize].host;
+        let mut bits = 0u16;
+        // Flows over shared links inside the host go through the flow LP, which is not in
+        // the host: then nothing the GPU sends stays inside it.
+        let through_flow_lp = model.flow_home.is_some()
+            && (model.net.is_shared(LinkClass::NvLink) || model.net.is_shared(LinkClass::Pcie));
+        if through_flow_lp {
+            self.host_local_groups = Some(0);
+            return 0;
+        }
+        for kind in GroupKind::ALL {
+            // No host holds more GPUs than this: a larger group is not looked at.
+            let local = layout.group_size(kind) <= MAX_GPUS_PER_HOST
+                && layout
+                    .group(kind, self.rank)
+                    .iter()
+                    .all(|&m| topo.nodes()[topo.gpu(m) as usize].host == host);
+            if local {
+                bits |= 1 << kind as u16;
+            }
+        }
+        self.host_local_groups = Some(bits);
+        bits
     }
 
     /// [`super::Lp::hot_state`] for a GPU: shallow, the fields every handler reads (the
