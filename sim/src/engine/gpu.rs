@@ -324,6 +324,11 @@ pub struct GpuLp {
     /// host and talks without the flow LP, computed on first use: not part of a checkpoint.
     #[serde(skip)]
     host_local_groups: Option<u16>,
+    /// The least time of the compute-stream kernels at positions `[.0, .1)`: a window
+    /// [`GpuLp::off_host_quiet_until`] slides along the stream, so each kernel is added and
+    /// dropped about once. Not part of a checkpoint.
+    #[serde(skip)]
+    least_compute: (u32, u32, u64),
 }
 
 /// How many ops of a stream [`GpuLp::off_host_quiet_until`] looks through for the next
@@ -525,6 +530,7 @@ impl GpuLp {
             flow_arrivals: Vec::new(),
             parts_seen: Vec::new(),
             host_local_groups: None,
+            least_compute: (0, 0, 0),
             live_bytes: w.programs[program as usize].resident_bytes,
             peak_bytes: w.programs[program as usize].resident_bytes,
             memory_cursor: 0,
@@ -759,9 +765,10 @@ impl GpuLp {
         };
         // The first kernel of the compute stream not started yet.
         let compute_running = matches!(self.running[COMPUTE], Running::Compute { .. });
-        let first_unstarted = self.done[COMPUTE] as usize + usize::from(compute_running);
-        let compute_ops = &index.stream_ops[COMPUTE];
-        let mut quiet = u64::MAX;
+        let first_unstarted = self.done[COMPUTE] + u32::from(compute_running);
+        // The least, over streams, of the last kernel their next off-host op waits for:
+        // every stream's wait starts at the same kernel, so the least end is the bound.
+        let mut waits_until: Option<u32> = None;
         for s in 0..STREAMS {
             if s == COMPUTE {
                 continue;
@@ -794,25 +801,53 @@ impl GpuLp {
                 }
                 continue;
             };
-            let waits_for = program
+            let last = program
                 .deps(op as usize)
                 .iter()
                 .filter(|&&d| program.ops[d as usize].stream.index() == COMPUTE)
-                .map(|&d| index.position[d as usize] as usize)
+                .map(|&d| index.position[d as usize])
                 .max();
-            let compute_ps: u64 = match waits_for {
-                Some(last) if last >= first_unstarted => compute_ops[first_unstarted..=last]
-                    .iter()
-                    .map(|&k| self.least_kernel_ps(model, k))
-                    .sum(),
-                _ => 0,
-            };
-            quiet = quiet.min(now.saturating_add(compute_ps));
-            if quiet == now {
-                return now;
+            match last {
+                Some(last) if last >= first_unstarted => {
+                    waits_until = Some(waits_until.map_or(last, |w| w.min(last)));
+                }
+                _ => return now,
             }
         }
-        quiet
+        match waits_until {
+            None => u64::MAX,
+            Some(last) => {
+                now.saturating_add(self.least_compute_ps(model, first_unstarted, last + 1))
+            }
+        }
+    }
+
+    /// The least time of the compute-stream kernels at positions `[from, to)`, sliding
+    /// [`GpuLp::least_compute`] there.
+    fn least_compute_ps(&mut self, model: &SimModel, from: u32, to: u32) -> u64 {
+        let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
+        let (mut a, mut b, mut sum) = self.least_compute;
+        if from >= b || to <= a {
+            (a, b, sum) = (from, from, 0);
+        }
+        while b < to {
+            sum += self.least_kernel_ps(model, ops[b as usize]);
+            b += 1;
+        }
+        while b > to {
+            b -= 1;
+            sum -= self.least_kernel_ps(model, ops[b as usize]);
+        }
+        while a < from {
+            sum -= self.least_kernel_ps(model, ops[a as usize]);
+            a += 1;
+        }
+        while a > from {
+            a -= 1;
+            sum += self.least_kernel_ps(model, ops[a as usize]);
+        }
+        self.least_compute = (a, b, sum);
+        sum
     }
 
     /// Kernel `op`'s shortest time on this chip: unslowed by communication.
