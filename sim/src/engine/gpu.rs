@@ -729,9 +729,6 @@ impl GpuLp {
         if !model.flows.is_empty() {
             return now;
         }
-        if self.finish_ps.is_some() {
-            return u64::MAX;
-        }
         // Flows and serial connections out of the host send on by themselves.
         let nodes = model.topology.nodes();
         let host = nodes[self.node as usize].host;
@@ -747,6 +744,9 @@ impl GpuLp {
                 .any(|c| (c.in_flight > 0 || !c.queue.is_empty()) && elsewhere(c.dst))
         {
             return now;
+        }
+        if self.finish_ps.is_some() {
+            return u64::MAX;
         }
         let local = self.host_local_groups(model);
         let program = &model.workload.programs[self.program as usize];
