@@ -339,37 +339,35 @@ mod tests {
             ..report(worker, next, u64::MAX, vec![0, 0])
         };
         let mut d = WindowDriver::new(Some(1_000));
-        // Worker 1 promises 9,000; worker 0's waiting GPUs the next event (5,000) plus 2,500.
-        let g = d
-            .grant(&[
-                promising(0, 5_000, 20_000, 2_500),
-                promising(1, 6_000, 9_000, u64::MAX),
-            ])
-            .expect("grant");
-        assert_eq!(g[0].end_ps, 7_500);
-        let g = d
-            .grant(&[
-                promising(0, 8_000, 30_000, u64::MAX),
-                promising(1, 9_000, 12_000, u64::MAX),
-            ])
-            .expect("grant");
-        assert_eq!(g[1].end_ps, 12_000);
-        // A promise sooner than a lookahead on (it cannot be, but the bound holds anyway).
-        let g = d
-            .grant(&[
-                promising(0, 13_000, 13_100, u64::MAX),
-                promising(1, 20_000, 40_000, u64::MAX),
-            ])
-            .expect("grant");
-        assert_eq!(g[0].end_ps, 14_000);
-        // A worker that does not track promises (0) keeps windows one lookahead wide.
-        let g = d
-            .grant(&[
-                promising(0, 15_000, 0, u64::MAX),
-                promising(1, 20_000, 40_000, u64::MAX),
-            ])
-            .expect("grant");
-        assert_eq!(g[0].end_ps, 16_000);
+        // Per grant: each worker's (next event, promise, waiting distance), the window's end.
+        let grants = [
+            // Worker 1 promises 9,000; worker 0's waiting GPUs the next event (5,000) plus
+            // 2,500.
+            ([(5_000, 20_000, 2_500), (6_000, 9_000, u64::MAX)], 7_500),
+            (
+                [(8_000, 30_000, u64::MAX), (9_000, 12_000, u64::MAX)],
+                12_000,
+            ),
+            // A promise sooner than a lookahead on (it cannot be, but the bound holds).
+            (
+                [(13_000, 13_100, u64::MAX), (20_000, 40_000, u64::MAX)],
+                14_000,
+            ),
+            // A worker that does not track promises (0) keeps windows one lookahead wide.
+            ([(15_000, 0, u64::MAX), (20_000, 40_000, u64::MAX)], 16_000),
+        ];
+        for (workers, end_ps) in grants {
+            let reports: Vec<WindowReport> = workers
+                .iter()
+                .zip(0..)
+                .map(|(&(next, promise, waiting), w)| promising(w, next, promise, waiting))
+                .collect();
+            let g = d.grant(&reports).expect("grant");
+            assert!(
+                g.iter().all(|g| g.end_ps == end_ps),
+                "{g:?} against {end_ps}"
+            );
+        }
     }
 
     #[test]
