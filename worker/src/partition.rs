@@ -229,7 +229,10 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].handle(model, event.body, &mut ctx);
-            if let Some(p) = &mut self.promises {
+            // Only a GPU's promise comes from its state; other LPs' follow their events.
+            if let Some(p) = &mut self.promises
+                && matches!(self.lps[i], Lp::Gpu(_))
+            {
                 p.touch(i as u32);
             }
             self.route_emitted(model, map, key.time_ps, end_ps);

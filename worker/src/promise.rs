@@ -84,7 +84,7 @@ impl PendingPromises {
         }
     }
 
-    /// LP `local` handled an event: a GPU's promise is computed again before the next
+    /// GPU LP `local` handled an event: its promise is computed again before the next
     /// report.
     pub fn touch(&mut self, local: u32) {
         let flag = &mut self.is_touched[local as usize];
