@@ -772,9 +772,7 @@ fn sweep_point(dir: &std::path::Path, index: Option<usize>) -> anyhow::Result<()
     };
     let manifest = SweepManifest::read(dir)?;
     // A task takes the CPUs Slurm gave it; other tasks of the array may share the node.
-    let threads = std::env::var("SLURM_CPUS_PER_TASK")
-        .ok()
-        .and_then(|c| c.trim().parse().ok());
+    let threads = coordinator::slurm::cpus_per_task(|k| std::env::var(k).ok());
     let options = coordinator::run::RunOptions {
         threads,
         ..Default::default()

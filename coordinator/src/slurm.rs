@@ -14,6 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The CPUs Slurm gave each task (`SLURM_CPUS_PER_TASK`), if it says.
+pub fn cpus_per_task(env: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    env("SLURM_CPUS_PER_TASK").and_then(|c| c.trim().parse().ok())
+}
+
 /// What a task learns from the Slurm environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmTask {
@@ -57,7 +62,7 @@ impl SlurmTask {
                 "the job step has {ntasks} task(s); `fleetsim slurm` needs a coordinator and at least one worker: srun -n 2 or more"
             ));
         }
-        let cpus_per_task = env("SLURM_CPUS_PER_TASK").and_then(|c| c.trim().parse().ok());
+        let cpus_per_task = cpus_per_task(&env);
         Ok(SlurmTask {
             procid,
             ntasks,
