@@ -51,6 +51,11 @@ impl LpMap {
     }
 }
 
+/// The LP of node `node` among a partition's `lps`, whose ids `lp_ids` are ascending.
+fn lp_at<'a>(lp_ids: &[NodeId], lps: &'a [Lp], node: NodeId) -> Option<&'a Lp> {
+    lp_ids.binary_search(&node).ok().map(|i| &lps[i])
+}
+
 /// An event that was addressed to an LP of another partition before the window it was
 /// created in ended: conservative synchronisation was broken (a bug, never bad input).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -140,7 +145,12 @@ impl Partition {
     pub fn track_promises(&mut self, model: &SimModel, cut: Arc<Cut>) {
         let mut promises = PendingPromises::new(cut, self.lps.len());
         for (key, event) in self.queue.iter() {
-            promises.push(model, &key, event);
+            promises.push(
+                model,
+                &key,
+                event,
+                lp_at(&self.lp_ids, &self.lps, event.target),
+            );
         }
         for (i, lp) in self.lps.iter_mut().enumerate() {
             promises.settle_lp(model, i as u32, self.lp_ids[i], lp);
@@ -156,13 +166,18 @@ impl Partition {
             let i = i as usize;
             promises.settle_lp(model, i as u32, self.lp_ids[i], &mut self.lps[i]);
         }
-        let queue = &self.queue;
+        let (queue, lp_ids, lps) = (&self.queue, &self.lp_ids, &self.lps);
         Some(promises.promise(
             model,
             window_end_ps,
             queue.next_time_ps(),
             queue.len(),
-            || queue.iter().collect(),
+            || {
+                queue
+                    .iter()
+                    .map(|(k, e)| (k, e, lp_at(lp_ids, lps, e.target)))
+                    .collect()
+            },
         ))
     }
 
@@ -205,7 +220,12 @@ impl Partition {
     pub fn absorb(&mut self, model: &SimModel, incoming: &mut Vec<(EventKey, Event)>) {
         for (key, event) in incoming.drain(..) {
             if let Some(p) = &mut self.promises {
-                p.push(model, &key, &event);
+                p.push(
+                    model,
+                    &key,
+                    &event,
+                    lp_at(&self.lp_ids, &self.lps, event.target),
+                );
             }
             self.queue.push(key, event);
         }
@@ -228,10 +248,13 @@ impl Partition {
                 &mut self.emitted,
                 &mut self.hops,
             );
+            let target = event.target;
+            if let Some(p) = &mut self.promises {
+                p.handled(model, &event);
+            }
             self.lps[i].handle(model, event.body, &mut ctx);
-            // Only a GPU's promise comes from its state; other LPs' follow their events.
             if let Some(p) = &mut self.promises
-                && matches!(self.lps[i], Lp::Gpu(_))
+                && p.watches(target)
             {
                 p.touch(i as u32);
             }
@@ -264,7 +287,8 @@ impl Partition {
         for (key, event) in self.emitted.drain(..) {
             if map.partition_of[event.target as usize] == self.id {
                 if let Some(p) = &mut self.promises {
-                    p.push(model, &key, &event);
+                    let lp = &self.lps[map.local_index[event.target as usize] as usize];
+                    p.push(model, &key, &event, Some(lp));
                 }
                 self.queue.push(key, event);
             } else {

@@ -1,7 +1,8 @@
 //! A partition's promise: the earliest time anything it does can reach another partition.
 //!
 //! An event at time `t` for an LP at node `x` causes nothing in another partition before
-//! `t + d[x]`, `d` being [`sim::engine::SimModel::cut_distances_ps`]. The least of that over a
+//! `t + d[x]`, `d` being [`Cut::distances`], or sooner than what the event itself says
+//! ([`Cut::event_promise`]). The least of that over a
 //! partition's pending events is its promise; the least promise over every partition (and
 //! every event already in flight between them) ends the next window: a lower bound on the
 //! time stamp of the next event any partition can send, as YAWNS computes it (Nicol,
@@ -10,29 +11,14 @@
 //! stretches where every event is far, in latency, from every cut.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use sim::engine::{Event, Lp, SimModel};
+pub use sim::engine::cut::Cut;
+use sim::engine::cut::TargetState;
+use sim::engine::{Body, Event, Lp, SimModel};
 use sim::event::EventKey;
-
-/// Where a run's partitions meet: per topology node, the least delay from an event there to
-/// another partition ([`SimModel::cut_distances_ps`]), and whether its promise may come from
-/// its GPU's state ([`SimModel::gpus_with_whole_host`]).
-#[derive(Debug)]
-pub struct Cut {
-    pub distances: Vec<u64>,
-    pub gpu_state: Vec<bool>,
-}
-
-impl Cut {
-    pub fn new(model: &SimModel, partition_of: &[u32]) -> Self {
-        Cut {
-            distances: model.cut_distances_ps(partition_of),
-            gpu_state: model.gpus_with_whole_host(partition_of),
-        }
-    }
-}
+use sim::topology::LinkId;
 
 /// The promises of a partition's pending events, kept as a min-heap alongside its queue,
 /// and of its GPUs' states. Entries of events already processed are dropped lazily: one
@@ -43,9 +29,12 @@ pub struct PendingPromises {
     cut: Arc<Cut>,
     /// `(t + d[target], t)` of the events pushed.
     heap: BinaryHeap<Reverse<(u64, u64)>>,
-    /// GPUs' promises from their states ([`GpuPromises`]).
-    gpus: GpuPromises,
-    /// GPU LPs that handled events since their promise was last computed.
+    /// GPUs' promises from their states ([`StatePromises`]).
+    states: StatePromises,
+    /// Per link from another partition: the bytes of the segments pending here that
+    /// arrive over it ([`TargetState::arriving_bytes`]).
+    arriving: HashMap<LinkId, u64>,
+    /// LPs with a state promise that handled events since it was last computed.
     touched: Vec<u32>,
     is_touched: Vec<bool>,
 }
@@ -55,36 +44,60 @@ impl PendingPromises {
         PendingPromises {
             cut,
             heap: BinaryHeap::new(),
-            gpus: GpuPromises::new(lps),
+            arriving: HashMap::new(),
+            states: StatePromises::new(lps),
             touched: Vec::new(),
             is_touched: vec![false; lps],
         }
     }
 
-    /// The promise of an event at `time_ps` for node `target`.
-    pub fn of(distances: &[u64], target: u32, time_ps: u64) -> u64 {
-        time_ps.saturating_add(distances[target as usize])
-    }
-
-    /// The promise of `event` at `key`, `u64::MAX` when its target's own promise covers it
-    /// ([`SimModel::promise_follows_event`]).
-    pub fn of_event(cut: &Cut, model: &SimModel, key: &EventKey, event: &Event) -> u64 {
-        if model.promise_follows_event(event) {
-            Self::of(&cut.distances, event.target, key.time_ps)
-        } else {
-            u64::MAX
-        }
-    }
-
-    /// `event` at `key` was queued.
-    pub fn push(&mut self, model: &SimModel, key: &EventKey, event: &Event) {
-        let promise = Self::of_event(&self.cut, model, key, event);
+    /// `event` at `key` was queued for `lp` (the target's state, [`Cut::event_promise`]).
+    pub fn push(&mut self, model: &SimModel, key: &EventKey, event: &Event, lp: Option<&Lp>) {
+        let arriving_bytes = match self.arriving_link(model, event) {
+            Some((link, bytes)) => {
+                let total = self.arriving.entry(link).or_insert(0);
+                *total += bytes;
+                *total
+            }
+            None => 0,
+        };
+        let target = lp.map(|lp| TargetState { lp, arriving_bytes });
+        let promise = self.cut.event_promise(model, key, event, target);
         if promise != u64::MAX {
             self.heap.push(Reverse((promise, key.time_ps)));
         }
     }
 
-    /// GPU LP `local` handled an event: its promise is computed again before the next
+    /// The link from another partition that segment `event` arrives over, and its bytes.
+    fn arriving_link(&self, model: &SimModel, event: &Event) -> Option<(LinkId, u64)> {
+        let Body::Segment(seg) = &event.body else {
+            return None;
+        };
+        let up = *model.topology.links().get(seg.ingress as usize)?;
+        let p = &self.cut.partition_of;
+        (p[up.src as usize] != p[event.target as usize])
+            .then_some((seg.ingress, u64::from(seg.bytes)))
+    }
+
+    /// `event` is being handled: it no longer arrives.
+    pub fn handled(&mut self, model: &SimModel, event: &Event) {
+        if let Some((link, bytes)) = self.arriving_link(model, event)
+            && let Some(total) = self.arriving.get_mut(&link)
+        {
+            *total -= bytes;
+            if *total == 0 {
+                self.arriving.remove(&link);
+            }
+        }
+    }
+
+    /// Whether LP `node` has a state promise to compute again after it handles an event
+    /// ([`Cut::watches`]).
+    pub fn watches(&self, node: u32) -> bool {
+        self.cut.watches(node)
+    }
+
+    /// LP `local` handled an event: its state promise is computed again before the next
     /// report.
     pub fn touch(&mut self, local: u32) {
         let flag = &mut self.is_touched[local as usize];
@@ -95,13 +108,10 @@ impl PendingPromises {
     }
 
     /// Computes the promise of LP `local` (topology node `node`) from its state, if it has
-    /// one (a GPU's [`Lp::off_host_quiet_until`]; a GPU whose host is split among
-    /// partitions may send to it at any event, so it waits from the start).
+    /// one ([`Cut::state_bounds`]).
     pub fn settle_lp(&mut self, model: &SimModel, local: u32, node: u32, lp: &mut Lp) {
-        let n = node as usize;
-        if let Some(quiet) = lp.off_host_quiet_until(model) {
-            let quiet = if self.cut.gpu_state[n] { quiet } else { 0 };
-            self.gpus.set(local as usize, quiet, self.cut.distances[n]);
+        if let Some(bounds) = self.cut.state_bounds(model, node, lp) {
+            self.states.set(local as usize, bounds);
         }
     }
 
@@ -123,9 +133,9 @@ impl PendingPromises {
         window_end_ps: u64,
         next_time_ps: Option<u64>,
         queued: usize,
-        pending: impl FnOnce() -> Vec<(EventKey, &'a Event)>,
+        pending: impl FnOnce() -> Vec<(EventKey, &'a Event, Option<&'a Lp>)>,
     ) -> Promise {
-        let (states, waiting_distance_ps) = self.gpus.min(window_end_ps);
+        let (states, waiting_distance_ps) = self.states.min(window_end_ps);
         let promise = |at_ps: u64| Promise {
             at_ps,
             waiting_distance_ps,
@@ -136,8 +146,9 @@ impl PendingPromises {
         };
         if self.heap.len() > 2 * queued + 64 {
             self.heap.clear();
-            for (key, event) in pending() {
-                self.push(model, &key, event);
+            self.arriving.clear();
+            for (key, event, lp) in pending() {
+                self.push(model, &key, event, lp);
             }
         }
         while let Some(&Reverse((at, t))) = self.heap.peek() {
@@ -166,71 +177,102 @@ impl Promise {
     };
 }
 
-/// The GPUs' promises: a GPU sends out of its host no sooner than its quiet time
-/// ([`Lp::off_host_quiet_until`]), and only while handling an event, which is no sooner than
-/// the next event anywhere: so at `max(quiet, next event)` plus its distance. A lazy
-/// min-heap on quiet time plus distance holds the GPUs whose quiet time is still ahead of
-/// the last window's end; those it passed wait, each promising the next event plus the
-/// least distance of any.
+/// The LPs' state promises: one sends across the cut no sooner than `from + reach` for each
+/// of its bounds ([`Cut::state_bounds`]), and only while handling an event, which is no sooner
+/// than the next event anywhere: so at `max(from, next event) + reach`. A lazy min-heap on
+/// `from + reach` holds the bounds whose `from` is still ahead of the last window's end;
+/// those it passed wait, each promising the next event plus its reach, and a count per
+/// reach keeps the least of them.
 #[derive(Debug)]
-struct GpuPromises {
-    heap: BinaryHeap<Reverse<(u64, u64, u32, u32)>>,
-    /// Per LP: the version of its last entry, and whether that entry went low.
+struct StatePromises {
+    heap: BinaryHeap<Reverse<Bound>>,
+    /// Per LP: the version of its bounds, and the reaches of those waiting.
     version: Vec<u32>,
-    low: Vec<bool>,
-    lows: usize,
-    least_low_distance: u64,
+    waiting_reach: Vec<[u64; 2]>,
+    /// How many waiting bounds have each reach.
+    waiting: BTreeMap<u64, u32>,
 }
 
-impl GpuPromises {
+/// A state bound in the heap: ordered by its promise `from + reach` first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Bound {
+    at: u64,
+    from: u64,
+    reach: u64,
+    local: u32,
+    version: u32,
+}
+
+impl StatePromises {
     fn new(lps: usize) -> Self {
-        GpuPromises {
+        StatePromises {
             heap: BinaryHeap::new(),
             version: vec![0; lps],
-            low: vec![false; lps],
-            lows: 0,
-            least_low_distance: u64::MAX,
+            waiting_reach: vec![[u64::MAX; 2]; lps],
+            waiting: BTreeMap::new(),
         }
     }
 
-    /// GPU `local`'s quiet time is now `quiet`, its distance `distance`.
-    fn set(&mut self, local: usize, quiet: u64, distance: u64) {
+    /// GPU `local`'s bounds are now `bounds`, each `(from, reach)`.
+    fn set(&mut self, local: usize, bounds: [(u64, u64); 2]) {
         self.version[local] = self.version[local].wrapping_add(1);
-        if std::mem::take(&mut self.low[local]) {
-            self.lows -= 1;
+        for reach in std::mem::replace(&mut self.waiting_reach[local], [u64::MAX; 2]) {
+            self.unwait(reach);
         }
-        if quiet != u64::MAX {
-            let promise = quiet.saturating_add(distance);
-            self.heap
-                .push(Reverse((promise, quiet, local as u32, self.version[local])));
+        for (from, reach) in bounds {
+            if from != u64::MAX && reach != u64::MAX {
+                let at = from.saturating_add(reach);
+                self.heap.push(Reverse(Bound {
+                    at,
+                    from,
+                    reach,
+                    local: local as u32,
+                    version: self.version[local],
+                }));
+            }
         }
-        // Kept as the least over every GPU ever set: no larger than the true one.
-        self.least_low_distance = self.least_low_distance.min(distance);
     }
 
-    /// The least promise of the GPUs not waiting, and the least distance of those waiting.
+    fn unwait(&mut self, reach: u64) {
+        if reach == u64::MAX {
+            return;
+        }
+        if let Some(n) = self.waiting.get_mut(&reach) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting.remove(&reach);
+            }
+        }
+    }
+
+    /// The least promise of the bounds not waiting, and the least reach of those waiting.
     fn min(&mut self, window_end_ps: u64) -> (u64, u64) {
-        while let Some(&Reverse((promise, quiet, local, version))) = self.heap.peek() {
+        while let Some(&Reverse(Bound {
+            at,
+            from,
+            reach,
+            local,
+            version,
+        })) = self.heap.peek()
+        {
             let l = local as usize;
             if version != self.version[l] {
                 self.heap.pop();
-            } else if quiet < window_end_ps {
+            } else if from < window_end_ps {
                 self.heap.pop();
-                self.low[l] = true;
-                self.lows += 1;
+                let slot = &mut self.waiting_reach[l];
+                let free = if slot[0] == u64::MAX { 0 } else { 1 };
+                slot[free] = reach;
+                *self.waiting.entry(reach).or_insert(0) += 1;
             } else {
-                return (promise, self.waiting_distance());
+                return (at, self.waiting_reach());
             }
         }
-        (u64::MAX, self.waiting_distance())
+        (u64::MAX, self.waiting_reach())
     }
 
-    fn waiting_distance(&self) -> u64 {
-        if self.lows > 0 {
-            self.least_low_distance
-        } else {
-            u64::MAX
-        }
+    fn waiting_reach(&self) -> u64 {
+        self.waiting.keys().next().copied().unwrap_or(u64::MAX)
     }
 }
 
@@ -238,27 +280,38 @@ impl GpuPromises {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_event_promises_its_time_plus_its_targets_distance() {
-        let d = [5, 100];
-        assert_eq!(PendingPromises::of(&d, 1, 10), 110);
-        assert_eq!(PendingPromises::of(&d, 0, u64::MAX - 1), u64::MAX);
-    }
+    const NONE: (u64, u64) = (u64::MAX, u64::MAX);
 
     #[test]
-    fn a_gpu_promises_its_quiet_time_or_the_window_end_plus_its_distance() {
-        let mut g = GpuPromises::new(3);
-        g.set(0, 1_000, 50);
-        g.set(1, 400, 50);
-        g.set(2, u64::MAX, 50);
-        // GPU 1's quiet time is ahead of the window end: its own promise.
+    fn a_gpu_promises_from_each_bound_or_the_window_end_plus_its_reach() {
+        let mut g = StatePromises::new(3);
+        g.set(0, [(1_000, 50), NONE]);
+        g.set(1, [(400, 50), NONE]);
+        g.set(2, [(u64::MAX, 50), (100, u64::MAX)]);
+        // GPU 1's bound is ahead of the window end: its own promise.
         assert_eq!(g.min(300), (450, u64::MAX));
         // Passed by the window end, it waits for the next event.
         assert_eq!(g.min(600), (1_050, 50));
         assert_eq!(g.min(2_000), (u64::MAX, 50));
         // Set again, they stop waiting.
-        g.set(1, 5_000, 50);
-        g.set(0, 6_000, 50);
+        g.set(1, [(5_000, 50), NONE]);
+        g.set(0, [(6_000, 50), NONE]);
         assert_eq!(g.min(2_000), (5_050, u64::MAX));
+    }
+
+    #[test]
+    fn only_the_bounds_still_waiting_give_the_waiting_reach() {
+        let mut g = StatePromises::new(2);
+        // GPU 0 runs an op reaching far, and may start one reaching near at 10,000.
+        g.set(0, [(100, 9_000), (10_000, 20)]);
+        g.set(1, [(100, 7_000), NONE]);
+        assert_eq!(g.min(500), (10_020, 7_000));
+        // GPU 1's op ended: the waiting reach is GPU 0's alone, not the least ever seen.
+        g.set(1, [NONE, NONE]);
+        assert_eq!(g.min(600), (10_020, 9_000));
+        // Past 10,000 GPU 0's second bound waits too, and is the nearer.
+        assert_eq!(g.min(10_500), (u64::MAX, 20));
+        g.set(0, [NONE, NONE]);
+        assert_eq!(g.min(10_600), (u64::MAX, u64::MAX));
     }
 }

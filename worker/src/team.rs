@@ -35,7 +35,7 @@ use sim::event::EventKey;
 
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
-use crate::promise::{Cut, PendingPromises, Promise};
+use crate::promise::{Cut, Promise};
 use crate::window::EngineError;
 
 /// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
@@ -382,7 +382,7 @@ impl Shared {
             let promise = self.cut.as_deref().map_or(u64::MAX, |d| {
                 events
                     .iter()
-                    .map(|(k, e)| PendingPromises::of_event(d, &self.model, k, e))
+                    .map(|(k, e)| d.event_promise(&self.model, k, e, None))
                     .min()
                     .unwrap_or(u64::MAX)
             });

@@ -30,7 +30,7 @@ use sim::topology::NodeId;
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
-use crate::promise::{Cut, PendingPromises, Promise};
+use crate::promise::{Cut, Promise};
 use crate::round_trips::RoundTrips;
 use crate::slack::CrossPartitionSlack;
 use crate::team::{Routing, Shared, Team, ThreadPlan, lock};
@@ -432,7 +432,7 @@ pub fn run_worker(
                 for (k, e) in events.iter() {
                     earliest_sent = earliest_sent.min(k.time_ps);
                     if let Some(d) = cut.as_deref() {
-                        sent_promise = sent_promise.min(PendingPromises::of_event(d, model, k, e));
+                        sent_promise = sent_promise.min(d.event_promise(model, k, e, None));
                     }
                 }
                 outgoing[w].append(events);
@@ -505,10 +505,7 @@ pub fn run_worker(
                     next.lower(to as usize, key.time_ps);
                 }
                 if let Some(d) = cut.as_deref() {
-                    promises.lower(
-                        to as usize,
-                        PendingPromises::of_event(d, model, &key, &event),
-                    );
+                    promises.lower(to as usize, d.event_promise(model, &key, &event, None));
                 }
                 lock(&shared.incoming[to as usize]).push((key, event));
             }

@@ -19,6 +19,7 @@
 
 use std::collections::VecDeque;
 
+use super::cut::Cut;
 use super::dcqcn::Dcqcn;
 use super::net::{NO_PORT, Ports, Route, serialisation_ps};
 use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
@@ -207,6 +208,17 @@ enum Running {
     Comm(Box<CommRun>),
 }
 
+/// The ops of a GPU's program that may cross the run's cut ([`GpuLp::cut_promise`]).
+#[derive(Debug)]
+struct Crossing {
+    /// Every send's and receive's peer was known: computed for good.
+    exact: bool,
+    /// Per stream, the positions of the ops whose reach is finite, ascending.
+    positions: Box<[Vec<u32>]>,
+    /// The least reach of any op of the program.
+    least: u64,
+}
+
 /// A flow being sent segment by segment.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Flow {
@@ -320,23 +332,16 @@ pub struct GpuLp {
     flow_arrivals: Vec<(u32, u64)>,
     /// Split flows being received: ((sender, flow slot), queue pairs complete).
     parts_seen: Vec<((NodeId, u32), u8)>,
-    /// Group kinds (a bit per [`GroupKind`] index) whose group of this rank lies inside its
-    /// host and talks without the flow LP, computed on first use: not part of a checkpoint.
-    #[serde(skip)]
-    host_local_groups: Option<u16>,
     /// The least time of the compute-stream kernels at positions `[.0, .1)`: a window
-    /// [`GpuLp::off_host_quiet_until`] slides along the stream, so each kernel is added and
+    /// [`GpuLp::cut_promise`] slides along the stream, so each kernel is added and
     /// dropped about once. Not part of a checkpoint.
     #[serde(skip)]
     least_compute: (u32, u32, u64),
+    /// The ops that may cross the run's cut, computed by [`GpuLp::cut_promise`] until
+    /// exact: not part of a checkpoint.
+    #[serde(skip)]
+    crossing: Option<Crossing>,
 }
-
-/// How many ops of a stream [`GpuLp::off_host_quiet_until`] looks through for the next
-/// that leaves the host.
-const QUIET_WALK_OPS: usize = 256;
-
-/// More GPUs than any host holds (an NVL72 rack's NVLink domain is 72, in hosts of 4).
-const MAX_GPUS_PER_HOST: u32 = 72;
 
 fn is_collective_stream(s: usize) -> bool {
     matches!(
@@ -529,8 +534,8 @@ impl GpuLp {
             error: None,
             flow_arrivals: Vec::new(),
             parts_seen: Vec::new(),
-            host_local_groups: None,
             least_compute: (0, 0, 0),
+            crossing: None,
             live_bytes: w.programs[program as usize].resident_bytes,
             peak_bytes: w.programs[program as usize].resident_bytes,
             memory_cursor: 0,
@@ -710,66 +715,124 @@ impl GpuLp {
         }
     }
 
-    /// A lower bound on when this GPU next sends anything out of its host, other than the
-    /// acknowledgements of segments it receives (those follow the segments' own times),
-    /// whatever arrives from inside its host meanwhile. The GPU's state is as of its last
-    /// event (`accounted_to_ps`).
+    /// The least delay from what flow slot `flow` sends to another partition of `cut`: its
+    /// op's group's reach, or for a send or receive its one peer's; `None` for an empty slot.
+    pub fn flow_reach_ps(&self, cut: &Cut, flow: u32) -> Option<u64> {
+        let f = self.flows.get(flow as usize)?.as_ref()?;
+        let sender = if f.via == NO_NODE { self.node } else { f.via };
+        Some(cut.tag_reach_ps(self.rank, self.node, f.tag, || {
+            cut.peer_reach_ps(sender, f.dst)
+        }))
+    }
+
+    /// The segment the GPU's port `port` sends next.
+    pub fn queue_head(&self, port: usize) -> Option<&Segment> {
+        self.ports.queue_head(port)
+    }
+
+    /// The peer of serial connection `connection`.
+    pub fn connection_peer(&self, connection: u32) -> Option<NodeId> {
+        self.serial.get(connection as usize).map(|c| c.dst)
+    }
+
+    /// What this GPU can still send to another partition of `cut`, whatever arrives from
+    /// its own partition meanwhile, as two bounds `(from, reach)`: nothing leaves before
+    /// `from + reach` (`u64::MAX` reach: nothing). The GPU's state is as of its last event
+    /// (`accounted_to_ps`).
     ///
-    /// What leaves the host is an op with a member or peer elsewhere (or a CXL transfer),
-    /// and whatever such an op still has in flight. While one runs (other than a receive
-    /// that has posted its clear-to-send), the answer is now. Otherwise the next such op of
-    /// each stream cannot start before the compute-stream kernels it waits for have run,
-    /// each at least its duration on this chip unslowed: a GPU in the middle of a stage's
-    /// forward pass, with only its tensor-parallel peers to talk to, promises the rest of
-    /// the stage. Ops on other streams it waits for count as instantaneous, which only
-    /// makes the bound earlier.
-    pub fn off_host_quiet_until(&mut self, model: &SimModel) -> u64 {
+    /// An op can send across the cut when its reach is finite
+    /// ([`super::cut::Cut::group_reach_ps`], or for a send or receive its peer's): a member
+    /// in another partition, or a route through one. A running op sends on only when an
+    /// event arrives, and those carry their own promises
+    /// ([`super::cut::Cut::event_promise`]), so the first bound is only for what runs like
+    /// a kernel off the compute stream (a CXL transfer), and injected flows. The second is
+    /// every op still to start: the next such op of each stream cannot start before the
+    /// compute-stream kernels it waits for have run, each at least its duration on this
+    /// chip unslowed and after the running kernel's least end, and the ops after it start
+    /// later still; from then, at the least reach of any op of its program. A GPU in the
+    /// middle of a stage's forward pass, with only its tensor-parallel peers to talk to,
+    /// promises the rest of the stage; one whose data-parallel reduction runs inside its
+    /// partition promises until its next op that can cross. Ops on other streams it waits
+    /// for count as instantaneous, which only makes the bound earlier.
+    pub fn cut_promise(&mut self, model: &SimModel, cut: &Cut) -> [(u64, u64); 2] {
         let now = self.accounted_to_ps;
+        let rank = self.rank;
         // Injected flows start at their own events, outside any program.
         if !model.flows.is_empty() {
-            return now;
+            let least = cut.gpu_reach_ps(rank);
+            return [(now, least), (now, least)];
         }
-        // Flows and serial connections out of the host send on by themselves.
-        let nodes = model.topology.nodes();
-        let host = nodes[self.node as usize].host;
-        let elsewhere = |n: NodeId| n != NO_NODE && nodes[n as usize].host != host;
-        if self
-            .flows
-            .iter()
-            .flatten()
-            .any(|f| elsewhere(f.dst) || elsewhere(f.via))
-            || self
-                .serial
-                .iter()
-                .any(|c| (c.in_flight > 0 || !c.queue.is_empty()) && elsewhere(c.dst))
-        {
-            return now;
-        }
+        // What running ops and their flows send next follows an event that carries its own
+        // promise ([`Cut::event_promise`]), but for an op that runs like a kernel.
+        let mut running = u64::MAX;
         if self.finish_ps.is_some() {
-            return u64::MAX;
+            return [(now, running), (u64::MAX, u64::MAX)];
         }
-        let local = self.host_local_groups(model);
         let program = &model.workload.programs[self.program as usize];
         let index = &model.programs[self.program as usize];
-        let off_host = |op: u32| match program.ops[op as usize].kind {
-            OpKind::Compute { .. } => false,
-            OpKind::Collective { group, .. } => local & (1 << group as u16) == 0,
-            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => {
-                let kind = match peer {
-                    Peer::PpNext | Peer::PpPrev => GroupKind::Pp,
-                    Peer::CpNext | Peer::CpPrev => GroupKind::Cp,
-                };
-                local & (1 << kind as u16) == 0
+        let distance = cut.distances[self.node as usize];
+        // A send or receive reaches its one peer (by no relay) once the group is known;
+        // until then, its group's least reach.
+        let mut exact = true;
+        let mut p2p = |kind: GroupKind, next: bool| match &self.groups[kind as usize] {
+            Some(g) => cut.peer_reach_ps(self.node, if next { g.ring.next } else { g.ring.prev }),
+            None => {
+                let r = cut.group_reach_ps(rank, kind);
+                exact &= r == u64::MAX;
+                r
             }
-            OpKind::MemoryRead { .. } => true,
         };
-        // The first kernel of the compute stream not started yet.
-        let compute_running = matches!(self.running[COMPUTE], Running::Compute { .. });
-        let first_unstarted = self.done[COMPUTE] + u32::from(compute_running);
-        // The least, over streams, of the last kernel their next off-host op waits for:
+        let p2p = [
+            p2p(GroupKind::Pp, true),
+            p2p(GroupKind::Pp, false),
+            p2p(GroupKind::Cp, true),
+            p2p(GroupKind::Cp, false),
+        ];
+        let reach = |op: u32| match program.ops[op as usize].kind {
+            OpKind::Compute { .. } => u64::MAX,
+            OpKind::Collective { group, .. } => cut.group_reach_ps(rank, group),
+            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
+            OpKind::MemoryRead { .. } => distance,
+        };
+        if !self.crossing.as_ref().is_some_and(|c| c.exact) {
+            let mut least = u64::MAX;
+            let positions = index
+                .stream_ops
+                .iter()
+                .map(|ops| {
+                    (0..ops.len() as u32)
+                        .filter(|&p| {
+                            let r = reach(ops[p as usize]);
+                            least = least.min(r);
+                            r != u64::MAX
+                        })
+                        .collect()
+                })
+                .collect();
+            self.crossing = Some(Crossing {
+                exact,
+                positions,
+                least,
+            });
+        }
+        let (crossing, least) = match &self.crossing {
+            Some(c) => (&c.positions[..], c.least),
+            None => (&[][..], u64::MAX),
+        };
+        // The first kernel of the compute stream not started yet, and the least end of the
+        // one running: the kernels after it start no sooner.
+        let running_end = match self.running[COMPUTE] {
+            Running::Compute { op, start_ps } => {
+                Some(now.max(start_ps.saturating_add(self.least_kernel_ps(model, op))))
+            }
+            _ => None,
+        };
+        let first_unstarted = self.done[COMPUTE] + u32::from(running_end.is_some());
+        // The least, over streams, of the last kernel their next crossing op waits for:
         // every stream's wait starts at the same kernel, so the least end is the bound.
         let mut waits_until: Option<u32> = None;
-        for s in 0..STREAMS {
+        let mut next_now = false;
+        for (s, candidates) in crossing.iter().enumerate().take(STREAMS) {
             if s == COMPUTE {
                 continue;
             }
@@ -777,30 +840,18 @@ impl GpuLp {
             let mut pos = self.done[s] as usize;
             match &self.running[s] {
                 Running::Idle => {}
-                Running::Compute { .. } | Running::Memory { .. } => return now,
-                Running::Comm(_) => {
-                    let op = ops[pos];
-                    // A receive sent its clear-to-send when it started.
-                    let posted_receive =
-                        matches!(program.ops[op as usize].kind, OpKind::Recv { .. });
-                    if off_host(op) && !posted_receive {
-                        return now;
-                    }
+                Running::Compute { .. } | Running::Memory { .. } => {
+                    running = running.min(distance);
                     pos += 1;
                 }
+                Running::Comm(_) => pos += 1,
             }
-            // The next op of this stream that leaves the host, within a bounded walk (past
-            // it, the stream promises nothing).
-            let Some(&op) = ops[pos.min(ops.len())..]
-                .iter()
-                .take(QUIET_WALK_OPS)
-                .find(|&&op| off_host(op))
-            else {
-                if ops.len() - pos.min(ops.len()) > QUIET_WALK_OPS {
-                    return now;
-                }
+            // The next op of this stream that can cross.
+            let from = candidates.partition_point(|&p| (p as usize) < pos);
+            let Some(&next) = candidates.get(from) else {
                 continue;
             };
+            let op = ops[next as usize];
             let last = program
                 .deps(op as usize)
                 .iter()
@@ -808,18 +859,24 @@ impl GpuLp {
                 .map(|&d| index.position[d as usize])
                 .max();
             match last {
-                Some(last) if last >= first_unstarted => {
+                // The running kernel or one after it.
+                Some(last) if last >= self.done[COMPUTE] => {
                     waits_until = Some(waits_until.map_or(last, |w| w.min(last)));
                 }
-                _ => return now,
+                _ => next_now = true,
             }
         }
-        match waits_until {
-            None => u64::MAX,
+        let live = (now, running);
+        let next = match waits_until {
+            _ if next_now => now,
+            None => return [live, (u64::MAX, u64::MAX)],
             Some(last) => {
-                now.saturating_add(self.least_compute_ps(model, first_unstarted, last + 1))
+                let after =
+                    self.least_compute_ps(model, first_unstarted, (last + 1).max(first_unstarted));
+                running_end.unwrap_or(now).saturating_add(after)
             }
-        }
+        };
+        [live, (next, least)]
     }
 
     /// The least time of the compute-stream kernels at positions `[from, to)`, sliding
@@ -867,38 +924,6 @@ impl GpuLp {
         } else {
             base
         }
-    }
-
-    /// [`GpuLp::host_local_groups`]'s bits, computed once.
-    fn host_local_groups(&mut self, model: &SimModel) -> u16 {
-        if let Some(bits) = self.host_local_groups {
-            return bits;
-        }
-        let topo = &model.topology;
-        let layout = &model.workload.layout;
-        let host = topo.nodes()[self.node as usize].host;
-        let mut bits = 0u16;
-        // Flows over shared links inside the host go through the flow LP, which is not in
-        // the host: then nothing the GPU sends stays inside it.
-        let through_flow_lp = model.flow_home.is_some()
-            && (model.net.is_shared(LinkClass::NvLink) || model.net.is_shared(LinkClass::Pcie));
-        if through_flow_lp {
-            self.host_local_groups = Some(0);
-            return 0;
-        }
-        for kind in GroupKind::ALL {
-            // No host holds more GPUs than this: a larger group is not looked at.
-            let local = layout.group_size(kind) <= MAX_GPUS_PER_HOST
-                && layout
-                    .group(kind, self.rank)
-                    .iter()
-                    .all(|&m| topo.nodes()[topo.gpu(m) as usize].host == host);
-            if local {
-                bits |= 1 << kind as u16;
-            }
-        }
-        self.host_local_groups = Some(bits);
-        bits
     }
 
     /// [`super::Lp::hot_state`] for a GPU: shallow, the fields every handler reads (the

@@ -11,6 +11,7 @@
 //! - Every event key is `(time, origin LP, origin sequence)`; an LP numbers the events it
 //!   emits. Same inputs, same event sequence per LP, whatever the partitioning.
 
+pub mod cut;
 pub mod dcqcn;
 pub mod flow;
 pub mod gpu;
@@ -543,84 +544,6 @@ impl SimModel {
         }
     }
 
-    /// For every topology node, the least time an event there can take to cause an event
-    /// in another partition of `partition_of` (indexed by node): the shortest latency path
-    /// to any node of another partition, over the links and, in flow mode, over the flow
-    /// LP's edges (each GPU to and from it in [`SimModel::flow_delay_ps`]); `u64::MAX`
-    /// when none is reachable.
-    ///
-    /// Sound because an event an LP emits for another LP is never sooner than the path
-    /// between them: a segment crosses each link's latency, and an acknowledgement, message
-    /// or closed-form arrival takes its route's summed latency. A chain of events inside a
-    /// partition is then never faster than the shortest path (triangle inequality), so an
-    /// event at time `t` at node `x` leads to nothing in another partition before
-    /// `t + d[x]`: a conservative earliest output time per event, as Chandy and Misra's
-    /// lookahead per channel (Misra, "Distributed discrete-event simulation", Computing
-    /// Surveys 1986, §3), and never less than the cut's smallest latency.
-    pub fn cut_distances_ps(&self, partition_of: &[u32]) -> Vec<u64> {
-        let nodes = self.topology.nodes().len();
-        // Edges reversed: into each node, from where, how long.
-        let mut into: Vec<Vec<(NodeId, u64)>> = vec![Vec::new(); nodes];
-        for l in self.topology.links() {
-            into[l.dst as usize].push((l.src, l.latency_ps));
-        }
-        if let Some(home) = self.flow_home {
-            for (g, n) in self.topology.nodes().iter().enumerate() {
-                if n.kind == NodeKind::Gpu {
-                    into[home as usize].push((g as NodeId, self.flow_delay_ps));
-                    into[g].push((home, self.flow_delay_ps));
-                }
-            }
-        }
-        nearest_other_partition(&into, partition_of)
-    }
-
-    /// For every topology node, whether it is a GPU whose whole host lies in its partition
-    /// of `partition_of`: only such a GPU's promise can rest on what leaves its host
-    /// ([`gpu::GpuLp::off_host_quiet_until`]). The partitioner never cuts a host; a map
-    /// given by hand may.
-    pub fn gpus_with_whole_host(&self, partition_of: &[u32]) -> Vec<bool> {
-        let nodes = self.topology.nodes();
-        let hosts = nodes
-            .iter()
-            .filter(|n| n.host != crate::topology::HOST_NONE)
-            .map(|n| n.host as usize + 1)
-            .max()
-            .unwrap_or(0);
-        // Per host: its one partition, or u32::MAX once two are seen.
-        let mut host_partition = vec![None::<u32>; hosts];
-        for (n, node) in nodes.iter().enumerate() {
-            if node.host == crate::topology::HOST_NONE {
-                continue;
-            }
-            let slot = &mut host_partition[node.host as usize];
-            match *slot {
-                None => *slot = Some(partition_of[n]),
-                Some(p) if p != partition_of[n] => *slot = Some(u32::MAX),
-                Some(_) => {}
-            }
-        }
-        nodes
-            .iter()
-            .map(|n| {
-                n.kind == NodeKind::Gpu
-                    && n.host != crate::topology::HOST_NONE
-                    && host_partition[n.host as usize] != Some(u32::MAX)
-            })
-            .collect()
-    }
-
-    /// Whether a promise follows `event` (its time plus its target's cut distance): every
-    /// event but those for a GPU other than segments. What those lead a GPU to send out of
-    /// its host is bounded by the GPU's own promise ([`gpu::GpuLp::off_host_quiet_until`],
-    /// valid whatever arrives when), and a received segment's acknowledgement by the
-    /// segment's time.
-    pub fn promise_follows_event(&self, event: &Event) -> bool {
-        let node = self.topology.nodes()[event.target as usize];
-        let gpu_lp = node.kind == NodeKind::Gpu && node.index < self.workload.layout.world();
-        !gpu_lp || matches!(event.body, Body::Segment(_))
-    }
-
     /// This model running `workload` instead: the topology and parameters are kept, so a
     /// series of workloads on one cluster (`fleetsim collective`) builds them once.
     pub fn with_workload(
@@ -661,50 +584,6 @@ impl SimModel {
             _ => Lp::Fabric(net::FabricLp::new(self, node)),
         }
     }
-}
-
-/// For each node, the distance to the nearest node of another partition, given the edges
-/// into each node: a multi-source Dijkstra from every node at once over the reversed edges,
-/// keeping at each node the nearest two sources of different partitions (its own at 0, and
-/// the nearest other).
-fn nearest_other_partition(into: &[Vec<(NodeId, u64)>], partition_of: &[u32]) -> Vec<u64> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let n = into.len();
-    // The partition of the nearest source settled at each node so far (one per node: its
-    // own), and the answer once the second is.
-    let mut first: Vec<u32> = vec![u32::MAX; n];
-    let mut other: Vec<u64> = vec![u64::MAX; n];
-    let mut heap: BinaryHeap<Reverse<(u64, NodeId, u32)>> = (0..n)
-        .map(|x| Reverse((0, x as NodeId, partition_of[x])))
-        .collect();
-    while let Some(Reverse((d, x, p))) = heap.pop() {
-        let x_i = x as usize;
-        if first[x_i] == u32::MAX {
-            first[x_i] = p;
-        } else if first[x_i] != p && other[x_i] == u64::MAX {
-            other[x_i] = d;
-        } else {
-            continue;
-        }
-        for &(from, latency) in &into[x_i] {
-            let f = from as usize;
-            if other[f] == u64::MAX && first[f] != p {
-                heap.push(Reverse((d.saturating_add(latency), from, p)));
-            }
-        }
-    }
-    (0..n)
-        .map(|x| {
-            // A node's own partition came first only if it is its nearest source; the
-            // first settled is always the node itself at 0.
-            if first[x] == partition_of[x] {
-                other[x]
-            } else {
-                0
-            }
-        })
-        .collect()
 }
 
 /// In flow mode, the fabric node that hosts the flow LP (the first that sends on a shared
@@ -781,15 +660,6 @@ impl Lp {
         }
     }
 
-    /// A GPU's [`gpu::GpuLp::off_host_quiet_until`]; `None` for other LPs, whose promise
-    /// follows their pending events.
-    pub fn off_host_quiet_until(&mut self, model: &SimModel) -> Option<u64> {
-        match self {
-            Lp::Gpu(g) => Some(g.off_host_quiet_until(model)),
-            Lp::Fabric(_) => None,
-        }
-    }
-
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
         match self {
             Lp::Gpu(g) => g.handle(model, body, ctx),
@@ -823,22 +693,6 @@ mod tests {
     use crate::layout::GroupKind;
     use crate::workload::{CollectiveOp, Label};
 
-    #[test]
-    fn each_node_gets_its_shortest_latency_to_another_partition() {
-        // 0 -1- 1 -2- 2 -4- 3, both ways, and a slow shortcut 0 -10- 3; partitions 0 0 1 1.
-        let mut into: Vec<Vec<(NodeId, u64)>> = vec![Vec::new(); 4];
-        for (a, b, l) in [(0, 1, 1), (1, 2, 2), (2, 3, 4), (0, 3, 10)] {
-            into[b as usize].push((a, l));
-            into[a as usize].push((b, l));
-        }
-        assert_eq!(nearest_other_partition(&into, &[0, 0, 1, 1]), [3, 2, 2, 6]);
-        // One partition: nothing to reach.
-        assert_eq!(nearest_other_partition(&into, &[0, 0, 0, 0]), [u64::MAX; 4]);
-        // Three: node 1 is next to both others.
-        assert_eq!(nearest_other_partition(&into, &[0, 1, 2, 2]), [1, 1, 2, 6]);
-    }
-
-    #[test]
     fn kernels_chain_only_where_nothing_else_waits() {
         let label = Label::imported();
         let kernel = OpKind::Compute { kernel: 0 };

@@ -288,6 +288,37 @@ impl Ports {
         }
     }
 
+    /// The bytes charged to the ingress `seg` arrives through at this node, and whether its
+    /// upstream port is paused; `None` when it arrived over no queued link.
+    pub fn ingress_state(&self, model: &SimModel, seg: &Segment) -> Option<(u64, bool)> {
+        let i = Self::ingress_index(model, self.node, seg)?;
+        let ingress = self.ingress.get(i)?;
+        Some((ingress.bytes, ingress.upstream_paused))
+    }
+
+    /// The least latency of a link into this node whose sending port it holds paused and
+    /// whose sender `is_foreign` says yes to: a resume will go back over it.
+    pub fn paused_upstream_latency(
+        &self,
+        model: &SimModel,
+        is_foreign: impl Fn(NodeId) -> bool,
+    ) -> Option<u64> {
+        let out = model.topology.out_links(self.node);
+        self.ingress
+            .iter()
+            .zip(out)
+            .filter(|(ingress, _)| ingress.upstream_paused)
+            .map(|(_, &l)| model.topology.links()[l as usize])
+            .filter(|l| is_foreign(l.dst))
+            .map(|l| l.latency_ps)
+            .min()
+    }
+
+    /// The segment port `i` sends next, if its queue holds one.
+    pub fn queue_head(&self, i: usize) -> Option<&Segment> {
+        self.ports.get(i)?.as_ref()?.queue.front()
+    }
+
     /// Handles the port events (`TxDone`, `Pause`, `Resume`); other bodies are not for ports.
     pub fn handle(&mut self, model: &SimModel, body: &Body, ctx: &mut Ctx) {
         let (i, pause) = match *body {
@@ -544,6 +575,11 @@ impl Route {
         }
     }
 
+    /// Whether no route is carried: each hop routes itself.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Whether the link of hop `hop` has a queued port (false past the carried route).
     fn queued(&self, hop: u16) -> bool {
         hop < u16::from(self.len) && self.queued & (1 << hop) != 0
@@ -723,12 +759,12 @@ impl FabricLp {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::topology::LinkClass;
     use crate::topology::testutil::{build_toml, h100};
 
-    fn segment(src: NodeId, dst: NodeId, hash: u64) -> Segment {
+    pub(in crate::engine) fn segment(src: NodeId, dst: NodeId, hash: u64) -> Segment {
         Segment {
             src,
             dst,
@@ -755,12 +791,12 @@ mod tests {
     }
 
     /// Which links queue with `intra_host = "analytical"`: the network's only.
-    fn network_queues(t: &Topology) -> impl Fn(LinkId) -> bool + Copy + '_ {
+    pub(in crate::engine) fn network_queues(t: &Topology) -> impl Fn(LinkId) -> bool + Copy + '_ {
         |l| t.links()[l as usize].class == LinkClass::Network
     }
 
     /// The links a carried route takes from `from`.
-    fn walk(t: &Topology, from: NodeId, route: &Route) -> Vec<LinkId> {
+    pub(in crate::engine) fn walk(t: &Topology, from: NodeId, route: &Route) -> Vec<LinkId> {
         let mut at = from;
         (0..u16::from(route.len))
             .map(|hop| {
@@ -864,7 +900,7 @@ mod tests {
 
     /// The quickstart with two hosts per leaf and only the network queued: GPUs 0 and 8
     /// share a leaf.
-    fn two_hosts_per_leaf() -> SimModel {
+    pub(in crate::engine) fn two_hosts_per_leaf() -> SimModel {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../configs/experiments/quickstart.toml"

@@ -1,0 +1,752 @@
+//! Where a run's partitions meet, and how soon anything can cross them: the promises that
+//! let a window end later than one lookahead (`worker/src/promise.rs` keeps them).
+//!
+//! An event's promise is a lower bound on the time of anything it leads to in another
+//! partition. By default that is its time plus its target's distance to the cut (the
+//! shortest latency path to another partition). Where the event says more, the bound is
+//! tighter: a segment follows its carried route, so what it leads to crosses only where the
+//! route does, where it came from (PFC back-pressure), or after its destination; a port's
+//! `TxDone` sends the head of its queue and nothing else.
+
+use std::collections::HashMap;
+
+use super::net::serialisation_ps;
+use super::{Body, Event, Lp, NO_LINK, P2P, Segment, SimModel, Tag};
+use crate::event::EventKey;
+use crate::layout::GroupKind;
+use crate::topology::{HOST_NONE, LinkClass, LinkId, NodeId, NodeKind};
+
+/// Group kinds by discriminant ([`GroupKind::from_index`]), [`GroupKind::Embedding`] included.
+const GROUP_KINDS: usize = GroupKind::ALL.len() + 1;
+
+/// Groups larger than this are not searched member by member: what their ops do is bounded
+/// by the GPU's distance to the cut alone. Keeps building a cut linear at 131,072 GPUs.
+const SEARCHED_GROUP: usize = 256;
+
+/// A partitioning seen from the model: per topology node its partition, its distance to the
+/// cut, and whether a GPU there may promise from its own state.
+#[derive(Debug)]
+pub struct Cut {
+    pub partition_of: Vec<u32>,
+    /// Per node, the least delay from an event there to another partition ([`distances_ps`]).
+    pub distances: Vec<u64>,
+    /// Per node, whether it is a GPU whose whole host is in its partition
+    /// ([`gpus_with_whole_host`]).
+    pub gpu_state: Vec<bool>,
+    /// Per rank and group kind (by discriminant): the least delay from anything the GPU
+    /// does in an op of that group to another partition ([`Cut::group_reach_ps`]).
+    group_reach: Vec<[u64; GROUP_KINDS]>,
+    /// Per (sending GPU node, peer GPU node) searched: [`Cut::peer_reach_ps`].
+    peer_reach: HashMap<(NodeId, NodeId), u64>,
+    /// The GPU nodes of each host that holds GPUs running ranks.
+    gpus_of_host: HashMap<u32, Vec<NodeId>>,
+    /// Per node: [`Cut::watches`].
+    state_watched: Vec<bool>,
+}
+
+/// What the holder of a pending event knows of its target: its LP, and for a segment the
+/// bytes of the segments pending for it over the same link, itself included.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetState<'a> {
+    pub lp: &'a Lp,
+    pub arriving_bytes: u64,
+}
+
+impl Cut {
+    pub fn new(model: &SimModel, partition_of: &[u32]) -> Self {
+        let mut cut = Cut {
+            partition_of: partition_of.to_vec(),
+            distances: distances_ps(model, partition_of),
+            gpu_state: gpus_with_whole_host(model, partition_of),
+            group_reach: Vec::new(),
+            peer_reach: HashMap::new(),
+            gpus_of_host: HashMap::new(),
+            state_watched: Vec::new(),
+        };
+        cut.search_groups(model);
+        let entered_from_outside = |n: usize| {
+            model.topology.out_links(n as NodeId).iter().any(|&l| {
+                let back = model.topology.links()[l as usize];
+                partition_of[back.dst as usize] != partition_of[n]
+            })
+        };
+        cut.state_watched = (0..partition_of.len())
+            .map(|n| is_gpu_lp(model, n as NodeId) || entered_from_outside(n))
+            .collect();
+        cut
+    }
+
+    /// The least delay from anything GPU `rank` does in an op of group `kind` (segments,
+    /// acknowledgements, messages to its members) to another partition: `u64::MAX` when
+    /// every member is in its partition and every route to one stays there, so that all it
+    /// leads to is handled there. What a member then does is that member's own promise.
+    pub fn group_reach_ps(&self, rank: u32, kind: GroupKind) -> u64 {
+        self.group_reach[rank as usize][kind as usize]
+    }
+
+    /// The least of [`Cut::group_reach_ps`] over every group kind: a bound for whatever op
+    /// GPU `rank` runs.
+    pub fn gpu_reach_ps(&self, rank: u32) -> u64 {
+        self.group_reach[rank as usize]
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// [`Cut::group_reach_ps`] for one flow: from GPU node `sender` (the GPU itself, or
+    /// the PXN relay its segments leave by) to GPU node `peer`; the sender's distance to
+    /// the cut where the pair was not searched.
+    pub fn peer_reach_ps(&self, sender: NodeId, peer: NodeId) -> u64 {
+        self.peer_reach
+            .get(&(sender, peer))
+            .copied()
+            .unwrap_or(self.distances[sender as usize])
+    }
+
+    /// [`Cut::peer_reach_ps`] from any GPU of `gpu`'s host: for what `gpu` may send to
+    /// `peer` later, through whichever relay.
+    pub fn host_peer_reach_ps(&self, model: &SimModel, gpu: NodeId, peer: NodeId) -> u64 {
+        let host = model.topology.nodes()[gpu as usize].host;
+        match self.gpus_of_host.get(&host) {
+            Some(gpus) if host != HOST_NONE => gpus
+                .iter()
+                .map(|&v| self.peer_reach_ps(v, peer))
+                .min()
+                .unwrap_or(u64::MAX),
+            _ => self.distances[gpu as usize],
+        }
+    }
+
+    /// Fills `group_reach` and `peer_reach`: for each group of each kind once, each
+    /// member's least reach to the others.
+    fn search_groups(&mut self, model: &SimModel) {
+        let layout = &model.workload.layout;
+        let world = layout.world() as usize;
+        let topology = &model.topology;
+        let gpu_node = |rank: u32| topology.gpu(rank);
+        self.group_reach = (0..world)
+            .map(|r| [self.distances[gpu_node(r as u32) as usize]; GROUP_KINDS])
+            .collect();
+        // Flows through the flow LP, which sits in one partition, do not follow routes:
+        // only a group inside one host stays away from the cut.
+        let through_flow_lp = model.flow_home.is_some()
+            && (model.net.is_shared(LinkClass::NvLink) || model.net.is_shared(LinkClass::Pcie));
+        let host_of = |n: NodeId| topology.nodes()[n as usize].host;
+        for r in 0..world as u32 {
+            self.gpus_of_host
+                .entry(host_of(gpu_node(r)))
+                .or_default()
+                .push(gpu_node(r));
+        }
+        let mut hops = Vec::with_capacity(8);
+        for kind in GroupKind::ALL {
+            if layout.group_size(kind) as usize > SEARCHED_GROUP {
+                continue;
+            }
+            let mut seen = vec![false; world];
+            for r in 0..world {
+                if seen[r] {
+                    continue;
+                }
+                let members: Vec<NodeId> = layout
+                    .group(kind, r as u32)
+                    .into_iter()
+                    .inspect(|&m| seen[m as usize] = true)
+                    .map(gpu_node)
+                    .collect();
+                for &g in &members {
+                    let host = host_of(g);
+                    let mut reach = u64::MAX;
+                    for &m in &members {
+                        let same_host = host != HOST_NONE && host_of(m) == host;
+                        let r = if m == g || (same_host && !through_flow_lp) {
+                            continue;
+                        } else if model.flow_home.is_some() || host == HOST_NONE {
+                            self.distances[g as usize]
+                        } else {
+                            // From the GPU, or through a member in its host: PXN relays
+                            // a ring's lane by one (`collective::ring::lane_links`).
+                            let (partition_of, distances) = (&self.partition_of, &self.distances);
+                            let mut least = u64::MAX;
+                            for &v in members.iter().filter(|&&v| host_of(v) == host) {
+                                let r = *self.peer_reach.entry((v, m)).or_insert_with(|| {
+                                    route_reach_ps(model, partition_of, distances, v, m, &mut hops)
+                                });
+                                least = least.min(r);
+                            }
+                            least
+                        };
+                        reach = reach.min(r);
+                    }
+                    let rank = topology.nodes()[g as usize].index as usize;
+                    self.group_reach[rank][kind as usize] = reach;
+                }
+            }
+        }
+    }
+
+    /// Whether LP `node` may promise from its state ([`Cut::state_bounds`]), so that the
+    /// holder settles it again after it handles an event: GPUs, and nodes that a link
+    /// from another partition enters (their PFC state).
+    pub fn watches(&self, node: NodeId) -> bool {
+        self.state_watched[node as usize]
+    }
+
+    /// What LP `lp` at `node` can still send across the cut whatever arrives meanwhile, as
+    /// bounds `(from, reach)` like [`super::gpu::GpuLp::cut_promise`]'s: a GPU's program; a
+    /// node's resumes to the ports of other partitions it holds paused (at any time, so
+    /// from 0). `None` for LPs whose promise follows their pending events alone.
+    pub fn state_bounds(
+        &self,
+        model: &SimModel,
+        node: NodeId,
+        lp: &mut Lp,
+    ) -> Option<[(u64, u64); 2]> {
+        const NONE: (u64, u64) = (u64::MAX, u64::MAX);
+        if !self.watches(node) {
+            return None;
+        }
+        match lp {
+            Lp::Gpu(g) if self.gpu_state[node as usize] => Some(g.cut_promise(model, self)),
+            Lp::Gpu(_) => Some([(0, self.distances[node as usize]), NONE]),
+            Lp::Fabric(f) => {
+                let own = self.partition_of[node as usize];
+                let paused = f
+                    .ports
+                    .paused_upstream_latency(model, |up| self.partition_of[up as usize] != own);
+                Some([paused.map_or(NONE, |l| (0, l)), NONE])
+            }
+        }
+    }
+
+    /// The promise of `event` at `time_ps`: nothing it leads to reaches another partition
+    /// sooner. `u64::MAX` when its target's own promise covers it ([`Cut::state_bounds`]):
+    /// a GPU's events other than segments (valid whatever arrives when), and a PFC pause,
+    /// which only stops a port. `target` is what the caller knows of the target LP: a
+    /// `TxDone` then promises from the segment it will send, and a segment sends a pause
+    /// back only if its ingress buffer can fill.
+    pub fn event_promise(
+        &self,
+        model: &SimModel,
+        key: &EventKey,
+        event: &Event,
+        target: Option<TargetState>,
+    ) -> u64 {
+        let node = event.target;
+        let generic = self.distances[node as usize];
+        let reach = match (&event.body, target) {
+            (Body::Segment(seg), known) => {
+                let may_pause = match known {
+                    Some(TargetState {
+                        lp: Lp::Fabric(f),
+                        arriving_bytes,
+                    }) => f
+                        .ports
+                        .ingress_state(model, seg)
+                        .is_some_and(|(bytes, paused)| {
+                            paused || bytes + arriving_bytes >= model.net.xoff_bytes
+                        }),
+                    _ => true,
+                };
+                self.segment_reach_ps(model, node, seg, may_pause)
+            }
+            (Body::Pause { .. }, _) => return u64::MAX,
+            (body, known) if is_gpu_lp(model, node) => {
+                let gpu = match known {
+                    Some(TargetState { lp: Lp::Gpu(g), .. }) => Some(&**g),
+                    _ => None,
+                };
+                match self.gpu_event_reach_ps(model, node, key, body, gpu) {
+                    Some(reach) => reach,
+                    None => return u64::MAX,
+                }
+            }
+            // Stale, or it sends the head of its port's queue: the port is busy until this
+            // `TxDone`, so nothing else sends that segment before it. A resume it may send
+            // back is the node's state bound.
+            (
+                Body::TxDone { port },
+                Some(TargetState {
+                    lp: Lp::Fabric(f), ..
+                }),
+            ) => match f.ports.queue_head(*port as usize) {
+                Some(head) => self.segment_reach_ps(model, node, head, false),
+                None => return u64::MAX,
+            },
+            _ => generic,
+        };
+        key.time_ps.saturating_add(reach)
+    }
+
+    /// The reach of an event other than a segment for GPU `node`: what
+    /// handling it may send on at once. `None` where the GPU's state bound covers it (it
+    /// completes an op, or starts the next: [`super::gpu::GpuLp::cut_promise`]). `gpu` is
+    /// the GPU's state where the caller holds it.
+    fn gpu_event_reach_ps(
+        &self,
+        model: &SimModel,
+        node: NodeId,
+        key: &EventKey,
+        body: &Body,
+        gpu: Option<&super::gpu::GpuLp>,
+    ) -> Option<u64> {
+        let rank = model.topology.nodes()[node as usize].index;
+        let generic = self.distances[node as usize];
+        Some(match (body, gpu) {
+            (Body::ComputeDone { .. } | Body::SendDone { .. }, _) => return None,
+            // The next segments of the flow, or the connection's next message.
+            (Body::Ack { flow, .. }, Some(g)) => g.flow_reach_ps(self, *flow)?,
+            (Body::ConnectionFree { connection }, Some(g)) => {
+                match g.connection_peer(*connection) {
+                    Some(peer) => self.host_peer_reach_ps(model, node, peer),
+                    None => generic,
+                }
+            }
+            (Body::TxDone { port }, Some(g)) => match g.queue_head(*port as usize) {
+                Some(head) => self.segment_reach_ps(model, node, head, false),
+                None => return None,
+            },
+            // The next step of a collective, or for a send the transfer to the receiver
+            // that cleared it.
+            (Body::Message { tag } | Body::Arrived { tag, .. }, _) => {
+                self.tag_reach_ps(rank, node, *tag, || u64::MAX)
+            }
+            (Body::ClearToSend { tag }, _) => {
+                self.tag_reach_ps(rank, node, *tag, || self.peer_reach_ps(node, key.origin_lp))
+            }
+            // A paced flow's slot may hold another flow by now: the GPU's least reach.
+            (Body::Pace { .. }, _) => self.gpu_reach_ps(rank),
+            _ => generic,
+        })
+    }
+
+    /// The reach of what GPU `rank` (node `node`) sends for a message tagged `tag`: its
+    /// group's, `p2p` for a send or receive, the GPU's distance for anything else.
+    pub fn tag_reach_ps(
+        &self,
+        rank: u32,
+        node: NodeId,
+        tag: Tag,
+        p2p: impl FnOnce() -> u64,
+    ) -> u64 {
+        match tag.group {
+            P2P => p2p(),
+            g => match GroupKind::from_index(g) {
+                Some(kind) => self.group_reach_ps(rank, kind),
+                None => self.distances[node as usize],
+            },
+        }
+    }
+
+    /// The least delay from `seg`, at node `at` (arriving, or queued there), to anything it
+    /// leads to in another partition: a PFC pause back up the link it came in on (if
+    /// `may_pause`), the first node of another partition on the rest of its carried route,
+    /// or, at its destination, what the destination does: a GPU's acknowledgement to a
+    /// sender in another partition (the rest is the GPU's own promise), any other node's
+    /// distance to the cut. Never less than `at`'s distance, also a bound; that alone
+    /// without a carried route.
+    pub fn segment_reach_ps(
+        &self,
+        model: &SimModel,
+        at: NodeId,
+        seg: &Segment,
+        may_pause: bool,
+    ) -> u64 {
+        let generic = self.distances[at as usize];
+        if seg.route.is_empty() || generic == u64::MAX {
+            return generic;
+        }
+        let own = self.partition_of[at as usize];
+        let links = model.topology.links();
+        let mut reach = u64::MAX;
+        if may_pause && seg.ingress != NO_LINK {
+            let up = links[seg.ingress as usize];
+            if self.partition_of[up.src as usize] != own {
+                reach = up.latency_ps;
+            }
+        }
+        let (mut node, mut hop, mut travelled) = (at, seg.hop, 0u64);
+        while node != seg.dst {
+            if travelled >= reach {
+                return reach.max(generic);
+            }
+            let Some(next) = seg
+                .route
+                .port(hop)
+                .and_then(|i| model.topology.out_links(node).get(i))
+            else {
+                return generic;
+            };
+            let link = links[*next as usize];
+            // Store and forward: the whole segment crosses each link before the next hop
+            // has it, queued or not (`net::Ports::transmit`, `net::cross_analytical`).
+            travelled +=
+                link.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / link.bytes_per_s);
+            node = link.dst;
+            hop += 1;
+            if self.partition_of[node as usize] != own {
+                return reach.min(travelled).max(generic);
+            }
+        }
+        // At its destination: a GPU acknowledges it to the sender, and what else it does
+        // there its own promise covers ([`super::gpu::GpuLp::cut_promise`]); any other
+        // node, or a GPU without a promise of its own, is bounded by its distance.
+        let after = if is_gpu_lp(model, node) && self.gpu_state[node as usize] {
+            // The acknowledgement, and a collective's next step (a receive's end only
+            // starts later ops, the GPU's state bound).
+            let ack = if self.partition_of[seg.src as usize] == own {
+                u64::MAX
+            } else {
+                seg.path_ps
+            };
+            let rank = model.topology.nodes()[node as usize].index;
+            ack.min(self.tag_reach_ps(rank, node, seg.tag, || u64::MAX))
+        } else {
+            self.distances[node as usize]
+        };
+        reach.min(travelled.saturating_add(after)).max(generic)
+    }
+}
+
+/// The least delay, over every route from GPU node `sender` to GPU node `peer`, to the
+/// first node of another partition than the sender's: `u64::MAX` when none leaves it.
+/// Without events on the way (the analytical network delivers at the peer), only the
+/// peer's partition counts.
+fn route_reach_ps(
+    model: &SimModel,
+    partition_of: &[u32],
+    distances: &[u64],
+    sender: NodeId,
+    peer: NodeId,
+    hops: &mut Vec<LinkId>,
+) -> u64 {
+    let own = partition_of[sender as usize];
+    if !model.net.packet {
+        return if partition_of[peer as usize] == own {
+            u64::MAX
+        } else {
+            distances[sender as usize]
+        };
+    }
+    let walk = Walk {
+        model,
+        partition_of,
+        own,
+        src: sender,
+        dst: peer,
+    };
+    walk.first_foreign_ps(sender, &mut HashMap::new(), hops)
+}
+
+/// Routes of one flow `src → dst`, searched for the first node outside partition `own`.
+struct Walk<'a> {
+    model: &'a SimModel,
+    partition_of: &'a [u32],
+    own: u32,
+    src: NodeId,
+    dst: NodeId,
+}
+
+impl Walk<'_> {
+    /// From node `at` (in `own`), the least latency to a node outside it over every route
+    /// on to `dst`; `u64::MAX` when none leaves. `memo` holds the nodes done, for this flow.
+    fn first_foreign_ps(
+        &self,
+        at: NodeId,
+        memo: &mut HashMap<NodeId, u64>,
+        hops: &mut Vec<LinkId>,
+    ) -> u64 {
+        if at == self.dst {
+            return u64::MAX;
+        }
+        if let Some(&known) = memo.get(&at) {
+            return known;
+        }
+        let topology = &self.model.topology;
+        // A route the engine could not take either: nothing is known, so promise nothing.
+        if topology.next_hops(at, self.src, self.dst, hops).is_err() {
+            return 0;
+        }
+        let next = hops.clone();
+        let mut reach = u64::MAX;
+        for link in next {
+            let l = topology.links()[link as usize];
+            let beyond = if self.partition_of[l.dst as usize] != self.own {
+                0
+            } else {
+                self.first_foreign_ps(l.dst, memo, hops)
+            };
+            reach = reach.min(beyond.saturating_add(l.latency_ps));
+        }
+        memo.insert(at, reach);
+        reach
+    }
+}
+
+/// Whether `node` is a GPU running a rank (its LP is a [`super::gpu::GpuLp`]).
+fn is_gpu_lp(model: &SimModel, node: NodeId) -> bool {
+    let n = model.topology.nodes()[node as usize];
+    n.kind == NodeKind::Gpu && n.index < model.workload.layout.world()
+}
+
+/// For every topology node, the least time an event there can take to cause an event
+/// in another partition of `partition_of` (indexed by node): the shortest latency path
+/// to any node of another partition, over the links and, in flow mode, over the flow
+/// LP's edges (each GPU to and from it in [`SimModel::flow_delay_ps`]); `u64::MAX`
+/// when none is reachable.
+///
+/// Sound because an event an LP emits for another LP is never sooner than the path
+/// between them: a segment crosses each link's latency, and an acknowledgement, message
+/// or closed-form arrival takes its route's summed latency. A chain of events inside a
+/// partition is then never faster than the shortest path (triangle inequality), so an
+/// event at time `t` at node `x` leads to nothing in another partition before
+/// `t + d[x]`: a conservative earliest output time per event, as Chandy and Misra's
+/// lookahead per channel (Misra, "Distributed discrete-event simulation", Computing
+/// Surveys 1986, §3), and never less than the cut's smallest latency.
+fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
+    let nodes = model.topology.nodes().len();
+    // Edges reversed: into each node, from where, how long.
+    let mut into: Vec<Vec<(NodeId, u64)>> = vec![Vec::new(); nodes];
+    for l in model.topology.links() {
+        into[l.dst as usize].push((l.src, l.latency_ps));
+    }
+    if let Some(home) = model.flow_home {
+        for (g, n) in model.topology.nodes().iter().enumerate() {
+            if n.kind == NodeKind::Gpu {
+                into[home as usize].push((g as NodeId, model.flow_delay_ps));
+                into[g].push((home, model.flow_delay_ps));
+            }
+        }
+    }
+    nearest_other_partition(&into, partition_of)
+}
+
+/// For every topology node, whether it is a GPU whose whole host lies in its partition
+/// of `partition_of`: only such a GPU's promise can rest on what leaves its host
+/// ([`gpu::GpuLp::off_host_quiet_until`]). The partitioner never cuts a host; a map
+/// given by hand may.
+fn gpus_with_whole_host(model: &SimModel, partition_of: &[u32]) -> Vec<bool> {
+    let nodes = model.topology.nodes();
+    let hosts = nodes
+        .iter()
+        .filter(|n| n.host != crate::topology::HOST_NONE)
+        .map(|n| n.host as usize + 1)
+        .max()
+        .unwrap_or(0);
+    // Per host: its one partition, or u32::MAX once two are seen.
+    let mut host_partition = vec![None::<u32>; hosts];
+    for (n, node) in nodes.iter().enumerate() {
+        if node.host == crate::topology::HOST_NONE {
+            continue;
+        }
+        let slot = &mut host_partition[node.host as usize];
+        match *slot {
+            None => *slot = Some(partition_of[n]),
+            Some(p) if p != partition_of[n] => *slot = Some(u32::MAX),
+            Some(_) => {}
+        }
+    }
+    nodes
+        .iter()
+        .map(|n| {
+            n.kind == NodeKind::Gpu
+                && n.host != crate::topology::HOST_NONE
+                && host_partition[n.host as usize] != Some(u32::MAX)
+        })
+        .collect()
+}
+
+/// For each node, the distance to the nearest node of another partition, given the edges
+/// into each node: a multi-source Dijkstra from every node at once over the reversed edges,
+/// keeping at each node the nearest two sources of different partitions (its own at 0, and
+/// the nearest other).
+fn nearest_other_partition(into: &[Vec<(NodeId, u64)>], partition_of: &[u32]) -> Vec<u64> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let n = into.len();
+    // The partition of the nearest source settled at each node so far (one per node: its
+    // own), and the answer once the second is.
+    let mut first: Vec<u32> = vec![u32::MAX; n];
+    let mut other: Vec<u64> = vec![u64::MAX; n];
+    let mut heap: BinaryHeap<Reverse<(u64, NodeId, u32)>> = (0..n)
+        .map(|x| Reverse((0, x as NodeId, partition_of[x])))
+        .collect();
+    while let Some(Reverse((d, x, p))) = heap.pop() {
+        let x_i = x as usize;
+        if first[x_i] == u32::MAX {
+            first[x_i] = p;
+        } else if first[x_i] != p && other[x_i] == u64::MAX {
+            other[x_i] = d;
+        } else {
+            continue;
+        }
+        for &(from, latency) in &into[x_i] {
+            let f = from as usize;
+            if other[f] == u64::MAX && first[f] != p {
+                heap.push(Reverse((d.saturating_add(latency), from, p)));
+            }
+        }
+    }
+    (0..n)
+        .map(|x| {
+            // A node's own partition came first only if it is its nearest source; the
+            // first settled is always the node itself at 0.
+            if first[x] == partition_of[x] {
+                other[x]
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_node_gets_its_shortest_latency_to_another_partition() {
+        // 0 -1- 1 -2- 2 -4- 3, both ways, and a slow shortcut 0 -10- 3; partitions 0 0 1 1.
+        let mut into: Vec<Vec<(NodeId, u64)>> = vec![Vec::new(); 4];
+        for (a, b, l) in [(0, 1, 1), (1, 2, 2), (2, 3, 4), (0, 3, 10)] {
+            into[b as usize].push((a, l));
+            into[a as usize].push((b, l));
+        }
+        assert_eq!(nearest_other_partition(&into, &[0, 0, 1, 1]), [3, 2, 2, 6]);
+        // One partition: nothing to reach.
+        assert_eq!(nearest_other_partition(&into, &[0, 0, 0, 0]), [u64::MAX; 4]);
+        // Three: node 1 is next to both others.
+        assert_eq!(nearest_other_partition(&into, &[0, 1, 2, 2]), [1, 1, 2, 6]);
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::super::net::tests::{network_queues, segment, two_hosts_per_leaf, walk};
+    use super::super::net::{Route, serialisation_ps};
+    use super::*;
+
+    /// Quickstart's fabric with two hosts per leaf, cut so that partition 0 holds hosts 0
+    /// and 1 and the leaves their NICs hang from; everything else is partition 1.
+    fn two_hosts_cut(model: &SimModel) -> Cut {
+        let t = &model.topology;
+        let inside = |n: NodeId| matches!(t.nodes()[n as usize].host, 0 | 1);
+        let partition_of: Vec<u32> = (0..t.nodes().len() as NodeId)
+            .map(|n| {
+                let leaf_of_ours = t.nodes()[n as usize].kind == NodeKind::Leaf
+                    && t.out_links(n)
+                        .iter()
+                        .any(|&l| inside(t.links()[l as usize].dst));
+                u32::from(!(inside(n) || leaf_of_ours))
+            })
+            .collect();
+        Cut::new(model, &partition_of)
+    }
+
+    /// A segment from GPU rank `src` to rank `dst` at the hop where it reaches the leaf,
+    /// with its route carried, and that leaf.
+    fn at_the_leaf(model: &SimModel, src: u32, dst: u32, bytes: u32) -> (Segment, NodeId) {
+        let t = &model.topology;
+        let (src, dst) = (t.gpu(src), t.gpu(dst));
+        let mut seg = segment(src, dst, 3);
+        seg.bytes = bytes;
+        seg.tag.group = P2P;
+        seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
+        let links = walk(t, src, &seg.route);
+        let hop = links
+            .iter()
+            .position(|&l| t.nodes()[t.links()[l as usize].dst as usize].kind == NodeKind::Leaf)
+            .expect("the route passes a leaf");
+        seg.hop = hop as u16 + 1;
+        (seg, t.links()[links[hop] as usize].dst)
+    }
+
+    /// Latency plus serialisation of `bytes` over the rest of `seg`'s route from `at`.
+    fn rest_of_route_ps(model: &SimModel, at: NodeId, seg: &Segment) -> u64 {
+        let t = &model.topology;
+        let (mut node, mut total) = (at, 0);
+        let mut hop = seg.hop;
+        while let Some(port) = seg.route.port(hop) {
+            hop += 1;
+            let l = t.links()[t.out_links(node)[port] as usize];
+            total += l.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / l.bytes_per_s);
+            node = l.dst;
+        }
+        total
+    }
+
+    #[test]
+    fn a_segment_whose_route_stays_inside_its_partition_promises_nothing() {
+        let model = two_hosts_per_leaf();
+        let cut = two_hosts_cut(&model);
+        // Host 1's first GPU to host 0's, through their shared leaf.
+        let (seg, leaf) = at_the_leaf(&model, 8, 0, 1 << 20);
+        assert_eq!(cut.partition_of[leaf as usize], 0);
+        let near = cut.distances[leaf as usize];
+        assert!(near < u64::MAX, "the leaf is next to the cut (its spines)");
+        // The receiver's acknowledgement goes to a sender inside, and a receive's end is the
+        // receiving GPU's own promise: nothing the segment leads to crosses.
+        assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, true), u64::MAX);
+    }
+
+    #[test]
+    fn a_segment_from_outside_reaches_back_after_its_route_and_acknowledgement() {
+        let model = two_hosts_per_leaf();
+        let cut = two_hosts_cut(&model);
+        let (mut seg, leaf) = at_the_leaf(&model, 8, 0, 1 << 20);
+        // As if sent from outside, the acknowledgement crosses `path_ps` after delivery.
+        seg.src = model.topology.gpu(16);
+        seg.path_ps = 7_000_000;
+        let expected = rest_of_route_ps(&model, leaf, &seg) + seg.path_ps;
+        assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, false), expected);
+        // Serialisation counts at every hop: a smaller segment gets there sooner.
+        seg.bytes = 4096;
+        let smaller = rest_of_route_ps(&model, leaf, &seg) + seg.path_ps;
+        assert!(smaller < expected);
+        assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, false), smaller);
+    }
+
+    #[test]
+    fn a_segment_that_may_pause_a_sender_outside_reaches_back_one_link() {
+        let model = two_hosts_per_leaf();
+        let cut = two_hosts_cut(&model);
+        let t = &model.topology;
+        let (mut seg, leaf) = at_the_leaf(&model, 8, 0, 1 << 20);
+        // Arriving from a spine (partition 1): a pause would go back up that link.
+        let up = t
+            .out_links(leaf)
+            .iter()
+            .map(|&l| l ^ 1)
+            .find(|&l| cut.partition_of[t.links()[l as usize].src as usize] == 1)
+            .expect("a link from a spine");
+        seg.ingress = up;
+        let latency = t.links()[up as usize].latency_ps;
+        assert_eq!(
+            cut.segment_reach_ps(&model, leaf, &seg, true),
+            latency.max(cut.distances[leaf as usize])
+        );
+        assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, false), u64::MAX);
+    }
+
+    #[test]
+    fn a_segment_leaving_its_partition_reaches_the_first_node_outside() {
+        let model = two_hosts_per_leaf();
+        let cut = two_hosts_cut(&model);
+        let t = &model.topology;
+        // Host 0's first GPU to host 2's: up to a spine, outside.
+        let (seg, leaf) = at_the_leaf(&model, 0, 16, 1 << 20);
+        let first =
+            t.links()[t.out_links(leaf)[seg.route.port(seg.hop).expect("carried")] as usize];
+        assert_eq!(cut.partition_of[first.dst as usize], 1);
+        let one_hop = first.latency_ps + serialisation_ps(1 << 20, 1e12 / first.bytes_per_s);
+        assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, true), one_hop);
+        // Without a carried route, only the leaf's distance is known.
+        let mut unrouted = seg;
+        unrouted.route = Route::default();
+        assert_eq!(
+            cut.segment_reach_ps(&model, leaf, &unrouted, true),
+            cut.distances[leaf as usize]
+        );
+    }
+}
