@@ -347,7 +347,7 @@ pub fn run_worker(
     // windows are as wide as it likes anyway.)
     let asynchronous = setup.scheduling == Scheduling::Asynchronous;
     let cut = (setup.promises && !asynchronous && setup.lookahead_ps.is_some())
-        .then(|| Arc::new(Cut::new(model, &map.partition_of)));
+        .then(|| Arc::new(Cut::new(model, &map.partition_of, &mine)));
     let mut promises = NextTimes::new(partitions.len());
     let mut waiting = vec![u64::MAX; partitions.len()];
     let routing = Routing {

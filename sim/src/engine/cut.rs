@@ -53,7 +53,10 @@ pub struct TargetState<'a> {
 }
 
 impl Cut {
-    pub fn new(model: &SimModel, partition_of: &[u32]) -> Self {
+    /// The cut of `partition_of` as the holder of partitions `owned` sees it: what GPUs of
+    /// other partitions reach is left at their distances (the holder asks only for events
+    /// in flight there, where it knows no state).
+    pub fn new(model: &SimModel, partition_of: &[u32], owned: &[u32]) -> Self {
         let mut cut = Cut {
             partition_of: partition_of.to_vec(),
             distances: distances_ps(model, partition_of),
@@ -63,7 +66,7 @@ impl Cut {
             gpus_of_host: HashMap::new(),
             state_watched: Vec::new(),
         };
-        cut.search_groups(model);
+        cut.search_groups(model, owned);
         let entered_from_outside = |n: usize| {
             model.topology.out_links(n as NodeId).iter().any(|&l| {
                 let back = model.topology.links()[l as usize];
@@ -120,7 +123,18 @@ impl Cut {
 
     /// Fills `group_reach` and `peer_reach`: for each group of each kind once, each
     /// member's least reach to the others.
-    fn search_groups(&mut self, model: &SimModel) {
+    fn search_groups(&mut self, model: &SimModel, owned: &[u32]) {
+        let partitions = self
+            .partition_of
+            .iter()
+            .max()
+            .map_or(0, |&p| p as usize + 1);
+        let mut is_owned = vec![false; partitions];
+        for &p in owned {
+            if let Some(o) = is_owned.get_mut(p as usize) {
+                *o = true;
+            }
+        }
         let layout = &model.workload.layout;
         let world = layout.world() as usize;
         let topology = &model.topology;
@@ -156,6 +170,9 @@ impl Cut {
                     .map(gpu_node)
                     .collect();
                 for &g in &members {
+                    if !is_owned[self.partition_of[g as usize] as usize] {
+                        continue;
+                    }
                     let host = host_of(g);
                     let mut reach = u64::MAX;
                     for &m in &members {
@@ -641,7 +658,7 @@ mod route_tests {
                 u32::from(!(inside(n) || leaf_of_ours))
             })
             .collect();
-        Cut::new(model, &partition_of)
+        Cut::new(model, &partition_of, &[0, 1])
     }
 
     /// A segment from GPU rank `src` to rank `dst` at the hop where it reaches the leaf,

@@ -211,8 +211,9 @@ enum Running {
 /// The ops of a GPU's program that may cross the run's cut ([`GpuLp::cut_promise`]).
 #[derive(Debug)]
 struct Crossing {
-    /// Every send's and receive's peer was known: computed for good.
-    exact: bool,
+    /// Which send and receive groups were known when it was made (bit 0 pipeline, bit 1
+    /// context parallel).
+    known: u8,
     /// Per stream, the positions of the ops whose reach is finite, ascending.
     positions: Box<[Vec<u32>]>,
     /// The least reach of any op of the program.
@@ -337,8 +338,8 @@ pub struct GpuLp {
     /// dropped about once. Not part of a checkpoint.
     #[serde(skip)]
     least_compute: (u32, u32, u64),
-    /// The ops that may cross the run's cut, computed by [`GpuLp::cut_promise`] until
-    /// exact: not part of a checkpoint.
+    /// The ops that may cross the run's cut, made by [`GpuLp::cut_promise`] again when a
+    /// send or receive group becomes known: not part of a checkpoint.
     #[serde(skip)]
     crossing: Option<Crossing>,
 }
@@ -773,28 +774,30 @@ impl GpuLp {
         let distance = cut.distances[self.node as usize];
         // A send or receive reaches its one peer (by no relay) once the group is known;
         // until then, its group's least reach.
-        let mut exact = true;
-        let mut p2p = |kind: GroupKind, next: bool| match &self.groups[kind as usize] {
-            Some(g) => cut.peer_reach_ps(self.node, if next { g.ring.next } else { g.ring.prev }),
-            None => {
-                let r = cut.group_reach_ps(rank, kind);
-                exact &= r == u64::MAX;
-                r
-            }
-        };
-        let p2p = [
-            p2p(GroupKind::Pp, true),
-            p2p(GroupKind::Pp, false),
-            p2p(GroupKind::Cp, true),
-            p2p(GroupKind::Cp, false),
-        ];
-        let reach = |op: u32| match program.ops[op as usize].kind {
-            OpKind::Compute { .. } => u64::MAX,
-            OpKind::Collective { group, .. } => cut.group_reach_ps(rank, group),
-            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
-            OpKind::MemoryRead { .. } => distance,
-        };
-        if !self.crossing.as_ref().is_some_and(|c| c.exact) {
+        // Which of the send and receive groups are known: until one is, its sends and
+        // receives count at the group's least reach; the list is made again when it is.
+        let known = u8::from(self.groups[GroupKind::Pp as usize].is_some())
+            | u8::from(self.groups[GroupKind::Cp as usize].is_some()) << 1;
+        if self.crossing.as_ref().is_none_or(|c| c.known != known) {
+            let p2p = |kind: GroupKind, next: bool| match &self.groups[kind as usize] {
+                // A send goes to its one peer, by no relay.
+                Some(g) => {
+                    cut.peer_reach_ps(self.node, if next { g.ring.next } else { g.ring.prev })
+                }
+                None => cut.group_reach_ps(rank, kind),
+            };
+            let p2p = [
+                p2p(GroupKind::Pp, true),
+                p2p(GroupKind::Pp, false),
+                p2p(GroupKind::Cp, true),
+                p2p(GroupKind::Cp, false),
+            ];
+            let reach = |op: u32| match program.ops[op as usize].kind {
+                OpKind::Compute { .. } => u64::MAX,
+                OpKind::Collective { group, .. } => cut.group_reach_ps(rank, group),
+                OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
+                OpKind::MemoryRead { .. } => distance,
+            };
             let mut least = u64::MAX;
             let positions = index
                 .stream_ops
@@ -810,7 +813,7 @@ impl GpuLp {
                 })
                 .collect();
             self.crossing = Some(Crossing {
-                exact,
+                known,
                 positions,
                 least,
             });
