@@ -540,9 +540,9 @@ fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
 }
 
 /// For every topology node, whether it is a GPU whose whole host lies in its partition
-/// of `partition_of`: only such a GPU's promise can rest on what leaves its host
-/// ([`gpu::GpuLp::off_host_quiet_until`]). The partitioner never cuts a host; a map
-/// given by hand may.
+/// of `partition_of`: only such a GPU's promise can rest on its program
+/// ([`super::gpu::GpuLp::cut_promise`]), since what it sends inside its host then stays in
+/// its partition. The partitioner never cuts a host; a map given by hand may.
 fn gpus_with_whole_host(model: &SimModel, partition_of: &[u32]) -> Vec<bool> {
     let nodes = model.topology.nodes();
     let hosts = nodes
