@@ -27,9 +27,9 @@ use sim::topology::LinkId;
 #[derive(Debug)]
 pub struct PendingPromises {
     cut: Arc<Cut>,
-    /// `(t + d[target], t)` of the events pushed.
+    /// `(promise, t)` of the events pushed ([`Cut::event_promise`]).
     heap: BinaryHeap<Reverse<(u64, u64)>>,
-    /// GPUs' promises from their states ([`StatePromises`]).
+    /// LPs' promises from their states ([`StatePromises`]).
     states: StatePromises,
     /// Per link from another partition: the bytes of the segments pending here that
     /// arrive over it ([`TargetState::arriving_bytes`]).
@@ -213,7 +213,7 @@ impl StatePromises {
         }
     }
 
-    /// GPU `local`'s bounds are now `bounds`, each `(from, reach)`.
+    /// LP `local`'s bounds are now `bounds`, each `(from, reach)`.
     fn set(&mut self, local: usize, bounds: [(u64, u64); 2]) {
         self.version[local] = self.version[local].wrapping_add(1);
         for reach in std::mem::replace(&mut self.waiting_reach[local], [u64::MAX; 2]) {

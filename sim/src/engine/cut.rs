@@ -38,8 +38,6 @@ pub struct Cut {
     group_reach: Vec<[u64; GROUP_KINDS]>,
     /// Per (sending GPU node, peer GPU node) searched: [`Cut::peer_reach_ps`].
     peer_reach: HashMap<(NodeId, NodeId), u64>,
-    /// The GPU nodes of each host that holds GPUs running ranks.
-    gpus_of_host: HashMap<u32, Vec<NodeId>>,
     /// Per node: [`Cut::watches`].
     state_watched: Vec<bool>,
 }
@@ -63,7 +61,6 @@ impl Cut {
             gpu_state: gpus_with_whole_host(model, partition_of),
             group_reach: Vec::new(),
             peer_reach: HashMap::new(),
-            gpus_of_host: HashMap::new(),
             state_watched: Vec::new(),
         };
         cut.search_groups(model, owned);
@@ -107,20 +104,6 @@ impl Cut {
             .unwrap_or(self.distances[sender as usize])
     }
 
-    /// [`Cut::peer_reach_ps`] from any GPU of `gpu`'s host: for what `gpu` may send to
-    /// `peer` later, through whichever relay.
-    pub fn host_peer_reach_ps(&self, model: &SimModel, gpu: NodeId, peer: NodeId) -> u64 {
-        let host = model.topology.nodes()[gpu as usize].host;
-        match self.gpus_of_host.get(&host) {
-            Some(gpus) if host != HOST_NONE => gpus
-                .iter()
-                .map(|&v| self.peer_reach_ps(v, peer))
-                .min()
-                .unwrap_or(u64::MAX),
-            _ => self.distances[gpu as usize],
-        }
-    }
-
     /// Fills `group_reach` and `peer_reach`: for each group of each kind once, each
     /// member's least reach to the others.
     fn search_groups(&mut self, model: &SimModel, owned: &[u32]) {
@@ -147,12 +130,6 @@ impl Cut {
         let through_flow_lp = model.flow_home.is_some()
             && (model.net.is_shared(LinkClass::NvLink) || model.net.is_shared(LinkClass::Pcie));
         let host_of = |n: NodeId| topology.nodes()[n as usize].host;
-        for r in 0..world as u32 {
-            self.gpus_of_host
-                .entry(host_of(gpu_node(r)))
-                .or_default()
-                .push(gpu_node(r));
-        }
         let mut hops = Vec::with_capacity(8);
         for kind in GroupKind::ALL {
             if layout.group_size(kind) as usize > SEARCHED_GROUP {
@@ -163,13 +140,12 @@ impl Cut {
                 if seen[r] {
                     continue;
                 }
-                let members: Vec<NodeId> = layout
-                    .group(kind, r as u32)
-                    .into_iter()
-                    .inspect(|&m| seen[m as usize] = true)
-                    .map(gpu_node)
-                    .collect();
-                for &g in &members {
+                let ranks = layout.group(kind, r as u32);
+                let members: Vec<NodeId> = ranks.iter().map(|&m| gpu_node(m)).collect();
+                for &m in &ranks {
+                    seen[m as usize] = true;
+                }
+                for (&rank, &g) in ranks.iter().zip(&members) {
                     if !is_owned[self.partition_of[g as usize] as usize] {
                         continue;
                     }
@@ -177,7 +153,7 @@ impl Cut {
                     let mut reach = u64::MAX;
                     for &m in &members {
                         let same_host = host != HOST_NONE && host_of(m) == host;
-                        let r = if m == g || (same_host && !through_flow_lp) {
+                        let to_m = if m == g || (same_host && !through_flow_lp) {
                             continue;
                         } else if model.flow_home.is_some() || host == HOST_NONE {
                             self.distances[g as usize]
@@ -187,17 +163,16 @@ impl Cut {
                             let (partition_of, distances) = (&self.partition_of, &self.distances);
                             let mut least = u64::MAX;
                             for &v in members.iter().filter(|&&v| host_of(v) == host) {
-                                let r = *self.peer_reach.entry((v, m)).or_insert_with(|| {
+                                let from_v = *self.peer_reach.entry((v, m)).or_insert_with(|| {
                                     route_reach_ps(model, partition_of, distances, v, m, &mut hops)
                                 });
-                                least = least.min(r);
+                                least = least.min(from_v);
                             }
                             least
                         };
-                        reach = reach.min(r);
+                        reach = reach.min(to_m);
                     }
-                    let rank = topology.nodes()[g as usize].index as usize;
-                    self.group_reach[rank][kind as usize] = reach;
+                    self.group_reach[rank as usize][kind as usize] = reach;
                 }
             }
         }
@@ -314,9 +289,10 @@ impl Cut {
             (Body::ComputeDone { .. } | Body::SendDone { .. }, _) => return None,
             // The next segments of the flow, or the connection's next message.
             (Body::Ack { flow, .. }, Some(g)) => g.flow_reach_ps(self, *flow)?,
+            // A serial connection's chunks leave from the GPU itself, by no relay.
             (Body::ConnectionFree { connection }, Some(g)) => {
                 match g.connection_peer(*connection) {
-                    Some(peer) => self.host_peer_reach_ps(model, node, peer),
+                    Some(peer) => self.peer_reach_ps(node, peer),
                     None => generic,
                 }
             }

@@ -763,65 +763,15 @@ impl GpuLp {
             let least = cut.gpu_reach_ps(rank);
             return [(now, least), (now, least)];
         }
+        if self.finish_ps.is_some() {
+            return [(u64::MAX, u64::MAX); 2];
+        }
         // What running ops and their flows send next follows an event that carries its own
         // promise ([`Cut::event_promise`]), but for an op that runs like a kernel.
         let mut running = u64::MAX;
-        if self.finish_ps.is_some() {
-            return [(now, running), (u64::MAX, u64::MAX)];
-        }
         let program = &model.workload.programs[self.program as usize];
         let index = &model.programs[self.program as usize];
         let distance = cut.distances[self.node as usize];
-        // A send or receive reaches its one peer (by no relay) once the group is known;
-        // until then, its group's least reach.
-        // Which of the send and receive groups are known: until one is, its sends and
-        // receives count at the group's least reach; the list is made again when it is.
-        let known = u8::from(self.groups[GroupKind::Pp as usize].is_some())
-            | u8::from(self.groups[GroupKind::Cp as usize].is_some()) << 1;
-        if self.crossing.as_ref().is_none_or(|c| c.known != known) {
-            let p2p = |kind: GroupKind, next: bool| match &self.groups[kind as usize] {
-                // A send goes to its one peer, by no relay.
-                Some(g) => {
-                    cut.peer_reach_ps(self.node, if next { g.ring.next } else { g.ring.prev })
-                }
-                None => cut.group_reach_ps(rank, kind),
-            };
-            let p2p = [
-                p2p(GroupKind::Pp, true),
-                p2p(GroupKind::Pp, false),
-                p2p(GroupKind::Cp, true),
-                p2p(GroupKind::Cp, false),
-            ];
-            let reach = |op: u32| match program.ops[op as usize].kind {
-                OpKind::Compute { .. } => u64::MAX,
-                OpKind::Collective { group, .. } => cut.group_reach_ps(rank, group),
-                OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
-                OpKind::MemoryRead { .. } => distance,
-            };
-            let mut least = u64::MAX;
-            let positions = index
-                .stream_ops
-                .iter()
-                .map(|ops| {
-                    (0..ops.len() as u32)
-                        .filter(|&p| {
-                            let r = reach(ops[p as usize]);
-                            least = least.min(r);
-                            r != u64::MAX
-                        })
-                        .collect()
-                })
-                .collect();
-            self.crossing = Some(Crossing {
-                known,
-                positions,
-                least,
-            });
-        }
-        let (crossing, least) = match &self.crossing {
-            Some(c) => (&c.positions[..], c.least),
-            None => (&[][..], u64::MAX),
-        };
         // The first kernel of the compute stream not started yet, and the least end of the
         // one running: the kernels after it start no sooner.
         let running_end = match self.running[COMPUTE] {
@@ -830,6 +780,54 @@ impl GpuLp {
             }
             _ => None,
         };
+        // Which of the send and receive groups are known: until one is, its sends and
+        // receives count at the group's least reach; the list is made again when it is.
+        let known = u8::from(self.groups[GroupKind::Pp as usize].is_some())
+            | u8::from(self.groups[GroupKind::Cp as usize].is_some()) << 1;
+        let crossing = match &mut self.crossing {
+            Some(c) if c.known == known => c,
+            slot => {
+                let p2p = |kind: GroupKind, next: bool| match &self.groups[kind as usize] {
+                    // A send goes to its one peer, by no relay.
+                    Some(g) => {
+                        cut.peer_reach_ps(self.node, if next { g.ring.next } else { g.ring.prev })
+                    }
+                    None => cut.group_reach_ps(rank, kind),
+                };
+                let p2p = [
+                    p2p(GroupKind::Pp, true),
+                    p2p(GroupKind::Pp, false),
+                    p2p(GroupKind::Cp, true),
+                    p2p(GroupKind::Cp, false),
+                ];
+                let reach = |op: u32| match program.ops[op as usize].kind {
+                    OpKind::Compute { .. } => u64::MAX,
+                    OpKind::Collective { group, .. } => cut.group_reach_ps(rank, group),
+                    OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
+                    OpKind::MemoryRead { .. } => distance,
+                };
+                let mut least = u64::MAX;
+                let positions = index
+                    .stream_ops
+                    .iter()
+                    .map(|ops| {
+                        (0..ops.len() as u32)
+                            .filter(|&p| {
+                                let r = reach(ops[p as usize]);
+                                least = least.min(r);
+                                r != u64::MAX
+                            })
+                            .collect()
+                    })
+                    .collect();
+                slot.insert(Crossing {
+                    known,
+                    positions,
+                    least,
+                })
+            }
+        };
+        let (crossing, least) = (&crossing.positions[..], crossing.least);
         let first_unstarted = self.done[COMPUTE] + u32::from(running_end.is_some());
         // The least, over streams, of the last kernel their next crossing op waits for:
         // every stream's wait starts at the same kernel, so the least end is the bound.
