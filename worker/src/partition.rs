@@ -153,7 +153,7 @@ impl Partition {
             );
         }
         for (i, lp) in self.lps.iter_mut().enumerate() {
-            promises.settle_lp(model, i as u32, self.lp_ids[i], lp);
+            promises.settle_lp(model, i as u32, self.lp_ids[i], lp, 0);
         }
         self.promises = Some(promises);
     }
@@ -164,7 +164,13 @@ impl Partition {
         let promises = self.promises.as_mut()?;
         for i in promises.take_touched() {
             let i = i as usize;
-            promises.settle_lp(model, i as u32, self.lp_ids[i], &mut self.lps[i]);
+            promises.settle_lp(model, i as u32, self.lp_ids[i], &mut self.lps[i], 0);
+        }
+        // Bounds the window passed: settled as of its end, an LP's may move on.
+        for i in promises.take_passed(window_end_ps) {
+            let i = i as usize;
+            let (node, lp) = (self.lp_ids[i], &mut self.lps[i]);
+            promises.settle_lp(model, i as u32, node, lp, window_end_ps);
         }
         let (queue, lp_ids, lps) = (&self.queue, &self.lp_ids, &self.lps);
         Some(promises.promise(

@@ -108,11 +108,25 @@ impl PendingPromises {
     }
 
     /// Computes the promise of LP `local` (topology node `node`) from its state, if it has
-    /// one ([`Cut::state_bounds`]).
-    pub fn settle_lp(&mut self, model: &SimModel, local: u32, node: u32, lp: &mut Lp) {
-        if let Some(bounds) = self.cut.state_bounds(model, node, lp) {
+    /// one ([`Cut::state_bounds`]), as of `not_before_ps` at the earliest.
+    pub fn settle_lp(
+        &mut self,
+        model: &SimModel,
+        local: u32,
+        node: u32,
+        lp: &mut Lp,
+        not_before_ps: u64,
+    ) {
+        if let Some(bounds) = self.cut.state_bounds(model, node, lp, not_before_ps) {
             self.states.set(local as usize, bounds);
         }
+    }
+
+    /// The LPs whose state bounds a window ending at `window_end_ps` passed and that were
+    /// not settled again as of that end: settled then, they may promise later
+    /// ([`StatePromises::take_passed`]).
+    pub fn take_passed(&mut self, window_end_ps: u64) -> Vec<u32> {
+        self.states.take_passed(window_end_ps)
     }
 
     /// The LPs touched since the last call, clearing the list.
@@ -189,6 +203,8 @@ struct StatePromises {
     /// Per LP: the version of its bounds, and the reaches of those waiting.
     version: Vec<u32>,
     waiting_reach: Vec<[u64; 2]>,
+    /// Per LP: the window end its bounds were last settled as of ([`StatePromises::take_passed`]).
+    settled_at: Vec<u64>,
     /// How many waiting bounds have each reach.
     waiting: BTreeMap<u64, u32>,
 }
@@ -209,6 +225,7 @@ impl StatePromises {
             heap: BinaryHeap::new(),
             version: vec![0; lps],
             waiting_reach: vec![[u64::MAX; 2]; lps],
+            settled_at: vec![u64::MAX; lps],
             waiting: BTreeMap::new(),
         }
     }
@@ -231,6 +248,30 @@ impl StatePromises {
                 }));
             }
         }
+    }
+
+    /// Pops the bounds a window ending at `window_end_ps` passed whose LPs were not yet
+    /// settled as of that end, and returns those LPs: an LP handles no event before the
+    /// window's end, so settled as of it, its bounds move on by the time passed (the
+    /// kernels a GPU waits for cannot all have run by then). Bounds passed again, settled
+    /// as of this end already, wait ([`StatePromises::min`]).
+    fn take_passed(&mut self, window_end_ps: u64) -> Vec<u32> {
+        let mut passed = Vec::new();
+        while let Some(&Reverse(b)) = self.heap.peek() {
+            let l = b.local as usize;
+            if b.version != self.version[l] {
+                self.heap.pop();
+            } else if b.from < window_end_ps && self.settled_at[l] != window_end_ps {
+                self.heap.pop();
+                // Its other bound, if any, is set again with it.
+                self.version[l] = self.version[l].wrapping_add(1);
+                self.settled_at[l] = window_end_ps;
+                passed.push(b.local);
+            } else {
+                break;
+            }
+        }
+        passed
     }
 
     fn unwait(&mut self, reach: u64) {
@@ -258,7 +299,9 @@ impl StatePromises {
             let l = local as usize;
             if version != self.version[l] {
                 self.heap.pop();
-            } else if from < window_end_ps {
+            } else if from < window_end_ps
+                || (from == window_end_ps && self.settled_at[l] == window_end_ps)
+            {
                 self.heap.pop();
                 let slot = &mut self.waiting_reach[l];
                 let free = if slot[0] == u64::MAX { 0 } else { 1 };
@@ -297,6 +340,23 @@ mod tests {
         g.set(1, [(5_000, 50), NONE]);
         g.set(0, [(6_000, 50), NONE]);
         assert_eq!(g.min(2_000), (5_050, u64::MAX));
+    }
+
+    #[test]
+    fn a_passed_bound_is_settled_again_as_of_the_window_end_once() {
+        let mut g = StatePromises::new(2);
+        g.set(0, [(100, 50), (200, 70)]);
+        g.set(1, [(5_000, 50), NONE]);
+        // The window ended at 300: LP 0's bounds are passed, LP 1's are not.
+        assert_eq!(g.take_passed(300), vec![0]);
+        assert_eq!(g.take_passed(300), Vec::<u32>::new());
+        // Settled as of 300, its kernels still to run: it promises on, waiting for nothing.
+        g.set(0, [(900, 50), NONE]);
+        assert_eq!(g.min(300), (950, u64::MAX));
+        // Passed again at 1,000 and settled as of then with nothing left to run: it waits.
+        assert_eq!(g.take_passed(1_000), vec![0]);
+        g.set(0, [(1_000, 50), NONE]);
+        assert_eq!(g.min(1_000), (5_050, 50));
     }
 
     #[test]

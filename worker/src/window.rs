@@ -420,6 +420,21 @@ pub fn run_worker(
         if !asynchronous {
             stats.parallelism.add_window(window_events, busiest);
         }
+        // A partition that did not run keeps the promise it made when it last did, which a
+        // window end since may have passed: its GPUs then promise from this end instead,
+        // and the events in its inbox (from other workers) from their targets' states.
+        // Before this window's deliveries lower it.
+        if cut.is_some() {
+            for slot in 0..parts.len() {
+                if promises.get(slot) < last_end {
+                    let mut p = lock(&parts[slot]);
+                    p.absorb(model, &mut lock(&shared.incoming[slot]));
+                    let promise = p.promise(model, last_end).unwrap_or(Promise::NONE);
+                    promises.set(slot, Some(promise.at_ps));
+                    waiting[slot] = promise.waiting_distance_ps;
+                }
+            }
+        }
         let (mut earliest_sent, mut sent_promise) = (u64::MAX, u64::MAX);
         for r in &shared.results {
             let mut r = lock(r);
@@ -449,19 +464,6 @@ pub fn run_worker(
             coord.send_batch(w as u32, batch)?;
             events.clear();
             batches_sent[w] += 1;
-        }
-        // A partition that did not run keeps the promise it made when it last did, which a
-        // window end since may have passed: its GPUs then promise from this end instead.
-        if cut.is_some() {
-            for slot in 0..parts.len() {
-                if promises.get(slot) < last_end {
-                    let promise = lock(&parts[slot])
-                        .promise(model, last_end)
-                        .unwrap_or(Promise::NONE);
-                    promises.set(slot, Some(promise.at_ps));
-                    waiting[slot] = promise.waiting_distance_ps;
-                }
-            }
         }
         // 2. Report; get the next window.
         let reported = Instant::now();

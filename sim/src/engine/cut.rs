@@ -189,18 +189,23 @@ impl Cut {
     /// bounds `(from, reach)` like [`super::gpu::GpuLp::cut_promise`]'s: a GPU's program; a
     /// node's resumes to the ports of other partitions it holds paused (at any time, so
     /// from 0). `None` for LPs whose promise follows their pending events alone.
+    /// `not_before_ps`: the LP handles no event before then (a window end its last event
+    /// precedes), so a GPU's state is as of then.
     pub fn state_bounds(
         &self,
         model: &SimModel,
         node: NodeId,
         lp: &mut Lp,
+        not_before_ps: u64,
     ) -> Option<[(u64, u64); 2]> {
         const NONE: (u64, u64) = (u64::MAX, u64::MAX);
         if !self.watches(node) {
             return None;
         }
         match lp {
-            Lp::Gpu(g) if self.gpu_state[node as usize] => Some(g.cut_promise(model, self)),
+            Lp::Gpu(g) if self.gpu_state[node as usize] => {
+                Some(g.cut_promise(model, self, not_before_ps))
+            }
             Lp::Gpu(_) => Some([(0, self.distances[node as usize]), NONE]),
             Lp::Fabric(f) => {
                 let own = self.partition_of[node as usize];
@@ -404,8 +409,9 @@ impl Cut {
 
 /// The least delay, over every route from GPU node `sender` to GPU node `peer`, to the
 /// first node of another partition than the sender's: `u64::MAX` when none leaves it.
-/// Without events on the way (the analytical network delivers at the peer), only the
-/// peer's partition counts.
+/// Without events on the way (the analytical network delivers a whole message at the peer,
+/// no sooner than the route's latency: `gpu::GpuLp::transmit`), only the peer's partition
+/// counts.
 fn route_reach_ps(
     model: &SimModel,
     partition_of: &[u32],
@@ -415,13 +421,6 @@ fn route_reach_ps(
     hops: &mut Vec<LinkId>,
 ) -> u64 {
     let own = partition_of[sender as usize];
-    if !model.net.packet {
-        return if partition_of[peer as usize] == own {
-            u64::MAX
-        } else {
-            distances[sender as usize]
-        };
-    }
     let walk = Walk {
         model,
         partition_of,
@@ -429,6 +428,14 @@ fn route_reach_ps(
         src: sender,
         dst: peer,
     };
+    if !model.net.packet {
+        return if partition_of[peer as usize] == own {
+            u64::MAX
+        } else {
+            walk.least_latency_ps(sender, &mut HashMap::new(), hops)
+                .max(distances[sender as usize])
+        };
+    }
     walk.first_foreign_ps(sender, &mut HashMap::new(), hops)
 }
 
@@ -474,6 +481,36 @@ impl Walk<'_> {
         }
         memo.insert(at, reach);
         reach
+    }
+}
+
+impl Walk<'_> {
+    /// From node `at`, the least summed latency over every route on to `dst`.
+    fn least_latency_ps(
+        &self,
+        at: NodeId,
+        memo: &mut HashMap<NodeId, u64>,
+        hops: &mut Vec<LinkId>,
+    ) -> u64 {
+        if at == self.dst {
+            return 0;
+        }
+        if let Some(&known) = memo.get(&at) {
+            return known;
+        }
+        let topology = &self.model.topology;
+        if topology.next_hops(at, self.src, self.dst, hops).is_err() {
+            return 0;
+        }
+        let next = hops.clone();
+        let mut least = u64::MAX;
+        for link in next {
+            let l = topology.links()[link as usize];
+            let rest = self.least_latency_ps(l.dst, memo, hops);
+            least = least.min(rest.saturating_add(l.latency_ps));
+        }
+        memo.insert(at, least);
+        least
     }
 }
 

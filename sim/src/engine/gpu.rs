@@ -739,7 +739,8 @@ impl GpuLp {
     /// What this GPU can still send to another partition of `cut`, whatever arrives from
     /// its own partition meanwhile, as two bounds `(from, reach)`: nothing leaves before
     /// `from + reach` (`u64::MAX` reach: nothing). The GPU's state is as of its last event
-    /// (`accounted_to_ps`).
+    /// (`accounted_to_ps`), or as of `not_before_ps` when later: it handles no event
+    /// before then (a window's end), so the kernels it waits for have run on meanwhile.
     ///
     /// An op can send across the cut when its reach is finite
     /// ([`super::cut::Cut::group_reach_ps`], or for a send or receive its peer's): a member
@@ -755,8 +756,13 @@ impl GpuLp {
     /// promises the rest of the stage; one whose data-parallel reduction runs inside its
     /// partition promises until its next op that can cross. Ops on other streams it waits
     /// for count as instantaneous, which only makes the bound earlier.
-    pub fn cut_promise(&mut self, model: &SimModel, cut: &Cut) -> [(u64, u64); 2] {
-        let now = self.accounted_to_ps;
+    pub fn cut_promise(
+        &mut self,
+        model: &SimModel,
+        cut: &Cut,
+        not_before_ps: u64,
+    ) -> [(u64, u64); 2] {
+        let now = self.accounted_to_ps.max(not_before_ps);
         let rank = self.rank;
         // Injected flows start at their own events, outside any program.
         if !model.flows.is_empty() {
@@ -772,14 +778,7 @@ impl GpuLp {
         let program = &model.workload.programs[self.program as usize];
         let index = &model.programs[self.program as usize];
         let distance = cut.distances[self.node as usize];
-        // The first kernel of the compute stream not started yet, and the least end of the
-        // one running: the kernels after it start no sooner.
-        let running_end = match self.running[COMPUTE] {
-            Running::Compute { op, start_ps } => {
-                Some(now.max(start_ps.saturating_add(self.least_kernel_ps(model, op))))
-            }
-            _ => None,
-        };
+        let (running_end, first_unstarted) = self.compute_at(model, now);
         // Which of the send and receive groups are known: until one is, its sends and
         // receives count at the group's least reach; the list is made again when it is.
         let known = u8::from(self.groups[GroupKind::Pp as usize].is_some())
@@ -828,7 +827,6 @@ impl GpuLp {
             }
         };
         let (crossing, least) = (&crossing.positions[..], crossing.least);
-        let first_unstarted = self.done[COMPUTE] + u32::from(running_end.is_some());
         // The least, over streams, of the last kernel their next crossing op waits for:
         // every stream's wait starts at the same kernel, so the least end is the bound.
         let mut waits_until: Option<u32> = None;
@@ -871,13 +869,34 @@ impl GpuLp {
         let next = match waits_until {
             _ if next_now => now,
             None => return [live, (u64::MAX, u64::MAX)],
+            // A kernel a crossing op waits for ends a chain, with an event of its own, so
+            // it cannot have ended unseen; were it so, the op might start now.
+            Some(last) if last + 1 < first_unstarted => now,
             Some(last) => {
-                let after =
-                    self.least_compute_ps(model, first_unstarted, (last + 1).max(first_unstarted));
+                let after = self.least_compute_ps(model, first_unstarted, last + 1);
                 running_end.unwrap_or(now).saturating_add(after)
             }
         };
         [live, (next, least)]
+    }
+
+    /// The compute stream at `at`, no sooner than the GPU's last event: when the kernel
+    /// running then ends, and the position of the first kernel not started. A chain runs on
+    /// without events, each kernel taking the time it was given as it started (slowed as the
+    /// GPU is now, which only an event changes), so the kernel running at `at` may be further
+    /// along the chain than the one the state names.
+    fn compute_at(&self, model: &SimModel, at: u64) -> (Option<u64>, u32) {
+        let done = self.done[COMPUTE];
+        if !matches!(self.running[COMPUTE], Running::Compute { .. }) {
+            return (None, done);
+        }
+        let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
+        let (mut end, mut next) = (self.kernel_end_ps, done + 1);
+        while end < at && next <= self.chain_last {
+            end += self.kernel_ps(model, ops[next as usize]);
+            next += 1;
+        }
+        (Some(end.max(at)), next)
     }
 
     /// The least time of the compute-stream kernels at positions `[from, to)`, sliding
