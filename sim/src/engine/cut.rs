@@ -246,7 +246,12 @@ impl Cut {
                         }),
                     _ => true,
                 };
-                self.segment_reach_ps(model, node, seg, may_pause)
+                let reach = self.segment_reach_ps(model, node, seg, may_pause);
+                if node == seg.dst && is_gpu_lp(model, node) {
+                    reach.min(self.op_end_reach_ps(model, node, &event.body, known))
+                } else {
+                    reach
+                }
             }
             (Body::Pause { .. }, _) => return u64::MAX,
             (body, known) if is_gpu_lp(model, node) => {
@@ -254,8 +259,10 @@ impl Cut {
                     Some(TargetState { lp: Lp::Gpu(g), .. }) => Some(&**g),
                     _ => None,
                 };
+                let ends_op = self.op_end_reach_ps(model, node, body, known);
                 match self.gpu_event_reach_ps(model, node, key, body, gpu) {
-                    Some(reach) => reach,
+                    Some(reach) => reach.min(ends_op),
+                    None if ends_op != u64::MAX => ends_op,
                     None => return u64::MAX,
                 }
             }
@@ -274,6 +281,31 @@ impl Cut {
             _ => generic,
         };
         key.time_ps.saturating_add(reach)
+    }
+
+    /// What GPU `node` may start on handling `body` when that ends an op: the ops after it
+    /// on its stream ([`super::gpu::GpuLp::stream_reach_ps`]; any of the GPU's without its
+    /// state). `u64::MAX` for events that end no communication op: a kernel chain's end,
+    /// which the GPU's state bound covers, a port's transmission, a pacing tick.
+    fn op_end_reach_ps(
+        &self,
+        model: &SimModel,
+        node: NodeId,
+        body: &Body,
+        known: Option<TargetState>,
+    ) -> u64 {
+        if matches!(
+            body,
+            Body::ComputeDone { .. } | Body::TxDone { .. } | Body::Pace { .. }
+        ) {
+            return u64::MAX;
+        }
+        match known {
+            Some(TargetState { lp: Lp::Gpu(g), .. }) => {
+                g.stream_reach_ps(self, g.event_stream(body))
+            }
+            _ => self.gpu_reach_ps(model.topology.nodes()[node as usize].index),
+        }
     }
 
     /// The reach of an event other than a segment for GPU `node`: what

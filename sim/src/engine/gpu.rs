@@ -216,6 +216,8 @@ struct Crossing {
     known: u8,
     /// Per stream, the positions of the ops whose reach is finite, ascending.
     positions: Box<[Vec<u32>]>,
+    /// Per stream, the least reach of its ops ([`GpuLp::stream_reach_ps`]).
+    stream_least: [u64; STREAMS],
     /// The least reach of any op of the program.
     least: u64,
 }
@@ -747,8 +749,11 @@ impl GpuLp {
     /// in another partition, or a route through one. A running op sends on only when an
     /// event arrives, and those carry their own promises
     /// ([`super::cut::Cut::event_promise`]), so the first bound is only for what runs like
-    /// a kernel off the compute stream (a CXL transfer), and injected flows. The second is
-    /// every op still to start: the next such op of each stream cannot start before the
+    /// a kernel off the compute stream (a CXL transfer), and injected flows. The ops after a
+    /// running communication op on its stream start only as one of its events is handled,
+    /// and those promise the stream's reach ([`GpuLp::stream_reach_ps`]), so such a stream
+    /// adds nothing here. The second is
+    /// every op still to start: the next such op of each idle stream cannot start before the
     /// compute-stream kernels it waits for have run, each at least its duration on this
     /// chip unslowed and after the running kernel's least end, and the ops after it start
     /// later still; from then, at the least reach of any op of its program. A GPU in the
@@ -805,23 +810,26 @@ impl GpuLp {
                     OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
                     OpKind::MemoryRead { .. } => distance,
                 };
-                let mut least = u64::MAX;
+                let mut stream_least = [u64::MAX; STREAMS];
                 let positions = index
                     .stream_ops
                     .iter()
-                    .map(|ops| {
+                    .zip(stream_least.iter_mut())
+                    .map(|(ops, stream_least)| {
                         (0..ops.len() as u32)
                             .filter(|&p| {
                                 let r = reach(ops[p as usize]);
-                                least = least.min(r);
+                                *stream_least = (*stream_least).min(r);
                                 r != u64::MAX
                             })
                             .collect()
                     })
                     .collect();
+                let least = stream_least.iter().copied().min().unwrap_or(u64::MAX);
                 slot.insert(Crossing {
                     known,
                     positions,
+                    stream_least,
                     least,
                 })
             }
@@ -843,7 +851,9 @@ impl GpuLp {
                     running = running.min(distance);
                     pos += 1;
                 }
-                Running::Comm(_) => pos += 1,
+                // The ops after it start only as an event of this stream's op is handled,
+                // and those promise the stream's reach ([`GpuLp::stream_reach_ps`]).
+                Running::Comm(_) => continue,
             }
             // The next op of this stream that can cross.
             let from = candidates.partition_point(|&p| (p as usize) < pos);
@@ -878,6 +888,35 @@ impl GpuLp {
             }
         };
         [live, (next, least)]
+    }
+
+    /// The stream of the op an event for this GPU belongs to, where it names one: handling
+    /// it may end that op and start the next ones there.
+    pub fn event_stream(&self, body: &Body) -> Option<usize> {
+        let stream = match body {
+            Body::Message { tag } | Body::ClearToSend { tag } | Body::Arrived { tag, .. } => {
+                tag.stream
+            }
+            Body::SendDone { stream } => *stream,
+            Body::Segment(seg) => seg.tag.stream,
+            Body::Ack { flow, .. } | Body::FlowDone { flow } => {
+                self.flows.get(*flow as usize)?.as_ref()?.tag.stream
+            }
+            Body::ConnectionFree { connection } => self.serial.get(*connection as usize)?.stream,
+            _ => return None,
+        };
+        Some(usize::from(stream))
+    }
+
+    /// The least reach of the ops of stream `stream` (of any op where it is not one, or
+    /// before they are listed): an event of an op there may end it, and the ops after it
+    /// that wait for nothing else start at once. [`GpuLp::cut_promise`] leaves them out.
+    pub fn stream_reach_ps(&self, cut: &Cut, stream: Option<usize>) -> u64 {
+        match (&self.crossing, stream) {
+            (Some(c), Some(s)) if s < STREAMS => c.stream_least[s],
+            (Some(c), _) => c.least,
+            (None, _) => cut.gpu_reach_ps(self.rank),
+        }
     }
 
     /// The compute stream at `at`, no sooner than the GPU's last event: when the kernel
