@@ -398,9 +398,17 @@ impl Strategy for LatencyAware {
 }
 
 /// `metis`: multilevel k-way partitioning of the atom graph (METIS 5, `METIS_PartGraphKway`)
-/// with vertex weights from the expected events and edge weights from the expected bytes, so
-/// it balances load while cutting the least traffic.
+/// with vertex weights from the expected events and edge weights from the expected bytes
+/// between atoms that hand each other events ([`Load::event_edges`]), so it balances load
+/// while cutting the least traffic. With pipeline stages, the events of each group of stages
+/// are a constraint of their own ([`Load::phases`]): every partition gets its share of each,
+/// so partitions stay evenly loaded while stages take turns, and whole pipelines, not
+/// stages, fall into one partition.
 struct Metis;
+
+/// METIS's allowed imbalance per constraint when there are several (its default, 1.01, is
+/// for one; with one per pipeline stage it leaves too little room to keep pipelines whole).
+const MULTI_CONSTRAINT_IMBALANCE: metis::Real = 1.05;
 
 /// Parts METIS makes when none are asked for: over-decomposition for load balancing without
 /// the cost of partitioning at host granularity at 100k GPUs.
@@ -422,12 +430,20 @@ impl Strategy for Metis {
         if k <= 1 || n <= 1 {
             return Ok(vec![0; n]);
         }
-        // Edge weights: expected bytes both ways. Weights are scaled so their totals stay
-        // far below METIS's 32-bit sums.
+        // Edge weights: expected bytes both ways between atoms that hand each other events,
+        // and a byte on every cable (so that atoms no flow joins still hang together).
+        // Weights are scaled so their totals stay far below METIS's 32-bit sums.
         const TOTAL: f64 = 1e8;
+        let atom_of = &input.atoms.atom_of;
         let mut between: std::collections::BTreeMap<(u32, u32), f64> = Default::default();
-        for &(a, b, link) in &input.atoms.edges {
-            *between.entry((a, b)).or_default() += input.load.link_bytes[link as usize] + 1.0;
+        for &(a, b, _) in &input.atoms.edges {
+            *between.entry((a, b)).or_default() += 1.0;
+        }
+        for (&(x, y), &bytes) in &input.load.event_edges {
+            let (a, b) = (atom_of[x as usize], atom_of[y as usize]);
+            if a != b {
+                *between.entry((a.min(b), a.max(b))).or_default() += bytes;
+            }
         }
         let scale = TOTAL / between.values().sum::<f64>().max(1.0);
         let mut neighbours: Vec<Vec<(metis::Idx, metis::Idx)>> = vec![Vec::new(); n];
@@ -446,20 +462,50 @@ impl Strategy for Metis {
             }
             xadj.push(adjncy.len() as metis::Idx);
         }
-        let weights = input.atom_weights();
-        let vscale = TOTAL / weights.iter().sum::<f64>().max(1.0);
+        // Vertex weights: each atom's events per phase, each phase scaled on its own.
+        // One constraint per phase where each part can hold a host of each; otherwise one
+        // (METIS then finds no balance, and bisects empty graphs).
+        let phases = input.load.phases.max(1) as usize;
+        let ncon = if input.atoms.hosts as usize >= k as usize * phases {
+            phases
+        } else {
+            1
+        };
+        let per_phase = input
+            .load
+            .phase_events_by(&input.atoms.atom_of, input.atoms.count);
+        let mut weights = vec![0.0; n * ncon];
+        for (i, w) in per_phase.iter().enumerate() {
+            let (atom, phase) = (i / phases, i % phases);
+            weights[atom * ncon + phase * ncon / phases] += w;
+        }
+        let mut vscale = vec![0.0; ncon];
+        for (i, w) in weights.iter().enumerate() {
+            vscale[i % ncon] += w;
+        }
+        for s in &mut vscale {
+            *s = TOTAL / s.max(1.0);
+        }
         let vwgt: Vec<metis::Idx> = weights
             .iter()
-            .map(|&w| ((w * vscale).round() as metis::Idx).max(1))
+            .enumerate()
+            .map(|(i, &w)| ((w * vscale[i % ncon]).round() as metis::Idx).max(1))
             .collect();
+        let ubvec = vec![MULTI_CONSTRAINT_IMBALANCE; ncon];
         let mut part = vec![0 as metis::Idx; n];
-        metis::Graph::new(1, k as metis::Idx, &xadj, &adjncy)
+        let graph = metis::Graph::new(ncon as metis::Idx, k as metis::Idx, &xadj, &adjncy)
             .map_err(|e| format!("METIS rejected the atom graph: {e:?}"))?
             .set_vwgt(&vwgt)
             .set_adjwgt(&adjwgt)
             .set_option(metis::option::Seed(
                 (input.seed & 0x7fff_ffff) as metis::Idx,
-            ))
+            ));
+        let graph = if ncon > 1 {
+            graph.set_ubvec(&ubvec)
+        } else {
+            graph
+        };
+        graph
             .part_kway(&mut part)
             .map_err(|e| format!("METIS failed to partition {n} atoms into {k}: {e:?}"))?;
         Ok(part.into_iter().map(|p| p as u32).collect())

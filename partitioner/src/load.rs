@@ -15,6 +15,16 @@
 //!   each queued link) and at its destination, and ends a transmission (about once per queued
 //!   link); a node that only passes it on across analytical links gets no event. A flow that
 //!   crosses analytical links only is one transfer: two events at each end.
+//! - Event edges: bytes between the nodes that hand a flow's events to one another, its
+//!   source, the near end of each queued link and its destination. A flow over analytical
+//!   links joins its two ends directly: the switches it passes see nothing of it, so cutting
+//!   between them costs nothing, and a partition that keeps both ends keeps the flow.
+//! - Phases: events are also counted per pipeline stage of the rank whose op makes them
+//!   (stages grouped into at most [`MAX_PHASES`]). Stages are busy at different times (warm-up,
+//!   flush, a stage's own data-parallel reduction), so a partitioning that gives every
+//!   partition its share of each stage keeps them evenly loaded through the iteration, not
+//!   only on its total: the multi-phase balance of Karypis and Kumar ("Multilevel algorithms
+//!   for multi-constraint graph partitioning", SC'98, §1).
 
 use std::collections::BTreeMap;
 
@@ -25,11 +35,20 @@ use sim::layout::GroupKind;
 use sim::topology::{NodeId, Topology};
 use sim::workload::{OpKind, Peer, Workload};
 
+/// Most phases [`Load`] counts events in: pipeline stages beyond it are grouped.
+pub const MAX_PHASES: u32 = 16;
+
 /// Expected load per node and per link.
 #[derive(Debug, Clone)]
 pub struct Load {
     pub node_events: Vec<f64>,
     pub link_bytes: Vec<f64>,
+    /// Phases events are counted in (1 without pipeline stages), and each node's events
+    /// per phase, `phase_events[node * phases + phase]`.
+    pub phases: u32,
+    pub phase_events: Vec<f64>,
+    /// Bytes between nodes that hand each other a flow's events, `(a, b)` with `a < b`.
+    pub event_edges: BTreeMap<(NodeId, NodeId), f64>,
     /// Whether it came from a workload ([`Load::estimate`]) or is [`Load::uniform`].
     pub from_workload: bool,
 }
@@ -70,11 +89,29 @@ impl Load {
         events
     }
 
+    /// Expected events of each of `groups` groups per phase, `[group * phases + phase]`.
+    pub fn phase_events_by(&self, group_of: &[u32], groups: u32) -> Vec<f64> {
+        let phases = self.phases as usize;
+        let mut events = vec![0.0; groups as usize * phases];
+        for (node, &g) in group_of.iter().enumerate() {
+            let from = &self.phase_events[node * phases..(node + 1) * phases];
+            let to = &mut events[g as usize * phases..(g as usize + 1) * phases];
+            for (t, f) in to.iter_mut().zip(from) {
+                *t += f;
+            }
+        }
+        events
+    }
+
     /// One event per node and one byte per link: what partitions balance without a workload.
     pub fn uniform(topology: &Topology) -> Load {
+        let nodes = topology.nodes().len();
         Load {
-            node_events: vec![1.0; topology.nodes().len()],
+            node_events: vec![1.0; nodes],
             link_bytes: vec![1.0; topology.links().len()],
+            phases: 1,
+            phase_events: vec![1.0; nodes],
+            event_edges: BTreeMap::new(),
             from_workload: false,
         }
     }
@@ -118,10 +155,19 @@ impl Load {
                 t
             })
             .collect();
-        let mut node_events = vec![0.0; topology.nodes().len()];
+        let nodes = topology.nodes().len();
+        let pp = layout.pp.max(1);
+        let phases = pp.min(MAX_PHASES);
+        let phase_of = |stage: u32| (u64::from(stage) * u64::from(phases) / u64::from(pp)) as usize;
+        let mut events = PhaseEvents {
+            phases: phases as usize,
+            phase: 0,
+            per_phase: vec![0.0; nodes * phases as usize],
+        };
         let mut link_bytes = vec![0.0; topology.links().len()];
-        let (mut path, mut hops) = (Vec::new(), Vec::new());
-        let mut flow = |src: NodeId, dst: NodeId, f: Flows, node_events: &mut [f64]| {
+        let mut event_edges: BTreeMap<(NodeId, NodeId), f64> = BTreeMap::new();
+        let (mut path, mut hops, mut handed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut flow = |src: NodeId, dst: NodeId, f: Flows, events: &mut PhaseEvents| {
             if src == dst || f.bytes <= 0.0 {
                 return;
             }
@@ -137,9 +183,25 @@ impl Load {
             for &l in path.iter() {
                 link_bytes[l as usize] += f.bytes;
             }
+            // The nodes that hand the flow's events on: its ends and where it queues.
+            handed.clear();
+            handed.push(src);
+            for &l in path.iter().filter(|&&l| queued(l)) {
+                let near = links[l as usize].src;
+                if handed.last() != Some(&near) {
+                    handed.push(near);
+                }
+            }
+            if handed.last() != Some(&dst) {
+                handed.push(dst);
+            }
+            for pair in handed.windows(2) {
+                let key = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+                *event_edges.entry(key).or_default() += f.bytes;
+            }
             if !path.iter().any(|&l| queued(l)) {
-                node_events[src as usize] += 2.0 * f.transfers;
-                node_events[dst as usize] += 2.0 * f.transfers;
+                events.add(src, 2.0 * f.transfers);
+                events.add(dst, 2.0 * f.transfers);
                 return;
             }
             // Cut as the engine cuts each transfer.
@@ -147,13 +209,13 @@ impl Load {
             let size = segment_size(per_transfer, net.segment_bytes) as f64;
             let segments = f.transfers * (per_transfer as f64 / size).ceil();
             // Sent and acknowledged at the source, arriving at the destination.
-            node_events[src as usize] += 2.0 * segments;
-            node_events[dst as usize] += segments;
+            events.add(src, 2.0 * segments);
+            events.add(dst, segments);
             for &l in path.iter().filter(|&&l| queued(l)) {
                 let queuing = links[l as usize].src;
                 // A transmission, and an arrival unless the source queues it itself.
                 let arrivals = if queuing == src { 0.0 } else { 1.0 };
-                node_events[queuing as usize] += (1.0 + arrivals) * segments;
+                events.add(queuing, (1.0 + arrivals) * segments);
             }
         };
         let world = layout.world().min(topology.gpu_count());
@@ -162,13 +224,14 @@ impl Load {
             let class = usize::from(workload.replica_class[c.dp as usize]);
             let t = &traffic[class * layout.pp as usize + c.pp as usize];
             let me = topology.gpu(rank);
-            node_events[me as usize] += 2.0 * t.ops as f64;
+            events.phase = phase_of(c.pp);
+            events.add(me, 2.0 * t.ops as f64);
             for (&kind, &flows) in &t.to_group {
                 let members = layout.group(kind, rank);
                 let pos = members.iter().position(|&m| m == rank).unwrap_or(0);
                 let next = members[(pos + 1) % members.len()];
                 if next < world {
-                    flow(me, topology.gpu(next), flows, &mut node_events);
+                    flow(me, topology.gpu(next), flows, &mut events);
                 }
             }
             for (&peer, &flows) in &t.to_peer {
@@ -187,18 +250,42 @@ impl Load {
                     (pos + n - 1) % n
                 }];
                 if other < world {
-                    flow(me, topology.gpu(other), flows, &mut node_events);
+                    flow(me, topology.gpu(other), flows, &mut events);
                 }
             }
         }
         // Every node costs something, so no atom weighs nothing.
-        for e in &mut node_events {
-            *e += 1.0;
+        let phases = events.phases;
+        for node_phases in events.per_phase.chunks_mut(phases) {
+            for e in node_phases {
+                *e += 1.0 / phases as f64;
+            }
         }
+        let node_events = events
+            .per_phase
+            .chunks(phases)
+            .map(|p| p.iter().sum())
+            .collect();
         Load {
             node_events,
             link_bytes,
+            phases: phases as u32,
+            phase_events: events.per_phase,
+            event_edges,
             from_workload: true,
         }
+    }
+}
+
+/// Events per node and phase, added in the phase of the rank being counted.
+struct PhaseEvents {
+    phases: usize,
+    phase: usize,
+    per_phase: Vec<f64>,
+}
+
+impl PhaseEvents {
+    fn add(&mut self, node: NodeId, events: f64) {
+        self.per_phase[node as usize * self.phases + self.phase] += events;
     }
 }

@@ -1,0 +1,75 @@
+//! `metis` with pipeline stages: every partition gets its share of each stage (issue 12: an
+//! 8-worker split that stays evenly loaded while stages take turns), and on the analytical
+//! network, where only the two ends of a transfer see it, it keeps whole pipelines together.
+//! At packet level the switches between stages see the same traffic whichever replica a
+//! partition takes, so only the share is checked there.
+
+mod support;
+
+use support::*;
+
+/// 16 hosts of 8 GPUs: TP 8 inside a host, PP 4 × DP 4 across hosts, so host `h` holds
+/// stage `h / 4` of data-parallel replica `h % 4` (order tp-cp-ep-dp-pp).
+fn pipelines(network: &str) -> String {
+    format!(
+        r#"
+name = "metis-phases"
+[cluster]
+gpus = 128
+gpu = "H100-SXM"
+topology = "rail-optimized"
+hosts_per_segment = 4
+[model]
+layers = 8
+hidden = 1024
+ffn_hidden = 4096
+heads = 8
+seq_len = 1024
+vocab = 4096
+[parallel]
+tp = 8
+pp = 4
+micro_batch = 1
+global_batch = 32
+[network]
+model = "{network}"
+"#
+    )
+}
+
+#[test]
+fn metis_gives_each_partition_whole_pipelines_and_a_share_of_every_stage() {
+    for network in ["analytical", "packet"] {
+        let exp = experiment(&pipelines(network));
+        let m = model(&exp);
+        let topo = &m.topology;
+        let load = partitioner::Load::estimate(topo, &m.workload, &m.net);
+        assert_eq!(load.phases, 4, "one phase per stage");
+        let a = partitioner::partition(topo, "metis", 4, &load, 0).expect("metis");
+        let part_of_host = |h: u32| a.partition_of[topo.gpu(h * 8) as usize];
+        let (stages, replicas) = (4, 4);
+        for dp in (0..replicas).filter(|_| network == "analytical") {
+            let first = part_of_host(dp);
+            for stage in 1..stages {
+                assert_eq!(
+                    part_of_host(stage * replicas + dp),
+                    first,
+                    "{network}: replica {dp}'s pipeline is cut at stage {stage}"
+                );
+            }
+        }
+        // Every partition has its share of each stage's expected events.
+        let per_phase = load.phase_events_by(&a.partition_of, a.partitions);
+        for stage in 0..stages as usize {
+            let events: Vec<f64> = (0..a.partitions as usize)
+                .map(|p| per_phase[p * 4 + stage])
+                .collect();
+            let mean = events.iter().sum::<f64>() / events.len() as f64;
+            let most = events.iter().copied().fold(0.0, f64::max);
+            assert!(
+                most <= 1.1 * mean,
+                "{network}: stage {stage}'s events are uneven: {events:?}"
+            );
+        }
+    }
+}
