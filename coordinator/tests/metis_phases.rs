@@ -10,7 +10,7 @@ use support::*;
 
 /// 16 hosts of 8 GPUs: TP 8 inside a host, PP 4 × DP 4 across hosts, so host `h` holds
 /// stage `h / 4` of data-parallel replica `h % 4` (order tp-cp-ep-dp-pp).
-fn pipelines(network: &str) -> String {
+fn pipelines(network: &str, global_batch: u32) -> String {
     format!(
         r#"
 name = "metis-phases"
@@ -30,7 +30,7 @@ vocab = 4096
 tp = 8
 pp = 4
 micro_batch = 1
-global_batch = 32
+global_batch = {global_batch}
 [network]
 model = "{network}"
 "#
@@ -40,11 +40,19 @@ model = "{network}"
 #[test]
 fn metis_gives_each_partition_whole_pipelines_and_a_share_of_every_stage() {
     for network in ["analytical", "packet"] {
-        let exp = experiment(&pipelines(network));
+        // 4 micro-batches per replica: filling and draining is 3/7 of the pipeline.
+        let exp = experiment(&pipelines(network, 16));
         let m = model(&exp);
         let topo = &m.topology;
         let load = partitioner::Load::estimate(topo, &m.workload, &m.net);
         assert_eq!(load.phases, 4, "one phase per stage");
+        // 64 micro-batches: 3/67, not worth cutting the data-parallel groups for.
+        let long = model(&experiment(&pipelines(network, 256)));
+        let long_load = partitioner::Load::estimate(&long.topology, &long.workload, &long.net);
+        assert_eq!(
+            long_load.phases, 1,
+            "a long pipeline balances its total only"
+        );
         let a = partitioner::partition(topo, "metis", 4, &load, 0).expect("metis");
         let part_of_host = |h: u32| a.partition_of[topo.gpu(h * 8) as usize];
         let (stages, replicas) = (4, 4);

@@ -19,12 +19,13 @@
 //!   source, the near end of each queued link and its destination. A flow over analytical
 //!   links joins its two ends directly: the switches it passes see nothing of it, so cutting
 //!   between them costs nothing, and a partition that keeps both ends keeps the flow.
-//! - Phases: events are also counted per pipeline stage of the rank whose op makes them
-//!   (stages grouped into at most [`MAX_PHASES`]). Stages are busy at different times (warm-up,
-//!   flush, a stage's own data-parallel reduction), so a partitioning that gives every
-//!   partition its share of each stage keeps them evenly loaded through the iteration, not
-//!   only on its total: the multi-phase balance of Karypis and Kumar ("Multilevel algorithms
-//!   for multi-constraint graph partitioning", SC'98, §1).
+//! - Phases: where filling and draining the pipeline is a large share of it
+//!   ([`PHASED_FILL_AND_DRAIN`]), events are also counted per pipeline stage of the rank
+//!   whose op makes them (stages grouped into at most [`MAX_PHASES`]). Stages are busy at
+//!   different times (warm-up, flush, a stage's own data-parallel reduction), so a
+//!   partitioning that gives every partition its share of each stage keeps them evenly
+//!   loaded through the iteration, not only on its total: the multi-phase balance of Karypis
+//!   and Kumar ("Multilevel algorithms for multi-constraint graph partitioning", SC'98, §1).
 
 use std::collections::BTreeMap;
 
@@ -37,6 +38,33 @@ use sim::workload::{OpKind, Peer, Workload};
 
 /// Most phases [`Load`] counts events in: pipeline stages beyond it are grouped.
 pub const MAX_PHASES: u32 = 16;
+
+/// The share of a pipeline's micro-batch slots spent filling and draining it from which
+/// [`Load`] counts events per stage. Partitions that each hold whole stages then leave an
+/// eighth of the workers idle or more with a barrier per window (half the stages wait
+/// through fill and drain), which costs more than the data-parallel traffic that
+/// per-stage balance makes cross: on the 8,192-GPU Llama 3 405B (PP 16, 16 micro-batches,
+/// a 48% share) 8 workers ran 145,285 windows at 0.78 emulated efficiency with phases and
+/// 680,551 at 0.40 without; on gpt3-175b-h100-1024 packet (PP 8, 96 micro-batches, 7%) 4
+/// workers ran 674,516 windows without and 1,887,116 with (docs/partitioning.md).
+pub const PHASED_FILL_AND_DRAIN: f64 = 0.25;
+
+/// The share of a pipeline's micro-batch slots spent filling and draining it:
+/// `(pp − 1) / (vp · m + pp − 1)` for `m` micro-batches per replica (Narayanan et al.,
+/// SC'21, §2.2: the bubble of 1F1B, divided by the virtual stages with interleaving).
+pub fn fill_and_drain_share(workload: &Workload) -> f64 {
+    let layout = &workload.layout;
+    let stages = f64::from(layout.pp.max(1));
+    let slots = workload
+        .programs
+        .iter()
+        .map(|p| p.micro_batches)
+        .min()
+        .unwrap_or(1)
+        .max(1);
+    let slots = f64::from(slots) * f64::from(layout.vp.max(1));
+    (stages - 1.0) / (slots + stages - 1.0)
+}
 
 /// Expected load per node and per link.
 #[derive(Debug, Clone)]
@@ -157,7 +185,11 @@ impl Load {
             .collect();
         let nodes = topology.nodes().len();
         let pp = layout.pp.max(1);
-        let phases = pp.min(MAX_PHASES);
+        let phases = if fill_and_drain_share(workload) >= PHASED_FILL_AND_DRAIN {
+            pp.min(MAX_PHASES)
+        } else {
+            1
+        };
         let phase_of = |stage: u32| (u64::from(stage) * u64::from(phases) / u64::from(pp)) as usize;
         let mut events = PhaseEvents {
             phases: phases as usize,
