@@ -69,7 +69,6 @@ pub fn fill_and_drain_share(workload: &Workload) -> f64 {
 /// Expected load per node and per link.
 #[derive(Debug, Clone)]
 pub struct Load {
-    pub node_events: Vec<f64>,
     pub link_bytes: Vec<f64>,
     /// Phases events are counted in (1 without pipeline stages), and each node's events
     /// per phase, `phase_events[node * phases + phase]`.
@@ -110,9 +109,12 @@ impl Load {
     /// Expected events of each of `groups` groups, given every node's group (an atom, a
     /// partition).
     pub fn events_by(&self, group_of: &[u32], groups: u32) -> Vec<f64> {
+        let phases = self.phases as usize;
         let mut events = vec![0.0; groups as usize];
         for (node, &g) in group_of.iter().enumerate() {
-            events[g as usize] += self.node_events[node];
+            events[g as usize] += self.phase_events[node * phases..(node + 1) * phases]
+                .iter()
+                .sum::<f64>();
         }
         events
     }
@@ -135,7 +137,6 @@ impl Load {
     pub fn uniform(topology: &Topology) -> Load {
         let nodes = topology.nodes().len();
         Load {
-            node_events: vec![1.0; nodes],
             link_bytes: vec![1.0; topology.links().len()],
             phases: 1,
             phase_events: vec![1.0; nodes],
@@ -293,13 +294,7 @@ impl Load {
                 *e += 1.0 / phases as f64;
             }
         }
-        let node_events = events
-            .per_phase
-            .chunks(phases)
-            .map(|p| p.iter().sum())
-            .collect();
         Load {
-            node_events,
             link_bytes,
             phases: phases as u32,
             phase_events: events.per_phase,

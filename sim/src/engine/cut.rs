@@ -489,8 +489,38 @@ impl Walk<'_> {
         memo: &mut HashMap<NodeId, u64>,
         hops: &mut Vec<LinkId>,
     ) -> u64 {
-        if at == self.dst {
-            return u64::MAX;
+        let reached = |node: NodeId| {
+            if self.partition_of[node as usize] != self.own {
+                Some(0)
+            } else {
+                (node == self.dst).then_some(u64::MAX)
+            }
+        };
+        self.least_ps(at, &reached, memo, hops)
+    }
+
+    /// From node `at`, the least summed latency over every route on to `dst`.
+    fn least_latency_ps(
+        &self,
+        at: NodeId,
+        memo: &mut HashMap<NodeId, u64>,
+        hops: &mut Vec<LinkId>,
+    ) -> u64 {
+        self.least_ps(at, &|node| (node == self.dst).then_some(0), memo, hops)
+    }
+
+    /// From node `at`, the least over every route on to `dst` of the latency to the first
+    /// node `reached` gives a value for, plus that value. `memo` holds the nodes done, for
+    /// this flow and this `reached`.
+    fn least_ps(
+        &self,
+        at: NodeId,
+        reached: &dyn Fn(NodeId) -> Option<u64>,
+        memo: &mut HashMap<NodeId, u64>,
+        hops: &mut Vec<LinkId>,
+    ) -> u64 {
+        if let Some(end) = reached(at) {
+            return end;
         }
         if let Some(&known) = memo.get(&at) {
             return known;
@@ -501,44 +531,10 @@ impl Walk<'_> {
             return 0;
         }
         let next = hops.clone();
-        let mut reach = u64::MAX;
-        for link in next {
-            let l = topology.links()[link as usize];
-            let beyond = if self.partition_of[l.dst as usize] != self.own {
-                0
-            } else {
-                self.first_foreign_ps(l.dst, memo, hops)
-            };
-            reach = reach.min(beyond.saturating_add(l.latency_ps));
-        }
-        memo.insert(at, reach);
-        reach
-    }
-}
-
-impl Walk<'_> {
-    /// From node `at`, the least summed latency over every route on to `dst`.
-    fn least_latency_ps(
-        &self,
-        at: NodeId,
-        memo: &mut HashMap<NodeId, u64>,
-        hops: &mut Vec<LinkId>,
-    ) -> u64 {
-        if at == self.dst {
-            return 0;
-        }
-        if let Some(&known) = memo.get(&at) {
-            return known;
-        }
-        let topology = &self.model.topology;
-        if topology.next_hops(at, self.src, self.dst, hops).is_err() {
-            return 0;
-        }
-        let next = hops.clone();
         let mut least = u64::MAX;
         for link in next {
             let l = topology.links()[link as usize];
-            let rest = self.least_latency_ps(l.dst, memo, hops);
+            let rest = self.least_ps(l.dst, reached, memo, hops);
             least = least.min(rest.saturating_add(l.latency_ps));
         }
         memo.insert(at, least);
