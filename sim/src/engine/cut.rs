@@ -339,8 +339,21 @@ impl Cut {
             },
             // The next step of a collective, or for a send the transfer to the receiver
             // that cleared it.
-            (Body::Message { tag } | Body::Arrived { tag, .. }, _) => {
-                self.tag_reach_ps(rank, node, *tag, || u64::MAX)
+            (Body::Message { tag }, _) => self.tag_reach_ps(rank, node, *tag, || u64::MAX),
+            // The leader answers no sooner than the collective can finish, nor than one
+            // latency after the member was due (`GpuLp::apply_arrival`).
+            (
+                Body::Arrived {
+                    tag,
+                    done_ps,
+                    due_ps,
+                },
+                _,
+            ) => {
+                let answer = self.tag_reach_ps(rank, node, *tag, || u64::MAX);
+                (*done_ps)
+                    .max(due_ps.saturating_add(answer))
+                    .saturating_sub(key.time_ps)
             }
             (Body::ClearToSend { tag }, _) => {
                 self.tag_reach_ps(rank, node, *tag, || self.peer_reach_ps(node, key.origin_lp))

@@ -110,6 +110,9 @@ struct CommRun {
     collective: Option<(GroupKind, CollectiveOp, u64)>,
     /// Closed form: the latest time a member was ready (leader only).
     ready_ps: u64,
+    /// Closed form: the latest time a member's arrival was due at the leader, or the
+    /// leader's own start (leader only).
+    arrived_by_ps: u64,
     /// Latency added once the transfers are done (the plan's latency part).
     tail_ps: u64,
     /// `algorithm/protocol/channels`, for collectives.csv.
@@ -211,9 +214,8 @@ enum Running {
 /// The ops of a GPU's program that may cross the run's cut ([`GpuLp::cut_promise`]).
 #[derive(Debug)]
 struct Crossing {
-    /// Which send and receive groups were known when it was made (bit 0 pipeline, bit 1
-    /// context parallel).
-    known: u8,
+    /// Which groups were known when it was made (bit `GroupKind as usize`).
+    known: u16,
     /// Per stream, the positions of the ops whose reach is finite, ascending.
     positions: Box<[Vec<u32>]>,
     /// Per stream, the least reach of its ops ([`GpuLp::stream_reach_ps`]).
@@ -311,7 +313,7 @@ pub struct GpuLp {
     /// Messages and clear-to-sends that arrived before the op they belong to started, with
     /// their counts. A short list searched in place: a map would allocate a node for the
     /// first entry and free it with the last, several million times a run.
-    early: Vec<(Tag, u32)>,
+    early: Vec<(Tag, u32, u64)>,
     /// Boxed, so that a free slot costs a pointer: a GPU's busiest moment sizes its table
     /// (llama3-405b-h100-131072's gradient reduce-scatter: 27 KB per GPU inline, 3.6 GB in
     /// all, for at most 0.34 M live flows, 2.6 per GPU).
@@ -577,7 +579,7 @@ impl GpuLp {
                     self.flow_arrivals.push((seg.tag.seq, ctx.now));
                     self.digest = mix(self.digest, u64::from(seg.tag.seq) | (1 << 41), ctx.now);
                 } else if complete {
-                    self.arrived(model, seg.tag, 0, ctx);
+                    self.arrived(model, seg.tag, (0, 0), ctx);
                 }
             }
             Body::Segment(seg) => self.ports.forward(model, seg, ctx),
@@ -588,8 +590,14 @@ impl GpuLp {
             Body::Message { tag } if tag.group == MEMORY_GROUP => {
                 self.complete(model, usize::from(tag.stream), ctx)
             }
-            Body::Message { tag } | Body::ClearToSend { tag } => self.arrived(model, tag, 0, ctx),
-            Body::Arrived { tag, ready_ps } => self.arrived(model, tag, ready_ps, ctx),
+            Body::Message { tag } | Body::ClearToSend { tag } => {
+                self.arrived(model, tag, (0, 0), ctx)
+            }
+            Body::Arrived {
+                tag,
+                done_ps,
+                due_ps,
+            } => self.arrived(model, tag, (done_ps, due_ps), ctx),
             Body::StartFlow { index } => {
                 let f = model.flows[index as usize];
                 let dst = model.topology.gpu(f.dst);
@@ -784,10 +792,14 @@ impl GpuLp {
         let index = &model.programs[self.program as usize];
         let distance = cut.distances[self.node as usize];
         let (running_end, first_unstarted) = self.compute_at(model, now);
-        // Which of the send and receive groups are known: until one is, its sends and
-        // receives count at the group's least reach; the list is made again when it is.
-        let known = u8::from(self.groups[GroupKind::Pp as usize].is_some())
-            | u8::from(self.groups[GroupKind::Cp as usize].is_some()) << 1;
+        // Which groups are known: until one is, its ops count at the group's least reach
+        // (a send or receive at its peer's, a closed-form collective at its duration); the
+        // list is made again when it is.
+        let known = self
+            .groups
+            .iter()
+            .enumerate()
+            .fold(0u16, |k, (i, g)| k | u16::from(g.is_some()) << i);
         let crossing = match &mut self.crossing {
             Some(c) if c.known == known => c,
             slot => {
@@ -1349,7 +1361,7 @@ impl GpuLp {
                 if let Algo::Tree { lanes, chunks, .. } = algo {
                     run.arrivals = vec![0; (2 * lanes * chunks) as usize];
                 }
-                if let Algo::Closed { .. } = algo {
+                if let Algo::Closed { duration_ps } = algo {
                     let ready = ctx.now.max(self.link_free_toward(model, ring.next));
                     let moved = bytes as f64
                         * collective::bus_factor(cop, ring.n)
@@ -1367,11 +1379,13 @@ impl GpuLp {
                             .as_ref()
                             .and_then(|g| g.closed_peers.first().copied());
                         if let Some((leader, latency_ps)) = to_leader {
+                            let (due_ps, done_ps) = (ctx.now + latency_ps, ready + duration_ps);
                             let body = Body::Arrived {
                                 tag,
-                                ready_ps: ready,
+                                done_ps,
+                                due_ps,
                             };
-                            ctx.emit(leader, ctx.now + latency_ps, body);
+                            ctx.emit(leader, due_ps, body);
                         }
                     }
                 }
@@ -1509,10 +1523,10 @@ impl GpuLp {
             .filter(|&i| (first..=last).contains(&self.early[i].0))
             .min_by_key(|&i| self.early[i].0)
         {
-            let (tag, count) = self.early.swap_remove(i);
-            // A member that arrived before this op started was ready no later than now.
+            let (tag, count, done_ps) = self.early.swap_remove(i);
+            // Due no later than now, but a closed-form member may be ready later than that.
             for _ in 0..count {
-                self.apply_arrival(model, s, tag.step, 0, ctx);
+                self.apply_arrival(model, s, tag.step, (done_ps, 0), ctx);
             }
         }
     }
@@ -1554,6 +1568,7 @@ impl GpuLp {
             peer: self.node,
             collective: None,
             ready_ps: 0,
+            arrived_by_ps: ctx.now,
             tail_ps: 0,
             plan: None,
             net_window: u64::MAX,
@@ -2098,16 +2113,20 @@ impl GpuLp {
     }
 
     /// A message, or a clear-to-send, for stream `tag.stream`.
-    fn arrived(&mut self, model: &SimModel, tag: Tag, ready_ps: u64, ctx: &mut Ctx) {
+    fn arrived(&mut self, model: &SimModel, tag: Tag, done_and_due: (u64, u64), ctx: &mut Ctx) {
         let s = usize::from(tag.stream);
         let current = matches!(&self.running[s], Running::Comm(r) if r.seq == tag.seq && r.group == tag.group);
         if current {
-            self.apply_arrival(model, s, tag.step, ready_ps, ctx);
+            self.apply_arrival(model, s, tag.step, done_and_due, ctx);
             self.check_done(model, s, ctx);
         } else {
-            match self.early.iter_mut().find(|(t, _)| *t == tag) {
-                Some((_, count)) => *count += 1,
-                None => self.early.push((tag, 1)),
+            let (done_ps, _) = done_and_due;
+            match self.early.iter_mut().find(|(t, ..)| *t == tag) {
+                Some((_, count, done)) => {
+                    *count += 1;
+                    *done = (*done).max(done_ps);
+                }
+                None => self.early.push((tag, 1, done_ps)),
             }
         }
     }
@@ -2117,7 +2136,7 @@ impl GpuLp {
         model: &SimModel,
         s: usize,
         step: u16,
-        ready_ps: u64,
+        (done_ps, due_ps): (u64, u64),
         ctx: &mut Ctx,
     ) {
         let Running::Comm(run) = &mut self.running[s] else {
@@ -2142,9 +2161,16 @@ impl GpuLp {
             Algo::Fluid { .. } => run.recv_got += 1,
             Algo::Closed { duration_ps } => {
                 run.recv_got += 1;
-                run.ready_ps = run.ready_ps.max(ready_ps);
+                // Every member plans alike ([`GpuLp::group_info`]), so a member's `done_ps`
+                // is its ready time plus this same duration.
+                run.ready_ps = run.ready_ps.max(done_ps.saturating_sub(duration_ps));
+                run.arrived_by_ps = run.arrived_by_ps.max(due_ps);
                 if ring.pos == 0 && run.recv_got == run.recv_needed {
-                    let finish = run.ready_ps.saturating_add(duration_ps).max(ctx.now);
+                    // As of the last arrival's due time, not of its delivery: a member sends
+                    // it no later than this finish (see `Body::Arrived`), so every message
+                    // below is still ahead of now.
+                    let arrived_by = run.arrived_by_ps;
+                    let finish = run.ready_ps.saturating_add(duration_ps).max(arrived_by);
                     run.analytical_sends_until = finish;
                     let (kind, group, seq) = (
                         run.collective.map_or(GroupKind::Dp, |c| c.0),
@@ -2159,7 +2185,7 @@ impl GpuLp {
                     };
                     if let Some(g) = &self.groups[kind as usize] {
                         for &(member, latency_ps) in &g.closed_peers {
-                            let at = finish.max(ctx.now + latency_ps);
+                            let at = finish.max(arrived_by + latency_ps);
                             ctx.emit(member, at, Body::Message { tag });
                         }
                     }

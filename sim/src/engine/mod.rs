@@ -148,10 +148,14 @@ pub enum Body {
         tag: Tag,
     },
     /// A member reached a collective that completes in closed form: sent to the group's
-    /// leader with the time the member's link was free to start it.
+    /// leader with `done_ps`, the time the member's link was free to start it plus the
+    /// collective's duration. It is due at the leader at `due_ps` (one latency after the
+    /// member started); the leader reckons from `due_ps` and answers no sooner than
+    /// `done_ps`.
     Arrived {
         tag: Tag,
-        ready_ps: u64,
+        done_ps: u64,
+        due_ps: u64,
     },
     /// The analytical sends of the op on stream `stream` have been delivered.
     SendDone {
