@@ -52,13 +52,23 @@ pub fn run_scheduled(
     partition_of: Vec<u32>,
     split: embedded::Split,
 ) -> (Arc<SimModel>, RunResults) {
+    let (model, results, _) = run_measured(model, partition_of, split);
+    (model, results)
+}
+
+/// [`run_scheduled`], with the engine's statistics (windows, events).
+pub fn run_measured(
+    model: SimModel,
+    partition_of: Vec<u32>,
+    split: embedded::Split,
+) -> (Arc<SimModel>, RunResults, embedded::EngineStats) {
     let model = Arc::new(model);
     let assignment = partitioner::Assignment {
         partitions: partition_of.iter().copied().max().unwrap_or(0) + 1,
         partition_of,
     };
     let lookahead = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &assignment));
-    let (results, _) = embedded::run(
+    let (results, stats) = embedded::run(
         Arc::clone(&model),
         assignment.partition_of,
         lookahead,
@@ -67,7 +77,7 @@ pub fn run_scheduled(
         None,
     )
     .expect("run");
-    (model, results)
+    (model, results, stats)
 }
 
 /// Runs `model` partitioned by host on one worker and thread.

@@ -803,6 +803,7 @@ impl GpuLp {
         let crossing = match &mut self.crossing {
             Some(c) if c.known == known => c,
             slot => {
+                let closed_least = closed_form_least_ps(model, &self.groups, index);
                 let p2p = |kind: GroupKind, next: bool| match &self.groups[kind as usize] {
                     // A send goes to its one peer, by no relay.
                     Some(g) => {
@@ -818,7 +819,9 @@ impl GpuLp {
                 ];
                 let reach = |op: u32| match program.ops[op as usize].kind {
                     OpKind::Compute { .. } => u64::MAX,
-                    OpKind::Collective { group, .. } => cut.group_reach_ps(rank, group),
+                    OpKind::Collective { group, .. } => cut
+                        .group_reach_ps(rank, group)
+                        .max(closed_least[usize::from(index.collective_slot[op as usize])]),
                     OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => p2p[peer as usize],
                     OpKind::MemoryRead { .. } => distance,
                 };
@@ -1385,7 +1388,9 @@ impl GpuLp {
                                 done_ps,
                                 due_ps,
                             };
-                            ctx.emit(leader, due_ps, body);
+                            // Delivered as late as the leader may need it: see `Body::Arrived`.
+                            let deliver = done_ps.saturating_sub(model.longest_link_ps);
+                            ctx.emit(leader, due_ps.max(deliver), body);
                         }
                     }
                 }
@@ -2765,6 +2770,34 @@ impl GpuLp {
 /// in closed form; where packet-level links are involved the engine runs its transfers, so
 /// the choice is among the algorithms it runs transfer by transfer (all but single-node NVLS,
 /// whose reduction happens inside the switch).
+/// Per collective of a program ([`super::ProgramIndex::collective_keys`]), the least delay
+/// from its start to its first message when its group completes in closed form: a member's
+/// arrival reaches the leader no sooner than the collective's duration less the longest
+/// link (`Body::Arrived`), and the leader answers no sooner than the duration. 0 where the
+/// group is not known yet or not closed.
+fn closed_form_least_ps(
+    model: &SimModel,
+    groups: &[Option<Box<GroupInfo>>],
+    index: &super::ProgramIndex,
+) -> Vec<u64> {
+    index
+        .collective_keys
+        .iter()
+        .map(|&(kind, cop, bytes)| {
+            let group = GroupKind::from_index(kind).and_then(|k| groups[k as usize].as_ref());
+            let (Some(g), Some(&cop)) = (group, CollectiveOp::ALL.get(usize::from(cop))) else {
+                return 0;
+            };
+            if !g.closed || g.ring.n <= 1 {
+                return 0;
+            }
+            plan_for(model, &g.shape, true, cop, bytes).map_or(0, |plan| {
+                plan.time_ps().saturating_sub(model.longest_link_ps)
+            })
+        })
+        .collect()
+}
+
 fn plan_for(
     model: &SimModel,
     shape: &CommShape,

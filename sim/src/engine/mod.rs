@@ -150,8 +150,10 @@ pub enum Body {
     /// A member reached a collective that completes in closed form: sent to the group's
     /// leader with `done_ps`, the time the member's link was free to start it plus the
     /// collective's duration. It is due at the leader at `due_ps` (one latency after the
-    /// member started); the leader reckons from `due_ps` and answers no sooner than
-    /// `done_ps`.
+    /// member started) but delivered at `max(due_ps, done_ps − longest link)`: the leader
+    /// reckons from `due_ps`, so the result is the same, answers no sooner than `done_ps`,
+    /// so it still answers at least one lookahead after handling it, and partitions run on
+    /// meanwhile.
     Arrived {
         tag: Tag,
         done_ps: u64,
@@ -371,6 +373,10 @@ pub struct SimModel {
     /// How far in the future a GPU's request reaches the flow LP, and the least delay of
     /// its answers: the smallest latency of a shared link. Caps the lookahead.
     pub flow_delay_ps: u64,
+    /// The largest latency of any link: no partitioning's lookahead (its cut links' least
+    /// latency) exceeds it, so an LP may hold back an event by up to this much before it is
+    /// needed ([`Body::Arrived`]) without knowing the partitioning.
+    pub longest_link_ps: u64,
 }
 
 /// What the collective model needs beyond the topology.
@@ -515,6 +521,12 @@ impl SimModel {
         let (programs, kernel_ps, kernel_clocked) = workload_tables(exp, &workload, compute);
         let gpu_types = exp.gpu_types.len();
         let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
+        let longest_link_ps = topology
+            .links()
+            .iter()
+            .map(|l| l.latency_ps)
+            .max()
+            .unwrap_or(0);
         Ok(SimModel {
             topology,
             workload,
@@ -535,6 +547,7 @@ impl SimModel {
             collectives,
             flow_home,
             flow_delay_ps,
+            longest_link_ps,
         })
     }
 
