@@ -131,6 +131,8 @@ impl Cut {
             && (model.net.is_shared(LinkClass::NvLink) || model.net.is_shared(LinkClass::Pcie));
         let host_of = |n: NodeId| topology.nodes()[n as usize].host;
         let mut hops = Vec::with_capacity(8);
+        let mut fabric = FabricMemo::default();
+        let mut group_pairs = HashMap::new();
         for kind in GroupKind::ALL {
             if layout.group_size(kind) as usize > SEARCHED_GROUP {
                 continue;
@@ -142,6 +144,17 @@ impl Cut {
                 }
                 let ranks = layout.group(kind, r as u32);
                 let members: Vec<NodeId> = ranks.iter().map(|&m| gpu_node(m)).collect();
+                // Its pairs are kept for later sends and connections ([`Cut::peer_reach_ps`])
+                // only where they are few: a model-parallel group (TP × PP) has members ×
+                // TP of them, 3.9 M per worker at 131,072 GPUs on 4 workers.
+                let in_host = members
+                    .iter()
+                    .filter(|&&v| host_of(v) == host_of(members[0]));
+                let kept = members.len() * in_host.count() <= SEARCHED_GROUP;
+                group_pairs.clear();
+                // Its members' walks share the switches above their hosts; another group's
+                // walks go elsewhere, so what this one learnt is dropped.
+                fabric.clear();
                 for &m in &ranks {
                     seen[m as usize] = true;
                 }
@@ -162,9 +175,21 @@ impl Cut {
                             // a ring's lane by one (`collective::ring::lane_links`).
                             let (partition_of, distances) = (&self.partition_of, &self.distances);
                             let mut least = u64::MAX;
+                            let pairs = if kept {
+                                &mut self.peer_reach
+                            } else {
+                                &mut group_pairs
+                            };
                             for &v in members.iter().filter(|&&v| host_of(v) == host) {
-                                let from_v = *self.peer_reach.entry((v, m)).or_insert_with(|| {
-                                    route_reach_ps(model, partition_of, distances, v, m, &mut hops)
+                                let from_v = *pairs.entry((v, m)).or_insert_with(|| {
+                                    route_reach_ps(
+                                        model,
+                                        partition_of,
+                                        distances,
+                                        (v, m),
+                                        &mut fabric,
+                                        &mut hops,
+                                    )
                                 });
                                 least = least.min(from_v);
                             }
@@ -461,27 +486,44 @@ fn route_reach_ps(
     model: &SimModel,
     partition_of: &[u32],
     distances: &[u64],
-    sender: NodeId,
-    peer: NodeId,
+    (sender, peer): (NodeId, NodeId),
+    fabric: &mut FabricMemo,
     hops: &mut Vec<LinkId>,
 ) -> u64 {
     let own = partition_of[sender as usize];
-    let walk = Walk {
+    let mut walk = Walk {
         model,
         partition_of,
         own,
         src: sender,
         dst: peer,
+        memo: HashMap::new(),
+        fabric,
     };
     if !model.net.packet {
         return if partition_of[peer as usize] == own {
             u64::MAX
         } else {
-            walk.least_latency_ps(sender, &mut HashMap::new(), hops)
+            walk.least_latency_ps(sender, hops)
                 .max(distances[sender as usize])
         };
     }
-    walk.first_foreign_ps(sender, &mut HashMap::new(), hops)
+    walk.first_foreign_ps(sender, hops)
+}
+
+/// What walks to one destination learnt at fabric switches (leaf, spine, core), for the
+/// next walk to it from another source: a switch's next hops depend only on the
+/// destination (`routing.rs`: `fabric_step`, and a graph file's shortest paths), so its
+/// least value does too, given what the walk looks for (`u32::MAX`: the latency to the
+/// destination; else the first node outside that partition). Keyed by (what, destination,
+/// switch).
+#[derive(Default)]
+struct FabricMemo(HashMap<(u32, NodeId, NodeId), u64>);
+
+impl FabricMemo {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// Routes of one flow `src → dst`, searched for the first node outside partition `own`.
@@ -491,54 +533,58 @@ struct Walk<'a> {
     own: u32,
     src: NodeId,
     dst: NodeId,
+    /// The nodes done, for this flow and what it looks for.
+    memo: HashMap<NodeId, u64>,
+    fabric: &'a mut FabricMemo,
 }
 
 impl Walk<'_> {
     /// From node `at` (in `own`), the least latency to a node outside it over every route
-    /// on to `dst`; `u64::MAX` when none leaves. `memo` holds the nodes done, for this flow.
-    fn first_foreign_ps(
-        &self,
-        at: NodeId,
-        memo: &mut HashMap<NodeId, u64>,
-        hops: &mut Vec<LinkId>,
-    ) -> u64 {
+    /// on to `dst`; `u64::MAX` when none leaves.
+    fn first_foreign_ps(&mut self, at: NodeId, hops: &mut Vec<LinkId>) -> u64 {
+        let (partition_of, own, dst) = (self.partition_of, self.own, self.dst);
         let reached = |node: NodeId| {
-            if self.partition_of[node as usize] != self.own {
+            if partition_of[node as usize] != own {
                 Some(0)
             } else {
-                (node == self.dst).then_some(u64::MAX)
+                (node == dst).then_some(u64::MAX)
             }
         };
-        self.least_ps(at, &reached, memo, hops)
+        self.least_ps(at, own, &reached, hops)
     }
 
     /// From node `at`, the least summed latency over every route on to `dst`.
-    fn least_latency_ps(
-        &self,
-        at: NodeId,
-        memo: &mut HashMap<NodeId, u64>,
-        hops: &mut Vec<LinkId>,
-    ) -> u64 {
-        self.least_ps(at, &|node| (node == self.dst).then_some(0), memo, hops)
+    fn least_latency_ps(&mut self, at: NodeId, hops: &mut Vec<LinkId>) -> u64 {
+        let dst = self.dst;
+        self.least_ps(at, u32::MAX, &|node| (node == dst).then_some(0), hops)
     }
 
     /// From node `at`, the least over every route on to `dst` of the latency to the first
-    /// node `reached` gives a value for, plus that value. `memo` holds the nodes done, for
-    /// this flow and this `reached`.
+    /// node `reached` gives a value for, plus that value. `what` names `reached` in the
+    /// fabric memo.
     fn least_ps(
-        &self,
+        &mut self,
         at: NodeId,
+        what: u32,
         reached: &dyn Fn(NodeId) -> Option<u64>,
-        memo: &mut HashMap<NodeId, u64>,
         hops: &mut Vec<LinkId>,
     ) -> u64 {
         if let Some(end) = reached(at) {
             return end;
         }
-        if let Some(&known) = memo.get(&at) {
+        let topology = &self.model.topology;
+        let shared = matches!(
+            topology.nodes()[at as usize].kind,
+            NodeKind::Leaf | NodeKind::Spine | NodeKind::Core
+        );
+        let known = if shared {
+            self.fabric.0.get(&(what, self.dst, at))
+        } else {
+            self.memo.get(&at)
+        };
+        if let Some(&known) = known {
             return known;
         }
-        let topology = &self.model.topology;
         // A route the engine could not take either: nothing is known, so promise nothing.
         if topology.next_hops(at, self.src, self.dst, hops).is_err() {
             return 0;
@@ -546,11 +592,15 @@ impl Walk<'_> {
         let next = hops.clone();
         let mut least = u64::MAX;
         for link in next {
-            let l = topology.links()[link as usize];
-            let rest = self.least_ps(l.dst, reached, memo, hops);
+            let l = self.model.topology.links()[link as usize];
+            let rest = self.least_ps(l.dst, what, reached, hops);
             least = least.min(rest.saturating_add(l.latency_ps));
         }
-        memo.insert(at, least);
+        if shared {
+            self.fabric.0.insert((what, self.dst, at), least);
+        } else {
+            self.memo.insert(at, least);
+        }
         least
     }
 }
