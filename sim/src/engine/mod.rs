@@ -710,6 +710,7 @@ mod tests {
     use crate::layout::GroupKind;
     use crate::workload::{CollectiveOp, Label};
 
+    #[test]
     fn kernels_chain_only_where_nothing_else_waits() {
         let label = Label::imported();
         let kernel = OpKind::Compute { kernel: 0 };
