@@ -511,11 +511,14 @@ fn route_reach_ps(
     walk.first_foreign_ps(sender, hops)
 }
 
+/// `Walk::least_ps` looking for the latency to the destination, not for another partition.
+const LATENCY: u32 = u32::MAX;
+
 /// What walks to one destination learnt at fabric switches (leaf, spine, core), for the
 /// next walk to it from another source: a switch's next hops depend only on the
 /// destination (`routing.rs`: `fabric_step`, and a graph file's shortest paths), so its
-/// least value does too, given what the walk looks for (`u32::MAX`: the latency to the
-/// destination; else the first node outside that partition). Keyed by (what, destination,
+/// least value does too, given what the walk looks for ([`LATENCY`], or the first node
+/// outside that partition). Keyed by (what, destination,
 /// switch).
 #[derive(Default)]
 struct FabricMemo(HashMap<(u32, NodeId, NodeId), u64>);
@@ -556,7 +559,7 @@ impl Walk<'_> {
     /// From node `at`, the least summed latency over every route on to `dst`.
     fn least_latency_ps(&mut self, at: NodeId, hops: &mut Vec<LinkId>) -> u64 {
         let dst = self.dst;
-        self.least_ps(at, u32::MAX, &|node| (node == dst).then_some(0), hops)
+        self.least_ps(at, LATENCY, &|node| (node == dst).then_some(0), hops)
     }
 
     /// From node `at`, the least over every route on to `dst` of the latency to the first
@@ -589,7 +592,12 @@ impl Walk<'_> {
         if topology.next_hops(at, self.src, self.dst, hops).is_err() {
             return 0;
         }
-        let next = hops.clone();
+        let mut next = hops.clone();
+        // The latency on from a switch is the same whichever equal-cost hop is taken
+        // there, so one will do (what lies in another partition differs between them).
+        if shared && what == LATENCY && topology.fabric_choices_are_alike() {
+            next.truncate(1);
+        }
         let mut least = u64::MAX;
         for link in next {
             let l = self.model.topology.links()[link as usize];
@@ -744,6 +752,8 @@ mod tests {
 
 #[cfg(test)]
 mod route_tests {
+    use std::collections::BTreeSet;
+
     use super::super::net::tests::{network_queues, segment, two_hosts_per_leaf, walk};
     use super::super::net::{Route, serialisation_ps};
     use super::*;
@@ -826,6 +836,59 @@ mod route_tests {
         let smaller = rest_of_route_ps(&model, leaf, &seg) + seg.path_ps;
         assert!(smaller < expected);
         assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, false), smaller);
+    }
+
+    /// What `Walk::least_ps` relies on to follow one hop at a fabric switch when it looks
+    /// for a route's latency ([`Topology::fabric_choices_are_alike`]).
+    #[test]
+    fn every_route_between_two_gpus_of_a_generated_fabric_takes_as_long() {
+        let packet = two_hosts_per_leaf();
+        let quickstart = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/experiments/quickstart.toml"
+        );
+        let sets = [
+            "cluster.hosts_per_segment=2".to_string(),
+            "network.model=\"analytical\"".to_string(),
+        ];
+        let exp = crate::experiment::Experiment::load(std::path::Path::new(quickstart), &sets)
+            .expect("quickstart loads");
+        let analytical = SimModel::from_experiment(&exp, false).expect("model");
+        let t = &packet.topology;
+        assert!(t.fabric_choices_are_alike());
+        let gpus = t.gpu_count();
+        for (a, b) in (0..gpus)
+            .step_by(3)
+            .flat_map(|a| (0..gpus).step_by(5).map(move |b| (a, b)))
+        {
+            if a == b {
+                continue;
+            }
+            let latencies: BTreeSet<u64> = (0..16)
+                .map(|hash| {
+                    let path = t.path(t.gpu(a), t.gpu(b), hash).expect("routed");
+                    path.iter().map(|&l| t.links()[l as usize].latency_ps).sum()
+                })
+                .collect();
+            assert_eq!(latencies.len(), 1, "GPU {a} -> {b}: {latencies:?}");
+            // b alone in another partition: every route's first node outside is b, so the
+            // search over every route (packet) and along one at each switch (analytical)
+            // both give the route's latency.
+            let b_apart: Vec<u32> = (0..t.nodes().len())
+                .map(|n| u32::from(n as NodeId == t.gpu(b)))
+                .collect();
+            for model in [&packet, &analytical] {
+                let reach = route_reach_ps(
+                    model,
+                    &b_apart,
+                    &vec![0; t.nodes().len()],
+                    (t.gpu(a), t.gpu(b)),
+                    &mut FabricMemo::default(),
+                    &mut Vec::new(),
+                );
+                assert_eq!(Some(&reach), latencies.first(), "GPU {a} -> {b}");
+            }
+        }
     }
 
     #[test]

@@ -273,6 +273,15 @@ impl Topology {
         }
     }
 
+    /// Whether every equal-cost choice at a fabric switch (leaf, spine, core) leads on to
+    /// the destination over routes of the same latency: true for generated topologies,
+    /// whose links of one class share one latency (`Builder::cable`) and whose up/down
+    /// choices at a switch all go to the same tier of one pod and plane (`routing.rs`),
+    /// false for graph files, whose links each have their own latency.
+    pub fn fabric_choices_are_alike(&self) -> bool {
+        matches!(self.routing, routing::Routing::Structured(_))
+    }
+
     /// Hosts in one [`Topology::nccl_node`]: more than one in a multi-host NVLink domain.
     pub fn hosts_per_nccl_node(&self) -> u32 {
         match &self.routing {
