@@ -8,34 +8,10 @@ mod support;
 use coordinator::embedded::Split;
 use support::*;
 
-/// 16 hosts of 8 GPUs: TP 8 inside a host, PP 4 × DP 4 across hosts, on the analytical
-/// network, so that every data-parallel gradient reduction is closed form.
-const PIPELINES: &str = r#"
-name = "closed-form-windows"
-[cluster]
-gpus = 128
-gpu = "H100-SXM"
-topology = "rail-optimized"
-hosts_per_segment = 4
-[model]
-layers = 8
-hidden = 1024
-ffn_hidden = 4096
-heads = 8
-seq_len = 1024
-vocab = 4096
-[parallel]
-tp = 8
-pp = 4
-micro_batch = 1
-global_batch = 16
-[network]
-model = "analytical"
-"#;
-
 #[test]
 fn closed_form_reductions_across_workers_keep_the_windows_few_and_the_result() {
-    let exp = experiment(PIPELINES);
+    // On the analytical network every data-parallel gradient reduction is closed form.
+    let exp = experiment(&pipelines("analytical", 16));
     let m = model(&exp);
     let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net);
     let split = partitioner::partition(&m.topology, "metis", 4, &load, 0).expect("metis");

@@ -8,35 +8,6 @@ mod support;
 
 use support::*;
 
-/// 16 hosts of 8 GPUs: TP 8 inside a host, PP 4 × DP 4 across hosts, so host `h` holds
-/// stage `h / 4` of data-parallel replica `h % 4` (order tp-cp-ep-dp-pp).
-fn pipelines(network: &str, global_batch: u32) -> String {
-    format!(
-        r#"
-name = "metis-phases"
-[cluster]
-gpus = 128
-gpu = "H100-SXM"
-topology = "rail-optimized"
-hosts_per_segment = 4
-[model]
-layers = 8
-hidden = 1024
-ffn_hidden = 4096
-heads = 8
-seq_len = 1024
-vocab = 4096
-[parallel]
-tp = 8
-pp = 4
-micro_batch = 1
-global_batch = {global_batch}
-[network]
-model = "{network}"
-"#
-    )
-}
-
 #[test]
 fn metis_gives_each_partition_whole_pipelines_and_a_share_of_every_stage() {
     for network in ["analytical", "packet"] {

@@ -137,3 +137,32 @@ pub fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
         start_ps,
     }
 }
+
+/// 16 hosts of 8 GPUs: TP 8 inside a host, PP 4 × DP 4 across hosts, so host `h` holds
+/// stage `h / 4` of data-parallel replica `h % 4` (order tp-cp-ep-dp-pp).
+pub fn pipelines(network: &str, global_batch: u32) -> String {
+    format!(
+        r#"
+name = "pipelines"
+[cluster]
+gpus = 128
+gpu = "H100-SXM"
+topology = "rail-optimized"
+hosts_per_segment = 4
+[model]
+layers = 8
+hidden = 1024
+ffn_hidden = 4096
+heads = 8
+seq_len = 1024
+vocab = 4096
+[parallel]
+tp = 8
+pp = 4
+micro_batch = 1
+global_batch = {global_batch}
+[network]
+model = "{network}"
+"#
+    )
+}

@@ -754,7 +754,9 @@ mod tests {
 mod route_tests {
     use std::collections::BTreeSet;
 
-    use super::super::net::tests::{network_queues, segment, two_hosts_per_leaf, walk};
+    use super::super::net::tests::{
+        network_queues, quickstart_with, segment, two_hosts_per_leaf, walk,
+    };
     use super::super::net::{Route, serialisation_ps};
     use super::*;
 
@@ -843,17 +845,10 @@ mod route_tests {
     #[test]
     fn every_route_between_two_gpus_of_a_generated_fabric_takes_as_long() {
         let packet = two_hosts_per_leaf();
-        let quickstart = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../configs/experiments/quickstart.toml"
-        );
-        let sets = [
-            "cluster.hosts_per_segment=2".to_string(),
-            "network.model=\"analytical\"".to_string(),
-        ];
-        let exp = crate::experiment::Experiment::load(std::path::Path::new(quickstart), &sets)
-            .expect("quickstart loads");
-        let analytical = SimModel::from_experiment(&exp, false).expect("model");
+        let analytical = quickstart_with(&[
+            "cluster.hosts_per_segment=2",
+            "network.model=\"analytical\"",
+        ]);
         let t = &packet.topology;
         assert!(t.fabric_choices_are_alike());
         let gpus = t.gpu_count();

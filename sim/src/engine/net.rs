@@ -901,14 +901,19 @@ pub(super) mod tests {
     /// The quickstart with two hosts per leaf and only the network queued: GPUs 0 and 8
     /// share a leaf.
     pub(in crate::engine) fn two_hosts_per_leaf() -> SimModel {
+        quickstart_with(&[
+            "cluster.hosts_per_segment=2",
+            "network.intra_host=\"analytical\"",
+        ])
+    }
+
+    /// The quickstart's model with `sets` applied, as `--set` does.
+    pub(in crate::engine) fn quickstart_with(sets: &[&str]) -> SimModel {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../configs/experiments/quickstart.toml"
         );
-        let sets = [
-            "cluster.hosts_per_segment=2".to_string(),
-            "network.intra_host=\"analytical\"".to_string(),
-        ];
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let exp = crate::experiment::Experiment::load(std::path::Path::new(path), &sets)
             .expect("quickstart loads");
         SimModel::from_experiment(&exp, false).expect("model")
