@@ -313,12 +313,16 @@ impl Partition {
         }
     }
 
-    /// Every LP's report, with its id.
-    pub fn reports(&self, model: &SimModel) -> Vec<(NodeId, LpReport)> {
-        self.lp_ids
-            .iter()
-            .zip(&self.lps)
-            .map(|(&id, lp)| (id, lp.report(model)))
-            .collect()
+    /// Its LPs, each replaced by its report (with its id) in `into`, at the end of a run.
+    /// Each LP is dropped once reported, so a worker never holds all its LPs and all their
+    /// reports at once.
+    pub fn take_reports(&mut self, model: &SimModel, into: &mut Vec<(NodeId, LpReport)>) {
+        for (&id, lp) in self.lp_ids.iter().zip(std::mem::take(&mut self.lps)) {
+            into.push((id, lp.report(model)));
+        }
+    }
+
+    pub fn lp_count(&self) -> usize {
+        self.lps.len()
     }
 }

@@ -570,7 +570,11 @@ pub fn run_worker(
     let reports = if stopped {
         Vec::new()
     } else {
-        parts.iter().flat_map(|p| lock(p).reports(model)).collect()
+        let mut reports = Vec::with_capacity(parts.iter().map(|p| lock(p).lp_count()).sum());
+        for p in parts {
+            lock(p).take_reports(model, &mut reports);
+        }
+        reports
     };
     Ok(WorkerOutcome {
         reports,
