@@ -223,6 +223,15 @@ pub fn read_token(path: &Path) -> Result<String, String> {
 /// What a worker submits at the end: its LPs' reports and its statistics.
 type WorkerResults = (Vec<(NodeId, LpReport)>, WorkerStats);
 
+/// One `SubmitResults` call: some of a worker's reports, and with the last of them its
+/// statistics. A worker sends its results in parts, so that neither side ever holds them
+/// all encoded (once in the payload, once more in gRPC's buffer) beside the reports: at
+/// 131,072 GPUs on 4 workers that was a worker's peak.
+type ResultsPart = (Vec<(NodeId, LpReport)>, Option<WorkerStats>);
+
+/// LP reports per [`ResultsPart`]: a few MB encoded.
+const REPORTS_PER_PART: usize = 4096;
+
 /// What the coordinator needs besides the loaded experiment.
 #[derive(Debug, Clone)]
 pub struct CoordinatorOptions {
@@ -266,6 +275,8 @@ struct Hub {
     last_seen: Vec<Instant>,
     rounds: CombiningBarrier,
     results: Vec<Option<WorkerResults>>,
+    /// Per worker, the reports of the parts it sent before its last.
+    early_reports: Vec<Vec<(NodeId, LpReport)>>,
     submitted: u32,
     /// Encoded window reports and grants, bytes.
     window_bytes: u64,
@@ -463,15 +474,19 @@ impl Coordinator for CoordinatorService {
     ) -> Result<Response<pb::Ack>, Status> {
         check_token(&request, &self.token)?;
         let r = request.into_inner();
-        let decoded: Result<WorkerResults, _> = bitcode::deserialize(&r.payload);
+        let decoded: Result<ResultsPart, _> = bitcode::deserialize(&r.payload);
         {
             let mut hub = lock(&self.hub);
             let id = r.worker_id as usize;
             match decoded {
-                Ok(results) if id < hub.results.len() => {
-                    tracing::info!(worker = id, lps = results.0.len(), "results received");
-                    if hub.results[id].replace(results).is_none() {
-                        hub.submitted += 1;
+                Ok((reports, stats)) if id < hub.results.len() => {
+                    hub.early_reports[id].extend(reports);
+                    if let Some(stats) = stats {
+                        let reports = std::mem::take(&mut hub.early_reports[id]);
+                        tracing::info!(worker = id, lps = reports.len(), "results received");
+                        if hub.results[id].replace((reports, stats)).is_none() {
+                            hub.submitted += 1;
+                        }
                     }
                 }
                 Ok(_) => return Err(Status::invalid_argument(format!("no worker {id}"))),
@@ -566,6 +581,7 @@ pub fn run_coordinator(
                 }
             },
             results: vec![None; workers as usize],
+            early_reports: vec![Vec::new(); workers as usize],
             submitted: 0,
             window_bytes: 0,
             failed: None,
@@ -1100,22 +1116,27 @@ pub fn run_worker_process(
         events: outcome.stats.events,
         stopped: outcome.stopped,
     };
-    let payload = bitcode::serialize(&(outcome.reports, outcome.stats))
-        .map_err(|e| fail(format!("cannot encode this worker's results: {e}")))?;
-    let request = with_token(
-        pb::ResultsChunk {
-            worker_id: reply.worker_id,
-            payload,
-        },
-        token,
-    )?;
-    runtime
-        .block_on(client.submit_results(request))
-        .map_err(|e| {
-            fail(format!(
-                "the coordinator did not take this worker's results: {e}"
-            ))
-        })?;
+    let (mut reports, mut stats) = (outcome.reports, Some(outcome.stats));
+    while stats.is_some() {
+        let part = reports.split_off(reports.len().saturating_sub(REPORTS_PER_PART));
+        let last = reports.is_empty().then(|| stats.take()).flatten();
+        let payload = bitcode::serialize::<ResultsPart>(&(part, last))
+            .map_err(|e| fail(format!("cannot encode this worker's results: {e}")))?;
+        let request = with_token(
+            pb::ResultsChunk {
+                worker_id: reply.worker_id,
+                payload,
+            },
+            token,
+        )?;
+        runtime
+            .block_on(client.submit_results(request))
+            .map_err(|e| {
+                fail(format!(
+                    "the coordinator did not take this worker's results: {e}"
+                ))
+            })?;
+    }
     let _ = stop_server.send(());
     let _ = runtime.block_on(server);
     Ok(summary)
