@@ -232,6 +232,32 @@ type ResultsPart = (Vec<(NodeId, LpReport)>, Option<WorkerStats>);
 /// LP reports per [`ResultsPart`]: a few MB encoded.
 const REPORTS_PER_PART: usize = 4096;
 
+/// A worker's results as the parts it sends, `per_part` reports each (any order: the
+/// coordinator sorts them), the statistics with the last.
+fn results_parts(
+    mut reports: Vec<(NodeId, LpReport)>,
+    stats: WorkerStats,
+    per_part: usize,
+) -> impl Iterator<Item = ResultsPart> {
+    let mut stats = Some(stats);
+    std::iter::from_fn(move || {
+        stats.as_ref()?;
+        let part = reports.split_off(reports.len().saturating_sub(per_part.max(1)));
+        let last = reports.is_empty().then(|| stats.take()).flatten();
+        Some((part, last))
+    })
+}
+
+/// Adds a received part to the reports of the worker's `earlier` parts: its whole results
+/// once the part is its last.
+fn gather_part(
+    earlier: &mut Vec<(NodeId, LpReport)>,
+    (reports, stats): ResultsPart,
+) -> Option<WorkerResults> {
+    earlier.extend(reports);
+    stats.map(|stats| (std::mem::take(earlier), stats))
+}
+
 /// What the coordinator needs besides the loaded experiment.
 #[derive(Debug, Clone)]
 pub struct CoordinatorOptions {
@@ -479,12 +505,10 @@ impl Coordinator for CoordinatorService {
             let mut hub = lock(&self.hub);
             let id = r.worker_id as usize;
             match decoded {
-                Ok((reports, stats)) if id < hub.results.len() => {
-                    hub.early_reports[id].extend(reports);
-                    if let Some(stats) = stats {
-                        let reports = std::mem::take(&mut hub.early_reports[id]);
-                        tracing::info!(worker = id, lps = reports.len(), "results received");
-                        if hub.results[id].replace((reports, stats)).is_none() {
+                Ok(part) if id < hub.results.len() => {
+                    if let Some(results) = gather_part(&mut hub.early_reports[id], part) {
+                        tracing::info!(worker = id, lps = results.0.len(), "results received");
+                        if hub.results[id].replace(results).is_none() {
                             hub.submitted += 1;
                         }
                     }
@@ -1116,11 +1140,8 @@ pub fn run_worker_process(
         events: outcome.stats.events,
         stopped: outcome.stopped,
     };
-    let (mut reports, mut stats) = (outcome.reports, Some(outcome.stats));
-    while stats.is_some() {
-        let part = reports.split_off(reports.len().saturating_sub(REPORTS_PER_PART));
-        let last = reports.is_empty().then(|| stats.take()).flatten();
-        let payload = bitcode::serialize::<ResultsPart>(&(part, last))
+    for part in results_parts(outcome.reports, outcome.stats, REPORTS_PER_PART) {
+        let payload = bitcode::serialize(&part)
             .map_err(|e| fail(format!("cannot encode this worker's results: {e}")))?;
         let request = with_token(
             pb::ResultsChunk {
@@ -1140,4 +1161,46 @@ pub fn run_worker_process(
     let _ = stop_server.send(());
     let _ = runtime.block_on(server);
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(digest: u64) -> LpReport {
+        LpReport {
+            digest,
+            ..LpReport::default()
+        }
+    }
+
+    /// Sent in parts and gathered again, a worker's results are all there, once, with its
+    /// statistics; a worker without LPs still sends its statistics.
+    #[test]
+    fn results_sent_in_parts_are_gathered_whole() {
+        for (lps, per_part, parts) in [(10, 3, 4), (9, 3, 3), (0, 3, 1), (5, 4096, 1)] {
+            let reports: Vec<_> = (0..lps).map(|i| (i as NodeId, report(i))).collect();
+            let stats = WorkerStats {
+                events: 7,
+                ..WorkerStats::default()
+            };
+            let sent: Vec<ResultsPart> = results_parts(reports, stats, per_part).collect();
+            assert_eq!(sent.len(), parts, "{lps} LPs in parts of {per_part}");
+            let mut earlier = Vec::new();
+            let mut whole = None;
+            for (i, part) in sent.into_iter().enumerate() {
+                assert_eq!(part.1.is_some(), i + 1 == parts, "statistics come last");
+                // Encoded as they travel.
+                let bytes = bitcode::serialize(&part).expect("encode");
+                let part: ResultsPart = bitcode::deserialize(&bytes).expect("decode");
+                whole = gather_part(&mut earlier, part);
+            }
+            let (mut got, stats) = whole.expect("complete after the last part");
+            got.sort_by_key(|(id, _)| *id);
+            let want: Vec<_> = (0..lps).map(|i| (i as NodeId, report(i))).collect();
+            assert_eq!(got, want);
+            assert_eq!(stats.events, 7);
+            assert!(earlier.is_empty());
+        }
+    }
 }
