@@ -23,6 +23,9 @@ const GROUP_KINDS: usize = GroupKind::ALL.len() + 1;
 /// by the GPU's distance to the cut alone. Keeps building a cut linear at 131,072 GPUs.
 const SEARCHED_GROUP: usize = 256;
 
+/// [`Cut::reach_row`] of a rank the holder does not own.
+const NOT_OWNED: u32 = u32::MAX;
+
 /// A partitioning seen from the model: per topology node its partition, its distance to the
 /// cut, and whether a GPU there may promise from its own state.
 #[derive(Debug)]
@@ -33,9 +36,14 @@ pub struct Cut {
     /// Per node, whether it is a GPU whose whole host is in its partition
     /// ([`gpus_with_whole_host`]).
     pub gpu_state: Vec<bool>,
-    /// Per rank and group kind (by discriminant): the least delay from anything the GPU
-    /// does in an op of that group to another partition ([`Cut::group_reach_ps`]).
+    /// Per rank the holder owns, and group kind (by discriminant): the least delay from
+    /// anything the GPU does in an op of that group to another partition
+    /// ([`Cut::group_reach_ps`]). Other ranks are at their GPU's distance.
     group_reach: Vec<[u64; GROUP_KINDS]>,
+    /// Per rank: its row of `group_reach`, or [`NOT_OWNED`].
+    reach_row: Vec<u32>,
+    /// Per rank: its GPU's node.
+    gpu_of_rank: Vec<NodeId>,
     /// Per (sending GPU node, peer GPU node) searched: [`Cut::peer_reach_ps`].
     peer_reach: HashMap<(NodeId, NodeId), u64>,
     /// Per node: [`Cut::watches`].
@@ -60,6 +68,8 @@ impl Cut {
             distances: distances_ps(model, partition_of),
             gpu_state: gpus_with_whole_host(model, partition_of),
             group_reach: Vec::new(),
+            reach_row: Vec::new(),
+            gpu_of_rank: Vec::new(),
             peer_reach: HashMap::new(),
             state_watched: Vec::new(),
         };
@@ -81,17 +91,23 @@ impl Cut {
     /// every member is in its partition and every route to one stays there, so that all it
     /// leads to is handled there. What a member then does is that member's own promise.
     pub fn group_reach_ps(&self, rank: u32, kind: GroupKind) -> u64 {
-        self.group_reach[rank as usize][kind as usize]
+        match self.reach_row[rank as usize] {
+            NOT_OWNED => self.distances[self.gpu_of_rank[rank as usize] as usize],
+            row => self.group_reach[row as usize][kind as usize],
+        }
     }
 
     /// The least of [`Cut::group_reach_ps`] over every group kind: a bound for whatever op
     /// GPU `rank` runs.
     pub fn gpu_reach_ps(&self, rank: u32) -> u64 {
-        self.group_reach[rank as usize]
-            .iter()
-            .copied()
-            .min()
-            .unwrap_or(u64::MAX)
+        match self.reach_row[rank as usize] {
+            NOT_OWNED => self.distances[self.gpu_of_rank[rank as usize] as usize],
+            row => self.group_reach[row as usize]
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or(u64::MAX),
+        }
     }
 
     /// [`Cut::group_reach_ps`] for one flow: from GPU node `sender` (the GPU itself, or
@@ -122,9 +138,16 @@ impl Cut {
         let world = layout.world() as usize;
         let topology = &model.topology;
         let gpu_node = |rank: u32| topology.gpu(rank);
-        self.group_reach = (0..world)
-            .map(|r| [self.distances[gpu_node(r as u32) as usize]; GROUP_KINDS])
-            .collect();
+        // Rows for the owned ranks only: a worker of four holds a quarter of them.
+        self.gpu_of_rank = (0..world as u32).map(gpu_node).collect();
+        self.reach_row = vec![NOT_OWNED; world];
+        for (rank, &g) in self.gpu_of_rank.iter().enumerate() {
+            if is_owned[self.partition_of[g as usize] as usize] {
+                self.reach_row[rank] = self.group_reach.len() as u32;
+                self.group_reach
+                    .push([self.distances[g as usize]; GROUP_KINDS]);
+            }
+        }
         // Flows through the flow LP, which sits in one partition, do not follow routes:
         // only a group inside one host stays away from the cut.
         let through_flow_lp = model.flow_home.is_some()
@@ -197,7 +220,8 @@ impl Cut {
                         };
                         reach = reach.min(to_m);
                     }
-                    self.group_reach[rank as usize][kind as usize] = reach;
+                    let row = self.reach_row[rank as usize] as usize;
+                    self.group_reach[row][kind as usize] = reach;
                 }
             }
         }
