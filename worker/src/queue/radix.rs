@@ -24,10 +24,13 @@ use sim::event::EventKey;
 /// Buckets: 0 for `time <= last`, then one per bit position of `time XOR last`.
 const BUCKETS: usize = 65;
 
-/// Entries an emptied bucket keeps room for. A burst leaves every bucket it passed through
-/// as large as it got: kept whole, those buffers held room for 1.6 times the burst for the
-/// rest of the run (`a_drained_burst_leaves_bounded_room`), and at 131,072 GPUs on 4 workers
-/// they were 155 MB of one worker's 645 MB heap peak (heaptrack).
+/// Entries an emptied bucket keeps room for beyond the events pending, and every bucket once
+/// the queue is empty. A burst leaves every bucket it passed through as large as it got:
+/// kept whole, those buffers held room for 1.6 times the burst for the rest of the run
+/// (`a_drained_burst_leaves_bounded_room`), and at 131,072 GPUs on 4 workers they were
+/// 155 MB of one worker's 645 MB heap peak (heaptrack). Room up to the pending count is
+/// kept: shrinking to 1,024 at every split made a steady 65,536-event queue 67% slower
+/// (`cargo bench -p worker --bench queue`).
 const KEPT_ROOM: usize = 1024;
 
 /// A min-queue of events by [`EventKey`]: a radix heap on time.
@@ -139,6 +142,13 @@ impl<E> RadixQueue<E> {
             self.now.pop()?
         };
         self.len -= 1;
+        if self.len == 0 {
+            self.now.shrink_to(KEPT_ROOM);
+            self.late.shrink_to(KEPT_ROOM);
+            for bucket in &mut self.buckets {
+                bucket.shrink_to(KEPT_ROOM);
+            }
+        }
         Some((entry.key, entry.event))
     }
 
@@ -154,7 +164,8 @@ impl<E> RadixQueue<E> {
         self.bucket_min[b] = u64::MAX;
         self.occupied &= !(1 << b);
         let mut moving = std::mem::take(&mut self.buckets[b]);
-        self.now.shrink_to(KEPT_ROOM);
+        let kept = KEPT_ROOM.max(self.len);
+        self.now.shrink_to(kept);
         for entry in moving.drain(..) {
             if entry.key.time_ps == self.last {
                 self.now.push(entry);
@@ -168,7 +179,7 @@ impl<E> RadixQueue<E> {
         }
         // Keep the emptied vector's capacity for the next events of this bucket, up to a
         // bound.
-        moving.shrink_to(KEPT_ROOM);
+        moving.shrink_to(kept);
         self.buckets[b] = moving;
     }
 
