@@ -614,3 +614,79 @@ memory_check = "off"
         evaluate(&w, class, &layer_flops_cost).expect("no deadlock");
     }
 }
+
+/// Megatron's distributed optimizer under `overlap_param_gather`: the forward pre-hook waits
+/// for a bucket's parameter all-gather before the first module that uses it
+/// (`distrib_optimizer.py` `_make_forward_pre_hook`, `_finish_param_sync_helper`), so the
+/// first forward waits for each gather in turn, not for all of them before its first kernel.
+#[test]
+fn first_forward_waits_for_each_param_gather_at_its_bucket() {
+    let exp = experiment(
+        "param-gather",
+        r#"
+[cluster]
+gpus = 16
+[model]
+preset = "gpt3-6.7b"
+[parallel]
+tp = 2
+zero = 1
+micro_batch = 1
+global_batch = 16
+[training]
+memory_check = "off"
+overlap_grad_reduce = true
+overlap_param_gather = true
+"#,
+    );
+    let w = compile(&exp).expect("compiles");
+    let p = w.program(0, 0);
+    let is_gather = |i: usize| {
+        matches!(
+            p.ops[i].kind,
+            OpKind::Collective {
+                op: CollectiveOp::AllGather,
+                group: GroupKind::DpCp,
+                ..
+            }
+        )
+    };
+    let gathers: Vec<u32> = (0..p.ops.len())
+        .filter(|&i| is_gather(i))
+        .map(|i| i as u32)
+        .collect();
+    // 32 layers of ~100 M parameters per TP rank, each over the 40 M bucket size, plus the
+    // embedding's and the output layer's buckets.
+    assert!(gathers.len() >= 32, "{} gathers", gathers.len());
+    // Compute ops waiting for a gather, in program order, with the gathers they wait for.
+    let waiting: Vec<(usize, Vec<u32>)> = (0..p.ops.len())
+        .filter(|&i| p.ops[i].stream == Stream::Compute)
+        .map(|i| {
+            let g: Vec<u32> = p
+                .deps(i)
+                .iter()
+                .copied()
+                .filter(|&d| is_gather(d as usize))
+                .collect();
+            (i, g)
+        })
+        .filter(|(_, g)| !g.is_empty())
+        .collect();
+    let first_compute = (0..p.ops.len())
+        .find(|&i| p.ops[i].stream == Stream::Compute)
+        .expect("a kernel");
+    assert_eq!(waiting[0], (first_compute, vec![gathers[0]]));
+    // Each gather is waited for once, in the order it was issued, by a forward kernel of the
+    // first micro-batch.
+    let waited: Vec<u32> = waiting.iter().flat_map(|(_, g)| g.clone()).collect();
+    assert_eq!(waited, gathers);
+    for (i, _) in &waiting {
+        assert_eq!(p.ops[*i].label.phase, Phase::Forward);
+        assert_eq!(p.ops[*i].label.micro_batch, 0);
+    }
+    assert_eq!(
+        waiting.len(),
+        gathers.len(),
+        "one bucket per forward unit here"
+    );
+}

@@ -354,6 +354,9 @@ struct GradUnit {
 /// expert.
 type Buckets = [Vec<(u64, usize)>; 2];
 
+/// Per gradient unit of a chunk, the ops its first forward kernel waits for.
+type UnitWaits = Vec<Vec<u32>>;
+
 struct StageCompiler<'a> {
     model: &'a ModelSpec,
     layout: &'a ParallelLayout,
@@ -491,25 +494,27 @@ impl<'a> StageCompiler<'a> {
         let distributed = zero >= 1;
 
         // Parameter gathers of the distributed optimizer, overlapped with this forward: the
-        // first forward of each chunk waits for its buckets' gathers.
-        let mut gather_waits: Vec<Vec<u32>> = vec![Vec::new(); self.layout.vp as usize];
+        // first forward of each chunk waits for a bucket's gather before the first unit that
+        // uses it (Megatron's forward pre-hook, `_finish_param_sync_helper`), so the forward
+        // of one bucket's layers hides the next bucket's gather.
+        let mut gather_waits: Vec<UnitWaits> = vec![Vec::new(); self.layout.vp as usize];
         if distributed && zero < 3 && self.options.overlap_param_gather {
             b.label.phase = Phase::Optimizer;
             b.label.module = Module::GradSync;
             for chunk in 0..self.layout.vp {
-                gather_waits[chunk as usize] = self.param_gathers(&mut b, chunk);
+                let mut by_unit = vec![Vec::new(); self.chunk_units[chunk as usize].len()];
+                for (gather, unit) in self.param_gathers(&mut b, chunk) {
+                    by_unit[unit].push(gather);
+                }
+                gather_waits[chunk as usize] = by_unit;
             }
         }
 
         let last_micro_batch = self.pipeline.micro_batches - 1;
         run_schedule(&mut b, &self.pipeline, &mut |b, step| {
             if step.forward {
-                if step.micro_batch == 0 {
-                    for &g in &gather_waits[step.chunk as usize] {
-                        b.wait(g);
-                    }
-                }
-                self.forward(b, step.chunk);
+                let waits = (step.micro_batch == 0).then(|| &gather_waits[step.chunk as usize]);
+                self.forward(b, step.chunk, waits);
             } else {
                 self.backward(b, step.chunk, step.micro_batch == last_micro_batch);
             }
@@ -518,12 +523,26 @@ impl<'a> StageCompiler<'a> {
         program
     }
 
-    fn forward(&self, b: &mut Builder, chunk: u32) {
+    /// One forward of `chunk`; `gather_waits` (the first micro-batch's) holds, per gradient
+    /// unit, the parameter gathers to wait for before that unit's first kernel.
+    fn forward(&self, b: &mut Builder, chunk: u32, gather_waits: Option<&UnitWaits>) {
         let e = self.emitter();
+        let layers = &self.chunk_layers[chunk as usize];
+        // Units run in backward order: the output layer (if here), the layers in reverse,
+        // the embedding (if here).
+        let first_layer_unit = usize::from(self.has_logits(chunk));
+        let wait_for_unit = |b: &mut Builder, unit: usize| {
+            for &g in gather_waits
+                .and_then(|w| w.get(unit))
+                .map_or(&[][..], Vec::as_slice)
+            {
+                b.wait(g);
+            }
+        };
         if self.has_embedding(chunk) {
+            wait_for_unit(b, first_layer_unit + layers.len());
             e.embedding_forward(b);
         }
-        let layers = &self.chunk_layers[chunk as usize];
         let zero3 = self.options.zero >= 3;
         let mut gathers: Vec<u32> = Vec::new();
         for (i, &l) in layers.iter().enumerate() {
@@ -536,11 +555,13 @@ impl<'a> StageCompiler<'a> {
                 }
                 b.wait(gathers[i]);
             }
+            wait_for_unit(b, first_layer_unit + layers.len() - 1 - i);
             b.label.layer = l as u32;
             let bytes = self.remote_layer_bytes(l, Phase::Forward);
             self.remote(b, bytes, &mut |b| e.layer_forward(b, l));
         }
         if self.has_logits(chunk) {
+            wait_for_unit(b, 0);
             e.logits_forward(b);
         }
         self.amax_reduction(b, chunk, Phase::Forward);
@@ -695,8 +716,9 @@ impl<'a> StageCompiler<'a> {
         c
     }
 
-    /// Distributed optimizer: one parameter all-gather per bucket of `chunk`.
-    fn param_gathers(&self, b: &mut Builder, chunk: u32) -> Vec<u32> {
+    /// Distributed optimizer: one parameter all-gather per bucket of `chunk`, each with the
+    /// gradient unit the forward meets first in its bucket (the bucket's last in backward order).
+    fn param_gathers(&self, b: &mut Builder, chunk: u32) -> Vec<(u32, usize)> {
         let w = self.weight_bytes();
         let mut out = Vec::new();
         for (expert, group) in [(false, GroupKind::DpCp), (true, GroupKind::ExpertDp)] {
@@ -705,9 +727,10 @@ impl<'a> StageCompiler<'a> {
             }
             // Forward needs the buckets in the reverse of their backward order.
             let buckets = &self.chunk_buckets[chunk as usize][usize::from(expert)];
-            for &(params, _) in buckets.iter().rev() {
+            for &(params, last_unit) in buckets.iter().rev() {
                 let deps: Vec<u32> = b.last_compute().into_iter().collect();
-                out.push(b.collective_after(CollectiveOp::AllGather, group, params * w, &deps));
+                let gather = b.collective_after(CollectiveOp::AllGather, group, params * w, &deps);
+                out.push((gather, last_unit));
             }
         }
         out
@@ -806,8 +829,8 @@ impl<'a> StageCompiler<'a> {
             b.label.module = Module::GradSync;
             for chunk in 0..self.layout.vp {
                 b.label.chunk = chunk as u16;
-                for g in self.param_gathers(b, chunk) {
-                    b.wait(g);
+                for (gather, _) in self.param_gathers(b, chunk) {
+                    b.wait(gather);
                 }
             }
             b.label.chunk = 0;
