@@ -3,6 +3,8 @@
 //! thresholds are issues 3's and 10's acceptance criteria;
 //! `cargo run --release -p sim --example fit_compute` prints every residual.
 
+mod support;
+
 use std::path::PathBuf;
 
 use sim::compute::calibration::{
@@ -385,21 +387,16 @@ fn h100_whole_model_micro_batches_within_8_percent_and_kernel_classes_within_20(
         ),
         ("model-step-2.txt", "llama2-7b-16k-tp2-bf16", 2, llama),
     ];
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("whole-model");
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut report = String::new();
     let (mut worst_total, mut worst_class) = (0.0f64, 0.0f64);
     for (file, case, tp, body) in cases {
-        let path = dir.join(format!("{case}.toml"));
         let text = format!(
-            "name = \"{case}\"\ninclude = [\"{root}/configs/clusters/rail-h100.toml\"]\n\
-             [cluster]\ngpus = 8\n{body}\
+            "{}[cluster]\ngpus = 8\n{body}\
              [training]\nprecision = \"bf16\"\nrecompute = \"none\"\nmemory_check = \"off\"\n\
-             tp_comm_overlap = false\n"
+             tp_comm_overlap = false\n",
+            support::rail_h100_include()
         );
-        std::fs::write(&path, text).expect("write experiment");
-        let exp = Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let exp = support::experiment("whole-model", case, &text);
         let gpu = exp.stage_gpus()[0].clone();
         let workload = compile(&exp).expect("compiles");
         let program = workload.program(0, 0);

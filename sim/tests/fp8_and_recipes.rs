@@ -2,7 +2,7 @@
 //! it (BF16 attention unless asked, casts before every FP8 GEMM, FP8 activations), Megatron-
 //! Core's uneven virtual-pipeline split, and the per-chip clock spread.
 
-use std::path::PathBuf;
+mod support;
 
 use sim::compute::ComputeModel;
 use sim::config::Precision;
@@ -11,11 +11,7 @@ use sim::experiment::Experiment;
 use sim::workload::{Kernel, KernelName, OpKind, Pass, Program, Shape, compile};
 
 fn experiment(name: &str, body: &str) -> Experiment {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fp8-tests");
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, format!("name = \"{name}\"\n{body}")).expect("write experiment");
-    Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{name}: {e}"))
+    support::experiment("fp8-tests", name, body)
 }
 
 /// Llama2-7B at TP 2 with SP on 16 H100s (NeMo's 16K long-sequence row, at 4K).

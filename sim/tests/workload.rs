@@ -1,7 +1,7 @@
 //! Closed-form checks of the compiled workload: FLOPs against Megatron-LM's and Narayanan et
 //! al.'s formulas, bytes per collective against textbook volumes, and the schedules' bubble.
 
-use std::path::PathBuf;
+mod support;
 
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
@@ -11,17 +11,13 @@ use sim::workload::{
     CollectiveOp, Module, OpKind, Phase, Program, Shape, Stream, Workload, compile,
 };
 
-/// Writes `body` as an experiment next to the shipped ones (so includes resolve) and loads it.
+/// Loads `body` as an experiment on the shipped rail-optimised H100 cluster.
 fn experiment(name: &str, body: &str) -> Experiment {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workload-tests");
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let path = dir.join(format!("{name}.toml"));
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let text = format!(
-        "name = \"{name}\"\ninclude = [\"{root}/configs/clusters/rail-h100.toml\"]\n{body}"
-    );
-    std::fs::write(&path, text).expect("write experiment");
-    Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{name}: {e}"))
+    support::experiment(
+        "workload-tests",
+        name,
+        &format!("{}{body}", support::rail_h100_include()),
+    )
 }
 
 /// Megatron-LM `training.py` `num_floating_point_operations` (3 × 2 × 2 expansion).
