@@ -91,23 +91,30 @@ impl Cut {
     /// every member is in its partition and every route to one stays there, so that all it
     /// leads to is handled there. What a member then does is that member's own promise.
     pub fn group_reach_ps(&self, rank: u32, kind: GroupKind) -> u64 {
-        match self.reach_row[rank as usize] {
-            NOT_OWNED => self.distances[self.gpu_of_rank[rank as usize] as usize],
-            row => self.group_reach[row as usize][kind as usize],
-        }
+        self.owned_reach(rank)
+            .map_or_else(|| self.gpu_distance_ps(rank), |row| row[kind as usize])
     }
 
     /// The least of [`Cut::group_reach_ps`] over every group kind: a bound for whatever op
     /// GPU `rank` runs.
     pub fn gpu_reach_ps(&self, rank: u32) -> u64 {
+        self.owned_reach(rank).map_or_else(
+            || self.gpu_distance_ps(rank),
+            |row| row.iter().copied().min().unwrap_or(u64::MAX),
+        )
+    }
+
+    /// The group reach of a rank the holder owns; `None` for the others.
+    fn owned_reach(&self, rank: u32) -> Option<&[u64; GROUP_KINDS]> {
         match self.reach_row[rank as usize] {
-            NOT_OWNED => self.distances[self.gpu_of_rank[rank as usize] as usize],
-            row => self.group_reach[row as usize]
-                .iter()
-                .copied()
-                .min()
-                .unwrap_or(u64::MAX),
+            NOT_OWNED => None,
+            row => Some(&self.group_reach[row as usize]),
         }
+    }
+
+    /// Rank `rank`'s GPU's distance to the cut: the reach of a rank the holder does not own.
+    fn gpu_distance_ps(&self, rank: u32) -> u64 {
+        self.distances[self.gpu_of_rank[rank as usize] as usize]
     }
 
     /// [`Cut::group_reach_ps`] for one flow: from GPU node `sender` (the GPU itself, or
