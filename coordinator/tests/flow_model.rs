@@ -21,8 +21,8 @@ fn cluster(gpus: u32, hosts_per_rack: u32, model: &str, extra: &str) -> String {
 }
 
 /// What a transfer of `bytes` from GPU `src` to GPU `dst` (injected flow `index`) adds to
-/// its time at the bottleneck: the latency of its path and the store-and-forward of its
-/// first segment over every hop but the slowest.
+/// its time at the bottleneck: the latency of its path and its first segment's head (one
+/// MTU packet) cut through every hop but the slowest.
 fn path_overhead_ps(
     exp: &sim::experiment::Experiment,
     src: u32,
@@ -39,7 +39,7 @@ fn path_overhead_ps(
         injected_tag(index),
     );
     let path = topo.path(topo.gpu(src), topo.gpu(dst), hash).unwrap();
-    let seg = segment_size(bytes, model.net.segment_bytes) as f64;
+    let head = segment_size(bytes, model.net.segment_bytes).min(model.net.mtu_bytes) as f64;
     let links: Vec<_> = path.iter().map(|&l| topo.links()[l as usize]).collect();
     let slowest = links
         .iter()
@@ -47,9 +47,9 @@ fn path_overhead_ps(
         .fold(f64::INFINITY, f64::min);
     links
         .iter()
-        .map(|l| l.latency_ps as f64 + seg / l.bytes_per_s * 1e12)
+        .map(|l| l.latency_ps as f64 + head / l.bytes_per_s * 1e12)
         .sum::<f64>()
-        - seg / slowest * 1e12
+        - head / slowest * 1e12
 }
 
 fn close(t: u64, exact: f64) -> bool {

@@ -576,6 +576,10 @@ pub struct NetworkConfig {
     pub model: NetworkModel,
     #[serde(default = "defaults::segment_bytes")]
     pub segment_bytes: u64,
+    /// Largest packet on the wire: a segment stands for its MTU packets, and a switch
+    /// forwards each once it has it, so a segment's head leads its tail by one MTU per hop.
+    #[serde(default = "defaults::mtu_bytes")]
+    pub mtu_bytes: u64,
     #[serde(default = "defaults::intra_host")]
     pub intra_host: NetworkModel,
     /// Bytes a flow may have unacknowledged (RDMA-like window). Default: the flow path's
@@ -598,6 +602,7 @@ impl Default for NetworkConfig {
         NetworkConfig {
             model: defaults::network_model(),
             segment_bytes: defaults::segment_bytes(),
+            mtu_bytes: defaults::mtu_bytes(),
             intra_host: defaults::intra_host(),
             window_bytes: None,
             buffer_bytes: None,
@@ -938,6 +943,10 @@ pub mod defaults {
     }
     pub fn segment_bytes() -> u64 {
         1 << 20
+    }
+    /// InfiniBand's and RoCE's usual 4 KiB MTU (NCCL_IB uses the port's active MTU).
+    pub fn mtu_bytes() -> u64 {
+        4096
     }
     pub fn intra_host() -> NetworkModel {
         NetworkModel::Analytical

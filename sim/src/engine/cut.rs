@@ -478,10 +478,11 @@ impl Cut {
                 return generic;
             };
             let link = links[*next as usize];
-            // Store and forward: the whole segment crosses each link before the next hop
-            // has it, queued or not (`net::Ports::transmit`, `net::cross_analytical`).
-            travelled +=
-                link.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / link.bytes_per_s);
+            // Cut through: the segment's head crosses each link in one MTU packet's
+            // serialisation and the latency, queued or not (`net::cut_through`); its tail,
+            // which the destination waits for, comes no sooner.
+            let head_bytes = u64::from(seg.bytes).min(model.net.mtu_bytes);
+            travelled += link.latency_ps + serialisation_ps(head_bytes, 1e12 / link.bytes_per_s);
             node = link.dst;
             hop += 1;
             if self.partition_of[node as usize] != own {
@@ -822,11 +823,12 @@ mod route_tests {
             .iter()
             .position(|&l| t.nodes()[t.links()[l as usize].dst as usize].kind == NodeKind::Leaf)
             .expect("the route passes a leaf");
-        seg.hop = hop as u16 + 1;
+        seg.hop = hop as u8 + 1;
         (seg, t.links()[links[hop] as usize].dst)
     }
 
-    /// Latency plus serialisation of `bytes` over the rest of `seg`'s route from `at`.
+    /// Latency plus the serialisation of the segment's head (one MTU packet) over the rest
+    /// of `seg`'s route from `at`.
     fn rest_of_route_ps(model: &SimModel, at: NodeId, seg: &Segment) -> u64 {
         let t = &model.topology;
         let (mut node, mut total) = (at, 0);
@@ -834,7 +836,8 @@ mod route_tests {
         while let Some(port) = seg.route.port(hop) {
             hop += 1;
             let l = t.links()[t.out_links(node)[port] as usize];
-            total += l.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / l.bytes_per_s);
+            let head = u64::from(seg.bytes).min(model.net.mtu_bytes);
+            total += l.latency_ps + serialisation_ps(head, 1e12 / l.bytes_per_s);
             node = l.dst;
         }
         total
@@ -864,8 +867,9 @@ mod route_tests {
         seg.path_ps = 7_000_000;
         let expected = rest_of_route_ps(&model, leaf, &seg) + seg.path_ps;
         assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, false), expected);
-        // Serialisation counts at every hop: a smaller segment gets there sooner.
-        seg.bytes = 4096;
+        // The head's serialisation counts at every hop: a segment smaller than an MTU packet
+        // gets there sooner.
+        seg.bytes = 1024;
         let smaller = rest_of_route_ps(&model, leaf, &seg) + seg.path_ps;
         assert!(smaller < expected);
         assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, false), smaller);
@@ -949,7 +953,9 @@ mod route_tests {
         let first =
             t.links()[t.out_links(leaf)[seg.route.port(seg.hop).expect("carried")] as usize];
         assert_eq!(cut.partition_of[first.dst as usize], 1);
-        let one_hop = first.latency_ps + serialisation_ps(1 << 20, 1e12 / first.bytes_per_s);
+        // Its head, one MTU packet, is there first (cut-through).
+        let one_hop =
+            first.latency_ps + serialisation_ps(model.net.mtu_bytes, 1e12 / first.bytes_per_s);
         assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, true), one_hop);
         // Without a carried route, only the leaf's distance is known.
         let mut unrouted = seg;

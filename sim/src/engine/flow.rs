@@ -742,9 +742,10 @@ impl FlowHome {
 
     /// Routes one edge from `src` to `dst` (through PXN relay `via`, or [`super::NO_NODE`])
     /// on ECMP hash `hash`: appends its shared links to `links` and returns the lowest
-    /// bandwidth of its other hops, its latency, and the store-and-forward fill of a
-    /// `segment` over every hop but the slowest (as the packet model's segments: the first
-    /// is serialised on every hop, the rest follow at the bottleneck's pace).
+    /// bandwidth of its other hops, its latency, and the fill of a `segment` cut through
+    /// every hop but the slowest (as the packet model's segments: the first one's head
+    /// leads by an MTU packet's serialisation per hop and its tail by the slowest hop's
+    /// whole serialisation, `net::cut_through`; the rest follow at the bottleneck's pace).
     fn route_edge(
         &mut self,
         model: &SimModel,
@@ -772,7 +773,7 @@ impl FlowHome {
             for &l in &self.path {
                 let link = model.topology.links()[l as usize];
                 latency += link.latency_ps;
-                fill += serialisation_ps(segment, 1e12 / link.bytes_per_s);
+                fill += serialisation_ps(segment.min(model.net.mtu_bytes), 1e12 / link.bytes_per_s);
                 slowest = slowest.min(link.bytes_per_s);
                 if model.net.is_shared(link.class) {
                     links.push(l);
@@ -781,7 +782,10 @@ impl FlowHome {
                 }
             }
         }
-        let fill = fill.saturating_sub(serialisation_ps(segment, 1e12 / slowest));
+        let fill = fill.saturating_sub(serialisation_ps(
+            segment.min(model.net.mtu_bytes),
+            1e12 / slowest,
+        ));
         (cap, latency, fill)
     }
 

@@ -2656,6 +2656,7 @@ impl GpuLp {
                 ecn: false,
                 via: f.via,
                 relayed: false,
+                lag_ps: 0,
             };
             if f.parts == 1 {
                 seg.route = *f.route.get_or_insert_with(|| {
@@ -2849,9 +2850,9 @@ const MIN_SEGMENTS: u64 = 8;
 const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 
 /// Bytes per segment of a flow of `bytes`: `network.segment_bytes`, but small enough for
-/// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that storing and
-/// forwarding whole segments adds at most an eighth of the flow's serialisation per hop,
-/// as a switch forwarding MTU-sized packets would. `largest` is `network.segment_bytes`.
+/// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that flows sharing a
+/// port interleave at no coarser than an eighth of a flow, as MTU-sized packets would.
+/// `largest` is `network.segment_bytes`.
 ///
 /// The segments are equal but the last, which also carries the remainder (fewer bytes than
 /// there are segments). A short last segment would overtake its predecessors across links

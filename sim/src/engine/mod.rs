@@ -83,7 +83,7 @@ pub struct Segment {
     /// The whole route, planned by the sender; empty when each hop routes itself.
     pub route: net::Route,
     /// Links crossed so far; ECMP picks by `(hash, hop)` as [`Topology::path`] does.
-    pub hop: u16,
+    pub hop: u8,
     pub last: bool,
     /// Queue pairs the flow's segments are split over (NCCL_IB_SPLIT_DATA_ON_QPS): each
     /// takes its own path, in order, and marks its final segment `last`; the message is
@@ -96,6 +96,10 @@ pub struct Segment {
     pub via: NodeId,
     /// The segment has passed `via`.
     pub relayed: bool,
+    /// Picoseconds from the segment's head reaching the node its event is for to its tail
+    /// reaching it: switches forward MTU packets as they come (cut-through at segment
+    /// level, [`net::cut_through`]), so a segment is spread over its path. 0 at the sender.
+    pub lag_ps: u32,
 }
 
 /// "No node" in [`Segment::via`].

@@ -27,7 +27,7 @@ pub struct Port {
     reverse_port: u8,
     latency_ps: u64,
     ps_per_byte: f64,
-    queue: VecDeque<Segment>,
+    queue: VecDeque<Waiting>,
     queued_bytes: u64,
     busy_until: u64,
     /// Whether a `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is
@@ -41,6 +41,13 @@ pub struct Port {
     /// The last walk across analytical links after this port.
     #[serde(skip)]
     run: RunMemo,
+}
+
+/// A segment queued at a port, with the time its tail is (or will be) here.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct Waiting {
+    seg: Segment,
+    tail_ps: u64,
 }
 
 /// Segments a port queue always keeps room for. Beyond it, a queue's buffer halves when less
@@ -76,6 +83,50 @@ impl Port {
 /// Serialisation time of `bytes` at `ps_per_byte`, integer picoseconds.
 pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
     (bytes as f64 * ps_per_byte).round() as u64
+}
+
+/// A segment crossing one link, as [`cut_through`] times it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crossing {
+    /// When the link has sent the segment's last byte.
+    pub end_ps: u64,
+    /// When the segment's head reaches the far end.
+    pub head_ps: u64,
+    /// How long after its head its tail reaches the far end.
+    pub lag_ps: u32,
+}
+
+/// A segment whose tail is at this end of a link at `tail_ps` starts onto it at
+/// `start_ps`, `ser_ps` being its serialisation there and `unit_ps` that of its first MTU
+/// packet. A segment stands for its MTU packets, and a switch forwards each packet once it
+/// has it (ns-3's `QbbNetDevice` stores and forwards packets; InfiniBand and Spectrum
+/// switches cut through): the head reaches the far end one packet and the latency after
+/// the start, and the link sends the last byte no sooner than its whole serialisation and
+/// no sooner than one packet after the tail came in. Storing and forwarding whole segments
+/// instead cost a multi-node ring step (hops − 1)/8 of its serialisation again: 28-30 GB/s
+/// of bus bandwidth where NCCL reaches 40 (docs/engine.md). A lag beyond `u32` picoseconds
+/// (4.3 ms: a megabyte on a 2 Gb/s link) is not carried: that segment lands whole.
+pub fn cut_through(
+    start_ps: u64,
+    tail_ps: u64,
+    ser_ps: u64,
+    unit_ps: u64,
+    latency_ps: u64,
+) -> Crossing {
+    let end_ps = (start_ps + ser_ps).max(tail_ps + unit_ps);
+    let head_ps = start_ps + unit_ps + latency_ps;
+    match u32::try_from(end_ps + latency_ps - head_ps) {
+        Ok(lag_ps) => Crossing {
+            end_ps,
+            head_ps,
+            lag_ps,
+        },
+        Err(_) => Crossing {
+            end_ps,
+            head_ps: end_ps + latency_ps,
+            lag_ps: 0,
+        },
+    }
 }
 
 /// Bytes queued at a node that arrived on one link, and whether the node has paused the
@@ -197,11 +248,12 @@ impl Ports {
         }
         port.queued_bytes += u64::from(seg.bytes);
         port.stats.max_queue_bytes = port.stats.max_queue_bytes.max(port.queued_bytes);
+        let tail_ps = ctx.now + u64::from(seg.lag_ps);
         if port.queue.is_empty() && !port.paused && ctx.now >= port.busy_until {
             // An idle port sends at once: the segment never touches the queue's buffer.
-            self.transmit(model, i, seg, ctx);
+            self.transmit(model, i, Waiting { seg, tail_ps }, ctx);
         } else {
-            port.queue.push_back(seg);
+            port.queue.push_back(Waiting { seg, tail_ps });
             self.try_transmit(model, i, ctx);
         }
     }
@@ -221,20 +273,23 @@ impl Ports {
             }
             return;
         }
-        if let Some(seg) = port.queue.pop_front() {
-            self.transmit(model, i, seg, ctx);
+        if let Some(waiting) = port.queue.pop_front() {
+            self.transmit(model, i, waiting, ctx);
         }
     }
 
-    /// Puts `seg`, the head of port `i`'s queue, on the wire now.
-    fn transmit(&mut self, model: &SimModel, i: usize, mut seg: Segment, ctx: &mut Ctx) {
+    /// Puts the head of port `i`'s queue on the wire now.
+    fn transmit(&mut self, model: &SimModel, i: usize, waiting: Waiting, ctx: &mut Ctx) {
         let Some(Some(port)) = self.ports.get_mut(i) else {
             return;
         };
+        let Waiting { mut seg, tail_ps } = waiting;
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
         let ser = serialisation_ps(bytes, port.ps_per_byte);
-        port.busy_until = ctx.now + ser;
+        let unit = serialisation_ps(bytes.min(model.net.mtu_bytes), port.ps_per_byte);
+        let crossing = cut_through(ctx.now, tail_ps, ser, unit, port.latency_ps);
+        port.busy_until = crossing.end_ps;
         port.stats.bytes += bytes;
         port.stats.segments += 1;
         port.stats.busy_ps += ser;
@@ -253,8 +308,8 @@ impl Ports {
         seg.ingress = port.link;
         seg.ingress_port = port.reverse_port;
         seg.hop += 1;
-        let at = port.busy_until + port.latency_ps;
-        deliver(model, port.dst, at, seg, ctx, &mut port.run);
+        seg.lag_ps = crossing.lag_ps;
+        deliver(model, port.dst, crossing.head_ps, seg, ctx, &mut port.run);
         // Whatever `TxDone` was planned is at or before now, so stale from here on.
         port.tx_scheduled = !port.queue.is_empty();
         let capacity = port.queue.capacity();
@@ -316,7 +371,7 @@ impl Ports {
 
     /// The segment port `i` sends next, if its queue holds one.
     pub fn queue_head(&self, i: usize) -> Option<&Segment> {
-        self.ports.get(i)?.as_ref()?.queue.front()
+        self.ports.get(i)?.as_ref()?.queue.front().map(|w| &w.seg)
     }
 
     /// Handles the port events (`TxDone`, `Pause`, `Resume`); other bodies are not for ports.
@@ -370,7 +425,7 @@ impl Ports {
                 (true, true) => front.as_ptr().wrapping_add(front.len()),
                 (true, false) => back.as_ptr().wrapping_add(back.len()),
             };
-            return [(slot.cast(), size_of::<Segment>()), NO_SPAN];
+            return [(slot.cast(), size_of::<Waiting>()), NO_SPAN];
         }
         let ingress = match body {
             Body::Segment(seg) if seg.ingress_port != NO_PORT => (
@@ -419,14 +474,15 @@ fn route(
     ecmp_pick(seg.hash, u32::from(seg.hop), hops)
 }
 
-/// Hands `seg`, reaching node `at` at time `t`, to the node that acts on it: `at` itself
-/// when it is the destination or queues the segment, else whichever node does after the
-/// analytical links that follow. A node that would only pass the segment on across analytical
-/// links (a NIC towards its GPU) gets no event: its time is the same without one. `memo`
-/// remembers the last walk across analytical links: with a carried route the walk depends
-/// only on where it starts, the destination, the size and the rest of the route, and the
-/// next segment from the same port usually repeats it, so it skips the topology's tables
-/// (misses in the cache at scale).
+/// Hands `seg`, its head reaching node `at` at time `t`, to the node that acts on it: `at`
+/// itself when it is the destination (at the segment's tail: the whole segment is in) or
+/// queues the segment (at its head: a switch forwards packets as they come), else whichever
+/// node does after the analytical links that follow. A node that would only pass the
+/// segment on across analytical links (a NIC towards its GPU) gets no event: its time is
+/// the same without one. `memo` remembers the last walk across analytical links: with a
+/// carried route the walk depends only on where it starts, the destination, the size, the
+/// lag and the rest of the route, and the next segment from the same port usually repeats
+/// it, so it skips the topology's tables (misses in the cache at scale).
 fn deliver(
     model: &SimModel,
     at: NodeId,
@@ -436,13 +492,14 @@ fn deliver(
     memo: &mut RunMemo,
 ) {
     if at == seg.dst || seg.route.queued(seg.hop) {
-        ctx.emit(at, t, Body::Segment(seg));
+        emit_segment(at, t, seg, ctx);
         return;
     }
     let key = (seg.route.port(seg.hop).is_some()).then(|| RunKey {
         from: at,
         dst: seg.dst,
         bytes: seg.bytes,
+        lag_ps: seg.lag_ps,
         rest: seg.route.rest(seg.hop),
     });
     if let Some(k) = key
@@ -451,7 +508,8 @@ fn deliver(
         seg.hop += memo.crossed;
         seg.ingress = NO_LINK;
         seg.ingress_port = NO_PORT;
-        ctx.emit(memo.to, t + memo.took_ps, Body::Segment(seg));
+        seg.lag_ps = memo.lag_ps;
+        emit_segment(memo.to, t + memo.took_ps, seg, ctx);
         return;
     }
     let (mut node, mut reached, first_hop) = (at, t, seg.hop);
@@ -483,11 +541,23 @@ fn deliver(
         *memo = RunMemo {
             key,
             took_ps: reached - t,
+            lag_ps: seg.lag_ps,
             to: node,
             crossed: seg.hop - first_hop,
         };
     }
-    ctx.emit(node, reached, Body::Segment(seg));
+    emit_segment(node, reached, seg, ctx);
+}
+
+/// The event for `seg`, its head at `node` at `head_ps`: at its destination once its tail
+/// is in, anywhere else at once.
+fn emit_segment(node: NodeId, head_ps: u64, seg: Segment, ctx: &mut Ctx) {
+    let at = if node == seg.dst {
+        head_ps + u64::from(seg.lag_ps)
+    } else {
+        head_ps
+    };
+    ctx.emit(node, at, Body::Segment(seg));
 }
 
 /// What decides a walk across analytical links with a carried route. A carried route runs to
@@ -498,29 +568,41 @@ struct RunKey {
     from: NodeId,
     dst: NodeId,
     bytes: u32,
+    lag_ps: u32,
     /// The route from the walk's first hop on.
     rest: Route,
 }
 
-/// A walk `deliver` made: from `key.from` to node `to`, taking `took_ps`, across `crossed`
+/// A walk `deliver` made: from `key.from` to node `to`, its head taking `took_ps` and its
+/// tail left `lag_ps` behind, across `crossed`
 /// links. Relative to the hop it started at: segments from near and far senders share the
 /// walk after a leaf but reach it at different hops.
 #[derive(Debug, Clone, Copy, Default)]
 struct RunMemo {
     key: Option<RunKey>,
     took_ps: u64,
+    lag_ps: u32,
     to: NodeId,
-    crossed: u16,
+    crossed: u8,
 }
 
-/// Moves `seg` across analytical link `link`, entered at time `t`: latency plus
-/// serialisation, no queue. Returns when it reaches the far end.
+/// Moves `seg`, its head here at `t`, across analytical link `link` with no queue: cut
+/// through as a port would ([`cut_through`]). Returns when its head reaches the far end.
 fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -> u64 {
     let lk = model.topology.links()[link as usize];
+    let (bytes, ps_per_byte) = (u64::from(seg.bytes), 1e12 / lk.bytes_per_s);
+    let crossing = cut_through(
+        t,
+        t + u64::from(seg.lag_ps),
+        serialisation_ps(bytes, ps_per_byte),
+        serialisation_ps(bytes.min(model.net.mtu_bytes), ps_per_byte),
+        lk.latency_ps,
+    );
     seg.hop += 1;
     seg.ingress = NO_LINK;
     seg.ingress_port = NO_PORT;
-    t + lk.latency_ps + serialisation_ps(u64::from(seg.bytes), 1e12 / lk.bytes_per_s)
+    seg.lag_ps = crossing.lag_ps;
+    crossing.head_ps
 }
 
 /// The index of `link` among `node`'s out links (where `Ports` keeps its port), if it is one.
@@ -551,38 +633,54 @@ pub const NO_PORT: u8 = u8::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Route {
     ports: [u8; ROUTE_HOPS],
-    len: u8,
-    /// Bit `h`: the link of hop `h` has a queued port.
-    queued: u16,
+    /// Bit `h` below [`ROUTE_HOPS`]: the link of hop `h` has a queued port; the bits above:
+    /// the route's length. One word, so that a segment (and an event) keeps its size with
+    /// the cut-through lag it carries.
+    queued_and_len: u16,
 }
 
+const LEN_SHIFT: u32 = ROUTE_HOPS as u32;
+const QUEUED_MASK: u16 = (1 << LEN_SHIFT) - 1;
+
 impl Route {
+    fn new(ports: [u8; ROUTE_HOPS], len: u8, queued: u16) -> Route {
+        Route {
+            ports,
+            queued_and_len: (u16::from(len) << LEN_SHIFT) | (queued & QUEUED_MASK),
+        }
+    }
+
+    /// Hops the route carries.
+    pub fn len(&self) -> u8 {
+        (self.queued_and_len >> LEN_SHIFT) as u8
+    }
+
+    fn queued_bits(&self) -> u16 {
+        self.queued_and_len & QUEUED_MASK
+    }
+
     /// The out-port index at hop `hop`, if the route is carried.
-    pub fn port(&self, hop: u16) -> Option<usize> {
-        (hop < u16::from(self.len)).then(|| usize::from(self.ports[usize::from(hop)]))
+    pub fn port(&self, hop: u8) -> Option<usize> {
+        (hop < self.len()).then(|| usize::from(self.ports[usize::from(hop)]))
     }
 
     /// The route from hop `hop` on, as a route of its own (its hop 0 is `hop`).
-    fn rest(&self, hop: u16) -> Route {
-        let from = usize::from(hop).min(usize::from(self.len));
+    fn rest(&self, hop: u8) -> Route {
+        let len = usize::from(self.len());
+        let from = usize::from(hop).min(len);
         let mut ports = [0; ROUTE_HOPS];
-        ports[..usize::from(self.len) - from]
-            .copy_from_slice(&self.ports[from..usize::from(self.len)]);
-        Route {
-            ports,
-            len: self.len - from as u8,
-            queued: self.queued >> from,
-        }
+        ports[..len - from].copy_from_slice(&self.ports[from..len]);
+        Route::new(ports, (len - from) as u8, self.queued_bits() >> from)
     }
 
     /// Whether no route is carried: each hop routes itself.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Whether the link of hop `hop` has a queued port (false past the carried route).
-    fn queued(&self, hop: u16) -> bool {
-        hop < u16::from(self.len) && self.queued & (1 << hop) != 0
+    fn queued(&self, hop: u8) -> bool {
+        hop < self.len() && self.queued_bits() & (1 << hop) != 0
     }
 
     /// The route `seg`, sent from `from`, will take: [`route`] at every node until its
@@ -595,7 +693,7 @@ impl Route {
         mut seg: Segment,
         hops: &mut Vec<LinkId>,
     ) -> Route {
-        let mut planned = Route::default();
+        let (mut ports, mut queued) = ([0; ROUTE_HOPS], 0u16);
         let mut at = from;
         while at != seg.dst {
             let hop = usize::from(seg.hop);
@@ -609,15 +707,14 @@ impl Route {
             if index == NO_PORT {
                 return Route::default();
             }
-            planned.ports[hop] = index;
+            ports[hop] = index;
             if is_queued(link) {
-                planned.queued |= 1 << hop;
+                queued |= 1 << hop;
             }
             seg.hop += 1;
             at = topology.links()[link as usize].dst;
         }
-        planned.len = seg.hop as u8;
-        planned
+        Route::new(ports, seg.hop, queued)
     }
 }
 
@@ -787,6 +884,7 @@ pub(super) mod tests {
             ecn: false,
             via: super::super::NO_NODE,
             relayed: false,
+            lag_ps: 0,
         }
     }
 
@@ -798,7 +896,7 @@ pub(super) mod tests {
     /// The links a carried route takes from `from`.
     pub(in crate::engine) fn walk(t: &Topology, from: NodeId, route: &Route) -> Vec<LinkId> {
         let mut at = from;
-        (0..u16::from(route.len))
+        (0..route.len())
             .map(|hop| {
                 let link = t.out_links(at)[route.port(hop).expect("carried")];
                 at = t.links()[link as usize].dst;
@@ -826,10 +924,10 @@ pub(super) mod tests {
                 for hash in [0, 1, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
                     let route = Route::plan(&t, network, s, segment(s, d, hash), &mut hops);
                     let path = t.path(s, d, hash).expect("route");
-                    assert_eq!(usize::from(route.len), path.len(), "{s} -> {d}");
+                    assert_eq!(usize::from(route.len()), path.len(), "{s} -> {d}");
                     assert_eq!(walk(&t, s, &route), path, "{s} -> {d}, hash {hash}");
                     for (hop, &link) in path.iter().enumerate() {
-                        assert_eq!(route.queued(hop as u16), network(link), "hop {hop}");
+                        assert_eq!(route.queued(hop as u8), network(link), "hop {hop}");
                     }
                 }
             }
@@ -841,15 +939,15 @@ pub(super) mod tests {
         let t = build_toml("gpus = 64\nsegments_per_pod = 2\n", &[h100()], None);
         let (s, d) = (t.gpu(1), t.gpu(62));
         let route = Route::plan(&t, network_queues(&t), s, segment(s, d, 7), &mut Vec::new());
-        assert!(route.len > 4, "a route across the fabric: {route:?}");
-        for from in 0..=u16::from(route.len) {
+        assert!(route.len() > 4, "a route across the fabric: {route:?}");
+        for from in 0..=route.len() {
             let rest = route.rest(from);
-            assert_eq!(u16::from(rest.len), u16::from(route.len) - from);
-            for hop in 0..u16::from(rest.len) {
+            assert_eq!(rest.len(), route.len() - from);
+            for hop in 0..rest.len() {
                 assert_eq!(rest.port(hop), route.port(from + hop), "{from} + {hop}");
                 assert_eq!(rest.queued(hop), route.queued(from + hop), "{from} + {hop}");
             }
-            assert_eq!(rest.port(rest.len.into()), None);
+            assert_eq!(rest.port(rest.len()), None);
         }
     }
 
@@ -879,11 +977,11 @@ pub(super) mod tests {
             seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
             // The hop after the last queued link, and the node it reaches.
             let links = walk(t, src, &seg.route);
-            let after = (0..seg.route.len)
+            let after = (0..seg.route.len())
                 .rev()
                 .find(|&h| seg.route.queued(h.into()));
             let after = usize::from(after.expect("a queued hop")) + 1;
-            seg.hop = after as u16;
+            seg.hop = after as u8;
             arrivals.push((t.links()[links[after - 1] as usize].dst, seg));
         }
         assert_ne!(arrivals[0].1.hop, arrivals[1].1.hop, "{arrivals:?}");
@@ -927,7 +1025,7 @@ pub(super) mod tests {
         let mut seg = segment(src, dst, 3);
         seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
         let links = walk(t, src, &seg.route);
-        let hop = (0..seg.route.len)
+        let hop = (0..seg.route.len())
             .filter(|&h| seg.route.queued(h.into()))
             .nth(1)
             .expect("a queued hop at the leaf");
@@ -1018,8 +1116,27 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_segment_cuts_through_a_link_one_packet_behind_its_head() {
+        // Its tail already in: the link sends it whole, and its head is one packet ahead.
+        let c = cut_through(1_000, 1_000, 20_000, 80, 500);
+        assert_eq!(c.end_ps, 21_000);
+        assert_eq!(c.head_ps, 1_000 + 80 + 500);
+        assert_eq!(c.head_ps + u64::from(c.lag_ps), 21_000 + 500);
+        // Still coming in over a slower link: the last packet leaves one packet after the
+        // tail is in, however fast this link is.
+        let c = cut_through(1_000, 60_000, 20_000, 80, 500);
+        assert_eq!(c.end_ps, 60_080);
+        assert_eq!(c.head_ps + u64::from(c.lag_ps), 60_080 + 500);
+        // A lag beyond u32 lands whole, at its tail's time.
+        let c = cut_through(0, 0, 5_000_000_000, 80, 500);
+        assert_eq!((c.head_ps, c.lag_ps), (5_000_000_500, 0));
+    }
+
+    #[test]
     fn an_event_stays_within_80_bytes() {
-        // The queues move events by value; the carried route made a segment 16 bytes larger.
+        // The queues move events by value; the carried route made a segment 16 bytes larger,
+        // and the cut-through lag fits only because the route packs its length and queued
+        // bits into one word and `hop` is a byte.
         assert!(std::mem::size_of::<super::super::Event>() <= 80);
     }
 

@@ -35,6 +35,9 @@ pub struct NetworkParams {
     /// Per [`LinkClass`]: links whose flows share them max-min fairly (flow mode).
     shared: [bool; 4],
     pub segment_bytes: u64,
+    /// Packet size the switches forward by: a segment's head leads its tail by one MTU per
+    /// hop (cut-through at segment level, [`super::net::cut_through`]).
+    pub mtu_bytes: u64,
     /// `None`: each flow's bandwidth-delay product.
     pub window_bytes: Option<u64>,
     pub buffer_bytes: u64,
@@ -111,6 +114,13 @@ impl NetworkParams {
                 "must be greater than 0 (leave it out for the bandwidth-delay product)".into(),
             ));
         }
+        if n.mtu_bytes == 0 {
+            return Err(err(
+                "network.mtu_bytes",
+                "must be greater than 0 (4096, InfiniBand's and RoCE's usual MTU, is the default)"
+                    .into(),
+            ));
+        }
         let segment = n.segment_bytes;
         let xoff = n.pfc_xoff_bytes.unwrap_or((256 * 1024).max(2 * segment));
         let xon = n.pfc_xon_bytes.unwrap_or(xoff / 2);
@@ -158,6 +168,7 @@ impl NetworkParams {
             queued,
             shared,
             segment_bytes: segment,
+            mtu_bytes: n.mtu_bytes,
             window_bytes: n.window_bytes,
             buffer_bytes: buffer,
             xoff_bytes: xoff,
