@@ -255,3 +255,59 @@ fn dcqcn_converges_to_fair_shares() {
         "PFC pauses with DCQCN {with_cc}, without {without}"
     );
 }
+
+/// Context-parallel sends between two rail-optimised hosts: with TP 4 the CP neighbours of
+/// a GPU sit at another local index, on another rail. NCCL sends through the local NIC on
+/// the peer's rail, relayed over NVLink (`P2P_PXN_LEVEL` = 2), so nothing crosses a spine;
+/// with PXN off each GPU uses its own NIC and the sends go up to the spines and back.
+#[test]
+fn sends_to_another_rail_take_the_peers_rail_through_a_pxn_relay() {
+    let spine_bytes = |extra: &str| {
+        let exp = experiment(&format!(
+            r#"
+name = "cp-pxn"
+[cluster]
+gpus = 16
+gpu = "H100-SXM"
+topology = "rail-optimized"
+hosts_per_segment = 4
+[model]
+layers = 2
+hidden = 1024
+ffn_hidden = 4096
+heads = 8
+seq_len = 8192
+vocab = 4096
+[parallel]
+tp = 4
+cp = 4
+micro_batch = 1
+global_batch = 1
+[network]
+model = "packet"
+{extra}"#
+        ));
+        let (model, results) = run(model(&exp));
+        let topo = &model.topology;
+        let spine = |n: u32| topo.nodes()[n as usize].kind == sim::topology::NodeKind::Spine;
+        results
+            .reports
+            .iter()
+            .flat_map(|(_, r)| &r.ports)
+            .filter(|p| {
+                let l = topo.links()[p.link as usize];
+                spine(l.src) || spine(l.dst)
+            })
+            .map(|p| p.bytes)
+            .sum::<u64>()
+    };
+    assert_eq!(
+        spine_bytes(""),
+        0,
+        "PXN keeps every send on its peer's rail"
+    );
+    assert!(
+        spine_bytes("[collectives]\npxn_disable = true") > 0,
+        "without PXN, sends between rails cross the spines"
+    );
+}

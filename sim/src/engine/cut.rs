@@ -188,6 +188,10 @@ impl Cut {
                 for &m in &ranks {
                     seen[m as usize] = true;
                 }
+                // Sends (pipeline and context-parallel neighbours) leave by a PXN relay that
+                // need not be a member (`gpu::p2p_via`): where one does, the pair counts at
+                // the sender's distance to the cut.
+                let sends = matches!(kind, GroupKind::Pp | GroupKind::Cp);
                 for (&rank, &g) in ranks.iter().zip(&members) {
                     if !is_owned[self.partition_of[g as usize] as usize] {
                         continue;
@@ -200,6 +204,12 @@ impl Cut {
                             continue;
                         } else if model.flow_home.is_some() || host == HOST_NONE {
                             self.distances[g as usize]
+                        } else if sends && super::gpu::p2p_via(model, rank, m) != super::NO_NODE {
+                            let least = self.distances[g as usize];
+                            if kept {
+                                self.peer_reach.insert((g, m), least);
+                            }
+                            least
                         } else {
                             // From the GPU, or through a member in its host: PXN relays
                             // a ring's lane by one (`collective::ring::lane_links`).

@@ -2152,7 +2152,8 @@ impl GpuLp {
             Algo::Send => {
                 run.waiting_clear_to_send = false;
                 let to = mirror(Stream::ALL[s]).index();
-                self.send(model, s, (peer, NO_NODE), step_bytes, to, 0, ctx);
+                let via = p2p_via(model, self.rank, peer);
+                self.send(model, s, (peer, via), step_bytes, to, 0, ctx);
             }
             Algo::Ring { steps, .. } => {
                 run.recv_got += 1;
@@ -2843,6 +2844,19 @@ fn plan_for(
                 settings.protocol.map_or("auto", |p| p.name()),
             )
         })
+}
+
+/// The GPU whose NIC carries rank `rank`'s send to GPU node `peer` (PXN, unless
+/// `collectives.pxn_disable`: [`crate::topology::Topology::p2p_relay`]), or [`NO_NODE`].
+pub fn p2p_via(model: &SimModel, rank: u32, peer: NodeId) -> NodeId {
+    if model.collectives.settings.pxn_disable {
+        return NO_NODE;
+    }
+    let topology = &model.topology;
+    let peer_rank = topology.nodes()[peer as usize].index;
+    topology
+        .p2p_relay(rank, peer_rank)
+        .map_or(NO_NODE, |relay| topology.gpu(relay))
 }
 
 /// Fewest segments a flow is cut into, and the smallest segment that rule makes.

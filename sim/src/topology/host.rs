@@ -691,6 +691,21 @@ nics_per_host = 8
     }
 
     #[test]
+    fn a_send_to_another_rail_is_relayed_by_the_gpu_on_the_peers_rail() {
+        let t = build_toml("gpus = 16\nnics_per_host = 8\n", &[h100()], None);
+        // Rank 1 (host 0, NIC 1) to rank 8 (host 1, NIC 0): through rank 0, on NIC 0.
+        assert_eq!(t.p2p_relay(1, 8), Some(0));
+        assert_eq!(t.p2p_relay(12, 3), Some(11));
+        // Same rail, same host: its own NIC, or NVLink.
+        assert_eq!(t.p2p_relay(0, 8), None);
+        assert_eq!(t.p2p_relay(1, 2), None);
+        // Two GPUs per NIC: ranks 0 and 1 share NIC 0, so rank 1 sends to rank 8 itself.
+        let shared = build_toml("gpus = 16\nnics_per_host = 4\n", &[h100()], None);
+        assert_eq!(shared.p2p_relay(1, 8), None);
+        assert_eq!(shared.p2p_relay(1, 10), Some(2));
+    }
+
+    #[test]
     fn heterogeneous_hosts_use_their_own_gpu_numbers() {
         let types = [h100(), a100()];
         // Hosts alternate H100, A100.

@@ -273,6 +273,38 @@ impl Topology {
         }
     }
 
+    /// The rank whose NIC carries a point-to-point send from rank `src` to rank `dst`: NCCL
+    /// sends it through the local NIC bound to the peer's device index, relayed over NVLink
+    /// by the local GPU there (PXN; `NCCL_P2P_PXN_LEVEL` = 2 by default, `src/graph/search.cc`,
+    /// `ncclTopoGetNetDev`), so that it stays on the peer's rail. `None` where the send leaves
+    /// from `src`'s own NIC: inside one NCCL node, when both are bound to the same NIC, in a
+    /// host without NVLink, and in graph topologies.
+    pub fn p2p_relay(&self, src: u32, dst: u32) -> Option<u32> {
+        let routing::Routing::Structured(s) = &self.routing else {
+            return None;
+        };
+        if self.nccl_node(src) == self.nccl_node(dst) {
+            return None;
+        }
+        let hosts = &s.hosts;
+        let (host, local) = hosts.split(self.gpu(src));
+        let (_, peer_local) = hosts.split(self.gpu(dst));
+        if peer_local >= hosts.gpus_per_host
+            || hosts.nic_of_gpu(local) == hosts.nic_of_gpu(peer_local)
+        {
+            return None;
+        }
+        let domain = (src / s.scale_up.domain_size.max(1)) as usize;
+        if matches!(
+            s.scale_up.fabric.get(domain),
+            None | Some(host::DomainFabric::None)
+        ) {
+            return None;
+        }
+        let relay = self.nodes.get(hosts.gpu(host, peer_local) as usize)?;
+        (relay.kind == NodeKind::Gpu).then_some(relay.index)
+    }
+
     /// Whether every equal-cost choice at a fabric switch (leaf, spine, core) leads on to
     /// the destination over routes of the same latency: true for generated topologies,
     /// whose links of one class share one latency (`Builder::cable`) and whose up/down
