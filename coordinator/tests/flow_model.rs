@@ -2,7 +2,7 @@
 
 mod support;
 
-use sim::engine::gpu::{flow_hash, injected_tag, segment_size};
+use sim::engine::gpu::segment_size;
 use support::*;
 
 const MIB: u64 = 1 << 20;
@@ -31,20 +31,11 @@ fn path_overhead_ps(
     bytes: u64,
 ) -> f64 {
     let model = flow_model(exp, vec![]);
-    let topo = &model.topology;
-    let hash = flow_hash(
-        model.seed,
-        topo.gpu(src),
-        topo.gpu(dst),
-        injected_tag(index),
-    );
-    let path = topo.path(topo.gpu(src), topo.gpu(dst), hash).unwrap();
-    let head = segment_size(bytes, model.net.segment_bytes).min(model.net.mtu_bytes) as f64;
-    let links: Vec<_> = path.iter().map(|&l| topo.links()[l as usize]).collect();
-    let slowest = links
-        .iter()
-        .map(|l| l.bytes_per_s)
-        .fold(f64::INFINITY, f64::min);
+    let head = model
+        .net
+        .head_bytes(segment_size(bytes, model.net.segment_bytes)) as f64;
+    let links = flow_links(&model, src, dst, index);
+    let slowest = slowest_bytes_per_s(&links);
     links
         .iter()
         .map(|l| l.latency_ps as f64 + head / l.bytes_per_s * 1e12)

@@ -27,19 +27,13 @@ fn a_single_flow_takes_bytes_over_bandwidth_plus_hops_times_latency_and_one_segm
     let exp = experiment(&cluster(4, 2, ""));
     let bytes = 4 * MIB;
     let model = flow_model(&exp, vec![flow(0, 3, bytes, 0)]);
-    let topo = &model.topology;
-    let hash = flow_hash(model.seed, topo.gpu(0), topo.gpu(3), injected_tag(0));
-    let path = topo.path(topo.gpu(0), topo.gpu(3), hash).unwrap();
     let seg = model.net.segment_bytes as f64;
-    let links: Vec<_> = path.iter().map(|&l| topo.links()[l as usize]).collect();
+    let links = flow_links(&model, 0, 3, 0);
     let network: Vec<_> = links
         .iter()
         .filter(|l| l.class.name() == "network")
         .collect();
-    let bw = network
-        .iter()
-        .map(|l| l.bytes_per_s)
-        .fold(f64::INFINITY, f64::min);
+    let bw = slowest_bytes_per_s(network.iter().copied());
     // A 4 KiB segment is one MTU packet, stored and forwarded whole: the first crosses every
     // hop (latency + serialisation); the others follow at the bottleneck's pace.
     let exact: f64 = links
@@ -74,18 +68,12 @@ fn a_single_flow_of_large_segments_cuts_through_every_hop() {
     ));
     let bytes = 4 * MIB;
     let model = flow_model(&exp, vec![flow(0, 3, bytes, 0)]);
-    let topo = &model.topology;
-    let hash = flow_hash(model.seed, topo.gpu(0), topo.gpu(3), injected_tag(0));
-    let path = topo.path(topo.gpu(0), topo.gpu(3), hash).unwrap();
     let (seg, mtu) = (
         sim::engine::gpu::segment_size(bytes, model.net.segment_bytes) as f64,
         model.net.mtu_bytes as f64,
     );
-    let links: Vec<_> = path.iter().map(|&l| topo.links()[l as usize]).collect();
-    let slowest = links
-        .iter()
-        .map(|l| l.bytes_per_s)
-        .fold(f64::INFINITY, f64::min);
+    let links = flow_links(&model, 0, 3, 0);
+    let slowest = slowest_bytes_per_s(&links);
     let head: f64 = links
         .iter()
         .map(|l| l.latency_ps as f64 + mtu / l.bytes_per_s * 1e12)

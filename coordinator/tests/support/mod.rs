@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use coordinator::embedded;
+use sim::engine::gpu::{flow_hash, injected_tag};
 use sim::engine::{FlowSpec, RunResults, SimModel};
 use sim::experiment::Experiment;
+use sim::topology::Link;
 
 /// Loads an experiment written as TOML text (through a real file, as users do).
 pub fn experiment(toml: &str) -> Experiment {
@@ -93,6 +95,24 @@ pub fn arrivals(results: &RunResults) -> BTreeMap<u32, u64> {
         .iter()
         .flat_map(|(_, r)| r.flow_arrivals.iter().copied())
         .collect()
+}
+
+/// The links injected flow `index` from GPU `src` to GPU `dst` takes: the path of its ECMP
+/// hash, as the engine routes it.
+pub fn flow_links(model: &SimModel, src: u32, dst: u32, index: u32) -> Vec<Link> {
+    let topo = &model.topology;
+    let (s, d) = (topo.gpu(src), topo.gpu(dst));
+    let hash = flow_hash(model.seed, s, d, injected_tag(index));
+    let path = topo.path(s, d, hash).expect("a route");
+    path.iter().map(|&l| topo.links()[l as usize]).collect()
+}
+
+/// The lowest bandwidth of `links`, bytes per second.
+pub fn slowest_bytes_per_s<'a>(links: impl IntoIterator<Item = &'a Link>) -> f64 {
+    links
+        .into_iter()
+        .map(|l| l.bytes_per_s)
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Hosts with one H100 and one 400 Gb/s NIC each, `hosts_per_rack` per leaf, two spines,

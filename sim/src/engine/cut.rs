@@ -491,8 +491,8 @@ impl Cut {
             // Cut through: the segment's head crosses each link in one MTU packet's
             // serialisation and the latency, queued or not (`net::cut_through`); its tail,
             // which the destination waits for, comes no sooner.
-            let head_bytes = u64::from(seg.bytes).min(model.net.mtu_bytes);
-            travelled += link.latency_ps + serialisation_ps(head_bytes, 1e12 / link.bytes_per_s);
+            let head = model.net.head_bytes(u64::from(seg.bytes));
+            travelled += link.latency_ps + serialisation_ps(head, 1e12 / link.bytes_per_s);
             node = link.dst;
             hop += 1;
             if self.partition_of[node as usize] != own {
@@ -846,7 +846,7 @@ mod route_tests {
         while let Some(port) = seg.route.port(hop) {
             hop += 1;
             let l = t.links()[t.out_links(node)[port] as usize];
-            let head = u64::from(seg.bytes).min(model.net.mtu_bytes);
+            let head = model.net.head_bytes(u64::from(seg.bytes));
             total += l.latency_ps + serialisation_ps(head, 1e12 / l.bytes_per_s);
             node = l.dst;
         }

@@ -759,6 +759,7 @@ impl FlowHome {
         } else {
             &[(src, via), (via, dst)]
         };
+        let head = model.net.head_bytes(segment);
         let (mut cap, mut latency, mut fill) = (f64::INFINITY, 0, 0);
         let mut slowest = f64::INFINITY;
         for &(a, b) in legs {
@@ -773,7 +774,7 @@ impl FlowHome {
             for &l in &self.path {
                 let link = model.topology.links()[l as usize];
                 latency += link.latency_ps;
-                fill += serialisation_ps(segment.min(model.net.mtu_bytes), 1e12 / link.bytes_per_s);
+                fill += serialisation_ps(head, 1e12 / link.bytes_per_s);
                 slowest = slowest.min(link.bytes_per_s);
                 if model.net.is_shared(link.class) {
                     links.push(l);
@@ -782,10 +783,7 @@ impl FlowHome {
                 }
             }
         }
-        let fill = fill.saturating_sub(serialisation_ps(
-            segment.min(model.net.mtu_bytes),
-            1e12 / slowest,
-        ));
+        let fill = fill.saturating_sub(serialisation_ps(head, 1e12 / slowest));
         (cap, latency, fill)
     }
 

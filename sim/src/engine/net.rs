@@ -287,7 +287,7 @@ impl Ports {
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
         let ser = serialisation_ps(bytes, port.ps_per_byte);
-        let unit = serialisation_ps(bytes.min(model.net.mtu_bytes), port.ps_per_byte);
+        let unit = serialisation_ps(model.net.head_bytes(bytes), port.ps_per_byte);
         let crossing = cut_through(ctx.now, tail_ps, ser, unit, port.latency_ps);
         port.busy_until = crossing.end_ps;
         port.stats.bytes += bytes;
@@ -595,7 +595,7 @@ fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -
         t,
         t + u64::from(seg.lag_ps),
         serialisation_ps(bytes, ps_per_byte),
-        serialisation_ps(bytes.min(model.net.mtu_bytes), ps_per_byte),
+        serialisation_ps(model.net.head_bytes(bytes), ps_per_byte),
         lk.latency_ps,
     );
     seg.hop += 1;

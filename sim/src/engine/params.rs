@@ -47,6 +47,12 @@ pub struct NetworkParams {
 }
 
 impl NetworkParams {
+    /// Bytes of a segment of `segment_bytes` that lead it across a link: its first MTU
+    /// packet, or all of it when it is smaller ([`super::net::cut_through`]).
+    pub fn head_bytes(&self, segment_bytes: u64) -> u64 {
+        segment_bytes.min(self.mtu_bytes)
+    }
+
     /// Whether links of `class` have queued output ports (segment level); never with
     /// `network.model = "analytical"`.
     pub fn is_queued(&self, class: LinkClass) -> bool {
