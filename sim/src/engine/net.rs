@@ -979,7 +979,7 @@ pub(super) mod tests {
             let links = walk(t, src, &seg.route);
             let after = (0..seg.route.len())
                 .rev()
-                .find(|&h| seg.route.queued(h.into()));
+                .find(|&h| seg.route.queued(h));
             let after = usize::from(after.expect("a queued hop")) + 1;
             seg.hop = after as u8;
             arrivals.push((t.links()[links[after - 1] as usize].dst, seg));
@@ -1026,10 +1026,10 @@ pub(super) mod tests {
         seg.route = Route::plan(t, network_queues(t), src, seg, &mut Vec::new());
         let links = walk(t, src, &seg.route);
         let hop = (0..seg.route.len())
-            .filter(|&h| seg.route.queued(h.into()))
+            .filter(|&h| seg.route.queued(h))
             .nth(1)
             .expect("a queued hop at the leaf");
-        seg.hop = hop.into();
+        seg.hop = hop;
         (seg, t.links()[links[usize::from(hop)] as usize].src)
     }
 
