@@ -38,6 +38,17 @@ def attention(b, h, s, d):
     return run, 3 * 4 * b * h * s * s * d, "TFLOP/s"
 
 
+def gemm_fp8(m, n, k):
+    a = torch.randn(m, k, device=dev, dtype=bf16).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=dev, dtype=bf16).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=dev, dtype=torch.float32)
+
+    def run():
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=bf16)
+
+    return run, 2 * m * n * k, "TFLOP/s"
+
+
 def elementwise(gib):
     x = torch.randn(int(gib * 2**30 / 2), device=dev, dtype=bf16)
     y = torch.empty_like(x)
@@ -93,6 +104,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--samples", default="", help="file for nvidia-smi's raw samples")
+    ap.add_argument("--more", action="store_true",
+                    help="also fp8 8192^3 and mixes of the 8192^3 GEMM with elementwise work")
     args = ap.parse_args()
     smi = subprocess.Popen(
         ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active",
@@ -112,6 +125,12 @@ def main():
         ("mix-gemm4096x8192x2048+elementwise", mix([g_row10, ew])),
         ("mix-gemm4096x8192x2048x3+attention+elementwise", mix([g_row10, g_row10, g_row10, att, ew])),
     ]
+    if args.more:
+        works += [
+            ("gemm-fp8-8192^3", gemm_fp8(8192, 8192, 8192)),
+            ("mix-gemm8192^3+elementwise", mix([g_big, ew])),
+            ("mix-gemm8192^3+elementwise-x3", mix([g_big, ew, ew, ew])),
+        ]
     for name, w in works:
         phase(name, w, args.seconds, marks)
     time.sleep(0.5)
