@@ -2,7 +2,7 @@
 //! (3 workers) gives the embedded run's digest, garbage on the coordinator's port does not
 //! hurt it, a worker without the run's token or its TLS is refused, a dead worker stops the
 //! run within 10 s and its last checkpoint resumes on fewer workers, and SIGTERM to any
-//! process stops the run at a checkpoint.
+//! process stops the run at a checkpoint, and workers started seconds apart still run.
 
 mod common;
 
@@ -156,6 +156,28 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");
     }
+}
+
+/// Workers need not start together: the first waits in its registration while the second
+/// starts longer than the coordinator's 5 s silence limit later (as srun's tasks or hand-started
+/// workers may), and the run still gives the embedded digest.
+#[test]
+fn a_worker_registered_early_waits_for_a_late_one() {
+    let dir = scratch("distributed-late");
+    let token = dir.join("token");
+    std::fs::write(&token, "a-shared-secret\n").expect("token file");
+    let out = dir.join("out");
+    let (coordinator, address) = start_coordinator(&out, &token, 2);
+    let early = {
+        let (address, token) = (address.clone(), token.clone());
+        std::thread::spawn(move || worker(&address, &token))
+    };
+    std::thread::sleep(Duration::from_secs(7));
+    assert_success(&worker(&address, &token));
+    assert_success(&early.join().expect("worker thread"));
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success(), "coordinator failed");
+    assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
 }
 
 #[test]

@@ -381,8 +381,12 @@ impl CoordinatorService {
             self.changed.notify_waiters();
             return;
         }
+        // A registered worker waits in its register call until the last one registers, and
+        // heartbeats only once answered: silence counts from then.
+        let all_registered = registered == hub.expected;
         let silent = (0..hub.last_seen.len()).find(|&w| {
-            hub.results.get(w).is_some_and(Option::is_none)
+            all_registered
+                && hub.results.get(w).is_some_and(Option::is_none)
                 && hub.last_seen[w].elapsed() > SILENCE_LIMIT
         });
         if let Some(w) = silent {
@@ -427,6 +431,10 @@ impl Coordinator for CoordinatorService {
             hub.hosts.push(r.host);
             hub.threads = hub.threads.max(r.threads);
             hub.last_seen.push(Instant::now());
+            if hub.addresses.len() as u32 == hub.expected {
+                let now = Instant::now();
+                hub.last_seen.iter_mut().for_each(|t| *t = now);
+            }
             (hub.addresses.len() - 1) as u32
         };
         self.changed.notify_waiters();
@@ -1025,6 +1033,45 @@ pub fn run_worker_process(
         experiment = %reply.experiment_path,
         "registered; building the model"
     );
+    // Heartbeats from registration on, so that building a large model (seconds at 131,072
+    // GPUs, more under a profiler) does not look like silence: the coordinator learns this
+    // worker is alive; this worker learns whether the run goes on, and stops by itself when
+    // the coordinator goes silent.
+    let stop: StopReason = Arc::new(Mutex::new(None));
+    let beat = {
+        let (mut client, stop, inbox) = (client.clone(), Arc::clone(&stop), Arc::clone(&inbox));
+        let (token, id, coordinator) =
+            (token.to_string(), reply.worker_id, coordinator.to_string());
+        runtime.spawn(async move {
+            let mut heard = Instant::now();
+            loop {
+                tokio::time::sleep(HEARTBEAT_EVERY).await;
+                let call = with_token(pb::HeartbeatRequest { worker_id: id }, &token);
+                let why = match call {
+                    Err(e) => Some(e.to_string()),
+                    Ok(call) => {
+                        match tokio::time::timeout(HEARTBEAT_EVERY, client.heartbeat(call)).await {
+                            Ok(Ok(r)) => {
+                                heard = Instant::now();
+                                Some(r.into_inner().stopped).filter(|s| !s.is_empty())
+                            }
+                            _ => (heard.elapsed() > SILENCE_LIMIT).then(|| {
+                                format!(
+                                    "the coordinator at {coordinator} stopped answering for {} s",
+                                    SILENCE_LIMIT.as_secs()
+                                )
+                            }),
+                        }
+                    }
+                };
+                if let Some(why) = why {
+                    *lock(&stop) = Some(why);
+                    inbox.arrived.notify_all();
+                    return;
+                }
+            }
+        })
+    };
     let exp = Experiment::load(Path::new(&reply.experiment_path), &reply.sets)
         .map_err(|e| fail(format!("cannot load the run's experiment: {e}")))?;
     let model = SimModel::from_experiment(&exp, false)?;
@@ -1071,43 +1118,6 @@ pub fn run_worker_process(
         ),
         lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
         promises: exp.loaded.config.engine.promises,
-    };
-    // Heartbeats: the coordinator learns this worker is alive; this worker learns whether
-    // the run goes on, and stops by itself when the coordinator goes silent.
-    let stop: StopReason = Arc::new(Mutex::new(None));
-    let beat = {
-        let (mut client, stop, inbox) = (client.clone(), Arc::clone(&stop), Arc::clone(&inbox));
-        let (token, id, coordinator) =
-            (token.to_string(), reply.worker_id, coordinator.to_string());
-        runtime.spawn(async move {
-            let mut heard = Instant::now();
-            loop {
-                tokio::time::sleep(HEARTBEAT_EVERY).await;
-                let call = with_token(pb::HeartbeatRequest { worker_id: id }, &token);
-                let why = match call {
-                    Err(e) => Some(e.to_string()),
-                    Ok(call) => {
-                        match tokio::time::timeout(HEARTBEAT_EVERY, client.heartbeat(call)).await {
-                            Ok(Ok(r)) => {
-                                heard = Instant::now();
-                                Some(r.into_inner().stopped).filter(|s| !s.is_empty())
-                            }
-                            _ => (heard.elapsed() > SILENCE_LIMIT).then(|| {
-                                format!(
-                                    "the coordinator at {coordinator} stopped answering for {} s",
-                                    SILENCE_LIMIT.as_secs()
-                                )
-                            }),
-                        }
-                    }
-                };
-                if let Some(why) = why {
-                    *lock(&stop) = Some(why);
-                    inbox.arrived.notify_all();
-                    return;
-                }
-            }
-        })
     };
     let mut coordination = GrpcCoordination {
         runtime: &runtime,
