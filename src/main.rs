@@ -20,6 +20,7 @@ mod progress;
 
 /// jemalloc, with transparent huge pages (`.cargo/config.toml`): at 131,072 GPUs every
 /// event reads a GPU's state cold from gigabytes, and 2 MiB pages save most page walks.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
