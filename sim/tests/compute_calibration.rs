@@ -143,14 +143,22 @@ fn h100_steady_gemms_within_10_percent_for_90_percent_of_ir_shapes() {
 #[test]
 fn h100_cudnn_attention_within_10_percent_for_80_percent_and_20_percent_for_all() {
     let cases = steady("attention-cudnn-steady.csv");
-    let mut all = 0;
-    for column in ["attention bf16 fwd", "attention bf16 bwd"] {
-        let (good, n) = within(&cases, column, 0.10);
-        assert_eq!(n, 35, "{column}");
-        assert!(good * 10 >= n * 8, "{column}: {good} of {n} within 10%");
-        all += within(&cases, column, 0.20).0;
-    }
+    // 80% of each pass's 35 within 10%.
+    let all = attention_within_10_and_20_percent(&cases, 28);
     assert_eq!(all, 70, "{}", table(&cases));
+}
+
+/// Asserts that each attention pass has its 35 rows, `at_least` of them within 10%; returns
+/// how many of both passes are within 20%.
+fn attention_within_10_and_20_percent(cases: &[Comparison], at_least: usize) -> usize {
+    let mut within_20 = 0;
+    for column in ["attention bf16 fwd", "attention bf16 bwd"] {
+        let (good, n) = within(cases, column, 0.10);
+        assert_eq!(n, 35, "{column}");
+        assert!(good >= at_least, "{column}: {good} of {n} within 10%");
+        within_20 += within(cases, column, 0.20).0;
+    }
+    within_20
 }
 
 /// Sustained clocks: compute-bound kernels run at the power-capped clock, memory-bound ones
@@ -497,13 +505,8 @@ fn h200_steady_kernels_meet_the_h100_thresholds() {
     memory.sort_by(f64::total_cmp);
     assert!(memory[memory.len() / 2].abs() < 0.03, "{memory:?}");
     let attention = h200("attention-cudnn-steady.csv");
-    let mut within_20 = 0;
-    for column in ["attention bf16 fwd", "attention bf16 bwd"] {
-        let (good, n) = within(&attention, column, 0.10);
-        assert_eq!(n, 35, "{column}");
-        assert!(good * 4 >= n * 3, "{column}: {good} of {n} within 10%");
-        within_20 += within(&attention, column, 0.20).0;
-    }
+    // 75% of each pass's 35 within 10%.
+    let within_20 = attention_within_10_and_20_percent(&attention, 27);
     assert!(within_20 >= 69, "{}", table(&attention));
 }
 

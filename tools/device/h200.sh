@@ -5,24 +5,8 @@
 # Usage on the GPU machine: OUT=dir tools/device/h200.sh
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
-export PYTHONUNBUFFERED=1
-log=$OUT/log.txt
-{
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.memory,power.limit --format=csv
-  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
-} >"$log" 2>&1
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-  --format=csv -lms 250 >"$OUT/smi.csv" 2>&1 &
-smi=$!
 P="python3 tools/profile_kernels.py --warmup 5 --iters 20 --gpu H200-SXM"
-D=tools/device
-step() { # name seconds args...
-  local name=$1 secs=$2; shift 2
-  echo "=== $name $(date -u +%T)" >>"$log"
-  timeout "$secs" $P "$@" --out "$OUT/$name.csv" >>"$log" 2>&1
-  echo "=== $name rc=$? $(date -u +%T)" >>"$log"
-}
+. tools/device/common.sh
 step attention-cudnn-steady 70 --template $D/attention-template.csv --clock steady
 step gemm-fp8-steady 70 --template $D/gemm-template.csv --clock steady
 step kernels-bf16-steady 150 --template $D/h200-bf16-template.csv --clock steady
