@@ -158,20 +158,22 @@ pub struct Ports {
 impl Ports {
     pub fn new(model: &SimModel, node: NodeId) -> Self {
         let out = model.topology.out_links(node);
-        let mut ports: Vec<Option<Port>> = out
-            .iter()
-            .map(|&l| {
-                let class = model.topology.links()[l as usize].class;
-                model.net.is_queued(class).then(|| Port::new(model, l))
-            })
-            .collect();
+        let queued = |l: LinkId| {
+            model
+                .net
+                .is_queued(model.topology.links()[l as usize].class)
+        };
         // A node without a queued port (every node of the analytical network) keeps no port
         // table: 64 empty slots of a fabric switch held 100 MB of one worker's 580 MB peak
         // at 131,072 GPUs. Segments only queue where a slot is `Some`, and PFC pauses only
         // queued links, so no event indexes an empty table.
-        if ports.iter().all(Option::is_none) {
-            ports = Vec::new();
-        }
+        let ports: Vec<Option<Port>> = if out.iter().any(|&l| queued(l)) {
+            out.iter()
+                .map(|&l| queued(l).then(|| Port::new(model, l)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ports {
             node,
             ingress: vec![Ingress::default(); ports.len()],
