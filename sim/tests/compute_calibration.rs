@@ -104,19 +104,32 @@ fn steady(file: &str) -> Vec<Comparison> {
 
 /// A steady table of `tests/calibration/<dir>/` against the model at the heated clocks.
 fn measured_steady(dir: &str, file: &str) -> Vec<Comparison> {
-    let db = GpuDatabase::embedded().expect("GPU database");
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/calibration")
-        .join(dir)
-        .join(file);
-    let origin = Origin::Derived("compute_calibration".into());
-    let t = KernelTables::load(&[(path, origin)], &|n| db.get(n).cloned()).expect("measured table");
+    let t = measured_tables(dir, &[file]);
     let m = model();
     compare_table(&t, &|k, g| {
         let g = heated(g);
         let (e, fitted) = m.efficiency_of(&g);
         model_time(k, &g, e, fitted).seconds()
     })
+}
+
+/// The measured kernel tables `files` of `tests/calibration/<dir>/`, as one.
+fn measured_tables(dir: &str, files: &[&str]) -> KernelTables {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/calibration")
+        .join(dir);
+    let paths: Vec<_> = files
+        .iter()
+        .map(|f| (dir.join(f), Origin::Derived("compute_calibration".into())))
+        .collect();
+    KernelTables::load(&paths, &|n| db.get(n).cloned()).expect("measured table")
+}
+
+/// The median of `v` (the upper one of an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn within(cases: &[Comparison], column: &str, tolerance: f64) -> (usize, usize) {
@@ -171,27 +184,12 @@ fn steady_over_burst_time_follows_the_clock_for_gemms_and_not_for_memory_bound_k
     let h100 = db.get("H100-SXM").expect("H100");
     let m = model();
     let (e, fitted) = m.efficiency_of(h100);
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/calibration/h100-measured");
-    let read = |f: &str| {
-        let mut t = KernelTables::default();
-        let path = dir.join(f);
-        t.add_text(
-            &path,
-            &std::fs::read_to_string(&path).expect("table"),
-            &|n| db.get(n).cloned(),
-        )
-        .expect("table");
-        t
-    };
+    let read = |f: &str| measured_tables("h100-measured", &[f]);
     let (burst, steady) = (read("kernels-burst.csv"), read("kernels-steady.csv"));
     let measured: std::collections::BTreeMap<String, f64> = burst
         .measured()
         .map(|(_, k, s)| (format!("{k:?}"), s))
         .collect();
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let mut ratios = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (_, k, steady_s) in steady.measured() {
         let burst_s = measured[&format!("{k:?}")];
@@ -496,14 +494,14 @@ fn h200_steady_kernels_meet_the_h100_thresholds() {
         assert!(n >= 180, "{column}: {n} rows");
         assert!(good * 10 >= n * 9, "{column}: {good} of {n} within 10%");
     }
-    let mut memory: Vec<f64> = cases
+    let memory: Vec<f64> = cases
         .iter()
         .filter(|c| c.column == "memory bf16")
         .map(Comparison::error)
         .collect();
     assert_eq!(memory.len(), 76);
-    memory.sort_by(f64::total_cmp);
-    assert!(memory[memory.len() / 2].abs() < 0.03, "{memory:?}");
+    let middle = median(memory.clone());
+    assert!(middle.abs() < 0.03, "{middle} of {memory:?}");
     let attention = h200("attention-cudnn-steady.csv");
     // 75% of each pass's 35 within 10%.
     let within_20 = attention_within_10_and_20_percent(&attention, 27);
@@ -521,17 +519,8 @@ fn h200_runs_gemms_at_h100_speed_and_large_memory_bound_kernels_at_its_hbm_bandw
         db.get("H200-SXM").expect("H200"),
     );
     let times = |dir: &str, files: &[&str]| -> std::collections::BTreeMap<String, (Kernel, f64)> {
-        let mut t = KernelTables::default();
-        for f in files {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/calibration")
-                .join(dir)
-                .join(f);
-            let text = std::fs::read_to_string(&path).expect("table");
-            t.add_text(&path, &text, &|n| db.get(n).cloned())
-                .expect("table");
-        }
-        t.measured()
+        measured_tables(dir, files)
+            .measured()
             .map(|(_, k, s)| {
                 (
                     format!("{:?}", (&k.dtype, &k.name, &k.pass, &k.shape)),
@@ -548,10 +537,6 @@ fn h200_runs_gemms_at_h100_speed_and_large_memory_bound_kernels_at_its_hbm_bandw
         "h200-measured",
         &["kernels-bf16-steady.csv", "gemm-fp8-steady.csv"],
     );
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (mut gemms, mut large_memory) = (Vec::new(), Vec::new());
     for (key, (kernel, h200_s)) in &new {
         let Some((_, h100_s)) = old.get(key) else {
