@@ -103,6 +103,12 @@ fn worker(address: &str, token: &Path) -> std::process::Output {
         .expect("run a worker")
 }
 
+/// Writes the run's shared secret to `path` and returns the path, for `--token-file`.
+fn token_file(path: &Path, secret: impl AsRef<[u8]>) -> std::path::PathBuf {
+    std::fs::write(path, secret).expect("token file");
+    path.to_path_buf()
+}
+
 fn digest(dir: &Path) -> (String, serde_json::Value) {
     let json = summary(dir);
     (
@@ -114,8 +120,7 @@ fn digest(dir: &Path) -> (String, serde_json::Value) {
 #[test]
 fn a_run_over_grpc_gives_the_embedded_digest() {
     let dir = scratch("distributed");
-    let token = dir.join("token");
-    std::fs::write(&token, "a-shared-secret\n").expect("token file");
+    let token = token_file(&dir.join("token"), "a-shared-secret\n");
     let out = dir.join("out");
     let (coordinator, address) = start_coordinator(&out, &token, 3);
     // Garbage on the coordinator's port first: it must shrug it off.
@@ -164,8 +169,7 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
 #[test]
 fn a_worker_registered_early_waits_for_a_late_one() {
     let dir = scratch("distributed-late");
-    let token = dir.join("token");
-    std::fs::write(&token, "a-shared-secret\n").expect("token file");
+    let token = token_file(&dir.join("token"), "a-shared-secret\n");
     let out = dir.join("out");
     let (coordinator, address) = start_coordinator(&out, &token, 2);
     let early = {
@@ -183,10 +187,8 @@ fn a_worker_registered_early_waits_for_a_late_one() {
 #[test]
 fn a_worker_without_the_run_token_is_refused() {
     let dir = scratch("distributed-token");
-    let token = dir.join("token");
-    std::fs::write(&token, "right\n").expect("token file");
-    let wrong = dir.join("wrong");
-    std::fs::write(&wrong, "wrong\n").expect("token file");
+    let token = token_file(&dir.join("token"), "right\n");
+    let wrong = token_file(&dir.join("wrong"), "wrong\n");
     let (mut coordinator, address) = start_coordinator(&dir.join("out"), &token, 1);
     let refused = worker(&address, &wrong);
     let _ = coordinator.kill();
@@ -268,8 +270,7 @@ struct CheckpointingRun {
 impl CheckpointingRun {
     fn start(name: &str, workers: u32) -> Self {
         let dir = scratch(name);
-        let token = dir.join("token");
-        std::fs::write(&token, format!("{name}\n")).expect("token file");
+        let token = token_file(&dir.join("token"), format!("{name}\n"));
         let out = dir.join("out");
         let mut sets: Vec<&str> = SMALL.to_vec();
         sets.extend(["--checkpoint-every", "5ms"]);
@@ -373,8 +374,7 @@ fn sigterm_to_a_worker_checkpoints_and_stops_the_whole_run() {
 #[test]
 fn a_worker_whose_experiment_differs_from_the_coordinators_refuses_to_run() {
     let dir = scratch("distributed-mismatch");
-    let token = dir.join("token");
-    std::fs::write(&token, "mismatch\n").expect("token file");
+    let token = token_file(&dir.join("token"), "mismatch\n");
     let cluster = std::env::current_dir()
         .expect("cwd")
         .join("configs/clusters/rail-h100.toml");
@@ -404,8 +404,7 @@ const TLS: &str = "tests/fixtures/tls";
 #[test]
 fn mutual_tls_runs_alike_and_refuses_a_plain_worker() {
     let dir = scratch("distributed-tls");
-    let token = dir.join("token");
-    std::fs::write(&token, "tls\n").expect("token file");
+    let token = token_file(&dir.join("token"), "tls\n");
     let out = dir.join("out");
     let tls = ["--tls-dir", TLS];
     let mut sets: Vec<&str> = SMALL.to_vec();
@@ -464,8 +463,7 @@ fn scrape(address: &str) -> String {
 #[test]
 fn metrics_are_served_live_and_written_at_the_end_and_logs_are_json() {
     let dir = scratch("distributed-metrics");
-    let token = dir.join("token");
-    std::fs::write(&token, "metrics\n").expect("token file");
+    let token = token_file(&dir.join("token"), "metrics\n");
     let out = dir.join("out");
     let metrics = "127.0.0.1:47561";
     let mut sets: Vec<&str> = SMALL.to_vec();
@@ -505,8 +503,7 @@ fn metrics_are_served_live_and_written_at_the_end_and_logs_are_json() {
 #[test]
 fn a_coordinator_whose_workers_never_come_gives_up() {
     let dir = scratch("distributed-alone");
-    let token = dir.join("token");
-    std::fs::write(&token, "alone\n").expect("token file");
+    let token = token_file(&dir.join("token"), "alone\n");
     let mut sets: Vec<&str> = SMALL.to_vec();
     sets.extend(["--register-timeout", "2"]);
     let (mut coordinator, _) = start_coordinator_with(&dir.join("out"), &token, 2, &sets);
