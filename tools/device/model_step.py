@@ -15,7 +15,7 @@ With TP > 1 and sequence parallelism, LayerNorms and dropout-adds run on s/TP to
 all-gather / reduce-scatter around each GEMM pair are stood in for by local copies (no
 communication), named `tp_standin` in the breakdown.
 
-Usage: python3 model_step.py [--warm-seconds 4] [--iters 5] > out.txt
+Usage: python3 model_step.py [--warm-seconds 4] [--iters 5] [--attention-dropout 0.1] > out.txt
 Prints one `case` line per case, then its kernel-class breakdown from torch.profiler.
 """
 import argparse, math, sys, time
@@ -25,6 +25,7 @@ import torch.nn.functional as F
 dev = torch.device("cuda")
 bf16 = torch.bfloat16
 WGRAD_FP32 = True  # cleared if torch.addmm has no out_dtype
+ATTENTION_DROPOUT = 0.0  # --attention-dropout: Megatron-LM's GPT default is 0.1
 
 
 def wgrad_accumulate(main, a, b):
@@ -152,7 +153,7 @@ class Shard:
         qkv = Linear.apply(self.gather(L["ln1"](x)), w, bb, mw, mb)
         q, k, v = qkv.view(s, b, hq, 3, d).unbind(3)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=ATTENTION_DROPOUT)
         o = o.permute(2, 0, 1, 3).reshape(s * b, hq * d)
         w, mw, bb, mb = L["proj"]
         x = x + F.dropout(self.scatter(Linear.apply(o, w, bb, mw, mb)), 0.1)
@@ -272,7 +273,8 @@ def run_case(name, layers, h, ffn, heads, seq, vocab, tp, mbs, micro_batches, ar
     print(f"case {name}: layers={layers} h={h} ffn={ffn} heads={heads} seq={seq} vocab={vocab} tp={tp} "
           f"mbs={mbs} micro_batches={micro_batches}: {ms_mb:.3f} ms per micro-batch, {ms_iter:.3f} ms per "
           f"{micro_batches}, {tf:.1f} model TFLOP/s; head (final norm, output layer, cross entropy) "
-          f"{ms_head:.3f} ms; peak {mem:.1f} GiB; wgrad_fp32={WGRAD_FP32}", flush=True)
+          f"{ms_head:.3f} ms; peak {mem:.1f} GiB; wgrad_fp32={WGRAD_FP32}; attention_dropout={ATTENTION_DROPOUT}",
+          flush=True)
     by_class, names, busy, span, count = breakdown(m.micro_batch)
     total = sum(by_class.values())
     print(f"  profile of one micro-batch: {count} kernels, {total / 1e3:.3f} ms kernel time, GPU busy "
@@ -303,7 +305,9 @@ if __name__ == "__main__":
     ap.add_argument("--warm-seconds", type=float, default=4.0)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--cases", default="")
+    ap.add_argument("--attention-dropout", type=float, default=0.0)
     args = ap.parse_args()
+    ATTENTION_DROPOUT = args.attention_dropout
     print(f"torch {torch.__version__} cudnn {torch.backends.cudnn.version()} {torch.cuda.get_device_name()}", flush=True)
     for c in CASES:
         if args.cases and c[0] not in args.cases.split(","):
