@@ -231,6 +231,9 @@ class Attention:
     head_dim: int
     causal: bool
     flash: bool
+    # Dropout on the probabilities (fleetsim writes `;dropout=true` only when set): timed
+    # with dropout_p 0.1, Megatron-LM's default.
+    dropout: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,11 +248,13 @@ SHAPE_KINDS: dict[str, tuple[type, tuple[str, ...]]] = {
     "gemm": (Gemm, ("m", "n", "k", "batch")),
     "attention": (
         Attention,
-        ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash"),
+        ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash", "dropout"),
     ),
     "elementwise": (Elementwise, ("elements",)),
 }
-BOOL_KEYS = ("causal", "flash")
+BOOL_KEYS = ("causal", "flash", "dropout")
+# Keys that may be left out, and are then false.
+OPTIONAL_KEYS = ("dropout",)
 
 
 def shape_syntax(kind: str) -> str:
@@ -287,7 +292,7 @@ def parse_shape(text: str) -> Shape:
                     f"({expected})"
                 )
             values[key] = int(value)
-    missing = [k for k in keys if k not in values]
+    missing = [k for k in keys if k not in values and k not in OPTIONAL_KEYS]
     if missing:
         raise RowError(f"malformed shape '{text}': missing {', '.join(missing)} ({expected})")
     shape = cls(**values)
@@ -305,6 +310,8 @@ def shape_text(shape: Shape) -> str:
     parts = []
     for key in SHAPE_KINDS[kind][1]:
         value = getattr(shape, key)
+        if key in OPTIONAL_KEYS and not value:
+            continue
         parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
     return f"{kind}:" + ";".join(parts)
 
@@ -1009,6 +1016,8 @@ class Profiler:
                 qc = q[:, :, c.q_start:c.q_end]
                 kv = slice(c.kv_start, c.kv_start + c.kv_len)
                 kwargs = {"enable_gqa": True} if native_gqa else {}
+                if s.dropout:
+                    kwargs["dropout_p"] = 0.1
                 if c.mask == "causal":
                     kwargs["is_causal"] = True
                 elif c.mask == "lower_right":

@@ -169,6 +169,24 @@ impl Framework {
     }
 }
 
+/// The attention dropout a source's runs had, where it does not say: Megatron-LM's
+/// `pretrain_gpt.py` defaults to 0.1 (`--attention-dropout`, `megatron/training/arguments.py`),
+/// and the Megatron-LM sources (Korthikanti et al., the Megatron-LM README, MegaScale's
+/// Megatron-LM baseline) launched it; NeMo's and Megatron-Bridge's recipes set 0 (NeMo's
+/// `GPTConfig175B` and Llama configs: `attention_dropout = 0.0`).
+fn attention_dropout(source: &str) -> &'static str {
+    let megatron_lm = [
+        "korthikanti2022",
+        "megatron-readme",
+        "megascale2024-megatron",
+    ];
+    if megatron_lm.iter().any(|s| source.starts_with(s)) {
+        "0.1"
+    } else {
+        "0.0"
+    }
+}
+
 /// The cluster a GPU's published runs used: the NVIDIA DGX SuperPOD of its generation, on a
 /// rail-optimised fabric, one compute NIC per GPU (DGX SuperPOD reference architectures):
 /// A100 with HDR 200 Gb/s in scalable units of 20 hosts (Selene); H100/H200 with NDR
@@ -494,6 +512,7 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         ("bias", "true"),
         ("tied_embeddings", tied),
         ("position", "\"learned\""),
+        ("attention_dropout", attention_dropout(&source)),
     ] {
         put("model", k, v.to_string());
     }
@@ -849,6 +868,8 @@ mod tests {
             "sequence_parallel = true",
             "recompute = \"none\"",
             "tp_comm_overlap = true",
+            // Megatron-LM's `--attention-dropout` default.
+            "attention_dropout = 0.1",
         ] {
             assert!(e.contains(want), "{want} in\n{e}");
         }
@@ -905,6 +926,8 @@ mod tests {
             "fp8_recipe = \"current\"",
             "first_stage_layers = 15",
             "nic_gbps = 400",
+            // Megatron-Bridge's recipes set no dropout.
+            "attention_dropout = 0.0",
         ] {
             assert!(e.contains(want), "{want} in\n{e}");
         }

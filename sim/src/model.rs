@@ -69,6 +69,8 @@ pub struct ModelConfig {
     pub position: Option<Position>,
     pub bias: Option<bool>,
     pub tied_embeddings: Option<bool>,
+    /// Dropout probability on the attention scores (Megatron-Core's `attention_dropout`).
+    pub attention_dropout: Option<f64>,
     pub experts: Option<u64>,
     pub top_k: Option<u64>,
     pub moe_ffn_hidden: Option<u64>,
@@ -105,6 +107,10 @@ pub struct ModelSpec {
     pub position: Position,
     pub bias: bool,
     pub tied_embeddings: bool,
+    /// Dropout probability on the attention scores, in `[0, 1)`. 0 unless set: Megatron-LM's
+    /// `pretrain_gpt.py` defaults to 0.1 (`--attention-dropout`, `arguments.py`), while
+    /// NeMo's and Megatron-Bridge's Llama and GPT-3 175B recipes set 0.
+    pub attention_dropout: f64,
     pub moe: Option<Moe>,
     pub mla: Option<Mla>,
 }
@@ -416,6 +422,15 @@ impl ModelSpec {
         let ffn_hidden = need(cfg.ffn_hidden, "ffn_hidden")?;
         let seq_len = need(cfg.seq_len, "seq_len")?;
         let vocab = need(cfg.vocab, "vocab")?;
+        let attention_dropout = cfg.attention_dropout.unwrap_or(0.0);
+        if !(0.0..1.0).contains(&attention_dropout) {
+            return Err(error(
+                "model.attention_dropout",
+                format!(
+                    "must be a probability in [0, 1) (Megatron's default is 0.1), got {attention_dropout}"
+                ),
+            ));
+        }
         let moe = match cfg.experts {
             None | Some(0) | Some(1) if cfg.top_k.is_none() => None,
             experts => {
@@ -462,6 +477,7 @@ impl ModelSpec {
             position: cfg.position.unwrap_or(Position::Rope),
             bias: cfg.bias.unwrap_or(false),
             tied_embeddings: cfg.tied_embeddings.unwrap_or(false),
+            attention_dropout,
             moe,
             mla: cfg.mla,
         })

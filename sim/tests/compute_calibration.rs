@@ -312,6 +312,88 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
     );
 }
 
+/// A whole-model measurement of `model_step.py`: (micro-batch, GEMM class, attention class)
+/// in ms, for `case` of `file` under the calibration folder.
+fn measured_micro_batch(file: &str, case: &str) -> [f64; 3] {
+    let text = calibration(file);
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.starts_with(&format!("case {case}:")));
+    let head = lines.next().unwrap_or_else(|| panic!("{case} in {file}"));
+    let number_before = |line: &str, marker: &str| -> f64 {
+        let before = line.split(marker).next().expect("marker");
+        before
+            .split_whitespace()
+            .last()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("a number before `{marker}` in {line}"))
+    };
+    let class = |name: &str| -> f64 {
+        let line = lines
+            .clone()
+            .take_while(|l| !l.starts_with("case "))
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} of {case}"));
+        number_before(line, " ms ")
+    };
+    [
+        number_before(head, " ms per micro-batch"),
+        class("gemm"),
+        class("attention"),
+    ]
+}
+
+/// `[model]` and `[parallel]` of a Megatron-LM README GPT's per-GPU shard, as `model_step.py`
+/// runs it (4 micro-batches of 1 per data-parallel rank).
+fn readme_gpt(layers: u32, hidden: u32, heads: u32, tp: u32, attention_dropout: f64) -> String {
+    format!(
+        "[model]\nlayers = {layers}\nhidden = {hidden}\nffn_hidden = {}\nheads = {heads}\n\
+         seq_len = 4096\nvocab = 131072\nactivation = \"gelu\"\nnorm = \"layernorm\"\n\
+         bias = true\ntied_embeddings = false\nposition = \"learned\"\n\
+         attention_dropout = {attention_dropout}\n\
+         [parallel]\ntp = {tp}\nsequence_parallel = {}\nzero = 1\nmicro_batch = 1\n\
+         global_batch = {}\n",
+        4 * hidden,
+        tp > 1,
+        4 * 8 / tp
+    )
+}
+
+/// fleetsim's (micro-batch, GEMM class, attention class) in ms for the forward and backward
+/// kernels of one micro-batch of `body` (`[model]` and `[parallel]`) on `gpu`, BF16. `name`
+/// names the experiment file: tests running at once need names of their own.
+fn predicted_micro_batch(m: &ComputeModel, gpu: &str, name: &str, body: &str) -> [f64; 3] {
+    use sim::workload::{OpKind, Phase};
+    let text = format!(
+        "{}[cluster]\ngpus = 8\ngpu = \"{gpu}\"\n{body}\
+         [training]\nprecision = \"bf16\"\nrecompute = \"none\"\nmemory_check = \"off\"\n\
+         tp_comm_overlap = false\n",
+        support::rail_h100_include()
+    );
+    let exp = support::experiment("whole-model", name, &text);
+    let gpu = exp.stage_gpus()[0].clone();
+    let workload = compile(&exp).expect("compiles");
+    let program = workload.program(0, 0);
+    let mut predicted = [0.0f64; 3];
+    for o in &program.ops {
+        let OpKind::Compute { kernel } = o.kind else {
+            continue;
+        };
+        if !matches!(o.label.phase, Phase::Forward | Phase::Backward) {
+            continue;
+        }
+        let k = &program.kernels[kernel as usize];
+        let t = m.kernel_time(k, &gpu).seconds();
+        predicted[0] += t;
+        match k.shape {
+            Shape::Gemm { .. } => predicted[1] += t,
+            Shape::Attention { .. } => predicted[2] += t,
+            _ => {}
+        }
+    }
+    predicted.map(|t| t * 1e3 / f64::from(program.micro_batches))
+}
+
 /// Whole-model micro-batches measured on an H100 (`h100-measured/model-step*.txt`): the
 /// per-GPU shard of the GPTs of `e2e_iterations.csv` rows 10, 11 and 13 and of Llama2-7B at
 /// 16K tokens (`e2e_more.csv` row 10, in BF16), forward and backward, eager PyTorch in steady
@@ -323,49 +405,10 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
 /// PyTorch's unfused elementwise kernels are slower than the fused ones fleetsim models.
 #[test]
 fn h100_and_h200_whole_model_micro_batches_within_8_percent_and_kernel_classes_within_20() {
-    use sim::workload::{OpKind, Phase};
     let m = model();
-    // (whole micro-batch, GEMM class, attention class), ms.
-    let measured = |file: &str, case: &str| -> [f64; 3] {
-        let text = calibration(file);
-        let mut lines = text
-            .lines()
-            .skip_while(|l| !l.starts_with(&format!("case {case}:")));
-        let head = lines.next().unwrap_or_else(|| panic!("{case} in {file}"));
-        let number_before = |line: &str, marker: &str| -> f64 {
-            let before = line.split(marker).next().expect("marker");
-            before
-                .split_whitespace()
-                .last()
-                .and_then(|x| x.parse().ok())
-                .unwrap_or_else(|| panic!("a number before `{marker}` in {line}"))
-        };
-        let class = |name: &str| -> f64 {
-            let line = lines
-                .clone()
-                .take_while(|l| !l.starts_with("case "))
-                .find(|l| l.split_whitespace().next() == Some(name))
-                .unwrap_or_else(|| panic!("{name} of {case}"));
-            number_before(line, " ms ")
-        };
-        [
-            number_before(head, " ms per micro-batch"),
-            class("gemm"),
-            class("attention"),
-        ]
-    };
-    let gpt = |layers: u32, hidden: u32, heads: u32, tp: u32| {
-        format!(
-            "[model]\nlayers = {layers}\nhidden = {hidden}\nffn_hidden = {}\nheads = {heads}\n\
-             seq_len = 4096\nvocab = 131072\nactivation = \"gelu\"\nnorm = \"layernorm\"\n\
-             bias = true\ntied_embeddings = false\nposition = \"learned\"\n\
-             [parallel]\ntp = {tp}\nsequence_parallel = {}\nzero = 1\nmicro_batch = 1\n\
-             global_batch = {}\n",
-            4 * hidden,
-            tp > 1,
-            4 * 8 / tp
-        )
-    };
+    let gpt = |layers, hidden, heads, tp| readme_gpt(layers, hidden, heads, tp, 0.0);
+    // Megatron-LM's default attention dropout (h200-measured/model-step-dropout.txt).
+    let gpt_dropout = |layers, hidden, heads, tp| readme_gpt(layers, hidden, heads, tp, 0.1);
     let llama = "[model]\nlayers = 32\nhidden = 4096\nffn_hidden = 11008\nheads = 32\n\
                  seq_len = 16384\nvocab = 32000\nactivation = \"swiglu\"\nnorm = \"rmsnorm\"\n\
                  bias = false\ntied_embeddings = false\nposition = \"rope\"\n\
@@ -423,44 +466,45 @@ fn h100_and_h200_whole_model_micro_batches_within_8_percent_and_kernel_classes_w
             8,
             gpt(48, 7168, 56, 8),
         ),
+        (
+            "h200-measured/model-step-no-dropout.txt",
+            h200,
+            "readme-row10-tp1",
+            1,
+            gpt(24, 2048, 16, 1),
+        ),
+        (
+            "h200-measured/model-step-dropout.txt",
+            h200,
+            "readme-row10-tp1",
+            1,
+            gpt_dropout(24, 2048, 16, 1),
+        ),
+        (
+            "h200-measured/model-step-dropout.txt",
+            h200,
+            "readme-row11-tp2",
+            2,
+            gpt_dropout(30, 4096, 32, 2),
+        ),
+        (
+            "h200-measured/model-step-dropout.txt",
+            h200,
+            "readme-row13-tp8",
+            8,
+            gpt_dropout(48, 7168, 56, 8),
+        ),
     ];
     let mut report = String::new();
     let (mut worst_total, mut worst_class) = (0.0f64, 0.0f64);
     for (file, gpu, case, tp, body) in cases {
-        let text = format!(
-            "{}[cluster]\ngpus = 8\ngpu = \"{gpu}\"\n{body}\
-             [training]\nprecision = \"bf16\"\nrecompute = \"none\"\nmemory_check = \"off\"\n\
-             tp_comm_overlap = false\n",
-            support::rail_h100_include()
-        );
-        let exp = support::experiment("whole-model", case, &text);
-        let gpu = exp.stage_gpus()[0].clone();
-        let workload = compile(&exp).expect("compiles");
-        let program = workload.program(0, 0);
-        // (whole, GEMM, attention) seconds over every micro-batch.
-        let mut predicted = [0.0f64; 3];
-        for o in &program.ops {
-            let OpKind::Compute { kernel } = o.kind else {
-                continue;
-            };
-            if !matches!(o.label.phase, Phase::Forward | Phase::Backward) {
-                continue;
-            }
-            let k = &program.kernels[kernel as usize];
-            let t = m.kernel_time(k, &gpu).seconds();
-            predicted[0] += t;
-            match k.shape {
-                Shape::Gemm { .. } => predicted[1] += t,
-                Shape::Attention { .. } => predicted[2] += t,
-                _ => {}
-            }
-        }
-        let want = measured(file, case);
+        let predicted = predicted_micro_batch(&m, gpu, case, &body);
+        let want = measured_micro_batch(file, case);
         for (i, what) in ["micro-batch", "GEMMs", "attention"].iter().enumerate() {
-            let got = predicted[i] * 1e3 / f64::from(program.micro_batches);
+            let got = predicted[i];
             let e = got / want[i] - 1.0;
             report.push_str(&format!(
-                "{file:30} {case:24} {what:12} measured {:7.2} ms predicted {got:7.2} ms error {:+5.1}%{}\n",
+                "{file:40} {case:24} {what:12} measured {:7.2} ms predicted {got:7.2} ms error {:+5.1}%{}\n",
                 want[i],
                 100.0 * e,
                 if i > 0 || tp == 1 { "" } else { " (includes stand-ins)" }
@@ -477,6 +521,45 @@ fn h100_and_h200_whole_model_micro_batches_within_8_percent_and_kernel_classes_w
         worst_total <= 0.08 && worst_class <= 0.20,
         "whole-model kernel time is off by more than 8% (TP 1 micro-batch) or 20% (GEMMs, attention):\n{report}"
     );
+}
+
+/// Attention dropout (Megatron-LM's default 0.1) costs what it cost cuDNN's fused attention in
+/// whole-model micro-batches on an H200 (`h200-measured/model-step-dropout.txt` against
+/// `model-step-no-dropout.txt` for row 10 and `model-step.txt` for row 13): the attention
+/// class took 1.47x as long at TP 1 and at TP 8. fleetsim's ratio must be within 3%.
+#[test]
+fn attention_dropout_slows_cudnn_attention_as_measured() {
+    let m = model();
+    for (case, without_file, layers, hidden, heads, tp) in [
+        (
+            "readme-row10-tp1",
+            "h200-measured/model-step-no-dropout.txt",
+            24,
+            2048,
+            16,
+            1,
+        ),
+        (
+            "readme-row13-tp8",
+            "h200-measured/model-step.txt",
+            48,
+            7168,
+            56,
+            8,
+        ),
+    ] {
+        let attention = |file: &str| measured_micro_batch(file, case)[2];
+        let measured = attention("h200-measured/model-step-dropout.txt") / attention(without_file);
+        let predicted = |p| {
+            let body = readme_gpt(layers, hidden, heads, tp, p);
+            predicted_micro_batch(&m, "H200-SXM", &format!("{case}-dropout-{p}"), &body)[2]
+        };
+        let ratio = predicted(0.1) / predicted(0.0);
+        assert!(
+            (ratio / measured - 1.0).abs() <= 0.03,
+            "{case}: attention with dropout / without: measured {measured:.3}, fleetsim {ratio:.3}"
+        );
+    }
 }
 
 /// The H200 GPU file (H100 compute, HBM3e at 4.8 TB/s, the H100's clocks) against the same

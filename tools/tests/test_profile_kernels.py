@@ -108,6 +108,14 @@ class ShapeTests(unittest.TestCase):
         for text in ("gemm:m=1;n=2;k=3;batch=4", ATTN, "elementwise:elements=9"):
             self.assertEqual(pk.shape_text(pk.parse_shape(text)), text)
 
+    def test_attention_dropout_is_optional_and_written_only_when_set(self):
+        # fleetsim's shape_key writes `;dropout=true` only for kernels with dropout.
+        self.assertFalse(pk.parse_shape(ATTN).dropout)
+        with_dropout = pk.parse_shape(ATTN + ";dropout=true")
+        self.assertTrue(with_dropout.dropout)
+        self.assertEqual(pk.shape_text(with_dropout), ATTN + ";dropout=true")
+        self.assertEqual(pk.shape_text(pk.parse_shape(ATTN + ";dropout=false")), ATTN)
+
     def test_malformed(self):
         bad = {
             "conv:x=1": "unknown shape kind",

@@ -116,6 +116,7 @@ pub fn flash_benchmark_kernels(seq: u64, head_dim: u64, causal: bool) -> [Kernel
         head_dim,
         causal,
         flash: true,
+        dropout: false,
     };
     let kernel = |pass, flops, bytes| Kernel {
         name: KernelName::CoreAttention,

@@ -20,7 +20,8 @@
 //!   `causal_peak · nb/(nb + causal_blocks)` with `nb = seq_q/128`. A grid of few thread blocks
 //!   per SM hides less latency: `x/(x + blocks_per_sm_half)` with `x` blocks per SM. Backward
 //!   runs at `backward_relative` of the forward efficiency (FA2 paper §4.1: up to 73% of peak
-//!   forward, 63% backward on A100).
+//!   forward, 63% backward on A100). Dropout on the attention probabilities multiplies the
+//!   forward's time by `dropout_forward` and the backward's by `dropout_backward` (measured).
 //! - **Memory-bound kernels** reach `memory_efficiency` of the datasheet HBM bandwidth (the
 //!   measured STREAM-like bandwidth in `../shared/calibration/gpus.csv`).
 //! - Every kernel pays `launch_us` (launch plus the gap between back-to-back kernels).
@@ -134,7 +135,18 @@ pub struct AttentionEfficiency {
     pub blocks_per_sm_half: f64,
     /// Backward efficiency relative to forward.
     pub backward_relative: f64,
+    /// How many times longer the forward and the backward kernel take with dropout on the
+    /// attention probabilities: the kernel draws a Philox random number per score in the
+    /// forward and draws it again in the backward. 1 where not measured.
+    #[serde(default = "no_slowdown")]
+    pub dropout_forward: f64,
+    #[serde(default = "no_slowdown")]
+    pub dropout_backward: f64,
     pub source: String,
+}
+
+fn no_slowdown() -> f64 {
+    1.0
 }
 
 impl AttentionEfficiency {
@@ -286,6 +298,20 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         "attention.blocks_per_sm_half",
         a.attention.blocks_per_sm_half,
     )?;
+    for attention in std::iter::once(&a.attention).chain(&a.attention_flash2) {
+        for (key, v) in [
+            ("attention.dropout_forward", attention.dropout_forward),
+            ("attention.dropout_backward", attention.dropout_backward),
+        ] {
+            if !(1.0..=10.0).contains(&v) {
+                return Err(ConfigError::plain(
+                    file,
+                    key,
+                    format!("is a slowdown factor, between 1 and 10; got {v}"),
+                ));
+            }
+        }
+    }
     if a.memory_efficiency == 0.0 || a.attention.backward_relative == 0.0 {
         return Err(ConfigError::plain(
             file,

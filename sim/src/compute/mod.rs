@@ -403,6 +403,7 @@ pub fn model_time_at(
             head_dim,
             causal,
             flash: true,
+            dropout,
             ..
         } => {
             let peak = gpu.peak_flops(kernel.dtype);
@@ -418,6 +419,12 @@ pub fn model_time_at(
             }
             if kernel.pass != Pass::Forward {
                 e *= a.backward_relative;
+            }
+            if dropout {
+                e /= match kernel.pass {
+                    Pass::Forward => a.dropout_forward,
+                    _ => a.dropout_backward,
+                };
             }
             // The grid is batch × heads × query blocks; a partial last wave idles SMs, and few
             // blocks per SM hide little latency.

@@ -65,9 +65,12 @@ pub fn shape_key(shape: &Shape) -> String {
             head_dim,
             causal,
             flash,
+            dropout,
         } => format!(
             "attention:batch={batch};heads={heads};kv_heads={kv_heads};seq_q={seq_q};\
-             seq_kv={seq_kv};head_dim={head_dim};causal={causal};flash={flash}"
+             seq_kv={seq_kv};head_dim={head_dim};causal={causal};flash={flash}{}",
+            // Written only when set, so tables of kernels without dropout keep their keys.
+            if dropout { ";dropout=true" } else { "" }
         ),
         Shape::Elementwise { elements } => format!("elementwise:elements={elements}"),
         Shape::Fixed { ns } => format!("fixed:ns={ns}"),
@@ -95,15 +98,30 @@ pub fn parse_shape(text: &str) -> Result<Shape, String> {
         .split(';')
         .map(|f| f.split_once('=').unwrap_or((f, "")))
         .collect();
-    let names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+    let mut names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+    // Attention's `dropout` is optional, last, and false when absent.
+    let dropout = if kind == "attention"
+        && names.len() == expected.len() + 1
+        && names.last() == Some(&"dropout")
+    {
+        names.pop();
+        Some(pairs[expected.len()])
+    } else {
+        None
+    };
     if names != expected {
         return Err(format!(
-            "`{text}`: {kind} shapes are written {kind}:{}",
+            "`{text}`: {kind} shapes are written {kind}:{}{}",
             expected
                 .iter()
                 .map(|f| format!("{f}=…"))
                 .collect::<Vec<_>>()
-                .join(";")
+                .join(";"),
+            if kind == "attention" {
+                ", then optionally ;dropout=true"
+            } else {
+                ""
+            }
         ));
     }
     let num = |i: usize| -> Result<u64, String> {
@@ -134,6 +152,12 @@ pub fn parse_shape(text: &str) -> Result<Shape, String> {
             head_dim: num(5)?,
             causal: flag(6)?,
             flash: flag(7)?,
+            dropout: match dropout {
+                Some((name, v)) => v
+                    .parse::<bool>()
+                    .map_err(|_| format!("`{name}={v}` must be true or false"))?,
+                None => false,
+            },
         },
         _ => Shape::Elementwise { elements: num(0)? },
     })
@@ -488,6 +512,18 @@ mod tests {
                 head_dim: 128,
                 causal: false,
                 flash: true,
+                dropout: false,
+            },
+            Shape::Attention {
+                batch: 1,
+                heads: 16,
+                kv_heads: 16,
+                seq_q: 4096,
+                seq_kv: 4096,
+                head_dim: 128,
+                causal: true,
+                flash: true,
+                dropout: true,
             },
         ] {
             assert_eq!(parse_shape(&shape_key(&shape)).unwrap(), shape);

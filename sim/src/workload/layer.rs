@@ -633,8 +633,10 @@ impl LayerEmitter<'_> {
         let scores = if d.flash {
             0
         } else {
-            // Unfused: scores, softmax and dropout mask go through HBM.
-            d.batch * heads * seq_q * seq_kv * (2 * e + 1)
+            // Unfused: scores and softmax go through HBM, and the dropout mask (a byte per
+            // score) where there is dropout.
+            let mask = u64::from(self.model.attention_dropout > 0.0);
+            d.batch * heads * seq_q * seq_kv * (2 * e + mask)
         };
         let (flops, bytes) = match pass {
             Pass::Forward => (fwd_flops, io + scores),
@@ -652,6 +654,7 @@ impl LayerEmitter<'_> {
                 head_dim: hd,
                 causal,
                 flash: d.flash,
+                dropout: self.model.attention_dropout > 0.0,
             },
             flops,
             bytes,

@@ -347,6 +347,9 @@ pub enum Shape {
         head_dim: u64,
         causal: bool,
         flash: bool,
+        /// Dropout on the attention probabilities (`model.attention_dropout` > 0): a fused
+        /// kernel draws a random number per score, forward and again backward.
+        dropout: bool,
     },
     /// Memory-bound elementwise / reduction work over `elements` values.
     Elementwise { elements: u64 },
