@@ -194,7 +194,6 @@ pub fn run_bench(
 /// sent analytically across it.
 fn network_bytes(model: &SimModel, results: &RunResults) -> u64 {
     let network = class_index(LinkClass::Network);
-    let links = model.topology.links();
     results
         .reports
         .iter()
@@ -202,7 +201,7 @@ fn network_bytes(model: &SimModel, results: &RunResults) -> u64 {
             let from_nic = if model.topology.nodes()[*id as usize].kind == NodeKind::Nic {
                 r.ports
                     .iter()
-                    .filter(|p| links[p.link as usize].class == LinkClass::Network)
+                    .filter(|p| model.topology.link(p.link).class == LinkClass::Network)
                     .map(|p| p.bytes)
                     .sum()
             } else {

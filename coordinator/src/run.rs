@@ -218,7 +218,6 @@ pub fn partition(
         let cut = model
             .topology
             .links()
-            .iter()
             .find(|l| {
                 l.latency_ps == 0
                     && assignment.partition_of[l.src as usize]

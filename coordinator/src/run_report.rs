@@ -318,7 +318,6 @@ const TOP_LINKS: usize = 20;
 
 pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> String {
     let topo = &model.topology;
-    let links = topo.links();
     let nodes = topo.nodes();
     let t = (iteration_ps as f64 * PS).max(f64::MIN_POSITIVE);
     let mut out = String::from(
@@ -332,7 +331,7 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
             analytical[c] += b;
         }
         for p in &r.ports {
-            let c = class_index(links[p.link as usize].class);
+            let c = class_index(topo.link(p.link).class);
             let e = &mut per_class[c];
             e.0 += p.bytes;
             e.1 += p.busy_ps;
@@ -359,7 +358,7 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
     }
     ports.sort_by(|a, b| b.busy_ps.cmp(&a.busy_ps).then(a.link.cmp(&b.link)));
     for p in ports.into_iter().take(TOP_LINKS) {
-        let l = links[p.link as usize];
+        let l = topo.link(p.link);
         let name = |n: u32| {
             let node = nodes[n as usize];
             format!("{}{}", node.kind.name(), node.index)
@@ -422,7 +421,7 @@ pub fn trace_json(model: &SimModel, results: &RunResults) -> serde_json::Value {
             }
         }
         for (link, spans) in &r.link_spans {
-            let l = model.topology.links()[*link as usize];
+            let l = model.topology.link(*link);
             events.push(json!({"ph": "M", "name": "thread_name", "pid": links_pid, "tid": link, "args": {"name": format!("{} {}→{}", l.class.name(), l.src, l.dst)}}));
             for sp in spans {
                 events.push(json!({

@@ -283,7 +283,7 @@ model = "packet"
             .iter()
             .flat_map(|(_, r)| &r.ports)
             .filter(|p| {
-                let l = topo.links()[p.link as usize];
+                let l = topo.link(p.link);
                 spine(l.src) || spine(l.dst)
             })
             .map(|p| p.bytes)

@@ -43,7 +43,6 @@ impl Atoms {
             .collect();
         let edges = topology
             .links()
-            .iter()
             .enumerate()
             .filter_map(|(id, l)| {
                 let (a, b) = (atom_of[l.src as usize], atom_of[l.dst as usize]);

@@ -161,7 +161,6 @@ pub fn by_host(topology: &Topology) -> Assignment {
 pub fn lookahead_ps(topology: &Topology, assignment: &Assignment) -> Option<u64> {
     topology
         .links()
-        .iter()
         .filter(|l| {
             assignment.partition_of[l.src as usize] != assignment.partition_of[l.dst as usize]
         })
@@ -383,15 +382,15 @@ impl Strategy for LatencyAware {
         "joins atoms over links faster than the slowest link class, packs the groups by load"
     }
     fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
-        let links = input.topology.links();
-        let threshold = links
-            .iter()
+        let threshold = input
+            .topology
+            .links()
             .filter(|l| matches!(l.class, LinkClass::Network | LinkClass::Cxl))
             .map(|l| l.latency_ps)
             .max()
             .unwrap_or(0);
         let groups = input.atoms.join(input.topology, |_, _, link| {
-            links[link as usize].latency_ps < threshold
+            input.topology.link(link).latency_ps < threshold
         });
         Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
     }

@@ -211,8 +211,7 @@ impl Load {
             {
                 return;
             }
-            let links = topology.links();
-            let queued = |l: u32| net.is_queued(links[l as usize].class);
+            let queued = |l: u32| net.is_queued(topology.link(l).class);
             for &l in path.iter() {
                 link_bytes[l as usize] += f.bytes;
             }
@@ -220,7 +219,7 @@ impl Load {
             handed.clear();
             handed.push(src);
             for &l in path.iter().filter(|&&l| queued(l)) {
-                let near = links[l as usize].src;
+                let near = topology.link(l).src;
                 if handed.last() != Some(&near) {
                     handed.push(near);
                 }
@@ -245,7 +244,7 @@ impl Load {
             events.add(src, 2.0 * segments);
             events.add(dst, segments);
             for &l in path.iter().filter(|&&l| queued(l)) {
-                let queuing = links[l as usize].src;
+                let queuing = topology.link(l).src;
                 // A transmission, and an arrival unless the source queues it itself.
                 let arrivals = if queuing == src { 0.0 } else { 1.0 };
                 events.add(queuing, (1.0 + arrivals) * segments);

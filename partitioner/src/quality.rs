@@ -39,7 +39,7 @@ impl Quality {
         let events = load.events_by(&assignment.partition_of, k as u32);
         let mut cut_links: BTreeMap<&'static str, u32> = BTreeMap::new();
         let (mut cut_bytes, mut all_bytes, mut latency_weighted_cut) = (0.0, 0.0, 0.0);
-        for (id, l) in topology.links().iter().enumerate() {
+        for (id, l) in topology.links().enumerate() {
             let bytes = load.link_bytes[id];
             all_bytes += bytes;
             if assignment.partition_of[l.src as usize] != assignment.partition_of[l.dst as usize] {

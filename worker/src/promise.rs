@@ -73,7 +73,7 @@ impl PendingPromises {
         let Body::Segment(seg) = &event.body else {
             return None;
         };
-        let up = *model.topology.links().get(seg.ingress as usize)?;
+        let up = model.topology.get_link(seg.ingress)?;
         let p = &self.cut.partition_of;
         (p[up.src as usize] != p[event.target as usize])
             .then_some((seg.ingress, u64::from(seg.bytes)))

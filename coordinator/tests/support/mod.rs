@@ -104,7 +104,7 @@ pub fn flow_links(model: &SimModel, src: u32, dst: u32, index: u32) -> Vec<Link>
     let (s, d) = (topo.gpu(src), topo.gpu(dst));
     let hash = flow_hash(model.seed, s, d, injected_tag(index));
     let path = topo.path(s, d, hash).expect("a route");
-    path.iter().map(|&l| topo.links()[l as usize]).collect()
+    path.iter().map(|&l| topo.link(l)).collect()
 }
 
 /// The lowest bandwidth of `links`, bytes per second.

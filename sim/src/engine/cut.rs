@@ -76,7 +76,7 @@ impl Cut {
         cut.search_groups(model, owned);
         let entered_from_outside = |n: usize| {
             model.topology.out_links(n as NodeId).iter().any(|&l| {
-                let back = model.topology.links()[l as usize];
+                let back = model.topology.link(l);
                 partition_of[back.dst as usize] != partition_of[n]
             })
         };
@@ -467,10 +467,9 @@ impl Cut {
             return generic;
         }
         let own = self.partition_of[at as usize];
-        let links = model.topology.links();
         let mut reach = u64::MAX;
         if may_pause && seg.ingress != NO_LINK {
-            let up = links[seg.ingress as usize];
+            let up = model.topology.link(seg.ingress);
             if self.partition_of[up.src as usize] != own {
                 reach = up.latency_ps;
             }
@@ -487,7 +486,7 @@ impl Cut {
             else {
                 return generic;
             };
-            let link = links[*next as usize];
+            let link = model.topology.link(*next);
             // Cut through: the segment's head crosses each link in one MTU packet's
             // serialisation and the latency, queued or not (`net::cut_through`); its tail,
             // which the destination waits for, comes no sooner.
@@ -642,7 +641,7 @@ impl Walk<'_> {
         }
         let mut least = u64::MAX;
         for link in next {
-            let l = self.model.topology.links()[link as usize];
+            let l = self.model.topology.link(link);
             let rest = self.least_ps(l.dst, what, reached, hops);
             least = least.min(rest.saturating_add(l.latency_ps));
         }
@@ -810,9 +809,7 @@ mod route_tests {
         let partition_of: Vec<u32> = (0..t.nodes().len() as NodeId)
             .map(|n| {
                 let leaf_of_ours = t.nodes()[n as usize].kind == NodeKind::Leaf
-                    && t.out_links(n)
-                        .iter()
-                        .any(|&l| inside(t.links()[l as usize].dst));
+                    && t.out_links(n).iter().any(|&l| inside(t.link(l).dst));
                 u32::from(!(inside(n) || leaf_of_ours))
             })
             .collect();
@@ -831,10 +828,10 @@ mod route_tests {
         let links = walk(t, src, &seg.route);
         let hop = links
             .iter()
-            .position(|&l| t.nodes()[t.links()[l as usize].dst as usize].kind == NodeKind::Leaf)
+            .position(|&l| t.nodes()[t.link(l).dst as usize].kind == NodeKind::Leaf)
             .expect("the route passes a leaf");
         seg.hop = hop as u8 + 1;
-        (seg, t.links()[links[hop] as usize].dst)
+        (seg, t.link(links[hop]).dst)
     }
 
     /// Latency plus the serialisation of the segment's head (one MTU packet) over the rest
@@ -845,7 +842,7 @@ mod route_tests {
         let mut hop = seg.hop;
         while let Some(port) = seg.route.port(hop) {
             hop += 1;
-            let l = t.links()[t.out_links(node)[port] as usize];
+            let l = t.link(t.out_links(node)[port]);
             let head = model.net.head_bytes(u64::from(seg.bytes));
             total += l.latency_ps + serialisation_ps(head, 1e12 / l.bytes_per_s);
             node = l.dst;
@@ -907,7 +904,7 @@ mod route_tests {
             let latencies: BTreeSet<u64> = (0..16)
                 .map(|hash| {
                     let path = t.path(t.gpu(a), t.gpu(b), hash).expect("routed");
-                    path.iter().map(|&l| t.links()[l as usize].latency_ps).sum()
+                    path.iter().map(|&l| t.link(l).latency_ps).sum()
                 })
                 .collect();
             assert_eq!(latencies.len(), 1, "GPU {a} -> {b}: {latencies:?}");
@@ -942,10 +939,10 @@ mod route_tests {
             .out_links(leaf)
             .iter()
             .map(|&l| l ^ 1)
-            .find(|&l| cut.partition_of[t.links()[l as usize].src as usize] == 1)
+            .find(|&l| cut.partition_of[t.link(l).src as usize] == 1)
             .expect("a link from a spine");
         seg.ingress = up;
-        let latency = t.links()[up as usize].latency_ps;
+        let latency = t.link(up).latency_ps;
         assert_eq!(
             cut.segment_reach_ps(&model, leaf, &seg, true),
             latency.max(cut.distances[leaf as usize])
@@ -960,8 +957,7 @@ mod route_tests {
         let t = &model.topology;
         // Host 0's first GPU to host 2's: up to a spine, outside.
         let (seg, leaf) = at_the_leaf(&model, 0, 16, 1 << 20);
-        let first =
-            t.links()[t.out_links(leaf)[seg.route.port(seg.hop).expect("carried")] as usize];
+        let first = t.link(t.out_links(leaf)[seg.route.port(seg.hop).expect("carried")]);
         assert_eq!(cut.partition_of[first.dst as usize], 1);
         // Its head, one MTU packet, is there first (cut-through).
         let one_hop =

@@ -711,7 +711,7 @@ pub struct FlowHome {
 impl FlowHome {
     pub fn new(model: &SimModel) -> Self {
         FlowHome {
-            solver: FlowSolver::new(model.topology.links().iter().map(|l| l.bytes_per_s)),
+            solver: FlowSolver::new(model.topology.links().map(|l| l.bytes_per_s)),
             transfers: Vec::new(),
             free_transfers: Vec::new(),
             fifo_links: BTreeMap::new(),
@@ -772,7 +772,7 @@ impl FlowHome {
                 unreachable!("flow route from {a} to {b} vanished: {e}");
             }
             for &l in &self.path {
-                let link = model.topology.links()[l as usize];
+                let link = model.topology.link(l);
                 latency += link.latency_ps;
                 fill += serialisation_ps(head, 1e12 / link.bytes_per_s);
                 slowest = slowest.min(link.bytes_per_s);
@@ -966,7 +966,6 @@ impl FlowHome {
         model
             .topology
             .links()
-            .iter()
             .enumerate()
             .filter_map(|(l, link)| {
                 let bytes = self.solver.link_bytes(l as u32).round() as u64;

@@ -463,7 +463,6 @@ impl PathCache {
             .topology
             .path_into(src, dst, hash, &mut self.path, &mut self.hops)
             .map_err(|e| format!("no route from node {src} to node {dst}: {e}"))?;
-        let links = model.topology.links();
         let mut info = PathInfo {
             latency_ps: 0,
             bytes_per_s: f64::INFINITY,
@@ -474,7 +473,7 @@ impl PathCache {
             classes: [false; 4],
         };
         for &l in &self.path {
-            let lk = links[l as usize];
+            let lk = model.topology.link(l);
             info.latency_ps += lk.latency_ps;
             info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
             info.queued |= model.net.is_queued(lk.class);
@@ -2663,7 +2662,7 @@ impl GpuLp {
                 seg.route = *f.route.get_or_insert_with(|| {
                     let topology = &model.topology;
                     let is_queued =
-                        |l: u32| model.net.is_queued(topology.links()[l as usize].class);
+                        |l: u32| model.net.is_queued(topology.link(l).class);
                     Route::plan(topology, is_queued, node, seg, ctx.hops)
                 });
             }

@@ -525,12 +525,7 @@ impl SimModel {
         let (programs, kernel_ps, kernel_clocked) = workload_tables(exp, &workload, compute);
         let gpu_types = exp.gpu_types.len();
         let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
-        let longest_link_ps = topology
-            .links()
-            .iter()
-            .map(|l| l.latency_ps)
-            .max()
-            .unwrap_or(0);
+        let longest_link_ps = topology.links().map(|l| l.latency_ps).max().unwrap_or(0);
         Ok(SimModel {
             topology,
             workload,
@@ -614,7 +609,7 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, u64) 
     if !net.flow {
         return (None, 0);
     }
-    let shared = || topology.links().iter().filter(|l| net.is_shared(l.class));
+    let shared = || topology.links().filter(|l| net.is_shared(l.class));
     let Some(delay) = shared().map(|l| l.latency_ps).min() else {
         return (None, 0);
     };

@@ -58,7 +58,7 @@ const QUEUE_CAPACITY_KEPT: usize = 16;
 
 impl Port {
     fn new(model: &SimModel, link: LinkId) -> Self {
-        let l = model.topology.links()[link as usize];
+        let l = model.topology.link(link);
         Port {
             link,
             dst: l.dst,
@@ -158,11 +158,7 @@ pub struct Ports {
 impl Ports {
     pub fn new(model: &SimModel, node: NodeId) -> Self {
         let out = model.topology.out_links(node);
-        let queued = |l: LinkId| {
-            model
-                .net
-                .is_queued(model.topology.links()[l as usize].class)
-        };
+        let queued = |l: LinkId| model.net.is_queued(model.topology.link(l).class);
         // A node without a queued port (every node of the analytical network) keeps no port
         // table: 64 empty slots of a fabric switch held 100 MB of one worker's 580 MB peak
         // at 131,072 GPUs. Segments only queue where a slot is `Some`, and PFC pauses only
@@ -228,7 +224,7 @@ impl Ports {
             self.max_ingress_bytes = self.max_ingress_bytes.max(ingress.bytes);
             if ingress.bytes >= model.net.xoff_bytes && !ingress.upstream_paused {
                 ingress.upstream_paused = true;
-                let up = model.topology.links()[seg.ingress as usize];
+                let up = model.topology.link(seg.ingress);
                 ctx.emit(
                     up.src,
                     ctx.now + up.latency_ps,
@@ -343,7 +339,7 @@ impl Ports {
             charged.bytes -= bytes;
             if charged.upstream_paused && charged.bytes <= model.net.xon_bytes {
                 charged.upstream_paused = false;
-                let up = model.topology.links()[ingress as usize];
+                let up = model.topology.link(ingress);
                 ctx.emit(
                     up.src,
                     ctx.now + up.latency_ps,
@@ -373,7 +369,7 @@ impl Ports {
             .iter()
             .zip(out)
             .filter(|(ingress, _)| ingress.upstream_paused)
-            .map(|(_, &l)| model.topology.links()[l as usize])
+            .map(|(_, &l)| model.topology.link(l))
             .filter(|l| is_foreign(l.dst))
             .map(|l| l.latency_ps)
             .min()
@@ -532,11 +528,7 @@ fn deliver(
             model.topology.out_links(node).get(i).copied()
         } else {
             let next = route(&model.topology, node, &mut seg, ctx.hops);
-            if next.is_some_and(|l| {
-                model
-                    .net
-                    .is_queued(model.topology.links()[l as usize].class)
-            }) {
+            if next.is_some_and(|l| model.net.is_queued(model.topology.link(l).class)) {
                 break;
             }
             next
@@ -545,7 +537,7 @@ fn deliver(
             return;
         };
         reached = cross_analytical(model, next, reached, &mut seg);
-        node = model.topology.links()[next as usize].dst;
+        node = model.topology.link(next).dst;
     }
     if key.is_some() {
         *memo = RunMemo {
@@ -599,7 +591,7 @@ struct RunMemo {
 /// Moves `seg`, its head here at `t`, across analytical link `link` with no queue: cut
 /// through as a port would ([`cut_through`]). Returns when its head reaches the far end.
 fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -> u64 {
-    let lk = model.topology.links()[link as usize];
+    let lk = model.topology.link(link);
     let (bytes, ps_per_byte) = (u64::from(seg.bytes), 1e12 / lk.bytes_per_s);
     let crossing = cut_through(
         t,
@@ -722,7 +714,7 @@ impl Route {
                 queued |= 1 << hop;
             }
             seg.hop += 1;
-            at = topology.links()[link as usize].dst;
+            at = topology.link(link).dst;
         }
         Route::new(ports, seg.hop, queued)
     }
@@ -839,7 +831,7 @@ impl FabricLp {
             return;
         };
         let link = model.topology.out_links(ctx.lp)[0];
-        let own = 1e12 / model.topology.links()[link as usize].bytes_per_s;
+        let own = 1e12 / model.topology.link(link).bytes_per_s;
         let chunk = t.left.min(t.chunk);
         let done = ctx.now + serialisation_ps(chunk, own);
         t.left -= chunk;
@@ -900,7 +892,7 @@ pub(super) mod tests {
 
     /// Which links queue with `intra_host = "analytical"`: the network's only.
     pub(in crate::engine) fn network_queues(t: &Topology) -> impl Fn(LinkId) -> bool + Copy + '_ {
-        |l| t.links()[l as usize].class == LinkClass::Network
+        |l| t.link(l).class == LinkClass::Network
     }
 
     /// The links a carried route takes from `from`.
@@ -909,7 +901,7 @@ pub(super) mod tests {
         (0..route.len())
             .map(|hop| {
                 let link = t.out_links(at)[route.port(hop).expect("carried")];
-                at = t.links()[link as usize].dst;
+                at = t.link(link).dst;
                 link
             })
             .collect()
@@ -990,7 +982,7 @@ pub(super) mod tests {
             let after = (0..seg.route.len()).rev().find(|&h| seg.route.queued(h));
             let after = usize::from(after.expect("a queued hop")) + 1;
             seg.hop = after as u8;
-            arrivals.push((t.links()[links[after - 1] as usize].dst, seg));
+            arrivals.push((t.link(links[after - 1]).dst, seg));
         }
         assert_ne!(arrivals[0].1.hop, arrivals[1].1.hop, "{arrivals:?}");
         assert_eq!(arrivals[0].0, arrivals[1].0, "both reach GPU 0's NIC");
@@ -1062,7 +1054,7 @@ pub(super) mod tests {
             .nth(1)
             .expect("a queued hop at the leaf");
         seg.hop = hop;
-        (seg, t.links()[links[usize::from(hop)] as usize].src)
+        (seg, t.link(links[usize::from(hop)]).src)
     }
 
     /// The TxDones (time, event) that `lp` at `node` plans handling `body` at `now`.

@@ -103,7 +103,6 @@ impl NetworkParams {
         // lookahead it gives, which must be positive.
         if let Some(zero) = topology
             .links()
-            .iter()
             .find(|l| shared[class_index(l.class)] && l.latency_ps == 0)
         {
             let class = zero.class.name();
@@ -149,7 +148,6 @@ impl NetworkParams {
         // sending, and what is on the wire lands: 2·latency·bandwidth + 2 segments.
         let headroom = topology
             .links()
-            .iter()
             .filter(|l| queued[class_index(l.class)])
             .map(|l| (2.0 * l.latency_ps as f64 * 1e-12 * l.bytes_per_s).ceil() as u64)
             .max()

@@ -547,9 +547,9 @@ mod tests {
             .unwrap();
         let l = p
             .iter()
-            .find(|&&l| t.links()[l as usize].class == LinkClass::Network)
+            .find(|&&l| t.link(l).class == LinkClass::Network)
             .unwrap();
-        t.links()[*l as usize].dst
+        t.link(*l).dst
     }
 
     #[test]
@@ -580,7 +580,7 @@ mod tests {
         );
         assert_eq!(hops.len(), 4);
         // 4 downlinks of 50 GB/s (4 hosts per segment) over 4 spines: one port-speed link each.
-        assert!((t.links()[hops[0] as usize].bytes_per_s - 50e9).abs() < 1.0);
+        assert!((t.link(hops[0]).bytes_per_s - 50e9).abs() < 1.0);
     }
 
     #[test]
@@ -624,7 +624,7 @@ mod tests {
         let plane_of = |t: &Topology, path: &[LinkId]| {
             let leaf = path
                 .iter()
-                .map(|&l| t.links()[l as usize].dst)
+                .map(|&l| t.link(l).dst)
                 .find(|&n| t.nodes()[n as usize].kind == NodeKind::Leaf)
                 .unwrap();
             t.nodes()[leaf as usize].index % 2
@@ -637,7 +637,7 @@ mod tests {
             let p = t.path(t.gpu(0), t.gpu(31), h).unwrap();
             let plane = plane_of(&t, &p);
             for &l in &p {
-                let n = t.links()[l as usize].dst;
+                let n = t.link(l).dst;
                 if t.nodes()[n as usize].kind == NodeKind::Leaf {
                     assert_eq!(t.nodes()[n as usize].index % 2, plane);
                 }
@@ -658,9 +658,9 @@ mod tests {
             let p = t.path(t.gpu(src), t.gpu(dst), 0).unwrap();
             let l = p
                 .iter()
-                .find(|&&l| t.links()[l as usize].class == LinkClass::Network)
+                .find(|&&l| t.link(l).class == LinkClass::Network)
                 .unwrap();
-            let nic = t.links()[*l as usize].src;
+            let nic = t.link(*l).src;
             let mut hops = Vec::new();
             t.next_hops(nic, t.gpu(src), t.gpu(dst), &mut hops).unwrap();
             hops.len()
@@ -805,7 +805,6 @@ mod tests {
         let t = build_toml("gpus = 64\nspines_per_pod = 4\n", &[h100()], None);
         let leaf_spine = t
             .links()
-            .iter()
             .find(|l| {
                 t.nodes()[l.src as usize].kind == NodeKind::Leaf
                     && t.nodes()[l.dst as usize].kind == NodeKind::Spine

@@ -614,7 +614,7 @@ mod tests {
         let p = t.path(t.gpu(0), t.gpu(7), 1).unwrap();
         let kinds: Vec<_> = p
             .iter()
-            .map(|&l| t.nodes()[t.links()[l as usize].dst as usize].kind)
+            .map(|&l| t.nodes()[t.link(l).dst as usize].kind)
             .collect();
         assert_eq!(
             kinds,
@@ -642,7 +642,7 @@ mod tests {
                 if a != b {
                     let p = t.path(t.gpu(a), t.gpu(b), 3).unwrap();
                     assert_eq!(p.len(), 1);
-                    assert_eq!(t.links()[p[0] as usize].class, LinkClass::NvLink);
+                    assert_eq!(t.link(p[0]).class, LinkClass::NvLink);
                 }
             }
         }
@@ -663,10 +663,7 @@ mod tests {
         // GPU 0 (host 0) → GPU 7 (host 1): one NVSwitch hop.
         let p = t.path(t.gpu(0), t.gpu(7), 5).unwrap();
         assert_eq!(p.len(), 2);
-        assert!(
-            p.iter()
-                .all(|&l| t.links()[l as usize].class == LinkClass::NvLink)
-        );
+        assert!(p.iter().all(|&l| t.link(l).class == LinkClass::NvLink));
         // The shared NVSwitch cuts hosts apart: its NVLink latency becomes the lookahead.
         assert_eq!(t.host_preserving_lookahead_ps(), Some(100_000));
         check_all_pairs(&t, &[0, 1, 2]);
@@ -764,10 +761,7 @@ nics_per_host = 8
         // switch 1.
         let p = t.path(t.gpu(0), memory[0], 0).unwrap();
         assert_eq!(p.len(), 2);
-        assert!(
-            p.iter()
-                .all(|&l| t.links()[l as usize].class == LinkClass::Cxl)
-        );
+        assert!(p.iter().all(|&l| t.link(l).class == LinkClass::Cxl));
         assert!(matches!(
             t.path(t.gpu(0), memory[2], 0),
             Err(RoutingError::Unreachable { .. })
@@ -779,10 +773,7 @@ nics_per_host = 8
         // GPUs of different hosts on one CXL switch talk over it, not the network.
         let p = t.path(t.gpu(0), t.gpu(2), 0).unwrap();
         assert_eq!(p.len(), 2);
-        assert!(
-            p.iter()
-                .all(|&l| t.links()[l as usize].class == LinkClass::Cxl)
-        );
+        assert!(p.iter().all(|&l| t.link(l).class == LinkClass::Cxl));
     }
 
     #[test]

@@ -116,7 +116,7 @@ pub fn bfs(
             continue;
         }
         for &l in t.out_links(v) {
-            let link = &t.links()[l as usize];
+            let link = &t.link(l);
             if keep(link) && dist[link.dst as usize] == u32::MAX {
                 dist[link.dst as usize] = dist[v as usize] + 1;
                 queue.push_back(link.dst);
@@ -198,12 +198,11 @@ fn check_flow_cached(t: &Topology, src: NodeId, dst: NodeId, hash: u64, cache: &
         return;
     }
     // Contiguous, ends at dst, loop-free; every hop is in a sorted ECMP set.
-    let links = t.links();
     let mut seen = BTreeSet::from([src]);
     let mut at = src;
     let mut hops = Vec::new();
     for &l in &path {
-        let link = &links[l as usize];
+        let link = &t.link(l);
         assert_eq!(
             link.src, at,
             "{src}→{dst}: link {l} does not start where the path is"
@@ -220,7 +219,7 @@ fn check_flow_cached(t: &Topology, src: NodeId, dst: NodeId, hash: u64, cache: &
     assert_eq!(at, dst);
     let first_net = path
         .iter()
-        .position(|&l| links[l as usize].class == LinkClass::Network);
+        .position(|&l| t.link(l).class == LinkClass::Network);
     if is_graph || first_net.is_none() {
         // Whole path as short as BFS where endpoints do not forward.
         assert_eq!(path.len() as u32, reach, "{src}→{dst}: not a shortest path");
@@ -229,9 +228,9 @@ fn check_flow_cached(t: &Topology, src: NodeId, dst: NodeId, hash: u64, cache: &
     let i0 = first_net.unwrap_or(0);
     let i1 = path
         .iter()
-        .rposition(|&l| links[l as usize].class == LinkClass::Network)
+        .rposition(|&l| t.link(l).class == LinkClass::Network)
         .unwrap_or(0);
-    let (nic_a, nic_b) = (links[path[i0] as usize].src, links[path[i1] as usize].dst);
+    let (nic_a, nic_b) = (t.link(path[i0]).src, t.link(path[i1]).dst);
     assert_eq!(kind(t, nic_a), NodeKind::Nic);
     assert_eq!(kind(t, nic_b), NodeKind::Nic);
     // NIC → NIC: BFS over network links where only switches forward.
@@ -281,7 +280,7 @@ fn check_flow_cached(t: &Topology, src: NodeId, dst: NodeId, hash: u64, cache: &
 pub fn check_determinism(toml_text: &str, types: &[GpuSpec]) {
     let a = build_toml(toml_text, types, None);
     let b = build_toml(toml_text, types, None);
-    assert_eq!(a.links(), b.links());
+    assert_eq!(a.links().collect::<Vec<_>>(), b.links().collect::<Vec<_>>());
     let n = a.gpu_count();
     for i in 0..200u64 {
         let s = (splitmix64(i) % u64::from(n)) as u32;
@@ -291,19 +290,17 @@ pub fn check_determinism(toml_text: &str, types: &[GpuSpec]) {
 }
 
 pub fn count_class(t: &Topology, path: &[LinkId], class: LinkClass) -> usize {
-    path.iter()
-        .filter(|&&l| t.links()[l as usize].class == class)
-        .count()
+    path.iter().filter(|&&l| t.link(l).class == class).count()
 }
 
 pub fn hop_targets(t: &Topology, hops: &[LinkId]) -> BTreeSet<NodeId> {
-    hops.iter().map(|&l| t.links()[l as usize].dst).collect()
+    hops.iter().map(|&l| t.link(l).dst).collect()
 }
 
 pub fn switch_neighbours(t: &Topology, n: NodeId, of: NodeKind) -> BTreeSet<NodeId> {
     t.out_links(n)
         .iter()
-        .map(|&l| t.links()[l as usize].dst)
+        .map(|&l| t.link(l).dst)
         .filter(|&m| kind(t, m) == of)
         .collect()
 }
@@ -319,7 +316,7 @@ pub fn crossed_nodes(
     let mut crossed = BTreeSet::new();
     for h in hashes {
         for l in t.path(src, dst, h).unwrap() {
-            let n = t.links()[l as usize].dst;
+            let n = t.link(l).dst;
             if kind(t, n) == of {
                 crossed.insert(n);
             }
