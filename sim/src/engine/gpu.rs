@@ -44,6 +44,15 @@ struct RingPos {
     prev: NodeId,
 }
 
+/// Which member of a group gathers the arrivals of a collective that completes in closed
+/// form, and answers them: one picked by a hash of the group's first rank. Every member
+/// computes the same. Not simply the first rank: the groups' first ranks all sit in one
+/// data-parallel replica (or one stage), so a partition of the fabric would hold every
+/// leader and every member's pending arrival (docs/distributed.md, "Memory").
+fn closed_leader(members: &[u32]) -> usize {
+    (splitmix64(u64::from(members[0])) % members.len() as u64) as usize
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Algo {
     /// NCCL's ring, on `lanes` parallel rings (channels grouped by route).
@@ -185,6 +194,9 @@ struct GroupInfo {
     /// A closed group's messages, with each one's one-way latency: the leader's to every
     /// other member, another member's to the leader.
     closed_peers: Vec<(NodeId, u64)>,
+    /// This rank gathers the group's arrivals when a collective completes in closed form
+    /// ([`closed_leader`]).
+    closed_leader: bool,
 }
 
 /// What a rank keeps of one of its program's collectives ([`super::ProgramIndex::collective_slot`]).
@@ -1195,8 +1207,11 @@ impl GpuLp {
                 };
                 let n = u64::from(ring.n);
                 let wire = |payload: u64| wire_bytes(payload, &plan, &shape);
+                let gathers = self.groups[group as usize]
+                    .as_ref()
+                    .is_some_and(|g| g.closed_leader);
                 let (algo, step_bytes, recv_needed) = if closed {
-                    let needed = if ring.pos == 0 { ring.n - 1 } else { 1 };
+                    let needed = if gathers { ring.n - 1 } else { 1 };
                     let duration_ps = plan.time_ps();
                     (Algo::Closed { duration_ps }, 0, needed)
                 } else {
@@ -1370,7 +1385,7 @@ impl GpuLp {
                         * plan.protocol.wire_factor();
                     self.account_analytical(model, ring.next, moved as u64);
                     run.ready_ps = ready;
-                    if ring.pos != 0 {
+                    if !gathers {
                         let tag = Tag {
                             stream: s as u8,
                             group: comm_group,
@@ -1720,14 +1735,16 @@ impl GpuLp {
             }
         }
         let leader = topo.gpu(members[0]);
+        let gatherer = members[closed_leader(&members)];
+        let is_gatherer = gatherer == self.rank;
         let mut closed_peers = Vec::new();
         if closed {
-            let peers = if leader == self.node {
-                &members[1..]
+            let peers: Vec<u32> = if is_gatherer {
+                members.iter().copied().filter(|&m| m != gatherer).collect()
             } else {
-                &members[..1]
+                vec![gatherer]
             };
-            for &m in peers {
+            for m in peers {
                 match path(&mut self.paths, self.rank, m) {
                     Ok(p) => closed_peers.push((topo.gpu(m), p.latency_ps)),
                     Err(e) => return self.fail_none(e),
@@ -1745,6 +1762,7 @@ impl GpuLp {
             pat: Vec::new(),
             hop_ps,
             closed_peers,
+            closed_leader: is_gatherer,
         }));
         Some((ring, shape, closed, leader))
     }
@@ -2170,7 +2188,11 @@ impl GpuLp {
                 // is its ready time plus this same duration.
                 run.ready_ps = run.ready_ps.max(done_ps.saturating_sub(duration_ps));
                 run.arrived_by_ps = run.arrived_by_ps.max(due_ps);
-                if ring.pos == 0 && run.recv_got == run.recv_needed {
+                let kind = run.collective.map_or(GroupKind::Dp, |c| c.0);
+                let gathers = self.groups[kind as usize]
+                    .as_ref()
+                    .is_some_and(|g| g.closed_leader);
+                if gathers && run.recv_got == run.recv_needed {
                     // As of the last arrival's due time, not of its delivery: a member sends
                     // it no later than this finish (see `Body::Arrived`), so every message
                     // below is still ahead of now.
@@ -2661,8 +2683,7 @@ impl GpuLp {
             if f.parts == 1 {
                 seg.route = *f.route.get_or_insert_with(|| {
                     let topology = &model.topology;
-                    let is_queued =
-                        |l: u32| model.net.is_queued(topology.link(l).class);
+                    let is_queued = |l: u32| model.net.is_queued(topology.link(l).class);
                     Route::plan(topology, is_queued, node, seg, ctx.hops)
                 });
             }
