@@ -350,10 +350,10 @@ links = [
         assert_eq!(t.gpu_count(), 8);
         assert_eq!(t.host_count(), 2);
         assert_eq!(t.links().len(), 36);
-        assert_eq!(t.link(0 as u32).latency_ps, 150_000);
+        assert_eq!(t.link(0).latency_ps, 150_000);
         // Unspecified latency: the class default (cluster.latency_ns.network = 1000).
-        assert_eq!(t.link(16 as u32).latency_ps, 1_000_000);
-        assert!((t.link(16 as u32).bytes_per_s - 50e9).abs() < 1.0);
+        assert_eq!(t.link(16).latency_ps, 1_000_000);
+        assert!((t.link(16).bytes_per_s - 50e9).abs() < 1.0);
         let mem = 16;
         assert_eq!(t.nodes()[mem as usize].kind, NodeKind::MemoryNode);
         check_all_pairs(&t, &[0, 1, 2, 3]);
