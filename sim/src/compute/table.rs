@@ -100,15 +100,12 @@ pub fn parse_shape(text: &str) -> Result<Shape, String> {
         .collect();
     let mut names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
     // Attention's `dropout` is optional, last, and false when absent.
-    let dropout = if kind == "attention"
+    let has_dropout = kind == "attention"
         && names.len() == expected.len() + 1
-        && names.last() == Some(&"dropout")
-    {
+        && names.last() == Some(&"dropout");
+    if has_dropout {
         names.pop();
-        Some(pairs[expected.len()])
-    } else {
-        None
-    };
+    }
     if names != expected {
         return Err(format!(
             "`{text}`: {kind} shapes are written {kind}:{}{}",
@@ -152,12 +149,7 @@ pub fn parse_shape(text: &str) -> Result<Shape, String> {
             head_dim: num(5)?,
             causal: flag(6)?,
             flash: flag(7)?,
-            dropout: match dropout {
-                Some((name, v)) => v
-                    .parse::<bool>()
-                    .map_err(|_| format!("`{name}={v}` must be true or false"))?,
-                None => false,
-            },
+            dropout: has_dropout && flag(8)?,
         },
         _ => Shape::Elementwise { elements: num(0)? },
     })

@@ -53,6 +53,12 @@ fn closed_leader(members: &[u32]) -> usize {
     (splitmix64(u64::from(members[0])) % members.len() as u64) as usize
 }
 
+/// Whether this rank gathers group `kind`'s arrivals in closed form ([`closed_leader`]). A
+/// function of the groups alone, so it can be asked while a run is borrowed.
+fn gathers(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
+    groups[kind as usize].as_ref().is_some_and(|g| g.gathers)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Algo {
     /// NCCL's ring, on `lanes` parallel rings (channels grouped by route).
@@ -196,7 +202,7 @@ struct GroupInfo {
     closed_peers: Vec<(NodeId, u64)>,
     /// This rank gathers the group's arrivals when a collective completes in closed form
     /// ([`closed_leader`]).
-    closed_leader: bool,
+    gathers: bool,
 }
 
 /// What a rank keeps of one of its program's collectives ([`super::ProgramIndex::collective_slot`]).
@@ -1207,9 +1213,7 @@ impl GpuLp {
                 };
                 let n = u64::from(ring.n);
                 let wire = |payload: u64| wire_bytes(payload, &plan, &shape);
-                let gathers = self.groups[group as usize]
-                    .as_ref()
-                    .is_some_and(|g| g.closed_leader);
+                let gathers = gathers(&self.groups, group);
                 let (algo, step_bytes, recv_needed) = if closed {
                     let needed = if gathers { ring.n - 1 } else { 1 };
                     let duration_ps = plan.time_ps();
@@ -1762,7 +1766,7 @@ impl GpuLp {
             pat: Vec::new(),
             hop_ps,
             closed_peers,
-            closed_leader: is_gatherer,
+            gathers: is_gatherer,
         }));
         Some((ring, shape, closed, leader))
     }
@@ -2189,10 +2193,7 @@ impl GpuLp {
                 run.ready_ps = run.ready_ps.max(done_ps.saturating_sub(duration_ps));
                 run.arrived_by_ps = run.arrived_by_ps.max(due_ps);
                 let kind = run.collective.map_or(GroupKind::Dp, |c| c.0);
-                let gathers = self.groups[kind as usize]
-                    .as_ref()
-                    .is_some_and(|g| g.closed_leader);
-                if gathers && run.recv_got == run.recv_needed {
+                if gathers(&self.groups, kind) && run.recv_got == run.recv_needed {
                     // As of the last arrival's due time, not of its delivery: a member sends
                     // it no later than this finish (see `Body::Arrived`), so every message
                     // below is still ahead of now.
