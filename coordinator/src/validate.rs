@@ -187,6 +187,28 @@ fn attention_dropout(source: &str) -> &'static str {
     }
 }
 
+/// The attention backend a source's runs had, where it differs from what Transformer Engine
+/// picks for the GPU. NVIDIA's NeMo performance tables of the 24.01-24.07 containers were
+/// produced with NeMo-Framework-Launcher, whose `launcher_scripts/conf/config.yaml` set
+/// `NVTE_FUSED_ATTN: 0` ("Disable cudnn FA until we've tested it more") from 2024-02-13
+/// (commit 562dcb45) until 2024-08-29 (04b8d098, "enable fused attention"): Transformer
+/// Engine then ran FlashAttention-2 on Hopper. `None` keeps `auto`.
+fn attention_backend(source: &str) -> Option<&'static str> {
+    let release = nemo_release(source)?;
+    ((24, 1)..=(24, 7))
+        .contains(&release)
+        .then_some("\"flash2\"")
+}
+
+/// The NeMo container release a source names, as (year, month): `nemo-24.03-longseq-h100`
+/// is (24, 3).
+fn nemo_release(source: &str) -> Option<(u32, u32)> {
+    let version = source.strip_prefix("nemo-")?.split('-').next()?;
+    let (year, month) = version.split_once('.')?;
+    let month = month.split('.').next()?;
+    Some((year.parse().ok()?, month.parse().ok()?))
+}
+
 /// The cluster a GPU's published runs used: the NVIDIA DGX SuperPOD of its generation, on a
 /// rail-optimised fabric, one compute NIC per GPU (DGX SuperPOD reference architectures):
 /// A100 with HDR 200 Gb/s in scalable units of 20 hosts (Selene); H100/H200 with NDR
@@ -535,6 +557,9 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         put("parallel", k, v);
     }
     put("training", "precision", format!("\"{precision}\""));
+    if let Some(backend) = attention_backend(&source) {
+        put("training", "attention_backend", backend.to_string());
+    }
     put("training", "recompute", format!("\"{recompute}\""));
     // The measurement says what fits; fleetsim's estimate need not agree.
     put("training", "memory_check", "\"off\"".into());
@@ -936,6 +961,35 @@ mod tests {
         let parsed: toml::Table = e.parse().expect("the case file is TOML");
         assert_eq!(parsed["cluster"]["gpus_per_host"].as_integer(), Some(8));
         assert_eq!(cases[0].tokens_per_gpu_s, Some(30624.0));
+    }
+
+    #[test]
+    fn nemo_launcher_rows_of_2024_run_flash_attention_2() {
+        assert_eq!(nemo_release("nemo-24.03-longseq-h100"), Some((24, 3)));
+        assert_eq!(nemo_release("nemo-24.03.01-h100"), Some((24, 3)));
+        assert_eq!(nemo_release("nemo-25.02-b200"), Some((25, 2)));
+        assert_eq!(nemo_release("bridge-25.11-b200"), None);
+        assert_eq!(nemo_release("nemo-long"), None);
+        assert_eq!(
+            attention_backend("nemo-24.03-longseq-h100"),
+            Some("\"flash2\"")
+        );
+        assert_eq!(attention_backend("nemo-24.07-h100"), Some("\"flash2\""));
+        assert_eq!(attention_backend("nemo-24.09-h100"), None);
+        assert_eq!(attention_backend("nemo-25.02-b200"), None);
+        assert_eq!(attention_backend("megatron-readme-h100"), None);
+        let header = format!("{HEADER},kv_heads,framework,settings");
+        for (source, want) in [
+            ("nemo-24.03-longseq-h100", true),
+            ("nemo-25.02-h100", false),
+        ] {
+            let row = format!(
+                "{source},H100-SXM,16,32,4096,11008,32,16384,32000,2,1,8,1,1,1,256,none,true,fp8,660,tflops_per_gpu,Llama2-7B,32,megatron-core-0.8,"
+            );
+            let cases = parse_cases(&format!("{header}\n{row}\n"), "t.csv").expect("parses");
+            let e = &cases[0].experiment;
+            assert_eq!(e.contains("attention_backend = \"flash2\""), want, "{e}");
+        }
     }
 
     #[test]
