@@ -45,9 +45,80 @@ pub struct Cut {
     /// Per rank: its GPU's node.
     gpu_of_rank: Vec<NodeId>,
     /// Per (sending GPU node, peer GPU node) searched: [`Cut::peer_reach_ps`].
-    peer_reach: HashMap<(NodeId, NodeId), u64>,
+    peer_reach: PeerReach,
     /// Per node: [`Cut::watches`].
     state_watched: Vec<bool>,
+}
+
+/// [`Cut::peer_reach_ps`]'s searched pairs, read-only once the cut is built: per sending node
+/// a row of (peer, reach) sorted by peer. 8 bytes a pair where the hash map that searched them
+/// takes 17 to 34; a worker holds every pair of the groups its ranks belong to.
+#[derive(Debug, Default)]
+struct PeerReach {
+    /// Where each node's row starts in `pairs`, and one more entry for the end.
+    row_start: Vec<u32>,
+    /// (peer, reach in picoseconds): [`PeerReach::NEVER`] for `u64::MAX`, and a finite
+    /// reach beyond `u32` range saturated below it, which only lowers the bound.
+    pairs: Vec<(NodeId, u32)>,
+}
+
+impl PeerReach {
+    const NEVER: u32 = u32::MAX;
+
+    /// A searched pair as the search's memo holds it: sender in the high half.
+    fn key(sender: NodeId, peer: NodeId) -> u64 {
+        u64::from(sender) << 32 | u64::from(peer)
+    }
+
+    fn narrow(reach: u64) -> u32 {
+        match reach {
+            u64::MAX => Self::NEVER,
+            r => u32::try_from(r).map_or(Self::NEVER - 1, |r| r.min(Self::NEVER - 1)),
+        }
+    }
+
+    fn widen(reach: u32) -> u64 {
+        match reach {
+            Self::NEVER => u64::MAX,
+            r => u64::from(r),
+        }
+    }
+
+    /// From the search's memo ([`PeerReach::key`] to [`PeerReach::narrow`]ed reach).
+    fn new(searched: &HashMap<u64, u32>, nodes: usize) -> Self {
+        let sender = |key: u64| (key >> 32) as usize;
+        let mut row_start = vec![0u32; nodes + 1];
+        for &key in searched.keys() {
+            row_start[sender(key) + 1] += 1;
+        }
+        for n in 0..nodes {
+            row_start[n + 1] += row_start[n];
+        }
+        // Filled row by row in the map's order, then each row sorted: no copy of the map.
+        let mut next = row_start.clone();
+        let mut pairs = vec![(0, 0); searched.len()];
+        for (&key, &reach) in searched {
+            let at = &mut next[sender(key)];
+            pairs[*at as usize] = (key as NodeId, reach);
+            *at += 1;
+        }
+        for n in 0..nodes {
+            pairs[row_start[n] as usize..row_start[n + 1] as usize].sort_unstable();
+        }
+        PeerReach { row_start, pairs }
+    }
+
+    fn get(&self, sender: NodeId, peer: NodeId) -> Option<u64> {
+        let (Some(&start), Some(&end)) = (
+            self.row_start.get(sender as usize),
+            self.row_start.get(sender as usize + 1),
+        ) else {
+            return None;
+        };
+        let row = &self.pairs[start as usize..end as usize];
+        let i = row.binary_search_by_key(&peer, |&(p, _)| p).ok()?;
+        Some(Self::widen(row[i].1))
+    }
 }
 
 /// What the holder of a pending event knows of its target: its LP, and for a segment the
@@ -70,7 +141,7 @@ impl Cut {
             group_reach: Vec::new(),
             reach_row: Vec::new(),
             gpu_of_rank: Vec::new(),
-            peer_reach: HashMap::new(),
+            peer_reach: PeerReach::default(),
             state_watched: Vec::new(),
         };
         cut.search_groups(model, owned);
@@ -122,8 +193,7 @@ impl Cut {
     /// the cut where the pair was not searched.
     pub fn peer_reach_ps(&self, sender: NodeId, peer: NodeId) -> u64 {
         self.peer_reach
-            .get(&(sender, peer))
-            .copied()
+            .get(sender, peer)
             .unwrap_or(self.distances[sender as usize])
     }
 
@@ -163,6 +233,7 @@ impl Cut {
         let mut hops = Vec::with_capacity(8);
         let mut fabric = FabricMemo::default();
         let mut group_pairs = HashMap::new();
+        let mut peer_reach = HashMap::new();
         for kind in GroupKind::ALL {
             if layout.group_size(kind) as usize > SEARCHED_GROUP {
                 continue;
@@ -207,7 +278,7 @@ impl Cut {
                         } else if sends && super::gpu::p2p_via(model, rank, m) != super::NO_NODE {
                             let least = self.distances[g as usize];
                             if kept {
-                                self.peer_reach.insert((g, m), least);
+                                peer_reach.insert(PeerReach::key(g, m), PeerReach::narrow(least));
                             }
                             least
                         } else {
@@ -216,22 +287,23 @@ impl Cut {
                             let (partition_of, distances) = (&self.partition_of, &self.distances);
                             let mut least = u64::MAX;
                             let pairs = if kept {
-                                &mut self.peer_reach
+                                &mut peer_reach
                             } else {
                                 &mut group_pairs
                             };
                             for &v in members.iter().filter(|&&v| host_of(v) == host) {
-                                let from_v = *pairs.entry((v, m)).or_insert_with(|| {
-                                    route_reach_ps(
-                                        model,
-                                        partition_of,
-                                        distances,
-                                        (v, m),
-                                        &mut fabric,
-                                        &mut hops,
-                                    )
-                                });
-                                least = least.min(from_v);
+                                let from_v =
+                                    *pairs.entry(PeerReach::key(v, m)).or_insert_with(|| {
+                                        PeerReach::narrow(route_reach_ps(
+                                            model,
+                                            partition_of,
+                                            distances,
+                                            (v, m),
+                                            &mut fabric,
+                                            &mut hops,
+                                        ))
+                                    });
+                                least = least.min(PeerReach::widen(from_v));
                             }
                             least
                         };
@@ -242,6 +314,7 @@ impl Cut {
                 }
             }
         }
+        self.peer_reach = PeerReach::new(&peer_reach, self.partition_of.len());
     }
 
     /// Whether LP `node` may promise from its state ([`Cut::state_bounds`]), so that the
@@ -788,6 +861,29 @@ mod tests {
         assert_eq!(nearest_other_partition(&into, &[0, 0, 0, 0]), [u64::MAX; 4]);
         // Three: node 1 is next to both others.
         assert_eq!(nearest_other_partition(&into, &[0, 1, 2, 2]), [1, 1, 2, 6]);
+    }
+
+    #[test]
+    fn searched_pairs_read_back_as_the_map_held_them() {
+        let searched: HashMap<u64, u32> = [
+            ((3, 9), 1_500_000),
+            ((3, 1), 700),
+            ((0, 2), u64::MAX),
+            ((5, 4), 1 << 40),
+        ]
+        .into_iter()
+        .map(|((s, p), r)| (PeerReach::key(s, p), PeerReach::narrow(r)))
+        .collect();
+        let reach = PeerReach::new(&searched, 6);
+        assert_eq!(reach.get(3, 9), Some(1_500_000));
+        assert_eq!(reach.get(3, 1), Some(700));
+        assert_eq!(reach.get(0, 2), Some(u64::MAX));
+        // Beyond u32 picoseconds (4.3 ms) a reach saturates: a lower bound, still a bound.
+        assert_eq!(reach.get(5, 4), Some(u64::from(u32::MAX - 1)));
+        assert_eq!(reach.get(3, 2), None);
+        assert_eq!(reach.get(1, 2), None);
+        assert_eq!(reach.get(6, 0), None);
+        assert_eq!(reach.get(1_000, 0), None);
     }
 }
 
