@@ -13,18 +13,21 @@ use common::{assert_success, fleetsim, one_clear_error, scratch, stdout_ok};
 const TABLE: &str = "configs/validation/e2e_iterations.csv";
 
 #[test]
-fn the_copied_table_matches_the_shared_one() {
-    let shared = Path::new("../shared/calibration/e2e_iterations.csv");
-    let Ok(original) = fs::read_to_string(shared) else {
-        eprintln!("skipped: {} is not here", shared.display());
-        return;
-    };
-    let copy = fs::read_to_string(TABLE).expect("read the copy");
-    assert!(
-        copy.starts_with(&original),
-        "{TABLE} differs from {}",
-        shared.display()
-    );
+fn the_copied_tables_match_the_shared_ones() {
+    for (copy, shared) in [
+        (TABLE, "../shared/calibration/e2e_iterations.csv"),
+        (
+            "configs/validation/e2e_more.csv",
+            "../shared/calibration/e2e_more.csv",
+        ),
+    ] {
+        let Ok(original) = fs::read_to_string(shared) else {
+            eprintln!("skipped: {shared} is not here");
+            continue;
+        };
+        let text = fs::read_to_string(copy).expect("read the copy");
+        assert!(text.starts_with(&original), "{copy} differs from {shared}");
+    }
 }
 
 /// The three smallest rows (8 and 64 A100s; Korthikanti et al. 2022), on the packet network:
@@ -63,6 +66,31 @@ fn small_rows_are_within_twelve_percent() {
     // Each row's experiment is a real file that `fleetsim check` accepts.
     let case = out.join("cases/01-korthikanti2022-t5.toml");
     assert_success(&fleetsim().arg("check").arg(&case).output().expect("check"));
+}
+
+/// NeMo 24.03's 16K Llama2-7B row: its launcher ran FlashAttention-2 (`NVTE_FUSED_ATTN=0`),
+/// and so does its case; on cuDNN it was 31% too fast.
+#[test]
+fn nemo_launcher_row_runs_flash_attention_2_within_five_percent() {
+    let out = scratch("validate-nemo-24.03");
+    stdout_ok(
+        fleetsim()
+            .args([
+                "validate",
+                "configs/validation/e2e_more.csv",
+                "--rows",
+                "10",
+                "--set",
+                "network.model=analytical",
+                "--max-error",
+                "5",
+                "--out",
+            ])
+            .arg(&out),
+    );
+    let case =
+        fs::read_to_string(out.join("cases/01-nemo-24.03-longseq-h100.toml")).expect("case file");
+    assert!(case.contains("attention_backend = \"flash2\""), "{case}");
 }
 
 /// The table is printed either way; the verdict decides the exit status.
