@@ -175,7 +175,7 @@ impl Topology {
                 });
             };
             path.push(l);
-            at = self.links[l as usize].dst;
+            at = self.link_dst(l);
         }
         Ok(single_choice)
     }
@@ -410,7 +410,7 @@ impl Structured {
                         let Some(&l_up) = t.out_links(leaf).get((lc.down + c.j) as usize) else {
                             return Err(missing(src, dst));
                         };
-                        debug_assert_eq!(t.links[l_up as usize].dst, at);
+                        debug_assert_eq!(t.link_dst(l_up), at);
                         out.push(l_up ^ 1);
                     }
                 }
@@ -475,7 +475,7 @@ impl GraphRoutes {
                 }
                 // Cables are symmetric: a neighbour u reaches v over the reverse of v → u.
                 for &l in t.out_links(v) {
-                    let u = t.links[l as usize].dst;
+                    let u = t.link_dst(l);
                     if dist[u as usize] == FAR {
                         dist[u as usize] = dist[v as usize] + 1;
                         queue.push_back(u);
@@ -512,7 +512,7 @@ impl GraphRoutes {
             });
         }
         out.extend(t.out_links(at).iter().copied().filter(|&l| {
-            let v = t.links[l as usize].dst;
+            let v = t.link_dst(l);
             // `here ≥ 1`: `at != dst`.
             dist[v as usize] == here - 1 && (v == dst || self.endpoint_of[v as usize] == FAR)
         }));
