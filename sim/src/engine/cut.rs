@@ -463,8 +463,16 @@ impl Cut {
         let generic = self.distances[node as usize];
         Some(match (body, gpu) {
             (Body::ComputeDone { .. } | Body::SendDone { .. }, _) => return None,
-            // The next segments of the flow, or the connection's next message.
-            (Body::Ack { flow, .. }, Some(g)) => g.flow_reach_ps(self, *flow)?,
+            // The next segments of the flow, or of any other: the transport serves all of
+            // the GPU's flows, and an acknowledgement that frees one's window may send
+            // another's (so may a `TxDone` below).
+            (Body::Ack { flow, .. }, Some(g)) => {
+                let own = g.flow_reach_ps(self, *flow);
+                match (own, g.flows_reach_ps(self)) {
+                    (None, u64::MAX) => return None,
+                    (own, any) => own.unwrap_or(u64::MAX).min(any),
+                }
+            }
             // A serial connection's chunks leave from the GPU itself, by no relay.
             (Body::ConnectionFree { connection }, Some(g)) => {
                 match g.connection_peer(*connection) {
@@ -472,10 +480,15 @@ impl Cut {
                     None => generic,
                 }
             }
-            (Body::TxDone { port }, Some(g)) => match g.queue_head(*port as usize) {
-                Some(head) => self.segment_reach_ps(model, node, head, false),
-                None => return None,
-            },
+            (Body::TxDone { port }, Some(g)) => {
+                let head = g.queue_head(*port as usize).map_or(u64::MAX, |head| {
+                    self.segment_reach_ps(model, node, head, false)
+                });
+                match head.min(g.flows_reach_ps(self)) {
+                    u64::MAX => return None,
+                    reach => reach,
+                }
+            }
             // The next step of a collective, or for a send the transfer to the receiver
             // that cleared it.
             (Body::Message { tag }, _) => self.tag_reach_ps(rank, node, *tag, || u64::MAX),

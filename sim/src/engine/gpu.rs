@@ -753,6 +753,16 @@ impl GpuLp {
         }))
     }
 
+    /// The least of [`GpuLp::flow_reach_ps`] over every flow the GPU has: its transport
+    /// serves them all, so an event of one flow (an acknowledgement freeing its window, a
+    /// port's `TxDone`) may put another's segments on the wire.
+    pub fn flows_reach_ps(&self, cut: &Cut) -> u64 {
+        (0..self.flows.len() as u32)
+            .filter_map(|f| self.flow_reach_ps(cut, f))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// The segment the GPU's port `port` sends next.
     pub fn queue_head(&self, port: usize) -> Option<&Segment> {
         self.ports.queue_head(port)
