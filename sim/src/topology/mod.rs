@@ -273,7 +273,11 @@ impl Topology {
     pub fn link(&self, id: LinkId) -> Link {
         let c = self.cables[id as usize / 2];
         let k = self.link_kinds[c.kind as usize];
-        let (src, dst) = if id % 2 == 0 { (c.a, c.b) } else { (c.b, c.a) };
+        let (src, dst) = if id.is_multiple_of(2) {
+            (c.a, c.b)
+        } else {
+            (c.b, c.a)
+        };
         Link {
             src,
             dst,
@@ -286,7 +290,7 @@ impl Topology {
     /// Link `id`'s far end: what routing walks, without the rest of [`Topology::link`].
     pub(crate) fn link_dst(&self, id: LinkId) -> NodeId {
         let c = self.cables[id as usize / 2];
-        if id % 2 == 0 { c.b } else { c.a }
+        if id.is_multiple_of(2) { c.b } else { c.a }
     }
 
     /// Link `id`, or `None` past the last link.
