@@ -463,16 +463,13 @@ impl Cut {
         let generic = self.distances[node as usize];
         Some(match (body, gpu) {
             (Body::ComputeDone { .. } | Body::SendDone { .. }, _) => return None,
-            // The next segments of the flow, or of any other: the transport serves all of
-            // the GPU's flows, and an acknowledgement that frees one's window may send
-            // another's (so may a `TxDone` below).
-            (Body::Ack { flow, .. }, Some(g)) => {
-                let own = g.flow_reach_ps(self, *flow);
-                match (own, g.flows_reach_ps(self)) {
-                    (None, u64::MAX) => return None,
-                    (own, any) => own.unwrap_or(u64::MAX).min(any),
-                }
-            }
+            // The next segments of the flow, or of any other (its own is among them): the
+            // transport serves all of the GPU's flows, and an acknowledgement that frees
+            // one's window may send another's (so may a `TxDone` below).
+            (Body::Ack { .. }, Some(g)) => match g.flows_reach_ps(self) {
+                u64::MAX => return None,
+                reach => reach,
+            },
             // A serial connection's chunks leave from the GPU itself, by no relay.
             (Body::ConnectionFree { connection }, Some(g)) => {
                 match g.connection_peer(*connection) {
