@@ -234,12 +234,22 @@ enum Running {
 struct Crossing {
     /// Which groups were known when it was made (bit `GroupKind as usize`).
     known: u16,
-    /// Per stream, the positions of the ops whose reach is finite, ascending.
-    positions: Box<[Vec<u32>]>,
+    /// The positions of the ops whose reach is finite, ascending, stream after stream: one
+    /// allocation of the exact size per GPU, where a list per stream took twice the room.
+    positions: Box<[u32]>,
+    /// Where each stream's positions start in `positions`, and where the last ends.
+    stream_start: [u32; STREAMS + 1],
     /// Per stream, the least reach of its ops ([`GpuLp::stream_reach_ps`]).
     stream_least: [u64; STREAMS],
     /// The least reach of any op of the program.
     least: u64,
+}
+
+impl Crossing {
+    /// Stream `s`'s positions of ops whose reach is finite, ascending.
+    fn stream_positions(&self, s: usize) -> &[u32] {
+        &self.positions[self.stream_start[s] as usize..self.stream_start[s + 1] as usize]
+    }
 }
 
 /// A flow being sent segment by segment.
@@ -853,38 +863,38 @@ impl GpuLp {
                     OpKind::MemoryRead { .. } => distance,
                 };
                 let mut stream_least = [u64::MAX; STREAMS];
-                let positions = index
-                    .stream_ops
-                    .iter()
-                    .zip(stream_least.iter_mut())
-                    .map(|(ops, stream_least)| {
-                        (0..ops.len() as u32)
-                            .filter(|&p| {
-                                let r = reach(ops[p as usize]);
-                                *stream_least = (*stream_least).min(r);
-                                r != u64::MAX
-                            })
-                            .collect()
-                    })
-                    .collect();
+                let mut stream_start = [0u32; STREAMS + 1];
+                let mut positions = Vec::new();
+                for (s, ops) in index.stream_ops.iter().enumerate().take(STREAMS) {
+                    for p in 0..ops.len() as u32 {
+                        let r = reach(ops[p as usize]);
+                        stream_least[s] = stream_least[s].min(r);
+                        if r != u64::MAX {
+                            positions.push(p);
+                        }
+                    }
+                    stream_start[s + 1] = positions.len() as u32;
+                }
                 let least = stream_least.iter().copied().min().unwrap_or(u64::MAX);
                 slot.insert(Crossing {
                     known,
-                    positions,
+                    positions: positions.into_boxed_slice(),
+                    stream_start,
                     stream_least,
                     least,
                 })
             }
         };
-        let (crossing, least) = (&crossing.positions[..], crossing.least);
+        let (crossing, least) = (&*crossing, crossing.least);
         // The least, over streams, of the last kernel their next crossing op waits for:
         // every stream's wait starts at the same kernel, so the least end is the bound.
         let mut waits_until: Option<u32> = None;
         let mut next_now = false;
-        for (s, candidates) in crossing.iter().enumerate().take(STREAMS) {
+        for s in 0..STREAMS {
             if s == COMPUTE {
                 continue;
             }
+            let candidates = crossing.stream_positions(s);
             let ops = &index.stream_ops[s];
             let mut pos = self.done[s] as usize;
             match &self.running[s] {
