@@ -966,6 +966,20 @@ fn report_run(
         s["engine"]["workers"],
         dir.display()
     );
+    let workers_rss: Vec<String> = s["engine"]["per_worker"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w["peak_rss_bytes"].as_u64())
+        .map(|b| format!("{:.0}", b as f64 / 1e6))
+        .collect();
+    if !workers_rss.is_empty() {
+        outln!(
+            "memory: peak RSS {:.0} MB here, {} MB in the workers",
+            s["engine"]["peak_rss_bytes"].as_u64().unwrap_or(0) as f64 / 1e6,
+            workers_rss.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -498,6 +498,13 @@ fn metrics_are_served_live_and_written_at_the_end_and_logs_are_json() {
         engine["per_worker"][0]["barrier_wait_s"].is_number(),
         "{json}"
     );
+    // A worker process measures its own memory and sends it with its results.
+    assert!(
+        engine["per_worker"][0]["peak_rss_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 1_000_000),
+        "{json}"
+    );
 }
 
 #[test]

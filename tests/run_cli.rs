@@ -92,6 +92,8 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
         assert_eq!(run["engine"]["partitions"], threads, "{}", run["engine"]);
         let lone = &run["engine"]["per_worker"][0];
         assert_eq!(lone["scheduling"], "asynchronous", "{lone}");
+        // Its memory is the process's, in `engine.peak_rss_bytes`.
+        assert!(lone["peak_rss_bytes"].is_null(), "{lone}");
         let granted = run["engine"]["windows"].as_u64().expect("windows");
         let sub_windows = lone["sub_windows"].as_u64().expect("sub_windows");
         if threads == 1 {

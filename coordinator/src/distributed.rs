@@ -1135,7 +1135,8 @@ pub fn run_worker_process(
     // Closes the streams to the peers, so their servers can shut down.
     drop(coordination);
     beat.abort();
-    let outcome = outcome?;
+    let mut outcome = outcome?;
+    outcome.stats.peak_rss_bytes = peak_rss_bytes();
     tracing::info!(
         worker = reply.worker_id,
         events = outcome.stats.events,

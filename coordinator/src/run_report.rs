@@ -211,6 +211,7 @@ fn per_worker(worker: usize, ws: &worker::WorkerStats) -> serde_json::Value {
         "sub_windows": ws.sub_windows,
         "thread_wait_s": ws.thread_wait_s,
         "speedup_bound": speedup_bound(ws),
+        "peak_rss_bytes": (ws.peak_rss_bytes > 0).then_some(ws.peak_rss_bytes),
     })
 }
 

@@ -252,6 +252,11 @@ pub struct WorkerStats {
     pub cross_partition_slack: CrossPartitionSlack,
     /// The window barrier's round trips: from this worker's report to its grant.
     pub barrier_round_trips: RoundTrips,
+    /// The peak resident set size of this worker's process by the end of its windows
+    /// (Linux `VmHWM`), in bytes; 0 where the worker shares its process with the
+    /// coordinator (in-process workers) or the system does not say.
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
 }
 
 /// Thread counts for which [`WindowParallelism`] bounds the speed-up.
