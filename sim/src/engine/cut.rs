@@ -892,11 +892,7 @@ mod tests {
     /// nearest node of another partition over every route, wherever the route passes.
     #[test]
     fn the_nearest_other_partition_is_the_least_of_all_shortest_paths() {
-        let mut state = 7u64;
-        let mut draw = |below: u64| {
-            state = crate::topology::splitmix64(state);
-            state % below
-        };
+        let mut draw = crate::topology::draws_from(7);
         for _ in 0..200 {
             let n = 2 + draw(9) as usize;
             let partition_of: Vec<u32> = (0..n).map(|_| draw(3) as u32).collect();

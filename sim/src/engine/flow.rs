@@ -1151,11 +1151,7 @@ mod tests {
     fn incremental_rates_equal_global_water_filling() {
         // Random networks of 12 links and random starts and ends; after every change the
         // incremental rates must be the global max-min allocation.
-        let mut seed = 7u64;
-        let mut next = |m: u64| {
-            seed = crate::topology::splitmix64(seed);
-            seed % m
-        };
+        let mut next = crate::topology::draws_from(7);
         for _ in 0..40 {
             let capacity: Vec<f64> = (0..12).map(|_| (1 + next(8)) as f64 * GB).collect();
             let mut s = FlowSolver::new(capacity.iter().copied());

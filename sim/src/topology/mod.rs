@@ -517,6 +517,16 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// For tests: a reproducible stream of draws below a bound, from [`splitmix64`].
+#[cfg(test)]
+pub(crate) fn draws_from(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |below| {
+        state = splitmix64(state);
+        state % below
+    }
+}
+
 /// Accumulates nodes and cables; [`Builder::finish`] lays out the CSR adjacency.
 #[derive(Debug)]
 pub(crate) struct Builder {
