@@ -24,6 +24,33 @@ mod progress;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The variable through which jemalloc takes options at start-up (its symbols are prefixed).
+#[cfg(feature = "jemalloc")]
+const JEMALLOC_CONF: &str = "_RJEM_MALLOC_CONF";
+
+/// Worker processes (and Slurm tasks, which may be one) run without transparent huge pages,
+/// unless `_RJEM_MALLOC_CONF` says otherwise: a worker waits at window barriers, so 2 MiB
+/// pages bought it no time at 131,072 GPUs on 4 workers (20-21 min either way), but cost
+/// it 30-58 MB of a 300 MB peak, rounding its partly used extents up
+/// (docs/distributed.md, "Memory per worker"). jemalloc reads its options once, before
+/// `main`, so the process starts itself again with them; it goes on with huge pages if
+/// that fails.
+#[cfg(feature = "jemalloc")]
+fn restart_without_huge_pages() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(JEMALLOC_CONF).is_some() {
+        return;
+    }
+    let error = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env(JEMALLOC_CONF, "thp:never,metadata_thp:disabled")
+            .exec(),
+        Err(e) => e,
+    };
+    eprintln!("warning: cannot restart without huge pages, running with them: {error}");
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "fleetsim",
@@ -433,6 +460,10 @@ fn main() -> ExitCode {
     match cli.log_format {
         LogFormat::Json => logs.json().init(),
         LogFormat::Text => logs.with_ansi(false).init(),
+    }
+    #[cfg(feature = "jemalloc")]
+    if matches!(cli.command, Command::Worker { .. } | Command::Slurm { .. }) {
+        restart_without_huge_pages();
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

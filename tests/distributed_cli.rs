@@ -2,7 +2,8 @@
 //! (3 workers) gives the embedded run's digest, garbage on the coordinator's port does not
 //! hurt it, a worker without the run's token or its TLS is refused, a dead worker stops the
 //! run within 10 s and its last checkpoint resumes on fewer workers, and SIGTERM to any
-//! process stops the run at a checkpoint, and workers started seconds apart still run.
+//! process stops the run at a checkpoint, workers started seconds apart still run, and a
+//! worker runs without transparent huge pages unless told otherwise.
 
 mod common;
 
@@ -179,6 +180,56 @@ fn a_worker_registered_early_waits_for_a_late_one() {
     std::thread::sleep(Duration::from_secs(7));
     assert_success(&worker(&address, &token));
     assert_success(&early.join().expect("worker thread"));
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success(), "coordinator failed");
+    assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
+}
+
+/// The value of `_RJEM_MALLOC_CONF` in process `pid`'s environment once it holds one (within
+/// `limit`), else `None`.
+#[cfg(feature = "jemalloc")]
+fn malloc_conf_of(pid: u32, limit: Duration) -> Option<String> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let found = environ
+            .split(|&b| b == 0)
+            .find_map(|v| v.strip_prefix(b"_RJEM_MALLOC_CONF=".as_slice()));
+        if let Some(value) = found {
+            return Some(String::from_utf8_lossy(value).into_owned());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// A worker process starts itself again without transparent huge pages (jemalloc's options),
+/// unless the variable is set already, and runs as before.
+#[cfg(feature = "jemalloc")]
+#[test]
+fn a_worker_runs_without_huge_pages_unless_told_otherwise() {
+    let dir = scratch("distributed-huge-pages");
+    let token = token_file(&dir.join("token"), "pages\n");
+    let out = dir.join("out");
+    let (coordinator, address) = start_coordinator(&out, &token, 2);
+    let mut workers = Vec::new();
+    for (given, want) in [
+        (None, "thp:never,metadata_thp:disabled"),
+        (Some("thp:always"), "thp:always"),
+    ] {
+        let mut command = worker_command(&address, &token);
+        command.env_remove("_RJEM_MALLOC_CONF");
+        if let Some(value) = given {
+            command.env("_RJEM_MALLOC_CONF", value);
+        }
+        let worker = command.spawn().expect("start a worker");
+        let seen = malloc_conf_of(worker.id(), Duration::from_secs(10));
+        assert_eq!(seen.as_deref(), Some(want), "given {given:?}");
+        workers.push(worker);
+    }
+    for worker in workers {
+        assert_success(&worker.wait_with_output().expect("worker"));
+    }
     let finished = coordinator.wait_with_output().expect("coordinator");
     assert!(finished.status.success(), "coordinator failed");
     assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
