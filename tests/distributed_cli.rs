@@ -104,6 +104,14 @@ fn worker(address: &str, token: &Path) -> std::process::Output {
         .expect("run a worker")
 }
 
+/// Waits for `coordinator` to succeed and checks that the run it wrote to `out` has the
+/// digest of the same small run embedded (run under `dir`).
+fn assert_embedded_digest(coordinator: Child, out: &Path, dir: &Path) {
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success(), "coordinator failed");
+    assert_eq!(digest(out).0, small_embedded_digest(&dir.join("embedded")));
+}
+
 /// Writes the run's shared secret to `path` and returns the path, for `--token-file`.
 fn token_file(path: &Path, secret: impl AsRef<[u8]>) -> std::path::PathBuf {
     std::fs::write(path, secret).expect("token file");
@@ -180,9 +188,7 @@ fn a_worker_registered_early_waits_for_a_late_one() {
     std::thread::sleep(Duration::from_secs(7));
     assert_success(&worker(&address, &token));
     assert_success(&early.join().expect("worker thread"));
-    let finished = coordinator.wait_with_output().expect("coordinator");
-    assert!(finished.status.success(), "coordinator failed");
-    assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
+    assert_embedded_digest(coordinator, &out, &dir);
 }
 
 /// The value of `_RJEM_MALLOC_CONF` in process `pid`'s environment once it holds one (within
@@ -230,9 +236,7 @@ fn a_worker_runs_without_huge_pages_unless_told_otherwise() {
     for worker in workers {
         assert_success(&worker.wait_with_output().expect("worker"));
     }
-    let finished = coordinator.wait_with_output().expect("coordinator");
-    assert!(finished.status.success(), "coordinator failed");
-    assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
+    assert_embedded_digest(coordinator, &out, &dir);
 }
 
 #[test]
@@ -484,9 +488,7 @@ fn mutual_tls_runs_alike_and_refuses_a_plain_worker() {
         .output()
         .expect("a TLS worker");
     assert_success(&secure);
-    let finished = coordinator.wait_with_output().expect("coordinator");
-    assert!(finished.status.success());
-    assert_eq!(digest(&out).0, small_embedded_digest(&dir.join("embedded")));
+    assert_embedded_digest(coordinator, &out, &dir);
 }
 
 /// `GET /metrics` on `address`, the whole HTTP response.
