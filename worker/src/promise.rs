@@ -274,10 +274,11 @@ impl StatePromises {
         }
         // Bounds set again leave their old entries behind until those reach the top, and
         // far ones never do while nearer ones come: at 131,072 GPUs on 4 workers they held
-        // most of a gigabyte per worker. Dropped once the heap doubled since the last time,
-        // so at most half of it is stale entries (an LP has two live bounds at most), and
-        // dropping them costs each push O(1) amortised. Stale entries are skipped when they
-        // reach the top anyway, so when they go changes no promise.
+        // most of a gigabyte per worker. Dropped once the heap holds more than twice (plus
+        // 64) what was live at the last drop, so it stays within about twice its live
+        // entries (two per LP at most), and the pushes since the last drop pay for the next:
+        // O(1) amortised. Stale entries are skipped when they reach the top anyway, so when
+        // they go changes no promise.
         if self.heap.len() > self.compact_above {
             let version = &self.version;
             self.heap
