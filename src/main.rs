@@ -640,13 +640,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             use coordinator::sweep;
             let y = plot
                 .as_deref()
-                .map(|c| {
-                    sweep::column(c).with_context(|| {
-                        format!(
-                            "--plot: unknown column `{c}`; use one of {}",
-                            sweep::column_names().join(", ")
-                        )
-                    })
+                .map(|c| match sweep::column(c) {
+                    Some(column) if column.is_numeric() => Ok(column),
+                    known => {
+                        let numeric: Vec<&str> = sweep::column_names()
+                            .into_iter()
+                            .filter(|n| sweep::column(n).is_some_and(|c| c.is_numeric()))
+                            .collect();
+                        let what = if known.is_some() {
+                            "holds text, not numbers"
+                        } else {
+                            "is not a column"
+                        };
+                        Err(anyhow::anyhow!(
+                            "--plot: `{c}` {what}; use one of {}",
+                            numeric.join(", ")
+                        ))
+                    }
                 })
                 .transpose()?;
             if let Some(dir) = point {
@@ -819,7 +829,7 @@ fn write_sweep(
     out: &std::path::Path,
     varies: &[coordinator::sweep::Vary],
     rows: &[coordinator::sweep::SweepRow],
-    y: Option<(&str, &str)>,
+    y: Option<coordinator::sweep::Column>,
 ) -> anyhow::Result<()> {
     use coordinator::sweep;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -952,62 +962,58 @@ fn report_run(
     output: &coordinator::run::RunOutput,
     dir: &std::path::Path,
 ) -> anyhow::Result<()> {
-    write_outputs(dir, exp, &output.model, &output.results, &output.summary)
+    write_outputs(dir, exp, output)
         .with_context(|| format!("writing the results to {}", dir.display()))?;
-    let s = &output.summary.json;
+    let s = &output.summary;
     outln!(
         "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
         exp.name(),
-        s["iteration_time_s"].as_f64().unwrap_or(0.0),
-        s["tflops_per_gpu"].as_f64().unwrap_or(0.0),
-        s["mfu"].as_f64().unwrap_or(0.0),
-        output.summary.digest
+        s.iteration_time_s,
+        s.tflops_per_gpu,
+        s.mfu,
+        s.result_digest
     );
-    let net = &s["network"];
-    let flow = &net["flow"];
-    let flow = if flow.is_null() {
-        String::new()
-    } else {
+    let net = &s.network;
+    let flow = net.flow.as_ref().map_or(String::new(), |flow| {
         format!(
             "; {} flows, {} rate recomputations touching {} flows",
-            flow["flows"], flow["rate_recomputations"], flow["flows_touched"]
+            flow.flows, flow.rate_recomputations, flow.flows_touched
         )
-    };
+    });
     outln!(
         "network: {} (intra-host {}){flow}",
-        net["model"].as_str().unwrap_or("?"),
-        net["intra_host"].as_str().unwrap_or("?"),
+        net.model,
+        net.intra_host,
     );
-    let events = s["engine"]["events"].as_u64().unwrap_or(0);
+    let e = &s.engine;
     // After a resume, this process ran only the events past its checkpoint.
-    let events = match s["engine"]["resumed_events"].as_u64() {
-        Some(before) if before > 0 => {
-            format!(
-                "{events} events, {} of them since the checkpoint,",
-                events - before
-            )
-        }
-        _ => format!("{events} events"),
+    let events = if e.resumed_events > 0 {
+        format!(
+            "{} events, {} of them since the checkpoint,",
+            e.events,
+            e.events - e.resumed_events
+        )
+    } else {
+        format!("{} events", e.events)
     };
     outln!(
         "engine: {events} in {:.2} s ({:.2e} events/s), {} windows, {} worker(s); results in {}",
-        s["engine"]["wall_s"].as_f64().unwrap_or(0.0),
-        s["engine"]["events_per_s"].as_f64().unwrap_or(0.0),
-        s["engine"]["windows"],
-        s["engine"]["workers"],
+        e.wall_s,
+        e.events_per_s,
+        e.windows,
+        e.workers,
         dir.display()
     );
-    let workers_rss: Vec<String> = s["engine"]["per_worker"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|w| w["peak_rss_bytes"].as_u64())
+    let workers_rss: Vec<String> = e
+        .per_worker
+        .iter()
+        .filter_map(|w| w.peak_rss_bytes)
         .map(|b| format!("{:.0}", b as f64 / 1e6))
         .collect();
     if !workers_rss.is_empty() {
         outln!(
             "memory: peak RSS {:.0} MB here, {} MB in the workers",
-            s["engine"]["peak_rss_bytes"].as_u64().unwrap_or(0) as f64 / 1e6,
+            e.peak_rss_bytes as f64 / 1e6,
             workers_rss.join(", ")
         );
     }

@@ -273,7 +273,11 @@ fn a_bad_sweep_folder_is_one_clear_error() {
         ),
         (
             vec!["--collect", unfinished],
-            "2 of 2 point(s) in tests/fixtures/bad-sweep/unfinished have no summary.json",
+            "2 of 2 point(s) in tests/fixtures/bad-sweep/unfinished have no readable summary.json",
+        ),
+        (
+            vec!["--collect", "tests/fixtures/bad-sweep/misspelt"],
+            "point 0 (summary.json unreadable: unknown field `mfuu`",
         ),
         (
             vec!["--point", unfinished, "--index", "5"],

@@ -709,10 +709,12 @@ pub fn run_coordinator(
     };
     drop(hub);
     let results = RunResults::assemble(reports);
+    let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
     Ok(RunOutput {
         model,
         results,
+        iteration_ps,
         summary,
     })
 }

@@ -17,6 +17,7 @@ pub mod plot;
 pub mod run;
 pub mod run_report;
 pub mod slurm;
+pub mod summary;
 pub mod sweep;
 pub mod validate;
 pub mod workload_report;

@@ -184,13 +184,8 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<Plan
         let out = run_embedded(&candidates[i].experiment, &options, None)?;
         confirmed.push(Confirmed {
             candidate: i,
-            iteration_s: out.summary.json["iteration_time_s"]
-                .as_f64()
-                .unwrap_or(f64::INFINITY),
-            result_digest: out.summary.json["result_digest"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            iteration_s: out.summary.iteration_time_s,
+            result_digest: out.summary.result_digest,
         });
     }
     let fastest = |keep: &dyn Fn(&Confirmed) -> bool| {

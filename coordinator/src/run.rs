@@ -8,7 +8,8 @@ use sim::experiment::Experiment;
 
 use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
-use crate::run_report::{EngineInfo, RunSummary, summarize_run};
+use crate::run_report::{EngineInfo, summarize_run};
+use crate::summary::Summary;
 
 impl From<worker::EngineError> for RunError {
     fn from(e: worker::EngineError) -> Self {
@@ -132,7 +133,9 @@ impl Placement {
 pub struct RunOutput {
     pub model: SimModel,
     pub results: RunResults,
-    pub summary: RunSummary,
+    /// The slowest rank's finish.
+    pub iteration_ps: u64,
+    pub summary: Summary,
 }
 
 /// Loads an experiment and builds its topology once, so that a batch of runs (a sweep, a
@@ -153,10 +156,12 @@ pub fn run_embedded(
     let model = SimModel::from_experiment(exp, options.trace)?;
     let partition = partition(exp, &model, options.placement(exp))?;
     let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
+    let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
     Ok(RunOutput {
         model,
         results,
+        iteration_ps,
         summary,
     })
 }

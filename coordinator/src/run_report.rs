@@ -1,6 +1,7 @@
 //! The output directory of a run (SPEC.md, "Output directory"): summary.json, ranks.csv,
 //! collectives.csv, links.csv and, with `--trace`, trace.json.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -13,16 +14,11 @@ use sim::workload::summary::{summarize, total_model_flops};
 use sim::workload::{CollectiveOp, OpKind, Stream};
 
 use crate::embedded::EngineStats;
+use crate::summary::{
+    Breakdown, EngineSummary, FlowSummary, NetworkSummary, RoundTripSummary, Summary, WorkerSummary,
+};
 
 const PS: f64 = 1e-12;
-
-/// The headline numbers of a run, computed once for every output file.
-#[derive(Debug, Clone)]
-pub struct RunSummary {
-    pub iteration_ps: u64,
-    pub digest: String,
-    pub json: serde_json::Value,
-}
 
 /// How the engine ran, for summary.json.
 #[derive(Debug, Clone)]
@@ -61,7 +57,7 @@ pub fn summarize_run(
     model: &SimModel,
     results: &RunResults,
     engine: &EngineInfo,
-) -> Result<RunSummary, String> {
+) -> Result<Summary, String> {
     let iteration_ps = results.iteration_ps()?;
     let t = iteration_ps as f64 * PS;
     let gpus = exp.loaded.config.cluster.gpus;
@@ -85,86 +81,83 @@ pub fn summarize_run(
     } else {
         0.0
     };
-    let digest = results.digest();
     let s = &engine.stats;
     let net = &exp.loaded.config.network;
-    let json = json!({
-        "name": exp.name(),
-        "gpus": gpus,
-        "iteration_time_s": t,
-        "tokens_per_s": if t > 0.0 { model.workload.tokens as f64 / t } else { 0.0 },
-        // Global batches (iterations) and samples (sequences) per second.
-        "batches_per_s": if t > 0.0 { 1.0 / t } else { 0.0 },
-        "samples_per_s": if t > 0.0 {
-            model.workload.tokens as f64 / exp.model.seq_len.max(1) as f64 / t
+    let per_second = |x: f64| if t > 0.0 { x / t } else { 0.0 };
+    Ok(Summary {
+        name: exp.name().to_string(),
+        gpus,
+        iteration_time_s: t,
+        tokens_per_s: per_second(model.workload.tokens as f64),
+        batches_per_s: per_second(1.0),
+        samples_per_s: per_second(model.workload.tokens as f64 / exp.model.seq_len.max(1) as f64),
+        tflops_per_gpu,
+        mfu: if peak > 0.0 {
+            tflops_per_gpu * 1e12 / peak
         } else {
             0.0
         },
-        "tflops_per_gpu": tflops_per_gpu,
-        "mfu": if peak > 0.0 { tflops_per_gpu * 1e12 / peak } else { 0.0 },
-        "breakdown_s": {
-            "compute": compute / ranks,
-            "exposed_comm": comm / ranks,
-            "bubble": bubble / ranks,
-            "idle": idle / ranks,
+        breakdown_s: Breakdown {
+            compute: compute / ranks,
+            exposed_comm: comm / ranks,
+            bubble: bubble / ranks,
+            idle: idle / ranks,
         },
-        "result_digest": digest,
-        "network": {
-            "model": net.model.name(),
-            "intra_host": format!("{:?}", net.intra_host).to_lowercase(),
-            "segment_bytes": net.segment_bytes,
-            "congestion_control": format!("{:?}", net.congestion_control).to_lowercase(),
-            // Flow mode: flows started, rate recomputations and the flows they re-solved.
-            "flow": results.flow_stats().map(|f| json!({
-                "flows": f.flows,
-                "rate_recomputations": f.recomputations,
-                "flows_touched": f.flows_touched,
-                "max_active_flows": f.max_active,
-            })),
+        result_digest: results.digest(),
+        network: NetworkSummary {
+            model: net.model.name().to_string(),
+            intra_host: format!("{:?}", net.intra_host).to_lowercase(),
+            segment_bytes: net.segment_bytes,
+            congestion_control: format!("{:?}", net.congestion_control).to_lowercase(),
+            flow: results.flow_stats().map(|f| FlowSummary {
+                flows: f.flows,
+                rate_recomputations: f.recomputations,
+                flows_touched: f.flows_touched,
+                max_active_flows: f.max_active,
+            }),
         },
-        "engine": {
-            "mode": engine.mode,
-            "workers": s.workers,
-            "partitions": s.partitions,
-            "strategy": engine.strategy,
-            "threads": s.threads,
-            "events": s.events,
-            "windows": s.windows,
-            "events_per_window": s.events as f64 / s.windows.max(1) as f64,
-            "cross_partition_events": s.cross_partition_events,
-            "cross_partition_slack": cross_partition_slack(&s.per_worker),
-            "lookahead_s": s.lookahead_ps.map(|l| l as f64 * PS),
-            "window_end": window_end(s),
-            "wall_s": s.wall_s,
-            "resumed_events": s.resumed_events,
+        engine: EngineSummary {
+            mode: engine.mode.to_string(),
+            workers: s.workers,
+            partitions: s.partitions,
+            strategy: engine.strategy.clone(),
+            threads: s.threads,
+            events: s.events,
+            windows: s.windows,
+            events_per_window: s.events as f64 / s.windows.max(1) as f64,
+            cross_partition_events: s.cross_partition_events,
+            cross_partition_slack: cross_partition_slack(&s.per_worker),
+            lookahead_s: s.lookahead_ps.map(|l| l as f64 * PS),
+            window_end: window_end(s).to_string(),
+            wall_s: s.wall_s,
+            resumed_events: s.resumed_events,
             // What this process ran: after a resume, `events` also holds those before it.
-            "events_per_s": if s.wall_s > 0.0 {
+            events_per_s: if s.wall_s > 0.0 {
                 (s.events - s.resumed_events) as f64 / s.wall_s
             } else {
                 0.0
             },
-            "sync_fraction": s.sync_fraction,
-            "scheduling": scheduling(&s.per_worker),
-            "thread_wait_s": s.per_worker.iter().map(|w| w.thread_wait_s).sum::<f64>(),
-            "parallel_windows": s.parallel_windows,
-            "parallel_events": s.parallel_events,
-            "peak_rss_bytes": engine.peak_rss_bytes,
-            "coordinator_bytes_per_window": s.coordinator_bytes as f64 / s.windows.max(1) as f64,
-            // Several workers: how evenly windows loaded them, and what each barrier cost.
-            "emulated_efficiency": s.emulated_efficiency,
-            "barrier_round_trip_s": {
-                "median": s.barrier_round_trips.quantile_s(0.5),
-                "p99": s.barrier_round_trips.quantile_s(0.99),
-                "count": s.barrier_round_trips.count(),
+            sync_fraction: s.sync_fraction,
+            scheduling: scheduling(&s.per_worker),
+            thread_wait_s: s.per_worker.iter().map(|w| w.thread_wait_s).sum::<f64>(),
+            parallel_windows: s.parallel_windows,
+            parallel_events: s.parallel_events,
+            peak_rss_bytes: engine.peak_rss_bytes,
+            coordinator_bytes_per_window: s.coordinator_bytes as f64 / s.windows.max(1) as f64,
+            emulated_efficiency: s.emulated_efficiency,
+            barrier_round_trip_s: RoundTripSummary {
+                median: s.barrier_round_trips.quantile_s(0.5),
+                p99: s.barrier_round_trips.quantile_s(0.99),
+                count: s.barrier_round_trips.count(),
             },
-            "per_worker": s.per_worker.iter().enumerate().map(|(w, ws)| per_worker(w, ws)).collect::<Vec<_>>(),
+            per_worker: s
+                .per_worker
+                .iter()
+                .enumerate()
+                .map(|(w, ws)| per_worker(w, ws))
+                .collect(),
         },
-        "warnings": exp.warnings,
-    });
-    Ok(RunSummary {
-        iteration_ps,
-        digest,
-        json,
+        warnings: exp.warnings.clone(),
     })
 }
 
@@ -198,53 +191,54 @@ fn window_end(s: &EngineStats) -> &'static str {
 }
 
 /// One worker's part of `engine.per_worker`.
-fn per_worker(worker: usize, ws: &worker::WorkerStats) -> serde_json::Value {
-    json!({
-        "worker": worker,
-        "partitions": ws.partitions,
-        "events": ws.events,
-        "cross_worker_events": ws.cross_worker_events,
-        "bytes_sent": ws.bytes_sent,
-        "busy_s": ws.busy_s,
-        "barrier_wait_s": (ws.wall_s - ws.busy_s).max(0.0),
-        "scheduling": ws.scheduling.name(),
-        "sub_windows": ws.sub_windows,
-        "thread_wait_s": ws.thread_wait_s,
-        "speedup_bound": speedup_bound(ws),
-        "peak_rss_bytes": (ws.peak_rss_bytes > 0).then_some(ws.peak_rss_bytes),
-    })
+fn per_worker(worker: usize, ws: &worker::WorkerStats) -> WorkerSummary {
+    WorkerSummary {
+        worker,
+        partitions: ws.partitions,
+        events: ws.events,
+        cross_worker_events: ws.cross_worker_events,
+        bytes_sent: ws.bytes_sent,
+        busy_s: ws.busy_s,
+        barrier_wait_s: (ws.wall_s - ws.busy_s).max(0.0),
+        scheduling: ws.scheduling.name().to_string(),
+        sub_windows: ws.sub_windows,
+        thread_wait_s: ws.thread_wait_s,
+        speedup_bound: speedup_bound(ws),
+        peak_rss_bytes: (ws.peak_rss_bytes > 0).then_some(ws.peak_rss_bytes),
+    }
 }
 
 /// The best speed-up over one thread that a worker's windows allowed on 2, 4, 8 and 16
 /// threads, and with unlimited threads ([`worker::WindowParallelism`]): a window waits for
-/// its busiest partition, and no placement beats an even share. Null with asynchronous
+/// its busiest partition, and no placement beats an even share. None with asynchronous
 /// scheduling, which has no barrier per window to bound it by.
-fn speedup_bound(stats: &worker::WorkerStats) -> serde_json::Value {
+fn speedup_bound(stats: &worker::WorkerStats) -> Option<BTreeMap<String, f64>> {
     if stats.scheduling == worker::Scheduling::Asynchronous {
-        return serde_json::Value::Null;
+        return None;
     }
     let (bounds, unlimited) = stats.parallelism.speedup_bounds(stats.events);
-    let mut out = serde_json::Map::new();
-    for (threads, bound) in worker::BOUND_THREADS.iter().zip(bounds) {
-        out.insert(threads.to_string(), json!(bound));
-    }
-    out.insert("unlimited".into(), json!(unlimited));
-    serde_json::Value::Object(out)
+    let mut out: BTreeMap<String, f64> = worker::BOUND_THREADS
+        .iter()
+        .zip(bounds)
+        .map(|(threads, bound)| (threads.to_string(), bound))
+        .collect();
+    out.insert("unlimited".into(), unlimited);
+    Some(out)
 }
 
 /// Cross-partition events of all workers by how many lookaheads after their sending they
 /// arrived ([`worker::CrossPartitionSlack`]): under "k" those that took at least k
 /// lookaheads and less than the next key's.
-fn cross_partition_slack(per_worker: &[worker::WorkerStats]) -> serde_json::Value {
+fn cross_partition_slack(per_worker: &[worker::WorkerStats]) -> BTreeMap<String, u64> {
     let mut sum = worker::CrossPartitionSlack::default();
     for w in per_worker {
         sum.add(&w.cross_partition_slack);
     }
-    let mut out = serde_json::Map::new();
-    for (multiple, events) in worker::SLACK_MULTIPLES.iter().zip(sum.events) {
-        out.insert(multiple.to_string(), json!(events));
-    }
-    serde_json::Value::Object(out)
+    worker::SLACK_MULTIPLES
+        .iter()
+        .zip(sum.events)
+        .map(|(multiple, events)| (multiple.to_string(), events))
+        .collect()
 }
 
 /// Per rank: time split, the simulated peak of live HBM bytes (resident state, activations in
@@ -439,27 +433,26 @@ pub fn trace_json(model: &SimModel, results: &RunResults) -> serde_json::Value {
 pub fn write_outputs(
     dir: &Path,
     exp: &Experiment,
-    model: &SimModel,
-    results: &RunResults,
-    summary: &RunSummary,
+    output: &crate::run::RunOutput,
 ) -> std::io::Result<()> {
+    let (model, results, summary) = (&output.model, &output.results, &output.summary);
     std::fs::create_dir_all(dir)?;
-    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
-    std::fs::write(dir.join("summary.json"), pretty(&summary.json) + "\n")?;
+    std::fs::write(dir.join("summary.json"), summary.to_json_text() + "\n")?;
     // The engine's final metrics, as the Prometheus endpoint last showed them.
-    let metrics = serde_json::json!({
-        "simulated_s": summary.json["iteration_time_s"],
-        "engine": summary.json["engine"],
+    let metrics = json!({
+        "simulated_s": summary.iteration_time_s,
+        "engine": summary.engine,
     });
-    std::fs::write(dir.join("metrics.json"), pretty(&metrics) + "\n")?;
+    let pretty = serde_json::to_string_pretty(&metrics).unwrap_or_default();
+    std::fs::write(dir.join("metrics.json"), pretty + "\n")?;
     std::fs::write(
         dir.join("ranks.csv"),
-        ranks_csv(exp, results, summary.iteration_ps),
+        ranks_csv(exp, results, output.iteration_ps),
     )?;
     std::fs::write(dir.join("collectives.csv"), collectives_csv(results))?;
     std::fs::write(
         dir.join("links.csv"),
-        links_csv(model, results, summary.iteration_ps),
+        links_csv(model, results, output.iteration_ps),
     )?;
     if model.trace {
         let trace = serde_json::to_string(&trace_json(model, results)).unwrap_or_default();

@@ -17,6 +17,7 @@ use sim::experiment::Experiment;
 use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
 use crate::run::{RunError, RunOptions, load_checked, run_embedded};
 use crate::run_report::write_outputs;
+use crate::summary::Summary;
 
 /// One `--vary KEY=V1,V2,...`. Keys joined by `+` vary together, their values joined the
 /// same way: `--vary 'cluster.gpus+cluster.cxl.hosts_per_switch=64+8,128+16'`.
@@ -88,7 +89,7 @@ pub fn combinations(varies: &[Vary]) -> Vec<Vec<(String, String)>> {
 #[derive(Debug, Clone)]
 pub struct SweepRow {
     pub settings: Vec<(String, String)>,
-    pub summary: serde_json::Value,
+    pub summary: Summary,
 }
 
 /// One point's `(key, value)` for each `--vary`.
@@ -129,7 +130,7 @@ pub fn run_sweep(
         let output = run_embedded(&exp, &RunOptions::default(), None)?;
         let row = SweepRow {
             settings: combo,
-            summary: output.summary.json,
+            summary: output.summary,
         };
         on_row(&row);
         rows.push(row);
@@ -164,7 +165,7 @@ pub enum SweepError {
     #[error("{}: {why}", path.display())]
     Manifest { path: PathBuf, why: String },
     #[error(
-        "{} of {total} point(s) in {} have no summary.json: {}; wait for the array job (squeue), or rerun a failed point with `fleetsim sweep --point {} --index N`",
+        "{} of {total} point(s) in {} have no readable summary.json: {}; wait for the array job (squeue), or rerun a failed point with `fleetsim sweep --point {} --index N`",
         missing.len(),
         dir.display(),
         missing.iter().take(8).map(|(i, why)| format!("point {i} ({why})")).collect::<Vec<_>>().join(", ")
@@ -252,11 +253,10 @@ impl SweepManifest {
         let exp = self.load_point(index)?;
         let output = run_embedded(&exp, options, None)?;
         let out = point_dir(dir, index);
-        write_outputs(&out, &exp, &output.model, &output.results, &output.summary)
-            .map_err(io("writing the results to", &out))?;
+        write_outputs(&out, &exp, &output).map_err(io("writing the results to", &out))?;
         Ok(SweepRow {
             settings: self.points[index].clone(),
-            summary: output.summary.json,
+            summary: output.summary,
         })
     }
 
@@ -273,7 +273,9 @@ impl SweepManifest {
                     }
                     _ => e.to_string(),
                 })
-                .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("unreadable: {e}")));
+                .and_then(|t| {
+                    Summary::from_json_text(&t).map_err(|e| format!("summary.json unreadable: {e}"))
+                });
             match summary {
                 Ok(summary) => rows.push(SweepRow {
                     settings: settings.clone(),
@@ -374,41 +376,79 @@ pub fn submit(script: &Path, sbatch_args: &[String]) -> Result<String, SweepErro
     Ok(id)
 }
 
-/// The measured columns: (header, JSON pointer into summary.json).
-const COLUMNS: [(&str, &str); 20] = [
-    ("iteration_time_s", "/iteration_time_s"),
-    ("batches_per_s", "/batches_per_s"),
-    ("samples_per_s", "/samples_per_s"),
-    ("mfu", "/mfu"),
-    ("result_digest", "/result_digest"),
-    ("tflops_per_gpu", "/tflops_per_gpu"),
-    ("compute_s", "/breakdown_s/compute"),
-    ("exposed_comm_s", "/breakdown_s/exposed_comm"),
-    ("bubble_s", "/breakdown_s/bubble"),
-    ("wall_s", "/engine/wall_s"),
-    ("events", "/engine/events"),
-    ("windows", "/engine/windows"),
-    ("events_per_window", "/engine/events_per_window"),
-    ("cross_partition_events", "/engine/cross_partition_events"),
-    ("sync_fraction", "/engine/sync_fraction"),
-    ("scheduling", "/engine/scheduling"),
-    ("thread_wait_s", "/engine/thread_wait_s"),
-    ("partitions", "/engine/partitions"),
-    ("lookahead_s", "/engine/lookahead_s"),
-    ("peak_rss_bytes", "/engine/peak_rss_bytes"),
-];
+/// One measured value of a sweep point, as `sweep.csv` writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Number(f64),
+    Count(u64),
+    Text(String),
+    /// Not measured in this run (a lookahead with one partition).
+    Absent,
+}
 
-fn cell(v: Option<&serde_json::Value>) -> String {
-    match v {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Null) | None => String::new(),
-        Some(serde_json::Value::Number(n)) => match n.as_f64() {
-            Some(f) if n.is_f64() => format!("{f:.6}"),
-            _ => n.to_string(),
-        },
-        Some(other) => other.to_string(),
+impl Cell {
+    fn csv(&self) -> String {
+        match self {
+            Cell::Number(f) => format!("{f:.6}"),
+            Cell::Count(n) => n.to_string(),
+            Cell::Text(t) => t.clone(),
+            Cell::Absent => String::new(),
+        }
+    }
+
+    /// The value on a plot's axis; None for text.
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Cell::Number(f) => Some(*f),
+            Cell::Count(n) => Some(*n as f64),
+            Cell::Text(_) | Cell::Absent => None,
+        }
     }
 }
+
+/// A measured column of `sweep.csv`: its header and where summary.json holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    pub name: &'static str,
+    pub value: fn(&Summary) -> Cell,
+}
+
+impl Column {
+    /// Whether it can be plotted.
+    pub fn is_numeric(&self) -> bool {
+        !matches!(self.name, "result_digest" | "scheduling")
+    }
+}
+
+macro_rules! columns {
+    ($($name:literal => |$s:ident| $value:expr),* $(,)?) => {
+        [$(Column { name: $name, value: |$s: &Summary| $value }),*]
+    };
+}
+
+/// The measured columns, in `sweep.csv`'s order.
+const COLUMNS: [Column; 20] = columns![
+    "iteration_time_s" => |s| Cell::Number(s.iteration_time_s),
+    "batches_per_s" => |s| Cell::Number(s.batches_per_s),
+    "samples_per_s" => |s| Cell::Number(s.samples_per_s),
+    "mfu" => |s| Cell::Number(s.mfu),
+    "result_digest" => |s| Cell::Text(s.result_digest.clone()),
+    "tflops_per_gpu" => |s| Cell::Number(s.tflops_per_gpu),
+    "compute_s" => |s| Cell::Number(s.breakdown_s.compute),
+    "exposed_comm_s" => |s| Cell::Number(s.breakdown_s.exposed_comm),
+    "bubble_s" => |s| Cell::Number(s.breakdown_s.bubble),
+    "wall_s" => |s| Cell::Number(s.engine.wall_s),
+    "events" => |s| Cell::Count(s.engine.events),
+    "windows" => |s| Cell::Count(s.engine.windows),
+    "events_per_window" => |s| Cell::Number(s.engine.events_per_window),
+    "cross_partition_events" => |s| Cell::Count(s.engine.cross_partition_events),
+    "sync_fraction" => |s| Cell::Number(s.engine.sync_fraction),
+    "scheduling" => |s| Cell::Text(s.engine.scheduling.clone()),
+    "thread_wait_s" => |s| Cell::Number(s.engine.thread_wait_s),
+    "partitions" => |s| Cell::Count(u64::from(s.engine.partitions)),
+    "lookahead_s" => |s| s.engine.lookahead_s.map_or(Cell::Absent, Cell::Number),
+    "peak_rss_bytes" => |s| Cell::Count(s.engine.peak_rss_bytes),
+];
 
 /// `sweep.csv`: the varied keys, then the measured columns.
 pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
@@ -416,7 +456,7 @@ pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
     let headers: Vec<&str> = varies
         .iter()
         .map(|v| v.key.as_str())
-        .chain(COLUMNS.iter().map(|(h, _)| *h))
+        .chain(COLUMNS.iter().map(|c| c.name))
         .collect();
     let _ = writeln!(out, "{}", headers.join(","));
     for r in rows {
@@ -424,7 +464,7 @@ pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
             .settings
             .iter()
             .map(|(_, v)| v.clone())
-            .chain(COLUMNS.iter().map(|(_, p)| cell(r.summary.pointer(p))))
+            .chain(COLUMNS.iter().map(|c| (c.value)(&r.summary).csv()))
             .collect();
         let _ = writeln!(out, "{}", cells.join(","));
     }
@@ -434,31 +474,26 @@ pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
 /// One line per row as a run finishes, for the terminal.
 pub fn row_line(r: &SweepRow) -> String {
     let settings: Vec<String> = r.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let get = |p: &str| {
-        r.summary
-            .pointer(p)
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(0.0)
-    };
+    let (s, e) = (&r.summary, &r.summary.engine);
     format!(
-        "{}: iteration {:.6} s, wall {:.2} s, sync {:.3}, {:.0} cross-partition events, {} windows, digest {}",
+        "{}: iteration {:.6} s, wall {:.2} s, sync {:.3}, {} cross-partition events, {} windows, digest {}",
         settings.join(" "),
-        get("/iteration_time_s"),
-        get("/engine/wall_s"),
-        get("/engine/sync_fraction"),
-        get("/engine/cross_partition_events"),
-        get("/engine/windows"),
-        cell(r.summary.pointer("/result_digest"))
+        s.iteration_time_s,
+        e.wall_s,
+        e.sync_fraction,
+        e.cross_partition_events,
+        e.windows,
+        s.result_digest
     )
 }
 
-/// A measured column by name: (header, JSON pointer into summary.json).
-pub fn column(name: &str) -> Option<(&'static str, &'static str)> {
-    COLUMNS.iter().copied().find(|(n, _)| *n == name)
+/// A measured column by name.
+pub fn column(name: &str) -> Option<Column> {
+    COLUMNS.iter().copied().find(|c| c.name == name)
 }
 
 pub fn column_names() -> Vec<&'static str> {
-    COLUMNS.iter().map(|(n, _)| *n).collect()
+    COLUMNS.iter().map(|c| c.name).collect()
 }
 
 /// The plot: the last varied key across (its values when they are numbers, else their
@@ -468,7 +503,7 @@ pub fn column_names() -> Vec<&'static str> {
 pub fn plot_svg(
     varies: &[Vary],
     rows: &[SweepRow],
-    y: Option<(&str, &str)>,
+    y: Option<Column>,
 ) -> Result<String, PlotError> {
     let Some(last) = varies.last() else {
         return Err(PlotError::new("nothing was varied"));
@@ -477,10 +512,13 @@ pub fn plot_svg(
     let first = |v: &str| v.split('+').next().unwrap_or(v).trim().to_string();
     let numeric = last.values.iter().all(|v| first(v).parse::<f64>().is_ok());
     let engine_only = varies.iter().all(|v| v.key.starts_with("engine."));
-    let (y_pointer, y_label) = match y {
-        Some((name, pointer)) => (pointer, name),
-        None if engine_only => ("/engine/wall_s", "wall time (s)"),
-        None => ("/iteration_time_s", "iteration time (s)"),
+    let (y, y_label) = match y {
+        Some(column) => (column, column.name),
+        None if engine_only => (column("wall_s").expect("a column"), "wall time (s)"),
+        None => (
+            column("iteration_time_s").expect("a column"),
+            "iteration time (s)",
+        ),
     };
     let mut series: Vec<Series> = Vec::new();
     for r in rows {
@@ -491,11 +529,8 @@ pub fn plot_svg(
         } else {
             last.values.iter().position(|v| v == value).unwrap_or(0) as f64 + 1.0
         };
-        let y = r
-            .summary
-            .pointer(y_pointer)
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(0.0);
+        // Text columns are refused before the sweep runs; an absent lookahead is 0.
+        let y = (y.value)(&r.summary).number().unwrap_or(0.0);
         let name = if others.is_empty() {
             last.key.clone()
         } else {

@@ -15,6 +15,7 @@ use sim::experiment::Experiment;
 
 use crate::plot::{ParityChart, PlotError, Series, parity_chart_svg};
 use crate::run::{RunError, RunOptions, load_checked, run_embedded};
+use crate::summary::Summary;
 
 /// Columns every table has (`../shared/calibration/e2e_iterations.csv`).
 const REQUIRED: [&str; 22] = [
@@ -289,7 +290,7 @@ pub struct Outcome {
     pub measured_tflops: f64,
     /// `tp/pp/dp/vp` of the experiment.
     pub layout: String,
-    pub summary: serde_json::Value,
+    pub summary: Summary,
 }
 
 /// Splits one CSV line; fields may be double-quoted (with `""` for a quote).
@@ -702,13 +703,12 @@ pub fn run_case(
         line: case.line,
         error,
     })?;
-    let summary = output.summary.json;
-    let number = |p: &str| summary.pointer(p).and_then(serde_json::Value::as_f64);
-    let seconds = number("/iteration_time_s").unwrap_or(0.0);
-    let tflops = number("/tflops_per_gpu").unwrap_or(0.0);
+    let summary = output.summary;
+    let seconds = summary.iteration_time_s;
+    let tflops = summary.tflops_per_gpu;
     // Model TFLOP per GPU per iteration, to turn a measured time into TFLOP/s.
     let work = seconds * tflops;
-    let tokens = number("/tokens_per_s").unwrap_or(0.0) / f64::from(case.gpus.max(1));
+    let tokens = summary.tokens_per_s / f64::from(case.gpus.max(1));
     let (predicted, measured_tflops) = match (case.unit, case.tokens_per_gpu_s) {
         (Unit::SecondsPerIteration, _) => (seconds, work / case.measured),
         // Tokens are counted alike everywhere: the prediction in the source's TFLOP/s is the
@@ -794,12 +794,7 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
         "row,line,source,framework,gpu,gpus,unit,measured,predicted,error_pct,measured_tflops_per_gpu,predicted_tflops_per_gpu,iteration_time_s,compute_s,exposed_comm_s,bubble_s,mfu,result_digest,case\n",
     );
     for (i, o) in outcomes.iter().enumerate() {
-        let num = |p: &str| {
-            o.summary
-                .pointer(p)
-                .and_then(serde_json::Value::as_f64)
-                .unwrap_or(0.0)
-        };
+        let (s, breakdown) = (&o.summary, &o.summary.breakdown_s);
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{:.6},{:.6},{:.6},{:.6},{:.4},{},{:02}-{}.toml",
@@ -815,15 +810,12 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
             100.0 * o.error,
             o.measured_tflops,
             o.predicted_tflops,
-            num("/iteration_time_s"),
-            num("/breakdown_s/compute"),
-            num("/breakdown_s/exposed_comm"),
-            num("/breakdown_s/bubble"),
-            num("/mfu"),
-            o.summary
-                .pointer("/result_digest")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or(""),
+            s.iteration_time_s,
+            breakdown.compute,
+            breakdown.exposed_comm,
+            breakdown.bubble,
+            s.mfu,
+            s.result_digest,
             i + 1,
             o.case.source
         );
