@@ -50,6 +50,15 @@ impl Experiment {
         Self::from_loaded(loaded)
     }
 
+    /// [`Experiment::load`] for a sweep point: its `--vary` values after the `--set`s.
+    pub fn load_varied(
+        path: &Path,
+        sets: &[String],
+        varies: &[String],
+    ) -> Result<Experiment, ConfigError> {
+        Self::from_loaded(config::load_varied(path, sets, varies)?)
+    }
+
     pub fn name(&self) -> &str {
         &self.loaded.config.name
     }
@@ -365,7 +374,15 @@ impl Experiment {
 
         // --- training, network, engine ---
         let t = &cfg.training;
-        positive(&loaded, "training.iterations", u64::from(t.iterations))?;
+        if t.iterations != 1 {
+            return Err(err(
+                "training.iterations",
+                format!(
+                    "{} is not supported: fleetsim simulates one training iteration, and every iteration of a steady run is alike (multiply iteration_time_s); leave the key out or set 1",
+                    t.iterations
+                ),
+            ));
+        }
         for g in &gpu_types {
             if g.peak_flops(t.precision) <= 0.0 {
                 let supported: Vec<&str> = [

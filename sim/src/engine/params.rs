@@ -7,6 +7,12 @@ use crate::topology::{LinkClass, Topology};
 
 /// Largest segment: a segment's size travels as `u32`.
 pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
+/// Smallest segment: one 4 KiB MTU packet.
+pub const MIN_SEGMENT_BYTES: u64 = 4096;
+/// InfiniBand's smallest MTU (IBTA vol. 1, 256 to 4096 bytes).
+pub const MIN_MTU_BYTES: u64 = 256;
+/// Above a 9,000-byte jumbo frame, with room.
+pub const MAX_MTU_BYTES: u64 = 65536;
 
 /// DCQCN in simulation units (bytes/s, picoseconds).
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +84,15 @@ impl NetworkParams {
                 ),
             ));
         }
+        if n.segment_bytes < MIN_SEGMENT_BYTES {
+            return Err(err(
+                "network.segment_bytes",
+                format!(
+                    "{} is smaller than {MIN_SEGMENT_BYTES} bytes, one MTU packet: finer segments resolve nothing more and multiply the events (1 byte would take a million times the default's); use 4096 for packet-level detail or 1048576 for large clusters",
+                    n.segment_bytes
+                ),
+            ));
+        }
         let packet = n.model == NetworkModel::Packet;
         let flow = n.model == NetworkModel::Flow;
         match (n.model, n.intra_host) {
@@ -119,11 +134,13 @@ impl NetworkParams {
                 "must be greater than 0 (leave it out for the bandwidth-delay product)".into(),
             ));
         }
-        if n.mtu_bytes == 0 {
+        if !(MIN_MTU_BYTES..=MAX_MTU_BYTES).contains(&n.mtu_bytes) {
             return Err(err(
                 "network.mtu_bytes",
-                "must be greater than 0 (4096, InfiniBand's and RoCE's usual MTU, is the default)"
-                    .into(),
+                format!(
+                    "{} is outside {MIN_MTU_BYTES}..={MAX_MTU_BYTES} bytes, InfiniBand's smallest MTU to a jumbo frame's ceiling (4096, InfiniBand's and RoCE's usual MTU, is the default)",
+                    n.mtu_bytes
+                ),
             ));
         }
         let segment = n.segment_bytes;

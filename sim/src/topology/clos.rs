@@ -26,7 +26,8 @@ use crate::config::{ClusterConfig, TopologyKind};
 
 use super::host::HostLayout;
 use super::{
-    Builder, HOST_NONE, LinkClass, NodeId, NodeKind, TopologyError, gbps_to_bytes, positive,
+    Builder, HOST_NONE, LinkClass, NodeId, NodeKind, TopologyError, gbps_to_bytes, line_rate_gbps,
+    positive,
 };
 
 /// No pod: cores belong to every pod.
@@ -180,9 +181,12 @@ pub(crate) fn plan(
     let tors = ports / planes;
     let nics = hosts.nics_per_host;
     let port_bps =
-        gbps_to_bytes(positive(cluster.nic_gbps, "cluster.nic_gbps")?) / f64::from(ports);
+        gbps_to_bytes(line_rate_gbps(cluster.nic_gbps, "cluster.nic_gbps")?) / f64::from(ports);
     let switch_bps = match cluster.fabric_link_gbps {
-        Some(g) => Some(gbps_to_bytes(positive(g, "cluster.fabric_link_gbps")?)),
+        Some(g) => Some(gbps_to_bytes(line_rate_gbps(
+            g,
+            "cluster.fabric_link_gbps",
+        )?)),
         None => None,
     };
     let oversub = positive(cluster.oversubscription, "cluster.oversubscription")?;

@@ -18,7 +18,8 @@ use crate::gpu::{GpuSpec, Vendor};
 use super::clos;
 use super::routing::{Routing, Structured};
 use super::{
-    Builder, HOST_NONE, Latencies, LinkClass, NodeId, NodeKind, Topology, TopologyError, positive,
+    Builder, HOST_NONE, Latencies, LinkClass, NodeId, NodeKind, Topology, TopologyError,
+    line_rate_gbps, positive,
 };
 
 /// `NodeId` slot meaning "no such node".
@@ -185,7 +186,7 @@ fn host_layout(cluster: &ClusterConfig) -> Result<HostLayout, TopologyError> {
             ),
         ));
     }
-    positive(cluster.nic_gbps, "cluster.nic_gbps")?;
+    line_rate_gbps(cluster.nic_gbps, "cluster.nic_gbps")?;
     let stride = u64::from(gph) + u64::from(pcie) + 1 + u64::from(nics);
     let hosts = cluster.gpus / gph;
     // Host blocks must leave room in 32-bit ids for the switches after them.
@@ -804,7 +805,16 @@ nics_per_host = 8
                 "cluster.nic_ports",
                 "nic_ports = 2",
             ),
-            ("gpus = 16\nnic_gbps = 0\n", "cluster.nic_gbps", "> 0"),
+            (
+                "gpus = 16\nnic_gbps = 0\n",
+                "cluster.nic_gbps",
+                "from 1 to 1000000 Gb/s",
+            ),
+            (
+                "gpus = 16\nnic_gbps = 1e-9\n",
+                "cluster.nic_gbps",
+                "from 1 to 1000000 Gb/s",
+            ),
             (
                 "gpus = 16\npcie_switches_per_host = 0\n",
                 "cluster.pcie_switches_per_host",

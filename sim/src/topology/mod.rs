@@ -503,6 +503,23 @@ pub(crate) fn positive(value: f64, key: &str) -> Result<f64, TopologyError> {
     }
 }
 
+/// A network line rate in Gb/s: from 1 Gb/s (below, one segment's serialisation outgrows
+/// the picosecond clock's range as rates approach zero) to 1 Pb/s (above, a 4 KiB packet
+/// serialises in under a picosecond).
+pub(crate) fn line_rate_gbps(value: f64, key: &str) -> Result<f64, TopologyError> {
+    const RANGE: std::ops::RangeInclusive<f64> = 1.0..=1e6;
+    if RANGE.contains(&value) {
+        Ok(value)
+    } else {
+        Err(TopologyError::config(
+            key,
+            format!(
+                "{key} ({value}) must be a line rate from 1 to 1000000 Gb/s (e.g. 400 for an NDR or 400GbE NIC)"
+            ),
+        ))
+    }
+}
+
 /// Gb/s (network line rates) to bytes/s.
 pub(crate) fn gbps_to_bytes(gbps: f64) -> f64 {
     gbps * 1e9 / 8.0
