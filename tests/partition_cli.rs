@@ -238,7 +238,11 @@ fn a_bad_vary_is_one_clear_error() {
             .arg(scratch("sweep-bad")),
         "sweep with tp=3",
     );
-    assert!(stderr.contains("parallel.tp"), "{stderr}");
+    // The point's combination, and the flag that gave the bad value.
+    assert!(
+        stderr.contains("sweep point engine.workers=1 parallel.tp=3: --vary: `parallel.tp`"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sim::experiment::Experiment;
 
 use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
-use crate::run::{RunError, RunOptions, load_checked, run_embedded};
+use crate::run::{RunError, RunOptions, load_checked_varied, run_embedded};
 use crate::run_report::write_outputs;
 use crate::summary::Summary;
 
@@ -95,11 +95,18 @@ pub struct SweepRow {
 /// One point's `(key, value)` for each `--vary`.
 pub type Settings = Vec<(String, String)>;
 
-/// Every `KEY=VALUE` a point runs with: the sweep's `--set`s, then the point's settings.
-fn point_sets(sets: &[String], settings: &[(String, String)]) -> Vec<String> {
-    let mut all = sets.to_vec();
-    all.extend(settings.iter().flat_map(|(k, v)| overrides(k, v)));
-    all
+/// A point's experiment: the sweep's `--set`s, then the point's `--vary` values; an error
+/// names the point's combination and the flag that gave the value.
+fn load_point_experiment(
+    path: &Path,
+    sets: &[String],
+    settings: &[(String, String)],
+) -> Result<Experiment, RunError> {
+    let varies: Vec<String> = settings.iter().flat_map(|(k, v)| overrides(k, v)).collect();
+    load_checked_varied(path, sets, &varies).map_err(|error| RunError::Point {
+        point: varies.join(" "),
+        error: Box::new(error),
+    })
 }
 
 /// Every combination of `varies` on top of `sets`, loaded and checked, so that a bad value
@@ -112,7 +119,7 @@ pub fn load_points(
     combinations(varies)
         .into_iter()
         .map(|combo| {
-            let exp = load_checked(path, &point_sets(sets, &combo))?;
+            let exp = load_point_experiment(path, sets, &combo)?;
             Ok((combo, exp))
         })
         .collect()
@@ -237,9 +244,10 @@ impl SweepManifest {
             index,
             points: self.points.len(),
         })?;
-        Ok(load_checked(
+        Ok(load_point_experiment(
             &self.experiment,
-            &point_sets(&self.sets, settings),
+            &self.sets,
+            settings,
         )?)
     }
 

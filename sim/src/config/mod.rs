@@ -1049,15 +1049,37 @@ impl LoadedConfig {
 
 /// Reads an experiment file with its includes, `--set` overrides and model preset.
 pub fn load(path: &Path, sets: &[String]) -> Result<LoadedConfig, ConfigError> {
-    from_tree(load_tree(path, sets)?, path)
+    load_varied(path, sets, &[])
+}
+
+/// [`load`] with a sweep point's `--vary` values (see [`load_tree_varied`]).
+pub fn load_varied(
+    path: &Path,
+    sets: &[String],
+    varies: &[String],
+) -> Result<LoadedConfig, ConfigError> {
+    from_tree(load_tree_varied(path, sets, varies)?, path)
 }
 
 /// The located tree of an experiment file with its includes and `--set` overrides, before
 /// presets are expanded: for callers that adjust it (`fleetsim collective`).
 pub fn load_tree(path: &Path, sets: &[String]) -> Result<Located, ConfigError> {
+    load_tree_varied(path, sets, &[])
+}
+
+/// [`load_tree`] with a sweep point's `--vary` values applied after the `--set`s, so that an
+/// error names the flag that gave the value.
+pub fn load_tree_varied(
+    path: &Path,
+    sets: &[String],
+    varies: &[String],
+) -> Result<Located, ConfigError> {
     let mut tree = source::load_with_includes(path, &mut Vec::new())?;
     for assignment in sets {
-        source::apply_set(&mut tree, assignment)?;
+        source::apply_assignment(&mut tree, assignment, &Origin::CommandLine)?;
+    }
+    for assignment in varies {
+        source::apply_assignment(&mut tree, assignment, &Origin::Vary)?;
     }
     Ok(tree)
 }

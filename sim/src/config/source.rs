@@ -21,6 +21,8 @@ pub enum Origin {
     WholeFile(String),
     /// A `--set KEY=VALUE` on the command line.
     CommandLine,
+    /// A value of `fleetsim sweep --vary KEY=V1,V2`.
+    Vary,
     /// Filled in by the loader (a preset, a Hugging Face config, a default).
     Derived(String),
 }
@@ -31,6 +33,7 @@ impl fmt::Display for Origin {
             Origin::File { file, line } => write!(f, "{file}:{line}"),
             Origin::WholeFile(file) => write!(f, "{file}"),
             Origin::CommandLine => write!(f, "--set"),
+            Origin::Vary => write!(f, "--vary"),
             Origin::Derived(what) => write!(f, "{what}"),
         }
     }
@@ -450,10 +453,20 @@ pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Locat
 }
 
 /// Applies one `--set dotted.key=value` (the value as [`set_value`] reads it).
-pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError> {
+#[cfg(test)]
+fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError> {
+    apply_assignment(root, assignment, &Origin::CommandLine)
+}
+
+/// Applies one `dotted.key=value` from the command line, its origin `--set` or `--vary`.
+pub fn apply_assignment(
+    root: &mut Located,
+    assignment: &str,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
     let Some((key, raw)) = assignment.split_once('=') else {
         return Err(ConfigError::new(
-            Origin::CommandLine,
+            origin.clone(),
             assignment,
             "expected KEY=VALUE, e.g. --set parallel.tp=4",
         ));
@@ -462,13 +475,13 @@ pub fn apply_set(root: &mut Located, assignment: &str) -> Result<(), ConfigError
     let path: Vec<String> = key.split('.').map(|s| s.trim().to_string()).collect();
     if path.iter().any(String::is_empty) {
         return Err(ConfigError::new(
-            Origin::CommandLine,
+            origin.clone(),
             key,
             "expected a dotted key such as cluster.nic_gbps",
         ));
     }
-    root.set(&path, set_value(raw))
-        .map_err(|e| ConfigError::new(Origin::CommandLine, key, e))
+    root.set(&path, relocate(set_value(raw), origin))
+        .map_err(|e| ConfigError::new(origin.clone(), key, e))
 }
 
 /// The value of a `--set` (or of a `validate` row's `settings`): read as TOML when it parses
