@@ -250,7 +250,9 @@ pub fn cluster_for(gpu: &str) -> Option<Vec<(&'static str, String)>> {
 /// One row of the table, resolved.
 #[derive(Debug, Clone)]
 pub struct Case {
-    /// 1-based line in the table.
+    /// 1-based data row of the table (what `--rows` selects and the printed table numbers).
+    pub row: usize,
+    /// 1-based line of the CSV file, comments and header included.
     pub line: usize,
     pub source: String,
     pub gpu: String,
@@ -378,7 +380,9 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
             .map(String::as_str)
             .zip(values.iter().map(String::as_str))
             .collect();
-        cases.push(case_of_row(&row, file, line)?);
+        let mut case = case_of_row(&row, file, line)?;
+        case.row = cases.len() + 1;
+        cases.push(case);
     }
     if cases.is_empty() {
         return Err(table_err("has a header but no rows".into()));
@@ -621,6 +625,7 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         }
     }
     Ok(Case {
+        row: 0,
         line,
         source,
         gpu,
@@ -647,16 +652,14 @@ pub fn select(cases: Vec<Case>, rows: Option<&[usize]>) -> Result<Vec<Case>, Str
     }
     Ok(cases
         .into_iter()
-        .enumerate()
-        .filter(|(i, _)| rows.contains(&(i + 1)))
-        .map(|(_, c)| c)
+        .filter(|c| rows.contains(&c.row))
         .collect())
 }
 
 /// Where a case's experiment file goes.
-pub fn case_path(out: &Path, index: usize, case: &Case) -> PathBuf {
+pub fn case_path(out: &Path, case: &Case) -> PathBuf {
     out.join("cases")
-        .join(format!("{:02}-{}.toml", index + 1, case.source))
+        .join(format!("{:02}-{}.toml", case.row, case.source))
 }
 
 /// Writes every case's experiment file and checks it loads, before anything runs: a row that
@@ -674,9 +677,8 @@ pub fn prepare(
     })?;
     cases
         .iter()
-        .enumerate()
-        .map(|(i, case)| {
-            let path = case_path(out, i, case);
+        .map(|case| {
+            let path = case_path(out, case);
             std::fs::write(&path, &case.experiment).map_err(|error| ValidateError::Io {
                 path: path.display().to_string(),
                 error,
@@ -756,10 +758,10 @@ pub fn table_header() -> String {
 }
 
 /// One printed row.
-pub fn table_line(index: usize, o: &Outcome) -> String {
+pub fn table_line(o: &Outcome) -> String {
     format!(
         "{:>3} {:<24} {:>5} {:<18} {:<14} {:>10.2} {:>10.2} {:<14} {:>+6.1}%",
-        index + 1,
+        o.case.row,
         o.case.source,
         o.case.gpus,
         o.case.gpu,
@@ -777,7 +779,8 @@ pub fn verdict(outcomes: &[Outcome]) -> String {
     if let Some(w) = worst(outcomes) {
         let _ = write!(
             s,
-            "; worst: line {} ({}, {} GPUs) at {:+.1}%",
+            "; worst: row {} (line {} of the file; {}, {} GPUs) at {:+.1}%",
+            w.case.row,
             w.case.line,
             w.case.source,
             w.case.gpus,
@@ -793,12 +796,12 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
         "row,line,source,framework,gpu,gpus,unit,measured,predicted,error_pct,measured_tflops_per_gpu,predicted_tflops_per_gpu,iteration_time_s,compute_s,exposed_comm_s,bubble_s,mfu,result_digest,case\n",
     );
-    for (i, o) in outcomes.iter().enumerate() {
+    for o in outcomes {
         let (s, breakdown) = (&o.summary, &o.summary.breakdown_s);
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{:.6},{:.6},{:.6},{:.6},{:.4},{},{:02}-{}.toml",
-            i + 1,
+            o.case.row,
             o.case.line,
             o.case.source,
             o.case.framework.name(),
@@ -816,7 +819,7 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
             breakdown.bubble,
             s.mfu,
             s.result_digest,
-            i + 1,
+            o.case.row,
             o.case.source
         );
     }
