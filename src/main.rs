@@ -114,9 +114,25 @@ impl CheckpointArgs {
     }
 }
 
-/// The output directory: `--out`, else runs/<experiment name>.
-fn out_dir(exp: &Experiment, out: Option<PathBuf>) -> PathBuf {
-    out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()))
+/// The output directory: `--out`, else runs/<experiment name>; created, and proven writable
+/// before anything runs, so that a read-only folder is named at once and not after the run.
+fn out_dir(exp: &Experiment, out: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
+    let cannot = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "cannot write the results to {}: {e}; choose a writable folder with --out",
+            dir.display()
+        )
+    };
+    std::fs::create_dir_all(&dir).map_err(cannot)?;
+    let probe = dir.join(format!(".fleetsim-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(cannot)?;
+    std::fs::remove_file(&probe).map_err(cannot)?;
+    Ok(dir)
 }
 
 /// What `coordinator` and `slurm` share.
@@ -195,7 +211,7 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
         /// In-process workers, each with its own partitions and mailboxes.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         workers: Option<u32>,
         /// Threads per worker (default: engine.threads, 0 = the idle cores, shared among the
         /// workers).
@@ -228,7 +244,7 @@ enum Command {
         #[arg(long)]
         listen: String,
         /// Workers to wait for.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         workers: u32,
         /// Seconds to wait for every worker to register before giving up.
         #[arg(long, default_value_t = 300)]
@@ -779,13 +795,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 exp = report.best_experiment().clone();
             }
-            let out = out_dir(&exp, out);
+            let out = out_dir(&exp, out)?;
             let options = RunOptions {
                 workers,
                 threads,
                 trace,
                 checkpoints: Some(checkpoints.options(&out)?),
             };
+            for warning in options.placement_warnings(&exp) {
+                eprintln!("warning: {warning}");
+            }
             let progress = with_metrics(
                 metrics_listen.as_deref(),
                 (!quiet).then(|| progress::hook(&exp)),
@@ -965,10 +984,14 @@ fn report_run(
     write_outputs(dir, exp, output)
         .with_context(|| format!("writing the results to {}", dir.display()))?;
     let s = &output.summary;
+    let b = &s.breakdown_s;
     outln!(
-        "{}: iteration {:.6} s, {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
+        "{}: iteration {:.6} s (per rank: compute {:.6} s, exposed communication {:.6} s, bubble {:.6} s), {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
         exp.name(),
         s.iteration_time_s,
+        b.compute,
+        b.exposed_comm,
+        b.bubble,
         s.tflops_per_gpu,
         s.mfu,
         s.result_digest
@@ -1133,7 +1156,7 @@ fn coordinate(
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> anyhow::Result<()> {
     let exp = Experiment::load(experiment, &run.sets)?;
-    let out = out_dir(&exp, run.out);
+    let out = out_dir(&exp, run.out)?;
     let mut options = CoordinatorOptions {
         listen,
         workers,
@@ -1183,9 +1206,9 @@ fn validate_command(
     };
     outln!("{}", validate::table_header());
     let mut outcomes = Vec::new();
-    for (i, (case, exp)) in prepared.into_iter().enumerate() {
+    for (case, exp) in prepared {
         let outcome = validate::run_case(case, &exp, &options, &file)?;
-        outln!("{}", validate::table_line(i, &outcome));
+        outln!("{}", validate::table_line(&outcome));
         outcomes.push(outcome);
     }
     let verdict = validate::verdict(&outcomes);

@@ -92,3 +92,52 @@ fn a_missing_experiment_file_is_one_clear_error() {
         "error: no/such/experiment.toml: file does not exist"
     );
 }
+
+/// `fleetsim ... | head -1`: a reader that has gone away ends the command quietly, with no
+/// panic and no signal (Rust ignores SIGPIPE, so every write must handle EPIPE).
+#[test]
+fn a_closed_standard_output_ends_every_command_without_a_panic() {
+    let run_out = common::scratch("closed-stdout-run");
+    let run_out = run_out.to_str().expect("utf-8 path");
+    let commands: [&[&str]; 6] = [
+        &["check", QUICKSTART],
+        &["check", QUICKSTART, "--kernels", "--json"],
+        &["workload", QUICKSTART, "--json"],
+        &[
+            "collective",
+            QUICKSTART,
+            "--op",
+            "all-reduce",
+            "--gpus",
+            "16",
+            "--sizes",
+            "1M",
+            "--csv",
+        ],
+        &["partition", QUICKSTART, "--parts", "2"],
+        &["run", QUICKSTART, "--quiet", "--out", run_out],
+    ];
+    for args in commands {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("fleetsim"))
+            .args(args)
+            .args(if args[0] == "run" {
+                &common::SMALL[..]
+            } else {
+                &[]
+            })
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start fleetsim");
+        // Close the reading end before fleetsim writes its first line.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait for fleetsim");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}

@@ -334,7 +334,7 @@ pub struct Prepared {
 }
 
 /// Sets up checkpointing for a run of `model` on `workers` workers: creates the checkpoint
-/// directory and, when resuming, checks the checkpoint belongs to this model.
+/// directory when checkpoints are scheduled and, when resuming, checks the checkpoint belongs to this model.
 pub fn prepare(
     exp: &Experiment,
     model: &SimModel,
@@ -349,12 +349,16 @@ pub fn prepare(
         }
         None => (None, None),
     };
-    std::fs::create_dir_all(&options.dir).map_err(|e| {
-        format!(
-            "cannot create the checkpoint directory {}: {e}",
-            options.dir.display()
-        )
-    })?;
+    // Only when checkpoints are scheduled: a run that may only be stopped by a signal makes
+    // it when it writes one (each worker creates its window's folder).
+    if options.every.is_some() {
+        std::fs::create_dir_all(&options.dir).map_err(|e| {
+            format!(
+                "cannot create the checkpoint directory {}: {e}",
+                options.dir.display()
+            )
+        })?;
+    }
     let dir = std::path::absolute(&options.dir).unwrap_or_else(|_| options.dir.clone());
     let (at, name, print) = (
         dir.clone(),
