@@ -114,6 +114,15 @@ impl CheckpointArgs {
     }
 }
 
+/// `--workers N`: a whole number of at least 1.
+fn at_least_one_worker(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(0) => Err("a run needs at least 1 worker (1 runs it all in this process)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number of workers, at least 1".into()),
+    }
+}
+
 /// The output directory: `--out`, else runs/<experiment name>; created, and proven writable
 /// before anything runs, so that a read-only folder is named at once and not after the run.
 fn out_dir(exp: &Experiment, out: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -211,7 +220,7 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
         /// In-process workers, each with its own partitions and mailboxes.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, value_parser = at_least_one_worker)]
         workers: Option<u32>,
         /// Threads per worker (default: engine.threads, 0 = the idle cores, shared among the
         /// workers).
@@ -244,7 +253,7 @@ enum Command {
         #[arg(long)]
         listen: String,
         /// Workers to wait for.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, value_parser = at_least_one_worker)]
         workers: u32,
         /// Seconds to wait for every worker to register before giving up.
         #[arg(long, default_value_t = 300)]

@@ -304,3 +304,69 @@ fn an_algorithm_the_packet_level_engine_does_not_run_is_one_clear_error() {
     );
     assert!(!out.join("summary.json").exists(), "no partial result");
 }
+
+/// An output folder that cannot be written is named before anything runs; a run without
+/// `--checkpoint-every` leaves no `checkpoint/` behind.
+#[test]
+fn the_output_folder_is_checked_first_and_holds_only_results() {
+    let file = scratch("out-is-a-file").join("results");
+    std::fs::write(&file, "a file, not a folder").expect("write");
+    let stderr = one_clear_error(
+        fleetsim()
+            .args(["run", QUICKSTART, "--quiet", "--out"])
+            .arg(file.join("run"))
+            .args(SMALL),
+        "--out under a file",
+    );
+    assert!(
+        stderr.contains("cannot write the results to") && stderr.contains("--out"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("checkpoint"), "{stderr}");
+
+    let out = scratch("out-only-results");
+    run(&out, &[]);
+    assert!(
+        !out.join("checkpoint").exists(),
+        "an empty checkpoint/ was made"
+    );
+}
+
+/// More in-process workers than GPUs runs, with a word about it; none at all is refused.
+#[test]
+fn worker_counts_that_cannot_help_are_named() {
+    let out = fleetsim()
+        .args([
+            "run",
+            QUICKSTART,
+            "--quiet",
+            "--workers",
+            "33",
+            "--threads",
+            "1",
+            "--out",
+        ])
+        .arg(scratch("workers-33"))
+        .args(SMALL)
+        .output()
+        .expect("run fleetsim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: 33 workers for 32 GPUs: the extra workers have nothing to simulate"
+        ),
+        "{stderr}"
+    );
+    // A usage error, as clap reports them: status 2, the flag and the reason.
+    let out = fleetsim()
+        .args(["run", QUICKSTART, "--workers", "0"])
+        .output()
+        .expect("run fleetsim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("'--workers <WORKERS>': a run needs at least 1 worker"),
+        "{stderr}"
+    );
+}
