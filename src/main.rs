@@ -994,17 +994,22 @@ fn report_run(
         .with_context(|| format!("writing the results to {}", dir.display()))?;
     let s = &output.summary;
     let b = &s.breakdown_s;
+    let or_na =
+        |v: Option<f64>, decimals: usize| v.map_or("n/a".into(), |v| format!("{v:.decimals$}"));
     outln!(
-        "{}: iteration {:.6} s (per rank: compute {:.6} s, exposed communication {:.6} s, bubble {:.6} s), {:.1} TFLOP/s per GPU, MFU {:.3}, digest {}",
+        "{}: iteration {:.6} s (per rank: compute {:.6} s, exposed communication {:.6} s, bubble {:.6} s), {} TFLOP/s per GPU, MFU {}, digest {}",
         exp.name(),
         s.iteration_time_s,
         b.compute,
         b.exposed_comm,
         b.bubble,
-        s.tflops_per_gpu,
-        s.mfu,
+        or_na(s.tflops_per_gpu, 1),
+        or_na(s.mfu, 3),
         s.result_digest
     );
+    for warning in &s.warnings {
+        eprintln!("warning: {warning}");
+    }
     let net = &s.network;
     let flow = net.flow.as_ref().map_or(String::new(), |flow| {
         format!(

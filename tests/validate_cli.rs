@@ -90,9 +90,15 @@ fn nemo_launcher_row_runs_flash_attention_2_within_five_percent() {
     );
     // Numbered as `--rows` numbers it, in the table, the CSV and the case file alike.
     assert!(stdout.contains("\n 10 nemo-24.03-longseq-h100"), "{stdout}");
-    assert!(stdout.contains("worst: row 10 (line 11 of the file;"), "{stdout}");
+    assert!(
+        stdout.contains("worst: row 10 (line 11 of the file;"),
+        "{stdout}"
+    );
     let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
-    assert!(csv.lines().nth(1).is_some_and(|l| l.starts_with("10,11,")), "{csv}");
+    assert!(
+        csv.lines().nth(1).is_some_and(|l| l.starts_with("10,11,")),
+        "{csv}"
+    );
     let case =
         fs::read_to_string(out.join("cases/10-nemo-24.03-longseq-h100.toml")).expect("case file");
     assert!(case.contains("attention_backend = \"flash2\""), "{case}");

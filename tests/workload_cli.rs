@@ -80,6 +80,44 @@ fn shipped_simai_experiment_runs_its_file() {
     assert_eq!(v["stages"][0]["micro_batches"], 32);
 }
 
+/// A SimAI workload gives kernel times, not FLOPs or tokens: the run says n/a, and
+/// summary.json holds null, never a made-up 0.
+#[test]
+fn a_simai_run_reports_what_it_cannot_know_as_n_a() {
+    let out = scratch("simai-run");
+    let run = fleetsim()
+        .args([
+            "run",
+            "configs/experiments/simai-gpt3-175b-h100-1024.toml",
+            "--quiet",
+            "--set",
+            "network.model=analytical",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("run fleetsim");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(run.status.success(), "{stderr}");
+    assert!(stdout.contains("n/a TFLOP/s per GPU, MFU n/a"), "{stdout}");
+    assert!(
+        stderr.contains("warning: TFLOP/s per GPU and MFU are n/a"),
+        "{stderr}"
+    );
+    let summary = common::summary(&out);
+    for key in ["tflops_per_gpu", "mfu", "tokens_per_s", "samples_per_s"] {
+        assert!(summary[key].is_null(), "{key}: {summary}");
+    }
+    assert!(
+        summary["iteration_time_s"]
+            .as_f64()
+            .is_some_and(|t| t > 0.0)
+    );
+}
+
 fn bad_files(dir: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .expect("fixtures")

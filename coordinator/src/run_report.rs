@@ -77,11 +77,24 @@ pub fn summarize_run(
         .map(|r| exp.gpu_of_rank(r).peak_flops(precision))
         .sum::<f64>()
         / ranks;
-    let tflops_per_gpu = if t > 0.0 {
-        model_flops / t / ranks / 1e12
-    } else {
-        0.0
-    };
+    // A workload file of kernel times (SimAI's) carries no FLOPs: the rates are unknown.
+    let tflops_per_gpu = (model_flops > 0.0).then(|| {
+        if t > 0.0 {
+            model_flops / t / ranks / 1e12
+        } else {
+            0.0
+        }
+    });
+    let known_tokens = model.workload.tokens > 0;
+    let mut warnings = exp.warnings.clone();
+    if tflops_per_gpu.is_none() {
+        warnings.push(
+            "TFLOP/s per GPU and MFU are n/a: the workload gives kernel times, not FLOPs".into(),
+        );
+    }
+    if !known_tokens {
+        warnings.push("tokens/s and samples/s are n/a: the workload names no tokens".into());
+    }
     let s = &engine.stats;
     let net = &exp.loaded.config.network;
     let per_second = |x: f64| if t > 0.0 { x / t } else { 0.0 };
@@ -89,15 +102,18 @@ pub fn summarize_run(
         name: exp.name().to_string(),
         gpus,
         iteration_time_s: t,
-        tokens_per_s: per_second(model.workload.tokens as f64),
+        tokens_per_s: known_tokens.then(|| per_second(model.workload.tokens as f64)),
         batches_per_s: per_second(1.0),
-        samples_per_s: per_second(model.workload.tokens as f64 / exp.model.seq_len.max(1) as f64),
+        samples_per_s: known_tokens
+            .then(|| per_second(model.workload.tokens as f64 / exp.model.seq_len.max(1) as f64)),
         tflops_per_gpu,
-        mfu: if peak > 0.0 {
-            tflops_per_gpu * 1e12 / peak
-        } else {
-            0.0
-        },
+        mfu: tflops_per_gpu.map(|tflops| {
+            if peak > 0.0 {
+                tflops * 1e12 / peak
+            } else {
+                0.0
+            }
+        }),
         breakdown_s: Breakdown {
             compute: compute / ranks,
             exposed_comm: comm / ranks,
@@ -158,7 +174,7 @@ pub fn summarize_run(
                 .map(|(w, ws)| per_worker(w, ws))
                 .collect(),
         },
-        warnings: exp.warnings.clone(),
+        warnings,
     })
 }
 
@@ -582,7 +598,11 @@ pub fn write_outputs(
         links_csv(model, results, output.iteration_ps),
     )?;
     if model.trace {
-        write_trace(std::fs::File::create(dir.join("trace.json"))?, model, results)?;
+        write_trace(
+            std::fs::File::create(dir.join("trace.json"))?,
+            model,
+            results,
+        )?;
     }
     Ok(())
 }

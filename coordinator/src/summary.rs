@@ -17,13 +17,16 @@ pub struct Summary {
     pub name: String,
     pub gpus: u32,
     pub iteration_time_s: f64,
-    pub tokens_per_s: f64,
+    /// None (n/a) when the workload names no tokens (a SimAI workload file).
+    pub tokens_per_s: Option<f64>,
     /// Global batches (iterations) per second.
     pub batches_per_s: f64,
-    /// Sequences per second.
-    pub samples_per_s: f64,
-    pub tflops_per_gpu: f64,
-    pub mfu: f64,
+    /// Sequences per second; None with the tokens.
+    pub samples_per_s: Option<f64>,
+    /// Model TFLOP/s per GPU; None (n/a) when the workload carries no FLOPs (a SimAI
+    /// workload file gives kernel times).
+    pub tflops_per_gpu: Option<f64>,
+    pub mfu: Option<f64>,
     /// Mean over ranks.
     pub breakdown_s: Breakdown,
     pub result_digest: String,

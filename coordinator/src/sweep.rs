@@ -438,10 +438,10 @@ macro_rules! columns {
 const COLUMNS: [Column; 20] = columns![
     "iteration_time_s" => |s| Cell::Number(s.iteration_time_s),
     "batches_per_s" => |s| Cell::Number(s.batches_per_s),
-    "samples_per_s" => |s| Cell::Number(s.samples_per_s),
-    "mfu" => |s| Cell::Number(s.mfu),
+    "samples_per_s" => |s| s.samples_per_s.map_or(Cell::Absent, Cell::Number),
+    "mfu" => |s| s.mfu.map_or(Cell::Absent, Cell::Number),
     "result_digest" => |s| Cell::Text(s.result_digest.clone()),
-    "tflops_per_gpu" => |s| Cell::Number(s.tflops_per_gpu),
+    "tflops_per_gpu" => |s| s.tflops_per_gpu.map_or(Cell::Absent, Cell::Number),
     "compute_s" => |s| Cell::Number(s.breakdown_s.compute),
     "exposed_comm_s" => |s| Cell::Number(s.breakdown_s.exposed_comm),
     "bubble_s" => |s| Cell::Number(s.breakdown_s.bubble),

@@ -707,10 +707,11 @@ pub fn run_case(
     })?;
     let summary = output.summary;
     let seconds = summary.iteration_time_s;
-    let tflops = summary.tflops_per_gpu;
+    // A row always becomes a model fleetsim compiles, so its FLOPs are known.
+    let tflops = summary.tflops_per_gpu.unwrap_or_default();
     // Model TFLOP per GPU per iteration, to turn a measured time into TFLOP/s.
     let work = seconds * tflops;
-    let tokens = summary.tokens_per_s / f64::from(case.gpus.max(1));
+    let tokens = summary.tokens_per_s.unwrap_or_default() / f64::from(case.gpus.max(1));
     let (predicted, measured_tflops) = match (case.unit, case.tokens_per_gpu_s) {
         (Unit::SecondsPerIteration, _) => (seconds, work / case.measured),
         // Tokens are counted alike everywhere: the prediction in the source's TFLOP/s is the
@@ -817,7 +818,7 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
             breakdown.compute,
             breakdown.exposed_comm,
             breakdown.bubble,
-            s.mfu,
+            s.mfu.unwrap_or_default(),
             s.result_digest,
             o.case.row,
             o.case.source
