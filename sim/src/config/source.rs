@@ -274,7 +274,14 @@ pub fn parse_text(file: &str, text: &str) -> Result<Located, ConfigError> {
     let lines = LineIndex::new(text);
     let doc = DeTable::parse(text).map_err(|e| {
         let line = e.span().map(|s| lines.line(s.start)).unwrap_or(1);
-        let message = e.message().trim().replace('\n', " ");
+        let mut message = e.message().trim().replace('\n', " ");
+        // toml says only "duplicate key"; its span is the key written the second time.
+        if message == "duplicate key"
+            && let Some(key) = e.span().and_then(|s| text.get(s)).map(str::trim)
+        {
+            message =
+                format!("duplicate key `{key}`: a key is set once per table; keep one of the two");
+        }
         ConfigError::new(
             Origin::File {
                 file: file.to_string(),
@@ -292,7 +299,7 @@ pub fn parse_text(file: &str, text: &str) -> Result<Located, ConfigError> {
     for (k, v) in doc.get_ref() {
         table.insert(
             k.get_ref().to_string(),
-            convert(file, &lines, k.span().start, v)?,
+            convert(file, &lines, (k.get_ref(), k.span().start), v)?,
         );
     }
     Ok(Located {
@@ -301,10 +308,12 @@ pub fn parse_text(file: &str, text: &str) -> Result<Located, ConfigError> {
     })
 }
 
+/// A TOML value with its origin; `key` is its dotted path (for errors) and where its key
+/// was written.
 fn convert(
     file: &str,
     lines: &LineIndex,
-    key_offset: usize,
+    (key, key_offset): (&str, usize),
     value: &toml::Spanned<DeValue<'_>>,
 ) -> Result<Located, ConfigError> {
     // A table header's span covers the whole table; the key's line is the one users look for.
@@ -320,20 +329,23 @@ fn convert(
             Err(_) => {
                 return Err(ConfigError::new(
                     origin,
-                    "",
+                    key,
                     format!("integer {} does not fit in 64 bits", i.as_str()),
                 ));
             }
         },
         DeValue::Float(x) => {
             let parsed: f64 = x.as_str().replace('_', "").parse().map_err(|_| {
-                ConfigError::new(origin.clone(), "", format!("bad float {}", x.as_str()))
+                ConfigError::new(origin.clone(), key, format!("bad float {}", x.as_str()))
             })?;
             if !parsed.is_finite() {
                 return Err(ConfigError::new(
                     origin,
-                    "",
-                    format!("{} is not a finite number", x.as_str()),
+                    key,
+                    format!(
+                        "{} is not a finite number; write a number such as 400.0",
+                        x.as_str()
+                    ),
                 ));
             }
             Value::Float(parsed)
@@ -342,21 +354,30 @@ fn convert(
         DeValue::Datetime(d) => {
             return Err(ConfigError::new(
                 origin,
-                "",
+                key,
                 format!("date-time {d} is not a valid value anywhere in an experiment file"),
             ));
         }
         DeValue::Array(a) => Value::Array(
             a.iter()
-                .map(|item| convert(file, lines, item.span().start, item))
+                .enumerate()
+                .map(|(i, item)| {
+                    convert(
+                        file,
+                        lines,
+                        (&format!("{key}[{i}]"), item.span().start),
+                        item,
+                    )
+                })
                 .collect::<Result<_, _>>()?,
         ),
         DeValue::Table(t) => {
             let mut out = BTreeMap::new();
             for (k, v) in t {
+                let path = format!("{key}.{}", k.get_ref());
                 out.insert(
                     k.get_ref().to_string(),
-                    convert(file, lines, k.span().start, v)?,
+                    convert(file, lines, (&path, k.span().start), v)?,
                 );
             }
             Value::Table(out)
@@ -540,7 +561,24 @@ fn describe_serde_message(message: &str) -> String {
     let m = m.replace("unknown field", "unknown key");
     let m = m.replace("missing field", "missing required key");
     let m = m.replace("unknown variant", "unknown value");
-    m.replace(", expected", "; expected")
+    let m = m.replace(", expected", "; expected");
+    // Rust's type names mean nothing to a user: say what to write.
+    for (rust, wanted) in [
+        ("u8", "a whole number from 0 to 255"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u32", "a whole number from 0 to 4294967295"),
+        ("u64", "a whole number of 0 or more"),
+        ("usize", "a whole number of 0 or more"),
+        ("i32", "a whole number"),
+        ("i64", "a whole number"),
+        ("f32", "a number"),
+        ("f64", "a number"),
+    ] {
+        if let Some(head) = m.strip_suffix(&format!("; expected {rust}")) {
+            return format!("{head}; expected {wanted}");
+        }
+    }
+    m
 }
 
 /// Parses one self-contained TOML document (a GPU file, a preset) into a typed value.

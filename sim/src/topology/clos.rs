@@ -791,7 +791,7 @@ mod tests {
             (
                 "gpus = 64\nfabric_link_gbps = -4\n",
                 "cluster.fabric_link_gbps",
-                "> 0",
+                "from 1 to 1000000 Gb/s",
             ),
         ];
         for (toml, key, text) in cases {
