@@ -519,10 +519,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let started = Instant::now();
             let topology = exp.build_topology()?;
             let build_s = started.elapsed().as_secs_f64();
+            tracing::info!(
+                experiment = exp.name(),
+                nodes = topology.nodes().len(),
+                links = topology.link_count(),
+                seconds = build_s,
+                "topology built"
+            );
             // Validates `[network]` against the links it will run on.
             sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
             sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
+            let started = Instant::now();
             let workload = sim::workload::load_or_compile(&exp, None)?;
+            tracing::info!(
+                programs = workload.programs.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                "workload compiled"
+            );
             // Validates `[compute]` and any measured kernel tables even without --kernels.
             let model = ComputeModel::from_experiment(&exp)?;
             let summaries = sim::workload::summary::summarize(&workload);

@@ -370,3 +370,50 @@ fn worker_counts_that_cannot_help_are_named() {
         "{stderr}"
     );
 }
+
+/// `--log-level info` shows what the run did, and `--log-format json` writes it one JSON
+/// object per line; the default (warn) shows none of it.
+#[test]
+fn log_flags_change_what_a_run_shows() {
+    let out = fleetsim()
+        .args([
+            "run",
+            QUICKSTART,
+            "--quiet",
+            "--log-level",
+            "info",
+            "--log-format",
+            "json",
+            "--out",
+        ])
+        .arg(scratch("run-logs"))
+        .args(SMALL)
+        .output()
+        .expect("run fleetsim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let messages: Vec<String> = stderr
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON log line");
+            v["fields"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    for step in ["model built", "partitioned", "simulated"] {
+        assert!(messages.iter().any(|m| m == step), "{step}: {stderr}");
+    }
+    let quiet = fleetsim()
+        .args(["run", QUICKSTART, "--quiet", "--out"])
+        .arg(scratch("run-no-logs"))
+        .args(SMALL)
+        .output()
+        .expect("run fleetsim");
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+}

@@ -187,11 +187,41 @@ pub fn run_embedded(
     options: &RunOptions,
     progress: Option<ProgressHook>,
 ) -> Result<RunOutput, RunError> {
+    let started = std::time::Instant::now();
     let model = SimModel::from_experiment(exp, options.trace)?;
-    let partition = partition(exp, &model, options.placement(exp))?;
+    tracing::info!(
+        experiment = exp.name(),
+        gpus = exp.loaded.config.cluster.gpus,
+        nodes = model.topology.nodes().len(),
+        links = model.topology.link_count(),
+        network = exp.loaded.config.network.model.name(),
+        seconds = started.elapsed().as_secs_f64(),
+        "model built"
+    );
+    let placement = options.placement(exp);
+    let started = std::time::Instant::now();
+    let partition = partition(exp, &model, placement)?;
+    tracing::info!(
+        strategy = %partition.strategy,
+        partitions = partition.weights.len(),
+        workers = placement.workers,
+        threads = placement.threads,
+        scheduling = placement.scheduling.name(),
+        lookahead_ps = partition.lookahead_ps,
+        seconds = started.elapsed().as_secs_f64(),
+        "partitioned"
+    );
     let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
     let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
     let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
+    tracing::info!(
+        events = summary.engine.events,
+        windows = summary.engine.windows,
+        wall_s = summary.engine.wall_s,
+        iteration_s = summary.iteration_time_s,
+        digest = %summary.result_digest,
+        "simulated"
+    );
     Ok(RunOutput {
         model,
         results,
