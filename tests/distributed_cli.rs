@@ -266,6 +266,38 @@ fn wait_at_most(child: &mut Child, limit: Duration) -> Option<std::process::Exit
     None
 }
 
+/// SIGTERM to a worker still waiting for its coordinator ends it at once, not after the
+/// 30 s it would keep trying to connect.
+#[test]
+fn sigterm_to_a_worker_still_connecting_ends_it_at_once() {
+    let dir = scratch("distributed-term-connecting");
+    let token = token_file(&dir.join("token"), "a-shared-secret\n");
+    // A port nothing listens on.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = free.local_addr().expect("address").to_string();
+    drop(free);
+    let mut worker = start_worker(&address, &token);
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let status = wait_at_most(&mut worker, Duration::from_secs(5));
+    let _ = worker.kill();
+    let output = worker.wait_with_output().expect("worker output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        status.is_some(),
+        "still running 5 s after SIGTERM: {stderr}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("asked to stop while waiting for the coordinator"),
+        "{stderr}"
+    );
+}
+
 /// Waits until the coordinator writing to `out` completed a checkpoint.
 fn wait_for_checkpoint(out: &Path) {
     let manifest = out.join("checkpoint").join("checkpoint.json");

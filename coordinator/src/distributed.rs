@@ -17,7 +17,7 @@
 //! its calls, so tokio stays out of the simulation's hot path.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -988,6 +988,12 @@ pub fn run_worker_process(
                     "cannot reach the coordinator at {coordinator} within {} s: {}",
                     CONNECT_PATIENCE.as_secs(),
                     error_chain(&e)
+                )));
+            }
+            // SIGTERM or SIGUSR1 before registering: nothing ran, nothing to checkpoint.
+            Err(_) if stop_requested.load(Ordering::Relaxed) => {
+                return Err(fail(format!(
+                    "asked to stop while waiting for the coordinator at {coordinator}; nothing ran"
                 )));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
