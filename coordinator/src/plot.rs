@@ -175,10 +175,12 @@ fn register_font() -> Result<(), PlotError> {
 pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
     register_font()?;
     let points = || chart.series.iter().flat_map(|s| s.points.iter().copied());
-    let (mut x_min, mut x_max, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let (mut x_min, mut x_max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let (mut y_min, mut y_max) = (0.0f64, 0.0f64);
     for (x, y) in points() {
         x_min = x_min.min(x);
         x_max = x_max.max(x);
+        y_min = y_min.min(y);
         y_max = y_max.max(y);
     }
     if !x_min.is_finite() {
@@ -187,13 +189,24 @@ pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
     if x_max <= x_min {
         x_max = x_min * 2.0 + 1.0;
     }
+    // Room around the outermost points, so that none is cut in half by an axis or an edge.
+    let (x_min, x_max) = if chart.log_x {
+        (x_min / 1.15, x_max * 1.15)
+    } else {
+        let pad = 0.04 * (x_max - x_min);
+        (x_min - pad, x_max + pad)
+    };
     let y_max = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
+    let y_min = y_min - 0.03 * (y_max - y_min);
+    let names = legend_names(chart.series);
     let err = |e: &dyn std::fmt::Display| PlotError(e.to_string());
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (900, 560)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1200, 560)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
-        let mut builder = ChartBuilder::on(&root);
+        // The legend has a column of its own at the right: it hides no point.
+        let (plot, legend) = root.split_horizontally(880);
+        let mut builder = ChartBuilder::on(&plot);
         builder
             .caption(chart.title, (FAMILY, 22))
             .margin(16)
@@ -216,33 +229,67 @@ pub fn line_chart_svg(chart: &LineChart) -> Result<String, PlotError> {
                         s.points.iter().copied(),
                         color.stroke_width(2),
                     ))
-                    .map_err(|e| err(&e))?
-                    .label(s.name.as_str())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
+                    .map_err(|e| err(&e))?;
                     ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                         .map_err(|e| err(&e))?;
                 }
-                draw_legend(&mut ctx)?;
             }};
         }
         if chart.log_x {
             draw!(
                 builder
-                    .build_cartesian_2d((x_min..x_max).log_scale().base(2.0), 0.0..y_max)
+                    .build_cartesian_2d((x_min..x_max).log_scale().base(2.0), y_min..y_max)
                     .map_err(|e| err(&e))?
             );
         } else {
             draw!(
                 builder
-                    .build_cartesian_2d(x_min..x_max, 0.0..y_max)
+                    .build_cartesian_2d(x_min..x_max, y_min..y_max)
                     .map_err(|e| err(&e))?
             );
+        }
+        for (i, name) in names.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let y = 60 + 22 * i as i32;
+            legend
+                .draw(&PathElement::new(
+                    vec![(4, y), (22, y)],
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| err(&e))?;
+            legend
+                .draw(&Circle::new((13, y), 3, color.filled()))
+                .map_err(|e| err(&e))?;
+            legend
+                .draw(&Text::new(
+                    name.as_str(),
+                    (28, y - 8),
+                    (FAMILY, 14).into_font(),
+                ))
+                .map_err(|e| err(&e))?;
         }
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
+}
+
+/// Each series' name in the legend; one whose points are all another's (drawn under it) says
+/// so, e.g. `auto (same as metis)`.
+fn legend_names(series: &[Series]) -> Vec<String> {
+    series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            match series[..i]
+                .iter()
+                .rev()
+                .find(|earlier| earlier.points == s.points)
+            {
+                Some(earlier) => format!("{} (same as {})", s.name, earlier.name),
+                None => s.name.clone(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

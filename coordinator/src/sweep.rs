@@ -550,6 +550,12 @@ pub fn plot_svg(
         };
         Series::add_point(&mut series, &name, (x, y));
     }
+    // Positions of non-numeric values are whole numbers too.
+    let integer_x = !numeric
+        || last
+            .values
+            .iter()
+            .all(|v| first(v).parse::<f64>().is_ok_and(|x| x.fract() == 0.0));
     let x_label = if numeric {
         first(&last.key)
     } else {
@@ -560,14 +566,48 @@ pub fn plot_svg(
         x_label: &x_label,
         y_label,
         log_x: false,
-        x_ticks: |x| format!("{x}"),
+        x_ticks: if integer_x {
+            integer_tick
+        } else {
+            decimal_tick
+        },
         series: &series,
     })
+}
+
+/// A tick of an axis of whole numbers (workers, GPUs, TP): fractional ticks stay unlabelled.
+fn integer_tick(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        String::new()
+    }
+}
+
+/// A tick at up to six decimals without float noise: 1.8, not 1.7999999999999998.
+fn decimal_tick(x: f64) -> String {
+    let text = format!("{x:.6}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.to_string()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_read_as_a_person_writes_them() {
+        assert_eq!(decimal_tick(1.7999999999999998), "1.8");
+        assert_eq!(decimal_tick(0.25), "0.25");
+        assert_eq!(decimal_tick(3.0), "3");
+        assert_eq!(decimal_tick(-0.0000001), "0");
+        assert_eq!(integer_tick(4.0), "4");
+        assert_eq!(integer_tick(4.5), "");
+    }
 
     #[test]
     fn the_cross_product_varies_the_first_key_slowest() {
