@@ -201,8 +201,13 @@ enum Command {
         /// table template, every distinct kernel with the model's time).
         #[arg(long, value_enum, requires = "output")]
         export: Option<ExportFormat>,
-        /// File the export is written to.
-        #[arg(long, requires = "export")]
+        /// File the export is written to (`--output` also works).
+        #[arg(
+            long = "out",
+            alias = "output",
+            value_name = "FILE",
+            requires = "export"
+        )]
         output: Option<PathBuf>,
         /// Run a SimAI workload file instead of compiling the model (like `workload_file`).
         #[arg(long, value_name = "FILE")]
@@ -329,12 +334,12 @@ enum Command {
         #[arg(long, value_parser = parse_vary, required_unless_present_any = ["collect", "point"])]
         vary: Vec<coordinator::sweep::Vary>,
         /// Where sweep.csv and sweep.svg go (with --slurm: the sweep's folder, which every
-        /// node must see).
-        #[arg(long, required_unless_present_any = ["collect", "point"])]
+        /// node must see). Default: runs/<experiment name>-sweep.
+        #[arg(long)]
         out: Option<PathBuf>,
         /// The column of sweep.csv the plot shows (default: iteration_time_s, or wall_s when
-        /// only engine.* keys vary), e.g. batches_per_s.
-        #[arg(long, value_name = "COLUMN")]
+        /// only engine.* keys vary), e.g. batches_per_s. (`--plot` also works.)
+        #[arg(long = "plot-column", alias = "plot", value_name = "COLUMN")]
         plot: Option<String>,
         /// Override a key of the experiment file for every run.
         #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -691,7 +696,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                             "is not a column"
                         };
                         Err(anyhow::anyhow!(
-                            "--plot: `{c}` {what}; use one of {}",
+                            "--plot-column: `{c}` {what}; use one of {}",
                             numeric.join(", ")
                         ))
                     }
@@ -705,8 +710,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let rows = manifest.collect(&dir)?;
                 return write_sweep(&dir, &manifest.varies, &rows, y);
             }
-            let (Some(experiment), Some(out)) = (experiment, out) else {
-                anyhow::bail!("sweep needs an experiment file and --out DIR");
+            let Some(experiment) = experiment else {
+                anyhow::bail!("sweep needs an experiment file");
+            };
+            let out = match out {
+                Some(out) => out,
+                None => {
+                    let name = Experiment::load(&experiment, &sets)?.name().to_string();
+                    PathBuf::from("runs").join(format!("{name}-sweep"))
+                }
             };
             if slurm {
                 let manifest = sweep::SweepManifest::new(&experiment, &sets, &vary)?;

@@ -302,3 +302,20 @@ fn a_bad_sweep_folder_is_one_clear_error() {
         assert!(stderr.contains(want), "{args:?}: {stderr}");
     }
 }
+
+/// Like `run`, a sweep needs no `--out`: its results go to runs/<experiment name>-sweep.
+#[test]
+fn a_sweep_without_out_writes_under_runs() {
+    let dir = scratch("sweep-default-out");
+    let experiment = std::fs::canonicalize(QUICKSTART).expect("quickstart");
+    stdout_ok(
+        fleetsim()
+            .current_dir(&dir)
+            .arg("sweep")
+            .arg(&experiment)
+            .args(["--vary", "parallel.micro_batch=1"])
+            .args(SMALL),
+    );
+    let csv = dir.join("runs/quickstart-gpt3-13b-h100-128-sweep/sweep.csv");
+    assert!(csv.exists(), "no {}", csv.display());
+}

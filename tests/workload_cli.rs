@@ -54,7 +54,7 @@ fn simai_export_imports_back() {
     let file = scratch("simai-export").join("quickstart.simai.txt");
     stdout_ok(
         fleetsim()
-            .args(["workload", QUICKSTART, "--export", "simai", "--output"])
+            .args(["workload", QUICKSTART, "--export", "simai", "--out"])
             .arg(&file),
     );
     let text = fs::read_to_string(&file).expect("export");

@@ -14,7 +14,7 @@ scale_values='64+4+4,128+8+8,256+16+16,512+32+32,1024+64+64'
 # With CXL the switch spans every server and holds one memory node per server.
 cxl_scale="$scale+cluster.cxl.hosts_per_switch+cluster.cxl.memory_nodes_per_switch"
 cxl_values='64+4+4+8+8,128+8+8+16+16,256+16+16+32+32,512+32+32+64+64,1024+64+64+128+128'
-run() { local name=$1; shift; "$bin" sweep "$@" --plot batches_per_s --out "$out/$name" > /dev/null; echo "$name done"; }
+run() { local name=$1; shift; "$bin" sweep "$@" --plot-column batches_per_s --out "$out/$name" > /dev/null; echo "$name done"; }
 run scale-no-cxl "$dir/base.toml" --vary "$mix" --vary "$scale=$scale_values"
 run scale-cxl-fabric "$dir/cxl-fabric.toml" --vary "$mix" --vary "$cxl_scale=$cxl_values"
 run scale-cxl-memory "$dir/cxl.toml" --vary "$mix" --vary "$cxl_scale=$cxl_values"

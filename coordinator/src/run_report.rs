@@ -296,7 +296,7 @@ pub fn collectives_csv(results: &RunResults) -> String {
         }
     }
     let mut out = String::from(
-        "group,op,bytes,group_size,algorithm,count,mean_s,min_s,max_s,algbw_gbps,busbw_gbps\n",
+        "group,op,bytes,group_size,algorithm,count,mean_s,min_s,max_s,algbw_gb_s,busbw_gb_s\n",
     );
     for ((g, op, bytes), s) in merged {
         let mean = s.total_ps as f64 / s.count.max(1) as f64 * PS;
