@@ -582,7 +582,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let generated = run.token_file.is_none();
             let token = match &run.token_file {
                 Some(f) => coordinator::distributed::read_token(f).map_err(anyhow::Error::msg)?,
-                None => coordinator::distributed::new_token(),
+                None => coordinator::distributed::new_token().map_err(anyhow::Error::msg)?,
             };
             let patience = std::time::Duration::from_secs(register_timeout);
             let tune = |o: &mut CoordinatorOptions| o.registration_patience = patience;
@@ -1096,7 +1096,7 @@ fn slurm_command(
     let token = match run.token_file.as_deref() {
         Some(f) => read_token(f).map_err(anyhow::Error::msg)?,
         None if task.is_coordinator() => {
-            let token = dist::new_token();
+            let token = dist::new_token().map_err(anyhow::Error::msg)?;
             write_private(&task.file("token"), &token).map_err(anyhow::Error::msg)?;
             token
         }

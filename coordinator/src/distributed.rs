@@ -91,15 +91,13 @@ fn with_token<T>(message: T, token: &str) -> Result<Request<T>, EngineError> {
     Ok(request)
 }
 
-/// A new token for a run: 128 bits from the clock, the process and the address space.
-pub fn new_token() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let here = &nanos as *const u64 as u64;
-    let a = sim::topology::splitmix64(nanos ^ u64::from(std::process::id()));
-    let b = sim::topology::splitmix64(a ^ here);
-    format!("{a:016x}{b:016x}")
+/// A new token for a run: 128 bits from the operating system's random source, so that no
+/// one who knows when and where the run started can guess it.
+pub fn new_token() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| format!("cannot draw a random run token from the system: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The name every process's certificate is issued for: peers check it instead of host

@@ -99,21 +99,8 @@ impl SlurmTask {
 /// only.
 pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
     use std::io::Write as _;
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let result = (|| {
-        let mut f = options.open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| format!("cannot write {}: {e}", path.display()))
+    worker::checkpoint::replace_file(path, 0o600, |out| out.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Waits up to `patience` for `path` to exist; its first line.
@@ -147,6 +134,31 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    /// The token file: replaced whole, never half written, and readable by its owner only.
+    #[test]
+    fn a_private_file_is_replaced_whole_and_owner_only() {
+        let dir = std::env::temp_dir().join(format!("fleetsim-private-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("token");
+        write_private(&path, "first\n").expect("write");
+        write_private(&path, "second\n").expect("replace");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "second\n");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // No temporary is left beside it.
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("list")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("token")]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
