@@ -17,6 +17,21 @@ fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     serde_json::from_str(&text).expect("summary.json is JSON")
 }
 
+/// The standard error of a successful small run into scratch folder `name`.
+fn stderr_of_run(name: &str, extra: &[&str]) -> String {
+    let out = fleetsim()
+        .args(["run", QUICKSTART, "--quiet"])
+        .args(extra)
+        .arg("--out")
+        .arg(scratch(name))
+        .args(SMALL)
+        .output()
+        .expect("run fleetsim");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn run_writes_every_output_and_the_digest_ignores_the_split() {
     let one = scratch("run-one");
@@ -335,23 +350,7 @@ fn the_output_folder_is_checked_first_and_holds_only_results() {
 /// More in-process workers than GPUs runs, with a word about it; none at all is refused.
 #[test]
 fn worker_counts_that_cannot_help_are_named() {
-    let out = fleetsim()
-        .args([
-            "run",
-            QUICKSTART,
-            "--quiet",
-            "--workers",
-            "33",
-            "--threads",
-            "1",
-            "--out",
-        ])
-        .arg(scratch("workers-33"))
-        .args(SMALL)
-        .output()
-        .expect("run fleetsim");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = stderr_of_run("workers-33", &["--workers", "33", "--threads", "1"]);
     assert!(
         stderr.contains(
             "warning: 33 workers for 32 GPUs: the extra workers have nothing to simulate"
@@ -375,23 +374,7 @@ fn worker_counts_that_cannot_help_are_named() {
 /// object per line; the default (warn) shows none of it.
 #[test]
 fn log_flags_change_what_a_run_shows() {
-    let out = fleetsim()
-        .args([
-            "run",
-            QUICKSTART,
-            "--quiet",
-            "--log-level",
-            "info",
-            "--log-format",
-            "json",
-            "--out",
-        ])
-        .arg(scratch("run-logs"))
-        .args(SMALL)
-        .output()
-        .expect("run fleetsim");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = stderr_of_run("run-logs", &["--log-level", "info", "--log-format", "json"]);
     let messages: Vec<String> = stderr
         .lines()
         .map(|l| {
