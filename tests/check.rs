@@ -112,19 +112,3 @@ fn tempdir() -> std::path::PathBuf {
     fs::create_dir_all(&d).expect("create temp dir");
     d
 }
-
-#[test]
-fn a_reader_that_goes_away_ends_it_quietly() {
-    // `fleetsim check … | head -0`: the pipe is closed before anything is written to it.
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("fleetsim"))
-        .args(["check", "configs/experiments/quickstart.toml"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("fleetsim starts");
-    drop(child.stdout.take());
-    let out = child.wait_with_output().expect("fleetsim ends");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.is_empty(), "{stderr}");
-}

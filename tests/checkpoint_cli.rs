@@ -144,11 +144,7 @@ fn sigterm_stops_a_run_at_a_checkpoint_that_resumes() {
         assert!(Instant::now() < until, "no checkpoint within 60 s");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let sent = Command::new("kill")
-        .args(["-TERM", &run.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    common::send_sigterm(&run);
     let until = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = run.try_wait().expect("wait") {

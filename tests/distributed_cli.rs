@@ -278,11 +278,7 @@ fn sigterm_to_a_worker_still_connecting_ends_it_at_once() {
     drop(free);
     let mut worker = start_worker(&address, &token);
     std::thread::sleep(Duration::from_millis(1500));
-    let sent = Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    common::send_sigterm(&worker);
     let status = wait_at_most(&mut worker, Duration::from_secs(5));
     let _ = worker.kill();
     let output = worker.wait_with_output().expect("worker output");
@@ -425,11 +421,7 @@ fn a_dead_worker_stops_the_run_within_ten_seconds_and_the_run_resumes_on_two() {
 #[test]
 fn sigterm_to_a_worker_checkpoints_and_stops_the_whole_run() {
     let mut run = CheckpointingRun::start("distributed-sigterm", 2);
-    let sent = Command::new("kill")
-        .args(["-TERM", &run.workers[1].id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    common::send_sigterm(&run.workers[1]);
     let (status, workers, stderr) = run.finish(Duration::from_secs(30));
     assert_eq!(
         status.expect("the coordinator stops").code(),

@@ -107,3 +107,12 @@ pub fn small_embedded_digest(dir: &Path) -> String {
         .expect("a digest")
         .to_string()
 }
+
+/// Sends SIGTERM to `child`, as Slurm does before a preemption.
+pub fn send_sigterm(child: &std::process::Child) {
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -TERM {}", child.id());
+}
