@@ -207,6 +207,18 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     assert!(collectives.contains("tp,all-gather"), "{collectives}");
     let links = std::fs::read_to_string(one.join("links.csv")).unwrap();
     assert!(links.contains("class,network"), "{links}");
+    // Closed-form (analytical) NVLink traffic counts towards its class's utilisation.
+    let nvlink: Vec<&str> = links
+        .lines()
+        .find(|l| l.starts_with("class,nvlink,"))
+        .expect("an nvlink line")
+        .split(',')
+        .collect();
+    let (analytical, utilisation): (u64, f64) = (
+        nvlink[7].parse().expect("analytical_bytes"),
+        nvlink[8].parse().expect("utilisation"),
+    );
+    assert!(analytical > 0 && utilisation > 0.0, "{links}");
     assert!(
         !one.join("trace.json").exists(),
         "trace.json only with --trace"

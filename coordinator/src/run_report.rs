@@ -337,10 +337,12 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
     );
     let mut per_class = [(0u64, 0u64, 0u64, 0u64, 0u64); 4];
     let mut analytical = [0u64; 4];
+    let mut analytical_link_bytes = [0u64; 4];
     let mut ports = Vec::new();
     for (_, r) in &results.reports {
         for (c, b) in r.analytical_bytes.iter().enumerate() {
             analytical[c] += b;
+            analytical_link_bytes[c] += r.analytical_link_bytes[c];
         }
         for p in &r.ports {
             let c = class_index(topo.link(p.link).class);
@@ -355,17 +357,24 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
     }
     let counts = topo.links_by_class();
     for (c, class) in CLASSES.iter().enumerate() {
-        let n = counts.get(class).map_or(0, |(n, _)| *n);
+        let (n, bytes_per_s) = counts.get(class).copied().unwrap_or((0, 0.0));
         if n == 0 {
             continue;
         }
         let (bytes, busy, maxq, pauses, marks) = per_class[c];
+        // Busy time of packet-level ports, plus closed-form bytes at the class's mean link
+        // rate: the share of the class's link-time spent sending.
+        let analytical_busy_s = if bytes_per_s > 0.0 {
+            analytical_link_bytes[c] as f64 / bytes_per_s
+        } else {
+            0.0
+        };
         let _ = writeln!(
             out,
             "class,{},,,,{n},{bytes},{},{:.6},{maxq},{pauses},{marks}",
             class.name(),
             analytical[c],
-            busy as f64 * PS / t / f64::from(n)
+            busy as f64 * PS / t / f64::from(n) + analytical_busy_s / t
         );
     }
     ports.sort_by(|a, b| b.busy_ps.cmp(&a.busy_ps).then(a.link.cmp(&b.link)));

@@ -359,6 +359,7 @@ pub struct GpuLp {
     /// By [`super::ProgramIndex::collective_slot`]; a rank that runs no collective has none.
     collectives: Vec<CollectiveSlot>,
     analytical_bytes: [u64; 4],
+    analytical_link_bytes: [u64; 4],
     spans: Vec<Vec<Span>>,
     error: Option<String>,
     /// Injected flows ([`SimModel::flows`]) that arrived here: (index, time).
@@ -432,8 +433,14 @@ struct PathInfo {
     queued: bool,
     /// Crosses a link whose flows share it max-min fairly (flow mode).
     shared: bool,
-    /// Link classes the path crosses, to account analytical traffic.
-    classes: [bool; 4],
+    /// Links of each class the path crosses, to account analytical traffic.
+    class_hops: [u8; 4],
+}
+
+impl PathInfo {
+    fn crosses(&self, class: LinkClass) -> bool {
+        self.class_hops[class_index(class)] > 0
+    }
 }
 
 /// Routes from one GPU: paths with a single choice at every hop (the same for every flow
@@ -462,9 +469,9 @@ impl PathCache {
         }
         let a = self.get(model, src, via, hash)?;
         let b = self.get(model, via, dst, hash)?;
-        let mut classes = a.classes;
-        for (c, used) in b.classes.iter().enumerate() {
-            classes[c] |= used;
+        let mut class_hops = a.class_hops;
+        for (c, hops) in b.class_hops.iter().enumerate() {
+            class_hops[c] = class_hops[c].saturating_add(*hops);
         }
         Ok(PathInfo {
             latency_ps: a.latency_ps + b.latency_ps,
@@ -473,7 +480,7 @@ impl PathCache {
             hops: a.hops + b.hops,
             queued: a.queued || b.queued,
             shared: a.shared || b.shared,
-            classes,
+            class_hops,
         })
     }
 
@@ -498,7 +505,7 @@ impl PathCache {
             hops: self.path.len() as u32,
             queued: false,
             shared: false,
-            classes: [false; 4],
+            class_hops: [0; 4],
         };
         for &l in &self.path {
             let lk = model.topology.link(l);
@@ -506,7 +513,8 @@ impl PathCache {
             info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
             info.queued |= model.net.is_queued(lk.class);
             info.shared |= model.net.is_shared(lk.class);
-            info.classes[super::results::class_index(lk.class)] = true;
+            let hops = &mut info.class_hops[super::results::class_index(lk.class)];
+            *hops = hops.saturating_add(1);
         }
         if single_choice {
             self.fixed_pairs.push((src, dst));
@@ -558,6 +566,7 @@ impl GpuLp {
             digest: splitmix64(u64::from(node)),
             collectives: Vec::new(),
             analytical_bytes: [0; 4],
+            analytical_link_bytes: [0; 4],
             spans: if model.trace {
                 vec![Vec::new(); STREAMS]
             } else {
@@ -1705,7 +1714,7 @@ impl GpuLp {
             closed &= !(p.queued || p.shared);
             hop_ps.0 = p.latency_ps;
             shape.intra_bytes_per_s = p.bytes_per_s;
-            shape.nvlink = p.classes[class_index(LinkClass::NvLink)];
+            shape.nvlink = p.crosses(LinkClass::NvLink);
             shape.nvswitch = shape.nvlink && p.hops == 2;
             if mixed {
                 // The slowest host's scale-up link bounds the group.
@@ -1731,10 +1740,8 @@ impl GpuLp {
                 // Some hosts may sit behind the first member's CXL switch and others beyond
                 // the network: look at every host once. The group is coherent if all are
                 // behind the switch, closed if no path to any of them is queued.
-                let cxl = |p: &PathInfo| {
-                    p.classes[class_index(LinkClass::Cxl)]
-                        && !p.classes[class_index(LinkClass::Network)]
-                };
+                let cxl =
+                    |p: &PathInfo| p.crosses(LinkClass::Cxl) && !p.crosses(LinkClass::Network);
                 let mut seen = vec![home];
                 let mut coherent = true;
                 for &m in &members {
@@ -2106,10 +2113,17 @@ impl GpuLp {
     /// Counts `bytes` of closed-form collective traffic on the link classes towards `dst`.
     fn account_analytical(&mut self, model: &SimModel, dst: NodeId, bytes: u64) {
         if let Ok(p) = self.paths.get(model, self.node, dst, 0) {
-            for (c, used) in p.classes.iter().enumerate() {
-                if *used {
-                    self.analytical_bytes[c] += bytes;
-                }
+            self.account_path(&p, bytes);
+        }
+    }
+
+    /// Counts `bytes` sent analytically along `path`: once per link class it crosses, and
+    /// once per link it crosses (what links.csv's utilisation needs).
+    fn account_path(&mut self, path: &PathInfo, bytes: u64) {
+        for (c, hops) in path.class_hops.iter().enumerate() {
+            if *hops > 0 {
+                self.analytical_bytes[c] += bytes;
+                self.analytical_link_bytes[c] += bytes * u64::from(*hops);
             }
         }
     }
@@ -2486,9 +2500,7 @@ impl GpuLp {
         };
         let computing = matches!(self.running[COMPUTE], Running::Compute { .. });
         let net_window = match notify.map(|s| &self.running[usize::from(s)]) {
-            Some(Running::Comm(run)) if path.classes[class_index(LinkClass::Network)] => {
-                run.net_window
-            }
+            Some(Running::Comm(run)) if path.crosses(LinkClass::Network) => run.net_window,
             _ => u64::MAX,
         };
         let fifo_rate = collective::window_rate(net_window);
@@ -2508,11 +2520,7 @@ impl GpuLp {
             let start = ctx.now.max(self.link_free_ps[i]);
             self.link_free_ps[i] = start + ser;
             let arrive = start + ser + path.latency_ps;
-            for (c, used) in path.classes.iter().enumerate() {
-                if *used {
-                    self.analytical_bytes[c] += bytes;
-                }
-            }
+            self.account_path(&path, bytes);
             ctx.emit(dst, arrive, Body::Message { tag });
             if let Some(s) = notify
                 && let Running::Comm(run) = &mut self.running[usize::from(s)]
@@ -2531,7 +2539,7 @@ impl GpuLp {
         let seg = model.net.segment_bytes;
         let segment = segment_size(bytes, seg);
         let settings = &model.collectives.settings;
-        let across = path.classes[class_index(LinkClass::Network)];
+        let across = path.crosses(LinkClass::Network);
         let parts = if settings.split_data_on_qps && across && tag.group != INJECTED {
             let segments = (bytes / segment).max(1);
             u64::from(settings.qps_per_connection).min(segments) as u8
@@ -2787,6 +2795,7 @@ impl GpuLp {
                 blocked: self.finish_ps.is_none().then(|| blocked.join("; ")),
             }),
             analytical_bytes: self.analytical_bytes,
+            analytical_link_bytes: self.analytical_link_bytes,
             flow_arrivals: self.flow_arrivals.clone(),
             collectives: index
                 .collective_keys

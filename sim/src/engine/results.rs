@@ -120,6 +120,8 @@ pub struct LpReport {
     pub max_ingress_bytes: u64,
     /// Bytes this GPU sent analytically, per link class crossed.
     pub analytical_bytes: [u64; 4],
+    /// The same bytes counted once per link they crossed, per class (link utilisation).
+    pub analytical_link_bytes: [u64; 4],
     /// Injected flows that arrived at this GPU: (flow index, time).
     pub flow_arrivals: Vec<(u32, u64)>,
     pub collectives: Vec<(CollectiveKey, CollectiveStats)>,
