@@ -175,7 +175,7 @@ pub fn fingerprint(exp: &Experiment, model: &SimModel) -> String {
     config.engine.partition.clear();
     config.engine.workers = 0;
     config.engine.threads = 0;
-    let mut h = Fnv::default();
+    let mut h = sim::hash::Fnv64::default();
     h.write(format!("{config:?}").as_bytes());
     h.write(&(model.topology.nodes().len() as u64).to_le_bytes());
     h.write(&(model.topology.links().len() as u64).to_le_bytes());
@@ -187,24 +187,7 @@ pub fn fingerprint(exp: &Experiment, model: &SimModel) -> String {
             h.write(&ps.to_le_bytes());
         }
     }
-    format!("{:016x}", h.0)
-}
-
-/// FNV-1a, 64 bits: stable across builds and platforms, unlike `std`'s hasher.
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
+    format!("{:016x}", h.finish())
 }
 
 /// Makes the checkpoint `mark` complete once every worker wrote its part: writes the

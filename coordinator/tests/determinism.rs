@@ -7,7 +7,7 @@ mod support;
 
 use coordinator::embedded;
 use proptest::prelude::*;
-use sim::topology::splitmix64;
+use sim::hash::splitmix64;
 use support::*;
 
 #[derive(Debug, Clone)]

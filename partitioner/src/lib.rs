@@ -14,7 +14,8 @@ pub mod atoms;
 pub mod load;
 pub mod quality;
 
-use sim::topology::{LinkClass, NodeKind, Topology, splitmix64};
+use sim::hash::splitmix64;
+use sim::topology::{LinkClass, NodeKind, Topology};
 
 pub use atoms::Atoms;
 pub use load::Load;

@@ -7,7 +7,8 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use sim::config::ClusterConfig;
 use sim::gpu::GpuDatabase;
-use sim::topology::{Topology, splitmix64};
+use sim::hash::splitmix64;
+use sim::topology::Topology;
 
 const CLUSTER: &str = r#"
 gpus = 131072

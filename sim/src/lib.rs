@@ -12,6 +12,7 @@ pub mod engine;
 pub mod event;
 pub mod experiment;
 pub mod gpu;
+pub mod hash;
 pub mod layout;
 pub mod memory;
 pub mod model;

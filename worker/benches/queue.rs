@@ -13,7 +13,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sim::event::EventKey;
-use sim::topology::splitmix64;
+use sim::hash::splitmix64;
 use worker::queue::EventQueue;
 
 /// An event as large as the engine's (target and a 56-byte body).

@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 use super::net::serialisation_ps;
 use super::results::PortReport;
 use super::{Ctx, SimModel, Tag};
-use crate::topology::{LinkId, NodeId, splitmix64};
+use crate::hash::splitmix64;
+use crate::topology::{LinkId, NodeId};
 
 /// Relative tolerance for "saturated" and "changed".
 const EPS: f64 = 1e-9;

@@ -27,8 +27,9 @@ use super::{
     Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, P2P, Segment, SimModel, Tag,
 };
 use crate::collective::{self, Algorithm, Arch, CommShape, Plan, pat, ring, tree};
+use crate::hash::{mix, splitmix64};
 use crate::layout::GroupKind;
-use crate::topology::{LinkClass, NodeId, splitmix64};
+use crate::topology::{LinkClass, NodeId};
 use crate::workload::{CollectiveOp, MemoryEvent, OpKind, Peer, Stream};
 
 const STREAMS: usize = Stream::COUNT;
@@ -416,11 +417,6 @@ pub fn injected_tag(index: u32) -> Tag {
         seq: index,
         step: 0,
     }
-}
-
-/// Folds a completion into a digest.
-pub fn mix(digest: u64, a: u64, b: u64) -> u64 {
-    splitmix64(digest ^ splitmix64(a ^ splitmix64(b)))
 }
 
 /// A path's one-way latency, bottleneck bandwidth, first link and whether any link is queued.

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;
 use crate::experiment::Experiment;
-use crate::topology::{LinkId, NodeId, NodeKind, Topology, splitmix64};
+use crate::hash::splitmix64;
+use crate::topology::{LinkId, NodeId, NodeKind, Topology};
 use crate::workload::{Op, OpKind, Program, Stream, Workload};
 
 pub use params::NetworkParams;

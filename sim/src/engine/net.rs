@@ -15,7 +15,8 @@ use std::collections::VecDeque;
 
 use super::results::{LpReport, PortReport, Span};
 use super::{Body, Ctx, HotSpan, NO_LINK, NO_SPAN, Segment, SimModel, Tag};
-use crate::topology::{LinkId, NodeId, Topology, ecmp_pick, splitmix64};
+use crate::hash::splitmix64;
+use crate::topology::{LinkId, NodeId, Topology, ecmp_pick};
 
 /// One output port: the sending end of a queued link.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::gpu::mix;
+use crate::hash::mix;
 use crate::topology::{LinkClass, LinkId, NodeId};
 
 /// Index of a link class in per-class arrays.

@@ -525,21 +525,12 @@ pub(crate) fn gbps_to_bytes(gbps: f64) -> f64 {
     gbps * 1e9 / 8.0
 }
 
-/// SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
-/// OOPSLA'14): a cheap, well-mixed hash for ECMP choices.
-pub fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// For tests: a reproducible stream of draws below a bound, from [`splitmix64`].
+/// For tests: a reproducible stream of draws below a bound, from [`crate::hash::splitmix64`].
 #[cfg(test)]
 pub(crate) fn draws_from(seed: u64) -> impl FnMut(u64) -> u64 {
     let mut state = seed;
     move |below| {
-        state = splitmix64(state);
+        state = crate::hash::splitmix64(state);
         state % below
     }
 }

@@ -32,7 +32,8 @@ use std::sync::OnceLock;
 
 use super::clos::{FabricLayout, SwitchCoord};
 use super::host::{CxlLayout, DomainFabric, HostLayout, ScaleUpLayout};
-use super::{LinkClass, LinkId, NodeId, NodeKind, Topology, splitmix64};
+use super::{LinkClass, LinkId, NodeId, NodeKind, Topology};
+use crate::hash::splitmix64;
 
 /// Why no route could be given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,6 +10,7 @@ use crate::gpu::{DenseTflops, GpuSpec, Hbm, NvLink, Pcie, Vendor};
 
 use super::routing::Routing;
 use super::*;
+use crate::hash::splitmix64;
 
 fn spec(name: &str, vendor: Vendor, nvlink_gb_s: f64, pcie_gen: u32) -> GpuSpec {
     GpuSpec {
