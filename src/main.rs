@@ -976,7 +976,7 @@ fn workload_command(
     if let (Some(format), Some(path)) = (export, output) {
         let (text, what) = match format {
             ExportFormat::Simai => (
-                sim::workload::simai_convert::export(&workload, &exp, &model),
+                sim::interop::simai_convert::export(&workload, &exp, &model),
                 "the SimAI workload",
             ),
             ExportFormat::Kernels => {

@@ -13,6 +13,7 @@ pub mod event;
 pub mod experiment;
 pub mod gpu;
 pub mod hash;
+pub mod interop;
 pub mod layout;
 pub mod memory;
 pub mod model;

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use sim::workload::simai::{
+use sim::interop::simai::{
     self, SimaiComm, SimaiCommGroup, SimaiCommKind, SimaiFile, SimaiHeader, SimaiLayer, SimaiPolicy,
 };
 

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use sim::experiment::Experiment;
-use sim::workload::simai::{self, SimaiFile};
-use sim::workload::simai_convert::{import, to_simai};
+use sim::interop::simai::{self, SimaiFile};
+use sim::interop::simai_convert::{import, to_simai};
 use sim::workload::{Kernel, Shape, compile};
 
 fn real_files() -> Vec<PathBuf> {

@@ -26,11 +26,9 @@
 pub mod bench;
 pub mod compile;
 pub mod evaluate;
-mod layer;
+pub(crate) mod layer;
 pub mod live_memory;
 pub mod schedule;
-pub mod simai;
-pub mod simai_convert;
 
 pub mod summary;
 
@@ -67,8 +65,8 @@ pub fn load_or_compile(
     };
     match path {
         Some(path) => {
-            let file = simai::load(&path)?;
-            simai_convert::import(
+            let file = crate::interop::simai::load(&path)?;
+            crate::interop::simai_convert::import(
                 &file,
                 &path.display().to_string(),
                 exp.loaded.config.cluster.gpus,

@@ -22,12 +22,12 @@ use crate::config::{ConfigError, Origin, Precision};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout, parse_order};
 
-use super::compile::{PipelinePosition, run_schedule};
-use super::layer::Builder;
 use super::simai::{
     SimaiComm, SimaiCommGroup, SimaiCommKind, SimaiFile, SimaiHeader, SimaiLayer, SimaiPolicy,
 };
-use super::{
+use crate::workload::compile::{PipelinePosition, run_schedule};
+use crate::workload::layer::Builder;
+use crate::workload::{
     CollectiveOp, Kernel, KernelName, Module, OpKind, Pass, Phase, Program, Shape, Stream, Workload,
 };
 
