@@ -1090,17 +1090,17 @@ fn slurm_command(
 ) -> anyhow::Result<()> {
     use coordinator::distributed::{self as dist, read_token};
     use coordinator::slurm::{SlurmTask, wait_for_file, write_private};
-    let task = SlurmTask::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    let task = SlurmTask::from_env(|k| std::env::var(k).ok())?;
     let port = task.port(port);
     let patience = std::time::Duration::from_secs(120);
     let token = match run.token_file.as_deref() {
         Some(f) => read_token(f).map_err(anyhow::Error::msg)?,
         None if task.is_coordinator() => {
             let token = dist::new_token().map_err(anyhow::Error::msg)?;
-            write_private(&task.file("token"), &token).map_err(anyhow::Error::msg)?;
+            write_private(&task.file("token"), &token)?;
             token
         }
-        None => wait_for_file(&task.file("token"), patience).map_err(anyhow::Error::msg)?,
+        None => wait_for_file(&task.file("token"), patience)?,
     };
     if task.is_coordinator() {
         let workers = task.ntasks - 1;
@@ -1117,7 +1117,7 @@ fn slurm_command(
         });
         let _ = std::fs::remove_file(task.file("addr"));
         let _ = std::fs::remove_file(task.file("token"));
-        written.map_err(anyhow::Error::msg)?;
+        written?;
         done
     } else {
         let tls = load_tls(run.tls_dir.as_deref())?;

@@ -14,6 +14,38 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// What stops a Slurm task from taking its place in the run.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    #[error(
+        "{variable} is not set: run `fleetsim slurm` as the tasks of `srun` (see docs/distributed.md)"
+    )]
+    Unset { variable: &'static str },
+    #[error("{variable} is not a number")]
+    NotANumber { variable: &'static str },
+    #[error("SLURM_JOB_NODELIST `{nodelist}` cannot be expanded: {why}")]
+    Nodelist { nodelist: String, why: String },
+    #[error("SLURM_JOB_NODELIST `{nodelist}` names no host")]
+    NoHost { nodelist: String },
+    #[error(
+        "the job step has {tasks} task(s); `fleetsim slurm` needs a coordinator and at least one worker: srun -n 2 or more"
+    )]
+    TooFewTasks { tasks: u32 },
+    /// Not a `#[source]`: the message holds the cause, and the binary's one-line chain would
+    /// repeat it.
+    #[error("cannot write {}: {error}", path.display())]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(
+        "{} did not appear within {} s: did task 0 (the coordinator) start, and do all tasks share the submit directory?",
+        path.display(),
+        patience.as_secs()
+    )]
+    NotThere { path: PathBuf, patience: Duration },
+}
+
 /// The CPUs Slurm gave each task (`SLURM_CPUS_PER_TASK`), if it says.
 pub fn cpus_per_task(env: impl Fn(&str) -> Option<String>) -> Option<usize> {
     env("SLURM_CPUS_PER_TASK").and_then(|c| c.trim().parse().ok())
@@ -33,34 +65,30 @@ pub struct SlurmTask {
 
 impl SlurmTask {
     /// Reads the task's place from `env` (the process environment in practice).
-    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<SlurmTask, String> {
-        let need = |key: &str| {
-            env(key).ok_or_else(|| {
-                format!("{key} is not set: run `fleetsim slurm` as the tasks of `srun` (see docs/distributed.md)")
-            })
-        };
-        let number = |key: &str| -> Result<u32, String> {
-            need(key)?
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<SlurmTask, SlurmError> {
+        let need = |variable: &'static str| env(variable).ok_or(SlurmError::Unset { variable });
+        let number = |variable: &'static str| -> Result<u32, SlurmError> {
+            need(variable)?
                 .trim()
                 .parse()
-                .map_err(|_| format!("{key} is not a number"))
+                .map_err(|_| SlurmError::NotANumber { variable })
         };
         let procid = number("SLURM_PROCID")?;
         let ntasks = number("SLURM_NTASKS")?;
         let nodelist = env("SLURM_JOB_NODELIST")
             .or_else(|| env("SLURM_NODELIST"))
-            .ok_or_else(|| {
-                "SLURM_JOB_NODELIST is not set: run `fleetsim slurm` under srun".to_string()
+            .ok_or(SlurmError::Unset {
+                variable: "SLURM_JOB_NODELIST",
             })?;
-        let hosts = hostlist_parser::parse(nodelist.trim())
-            .map_err(|e| format!("SLURM_JOB_NODELIST `{nodelist}` cannot be expanded: {e}"))?;
+        let hosts = hostlist_parser::parse(nodelist.trim()).map_err(|e| SlurmError::Nodelist {
+            nodelist: nodelist.clone(),
+            why: e.to_string(),
+        })?;
         if hosts.is_empty() {
-            return Err(format!("SLURM_JOB_NODELIST `{nodelist}` names no host"));
+            return Err(SlurmError::NoHost { nodelist });
         }
         if ntasks < 2 {
-            return Err(format!(
-                "the job step has {ntasks} task(s); `fleetsim slurm` needs a coordinator and at least one worker: srun -n 2 or more"
-            ));
+            return Err(SlurmError::TooFewTasks { tasks: ntasks });
         }
         let cpus_per_task = cpus_per_task(&env);
         Ok(SlurmTask {
@@ -97,14 +125,18 @@ impl SlurmTask {
 
 /// Writes `text` to `path` atomically (write beside it, sync, rename), readable by the owner
 /// only.
-pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
+pub fn write_private(path: &Path, text: &str) -> Result<(), SlurmError> {
     use std::io::Write as _;
-    worker::checkpoint::replace_file(path, 0o600, |out| out.write_all(text.as_bytes()))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    worker::checkpoint::replace_file(path, 0o600, |out| out.write_all(text.as_bytes())).map_err(
+        |error| SlurmError::Write {
+            path: path.to_path_buf(),
+            error,
+        },
+    )
 }
 
 /// Waits up to `patience` for `path` to exist; its first line.
-pub fn wait_for_file(path: &Path, patience: Duration) -> Result<String, String> {
+pub fn wait_for_file(path: &Path, patience: Duration) -> Result<String, SlurmError> {
     let until = Instant::now() + patience;
     loop {
         if let Ok(text) = std::fs::read_to_string(path)
@@ -113,11 +145,10 @@ pub fn wait_for_file(path: &Path, patience: Duration) -> Result<String, String> 
             return Ok(line.trim().to_string());
         }
         if Instant::now() >= until {
-            return Err(format!(
-                "{} did not appear within {} s: did task 0 (the coordinator) start, and do all tasks share the submit directory?",
-                path.display(),
-                patience.as_secs()
-            ));
+            return Err(SlurmError::NotThere {
+                path: path.to_path_buf(),
+                patience,
+            });
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -183,7 +214,16 @@ mod tests {
     #[test]
     fn outside_srun_or_with_one_task_is_one_clear_error() {
         let e = SlurmTask::from_env(env(&[])).expect_err("no Slurm");
-        assert!(e.contains("SLURM_PROCID is not set"), "{e}");
+        assert!(
+            matches!(
+                e,
+                SlurmError::Unset {
+                    variable: "SLURM_PROCID"
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("SLURM_PROCID is not set"), "{e}");
         let e = SlurmTask::from_env(env(&[
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "1"),
@@ -191,6 +231,7 @@ mod tests {
             ("SLURM_JOB_NODELIST", "n1"),
         ]))
         .expect_err("one task");
-        assert!(e.contains("srun -n 2"), "{e}");
+        assert!(matches!(e, SlurmError::TooFewTasks { tasks: 1 }), "{e}");
+        assert!(e.to_string().contains("srun -n 2"), "{e}");
     }
 }
