@@ -21,7 +21,9 @@ use worker::checkpoint::{part_file_name, window_dir, write_atomically};
 
 /// The manifest's file name inside a checkpoint directory.
 pub const MANIFEST: &str = "checkpoint.json";
-const FORMAT: u32 = 1;
+/// Bumped whenever an LP's checkpointed state changes shape: 2 since GPUs count analytical
+/// bytes per link crossed (`GpuLp::analytical_link_bytes`).
+const FORMAT: u32 = 2;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, units s, m, h).
