@@ -45,7 +45,7 @@ use crate::checkpoint::{self, CheckpointOptions};
 use crate::driver::{CombiningBarrier, ProgressHook};
 use crate::embedded::{EngineStats, assign_workers};
 use crate::run::{Placement, RunError, RunOutput, partition, peak_rss_bytes};
-use crate::run_report::{EngineInfo, summarize_run};
+use crate::run_report::EngineInfo;
 
 /// Metadata entry every call carries the run's token in.
 pub const TOKEN_HEADER: &str = "x-fleetsim-token";
@@ -706,15 +706,7 @@ pub fn run_coordinator(
         peak_rss_bytes: peak_rss_bytes(),
     };
     drop(hub);
-    let results = RunResults::assemble(reports);
-    let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
-    let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
-    Ok(RunOutput {
-        model,
-        results,
-        iteration_ps,
-        summary,
-    })
+    RunOutput::new(exp, model, RunResults::assemble(reports), &engine)
 }
 
 /// Batches peers delivered, waiting for the window loop to take them.

@@ -163,6 +163,25 @@ pub struct RunOutput {
     pub summary: Summary,
 }
 
+impl RunOutput {
+    /// A finished run, embedded or distributed: its iteration time and summary, computed once.
+    pub fn new(
+        exp: &Experiment,
+        model: SimModel,
+        results: RunResults,
+        engine: &EngineInfo,
+    ) -> Result<RunOutput, RunError> {
+        let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
+        let summary = summarize_run(exp, &model, &results, engine, iteration_ps);
+        Ok(RunOutput {
+            model,
+            results,
+            iteration_ps,
+            summary,
+        })
+    }
+}
+
 /// Loads an experiment and builds its topology once, so that a batch of runs (a sweep, a
 /// validation table) stops at a bad one before the first starts.
 pub fn load_checked(path: &std::path::Path, sets: &[String]) -> Result<Experiment, RunError> {
@@ -212,8 +231,8 @@ pub fn run_embedded(
         "partitioned"
     );
     let (model, results, engine) = simulate(exp, model, &partition, options, progress)?;
-    let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
-    let summary = summarize_run(exp, &model, &results, &engine).map_err(RunError::Incomplete)?;
+    let output = RunOutput::new(exp, model, results, &engine)?;
+    let summary = &output.summary;
     tracing::info!(
         events = summary.engine.events,
         windows = summary.engine.windows,
@@ -222,12 +241,7 @@ pub fn run_embedded(
         digest = %summary.result_digest,
         "simulated"
     );
-    Ok(RunOutput {
-        model,
-        results,
-        iteration_ps,
-        summary,
-    })
+    Ok(output)
 }
 
 /// How a model's LPs are split: the experiment's `[engine]` partition strategy and the

@@ -53,13 +53,14 @@ pub fn busbw_factor(op: CollectiveOp, n: u64) -> f64 {
     }
 }
 
+/// summary.json of a run whose slowest rank finished at `iteration_ps`.
 pub fn summarize_run(
     exp: &Experiment,
     model: &SimModel,
     results: &RunResults,
     engine: &EngineInfo,
-) -> Result<Summary, String> {
-    let iteration_ps = results.iteration_ps()?;
+    iteration_ps: u64,
+) -> Summary {
     let t = iteration_ps as f64 * PS;
     let gpus = exp.loaded.config.cluster.gpus;
     let world = model.workload.layout.world().max(1);
@@ -98,7 +99,7 @@ pub fn summarize_run(
     let s = &engine.stats;
     let net = &exp.loaded.config.network;
     let per_second = |x: f64| if t > 0.0 { x / t } else { 0.0 };
-    Ok(Summary {
+    Summary {
         name: exp.name().to_string(),
         gpus,
         iteration_time_s: t,
@@ -175,7 +176,7 @@ pub fn summarize_run(
                 .collect(),
         },
         warnings,
-    })
+    }
 }
 
 /// How the workers ran their partitions on their threads: one name when all agree (every
