@@ -683,24 +683,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             use coordinator::sweep;
             let y = plot
                 .as_deref()
-                .map(|c| match sweep::column(c) {
-                    Some(column) if column.is_numeric() => Ok(column),
-                    known => {
-                        let numeric: Vec<&str> = sweep::column_names()
-                            .into_iter()
-                            .filter(|n| sweep::column(n).is_some_and(|c| c.is_numeric()))
-                            .collect();
-                        let what = if known.is_some() {
-                            "holds text, not numbers"
-                        } else {
-                            "is not a column"
-                        };
-                        Err(anyhow::anyhow!(
-                            "--plot-column: `{c}` {what}; use one of {}",
-                            numeric.join(", ")
-                        ))
-                    }
-                })
+                .map(|c| sweep::plot_column(c).map_err(anyhow::Error::msg))
                 .transpose()?;
             if let Some(dir) = point {
                 return sweep_point(&dir, index);

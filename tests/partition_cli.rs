@@ -262,6 +262,29 @@ fn static_scheduling_gives_the_same_digest() {
     );
 }
 
+/// `--plot-column` names a column of numbers, checked before anything runs.
+#[test]
+fn a_plot_column_of_text_is_one_clear_error() {
+    let stderr = one_clear_error(
+        fleetsim()
+            .args([
+                "sweep",
+                QUICKSTART,
+                "--vary",
+                "parallel.tp=2",
+                "--plot-column",
+                "scheduling",
+                "--out",
+            ])
+            .arg(scratch("sweep-plot-text")),
+        "--plot-column scheduling",
+    );
+    assert!(
+        stderr.contains("--plot-column: `scheduling` holds text, not numbers; use one of"),
+        "{stderr}"
+    );
+}
+
 /// A sweep folder `--collect` or `--point` cannot use: one clear line each.
 #[test]
 fn a_bad_sweep_folder_is_one_clear_error() {

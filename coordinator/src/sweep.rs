@@ -414,48 +414,49 @@ impl Cell {
     }
 }
 
-/// A measured column of `sweep.csv`: its header and where summary.json holds it.
+/// A measured column of `sweep.csv`: its header, where summary.json holds it, and whether
+/// it holds numbers (which a plot can show) or text.
 #[derive(Debug, Clone, Copy)]
 pub struct Column {
     pub name: &'static str,
+    pub numeric: bool,
     pub value: fn(&Summary) -> Cell,
 }
 
-impl Column {
-    /// Whether it can be plotted.
-    pub fn is_numeric(&self) -> bool {
-        !matches!(self.name, "result_digest" | "scheduling")
-    }
-}
-
 macro_rules! columns {
-    ($($name:literal => |$s:ident| $value:expr),* $(,)?) => {
-        [$(Column { name: $name, value: |$s: &Summary| $value }),*]
+    ($($name:literal => $kind:ident |$s:ident| $value:expr),* $(,)?) => {
+        [$(Column {
+            name: $name,
+            numeric: columns!(@numeric $kind),
+            value: |$s: &Summary| $value,
+        }),*]
     };
+    (@numeric number) => { true };
+    (@numeric text) => { false };
 }
 
 /// The measured columns, in `sweep.csv`'s order.
 const COLUMNS: [Column; 20] = columns![
-    "iteration_time_s" => |s| Cell::Number(s.iteration_time_s),
-    "batches_per_s" => |s| Cell::Number(s.batches_per_s),
-    "samples_per_s" => |s| s.samples_per_s.map_or(Cell::Absent, Cell::Number),
-    "mfu" => |s| s.mfu.map_or(Cell::Absent, Cell::Number),
-    "result_digest" => |s| Cell::Text(s.result_digest.clone()),
-    "tflops_per_gpu" => |s| s.tflops_per_gpu.map_or(Cell::Absent, Cell::Number),
-    "compute_s" => |s| Cell::Number(s.breakdown_s.compute),
-    "exposed_comm_s" => |s| Cell::Number(s.breakdown_s.exposed_comm),
-    "bubble_s" => |s| Cell::Number(s.breakdown_s.bubble),
-    "wall_s" => |s| Cell::Number(s.engine.wall_s),
-    "events" => |s| Cell::Count(s.engine.events),
-    "windows" => |s| Cell::Count(s.engine.windows),
-    "events_per_window" => |s| Cell::Number(s.engine.events_per_window),
-    "cross_partition_events" => |s| Cell::Count(s.engine.cross_partition_events),
-    "sync_fraction" => |s| Cell::Number(s.engine.sync_fraction),
-    "scheduling" => |s| Cell::Text(s.engine.scheduling.clone()),
-    "thread_wait_s" => |s| Cell::Number(s.engine.thread_wait_s),
-    "partitions" => |s| Cell::Count(u64::from(s.engine.partitions)),
-    "lookahead_s" => |s| s.engine.lookahead_s.map_or(Cell::Absent, Cell::Number),
-    "peak_rss_bytes" => |s| Cell::Count(s.engine.peak_rss_bytes),
+    "iteration_time_s" => number |s| Cell::Number(s.iteration_time_s),
+    "batches_per_s" => number |s| Cell::Number(s.batches_per_s),
+    "samples_per_s" => number |s| s.samples_per_s.map_or(Cell::Absent, Cell::Number),
+    "mfu" => number |s| s.mfu.map_or(Cell::Absent, Cell::Number),
+    "result_digest" => text |s| Cell::Text(s.result_digest.clone()),
+    "tflops_per_gpu" => number |s| s.tflops_per_gpu.map_or(Cell::Absent, Cell::Number),
+    "compute_s" => number |s| Cell::Number(s.breakdown_s.compute),
+    "exposed_comm_s" => number |s| Cell::Number(s.breakdown_s.exposed_comm),
+    "bubble_s" => number |s| Cell::Number(s.breakdown_s.bubble),
+    "wall_s" => number |s| Cell::Number(s.engine.wall_s),
+    "events" => number |s| Cell::Count(s.engine.events),
+    "windows" => number |s| Cell::Count(s.engine.windows),
+    "events_per_window" => number |s| Cell::Number(s.engine.events_per_window),
+    "cross_partition_events" => number |s| Cell::Count(s.engine.cross_partition_events),
+    "sync_fraction" => number |s| Cell::Number(s.engine.sync_fraction),
+    "scheduling" => text |s| Cell::Text(s.engine.scheduling.clone()),
+    "thread_wait_s" => number |s| Cell::Number(s.engine.thread_wait_s),
+    "partitions" => number |s| Cell::Count(u64::from(s.engine.partitions)),
+    "lookahead_s" => number |s| s.engine.lookahead_s.map_or(Cell::Absent, Cell::Number),
+    "peak_rss_bytes" => number |s| Cell::Count(s.engine.peak_rss_bytes),
 ];
 
 /// `sweep.csv`: the varied keys, then the measured columns.
@@ -500,8 +501,27 @@ pub fn column(name: &str) -> Option<Column> {
     COLUMNS.iter().copied().find(|c| c.name == name)
 }
 
-pub fn column_names() -> Vec<&'static str> {
-    COLUMNS.iter().map(|c| c.name).collect()
+/// The column `--plot-column` names: one of numbers, else what the user may name instead.
+pub fn plot_column(name: &str) -> Result<Column, String> {
+    match column(name) {
+        Some(column) if column.numeric => Ok(column),
+        known => {
+            let numeric: Vec<&str> = COLUMNS
+                .iter()
+                .filter(|c| c.numeric)
+                .map(|c| c.name)
+                .collect();
+            let what = if known.is_some() {
+                "holds text, not numbers"
+            } else {
+                "is not a column"
+            };
+            Err(format!(
+                "--plot-column: `{name}` {what}; use one of {}",
+                numeric.join(", ")
+            ))
+        }
+    }
 }
 
 /// The plot: the last varied key across (its values when they are numbers, else their
@@ -598,6 +618,28 @@ fn decimal_tick(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_columns_of_numbers_can_be_plotted() {
+        assert_eq!(plot_column("wall_s").map(|c| c.name), Ok("wall_s"));
+        for (name, why) in [
+            ("scheduling", "holds text, not numbers"),
+            ("result_digest", "holds text, not numbers"),
+            ("nope", "is not a column"),
+        ] {
+            let e = plot_column(name).expect_err(name);
+            assert!(
+                e.contains(why) && e.contains("use one of iteration_time_s"),
+                "{e}"
+            );
+            assert!(
+                !e.contains(
+                    "use one of iteration_time_s, batches_per_s, samples_per_s, mfu, result_digest"
+                ),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn ticks_read_as_a_person_writes_them() {
