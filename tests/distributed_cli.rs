@@ -4,6 +4,7 @@
 //! run within 10 s and its last checkpoint resumes on fewer workers, and SIGTERM to any
 //! process stops the run at a checkpoint, workers started seconds apart still run, and a
 //! worker runs without transparent huge pages unless told otherwise.
+#![cfg(feature = "server")]
 
 mod common;
 

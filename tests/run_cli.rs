@@ -44,7 +44,8 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     assert_eq!(a["result_digest"], lone_two["result_digest"]);
     // summary.json is the typed Summary, every key of it: read and written back, the same bytes.
     let text = std::fs::read_to_string(one.join("summary.json")).expect("summary.json");
-    let typed = coordinator::summary::Summary::from_json_text(&text).expect("a typed summary");
+    let typed =
+        coordinator::output::summary::Summary::from_json_text(&text).expect("a typed summary");
     let again = typed.to_json_text() + "\n";
     for (written, read) in text.lines().zip(again.lines()) {
         assert_eq!(

@@ -4,6 +4,7 @@
 //! requeued job resumes; a `--slurm` sweep runs as an array job and collects the table a
 //! local sweep writes. Without a running Slurm each such test says so and passes, unless
 //! `FLEETSIM_REQUIRE_SLURM=1` (set by `.ci/run`).
+#![cfg(feature = "server")]
 
 mod common;
 

@@ -72,6 +72,72 @@ impl FromStr for CheckpointEvery {
     }
 }
 
+/// What went wrong taking, completing or resuming from a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot create the checkpoint directory {dir}: {error}")]
+    CreateDir { dir: String, error: std::io::Error },
+    #[error(
+        "worker {worker} reported its checkpoint part written, but {part} cannot be read: {error}; the workers must share the checkpoint directory's file system"
+    )]
+    PartNotShared {
+        worker: u32,
+        part: String,
+        error: std::io::Error,
+    },
+    #[error("cannot encode the checkpoint manifest: {0}")]
+    Encode(serde_json::Error),
+    #[error(transparent)]
+    Write(worker::checkpoint::CheckpointError),
+    #[error(
+        "--resume {dir}: cannot read {manifest} ({error}); point --resume at a directory a run wrote checkpoints to (its --checkpoint-dir, by default OUT/checkpoint) after at least one checkpoint completed"
+    )]
+    NoManifest {
+        dir: String,
+        manifest: String,
+        error: std::io::Error,
+    },
+    #[error("{manifest}: not a fleetsim checkpoint manifest: {error}")]
+    NotAManifest {
+        manifest: String,
+        error: serde_json::Error,
+    },
+    #[error(
+        "{manifest}: checkpoint format {format} is not the format {FORMAT} this fleetsim reads"
+    )]
+    Format { manifest: String, format: u32 },
+    #[error(
+        "{manifest}: the checkpoint was written for experiment `{experiment}` with other settings (fingerprint {theirs}, this run's is {ours}); resume with the same experiment file and --set options (partitioning, workers and threads may differ)"
+    )]
+    OtherModel {
+        manifest: String,
+        experiment: String,
+        theirs: String,
+        ours: String,
+    },
+    #[error("{manifest}: part {part} is missing: {error}")]
+    PartMissing {
+        manifest: String,
+        part: String,
+        error: std::io::Error,
+    },
+    #[error(
+        "{manifest}: part {part} has {size} bytes, the manifest says {expected}; the checkpoint is damaged"
+    )]
+    PartDamaged {
+        manifest: String,
+        part: String,
+        size: u64,
+        expected: u64,
+    },
+    #[error("a worker reported its last checkpoint part before window {reported}, not {expected}")]
+    OutOfStep { reported: u64, expected: u64 },
+    #[error("cannot watch for SIGTERM and SIGUSR1: {0}")]
+    Signals(std::io::Error),
+    #[error("cannot start the signal watcher: {0}")]
+    SignalThread(std::io::Error),
+}
+
 /// What a run does about checkpoints.
 #[derive(Debug, Clone)]
 pub struct CheckpointOptions {
@@ -99,46 +165,29 @@ impl CheckpointOptions {
 /// A flag that SIGTERM or SIGUSR1 sets, as Slurm sends before a job's time limit
 /// (`--signal`) or on preemption: the run then checkpoints at the next barrier and stops. A
 /// second signal ends the process at once.
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
-    use tokio::signal::unix::{SignalKind, signal};
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>, CheckpointError> {
+    use signal_hook::consts::{SIGTERM, SIGUSR1};
     let flag = Arc::new(AtomicBool::new(false));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the signal watcher: {e}"))?;
-    let (mut term, mut usr1) = runtime
-        .block_on(async {
-            Ok::<_, std::io::Error>((
-                signal(SignalKind::terminate())?,
-                signal(SignalKind::user_defined1())?,
-            ))
-        })
-        .map_err(|e| format!("cannot watch for SIGTERM and SIGUSR1: {e}"))?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGUSR1])
+        .map_err(CheckpointError::Signals)?;
     let set = Arc::clone(&flag);
     std::thread::Builder::new()
         .name("fleetsim-signals".into())
         .spawn(move || {
-            runtime.block_on(async move {
-                let mut received = 0;
-                loop {
-                    let name = tokio::select! {
-                        _ = term.recv() => "SIGTERM",
-                        _ = usr1.recv() => "SIGUSR1",
-                    };
-                    received += 1;
-                    if received > 1 {
-                        eprintln!("fleetsim: {name} again; exiting without a checkpoint");
-                        std::process::exit(143);
-                    }
-                    tracing::info!(signal = name, "checkpointing at the next window barrier, then stopping");
-                    eprintln!(
-                        "fleetsim: {name}: checkpointing at the next window barrier, then stopping (send it again to exit at once)"
-                    );
-                    set.store(true, Ordering::Relaxed);
+            for (received, signal) in signals.forever().enumerate() {
+                let name = if signal == SIGTERM { "SIGTERM" } else { "SIGUSR1" };
+                if received > 0 {
+                    eprintln!("fleetsim: {name} again; exiting without a checkpoint");
+                    std::process::exit(143);
                 }
-            });
+                tracing::info!(signal = name, "checkpointing at the next window barrier, then stopping");
+                eprintln!(
+                    "fleetsim: {name}: checkpointing at the next window barrier, then stopping (send it again to exit at once)"
+                );
+                set.store(true, Ordering::Relaxed);
+            }
         })
-        .map_err(|e| format!("cannot start the signal watcher: {e}"))?;
+        .map_err(CheckpointError::SignalThread)?;
     Ok(flag)
 }
 
@@ -200,7 +249,7 @@ pub fn complete(
     workers: u32,
     experiment: &str,
     fingerprint: &str,
-) -> Result<(), String> {
+) -> Result<(), CheckpointError> {
     let window = window_dir(dir, mark.window);
     let name = window
         .file_name()
@@ -210,11 +259,10 @@ pub fn complete(
     for w in 0..workers {
         let file = part_file_name(w);
         let bytes = std::fs::metadata(window.join(&file))
-            .map_err(|e| {
-                format!(
-                    "worker {w} reported its checkpoint part written, but {} cannot be read: {e}; the workers must share the checkpoint directory's file system",
-                    window.join(&file).display()
-                )
+            .map_err(|error| CheckpointError::PartNotShared {
+                worker: w,
+                part: window.join(&file).display().to_string(),
+                error,
             })?
             .len();
         parts.push((format!("{name}/{file}"), bytes));
@@ -227,12 +275,11 @@ pub fn complete(
         workers,
         parts,
     };
-    let text = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| format!("cannot encode the checkpoint manifest: {e}"))?;
+    let text = serde_json::to_string_pretty(&manifest).map_err(CheckpointError::Encode)?;
     write_atomically(&dir.join(MANIFEST), |out| {
         std::io::Write::write_all(out, text.as_bytes())
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(CheckpointError::Write)?;
     // Older checkpoints, and parts of workers a resumed run no longer has.
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
@@ -253,54 +300,50 @@ pub fn complete(
 
 /// The complete checkpoint in `dir`, checked against the model it must resume, and the paths
 /// of its parts.
-pub fn load(dir: &Path, fingerprint: &str) -> Result<(Manifest, Vec<PathBuf>), String> {
+pub fn load(dir: &Path, fingerprint: &str) -> Result<(Manifest, Vec<PathBuf>), CheckpointError> {
     let path = dir.join(MANIFEST);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "--resume {}: cannot read {} ({e}); point --resume at a directory a run wrote checkpoints to (its --checkpoint-dir, by default OUT/checkpoint) after at least one checkpoint completed",
-            dir.display(),
-            path.display()
-        )
+    let manifest_name = path.display().to_string();
+    let text = std::fs::read_to_string(&path).map_err(|error| CheckpointError::NoManifest {
+        dir: dir.display().to_string(),
+        manifest: manifest_name.clone(),
+        error,
     })?;
-    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "{}: not a fleetsim checkpoint manifest: {e}",
-            path.display()
-        )
-    })?;
+    let manifest: Manifest =
+        serde_json::from_str(&text).map_err(|error| CheckpointError::NotAManifest {
+            manifest: manifest_name.clone(),
+            error,
+        })?;
     if manifest.format != FORMAT {
-        return Err(format!(
-            "{}: checkpoint format {} is not the format {FORMAT} this fleetsim reads",
-            path.display(),
-            manifest.format
-        ));
+        return Err(CheckpointError::Format {
+            manifest: manifest_name,
+            format: manifest.format,
+        });
     }
     if manifest.fingerprint != fingerprint {
-        return Err(format!(
-            "{}: the checkpoint was written for experiment `{}` with other settings (fingerprint {}, this run's is {fingerprint}); resume with the same experiment file and --set options (partitioning, workers and threads may differ)",
-            path.display(),
-            manifest.experiment,
-            manifest.fingerprint
-        ));
+        return Err(CheckpointError::OtherModel {
+            manifest: manifest_name,
+            experiment: manifest.experiment,
+            theirs: manifest.fingerprint,
+            ours: fingerprint.to_string(),
+        });
     }
     let mut files = Vec::new();
     for (part, bytes) in &manifest.parts {
         let file = dir.join(part);
         let size = std::fs::metadata(&file)
-            .map_err(|e| {
-                format!(
-                    "{}: part {} is missing: {e}",
-                    path.display(),
-                    file.display()
-                )
+            .map_err(|error| CheckpointError::PartMissing {
+                manifest: manifest_name.clone(),
+                part: file.display().to_string(),
+                error,
             })?
             .len();
         if size != *bytes {
-            return Err(format!(
-                "{}: part {} has {size} bytes, the manifest says {bytes}; the checkpoint is damaged",
-                path.display(),
-                file.display()
-            ));
+            return Err(CheckpointError::PartDamaged {
+                manifest: manifest_name,
+                part: file.display().to_string(),
+                size,
+                expected: *bytes,
+            });
         }
         files.push(file);
     }
@@ -325,7 +368,7 @@ pub fn prepare(
     model: &SimModel,
     options: &CheckpointOptions,
     workers: u32,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, CheckpointError> {
     let fingerprint = fingerprint(exp, model);
     let (resumed, resume_parts) = match &options.resume {
         Some(dir) => {
@@ -337,11 +380,9 @@ pub fn prepare(
     // Only when checkpoints are scheduled: a run that may only be stopped by a signal makes
     // it when it writes one (each worker creates its window's folder).
     if options.every.is_some() {
-        std::fs::create_dir_all(&options.dir).map_err(|e| {
-            format!(
-                "cannot create the checkpoint directory {}: {e}",
-                options.dir.display()
-            )
+        std::fs::create_dir_all(&options.dir).map_err(|error| CheckpointError::CreateDir {
+            dir: options.dir.display().to_string(),
+            error,
         })?;
     }
     let dir = std::path::absolute(&options.dir).unwrap_or_else(|_| options.dir.clone());
@@ -373,7 +414,7 @@ pub struct Schedule {
     /// Asked for in the last grant: complete once every worker reports its part.
     pending: Option<(Mark, bool)>,
     /// Writes the manifest of a checkpoint every worker has written its part of.
-    on_complete: Box<dyn FnMut(Mark) -> Result<(), String> + Send>,
+    on_complete: Box<dyn FnMut(Mark) -> Result<(), CheckpointError> + Send>,
     /// The last complete checkpoint (resumed from, or written).
     pub last: Option<Mark>,
 }
@@ -392,7 +433,7 @@ impl Schedule {
         every: Option<CheckpointEvery>,
         stop: Arc<AtomicBool>,
         resumed: Option<Mark>,
-        on_complete: Box<dyn FnMut(Mark) -> Result<(), String> + Send>,
+        on_complete: Box<dyn FnMut(Mark) -> Result<(), CheckpointError> + Send>,
     ) -> Self {
         Schedule {
             every,
@@ -423,13 +464,13 @@ impl Schedule {
         written: impl Iterator<Item = u64>,
         asked: bool,
         next: Option<Mark>,
-    ) -> Result<Step, String> {
+    ) -> Result<Step, CheckpointError> {
         if let Some((mark, stop)) = self.pending.take() {
             if let Some(w) = written.into_iter().find(|&w| w != mark.window) {
-                return Err(format!(
-                    "a worker reported its last checkpoint part before window {w}, not {}",
-                    mark.window
-                ));
+                return Err(CheckpointError::OutOfStep {
+                    reported: w,
+                    expected: mark.window,
+                });
             }
             (self.on_complete)(mark)?;
             self.last = Some(mark);
@@ -524,22 +565,22 @@ mod tests {
             stop: false,
         };
         assert_eq!(
-            s.step([0, 0].into_iter(), false, Some(mark(1, 500))),
-            Ok(go(false))
+            s.step([0, 0].into_iter(), false, Some(mark(1, 500))).ok(),
+            Some(go(false))
         );
         assert_eq!(
-            s.step([0, 0].into_iter(), false, Some(mark(2, 1000))),
-            Ok(go(true))
+            s.step([0, 0].into_iter(), false, Some(mark(2, 1000))).ok(),
+            Some(go(true))
         );
         assert_eq!(
-            s.step([2, 2].into_iter(), false, Some(mark(3, 1100))),
-            Ok(go(false))
+            s.step([2, 2].into_iter(), false, Some(mark(3, 1100))).ok(),
+            Some(go(false))
         );
         assert_eq!(*completed.lock().expect("lock"), vec![2]);
         assert_eq!(s.last, Some(mark(2, 1000)));
         assert_eq!(
-            s.step([2, 2].into_iter(), false, Some(mark(4, 2100))),
-            Ok(go(true))
+            s.step([2, 2].into_iter(), false, Some(mark(4, 2100))).ok(),
+            Some(go(true))
         );
         let late = s.step([4, 2].into_iter(), false, Some(mark(5, 2200)));
         assert!(late.is_err(), "{late:?}");
@@ -554,18 +595,21 @@ mod tests {
             checkpoint: false,
             stop: false,
         };
-        assert_eq!(s.step([0].into_iter(), false, Some(mark(1, 5))), Ok(go));
+        assert_eq!(
+            s.step([0].into_iter(), false, Some(mark(1, 5))).ok(),
+            Some(go)
+        );
         stop.store(true, Ordering::Relaxed);
         assert_eq!(
-            s.step([0].into_iter(), false, Some(mark(2, 9))),
-            Ok(Step::Go {
+            s.step([0].into_iter(), false, Some(mark(2, 9))).ok(),
+            Some(Step::Go {
                 checkpoint: true,
                 stop: true
             })
         );
         assert_eq!(
-            s.step([2].into_iter(), false, Some(mark(3, 9))),
-            Ok(Step::Stopped(mark(2, 9)))
+            s.step([2].into_iter(), false, Some(mark(3, 9))).ok(),
+            Some(Step::Stopped(mark(2, 9)))
         );
     }
 }

@@ -44,8 +44,8 @@ use worker::{
 use crate::checkpoint::{self, CheckpointOptions};
 use crate::driver::{CombiningBarrier, ProgressHook};
 use crate::embedded::{EngineStats, assign_workers};
+use crate::output::report::EngineInfo;
 use crate::run::{Placement, RunError, RunOutput, partition, peak_rss_bytes};
-use crate::run_report::EngineInfo;
 
 /// Metadata entry every call carries the run's token in.
 pub const TOKEN_HEADER: &str = "x-fleetsim-token";
@@ -91,12 +91,37 @@ fn with_token<T>(message: T, token: &str) -> Result<Request<T>, EngineError> {
     Ok(request)
 }
 
+/// What keeps a distributed run from starting: its token, its TLS files, an address.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot draw a random run token from the system: {0}")]
+    RandomToken(getrandom::Error),
+    #[error("cannot read the token file {path}: {error}")]
+    TokenFile { path: String, error: std::io::Error },
+    #[error("the token file {path} is empty; write the token on its first line")]
+    EmptyToken { path: String },
+    #[error(
+        "--tls-dir {dir}: cannot read {name} ({error}); it needs ca.pem, and cert.pem and key.pem for the name `{TLS_NAME}` signed by that CA"
+    )]
+    TlsFile {
+        dir: String,
+        name: &'static str,
+        error: std::io::Error,
+    },
+    #[error("the TLS certificate or key cannot be used: {0}")]
+    Tls(tonic::transport::Error),
+    #[error("{address} is not a HOST:PORT address: {error}")]
+    Address {
+        address: String,
+        error: tonic::codegen::http::uri::InvalidUri,
+    },
+}
+
 /// A new token for a run: 128 bits from the operating system's random source, so that no
 /// one who knows when and where the run started can guess it.
-pub fn new_token() -> Result<String, String> {
+pub fn new_token() -> Result<String, SetupError> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| format!("cannot draw a random run token from the system: {e}"))?;
+    getrandom::fill(&mut bytes).map_err(SetupError::RandomToken)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -115,13 +140,12 @@ pub struct TlsFiles {
 
 impl TlsFiles {
     /// Reads `ca.pem`, `cert.pem` and `key.pem` from `dir`.
-    pub fn load(dir: &Path) -> Result<TlsFiles, String> {
-        let read = |name: &str| {
-            std::fs::read(dir.join(name)).map_err(|e| {
-                format!(
-                    "--tls-dir {}: cannot read {name} ({e}); it needs ca.pem, and cert.pem and key.pem for the name `{TLS_NAME}` signed by that CA",
-                    dir.display()
-                )
+    pub fn load(dir: &Path) -> Result<TlsFiles, SetupError> {
+        let read = |name: &'static str| {
+            std::fs::read(dir.join(name)).map_err(|error| SetupError::TlsFile {
+                dir: dir.display().to_string(),
+                name,
+                error,
             })
         };
         Ok(TlsFiles {
@@ -146,26 +170,25 @@ impl TlsFiles {
 }
 
 /// A server builder, with TLS when `tls` is given.
-fn server(tls: Option<&TlsFiles>) -> Result<Server, String> {
+fn server(tls: Option<&TlsFiles>) -> Result<Server, SetupError> {
     let builder = Server::builder().http2_adaptive_window(Some(true));
     match tls {
-        Some(t) => builder
-            .tls_config(t.server())
-            .map_err(|e| format!("the TLS certificate or key cannot be used: {e}")),
+        Some(t) => builder.tls_config(t.server()).map_err(SetupError::Tls),
         None => Ok(builder),
     }
 }
 
 /// The endpoint of `address`, over TLS when `tls` is given.
-fn endpoint(address: &str, tls: Option<&TlsFiles>) -> Result<Endpoint, String> {
+fn endpoint(address: &str, tls: Option<&TlsFiles>) -> Result<Endpoint, SetupError> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let e = Channel::from_shared(format!("{scheme}://{address}"))
-        .map_err(|e| format!("{address} is not a HOST:PORT address: {e}"))?
+        .map_err(|error| SetupError::Address {
+            address: address.to_string(),
+            error,
+        })?
         .tcp_nodelay(true);
     match tls {
-        Some(t) => e
-            .tls_config(t.client())
-            .map_err(|e| format!("the TLS certificate or key cannot be used: {e}")),
+        Some(t) => e.tls_config(t.client()).map_err(SetupError::Tls),
         None => Ok(e),
     }
 }
@@ -205,15 +228,16 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Reads a token file (its first line, trimmed).
-pub fn read_token(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+pub fn read_token(path: &Path) -> Result<String, SetupError> {
+    let text = std::fs::read_to_string(path).map_err(|error| SetupError::TokenFile {
+        path: path.display().to_string(),
+        error,
+    })?;
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
-        return Err(format!(
-            "the token file {} is empty; write the token on its first line",
-            path.display()
-        ));
+        return Err(SetupError::EmptyToken {
+            path: path.display().to_string(),
+        });
     }
     Ok(token)
 }
@@ -557,8 +581,7 @@ pub fn run_coordinator(
     let partition = partition(exp, &model, Placement::remote(exp, workers))?;
     let map = LpMap::new(partition.partition_of.clone());
     let owners = assign_workers(map.partitions, workers, &partition.weights);
-    let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)
-        .map_err(RunError::Checkpoint)?;
+    let checkpoints = checkpoint::prepare(exp, &model, &options.checkpoints, workers)?;
     let resume_parts = checkpoints
         .resume_parts
         .iter()
@@ -662,7 +685,8 @@ pub fn run_coordinator(
                 .wait_until(|hub| (hub.submitted == hub.expected).then_some(()))
                 .await;
         };
-        server(options.tls.as_ref())?
+        server(options.tls.as_ref())
+            .map_err(|e| e.to_string())?
             .add_service(
                 CoordinatorServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -950,8 +974,7 @@ pub fn run_worker_process(
         token: token.to_string(),
     };
     let server = runtime.spawn(
-        server(tls)
-            .map_err(fail)?
+        server(tls)?
             .add_service(
                 WorkerServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -964,7 +987,7 @@ pub fn run_worker_process(
     let deadline = Instant::now() + CONNECT_PATIENCE;
     let (channel, coordinator) = loop {
         let coordinator = coordinator();
-        let endpoint = endpoint(&coordinator, tls).map_err(fail)?;
+        let endpoint = endpoint(&coordinator, tls)?;
         match runtime.block_on(endpoint.connect()) {
             Ok(c) => break (c, coordinator),
             Err(e) if !not_listening_yet(&e) => {

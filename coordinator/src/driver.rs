@@ -159,7 +159,10 @@ impl WindowDriver {
     /// (and, on a stop request, not to run it); the round after, once every part is written,
     /// the checkpoint is completed. `Err` when completing it failed. Widening windows end
     /// no later than the next checkpoint due in simulated time, at least a lookahead on.
-    pub fn grant(&mut self, reports: &[WindowReport]) -> Result<Vec<WindowGrant>, String> {
+    pub fn grant(
+        &mut self,
+        reports: &[WindowReport],
+    ) -> Result<Vec<WindowGrant>, crate::checkpoint::CheckpointError> {
         let t = reports
             .iter()
             .map(|r| r.next_event_ps.min(r.earliest_sent_ps))
@@ -278,7 +281,7 @@ impl CombiningBarrier {
             match self.driver.grant(&reports) {
                 Ok(grants) => self.grants = grants,
                 Err(why) => {
-                    self.failed.get_or_insert(why);
+                    self.failed.get_or_insert(why.to_string());
                     return round;
                 }
             }

@@ -1,23 +1,17 @@
-//! The coordinator: builds the experiment, partitions it, drives windows and writes reports.
+//! The runtime of a simulation: loads and partitions an experiment, drives the windows of
+//! its workers (embedded, or over gRPC), takes checkpoints, meets under Slurm, and writes
+//! the output directory. The commands that use it live in the `fleetsim` crate's `cli`.
 //!
-//! Invariant: knows nothing of LP internals; it talks to workers through the window-driver
-//! interface only. Today it hosts the experiment checks behind `fleetsim check`.
+//! Invariants: knows nothing of LP internals; it talks to workers through the window-driver
+//! interface only. `distributed` (the gRPC transport) and the Prometheus endpoint are the
+//! only code that knows tokio, tonic or hyper, and they are behind the `server` feature.
 
-pub mod check;
 pub mod checkpoint;
-pub mod collective_bench;
+#[cfg(feature = "server")]
 pub mod distributed;
 pub mod driver;
 pub mod embedded;
-pub mod kernel_report;
 pub mod metrics;
-pub mod partition_report;
-pub mod plan;
-pub mod plot;
+pub mod output;
 pub mod run;
-pub mod run_report;
 pub mod slurm;
-pub mod summary;
-pub mod sweep;
-pub mod validate;
-pub mod workload_report;

@@ -1,6 +1,6 @@
 //! Live run metrics through the `metrics` crate, served to Prometheus at `--metrics-listen`
 //! (metrics-exporter-prometheus' HTTP listener, on its own thread). The final values are
-//! also in `metrics.json` in the output directory (`run_report::write_outputs`).
+//! also in `metrics.json` in the output directory (`output::report::write_outputs`).
 //!
 //! - Coordinator (or embedded run), after every window: `fleetsim_simulated_seconds`,
 //!   `fleetsim_windows_total`, `fleetsim_events` and `fleetsim_events_per_second`.
@@ -11,19 +11,55 @@
 use std::time::Instant;
 
 use metrics::{counter, gauge};
-use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::driver::ProgressHook;
 
+/// Why `--metrics-listen` cannot serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("--metrics-listen {listen}: not a HOST:PORT address ({error})")]
+    Address {
+        listen: String,
+        error: std::net::AddrParseError,
+    },
+    #[cfg(feature = "server")]
+    #[error("--metrics-listen {listen}: {error}")]
+    Exporter {
+        listen: String,
+        error: metrics_exporter_prometheus::BuildError,
+    },
+    #[error(
+        "--metrics-listen {listen}: this fleetsim was built without the `server` feature, which serves metrics; build it with default features"
+    )]
+    NotBuilt { listen: String },
+}
+
 /// Serves the metrics of this process at `http://LISTEN/metrics`.
-pub fn serve(listen: &str) -> Result<(), String> {
-    let addr: std::net::SocketAddr = listen
-        .parse()
-        .map_err(|e| format!("--metrics-listen {listen}: not a HOST:PORT address ({e})"))?;
-    PrometheusBuilder::new()
+pub fn serve(listen: &str) -> Result<(), ServeError> {
+    let addr: std::net::SocketAddr = listen.parse().map_err(|error| ServeError::Address {
+        listen: listen.to_string(),
+        error,
+    })?;
+    install(listen, addr)
+}
+
+#[cfg(feature = "server")]
+fn install(listen: &str, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .install()
-        .map_err(|e| format!("--metrics-listen {listen}: {e}"))
+        .map_err(|error| ServeError::Exporter {
+            listen: listen.to_string(),
+            error,
+        })
+}
+
+/// Without the `server` feature there is no HTTP endpoint to serve from.
+#[cfg(not(feature = "server"))]
+fn install(listen: &str, _: std::net::SocketAddr) -> Result<(), ServeError> {
+    Err(ServeError::NotBuilt {
+        listen: listen.to_string(),
+    })
 }
 
 /// A progress hook that also records each window's metrics, then calls `inner`.

@@ -8,8 +8,8 @@ use sim::experiment::Experiment;
 
 use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
-use crate::run_report::{EngineInfo, summarize_run};
-use crate::summary::Summary;
+use crate::output::report::{EngineInfo, summarize_run};
+use crate::output::summary::Summary;
 
 impl From<worker::EngineError> for RunError {
     fn from(e: worker::EngineError) -> Self {
@@ -28,9 +28,14 @@ pub enum RunError {
     Engine(worker::EngineError),
     #[error("simulation did not complete: {0}")]
     Incomplete(String),
+    /// A distributed run could not start: its token, TLS files or an address.
+    #[cfg(feature = "server")]
+    #[error(transparent)]
+    Setup(#[from] crate::distributed::SetupError),
     /// Checkpoints could not be set up or resumed from.
-    #[error("{0}")]
-    Checkpoint(String),
+    /// Boxed: its resume errors carry four names, and a `RunError` travels in every result.
+    #[error(transparent)]
+    Checkpoint(Box<crate::checkpoint::CheckpointError>),
     /// One point of a sweep could not be loaded: names its combination of `--vary` values.
     #[error("sweep point {point}: {error}")]
     Point { point: String, error: Box<RunError> },
@@ -41,6 +46,12 @@ pub enum RunError {
         mark.window
     )]
     Stopped { mark: Mark, dir: String },
+}
+
+impl From<crate::checkpoint::CheckpointError> for RunError {
+    fn from(error: crate::checkpoint::CheckpointError) -> Self {
+        RunError::Checkpoint(Box::new(error))
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -337,9 +348,7 @@ pub fn simulate(
         scheduling,
     } = partition.placement;
     let checkpoints = match &options.checkpoints {
-        Some(c) => {
-            Some(checkpoint::prepare(exp, &model, c, workers).map_err(RunError::Checkpoint)?)
-        }
+        Some(c) => Some(checkpoint::prepare(exp, &model, c, workers)?),
         None => None,
     };
     let dir = checkpoints.as_ref().map(|c| c.dir.display().to_string());

@@ -1,12 +1,92 @@
 //! `fleetsim check`: what an experiment derives, as text for people and JSON for scripts.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
 
 use serde_json::{Value, json};
+use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
 use sim::topology::Topology;
 use sim::workload::summary::StageSummary;
+
+use crate::cli::kernel_report;
+use crate::cli::stdout::print_report;
+
+/// `fleetsim check`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Experiment file (TOML).
+    pub experiment: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list per stage the kernels taking the most time: bound, efficiency, source.
+    #[arg(long)]
+    pub kernels: bool,
+    /// How many kernels per stage `--kernels` lists.
+    #[arg(long, default_value_t = 10, requires = "kernels")]
+    pub top: usize,
+    /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+impl Args {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let Args {
+            experiment,
+            json,
+            kernels,
+            top,
+            sets,
+        } = self;
+        let exp = Experiment::load(&experiment, &sets)?;
+        let started = Instant::now();
+        let topology = exp.build_topology()?;
+        let build_s = started.elapsed().as_secs_f64();
+        tracing::info!(
+            experiment = exp.name(),
+            nodes = topology.nodes().len(),
+            links = topology.link_count(),
+            seconds = build_s,
+            "topology built"
+        );
+        // Validates `[network]` against the links it will run on.
+        sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
+        sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
+        let started = Instant::now();
+        let workload = sim::workload::load_or_compile(&exp, None)?;
+        tracing::info!(
+            programs = workload.programs.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "workload compiled"
+        );
+        // Validates `[compute]` and any measured kernel tables even without --kernels.
+        let model = ComputeModel::from_experiment(&exp)?;
+        let summaries = sim::workload::summary::summarize(&workload);
+        let report = CheckReport {
+            experiment: &exp,
+            topology: &topology,
+            build_s,
+            workload: &summaries,
+        };
+        if !kernels {
+            return print_report(json, || report.to_json(), || report.to_text());
+        }
+        let stages = kernel_report::stage_kernels(&workload, &model, &exp.stage_gpus());
+        print_report(
+            json,
+            || {
+                let mut v = report.to_json();
+                v["kernels"] = kernel_report::to_json(&stages, top);
+                v
+            },
+            || report.to_text() + &kernel_report::to_text(&stages, top),
+        )
+    }
+}
 
 /// Everything `fleetsim check` reports.
 #[derive(Debug)]

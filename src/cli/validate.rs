@@ -11,11 +11,100 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+
 use sim::experiment::Experiment;
 
-use crate::plot::{ParityChart, PlotError, Series, parity_chart_svg};
-use crate::run::{RunError, RunOptions, load_checked, run_embedded};
-use crate::summary::Summary;
+use coordinator::output::plot::{ParityChart, PlotError, Series, parity_chart_svg};
+use coordinator::output::summary::Summary;
+use coordinator::run::{RunError, RunOptions, load_checked, run_embedded};
+
+/// `fleetsim validate`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The measurement table (CSV).
+    pub cases: PathBuf,
+    /// Where the results go. Default: runs/validate-<table name>.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Only these rows (1-based, data rows only), e.g. --rows 1,2,10.
+    #[arg(long, value_delimiter = ',')]
+    pub rows: Option<Vec<usize>>,
+    /// Override a key of every row's experiment, e.g. --set network.model=analytical.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Threads per run (0 = the cores other processes leave idle).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Exit with status 1 when the MAPE (percent) is above this.
+    #[arg(long, value_name = "PERCENT")]
+    pub max_mape: Option<f64>,
+    /// Exit with status 1 when any row's absolute error (percent) is above this.
+    #[arg(long, value_name = "PERCENT")]
+    pub max_error: Option<f64>,
+}
+
+impl Args {
+    /// Every row simulated, the table printed as rows finish, then the files.
+    pub fn execute(self) -> anyhow::Result<()> {
+        let Args {
+            cases,
+            out,
+            rows,
+            sets,
+            threads,
+            max_mape,
+            max_error,
+        } = self;
+        let rows = rows.as_deref();
+        let sets = &sets[..];
+        let cases = cases.as_path();
+        let file = cases.display().to_string();
+        let all = read_cases(cases)?;
+        let selected = select(all, rows).map_err(anyhow::Error::msg)?;
+        let out = out.unwrap_or_else(|| {
+            let stem = cases
+                .file_stem()
+                .map_or_else(|| "cases".into(), |s| s.to_string_lossy().into_owned());
+            PathBuf::from("runs").join(format!("validate-{stem}"))
+        });
+        let prepared = prepare(&out, &selected, sets, &file)?;
+        let options = RunOptions {
+            threads,
+            ..Default::default()
+        };
+        outln!("{}", table_header());
+        let mut outcomes = Vec::new();
+        for (case, exp) in prepared {
+            let outcome = run_case(case, &exp, &options, &file)?;
+            outln!("{}", table_line(&outcome));
+            outcomes.push(outcome);
+        }
+        let verdict = verdict(&outcomes);
+        outln!("{verdict}");
+        let csv = out.join("validation.csv");
+        std::fs::write(&csv, to_csv(&outcomes))
+            .with_context(|| format!("writing {}", csv.display()))?;
+        let svg = out.join("parity.svg");
+        std::fs::write(&svg, parity_svg(&outcomes)?)
+            .with_context(|| format!("writing {}", svg.display()))?;
+        outln!("results in {}", out.display());
+        let mape = mape(&outcomes);
+        if let Some(limit) = max_mape.filter(|&l| mape > l) {
+            anyhow::bail!("MAPE {mape:.2}% is above --max-mape {limit}%");
+        }
+        if let (Some(limit), Some(w)) = (max_error, worst(&outcomes))
+            && 100.0 * w.error.abs() > limit
+        {
+            anyhow::bail!(
+                "line {} of {file} is off by {:+.1}%, above --max-error {limit}%",
+                w.case.line,
+                100.0 * w.error
+            );
+        }
+        Ok(())
+    }
+}
 
 /// Columns every table has (`../shared/calibration/e2e_iterations.csv`).
 const REQUIRED: [&str; 22] = [
@@ -1017,7 +1106,7 @@ mod tests {
             ("megascale_a100.csv", 8),
         ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../configs/validation")
+                .join("configs/validation")
                 .join(table);
             let cases = read_cases(&path).expect(table);
             assert_eq!(cases.len(), rows, "{table}");

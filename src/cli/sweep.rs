@@ -11,13 +11,158 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use anyhow::Context as _;
+
 use serde::{Deserialize, Serialize};
 use sim::experiment::Experiment;
 
-use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
-use crate::run::{RunError, RunOptions, load_checked_varied, run_embedded};
-use crate::run_report::write_outputs;
-use crate::summary::Summary;
+use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
+use coordinator::output::report::write_outputs;
+use coordinator::output::summary::Summary;
+use coordinator::run::{RunError, RunOptions, load_checked_varied, run_embedded};
+
+/// `fleetsim sweep`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Experiment file (TOML).
+    #[arg(required_unless_present_any = ["collect", "point"])]
+    pub experiment: Option<PathBuf>,
+    /// KEY=V1,V2,...: a dotted key of the experiment file and the values it takes, e.g.
+    /// --vary engine.partition=by-host,metis --vary engine.workers=1,2,4.
+    #[arg(long, value_parser = parse_vary, required_unless_present_any = ["collect", "point"])]
+    pub vary: Vec<Vary>,
+    /// Where sweep.csv and sweep.svg go (with --slurm: the sweep's folder, which every
+    /// node must see). Default: runs/<experiment name>-sweep.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The column of sweep.csv the plot shows (default: iteration_time_s, or wall_s when
+    /// only engine.* keys vary), e.g. batches_per_s. (`--plot` also works.)
+    #[arg(long = "plot-column", alias = "plot", value_name = "COLUMN")]
+    pub plot: Option<String>,
+    /// Override a key of the experiment file for every run.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Submit the sweep as one Slurm array job (one task per point, results in
+    /// OUT/points/NNNN) instead of running it here.
+    #[arg(long)]
+    pub slurm: bool,
+    /// An option for sbatch when submitting with --slurm, e.g. --sbatch-arg=--time=60
+    /// --sbatch-arg=--partition=gpu (overrides the script's own #SBATCH lines).
+    #[arg(
+        long = "sbatch-arg",
+        value_name = "OPTION",
+        allow_hyphen_values = true,
+        requires = "slurm"
+    )]
+    pub sbatch_args: Vec<String>,
+    /// Write sweep.csv and sweep.svg in DIR from the points a --slurm sweep ran there.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["experiment", "vary", "out", "sets", "slurm", "point"])]
+    pub collect: Option<PathBuf>,
+    /// Run one point of the --slurm sweep in DIR (what each array task runs): the one
+    /// --index names, else SLURM_ARRAY_TASK_ID's.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["experiment", "vary", "out", "sets", "slurm", "plot"])]
+    pub point: Option<PathBuf>,
+    /// With --point: which point (0-based).
+    #[arg(long, requires = "point")]
+    pub index: Option<usize>,
+}
+
+impl Args {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let y = self
+            .plot
+            .as_deref()
+            .map(|c| plot_column(c).map_err(anyhow::Error::msg))
+            .transpose()?;
+        if let Some(dir) = self.point {
+            return sweep_point(&dir, self.index);
+        }
+        if let Some(dir) = self.collect {
+            let manifest = SweepManifest::read(&dir)?;
+            let rows = manifest.collect(&dir)?;
+            return write_sweep(&dir, &manifest.varies, &rows, y);
+        }
+        let Some(experiment) = self.experiment else {
+            anyhow::bail!("sweep needs an experiment file");
+        };
+        let (sets, vary) = (self.sets, self.vary);
+        let out = match self.out {
+            Some(out) => out,
+            None => {
+                let name = Experiment::load(&experiment, &sets)?.name().to_string();
+                PathBuf::from("runs").join(format!("{name}-sweep"))
+            }
+        };
+        if self.slurm {
+            let manifest = SweepManifest::new(&experiment, &sets, &vary)?;
+            let fleetsim = std::env::current_exe().context("locating this fleetsim binary")?;
+            let workdir = std::env::current_dir().context("reading the working directory")?;
+            let script = manifest.write_array_job(&out, &fleetsim, &workdir)?;
+            let job = submit(&script, &self.sbatch_args)?;
+            outln!(
+                "sweep: {} point(s) submitted as Slurm array job {job} ({}); when it is done: fleetsim sweep --collect {}",
+                manifest.points.len(),
+                script.display(),
+                out.display()
+            );
+            return Ok(());
+        }
+        let rows = run_sweep(&experiment, &sets, &vary, |r| {
+            outln!("{}", row_line(r));
+        })?;
+        write_sweep(&out, &vary, &rows, y)
+    }
+}
+
+fn parse_vary(s: &str) -> Result<Vary, String> {
+    s.parse()
+}
+
+/// One point of a `--slurm` sweep: `index`, else the array task's.
+fn sweep_point(dir: &Path, index: Option<usize>) -> anyhow::Result<()> {
+    use SweepManifest;
+    let index = match index {
+        Some(i) => i,
+        None => {
+            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
+                anyhow::anyhow!(
+                    "--point: SLURM_ARRAY_TASK_ID is not set; run it as a task of the sweep's array job, or name the point with --index N"
+                )
+            })?;
+            id.trim().parse().map_err(|_| {
+                anyhow::anyhow!("--point: SLURM_ARRAY_TASK_ID `{id}` is not a point number")
+            })?
+        }
+    };
+    let manifest = SweepManifest::read(dir)?;
+    // A task takes the CPUs Slurm gave it; other tasks of the array may share the node.
+    let threads = coordinator::slurm::cpus_per_task(|k| std::env::var(k).ok());
+    let options = RunOptions {
+        threads,
+        ..Default::default()
+    };
+    let row = manifest.run_point(dir, index, &options)?;
+    outln!("point {index}: {}", row_line(&row));
+    Ok(())
+}
+
+/// `sweep.csv` and `sweep.svg` in `out`.
+fn write_sweep(
+    out: &Path,
+    varies: &[Vary],
+    rows: &[SweepRow],
+    y: Option<Column>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let csv = out.join("sweep.csv");
+    std::fs::write(&csv, to_csv(varies, rows))
+        .with_context(|| format!("writing {}", csv.display()))?;
+    let svg = plot_svg(varies, rows, y).map_err(|e| anyhow::anyhow!("plotting the sweep: {e}"))?;
+    let plot = out.join("sweep.svg");
+    std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))?;
+    outln!("sweep: {} run(s) in {}", rows.len(), out.display());
+    Ok(())
+}
 
 /// One `--vary KEY=V1,V2,...`. Keys joined by `+` vary together, their values joined the
 /// same way: `--vary 'cluster.gpus+cluster.cxl.hosts_per_switch=64+8,128+16'`.

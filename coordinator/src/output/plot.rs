@@ -5,7 +5,7 @@ use std::sync::Once;
 
 use plotters::prelude::*;
 
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 const FAMILY: &str = "sans-serif";
 
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use sim::workload::summary::{summarize, total_model_flops};
 use sim::workload::{CollectiveOp, OpKind, Stream};
 
 use crate::embedded::EngineStats;
-use crate::summary::{
+use crate::output::summary::{
     Breakdown, EngineSummary, FlowSummary, NetworkSummary, RoundTripSummary, Summary, WorkerSummary,
 };
 

@@ -5,15 +5,15 @@
 
 use std::path::Path;
 
-use coordinator::collective_bench::{BenchRow, BenchSpec, run_bench};
 use coordinator::run::RunOptions;
+use fleetsim::cli::collective::{BenchRow, BenchSpec, run_bench};
 use sim::experiment::Experiment;
 use sim::workload::CollectiveOp;
 use sim::workload::bench::BenchOp;
 
-const RAIL_H100: &str = "../configs/clusters/rail-h100.toml";
+const RAIL_H100: &str = "configs/clusters/rail-h100.toml";
 
-const FAT_TREE_H100: &str = "../configs/clusters/fat-tree-h100.toml";
+const FAT_TREE_H100: &str = "configs/clusters/fat-tree-h100.toml";
 
 fn bench(op: CollectiveOp, gpus: u32, sizes: &[u64], sets: &[&str]) -> Vec<BenchRow> {
     bench_on(RAIL_H100, op, gpus, sizes, sets)
@@ -394,7 +394,7 @@ fn rings_that_cross_nics_lose_the_rail_fabric() {
 /// place, N−1 ring steps instead of 2(N−1).
 #[test]
 fn coherent_ring_halves_all_reduce_where_hosts_share_a_cxl_switch() {
-    const CXL: &str = "../configs/experiments/cxl-llama2-70b-h100-64.toml";
+    const CXL: &str = "configs/experiments/cxl-llama2-70b-h100-64.toml";
     let sizes = [64 << 20, 1 << 30];
     for model in ["network.model=analytical", "network.intra_host=packet"] {
         let auto = bench_on(CXL, CollectiveOp::AllReduce, 16, &sizes, &[model]);
@@ -565,7 +565,7 @@ fn every_algorithm_is_deterministic_across_workers_threads_and_partitions() {
 #[test]
 fn multi_node_bus_bandwidth_matches_the_published_nccl_numbers() {
     let analytical = "network.model=analytical";
-    let a100 = "../configs/clusters/spine-leaf-a100.toml";
+    let a100 = "configs/clusters/spine-leaf-a100.toml";
     let sets = [
         analytical,
         "cluster.topology=\"rail-optimized\"",

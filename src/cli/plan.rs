@@ -3,14 +3,59 @@
 //! the full engine, and the gain of the best over the naive placement.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::planner::{self, Estimated, Placement};
 
-use crate::run::{RunError, RunOptions, load_checked, run_embedded};
+use coordinator::run::{RunError, RunOptions, load_checked, run_embedded};
+
+/// `fleetsim plan`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Experiment file (TOML).
+    pub experiment: PathBuf,
+    /// Where plan.json and plan.txt go (optional).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Threads per engine run (0 = the cores other processes leave idle).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Override a key of the experiment file.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+impl Args {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let report = plan(&self.experiment, &self.sets, self.threads)?;
+        let text = report.to_text();
+        let value = report.to_json();
+        if let Some(out) = self.out {
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            for (file, body) in [
+                ("plan.txt", text.clone()),
+                ("plan.json", serde_json::to_string_pretty(&value)? + "\n"),
+            ] {
+                let path = out.join(file);
+                std::fs::write(&path, body)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+        if self.json {
+            outln!("{}", serde_json::to_string_pretty(&value)?);
+        } else {
+            out!("{text}");
+        }
+        Ok(())
+    }
+}
 
 /// Candidates besides the experiment as written that the engine confirms.
 pub const CONFIRMED: usize = 3;

@@ -6,7 +6,6 @@
 //! ordered), as summary.json always was; the field order here is for reading.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -144,15 +143,5 @@ impl Summary {
 
     pub fn from_json_text(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
-    }
-
-    /// Reads a summary.json, naming the file when it cannot.
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-        Self::from_json_text(&text).map_err(|e| {
-            format!(
-                "unreadable: {e}; was it written by another version of fleetsim? Rerun the point"
-            )
-        })
     }
 }

@@ -2,14 +2,84 @@
 //! scripts.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
 
+use anyhow::Context as _;
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
+use sim::experiment::Experiment;
 use sim::gpu::GpuSpec;
 use sim::workload::evaluate::{PipelineTiming, evaluate};
 use sim::workload::schedule::bubble_fraction;
 use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, total_model_flops};
 use sim::workload::{OpKind, Workload};
+
+use crate::cli::kernel_report;
+use crate::cli::stdout::print_report;
+
+/// `fleetsim workload`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Experiment file (TOML).
+    pub experiment: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Export format (simai: SimAI's workload text file; kernels: the measured-kernel
+    /// table template, every distinct kernel with the model's time).
+    #[arg(long, value_enum, requires = "output")]
+    pub export: Option<ExportFormat>,
+    /// File the export is written to (`--output` also works).
+    #[arg(
+        long = "out",
+        alias = "output",
+        value_name = "FILE",
+        requires = "export"
+    )]
+    pub output: Option<PathBuf>,
+    /// Run a SimAI workload file instead of compiling the model (like `workload_file`).
+    #[arg(long, value_name = "FILE")]
+    pub workload_file: Option<PathBuf>,
+    /// Override a key of the experiment file, e.g. --set parallel.tp=4.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ExportFormat {
+    Simai,
+    Kernels,
+}
+
+impl Args {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let exp = Experiment::load(&self.experiment, &self.sets)?;
+        let started = Instant::now();
+        let workload = sim::workload::load_or_compile(&exp, self.workload_file.as_deref())?;
+        let compile_s = started.elapsed().as_secs_f64();
+        let model = ComputeModel::from_experiment(&exp)?;
+        let stage_gpus = exp.stage_gpus();
+        if let (Some(format), Some(path)) = (self.export, self.output) {
+            let (text, what) = match format {
+                ExportFormat::Simai => (
+                    sim::interop::simai_convert::export(&workload, &exp, &model),
+                    "the SimAI workload",
+                ),
+                ExportFormat::Kernels => {
+                    let stages = kernel_report::stage_kernels(&workload, &model, &stage_gpus);
+                    (kernel_report::kernel_table(&stages), "the kernel table")
+                }
+            };
+            std::fs::write(&path, text)
+                .with_context(|| format!("writing {what} to {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+            return Ok(());
+        }
+        let report = WorkloadReport::new(exp.name(), workload, &stage_gpus, &model, compile_s);
+        print_report(self.json, || report.to_json(), || report.to_text())
+    }
+}
 
 /// Everything `fleetsim workload` reports.
 #[derive(Debug)]

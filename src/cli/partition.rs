@@ -3,13 +3,68 @@
 //! and an SVG plot of cut traffic against imbalance.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::Instant;
 
+use anyhow::Context as _;
+use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
+use coordinator::run::RunError;
 use partitioner::{Load, Quality};
 use sim::experiment::Experiment;
 
-use crate::plot::{LineChart, PlotError, Series, line_chart_svg};
-use crate::run::RunError;
+/// `fleetsim partition`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Experiment file (TOML).
+    pub experiment: PathBuf,
+    /// Partitions to cut into (0: each strategy's natural count).
+    #[arg(long)]
+    pub parts: u32,
+    /// A strategy, a comma-separated list, or `all`.
+    #[arg(long, default_value = "all")]
+    pub strategy: String,
+    /// Where the report and plot go. Default: runs/<experiment name>-partition.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the CSV instead of the table.
+    #[arg(long)]
+    pub csv: bool,
+    /// Override a key of the experiment file, e.g. --set cluster.gpus=4096.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+impl Args {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let exp = Experiment::load(&self.experiment, &self.sets)?;
+        let strategies: Vec<String> = self
+            .strategy
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        let comparison = compare(&exp, self.parts, &strategies)?;
+        let dir = self
+            .out
+            .unwrap_or_else(|| PathBuf::from("runs").join(format!("{}-partition", exp.name())));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let csv_text = to_csv(&comparison);
+        let csv_path = dir.join("partition-report.csv");
+        std::fs::write(&csv_path, &csv_text)
+            .with_context(|| format!("writing {}", csv_path.display()))?;
+        let svg =
+            plot_svg(&comparison).map_err(|e| anyhow::anyhow!("plotting the comparison: {e}"))?;
+        let svg_path = dir.join("partition-report.svg");
+        std::fs::write(&svg_path, svg)
+            .with_context(|| format!("writing {}", svg_path.display()))?;
+        if self.csv {
+            out!("{csv_text}");
+        } else {
+            out!("{}", to_text(&comparison));
+            outln!("report in {}", dir.display());
+        }
+        Ok(())
+    }
+}
 
 /// One strategy's outcome.
 #[derive(Debug, Clone)]

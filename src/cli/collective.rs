@@ -6,6 +6,9 @@
 //! algbw × the operation's factor (2(n−1)/n for all-reduce, (n−1)/n for all-gather,
 //! reduce-scatter and all-to-all, 1 for broadcast and send/recv).
 
+use std::path::PathBuf;
+
+use anyhow::Context as _;
 use sim::compute::ComputeModel;
 use sim::engine::results::class_index;
 use sim::engine::{RunResults, SimModel};
@@ -13,8 +16,97 @@ use sim::experiment::Experiment;
 use sim::topology::{LinkClass, NodeKind};
 use sim::workload::bench::{self, BenchOp};
 
-use crate::plot::{LineChart, Series, line_chart_svg};
-use crate::run::{RunError, RunOptions, partition, simulate};
+use coordinator::output::plot::{LineChart, Series, line_chart_svg};
+use coordinator::run::{RunError, RunOptions, partition, simulate};
+
+/// `fleetsim collective`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A cluster file (configs/clusters/) or an experiment file; only its cluster,
+    /// network, collectives and engine settings are used.
+    pub cluster_or_experiment: PathBuf,
+    /// all-reduce, all-gather, reduce-scatter, all-to-all, broadcast or send-recv
+    /// (nccl-tests' names such as all_reduce also work).
+    #[arg(long)]
+    pub op: String,
+    /// GPUs taking part: ranks 0..N, on whole hosts of the cluster.
+    #[arg(long)]
+    pub gpus: u32,
+    /// MIN:MAX (doubling), MIN:MAX:FACTOR, or a list such as 1M,64M,1G.
+    #[arg(long, default_value = "1M:8G")]
+    pub sizes: String,
+    /// Element type (nccl-tests -d): only the count column depends on it.
+    #[arg(long, default_value = "float")]
+    pub dtype: String,
+    /// Print CSV instead of the table.
+    #[arg(long)]
+    pub csv: bool,
+    /// Also write busbw against size as an SVG plot to this file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Threads per size's run (default: engine.threads, 0 = the idle cores, shared among
+    /// engine.workers).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Override a key of the file, e.g. --set collectives.algorithm=ring.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+impl Args {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let op = BenchOp::parse(&self.op).with_context(|| {
+            format!(
+                "--op: unknown operation `{}`; use one of {}",
+                self.op,
+                BenchOp::NAMES.join(", ")
+            )
+        })?;
+        let gpus = self.gpus;
+        if gpus < 2 {
+            anyhow::bail!("--gpus: {gpus} GPUs have nothing to communicate; give 2 or more");
+        }
+        let sizes = parse_sizes(&self.sizes).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
+        let (dtype, word) = DTYPES
+            .iter()
+            .copied()
+            .find(|(name, _)| *name == self.dtype)
+            .with_context(|| {
+                let names: Vec<&str> = DTYPES.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "--dtype: unknown type `{}`; use one of {}",
+                    self.dtype,
+                    names.join(", ")
+                )
+            })?;
+        let exp = Experiment::load_cluster(&self.cluster_or_experiment, &self.sets, gpus)?;
+        let spec = BenchSpec {
+            op,
+            gpus,
+            sizes,
+            dtype,
+            word,
+        };
+        let options = RunOptions {
+            threads: self.threads,
+            ..RunOptions::default()
+        };
+        // Printed once every size ran: an error part-way leaves no partial table on stdout.
+        let rows = run_bench(&exp, &spec, &options)?;
+        if self.csv {
+            out!("{}", to_csv(&rows, dtype));
+        } else {
+            out!("{}", to_text(&exp, &spec, &rows));
+        }
+        if let Some(path) = self.plot {
+            let svg = to_svg(&exp, &spec, &rows).map_err(anyhow::Error::msg)?;
+            std::fs::write(&path, svg)
+                .with_context(|| format!("writing the plot to {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        Ok(())
+    }
+}
 
 /// nccl-tests' data types (`-d`) and their sizes.
 pub const DTYPES: [(&str, u64); 8] = [
