@@ -17,6 +17,7 @@ use sim::topology::{LinkClass, NodeKind};
 use sim::workload::bench::{self, BenchOp};
 
 use coordinator::output::plot::{LineChart, Series, line_chart_svg};
+use coordinator::output::table::CsvTable;
 use coordinator::run::{RunError, RunOptions, partition, simulate};
 
 /// `fleetsim collective`'s arguments.
@@ -370,25 +371,35 @@ fn footer(rows: &[BenchRow]) -> String {
 }
 
 pub fn to_csv(rows: &[BenchRow], dtype: &str) -> String {
-    let mut out = String::from(
-        "size_bytes,count,type,time_us,algbw_gb_s,busbw_gb_s,algorithm,protocol,channels,events,digest\n",
-    );
+    let mut table = CsvTable::new([
+        "size_bytes",
+        "count",
+        "type",
+        "time_us",
+        "algbw_gb_s",
+        "busbw_gb_s",
+        "algorithm",
+        "protocol",
+        "channels",
+        "events",
+        "digest",
+    ]);
     for r in rows {
-        out += &format!(
-            "{},{},{dtype},{:.3},{:.3},{:.3},{},{},{},{},{}\n",
-            r.size,
-            r.count,
-            r.time_us,
-            r.algbw,
-            r.busbw,
-            r.algorithm,
-            r.protocol,
-            r.channels,
-            r.events,
-            r.digest
-        );
+        table.row([
+            r.size.to_string(),
+            r.count.to_string(),
+            dtype.to_string(),
+            format!("{:.3}", r.time_us),
+            format!("{:.3}", r.algbw),
+            format!("{:.3}", r.busbw),
+            r.algorithm.to_string(),
+            r.protocol.to_string(),
+            r.channels.to_string(),
+            r.events.to_string(),
+            r.digest.to_string(),
+        ]);
     }
-    out
+    table.finish()
 }
 
 /// busbw against size (log₂ axis), as an SVG document.

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
+use coordinator::output::table::CsvTable;
 use coordinator::run::RunError;
 use partitioner::{Load, Quality};
 use sim::experiment::Experiment;
@@ -220,46 +221,58 @@ pub fn to_text(c: &Comparison) -> String {
 
 /// `partition-report.csv`: one row per strategy.
 pub fn to_csv(c: &Comparison) -> String {
-    let mut out = String::from(
-        "strategy,parts,lps_min,lps_mean,lps_max,imbalance,lookahead_ns,cut_bytes,cut_traffic_share,latency_weighted_cut,cut_links_network,cut_links_nvlink,cut_links_pcie,cut_links_cxl,seconds,error\n",
-    );
+    let mut table = CsvTable::new([
+        "strategy",
+        "parts",
+        "lps_min",
+        "lps_mean",
+        "lps_max",
+        "imbalance",
+        "lookahead_ns",
+        "cut_bytes",
+        "cut_traffic_share",
+        "latency_weighted_cut",
+        "cut_links_network",
+        "cut_links_nvlink",
+        "cut_links_pcie",
+        "cut_links_cxl",
+        "seconds",
+        "error",
+    ]);
     for r in &c.rows {
+        let seconds = format!("{:.4}", r.seconds);
         match &r.quality {
             Ok(q) => {
-                let class = |k: &str| q.cut_links.get(k).copied().unwrap_or(0);
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{:.3},{},{:.4},{},{:.0},{:.6},{:.3},{},{},{},{},{:.4},",
-                    r.strategy,
-                    q.partitions,
-                    q.lps_min,
-                    q.lps_mean,
-                    q.lps_max,
-                    q.imbalance,
+                let class = |k: &str| q.cut_links.get(k).copied().unwrap_or(0).to_string();
+                table.row([
+                    r.strategy.clone(),
+                    q.partitions.to_string(),
+                    q.lps_min.to_string(),
+                    format!("{:.3}", q.lps_mean),
+                    q.lps_max.to_string(),
+                    format!("{:.4}", q.imbalance),
                     q.lookahead_ps
                         .map_or_else(String::new, |l| format!("{:.1}", l as f64 / 1e3)),
-                    q.cut_bytes,
-                    q.cut_traffic_share,
-                    q.latency_weighted_cut,
+                    format!("{:.0}", q.cut_bytes),
+                    format!("{:.6}", q.cut_traffic_share),
+                    format!("{:.3}", q.latency_weighted_cut),
                     class("network"),
                     class("nvlink"),
                     class("pcie"),
                     class("cxl"),
-                    r.seconds
-                );
+                    seconds,
+                    String::new(),
+                ]);
             }
             Err(e) => {
-                let _ = writeln!(
-                    out,
-                    "{},,,,,,,,,,,,,,{:.4},\"{}\"",
-                    r.strategy,
-                    r.seconds,
-                    e.replace('"', "'")
-                );
+                let mut fields = vec![r.strategy.clone()];
+                fields.resize(14, String::new());
+                fields.extend([seconds, e.clone()]);
+                table.row(fields);
             }
         }
     }
-    out
+    table.finish()
 }
 
 /// Every strategy as a point: imbalance across, cut traffic share up. Lower left is better.

@@ -7,7 +7,6 @@
 //! `fleetsim sweep --collect DIR` then reads every point's `summary.json` into the same
 //! table and plot a local sweep writes.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -19,6 +18,7 @@ use sim::experiment::Experiment;
 use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
 use coordinator::output::report::write_outputs;
 use coordinator::output::summary::Summary;
+use coordinator::output::table::CsvTable;
 use coordinator::run::{RunError, RunOptions, load_checked_varied, run_embedded};
 
 /// `fleetsim sweep`'s arguments.
@@ -606,23 +606,21 @@ const COLUMNS: [Column; 20] = columns![
 
 /// `sweep.csv`: the varied keys, then the measured columns.
 pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
-    let mut out = String::new();
-    let headers: Vec<&str> = varies
-        .iter()
-        .map(|v| v.key.as_str())
-        .chain(COLUMNS.iter().map(|c| c.name))
-        .collect();
-    let _ = writeln!(out, "{}", headers.join(","));
-    for r in rows {
-        let cells: Vec<String> = r
-            .settings
+    let mut table = CsvTable::new(
+        varies
             .iter()
-            .map(|(_, v)| v.clone())
-            .chain(COLUMNS.iter().map(|c| (c.value)(&r.summary).csv()))
-            .collect();
-        let _ = writeln!(out, "{}", cells.join(","));
+            .map(|v| v.key.as_str())
+            .chain(COLUMNS.iter().map(|c| c.name)),
+    );
+    for r in rows {
+        table.row(
+            r.settings
+                .iter()
+                .map(|(_, v)| v.clone())
+                .chain(COLUMNS.iter().map(|c| (c.value)(&r.summary).csv())),
+        );
     }
-    out
+    table.finish()
 }
 
 /// One line per row as a run finishes, for the terminal.

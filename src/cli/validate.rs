@@ -17,6 +17,7 @@ use sim::experiment::Experiment;
 
 use coordinator::output::plot::{ParityChart, PlotError, Series, parity_chart_svg};
 use coordinator::output::summary::Summary;
+use coordinator::output::table::CsvTable;
 use coordinator::run::{RunError, RunOptions, load_checked, run_embedded};
 
 /// `fleetsim validate`'s arguments.
@@ -336,6 +337,11 @@ pub fn cluster_for(gpu: &str) -> Option<Vec<(&'static str, String)>> {
     }
 }
 
+/// A TOML value from its text, read as `--set` reads it (`"gelu"`, `true`, `8`).
+fn literal(text: &str) -> toml::Value {
+    sim::config::set_value(text).to_toml()
+}
+
 /// One row of the table, resolved.
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -384,27 +390,6 @@ pub struct Outcome {
     pub summary: Summary,
 }
 
-/// Splits one CSV line; fields may be double-quoted (with `""` for a quote).
-fn fields(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(std::mem::take(&mut field)),
-            c => field.push(c),
-        }
-    }
-    out.push(field);
-    out.into_iter().map(|f| f.trim().to_string()).collect()
-}
-
 /// Reads a measurement table; `#` lines are comments.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>, ValidateError> {
     let file = path.display().to_string();
@@ -421,15 +406,29 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
         file: file.to_string(),
         message,
     };
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-    let (_, header) = lines
-        .next()
-        .ok_or_else(|| table_err("has no header line".into()))?;
-    let header = fields(header);
+    // Standard CSV (quoted fields may hold commas), `#` lines are comments, blank lines skipped.
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let csv_error = |e: csv::Error| {
+        let line = e.position().map_or(0, |p| p.line() as usize);
+        ValidateError::Row {
+            file: file.to_string(),
+            line,
+            message: format!("is not valid CSV: {e}"),
+        }
+    };
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(csv_error)?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if header.is_empty() {
+        return Err(table_err("has no header line".into()));
+    }
     for h in &header {
         if !REQUIRED.contains(&h.as_str()) && !OPTIONAL.contains(&h.as_str()) {
             return Err(table_err(format!(
@@ -451,8 +450,10 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
         )));
     }
     let mut cases = Vec::new();
-    for (line, text) in lines {
-        let values = fields(text);
+    for record in reader.records() {
+        let record = record.map_err(csv_error)?;
+        let line = record.position().map_or(0, |p| p.line() as usize);
+        let values: Vec<&str> = record.iter().collect();
         if values.len() != header.len() {
             return Err(ValidateError::Row {
                 file: file.to_string(),
@@ -467,7 +468,7 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
         let row: Vec<(&str, &str)> = header
             .iter()
             .map(String::as_str)
-            .zip(values.iter().map(String::as_str))
+            .zip(values.iter().copied())
             .collect();
         let mut case = case_of_row(&row, file, line)?;
         case.row = cases.len() + 1;
@@ -597,22 +598,26 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
 
     // The experiment as (section, key, value) in file order; the row's `settings` then replace
     // or extend it, so the case file is exactly what runs.
-    let mut entries: Vec<(String, String, String)> = Vec::new();
-    let mut put = |section: &str, key: &str, value: String| {
+    let mut entries: Vec<(String, String, toml::Value)> = Vec::new();
+    let mut put = |section: &str, key: &str, value: toml::Value| {
         entries.push((section.to_string(), key.to_string(), value));
     };
-    put("", "name", format!("\"{source}-line{line}\""));
-    put("cluster", "gpus", gpus.to_string());
-    put("cluster", "gpu", format!("\"{gpu}\""));
+    put(
+        "",
+        "name",
+        toml::Value::String(format!("{source}-line{line}")),
+    );
+    put("cluster", "gpus", literal(&gpus.to_string()));
+    put("cluster", "gpu", toml::Value::String(gpu.clone()));
     for (k, v) in cluster.iter().flatten() {
-        put("cluster", k, v.clone());
+        put("cluster", k, literal(v));
     }
     // The model columns, in the table's order.
     for column in &REQUIRED[3..9] {
-        put("model", column, positive(column)?.to_string());
+        put("model", column, literal(&positive(column)?.to_string()));
     }
     let kv_heads = optional_positive("kv_heads")?.unwrap_or(positive("heads")?);
-    put("model", "kv_heads", kv_heads.to_string());
+    put("model", "kv_heads", literal(&kv_heads.to_string()));
     // Megatron-LM's GPT defaults: GeLU MLP with biases, LayerNorm, learned absolute
     // positions, input and output embeddings tied. The Megatron-LM README's scaling table
     // lists model sizes that count the output layer apart (1.7B = 24 · 12 · 2048² + 2 ·
@@ -630,12 +635,12 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         ("position", "\"learned\""),
         ("attention_dropout", attention_dropout(&source)),
     ] {
-        put("model", k, v.to_string());
+        put("model", k, literal(v));
     }
-    put("parallel", "tp", tp.to_string());
-    put("parallel", "pp", positive("pp")?.to_string());
+    put("parallel", "tp", literal(&tp.to_string()));
+    put("parallel", "pp", literal(&positive("pp")?.to_string()));
     if let Some(dp) = optional_positive("dp")? {
-        put("parallel", "dp", dp.to_string());
+        put("parallel", "dp", literal(&dp.to_string()));
     }
     for (k, v) in [
         ("cp", optional_positive("cp")?.unwrap_or(1).to_string()),
@@ -648,15 +653,27 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         ),
         ("global_batch", positive("global_batch")?.to_string()),
     ] {
-        put("parallel", k, v);
+        put("parallel", k, literal(&v));
     }
-    put("training", "precision", format!("\"{precision}\""));
+    put(
+        "training",
+        "precision",
+        toml::Value::String(precision.to_string()),
+    );
     if let Some(backend) = attention_backend(&source) {
-        put("training", "attention_backend", backend.to_string());
+        put("training", "attention_backend", literal(backend));
     }
-    put("training", "recompute", format!("\"{recompute}\""));
+    put(
+        "training",
+        "recompute",
+        toml::Value::String(recompute.to_string()),
+    );
     // The measurement says what fits; fleetsim's estimate need not agree.
-    put("training", "memory_check", "\"off\"".into());
+    put(
+        "training",
+        "memory_check",
+        toml::Value::String("off".into()),
+    );
     let notes = get("notes").to_ascii_lowercase();
     for (k, v) in framework.training_keys() {
         // A note naming the flag off overrides the framework's default (e.g. "no grad-reduce
@@ -669,7 +686,7 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         } else {
             v
         };
-        put("training", k, v.to_string());
+        put("training", k, literal(v));
     }
     for setting in &settings {
         let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
@@ -678,8 +695,8 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
                 "column `settings`: `{setting}` needs a dotted key such as cluster.nic_gbps=400"
             ))
         })?;
-        // Read as `--set` reads it, written back as TOML text.
-        let value = sim::config::set_value(value).to_toml().to_string();
+        // Read as `--set` reads it.
+        let value = literal(value);
         match entries
             .iter_mut()
             .find(|(s, k, _)| s == section && k == key)
@@ -688,31 +705,38 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
             None => entries.push((section.to_string(), key.to_string(), value)),
         }
     }
-    let mut toml = String::new();
-    let _ = writeln!(
-        toml,
-        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}",
+    // Comments on one line each: a quoted CSV field may hold a line break.
+    let one_line = |text: &str| text.replace(['\r', '\n'], " ");
+    let mut toml = format!(
+        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}\n",
         framework.name(),
         unit.name(),
-        get("notes")
+        one_line(get("notes"))
     );
     if !settings.is_empty() {
-        let _ = writeln!(toml, "# With the row's settings: {}", settings.join("; "));
+        toml += &format!(
+            "# With the row's settings: {}\n",
+            one_line(&settings.join("; "))
+        );
     }
-    let mut sections: Vec<&str> = Vec::new();
-    for (section, _, _) in &entries {
-        if !sections.contains(&section.as_str()) {
-            sections.push(section);
-        }
+    let mut document = toml::Table::new();
+    for (section, key, value) in entries {
+        let table = if section.is_empty() {
+            &mut document
+        } else {
+            match document
+                .entry(section)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            {
+                toml::Value::Table(table) => table,
+                _ => return Err(err(format!("`{key}` is both a key and a section"))),
+            }
+        };
+        table.insert(key, value);
     }
-    for section in sections {
-        if !section.is_empty() {
-            let _ = writeln!(toml, "\n[{section}]");
-        }
-        for (_, k, v) in entries.iter().filter(|(s, _, _)| s == section) {
-            let _ = writeln!(toml, "{k} = {v}");
-        }
-    }
+    toml += "\n";
+    toml += &toml::to_string(&document)
+        .map_err(|e| err(format!("cannot be written as an experiment file: {e}")))?;
     Ok(Case {
         row: 0,
         line,
@@ -747,8 +771,12 @@ pub fn select(cases: Vec<Case>, rows: Option<&[usize]>) -> Result<Vec<Case>, Str
 
 /// Where a case's experiment file goes.
 pub fn case_path(out: &Path, case: &Case) -> PathBuf {
-    out.join("cases")
-        .join(format!("{:02}-{}.toml", case.row, case.source))
+    out.join("cases").join(case_file_name(case))
+}
+
+/// The name of a case's experiment file under `OUT/cases/`.
+fn case_file_name(case: &Case) -> String {
+    format!("{:02}-{}.toml", case.row, case.source)
 }
 
 /// Writes every case's experiment file and checks it loads, before anything runs: a row that
@@ -883,37 +911,52 @@ pub fn verdict(outcomes: &[Outcome]) -> String {
 /// `validation.csv`: each row's identity, measured, predicted, error, and where the
 /// predicted time went.
 pub fn to_csv(outcomes: &[Outcome]) -> String {
-    let mut out = String::from(
-        "row,line,source,framework,gpu,gpus,unit,measured,predicted,error_pct,measured_tflops_per_gpu,predicted_tflops_per_gpu,iteration_time_s,compute_s,exposed_comm_s,bubble_s,mfu,result_digest,case\n",
-    );
+    let mut table = CsvTable::new([
+        "row",
+        "line",
+        "source",
+        "framework",
+        "gpu",
+        "gpus",
+        "unit",
+        "measured",
+        "predicted",
+        "error_pct",
+        "measured_tflops_per_gpu",
+        "predicted_tflops_per_gpu",
+        "iteration_time_s",
+        "compute_s",
+        "exposed_comm_s",
+        "bubble_s",
+        "mfu",
+        "result_digest",
+        "case",
+    ]);
     for o in outcomes {
         let (s, breakdown) = (&o.summary, &o.summary.breakdown_s);
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{:.6},{:.6},{:.6},{:.6},{:.4},{},{:02}-{}.toml",
-            o.case.row,
-            o.case.line,
-            o.case.source,
-            o.case.framework.name(),
-            o.case.gpu,
-            o.case.gpus,
-            o.case.unit.name(),
-            o.case.measured,
-            o.predicted,
-            100.0 * o.error,
-            o.measured_tflops,
-            o.predicted_tflops,
-            s.iteration_time_s,
-            breakdown.compute,
-            breakdown.exposed_comm,
-            breakdown.bubble,
-            s.mfu.unwrap_or_default(),
-            s.result_digest,
-            o.case.row,
-            o.case.source
-        );
+        table.row([
+            o.case.row.to_string(),
+            o.case.line.to_string(),
+            o.case.source.clone(),
+            o.case.framework.name().to_string(),
+            o.case.gpu.clone(),
+            o.case.gpus.to_string(),
+            o.case.unit.name().to_string(),
+            o.case.measured.to_string(),
+            format!("{:.6}", o.predicted),
+            format!("{:.3}", 100.0 * o.error),
+            format!("{:.3}", o.measured_tflops),
+            format!("{:.3}", o.predicted_tflops),
+            format!("{:.6}", s.iteration_time_s),
+            format!("{:.6}", breakdown.compute),
+            format!("{:.6}", breakdown.exposed_comm),
+            format!("{:.6}", breakdown.bubble),
+            format!("{:.4}", s.mfu.unwrap_or_default()),
+            s.result_digest.clone(),
+            case_file_name(&o.case),
+        ]);
     }
-    out
+    table.finish()
 }
 
 /// The parity plot: predicted against measured model TFLOP/s per GPU, one colour per source,
@@ -1118,10 +1161,25 @@ mod tests {
     }
 
     #[test]
-    fn quoted_fields_keep_their_commas() {
-        assert_eq!(
-            fields("a,\"b, c\",\"say \"\"hi\"\"\""),
-            ["a", "b, c", "say \"hi\""]
+    fn quoted_fields_keep_their_commas_quotes_and_line_breaks() {
+        let cases = one("korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,\"say \"\"hi\"\", twice\nthen stop\"")
+            .expect("parses");
+        assert_eq!(cases[0].notes, "say \"hi\", twice\nthen stop");
+        // The notes become one comment line; the file is TOML an experiment loads.
+        let experiment = &cases[0].experiment;
+        assert!(
+            experiment.contains("# Measured: 39.15 s_per_iter. say \"hi\", twice then stop\n"),
+            "{experiment}"
         );
+        let parsed: toml::Table = experiment.parse().expect("the case file is TOML");
+        assert_eq!(parsed["cluster"]["gpu"].as_str(), Some("A100-SXM-80GB"));
+    }
+
+    #[test]
+    fn a_gpu_name_with_a_quote_stays_one_toml_string() {
+        let cases = one("korthikanti2022-text,\"A100 \"\"odd\"\"\",8,2,256,1024,4,128,1000,1,1,8,1,1,1,8,none,false,bf16,1.0,s_per_iter,")
+            .expect("parses");
+        let parsed: toml::Table = cases[0].experiment.parse().expect("the case file is TOML");
+        assert_eq!(parsed["cluster"]["gpu"].as_str(), Some("A100 \"odd\""));
     }
 }

@@ -4,3 +4,4 @@
 pub mod plot;
 pub mod report;
 pub mod summary;
+pub mod table;

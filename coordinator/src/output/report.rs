@@ -2,7 +2,6 @@
 //! collectives.csv, links.csv and, with `--trace`, trace.json.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
@@ -18,6 +17,7 @@ use crate::embedded::EngineStats;
 use crate::output::summary::{
     Breakdown, EngineSummary, FlowSummary, NetworkSummary, RoundTripSummary, Summary, WorkerSummary,
 };
+use crate::output::table::CsvTable;
 
 const PS: f64 = 1e-12;
 
@@ -262,28 +262,36 @@ fn cross_partition_slack(per_worker: &[worker::WorkerStats]) -> BTreeMap<String,
 /// Per rank: time split, the simulated peak of live HBM bytes (resident state, activations in
 /// flight and NCCL buffers, replayed over the iteration) and the GPU's capacity.
 pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: u64) -> String {
-    let mut out = String::from(
-        "rank,gpu,stage,finish_s,compute_s,exposed_comm_s,bubble_s,idle_s,peak_memory_bytes,hbm_bytes\n",
-    );
+    let mut table = CsvTable::new([
+        "rank",
+        "gpu",
+        "stage",
+        "finish_s",
+        "compute_s",
+        "exposed_comm_s",
+        "bubble_s",
+        "idle_s",
+        "peak_memory_bytes",
+        "hbm_bytes",
+    ]);
     for g in results.gpus() {
         let finish = g.finish_ps.unwrap_or(iteration_ps);
         let gpu = exp.gpu_of_rank(g.rank);
-        let _ = writeln!(
-            out,
-            "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{},{:.0}",
-            g.rank,
-            gpu.name,
-            g.stage,
-            finish as f64 * PS,
-            g.compute_ps as f64 * PS,
-            g.exposed_comm_ps as f64 * PS,
-            g.bubble_ps as f64 * PS,
-            (iteration_ps - finish) as f64 * PS,
-            g.peak_memory_bytes,
-            gpu.hbm_bytes()
-        );
+        let seconds = |ps: u64| format!("{:.9}", ps as f64 * PS);
+        table.row([
+            g.rank.to_string(),
+            gpu.name.clone(),
+            g.stage.to_string(),
+            seconds(finish),
+            seconds(g.compute_ps),
+            seconds(g.exposed_comm_ps),
+            seconds(g.bubble_ps),
+            seconds(iteration_ps - finish),
+            g.peak_memory_bytes.to_string(),
+            format!("{:.0}", gpu.hbm_bytes()),
+        ]);
     }
-    out
+    table.finish()
 }
 
 pub fn collectives_csv(results: &RunResults) -> String {
@@ -296,9 +304,19 @@ pub fn collectives_csv(results: &RunResults) -> String {
                 .merge(v);
         }
     }
-    let mut out = String::from(
-        "group,op,bytes,group_size,algorithm,count,mean_s,min_s,max_s,algbw_gb_s,busbw_gb_s\n",
-    );
+    let mut table = CsvTable::new([
+        "group",
+        "op",
+        "bytes",
+        "group_size",
+        "algorithm",
+        "count",
+        "mean_s",
+        "min_s",
+        "max_s",
+        "algbw_gb_s",
+        "busbw_gb_s",
+    ]);
     for ((g, op, bytes), s) in merged {
         let mean = s.total_ps as f64 / s.count.max(1) as f64 * PS;
         let algbw = if mean > 0.0 {
@@ -307,23 +325,21 @@ pub fn collectives_csv(results: &RunResults) -> String {
             0.0
         };
         let cop = collective(op);
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{:.9},{:.9},{:.9},{:.3},{:.3}",
-            group_name(g),
-            cop.name(),
-            bytes,
-            s.group_size,
-            if s.plan.is_empty() { "-" } else { &s.plan },
-            s.count,
-            mean,
-            s.min_ps as f64 * PS,
-            s.max_ps as f64 * PS,
-            algbw,
-            algbw * busbw_factor(cop, s.group_size)
-        );
+        table.row([
+            group_name(g).to_string(),
+            cop.name().to_string(),
+            bytes.to_string(),
+            s.group_size.to_string(),
+            if s.plan.is_empty() { "-" } else { &s.plan }.to_string(),
+            s.count.to_string(),
+            format!("{mean:.9}"),
+            format!("{:.9}", s.min_ps as f64 * PS),
+            format!("{:.9}", s.max_ps as f64 * PS),
+            format!("{algbw:.3}"),
+            format!("{:.3}", algbw * busbw_factor(cop, s.group_size)),
+        ]);
     }
-    out
+    table.finish()
 }
 
 /// Busiest links listed individually after the per-class rows.
@@ -333,9 +349,20 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
     let topo = &model.topology;
     let nodes = topo.nodes();
     let t = (iteration_ps as f64 * PS).max(f64::MIN_POSITIVE);
-    let mut out = String::from(
-        "scope,class,link,src,dst,links,bytes,analytical_bytes,utilisation,max_queue_bytes,pauses,ecn_marks\n",
-    );
+    let mut table = CsvTable::new([
+        "scope",
+        "class",
+        "link",
+        "src",
+        "dst",
+        "links",
+        "bytes",
+        "analytical_bytes",
+        "utilisation",
+        "max_queue_bytes",
+        "pauses",
+        "ecn_marks",
+    ]);
     let mut per_class = [(0u64, 0u64, 0u64, 0u64, 0u64); 4];
     let mut analytical = [0u64; 4];
     let mut analytical_link_bytes = [0u64; 4];
@@ -370,13 +397,23 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
         } else {
             0.0
         };
-        let _ = writeln!(
-            out,
-            "class,{},,,,{n},{bytes},{},{:.6},{maxq},{pauses},{marks}",
-            class.name(),
-            analytical[c],
-            busy as f64 * PS / t / f64::from(n) + analytical_busy_s / t
-        );
+        table.row([
+            "class".to_string(),
+            class.name().to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            n.to_string(),
+            bytes.to_string(),
+            analytical[c].to_string(),
+            format!(
+                "{:.6}",
+                busy as f64 * PS / t / f64::from(n) + analytical_busy_s / t
+            ),
+            maxq.to_string(),
+            pauses.to_string(),
+            marks.to_string(),
+        ]);
     }
     ports.sort_by(|a, b| b.busy_ps.cmp(&a.busy_ps).then(a.link.cmp(&b.link)));
     for p in ports.into_iter().take(TOP_LINKS) {
@@ -385,21 +422,22 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
             let node = nodes[n as usize];
             format!("{}{}", node.kind.name(), node.index)
         };
-        let _ = writeln!(
-            out,
-            "link,{},{},{},{},1,{},0,{:.6},{},{},{}",
-            l.class.name(),
-            p.link,
+        table.row([
+            "link".to_string(),
+            l.class.name().to_string(),
+            p.link.to_string(),
             name(l.src),
             name(l.dst),
-            p.bytes,
-            p.busy_ps as f64 * PS / t,
-            p.max_queue_bytes,
-            p.pauses,
-            p.ecn_marks
-        );
+            "1".to_string(),
+            p.bytes.to_string(),
+            "0".to_string(),
+            format!("{:.6}", p.busy_ps as f64 * PS / t),
+            p.max_queue_bytes.to_string(),
+            p.pauses.to_string(),
+            p.ecn_marks.to_string(),
+        ]);
     }
-    out
+    table.finish()
 }
 
 /// Writes trace.json (Chrome / Perfetto trace event format: one process per GPU with a thread
