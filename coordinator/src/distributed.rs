@@ -17,8 +17,10 @@
 //! its calls, so tokio stays out of the simulation's hot path.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetsim_proto::Message as _;
@@ -61,10 +63,6 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// Silence after which the coordinator gives a worker up, and a worker its coordinator: a
 /// dead or stalled process stops the run within 10 s.
 const SILENCE_LIMIT: Duration = Duration::from_secs(5);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 fn transport(what: impl std::fmt::Display) -> EngineError {
     EngineError::Transport(what.to_string())
@@ -366,7 +364,7 @@ impl CoordinatorService {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut hub = lock(&self.hub);
+                let mut hub = self.hub.lock();
                 if let Some(why) = &hub.failed {
                     return Err(Status::aborted(why.clone()));
                 }
@@ -380,7 +378,7 @@ impl CoordinatorService {
 
     /// Notes that worker `id` was heard from.
     fn seen(&self, id: u32) {
-        if let Some(t) = lock(&self.hub).last_seen.get_mut(id as usize) {
+        if let Some(t) = self.hub.lock().last_seen.get_mut(id as usize) {
             *t = Instant::now();
         }
     }
@@ -388,7 +386,7 @@ impl CoordinatorService {
     /// Stops the run if a registered worker that has not finished went silent, or if the
     /// workers did not all register within `patience` of `started`.
     fn watch(&self, started: Instant, patience: Duration) {
-        let mut hub = lock(&self.hub);
+        let mut hub = self.hub.lock();
         if hub.failed.is_some() {
             return;
         }
@@ -435,7 +433,7 @@ impl Coordinator for CoordinatorService {
         check_token(&request, &self.token)?;
         let r = request.into_inner();
         let id = {
-            let mut hub = lock(&self.hub);
+            let mut hub = self.hub.lock();
             if hub.addresses.len() as u32 >= hub.expected {
                 return Err(Status::resource_exhausted(format!(
                     "the run already has its {} workers",
@@ -482,7 +480,7 @@ impl Coordinator for CoordinatorService {
         let report_bytes = r.encoded_len() as u64;
         self.seen(r.worker_id);
         let generation = {
-            let mut hub = lock(&self.hub);
+            let mut hub = self.hub.lock();
             if id >= hub.rounds.workers() {
                 return Err(Status::invalid_argument(format!(
                     "no worker {id} in this run"
@@ -520,7 +518,7 @@ impl Coordinator for CoordinatorService {
             checkpoint: grant.checkpoint,
             stop: grant.stop,
         };
-        lock(&self.hub).window_bytes += report_bytes + grant.encoded_len() as u64;
+        self.hub.lock().window_bytes += report_bytes + grant.encoded_len() as u64;
         Ok(Response::new(grant))
     }
 
@@ -532,7 +530,7 @@ impl Coordinator for CoordinatorService {
         let r = request.into_inner();
         let decoded: Result<ResultsPart, _> = bitcode::deserialize(&r.payload);
         {
-            let mut hub = lock(&self.hub);
+            let mut hub = self.hub.lock();
             let id = r.worker_id as usize;
             match decoded {
                 Ok(part) if id < hub.results.len() => {
@@ -562,7 +560,7 @@ impl Coordinator for CoordinatorService {
     ) -> Result<Response<pb::HeartbeatReply>, Status> {
         check_token(&request, &self.token)?;
         self.seen(request.into_inner().worker_id);
-        let stopped = lock(&self.hub).failed.clone().unwrap_or_default();
+        let stopped = self.hub.lock().failed.clone().unwrap_or_default();
         Ok(Response::new(pb::HeartbeatReply { stopped }))
     }
 }
@@ -697,7 +695,7 @@ pub fn run_coordinator(
             .map_err(|e| format!("the coordinator's server failed: {e}"))
     });
     served.map_err(RunError::Incomplete)?;
-    let mut hub = lock(&service.hub);
+    let mut hub = service.hub.lock();
     if let Some(why) = hub.failed.take() {
         return Err(RunError::Incomplete(why));
     }
@@ -754,7 +752,7 @@ impl Worker for WorkerService {
         check_token(&request, &self.token)?;
         let mut stream = request.into_inner();
         while let Some(b) = stream.message().await? {
-            lock(&self.inbox.batches).push(EventBatch {
+            self.inbox.batches.lock().push(EventBatch {
                 from_worker: b.from_worker,
                 window: b.window,
                 events: b.events,
@@ -771,7 +769,7 @@ type StopReason = Arc<Mutex<Option<String>>>;
 /// Resolves when a stop reason is set.
 async fn stopped(stop: &StopReason) -> String {
     loop {
-        if let Some(why) = lock(stop).clone() {
+        if let Some(why) = stop.lock().clone() {
             return why;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -798,7 +796,7 @@ struct GrpcCoordination<'a> {
 impl GrpcCoordination<'_> {
     /// The first failure of a background send, as an error.
     fn check_sends(&self) -> Result<(), EngineError> {
-        match lock(&self.failed_send).clone() {
+        match self.failed_send.lock().clone() {
             Some(why) => Err(transport(why)),
             None => Ok(()),
         }
@@ -830,7 +828,7 @@ impl Coordination for GrpcCoordination<'_> {
             let (failed, address) = (Arc::clone(&self.failed_send), address.clone());
             self.runtime.spawn(async move {
                 if let Err(e) = peer.deliver(request).await {
-                    lock(&failed).get_or_insert(format!(
+                    failed.lock().get_or_insert(format!(
                         "worker {to_worker} at {address} did not take a batch: {}",
                         e.message()
                     ));
@@ -899,21 +897,18 @@ impl Coordination for GrpcCoordination<'_> {
         window: u64,
         expected: u32,
     ) -> Result<Vec<EventBatch>, EngineError> {
-        let mut batches = lock(&self.inbox.batches);
+        let mut batches = self.inbox.batches.lock();
         loop {
             let ready = batches.iter().filter(|b| b.window < window).count();
             if ready >= expected as usize {
                 break;
             }
-            if let Some(why) = lock(&self.stop).clone() {
+            if let Some(why) = self.stop.lock().clone() {
                 return Err(transport(why));
             }
-            batches = self
-                .inbox
+            self.inbox
                 .arrived
-                .wait_timeout(batches, Duration::from_millis(200))
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+                .wait_for(&mut batches, Duration::from_millis(200));
         }
         let (now, later): (Vec<EventBatch>, Vec<EventBatch>) =
             batches.drain(..).partition(|b| b.window < window);
@@ -1086,7 +1081,7 @@ pub fn run_worker_process(
                     }
                 };
                 if let Some(why) = why {
-                    *lock(&stop) = Some(why);
+                    *stop.lock() = Some(why);
                     inbox.arrived.notify_all();
                     return;
                 }

@@ -4,8 +4,10 @@
 //! driver is a combining barrier (the last worker to report computes every grant) and
 //! mailboxes are per-worker inboxes.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use parking_lot::{Condvar, Mutex};
 use std::time::Instant;
 
 use sim::engine::{RunResults, SimModel};
@@ -37,13 +39,9 @@ struct Shared {
     inboxes: Vec<Mutex<Vec<EventBatch>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Shared {
     fn abort(&self, why: String) {
-        let mut s = lock(&self.state);
+        let mut s = self.state.lock();
         s.aborted.get_or_insert(why);
         self.released.store(u64::MAX, Ordering::Release);
         self.cv.notify_all();
@@ -61,13 +59,13 @@ impl Coordination for InProcess {
         let inbox = self.shared.inboxes.get(to_worker as usize).ok_or_else(|| {
             EngineError::Transport(format!("no worker {to_worker} to send a batch to"))
         })?;
-        lock(inbox).push(batch);
+        inbox.lock().push(batch);
         Ok(())
     }
 
     fn exchange(&mut self, report: WindowReport) -> Result<WindowGrant, EngineError> {
         let me = self.id as usize;
-        let mut s = lock(&self.shared.state);
+        let mut s = self.shared.state.lock();
         let generation = s.rounds.arrive(me, report);
         if let Some(why) = s.rounds.failed.clone() {
             drop(s);
@@ -87,14 +85,10 @@ impl Coordination for InProcess {
             wait_briefly(self.shared.oversubscribed, || {
                 released.load(Ordering::Acquire) != generation
             });
-            s = lock(&self.shared.state);
+            s = self.shared.state.lock();
             while s.rounds.generation == generation && s.aborted.is_none() {
                 s.sleepers += 1;
-                s = self
-                    .shared
-                    .cv
-                    .wait(s)
-                    .unwrap_or_else(PoisonError::into_inner);
+                self.shared.cv.wait(&mut s);
                 s.sleepers -= 1;
             }
         }
@@ -111,7 +105,7 @@ impl Coordination for InProcess {
         window: u64,
         expected: u32,
     ) -> Result<Vec<EventBatch>, EngineError> {
-        let mut inbox = lock(&self.shared.inboxes[self.id as usize]);
+        let mut inbox = (self.shared.inboxes[self.id as usize]).lock();
         let (batches, later): (Vec<EventBatch>, Vec<EventBatch>) =
             inbox.drain(..).partition(|b| b.window < window);
         *inbox = later;
@@ -357,7 +351,7 @@ pub fn run(
     if let Some(e) = first_error {
         return Err(e);
     }
-    let driver = &lock(&shared.state).rounds.driver;
+    let driver = &shared.state.lock().rounds.driver;
     if let Some(m) = driver.stopped {
         return Err(EngineError::Stopped {
             window: m.window,

@@ -11,6 +11,7 @@ mod promise;
 pub mod queue;
 mod round_trips;
 mod slack;
+mod sync;
 mod team;
 
 pub use team::wait_briefly;

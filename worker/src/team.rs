@@ -25,8 +25,11 @@
 //! by each thread that has events for it), each on cache lines of its own; in asynchronous
 //! scheduling, each thread's promise and notice list. Nothing in the event loop locks.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -36,6 +39,7 @@ use sim::event::EventKey;
 use crate::next_times::NextTimes;
 use crate::partition::{CausalityError, LpMap, Partition};
 use crate::promise::{Cut, Promise};
+use crate::sync;
 use crate::window::EngineError;
 
 /// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
@@ -69,19 +73,6 @@ fn relax(oversubscribed: bool) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
-    }
-}
-
-/// Keeps a value on its own cache line (two, for adjacent-line prefetch) so threads that
-/// write neighbouring values do not slow each other down.
-#[repr(align(128))]
-#[derive(Debug, Default)]
-pub struct Padded<T>(T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
     }
 }
 
@@ -150,19 +141,19 @@ pub struct ThreadResult {
 /// would be written by both on every event. The gain is within this VM's noise
 /// (docs/engine.md, "What wider windows would buy").
 pub struct Shared {
-    pub partitions: Vec<Padded<Mutex<Partition>>>,
+    pub partitions: Vec<CachePadded<Mutex<Partition>>>,
     /// Events for each partition from other partitions, not yet in its queue.
-    pub incoming: Vec<Padded<Mutex<Events>>>,
-    pub results: Vec<Padded<Mutex<ThreadResult>>>,
+    pub incoming: Vec<CachePadded<Mutex<Events>>>,
+    pub results: Vec<CachePadded<Mutex<ThreadResult>>>,
     model: Arc<SimModel>,
     map: Arc<LpMap>,
     pub routing: Routing,
     /// The current window: end time and, per thread, the slots homed there, longest first.
     job: Mutex<(u64, Vec<Vec<usize>>)>,
-    generation: Padded<AtomicU64>,
+    generation: CachePadded<AtomicU64>,
     /// Claim counter of each thread's list.
-    next: Vec<Padded<AtomicUsize>>,
-    finished_helpers: Padded<AtomicUsize>,
+    next: Vec<CachePadded<AtomicUsize>>,
+    finished_helpers: CachePadded<AtomicUsize>,
     /// Threads take partitions other threads have not started (set per window).
     steal: AtomicBool,
     stop: AtomicBool,
@@ -182,24 +173,28 @@ type Notices = Vec<(usize, u64)>;
 struct Promises {
     /// Per thread: every event it will still send to a partition of another thread is at
     /// or after this time. Only grows within a granted window.
-    at: Vec<Padded<AtomicU64>>,
+    at: Vec<CachePadded<sync::AtomicU64>>,
     /// Per thread: (slot, earliest) of the events other threads put into the incoming
     /// boxes of its partitions, for its next times.
-    notices: Vec<Padded<Mutex<Notices>>>,
+    notices: Vec<CachePadded<sync::Mutex<Notices>>>,
     /// Per thread: notices pushed so far, counted after each push, so that a thread waiting
     /// for promises locks its notice list only when something is in it.
-    posted: Vec<Padded<AtomicU64>>,
+    posted: Vec<CachePadded<sync::AtomicU64>>,
     lookahead_ps: u64,
 }
 
 impl Promises {
     fn new(threads: usize, lookahead_ps: u64) -> Self {
         Promises {
-            at: (0..threads).map(|_| Padded(AtomicU64::new(0))).collect(),
-            notices: (0..threads)
-                .map(|_| Padded(Mutex::new(Vec::new())))
+            at: (0..threads)
+                .map(|_| CachePadded::new(sync::AtomicU64::new(0)))
                 .collect(),
-            posted: (0..threads).map(|_| Padded(AtomicU64::new(0))).collect(),
+            notices: (0..threads)
+                .map(|_| CachePadded::new(sync::Mutex::new(Vec::new())))
+                .collect(),
+            posted: (0..threads)
+                .map(|_| CachePadded::new(sync::AtomicU64::new(0)))
+                .collect(),
             lookahead_ps,
         }
     }
@@ -219,7 +214,7 @@ impl Promises {
             return;
         }
         *seen = posted;
-        for (slot, t) in lock(&self.notices[me]).drain(..) {
+        for (slot, t) in self.notices[me].lock().drain(..) {
             next.lower(slot, t);
         }
     }
@@ -262,16 +257,12 @@ impl Promises {
         notices.sort_unstable_by_key(|&(owner, _, _)| owner);
         for batch in notices.chunk_by(|a, b| a.0 == b.0) {
             let owner = batch[0].0;
-            let mut list = lock(&self.notices[owner]);
+            let mut list = self.notices[owner].lock();
             list.extend(batch.iter().map(|&(_, slot, t)| (slot, t)));
             self.posted[owner].fetch_add(batch.len() as u64, Ordering::Release);
         }
         notices.clear();
     }
-}
-
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shared {
@@ -282,7 +273,7 @@ impl Shared {
             self.work_async(promises, end, me, oversubscribed);
             return;
         }
-        let mut res = lock(&self.results[me]);
+        let mut res = self.results[me].lock();
         let lists_worked = if self.steal.load(Ordering::Relaxed) {
             lists.len()
         } else {
@@ -303,7 +294,7 @@ impl Shared {
 
     /// Runs `order` on the calling thread alone (thread 0's result).
     pub fn work_inline(&self, end: u64, order: &[usize]) {
-        let mut res = lock(&self.results[0]);
+        let mut res = self.results[0].lock();
         for &slot in order {
             self.run_partition(slot, end, &mut res);
         }
@@ -319,8 +310,8 @@ impl Shared {
     /// Runs partition `slot` up to `end` on the calling thread: its earliest pending event
     /// and promise afterwards, and the events it processed.
     fn run_to(&self, slot: usize, end: u64, res: &mut ThreadResult) -> Ran {
-        let mut p = lock(&self.partitions[slot]);
-        p.absorb(&self.model, &mut lock(&self.incoming[slot]));
+        let mut p = self.partitions[slot].lock();
+        p.absorb(&self.model, &mut self.incoming[slot].lock());
         p.run_window(&self.model, &self.map, end);
         res.events += p.last_window_events;
         if let Some(e) = p.error.take() {
@@ -387,7 +378,7 @@ impl Shared {
                     .unwrap_or(u64::MAX)
             });
             if let Some(earliest) = earliest {
-                let mut inbox = lock(&self.incoming[slot]);
+                let mut inbox = self.incoming[slot].lock();
                 if inbox.is_empty() {
                     // Hand the buffer over instead of copying the events.
                     std::mem::swap(&mut *inbox, events);
@@ -421,7 +412,7 @@ impl Shared {
     /// in key order, so results are those of any other schedule.
     fn work_async(&self, promises: &Promises, end: u64, me: usize, oversubscribed: bool) {
         let lookahead = promises.lookahead_ps;
-        let mut guard = lock(&self.results[me]);
+        let mut guard = self.results[me].lock();
         let res = &mut *guard;
         if me >= self.partitions.len() {
             // Owns no partition (more threads than partitions): it will send nothing.
@@ -473,22 +464,24 @@ impl Shared {
             return;
         };
         for r in &self.results {
-            let mut r = lock(r);
+            let mut r = r.lock();
             r.next = NextTimes::new(self.partitions.len());
             r.delivered.clear();
         }
         for n in &promises.notices {
-            lock(n).clear();
+            n.lock().clear();
         }
         for (slot, (p, inbox)) in self.partitions.iter().zip(&self.incoming).enumerate() {
             // Partition, then incoming box: the order `run_to` takes them in.
-            let queued = lock(p).next_time_ps();
-            let next = lock(inbox)
+            let queued = p.lock().next_time_ps();
+            let next = inbox
+                .lock()
                 .iter()
                 .map(|(k, _)| k.time_ps)
                 .chain(queued)
                 .min();
-            lock(&self.results[promises.owner(slot)])
+            self.results[promises.owner(slot)]
+                .lock()
                 .next
                 .set(slot, next);
         }
@@ -500,7 +493,7 @@ impl Shared {
         let promises = self.promises.as_ref()?;
         let mut next = u64::MAX;
         for (me, r) in self.results.iter().enumerate() {
-            let mut r = lock(r);
+            let mut r = r.lock();
             let r = &mut *r;
             promises.take_notices(me, &mut r.next, &mut r.notices_seen);
             next = next.min(r.next.min());
@@ -512,7 +505,8 @@ impl Shared {
     /// `time` from another worker.
     pub fn async_received(&self, slot: usize, time: u64) {
         if let Some(promises) = &self.promises {
-            lock(&self.results[promises.owner(slot)])
+            self.results[promises.owner(slot)]
+                .lock()
                 .next
                 .lower(slot, time);
         }
@@ -526,7 +520,7 @@ impl Shared {
         };
         let promise = start.saturating_add(promises.lookahead_ps).min(end);
         for (at, r) in promises.at.iter().zip(&self.results) {
-            let mut r = lock(r);
+            let mut r = r.lock();
             if promise > r.promised {
                 r.promised = promise;
                 at.store(promise, Ordering::Release);
@@ -590,22 +584,24 @@ impl Team {
         let shared = Arc::new(Shared {
             incoming: partitions
                 .iter()
-                .map(|_| Padded(Mutex::new(Vec::new())))
+                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
                 .collect(),
             partitions: partitions
                 .into_iter()
-                .map(|p| Padded(Mutex::new(p)))
+                .map(|p| CachePadded::new(Mutex::new(p)))
                 .collect(),
             results: (0..threads)
-                .map(|_| Padded(Mutex::new(ThreadResult::default())))
+                .map(|_| CachePadded::new(Mutex::new(ThreadResult::default())))
                 .collect(),
             model,
             map,
             routing,
             job: Mutex::new((0, Vec::new())),
-            generation: Padded(AtomicU64::new(0)),
-            next: (0..threads).map(|_| Padded(AtomicUsize::new(0))).collect(),
-            finished_helpers: Padded(AtomicUsize::new(0)),
+            generation: CachePadded::new(AtomicU64::new(0)),
+            next: (0..threads)
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
+            finished_helpers: CachePadded::new(AtomicUsize::new(0)),
             steal: AtomicBool::new(true),
             stop: AtomicBool::new(false),
             promises: asynchronous_lookahead_ps
@@ -649,7 +645,7 @@ impl Team {
         let s = &*self.shared;
         s.steal.store(steal, Ordering::Relaxed);
         {
-            let mut job = lock(&s.job);
+            let mut job = s.job.lock();
             job.0 = end;
             job.1.resize_with(lists.len(), Vec::new);
             for (to, from) in job.1.iter_mut().zip(lists) {
@@ -662,7 +658,7 @@ impl Team {
         }
         s.finished_helpers.store(0, Ordering::Relaxed);
         s.generation.fetch_add(1, Ordering::Release);
-        if *lock(&s.sleepers) > 0 {
+        if *s.sleepers.lock() > 0 {
             s.wake.notify_all();
         }
         s.work(end, lists, 0, self.oversubscribed);
@@ -686,9 +682,9 @@ impl Team {
     /// Routes the outboxes partitions filled at start-up (worker thread, thread 0's result).
     pub fn route_start(&mut self) {
         let s = &*self.shared;
-        let mut res = lock(&s.results[0]);
+        let mut res = s.results[0].lock();
         for (slot, p) in s.partitions.iter().enumerate() {
-            let mut p = lock(p);
+            let mut p = p.lock();
             res.ran.push(Ran {
                 slot,
                 next: p.next_time_ps(),
@@ -709,13 +705,10 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
         let next_or_stop =
             || s.stop.load(Ordering::Acquire) || s.generation.load(Ordering::Acquire) != seen;
         if !wait_briefly(oversubscribed, next_or_stop) {
-            let mut sleepers = lock(&s.sleepers);
+            let mut sleepers = s.sleepers.lock();
             *sleepers += 1;
             while !next_or_stop() {
-                sleepers = s
-                    .wake
-                    .wait(sleepers)
-                    .unwrap_or_else(PoisonError::into_inner);
+                s.wake.wait(&mut sleepers);
             }
             *sleepers -= 1;
         }
@@ -724,7 +717,7 @@ fn helper(s: &Shared, me: usize, oversubscribed: bool) {
         }
         seen = s.generation.load(Ordering::Acquire);
         let end = {
-            let job = lock(&s.job);
+            let job = s.job.lock();
             lists.resize_with(job.1.len(), Vec::new);
             for (to, from) in lists.iter_mut().zip(&job.1) {
                 to.clear();
@@ -741,7 +734,7 @@ impl Drop for Team {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         {
-            let _g = lock(&self.shared.sleepers);
+            let _g = self.shared.sleepers.lock();
             self.shared.wake.notify_all();
         }
         for h in self.helpers.drain(..) {
@@ -750,7 +743,7 @@ impl Drop for Team {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -787,5 +780,39 @@ mod tests {
         next.set(0, None);
         promises.observe(0, &mut next, &mut seen, || {});
         assert_eq!(next.min(), 700, "a notice taken once is not taken again");
+    }
+}
+
+/// `RUSTFLAGS="--cfg loom" cargo test -p worker --lib --release loom` (`.ci/run`): every
+/// interleaving of the promise protocol, with loom's atomics and mutex (`crate::sync`).
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+
+    /// A sender posts a notice at 150 ps to the reader's partition, then promises 300 ps,
+    /// while the reader observes. A reader that sees the promise must see the notice (the
+    /// order `Promises::observe` relies on), and one that observes after the sender is done
+    /// always does.
+    #[test]
+    fn loom_a_reader_that_sees_a_promise_sees_the_notices_posted_before_it() {
+        loom::model(|| {
+            let promises = loom::sync::Arc::new(Promises::new(2, 100));
+            let sender = {
+                let promises = promises.clone();
+                loom::thread::spawn(move || {
+                    promises.post(&mut vec![(0, 0, 150)]);
+                    promises.promise(1, 300);
+                })
+            };
+            let mut next = NextTimes::new(2);
+            let mut seen = 0;
+            let others = promises.observe(0, &mut next, &mut seen, || {});
+            if others >= 300 {
+                assert_eq!(next.min(), 150, "promise 300 seen, notice at 150 missed");
+            }
+            sender.join().expect("the sender finishes");
+            promises.observe(0, &mut next, &mut seen, || {});
+            assert_eq!(next.min(), 150);
+        });
     }
 }

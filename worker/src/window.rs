@@ -33,7 +33,7 @@ use crate::partition::{CausalityError, LpMap, Partition};
 use crate::promise::{Cut, Promise};
 use crate::round_trips::RoundTrips;
 use crate::slack::CrossPartitionSlack;
-use crate::team::{Routing, Shared, Team, ThreadPlan, lock};
+use crate::team::{Routing, Shared, Team, ThreadPlan};
 
 /// What a worker tells the coordinator at the end of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -402,7 +402,7 @@ pub fn run_worker(
         //    events), then deliveries (an incoming box can only lower a partition's next).
         let (mut window_events, mut busiest) = (0, 0);
         for r in &shared.results {
-            let mut r = lock(r);
+            let mut r = r.lock();
             if let Some(e) = r.error.take() {
                 return Err(e.into());
             }
@@ -432,8 +432,8 @@ pub fn run_worker(
         if cut.is_some() {
             for slot in 0..parts.len() {
                 if promises.get(slot) < last_end {
-                    let mut p = lock(&parts[slot]);
-                    p.absorb(model, &mut lock(&shared.incoming[slot]));
+                    let mut p = parts[slot].lock();
+                    p.absorb(model, &mut shared.incoming[slot].lock());
                     let promise = p.promise(model, last_end).unwrap_or(Promise::NONE);
                     promises.set(slot, Some(promise.at_ps));
                     waiting[slot] = promise.waiting_distance_ps;
@@ -442,7 +442,7 @@ pub fn run_worker(
         }
         let (mut earliest_sent, mut sent_promise) = (u64::MAX, u64::MAX);
         for r in &shared.results {
-            let mut r = lock(r);
+            let mut r = r.lock();
             for (slot, t, promise) in r.delivered.drain(..) {
                 next.lower(slot, t);
                 promises.lower(slot, promise);
@@ -514,7 +514,7 @@ pub fn run_worker(
                 if let Some(d) = cut.as_deref() {
                     promises.lower(to as usize, d.event_promise(model, &key, &event, None));
                 }
-                lock(&shared.incoming[to as usize]).push((key, event));
+                (shared.incoming[to as usize]).lock().push((key, event));
             }
         }
         if grant.checkpoint {
@@ -570,14 +570,14 @@ pub fn run_worker(
     // not processing, as the time between windows is.
     stats.busy_s = (stats.busy_s - stats.thread_wait_s / threads as f64).max(0.0);
     for p in parts {
-        stats.cross_partition_slack.add(&lock(p).slack);
+        stats.cross_partition_slack.add(&p.lock().slack);
     }
     let reports = if stopped {
         Vec::new()
     } else {
-        let mut reports = Vec::with_capacity(parts.iter().map(|p| lock(p).lp_count()).sum());
+        let mut reports = Vec::with_capacity(parts.iter().map(|p| p.lock().lp_count()).sum());
         for p in parts {
-            lock(p).take_reports(model, &mut reports);
+            p.lock().take_reports(model, &mut reports);
         }
         reports
     };
@@ -606,7 +606,8 @@ fn write_part(setup: &WorkerSetup, shared: &Shared, window: u64) -> Result<(), E
     checkpoint::write_atomically(&path, |out| {
         let mut part = PartWriter::new(out)?;
         for (p, incoming) in shared.partitions.iter().zip(&shared.incoming) {
-            lock(p).write_records(&setup.map, &lock(incoming), &mut part)?;
+            p.lock()
+                .write_records(&setup.map, &incoming.lock(), &mut part)?;
         }
         Ok(())
     })?;
