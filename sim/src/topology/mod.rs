@@ -27,6 +27,7 @@ mod clos;
 mod graph_file;
 mod host;
 mod routing;
+mod structured;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -261,7 +262,7 @@ impl Topology {
                 "cluster.graph_file is given but cluster.topology is not \"graph\"; set \
                  cluster.topology = \"graph\" or remove cluster.graph_file",
             )),
-            (_, None) => host::build_structured(cluster, gpu_types, host_gpu_type, latency),
+            (_, None) => structured::build_structured(cluster, gpu_types, host_gpu_type, latency),
         }
     }
 
