@@ -245,6 +245,25 @@ fn a_bad_vary_is_one_clear_error() {
     );
 }
 
+/// A sweep whose folder cannot be written says so before its first point runs.
+#[test]
+fn a_sweep_into_an_unwritable_folder_stops_before_running() {
+    let file = scratch("sweep-out-is-a-file").join("results");
+    std::fs::write(&file, "a file, not a folder").expect("write");
+    let stderr = one_clear_error(
+        fleetsim()
+            .args(["sweep", QUICKSTART, "--vary", "engine.workers=1,2", "--out"])
+            .arg(file.join("sweep"))
+            .args(SMALL),
+        "sweep --out under a file",
+    );
+    assert!(
+        stderr.contains("cannot write the results to") && stderr.contains("--out"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("digest"), "a point ran: {stderr}");
+}
+
 #[test]
 fn static_scheduling_gives_the_same_digest() {
     let dir = scratch("static-scheduling");

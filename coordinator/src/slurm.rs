@@ -127,12 +127,12 @@ impl SlurmTask {
 /// only.
 pub fn write_private(path: &Path, text: &str) -> Result<(), SlurmError> {
     use std::io::Write as _;
-    worker::checkpoint::replace_file(path, 0o600, |out| out.write_all(text.as_bytes())).map_err(
-        |error| SlurmError::Write {
+    worker::file::replace_file(path, 0o600, |out| out.write_all(text.as_bytes())).map_err(|error| {
+        SlurmError::Write {
             path: path.to_path_buf(),
             error,
-        },
-    )
+        }
+    })
 }
 
 /// Waits up to `patience` for `path` to exist; its first line.

@@ -139,7 +139,11 @@ pub fn at_least_one_worker(text: &str) -> Result<u32, String> {
 /// The output directory: `--out`, else runs/<experiment name>; created, and proven writable
 /// before anything runs, so that a read-only folder is named at once and not after the run.
 pub fn out_dir(exp: &Experiment, out: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name()));
+    writable_dir(out.unwrap_or_else(|| PathBuf::from("runs").join(exp.name())))
+}
+
+/// Creates `dir` and proves it writable by writing and removing a file in it.
+pub fn writable_dir(dir: PathBuf) -> anyhow::Result<PathBuf> {
     let cannot = |e: std::io::Error| {
         anyhow::anyhow!(
             "cannot write the results to {}: {e}; choose a writable folder with --out",

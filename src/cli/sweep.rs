@@ -107,6 +107,8 @@ impl Args {
             );
             return Ok(());
         }
+        // Proven writable before the first point runs, not after the last.
+        let out = crate::cli::run::writable_dir(out)?;
         let rows = run_sweep(&experiment, &sets, &vary, |r| {
             outln!("{}", row_line(r));
         })?;

@@ -4,6 +4,7 @@
 //! in the hot loop (a partition is run by one thread per window); no tokio in the hot loop.
 
 pub mod checkpoint;
+pub mod file;
 mod next_times;
 pub mod partition;
 mod prefetch;
