@@ -17,12 +17,13 @@
 //! runs and a collective does; `bubble` for every other moment before the rank finishes
 //! (waiting for pipeline sends and receives, or for dependencies).
 
-use std::collections::VecDeque;
+mod transport;
+
+pub use transport::{flow_hash, injected_tag, segment_size};
 
 use super::cut::Cut;
-use super::dcqcn::Dcqcn;
-use super::net::{NO_PORT, Ports, Route, serialisation_ps};
-use super::results::{CollectiveStats, GpuReport, LpReport, Span, class_index};
+use super::net::Ports;
+use super::results::{CollectiveStats, GpuReport, LpReport, Span};
 use super::{
     Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, P2P, Segment, SimModel, Tag,
 };
@@ -31,6 +32,7 @@ use crate::hash::{mix, splitmix64};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId};
 use crate::workload::{CollectiveOp, MemoryEvent, OpKind, Peer, Stream};
+use transport::{Flow, PathCache, PathInfo, SerialConnection};
 
 const STREAMS: usize = Stream::COUNT;
 const COMPUTE: usize = 0;
@@ -156,31 +158,6 @@ impl TreeHop {
     }
 }
 
-/// How [`GpuLp::transmit`] sent a transfer.
-enum Sent {
-    /// As a segment-level flow, in slot `id`.
-    Flow(u32),
-    /// Over analytical links; its last byte leaves the GPU at `leaves_ps`.
-    Analytical {
-        leaves_ps: u64,
-    },
-    Failed,
-}
-
-/// A connection whose chunks go in order with bounded buffering, as NCCL's FIFO sends
-/// them: over the network at most [`collective::NCCL_STEPS`] chunks are unacknowledged
-/// (the receiver's slots); over analytical links the next chunk starts when the previous
-/// one has left the GPU, so connections sharing a link interleave chunk by chunk.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct SerialConnection {
-    stream: u8,
-    dst: NodeId,
-    channel: u16,
-    in_flight: u32,
-    limit: u32,
-    queue: VecDeque<(u64, Tag)>,
-}
-
 /// A rank's view of one of its groups, computed once.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct GroupInfo {
@@ -252,43 +229,6 @@ impl Crossing {
         &self.positions[self.stream_start[s] as usize..self.stream_start[s + 1] as usize]
     }
 }
-
-/// A flow being sent segment by segment.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Flow {
-    dst: NodeId,
-    /// PXN relay, or [`NO_NODE`].
-    via: NodeId,
-    total: u64,
-    /// Bytes per segment ([`segment_size`]).
-    segment: u64,
-    /// Queue pairs its segments are split over (NCCL_IB_SPLIT_DATA_ON_QPS), else 1.
-    parts: u8,
-    sent: u64,
-    sent_any: bool,
-    acked: u64,
-    in_flight: u64,
-    window: u64,
-    hash: u64,
-    tag: Tag,
-    path_ps: u64,
-    notify: Option<u8>,
-    line_rate: f64,
-    /// What NCCL's FIFO sustains when less than the line rate ([`f64::INFINITY`] if not):
-    /// the flow is paced to it.
-    fifo_rate: f64,
-    dcqcn: Option<Dcqcn>,
-    next_tx_ps: u64,
-    pace_scheduled: bool,
-    /// The [`SerialConnection`] whose slot this flow holds until acknowledged, or `u32::MAX`.
-    serial: u32,
-    /// Its segments' route, planned with the first one (one queue pair only: split over
-    /// several, each hop routes the segment).
-    route: Option<Route>,
-}
-
-/// Flow slots a GPU keeps once its last flow is done; a larger table is freed.
-const FLOW_SLOTS_KEPT: usize = 16;
 
 /// The leading fields of a [`GpuLp`] that every event reads: up to its running ops.
 const HOT_BYTES: usize = std::mem::offset_of!(GpuLp, running);
@@ -398,128 +338,6 @@ fn mirror(s: Stream) -> Stream {
     }
 }
 
-/// The ECMP hash of a flow: fixed by the experiment seed, the endpoints and the message, so
-/// one flow keeps one path and reruns take the same paths.
-pub fn flow_hash(seed: u64, src: NodeId, dst: NodeId, tag: Tag) -> u64 {
-    let a = (u64::from(src) << 32) | u64::from(dst);
-    let b = (u64::from(tag.stream) << 56)
-        | (u64::from(tag.group) << 48)
-        | (u64::from(tag.step) << 32)
-        | u64::from(tag.seq);
-    splitmix64(seed ^ splitmix64(a) ^ splitmix64(b).rotate_left(17))
-}
-
-/// The tag of injected flow `index`.
-pub fn injected_tag(index: u32) -> Tag {
-    Tag {
-        stream: 0,
-        group: INJECTED,
-        seq: index,
-        step: 0,
-    }
-}
-
-/// A path's one-way latency, bottleneck bandwidth, first link and whether any link is queued.
-#[derive(Debug, Clone, Copy)]
-struct PathInfo {
-    latency_ps: u64,
-    bytes_per_s: f64,
-    first_link: u32,
-    hops: u32,
-    queued: bool,
-    /// Crosses a link whose flows share it max-min fairly (flow mode).
-    shared: bool,
-    /// Links of each class the path crosses, to account analytical traffic.
-    class_hops: [u8; 4],
-}
-
-impl PathInfo {
-    fn crosses(&self, class: LinkClass) -> bool {
-        self.class_hops[class_index(class)] > 0
-    }
-}
-
-/// Routes from one GPU: paths with a single choice at every hop (the same for every flow
-/// hash, such as NVLink inside a host) are computed once per destination.
-#[derive(Debug, Default)]
-struct PathCache {
-    /// (source, destination) pairs with a single route, and their paths: keys apart, so a
-    /// lookup at 131K GPUs reads a line or two of a cold cache rather than every path.
-    fixed_pairs: Vec<(NodeId, NodeId)>,
-    fixed_paths: Vec<PathInfo>,
-    path: Vec<u32>,
-    hops: Vec<u32>,
-}
-
-impl PathCache {
-    /// The path to `dst`, through GPU `via` first when it is not [`NO_NODE`] (PXN).
-    fn get_via(
-        &mut self,
-        model: &SimModel,
-        src: NodeId,
-        (dst, via): (NodeId, NodeId),
-        hash: u64,
-    ) -> Result<PathInfo, String> {
-        if via == NO_NODE {
-            return self.get(model, src, dst, hash);
-        }
-        let a = self.get(model, src, via, hash)?;
-        let b = self.get(model, via, dst, hash)?;
-        let mut class_hops = a.class_hops;
-        for (c, hops) in b.class_hops.iter().enumerate() {
-            class_hops[c] = class_hops[c].saturating_add(*hops);
-        }
-        Ok(PathInfo {
-            latency_ps: a.latency_ps + b.latency_ps,
-            bytes_per_s: a.bytes_per_s.min(b.bytes_per_s),
-            first_link: a.first_link,
-            hops: a.hops + b.hops,
-            queued: a.queued || b.queued,
-            shared: a.shared || b.shared,
-            class_hops,
-        })
-    }
-
-    fn get(
-        &mut self,
-        model: &SimModel,
-        src: NodeId,
-        dst: NodeId,
-        hash: u64,
-    ) -> Result<PathInfo, String> {
-        if let Some(i) = self.fixed_pairs.iter().position(|&k| k == (src, dst)) {
-            return Ok(self.fixed_paths[i]);
-        }
-        let single_choice = model
-            .topology
-            .path_into(src, dst, hash, &mut self.path, &mut self.hops)
-            .map_err(|e| format!("no route from node {src} to node {dst}: {e}"))?;
-        let mut info = PathInfo {
-            latency_ps: 0,
-            bytes_per_s: f64::INFINITY,
-            first_link: self.path.first().copied().unwrap_or(u32::MAX),
-            hops: self.path.len() as u32,
-            queued: false,
-            shared: false,
-            class_hops: [0; 4],
-        };
-        for &l in &self.path {
-            let lk = model.topology.link(l);
-            info.latency_ps += lk.latency_ps;
-            info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
-            info.queued |= model.net.is_queued(lk.class);
-            info.shared |= model.net.is_shared(lk.class);
-            let hops = &mut info.class_hops[super::results::class_index(lk.class)];
-            *hops = hops.saturating_add(1);
-        }
-        if single_choice {
-            self.fixed_pairs.push((src, dst));
-            self.fixed_paths.push(info);
-        }
-        Ok(info)
-    }
-}
-
 impl GpuLp {
     pub fn new(model: &SimModel, node: NodeId, rank: u32) -> Self {
         let w = &model.workload;
@@ -596,28 +414,10 @@ impl GpuLp {
                 self.complete(model, COMPUTE, ctx)
             }
             Body::ComputeDone { .. } => {}
-            Body::Segment(seg) if seg.dst == self.node => {
-                ctx.emit(
-                    seg.src,
-                    ctx.now + seg.path_ps,
-                    Body::Ack {
-                        flow: seg.flow,
-                        bytes: seg.bytes,
-                        ecn: seg.ecn,
-                    },
-                );
-                let complete = seg.last && (seg.parts <= 1 || self.last_part(&seg));
-                if complete && seg.tag.group == INJECTED {
-                    self.flow_arrivals.push((seg.tag.seq, ctx.now));
-                    self.digest = mix(self.digest, u64::from(seg.tag.seq) | (1 << 41), ctx.now);
-                } else if complete {
-                    self.arrived(model, seg.tag, (0, 0), ctx);
-                }
-            }
+            Body::Segment(seg) if seg.dst == self.node => self.receive_segment(model, &seg, ctx),
             Body::Segment(seg) => self.ports.forward(model, seg, ctx),
             Body::Message { tag } | Body::ClearToSend { tag } if tag.group == INJECTED => {
-                self.flow_arrivals.push((tag.seq, ctx.now));
-                self.digest = mix(self.digest, u64::from(tag.seq) | (1 << 41), ctx.now);
+                self.injected_arrived(tag.seq, ctx.now)
             }
             Body::Message { tag } if tag.group == MEMORY_GROUP => {
                 self.complete(model, usize::from(tag.stream), ctx)
@@ -646,22 +446,9 @@ impl GpuLp {
                 self.analytical_sends_delivered(model, usize::from(stream), ctx)
             }
             Body::Ack { flow, bytes, ecn } => self.acked(model, flow, u64::from(bytes), ecn, ctx),
-            Body::FlowDone { flow } => {
-                if let Some(Some(f)) = self.flows.get(flow as usize) {
-                    let bytes = f.in_flight;
-                    self.acked(model, flow, bytes, false, ctx);
-                }
-            }
-            Body::ConnectionFree { connection } => {
-                self.serial[connection as usize].in_flight -= 1;
-                self.serial_pump(model, connection as usize, ctx);
-            }
-            Body::Pace { flow } => {
-                if let Some(Some(f)) = self.flows.get_mut(flow as usize) {
-                    f.pace_scheduled = false;
-                }
-                self.pump_flow(model, flow, ctx);
-            }
+            Body::FlowDone { flow } => self.fluid_done(model, flow, ctx),
+            Body::ConnectionFree { connection } => self.connection_free(model, connection, ctx),
+            Body::Pace { flow } => self.paced(model, flow, ctx),
             other => self.ports.handle(model, &other, ctx),
         }
         self.pump(model, ctx);
@@ -1088,23 +875,10 @@ impl GpuLp {
         }
     }
 
-    /// Counts a queue pair's final segment of a split flow; true when it was the last one.
-    fn last_part(&mut self, seg: &Segment) -> bool {
-        let key = (seg.src, seg.flow);
-        match self.parts_seen.iter().position(|(k, _)| *k == key) {
-            Some(i) if self.parts_seen[i].1 + 1 >= seg.parts => {
-                self.parts_seen.swap_remove(i);
-                true
-            }
-            Some(i) => {
-                self.parts_seen[i].1 += 1;
-                false
-            }
-            None => {
-                self.parts_seen.push((key, 1));
-                false
-            }
-        }
+    /// Injected flow `index` ([`SimModel::flows`]) arrived here at `now`.
+    fn injected_arrived(&mut self, index: u32, now: u64) {
+        self.flow_arrivals.push((index, now));
+        self.digest = mix(self.digest, u64::from(index) | (1 << 41), now);
     }
 
     /// Attributes the time since the last event to compute, exposed communication or bubble.
@@ -2007,123 +1781,6 @@ impl GpuLp {
         self.send(model, s, (peer, NO_NODE), bytes, s, k as u16, ctx);
     }
 
-    /// Queues a chunk of the op on stream `s` for GPU `dst` on connection `channel`: it
-    /// starts when the connection has a free slot ([`SerialConnection`]).
-    fn send_serial(
-        &mut self,
-        model: &SimModel,
-        s: usize,
-        dst: NodeId,
-        step: u16,
-        channel: u16,
-        ctx: &mut Ctx,
-    ) {
-        let Running::Comm(run) = &mut self.running[s] else {
-            return;
-        };
-        let tag = Tag {
-            stream: s as u8,
-            group: run.group,
-            seq: run.seq,
-            step,
-        };
-        run.queued += 1;
-        let bytes = run.step_bytes;
-        let stream = s as u8;
-        let i = match self
-            .serial
-            .iter()
-            .position(|c| c.stream == stream && c.dst == dst && c.channel == channel)
-        {
-            Some(i) => i,
-            None => {
-                self.serial.push(SerialConnection {
-                    stream,
-                    dst,
-                    channel,
-                    in_flight: 0,
-                    limit: 1,
-                    queue: VecDeque::new(),
-                });
-                self.serial.len() - 1
-            }
-        };
-        self.serial[i].queue.push_back((bytes, tag));
-        self.serial_pump(model, i, ctx);
-    }
-
-    /// Starts the queued chunks of connection `i` while it has room.
-    fn serial_pump(&mut self, model: &SimModel, i: usize, ctx: &mut Ctx) {
-        loop {
-            let conn = &mut self.serial[i];
-            if conn.in_flight >= conn.limit {
-                return;
-            }
-            let Some((bytes, tag)) = conn.queue.pop_front() else {
-                return;
-            };
-            let (stream, dst) = (conn.stream, conn.dst);
-            if let Running::Comm(run) = &mut self.running[usize::from(stream)] {
-                run.queued -= 1;
-            }
-            let sent = self.transmit(
-                model,
-                (dst, NO_NODE),
-                bytes,
-                tag,
-                (Some(stream), i as u32),
-                ctx,
-            );
-            match sent {
-                Sent::Flow(id) => {
-                    if self.flows.get(id as usize).is_some_and(Option::is_some) {
-                        let conn = &mut self.serial[i];
-                        conn.in_flight += 1;
-                        conn.limit = collective::NCCL_STEPS as u32;
-                    }
-                }
-                Sent::Analytical { leaves_ps } if leaves_ps > ctx.now => {
-                    let conn = &mut self.serial[i];
-                    conn.in_flight += 1;
-                    conn.limit = 1;
-                    let connection = i as u32;
-                    ctx.emit(self.node, leaves_ps, Body::ConnectionFree { connection });
-                }
-                Sent::Analytical { .. } | Sent::Failed => {}
-            }
-        }
-    }
-
-    /// When this GPU's first link towards `dst` is free of analytical transfers.
-    fn link_free_toward(&mut self, model: &SimModel, dst: NodeId) -> u64 {
-        let Ok(p) = self.paths.get(model, self.node, dst, 0) else {
-            return 0;
-        };
-        model
-            .topology
-            .out_links(self.node)
-            .binary_search(&p.first_link)
-            .map_or(0, |i| self.link_free_ps[i])
-    }
-
-    /// Counts `bytes` of closed-form collective traffic on the link classes towards `dst`.
-    fn account_analytical(&mut self, model: &SimModel, dst: NodeId, bytes: u64) {
-        if let Ok(p) = self.paths.get(model, self.node, dst, 0) {
-            self.account_path(&p, bytes);
-        }
-    }
-
-    /// Counts `bytes` sent analytically along `path`: once per link class it crosses, and
-    /// once per link it crosses (what links.csv's utilisation needs).
-    fn account_path(&mut self, path: &PathInfo, bytes: u64) {
-        for (c, hops) in path.class_hops.iter().enumerate() {
-            if *hops > 0 {
-                self.analytical_bytes[c] += bytes;
-                self.analytical_link_bytes[c] += bytes * u64::from(*hops);
-            }
-        }
-    }
-
     /// Wire bytes and latency of a send to (or receive from) GPU `peer`: NCCL's point-to-point
     /// protocol and efficiency over NVLink or the network; both ends pay the latency.
     fn p2p_cost(&self, model: &SimModel, peer: NodeId, bytes: u64) -> (u64, u64) {
@@ -2144,28 +1801,6 @@ impl GpuLp {
             Peer::CpNext => self.ring(model, GroupKind::Cp).next,
             Peer::CpPrev => self.ring(model, GroupKind::Cp).prev,
         }
-    }
-
-    /// The ECMP hash of a transfer: that of the queue pair carrying it. A connection's
-    /// messages take turns on its NCCL_IB_QPS_PER_CONNECTION queue pairs (or, split over
-    /// all of them, start from the first), so with one QP a connection keeps one path
-    /// (`src/transport/net_ib.cc`). Injected flows each have their own.
-    fn flow_hash(&self, model: &SimModel, dst: NodeId, tag: Tag) -> u64 {
-        if tag.group == INJECTED {
-            return flow_hash(model.seed, self.node, dst, tag);
-        }
-        let settings = &model.collectives.settings;
-        let qp = if settings.split_data_on_qps {
-            0
-        } else {
-            u32::from(tag.step) % settings.qps_per_connection
-        };
-        let connection = Tag {
-            seq: 0,
-            step: qp as u16,
-            ..tag
-        };
-        flow_hash(model.seed, self.node, dst, connection)
     }
 
     /// A message, or a clear-to-send, for stream `tag.stream`.
@@ -2442,315 +2077,6 @@ impl GpuLp {
         );
     }
 
-    /// Sends `bytes` to GPU `dst` (through the NIC of GPU `via`, PXN, unless [`NO_NODE`]) for
-    /// the op on stream `s`; the receiver sees it on stream `to_stream` at `step`.
-    #[allow(clippy::too_many_arguments)]
-    fn send(
-        &mut self,
-        model: &SimModel,
-        s: usize,
-        (dst, via): (NodeId, NodeId),
-        bytes: u64,
-        to_stream: usize,
-        step: u16,
-        ctx: &mut Ctx,
-    ) {
-        let Running::Comm(run) = &self.running[s] else {
-            return;
-        };
-        let tag = Tag {
-            stream: to_stream as u8,
-            group: run.group,
-            seq: run.seq,
-            step,
-        };
-        self.transmit(
-            model,
-            (dst, via),
-            bytes,
-            tag,
-            (Some(s as u8), u32::MAX),
-            ctx,
-        );
-    }
-
-    /// Starts a flow of `bytes` to GPU `dst`, delivered as `tag`; when it completes, the op
-    /// on stream `notify` hears of it, and [`SerialConnection`] `serial` (`u32::MAX`: none)
-    /// gets its slot back.
-    fn transmit(
-        &mut self,
-        model: &SimModel,
-        (dst, via): (NodeId, NodeId),
-        bytes: u64,
-        tag: Tag,
-        (notify, serial): (Option<u8>, u32),
-        ctx: &mut Ctx,
-    ) -> Sent {
-        let hash = self.flow_hash(model, dst, tag);
-        let path = match self.paths.get_via(model, self.node, (dst, via), hash) {
-            Ok(p) => p,
-            Err(e) => {
-                self.fail(e);
-                return Sent::Failed;
-            }
-        };
-        let computing = matches!(self.running[COMPUTE], Running::Compute { .. });
-        let net_window = match notify.map(|s| &self.running[usize::from(s)]) {
-            Some(Running::Comm(run)) if path.crosses(LinkClass::Network) => run.net_window,
-            _ => u64::MAX,
-        };
-        let fifo_rate = collective::window_rate(net_window);
-        if !path.queued && !path.shared {
-            // Analytical: a FIFO share of the first link at the path's bottleneck bandwidth,
-            // or at what NCCL's FIFO sustains across the network when that is less.
-            let i = model
-                .topology
-                .out_links(self.node)
-                .binary_search(&path.first_link)
-                .unwrap_or(0);
-            let rate = path.bytes_per_s.min(fifo_rate);
-            let mut ser = serialisation_ps(bytes, 1e12 / rate);
-            if computing {
-                ser = (ser as f64 / model.interference.comm_rate).round() as u64;
-            }
-            let start = ctx.now.max(self.link_free_ps[i]);
-            self.link_free_ps[i] = start + ser;
-            let arrive = start + ser + path.latency_ps;
-            self.account_path(&path, bytes);
-            ctx.emit(dst, arrive, Body::Message { tag });
-            if let Some(s) = notify
-                && let Running::Comm(run) = &mut self.running[usize::from(s)]
-            {
-                run.analytical_sends_until = run.analytical_sends_until.max(arrive);
-            }
-            return Sent::Analytical {
-                leaves_ps: start + ser,
-            };
-        }
-        if let Some(s) = notify
-            && let Running::Comm(run) = &mut self.running[usize::from(s)]
-        {
-            run.sends_open += 1;
-        }
-        let seg = model.net.segment_bytes;
-        let segment = segment_size(bytes, seg);
-        let settings = &model.collectives.settings;
-        let across = path.crosses(LinkClass::Network);
-        let parts = if settings.split_data_on_qps && across && tag.group != INJECTED {
-            let segments = (bytes / segment).max(1);
-            u64::from(settings.qps_per_connection).min(segments) as u8
-        } else {
-            1
-        };
-        let window = model.net.window_bytes.unwrap_or_else(|| {
-            let bdp = (path.bytes_per_s * 2.0 * path.latency_ps as f64 * 1e-12).ceil() as u64;
-            (bdp + u64::from(path.hops + 1) * seg).max(2 * seg)
-        });
-        let flow = Flow {
-            dst,
-            via,
-            total: bytes,
-            segment,
-            parts,
-            sent: 0,
-            sent_any: false,
-            acked: 0,
-            in_flight: 0,
-            window,
-            hash,
-            tag,
-            path_ps: path.latency_ps,
-            notify,
-            line_rate: path.bytes_per_s,
-            fifo_rate: if fifo_rate < path.bytes_per_s {
-                fifo_rate
-            } else {
-                f64::INFINITY
-            },
-            dcqcn: model
-                .net
-                .dcqcn
-                .as_ref()
-                .filter(|_| !path.shared)
-                .map(|_| Dcqcn::new(path.bytes_per_s, ctx.now)),
-            next_tx_ps: ctx.now,
-            pace_scheduled: false,
-            serial,
-            route: None,
-        };
-        let id = crate::slab::insert(&mut self.flows, &mut self.free_flows, Box::new(flow));
-        if path.shared {
-            self.start_fluid(model, id, ctx);
-        } else {
-            self.pump_flow(model, id, ctx);
-        }
-        Sent::Flow(id)
-    }
-
-    /// Flow mode: hands flow `id` whole to the fabric's flow LP, which answers with
-    /// [`Body::FlowDone`] once the receiver has it.
-    fn start_fluid(&mut self, model: &SimModel, id: u32, ctx: &mut Ctx) {
-        let Some(Some(f)) = self.flows.get_mut(id as usize) else {
-            return;
-        };
-        let Some(home) = model.flow_home else {
-            return self
-                .fail("a transfer crosses shared links but the fabric has no flow LP".into());
-        };
-        f.sent = f.total;
-        f.sent_any = true;
-        f.in_flight = f.total;
-        let request = super::flow::FlowRequest {
-            src: self.node,
-            dst: f.dst,
-            via: f.via,
-            flow: id,
-            bytes: f.total,
-            hash: f.hash,
-            tag: f.tag,
-            fifo_rate: f.fifo_rate,
-            parts: f.parts,
-        };
-        ctx.emit(
-            home,
-            ctx.now + model.flow_delay_ps,
-            Body::FlowStart(request),
-        );
-    }
-
-    /// Emits the flow's next segments while its window (and DCQCN rate) allows.
-    fn pump_flow(&mut self, model: &SimModel, id: u32, ctx: &mut Ctx) {
-        let node = self.node;
-        loop {
-            let Some(Some(f)) = self.flows.get_mut(id as usize) else {
-                return;
-            };
-            if f.sent_any && f.sent >= f.total {
-                return;
-            }
-            let bytes = next_segment(f.total - f.sent, f.segment);
-            if f.in_flight > 0 && f.in_flight + bytes > f.window {
-                return;
-            }
-            // Paced by DCQCN's rate, or by NCCL's FIFO when that is the tighter bound.
-            let dcqcn_rate = match (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
-                (Some(dc), Some(p)) => {
-                    dc.advance(ctx.now, p);
-                    dc.rate.min(f.line_rate)
-                }
-                _ => f64::INFINITY,
-            };
-            let rate = dcqcn_rate.min(f.fifo_rate);
-            if rate.is_finite() {
-                // A FIFO belongs to the connection, not to one transfer: flows to the same
-                // GPU (a ring's overlapping steps) share its pace.
-                let connection = f.fifo_rate.is_finite().then(|| {
-                    let dst = f.dst;
-                    match self.fifo_clock.iter().position(|(d, _)| *d == dst) {
-                        Some(i) => i,
-                        None => {
-                            self.fifo_clock.push((dst, 0));
-                            self.fifo_clock.len() - 1
-                        }
-                    }
-                });
-                let next_tx =
-                    connection.map_or(f.next_tx_ps, |i| f.next_tx_ps.max(self.fifo_clock[i].1));
-                if ctx.now < next_tx {
-                    if !f.pace_scheduled {
-                        f.pace_scheduled = true;
-                        ctx.emit(self.node, next_tx, Body::Pace { flow: id });
-                    }
-                    return;
-                }
-                f.next_tx_ps = ctx.now + serialisation_ps(bytes.max(1), 1e12 / rate);
-                if let Some(i) = connection {
-                    self.fifo_clock[i].1 = f.next_tx_ps;
-                }
-                if let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
-                    dc.on_sent(ctx.now, bytes, p);
-                }
-            }
-            // Split over queue pairs, segment i goes on QP i mod parts, each with its path.
-            let index = f.sent / f.segment;
-            let (hash, last) = if f.parts > 1 {
-                let segments = (f.total / f.segment).max(1);
-                let qp = index % u64::from(f.parts);
-                (
-                    splitmix64(f.hash ^ qp),
-                    index + u64::from(f.parts) >= segments,
-                )
-            } else {
-                (f.hash, f.sent + bytes >= f.total)
-            };
-            f.sent += bytes;
-            f.sent_any = true;
-            f.in_flight += bytes;
-            let mut seg = Segment {
-                src: node,
-                dst: f.dst,
-                flow: id,
-                bytes: bytes as u32,
-                hash,
-                tag: f.tag,
-                path_ps: f.path_ps,
-                ingress: super::NO_LINK,
-                ingress_port: NO_PORT,
-                route: Route::default(),
-                hop: 0,
-                last,
-                parts: f.parts,
-                ecn: false,
-                via: f.via,
-                relayed: false,
-                lag_ps: 0,
-            };
-            if f.parts == 1 {
-                seg.route = *f.route.get_or_insert_with(|| {
-                    let topology = &model.topology;
-                    let is_queued = |l: u32| model.net.is_queued(topology.link(l).class);
-                    Route::plan(topology, is_queued, node, seg, ctx.hops)
-                });
-            }
-            self.ports.forward(model, seg, ctx);
-        }
-    }
-
-    fn acked(&mut self, model: &SimModel, id: u32, bytes: u64, ecn: bool, ctx: &mut Ctx) {
-        let Some(Some(f)) = self.flows.get_mut(id as usize) else {
-            return;
-        };
-        f.in_flight -= bytes;
-        f.acked += bytes;
-        if ecn && let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
-            dc.on_congestion(ctx.now, p);
-        }
-        if f.sent >= f.total && f.in_flight == 0 {
-            let (notify, serial) = (f.notify, f.serial);
-            self.digest = mix(self.digest, u64::from(id) | (1 << 40), ctx.now);
-            self.flows[id as usize] = None;
-            self.free_flows.push(id);
-            if self.free_flows.len() == self.flows.len() && self.flows.len() > FLOW_SLOTS_KEPT {
-                // No flow left: release the table (12 bytes a slot with its free list, so
-                // 0.2 GB at 131,072 GPUs were every busiest moment kept). Ids start again
-                // from 0: an event that names an old id finds no slot, or a reused one, as
-                // after any slot's reuse.
-                self.flows = Vec::new();
-                self.free_flows = Vec::new();
-            }
-            if serial != u32::MAX {
-                // A slot of the connection is free for its next chunk.
-                self.serial[serial as usize].in_flight -= 1;
-                self.serial_pump(model, serial as usize, ctx);
-            }
-            if let Some(stream) = notify {
-                self.flow_done(model, usize::from(stream), ctx);
-            }
-        } else {
-            self.pump_flow(model, id, ctx);
-        }
-    }
-
     /// Records a failure where a value was expected.
     fn fail_none<T>(&mut self, message: String) -> Option<T> {
         self.fail(message);
@@ -2903,32 +2229,6 @@ pub fn p2p_via(model: &SimModel, rank: u32, peer: NodeId) -> NodeId {
     topology
         .p2p_relay(rank, peer_rank)
         .map_or(NO_NODE, |relay| topology.gpu(relay))
-}
-
-/// Fewest segments a flow is cut into, and the smallest segment that rule makes.
-const MIN_SEGMENTS: u64 = 8;
-const MIN_SEGMENT_BYTES: u64 = 4 << 10;
-
-/// Bytes per segment of a flow of `bytes`: `network.segment_bytes`, but small enough for
-/// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that flows sharing a
-/// port interleave at no coarser than an eighth of a flow, as MTU-sized packets would.
-/// `largest` is `network.segment_bytes`.
-///
-/// The segments are equal but the last, which also carries the remainder (fewer bytes than
-/// there are segments). A short last segment would overtake its predecessors across links
-/// that run without a queue and end the message before they arrive.
-pub fn segment_size(bytes: u64, largest: u64) -> u64 {
-    let most = (bytes / MIN_SEGMENTS)
-        .max(MIN_SEGMENT_BYTES)
-        .min(largest)
-        .max(1);
-    (bytes / bytes.div_ceil(most).max(1)).max(1)
-}
-
-/// Bytes of a flow's next segment with `rest` bytes left to send: the last takes all
-/// that is left ([`segment_size`]).
-fn next_segment(rest: u64, segment: u64) -> u64 {
-    if rest >= 2 * segment { segment } else { rest }
 }
 
 /// The tag step of chunk `c` of lane-tree `lt` going up (reduce) or down (broadcast).
