@@ -25,7 +25,7 @@ pub(super) use group::GroupInfo;
 pub use p2p::p2p_via;
 
 use super::GpuLp;
-use super::{Running, is_collective_stream};
+use super::program::{Running, is_collective_stream};
 use crate::collective::{self, Algorithm, CommShape, Plan, Settings};
 use crate::engine::results::CollectiveStats;
 use crate::engine::{Body, Ctx, SimModel, Tag};
