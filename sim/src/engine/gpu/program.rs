@@ -1,0 +1,323 @@
+//! The program cursor: each stream runs its ops in order once their dependencies are done
+//! (the semantics of [`crate::workload`]). Kernels run on the compute stream, back to back in
+//! chains with one event per chain; CXL reads on the memory stream; communication ops start
+//! here and run in [`super::collective`]. Completion, the digest, HBM accounting and the split
+//! of a rank's time into compute, exposed communication and bubble are kept here too.
+
+use super::collective::CommRun;
+use super::{COMPUTE, GpuLp, MEMORY, STREAMS};
+use crate::engine::results::Span;
+use crate::engine::{Body, Ctx, MEMORY_GROUP, P2P, SimModel, Tag};
+use crate::hash::mix;
+use crate::workload::{MemoryEvent, OpKind, Stream};
+
+/// What a stream is running.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) enum Running {
+    Idle,
+    Compute {
+        op: u32,
+        start_ps: u64,
+    },
+    /// A transfer to or from the CXL memory node, waiting for the node's reply.
+    Memory {
+        op: u32,
+        start_ps: u64,
+    },
+    Comm(Box<CommRun>),
+}
+
+/// Whether stream `s` runs a group's collectives: while one runs, kernels are slowed.
+pub(super) fn is_collective_stream(s: usize) -> bool {
+    matches!(
+        Stream::ALL[s],
+        Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp | Stream::Pp
+    )
+}
+
+impl GpuLp {
+    /// How long `op`, a kernel starting now, takes on this chip.
+    pub(super) fn kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
+        let program = &model.workload.programs[self.program as usize];
+        let OpKind::Compute { kernel } = program.ops[op as usize].kind else {
+            unreachable!("op {op} is not a kernel");
+        };
+        let table = self.kernel_table as usize;
+        let mut base = model.kernel_ps[table][kernel as usize];
+        if model.kernel_clocked[table][kernel as usize] {
+            base = (base as f64 * self.chip_slowdown).round() as u64;
+        }
+        if self.comm_active > 0 {
+            (base as f64 / model.interference.compute_rate).round() as u64
+        } else {
+            base
+        }
+    }
+
+    /// Starts kernel `op` at `at` on the compute stream.
+    fn start_kernel(&mut self, model: &SimModel, op: u32, at: u64) {
+        if let Some(e) = self.memory_event(model, op) {
+            self.live_bytes += e.alloc;
+            self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+        }
+        self.kernel_end_ps = at + self.kernel_ps(model, op);
+        self.running[COMPUTE] = Running::Compute { op, start_ps: at };
+    }
+
+    /// The kernel just started and those chained after it run back to back: one
+    /// [`Body::ComputeDone`] at the end of the last stands for all of them, and any event
+    /// in between first settles the kernels that ended ([`GpuLp::settle_chain`]).
+    fn plan_chain(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let index = &model.programs[self.program as usize];
+        let mut last = self.done[COMPUTE];
+        while index.chains_into_next[last as usize] {
+            last += 1;
+        }
+        self.chain_last = last;
+        self.emit_chain_end(model, ctx);
+    }
+
+    /// Plans the chain's one [`Body::ComputeDone`] under a new generation, with the GPU
+    /// slowed as it is now.
+    fn emit_chain_end(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        self.chain_slowed = self.comm_active > 0;
+        self.chain_gen = self.chain_gen.wrapping_add(1);
+        let end = self.chain_end_ps(model);
+        let chain = self.chain_gen;
+        ctx.emit(self.node, end, Body::ComputeDone { chain });
+    }
+
+    /// When the chain's last kernel ends if the ones not started yet start at the running
+    /// one's end, one after another, slowed as the GPU is now.
+    fn chain_end_ps(&self, model: &SimModel) -> u64 {
+        let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
+        let next = self.done[COMPUTE] as usize + 1;
+        let after: u64 = ops[next..=self.chain_last as usize]
+            .iter()
+            .map(|&op| self.kernel_ps(model, op))
+            .sum();
+        self.kernel_end_ps + after
+    }
+
+    /// Completes the chain's kernels that ended by `now` (before the event at `now`), each
+    /// followed at once by the next.
+    pub(super) fn settle_chain(&mut self, model: &SimModel, now: u64) {
+        while self.done[COMPUTE] < self.chain_last
+            && self.kernel_end_ps <= now
+            && matches!(self.running[COMPUTE], Running::Compute { .. })
+        {
+            let at = self.kernel_end_ps;
+            self.complete_at(model, COMPUTE, at);
+            let op = model.programs[self.program as usize].stream_ops[COMPUTE]
+                [self.done[COMPUTE] as usize];
+            self.start_kernel(model, op, at);
+        }
+    }
+
+    /// A collective started or ended while a chain runs: the kernels not started yet take
+    /// another time, so the chain's end moves (its old event goes stale).
+    fn replan_chain(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        if self.done[COMPUTE] < self.chain_last
+            && matches!(self.running[COMPUTE], Running::Compute { .. })
+        {
+            self.emit_chain_end(model, ctx);
+        } else {
+            // No chain runs: nothing to move until the next one is planned.
+            self.chain_slowed = self.comm_active > 0;
+        }
+    }
+
+    /// Attributes the time since the last event to compute, exposed communication or bubble.
+    pub(super) fn account(&mut self, now: u64) {
+        let dt = now - self.accounted_to_ps;
+        self.accounted_to_ps = now;
+        if self.finish_ps.is_some() || dt == 0 {
+            return;
+        }
+        if matches!(self.running[COMPUTE], Running::Compute { .. }) {
+            self.compute_ps += dt;
+        } else if self.comm_active > 0 || matches!(self.running[MEMORY], Running::Memory { .. }) {
+            self.exposed_comm_ps += dt;
+        } else {
+            self.bubble_ps += dt;
+        }
+    }
+
+    /// Starts every op whose stream is free and whose dependencies are done; then moves the
+    /// kernel chain's end if a collective started or ended meanwhile.
+    pub(super) fn pump(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        self.start_ready(model, ctx);
+        if self.chain_slowed != (self.comm_active > 0) {
+            self.replan_chain(model, ctx);
+        }
+    }
+
+    fn start_ready(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        if self.pump_streams == 0 {
+            return;
+        }
+        let index = &model.programs[self.program as usize];
+        // Starting an op can finish it at once (a group of one), which marks more streams.
+        while self.pump_streams != 0 {
+            let s = self.pump_streams.trailing_zeros() as usize;
+            self.pump_streams &= !(1 << s);
+            if !matches!(self.running[s], Running::Idle) {
+                continue;
+            }
+            let Some(&op) = index.stream_ops[s].get(self.done[s] as usize) else {
+                continue;
+            };
+            let program = &model.workload.programs[self.program as usize];
+            let ready = program.deps(op as usize).iter().all(|&d| {
+                let ds = program.ops[d as usize].stream.index();
+                self.done[ds] > index.position[d as usize]
+            });
+            if ready {
+                self.start_op(model, s, op, ctx);
+            }
+        }
+        if self.finish_ps.is_none()
+            && (0..STREAMS).all(|s| self.done[s] as usize >= index.stream_ops[s].len())
+        {
+            self.finish_ps = Some(ctx.now);
+            self.digest = mix(self.digest, u64::MAX, ctx.now);
+        }
+    }
+
+    /// Starts op `op` on stream `s`: a kernel, a CXL read, or a communication op, which
+    /// [`GpuLp::start_collective`], [`GpuLp::start_send`] or [`GpuLp::start_recv`] set
+    /// running; then applies what arrived for it before it started.
+    fn start_op(&mut self, model: &SimModel, s: usize, op: u32, ctx: &mut Ctx) {
+        let program = &model.workload.programs[self.program as usize];
+        let o = program.ops[op as usize];
+        let (comm_group, seq) = match o.kind {
+            OpKind::Collective { group, .. } => {
+                let g = &mut self.group_seq[group as usize];
+                *g += 1;
+                (group as u8, *g - 1)
+            }
+            _ => (P2P, self.done[s]),
+        };
+        match o.kind {
+            OpKind::Compute { .. } => {
+                self.start_kernel(model, op, ctx.now);
+                self.plan_chain(model, ctx);
+            }
+            OpKind::MemoryRead { bytes } => self.read_memory(model, s, op, bytes, ctx),
+            OpKind::Collective {
+                op: cop,
+                group,
+                bytes,
+            } => self.start_collective(model, s, op, (comm_group, seq), (cop, group, bytes), ctx),
+            OpKind::Send { peer, bytes } => {
+                self.start_send(model, s, op, (comm_group, seq), (peer, bytes), ctx)
+            }
+            OpKind::Recv { peer, bytes } => {
+                self.start_recv(model, s, op, (comm_group, seq), (peer, bytes), ctx)
+            }
+        }
+        if matches!(self.running[s], Running::Comm(_)) {
+            self.drain_early(model, s, comm_group, seq, ctx);
+            self.check_done(model, s, ctx);
+        }
+    }
+
+    /// Starts CXL read `op` of `bytes` on stream `s`: a request to the host's CXL memory
+    /// node, whose reply completes it.
+    fn read_memory(&mut self, model: &SimModel, s: usize, op: u32, bytes: u64, ctx: &mut Ctx) {
+        let Some(memory) = model.topology.cxl_memory_of(self.rank) else {
+            self.fail(format!(
+                "rank {} reads CXL memory but its host has no CXL memory node",
+                self.rank
+            ));
+            return;
+        };
+        let path = match self.paths.get(model, self.node, memory, 0) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(format!("rank {}: {e}", self.rank));
+                return;
+            }
+        };
+        self.running[s] = Running::Memory {
+            op,
+            start_ps: ctx.now,
+        };
+        let tag = Tag {
+            stream: s as u8,
+            group: MEMORY_GROUP,
+            seq: op,
+            step: 0,
+        };
+        // CXL links are cabled both ways alike: the reply takes the path back.
+        ctx.emit(
+            memory,
+            ctx.now + path.latency_ps.max(1),
+            Body::MemoryRead {
+                bytes,
+                reply_to: self.node,
+                tag,
+                latency_ps: path.latency_ps,
+                bytes_per_s: path.bytes_per_s,
+            },
+        );
+    }
+
+    /// The memory event of compute op `op`, if it has one (the compute stream runs in program
+    /// order, so it can only be the next one).
+    fn memory_event(&self, model: &SimModel, op: u32) -> Option<MemoryEvent> {
+        model.workload.programs[self.program as usize]
+            .memory_events
+            .get(self.memory_cursor as usize)
+            .filter(|e| e.op == op)
+            .copied()
+    }
+
+    /// The op on stream `s` finished now.
+    pub(super) fn complete(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
+        self.complete_at(model, s, ctx.now);
+    }
+
+    /// Finishes the op running on stream `s` at `at`.
+    fn complete_at(&mut self, model: &SimModel, s: usize, at: u64) {
+        let running = std::mem::replace(&mut self.running[s], Running::Idle);
+        let (op, start) = match running {
+            Running::Idle => return,
+            Running::Memory { op, start_ps } => (op, start_ps),
+            Running::Compute { op, start_ps } => {
+                if let Some(e) = self.memory_event(model, op) {
+                    self.live_bytes = self.live_bytes.saturating_sub(e.free);
+                    self.memory_cursor += 1;
+                }
+                (op, start_ps)
+            }
+            Running::Comm(run) => {
+                if run.ring.n > 1 && is_collective_stream(s) && run.collective.is_some() {
+                    self.comm_active -= 1;
+                }
+                if run.collective.is_some() {
+                    let st = &mut self.collective_slot(model, run.op).stats;
+                    st.add(at - run.start_ps, u64::from(run.ring.n));
+                    if let (true, Some((a, p, c))) = (st.plan.is_empty(), run.plan) {
+                        st.plan = format!("{}/{}/{c}", a.name(), p.name());
+                    }
+                }
+                let ended = (run.op, run.start_ps);
+                self.spare_run = Some(run);
+                ended
+            }
+        };
+        self.done[s] += 1;
+        self.ops_done += 1;
+        self.pump_streams |=
+            (1 << s) | model.programs[self.program as usize].dependent_streams[op as usize];
+        self.digest = mix(self.digest, u64::from(op), at);
+        if model.trace {
+            self.spans[s].push(Span {
+                start_ps: start,
+                end_ps: at,
+                name: op,
+            });
+        }
+    }
+}
