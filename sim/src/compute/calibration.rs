@@ -2,6 +2,8 @@
 //! sources, to `sim/tests/calibration/`): the compute-model tests and the fitting example
 //! both go through here, so what is fitted is what is tested.
 
+use serde::Deserialize;
+
 use crate::config::Precision;
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::workload::{Kernel, KernelName, Pass, Shape};
@@ -26,11 +28,38 @@ impl Comparison {
     }
 }
 
-/// Strips `#` comment lines.
-fn data_lines(csv: &str) -> impl Iterator<Item = &str> {
-    csv.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+/// A reader of a calibration table: a header, `#` comment lines, spaces around fields.
+fn reader(csv: &str) -> csv::Reader<&[u8]> {
+    csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(csv.as_bytes())
+}
+
+/// The header of `rows`; `what` names the table when it has none.
+fn header_of(rows: &mut csv::Reader<&[u8]>, what: &str) -> Result<csv::StringRecord, String> {
+    let header = rows.headers().map_err(|e| e.to_string())?.clone();
+    if header.is_empty() {
+        return Err(format!("empty {what} table"));
+    }
+    Ok(header)
+}
+
+/// The fixed columns of `gemm_tflops.csv`; one TFLOP/s column per GPU follows.
+#[derive(Debug, Deserialize)]
+struct GemmShape {
+    m: u64,
+    n: u64,
+    k: u64,
+}
+
+/// The fixed columns of `flash_attention_tflops.csv`; one TFLOP/s column per sequence
+/// length follows.
+#[derive(Debug, Deserialize)]
+struct AttentionCase {
+    gpu: String,
+    head_dim: u64,
+    causal: bool,
 }
 
 fn number(field: &str) -> Result<f64, String> {
@@ -72,27 +101,26 @@ pub fn compare_gemm(
     db: &GpuDatabase,
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
 ) -> Result<Vec<Comparison>, String> {
-    let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines.next().ok_or("empty GEMM table")?.split(',').collect();
+    let mut rows = reader(csv);
+    let header = header_of(&mut rows, "GEMM")?;
     let mut out = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.split(',').collect();
-        let dims: Vec<u64> = f[..3]
-            .iter()
-            .map(|x| x.parse().map_err(|_| format!("bad dimension `{x}`")))
-            .collect::<Result<_, _>>()?;
-        for (col, value) in header.iter().zip(&f).skip(3) {
+    for record in rows.records() {
+        let record = record.map_err(|e| e.to_string())?;
+        let GemmShape { m, n, k } = record
+            .deserialize(Some(&header))
+            .map_err(|e| e.to_string())?;
+        for (col, value) in header.iter().zip(&record).skip(3) {
             if value.is_empty() {
                 continue;
             }
             let (name, dtype) = gemm_column(col)?;
             let g = gpu(db, name)?;
-            let k = gemm_kernel(dims[0], dims[1], dims[2], dtype);
+            let kernel = gemm_kernel(m, n, k, dtype);
             out.push(Comparison {
                 column: col.trim_end_matches("_tflops").to_string(),
-                case: format!("{}x{}x{}", dims[0], dims[1], dims[2]),
+                case: format!("{m}x{n}x{k}"),
                 measured: number(value)?,
-                predicted: k.flops as f64 / seconds(&k, g) / 1e12,
+                predicted: kernel.flops as f64 / seconds(&kernel, g) / 1e12,
                 measured_seconds: 0.0,
             });
         }
@@ -139,24 +167,25 @@ pub fn compare_flash_attention(
     db: &GpuDatabase,
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
 ) -> Result<Vec<Comparison>, String> {
-    let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines
-        .next()
-        .ok_or("empty attention table")?
-        .split(',')
-        .collect();
+    let mut rows = reader(csv);
+    let header = header_of(&mut rows, "attention")?;
     let mut out = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.split(',').collect();
-        let name = match f[0] {
+    for record in rows.records() {
+        let record = record.map_err(|e| e.to_string())?;
+        let AttentionCase {
+            gpu: gpu_column,
+            head_dim,
+            causal,
+        } = record
+            .deserialize(Some(&header))
+            .map_err(|e| e.to_string())?;
+        let name = match gpu_column.as_str() {
             "A100" => "A100-SXM-80GB",
             "H100" => "H100-SXM",
             other => return Err(format!("unknown GPU `{other}`")),
         };
         let g = gpu(db, name)?;
-        let head_dim: u64 = f[1].parse().map_err(|_| "bad head_dim".to_string())?;
-        let causal = f[2] == "true";
-        for (col, value) in header.iter().zip(&f).skip(3) {
+        for (col, value) in header.iter().zip(&record).skip(3) {
             if value.is_empty() {
                 continue;
             }
@@ -169,7 +198,7 @@ pub fn compare_flash_attention(
             let flops: f64 = kernels.iter().map(super::executed_flops).sum();
             let time: f64 = kernels.iter().map(|k| seconds(k, g)).sum();
             out.push(Comparison {
-                column: f[0].to_string(),
+                column: gpu_column.clone(),
                 case: format!(
                     "hd{head_dim} {} seq {label}",
                     if causal { "causal" } else { "full" }
@@ -234,16 +263,17 @@ pub fn compare_table(
 /// Bus bandwidth (bytes/s) of a one-node all-reduce of `bytes`, interpolated log-log in
 /// `nccl_allreduce_1node.csv`'s column `column`.
 pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, String> {
-    let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines.next().ok_or("empty NCCL table")?.split(',').collect();
+    let mut rows = reader(csv);
+    let header = header_of(&mut rows, "NCCL")?;
     let c = header
         .iter()
-        .position(|h| *h == column)
+        .position(|h| h == column)
         .ok_or_else(|| format!("no column {column}"))?;
-    let points: Vec<(f64, f64)> = lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Ok((number(f[0])?, number(f[c])? * 1e9))
+    let points: Vec<(f64, f64)> = rows
+        .records()
+        .map(|record| {
+            let record = record.map_err(|e| e.to_string())?;
+            Ok((number(&record[0])?, number(&record[c])? * 1e9))
         })
         .collect::<Result<_, String>>()?;
     let (first, last) = (points[0], points[points.len() - 1]);
