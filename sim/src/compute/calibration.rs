@@ -28,6 +28,31 @@ impl Comparison {
     }
 }
 
+/// Why a calibration table cannot be compared with the model.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error(transparent)]
+    Csv(#[from] csv::Error),
+    #[error("empty {0} table")]
+    Empty(&'static str),
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    #[error("unknown GEMM column `{0}`")]
+    UnknownGemmColumn(String),
+    #[error("unknown GPU `{0}`")]
+    UnknownGpu(String),
+    #[error("GPU {0} missing")]
+    MissingGpu(String),
+    #[error("bad seq")]
+    BadSequenceLength,
+    #[error("no column {0}")]
+    NoColumn(String),
+    #[error("the workload has no transformer layer")]
+    NoTransformerLayer,
+    #[error(transparent)]
+    Deadlock(#[from] crate::workload::evaluate::Deadlock),
+}
+
 /// A reader of a calibration table: a header, `#` comment lines, spaces around fields.
 fn reader(csv: &str) -> csv::Reader<&[u8]> {
     csv::ReaderBuilder::new()
@@ -37,10 +62,13 @@ fn reader(csv: &str) -> csv::Reader<&[u8]> {
 }
 
 /// The header of `rows`; `what` names the table when it has none.
-fn header_of(rows: &mut csv::Reader<&[u8]>, what: &str) -> Result<csv::StringRecord, String> {
-    let header = rows.headers().map_err(|e| e.to_string())?.clone();
+fn header_of(
+    rows: &mut csv::Reader<&[u8]>,
+    what: &'static str,
+) -> Result<csv::StringRecord, CalibrationError> {
+    let header = rows.headers()?.clone();
     if header.is_empty() {
-        return Err(format!("empty {what} table"));
+        return Err(CalibrationError::Empty(what));
     }
     Ok(header)
 }
@@ -62,24 +90,25 @@ struct AttentionCase {
     causal: bool,
 }
 
-fn number(field: &str) -> Result<f64, String> {
+fn number(field: &str) -> Result<f64, CalibrationError> {
     field
         .parse()
-        .map_err(|_| format!("`{field}` is not a number"))
+        .map_err(|_| CalibrationError::NotANumber(field.into()))
 }
 
 /// A GPU column of `gemm_tflops.csv`: the GPU and data type it measured.
-fn gemm_column(name: &str) -> Result<(&'static str, Precision), String> {
+fn gemm_column(name: &str) -> Result<(&'static str, Precision), CalibrationError> {
     Ok(match name {
         "a100_fp16_tflops" => ("A100-SXM-80GB", Precision::Fp16),
         "h100_fp8_tflops" => ("H100-SXM", Precision::Fp8),
         "h200_fp8_tflops" => ("H200-SXM", Precision::Fp8),
-        other => return Err(format!("unknown GEMM column `{other}`")),
+        other => return Err(CalibrationError::UnknownGemmColumn(other.into())),
     })
 }
 
-fn gpu<'a>(db: &'a GpuDatabase, name: &str) -> Result<&'a GpuSpec, String> {
-    db.get(name).ok_or_else(|| format!("GPU {name} missing"))
+fn gpu<'a>(db: &'a GpuDatabase, name: &str) -> Result<&'a GpuSpec, CalibrationError> {
+    db.get(name)
+        .ok_or_else(|| CalibrationError::MissingGpu(name.into()))
 }
 
 /// A standalone GEMM kernel as a benchmark runs it, with the IR's operand and output sizes.
@@ -100,15 +129,13 @@ pub fn compare_gemm(
     csv: &str,
     db: &GpuDatabase,
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
-) -> Result<Vec<Comparison>, String> {
+) -> Result<Vec<Comparison>, CalibrationError> {
     let mut rows = reader(csv);
     let header = header_of(&mut rows, "GEMM")?;
     let mut out = Vec::new();
     for record in rows.records() {
-        let record = record.map_err(|e| e.to_string())?;
-        let GemmShape { m, n, k } = record
-            .deserialize(Some(&header))
-            .map_err(|e| e.to_string())?;
+        let record = record?;
+        let GemmShape { m, n, k } = record.deserialize(Some(&header))?;
         for (col, value) in header.iter().zip(&record).skip(3) {
             if value.is_empty() {
                 continue;
@@ -166,23 +193,21 @@ pub fn compare_flash_attention(
     csv: &str,
     db: &GpuDatabase,
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
-) -> Result<Vec<Comparison>, String> {
+) -> Result<Vec<Comparison>, CalibrationError> {
     let mut rows = reader(csv);
     let header = header_of(&mut rows, "attention")?;
     let mut out = Vec::new();
     for record in rows.records() {
-        let record = record.map_err(|e| e.to_string())?;
+        let record = record?;
         let AttentionCase {
             gpu: gpu_column,
             head_dim,
             causal,
-        } = record
-            .deserialize(Some(&header))
-            .map_err(|e| e.to_string())?;
+        } = record.deserialize(Some(&header))?;
         let name = match gpu_column.as_str() {
             "A100" => "A100-SXM-80GB",
             "H100" => "H100-SXM",
-            other => return Err(format!("unknown GPU `{other}`")),
+            other => return Err(CalibrationError::UnknownGpu(other.into())),
         };
         let g = gpu(db, name)?;
         for (col, value) in header.iter().zip(&record).skip(3) {
@@ -191,9 +216,10 @@ pub fn compare_flash_attention(
             }
             let label = col.trim_start_matches("seq_");
             let seq = match label.strip_suffix('k') {
-                Some(kilo) => kilo.parse::<u64>().map_err(|_| "bad seq")? * 1024,
-                None => label.parse::<u64>().map_err(|_| "bad seq")?,
-            };
+                Some(kilo) => kilo.parse::<u64>().ok().map(|k| k * 1024),
+                None => label.parse::<u64>().ok(),
+            }
+            .ok_or(CalibrationError::BadSequenceLength)?;
             let kernels = flash_benchmark_kernels(seq, head_dim, causal);
             let flops: f64 = kernels.iter().map(super::executed_flops).sum();
             let time: f64 = kernels.iter().map(|k| seconds(k, g)).sum();
@@ -262,20 +288,20 @@ pub fn compare_table(
 
 /// Bus bandwidth (bytes/s) of a one-node all-reduce of `bytes`, interpolated log-log in
 /// `nccl_allreduce_1node.csv`'s column `column`.
-pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, String> {
+pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, CalibrationError> {
     let mut rows = reader(csv);
     let header = header_of(&mut rows, "NCCL")?;
     let c = header
         .iter()
         .position(|h| h == column)
-        .ok_or_else(|| format!("no column {column}"))?;
+        .ok_or_else(|| CalibrationError::NoColumn(column.into()))?;
     let points: Vec<(f64, f64)> = rows
         .records()
         .map(|record| {
-            let record = record.map_err(|e| e.to_string())?;
+            let record = record?;
             Ok((number(&record[0])?, number(&record[c])? * 1e9))
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, CalibrationError>>()?;
     let (first, last) = (points[0], points[points.len() - 1]);
     if bytes <= first.0 {
         return Ok(first.1);
@@ -298,7 +324,7 @@ pub fn layer_seconds(
     kernel_seconds: &dyn Fn(&Kernel) -> f64,
     collective_seconds: &dyn Fn(crate::workload::CollectiveOp, u64) -> f64,
     interference: &super::Interference,
-) -> Result<(f64, f64), String> {
+) -> Result<(f64, f64), CalibrationError> {
     use crate::workload::{OpKind, Phase, evaluate::evaluate_with_interference};
     let program = workload.program(0, 0);
     let layer = program
@@ -307,9 +333,9 @@ pub fn layer_seconds(
         .map(|o| o.label.layer)
         .filter(|&l| l != crate::workload::NO_LAYER)
         .min()
-        .ok_or("the workload has no transformer layer")?
+        .ok_or(CalibrationError::NoTransformerLayer)?
         + 1;
-    let time = |phases: &[Phase]| -> Result<f64, String> {
+    let time = |phases: &[Phase]| -> Result<f64, CalibrationError> {
         let cost = |p: &crate::workload::Program, o: &crate::workload::Op| -> u64 {
             if o.label.layer != layer
                 || o.label.micro_batch != 0

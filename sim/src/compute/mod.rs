@@ -198,7 +198,7 @@ impl ComputeModel {
             .collect();
         let efficiency = EfficiencyTable::embedded()?
             .with_attention(backend, &in_use)
-            .map_err(|m| loaded.error("training.attention_backend", m))?;
+            .map_err(|e| loaded.error("training.attention_backend", e.to_string()))?;
         let mut model = Self::new(efficiency, tables);
         model.clock_spread = c.clock_spread;
         Ok(model)

@@ -109,22 +109,41 @@ pub fn shape_key(shape: &Shape) -> String {
     }
 }
 
+/// What is wrong with a `shape` column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("`{text}` is not KIND:FIELDS (gemm, attention, elementwise)")]
+    NotKindAndFields { text: String },
+    #[error("unknown shape kind `{kind}` (expected gemm, attention or elementwise)")]
+    UnknownKind { kind: String },
+    /// The fields are not the kind's, in its order; `written` is how they are written.
+    #[error("`{text}`: {kind} shapes are written {written}")]
+    Fields {
+        text: String,
+        kind: &'static str,
+        written: String,
+    },
+    #[error("`{name}={value}` must be a positive integer")]
+    NotPositive { name: String, value: String },
+    #[error("`{name}={value}` must be true or false")]
+    NotBool { name: String, value: String },
+}
+
 /// Parses a `shape` column; the error says what was expected.
-pub fn parse_shape(text: &str) -> Result<Shape, String> {
+pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
     let (kind, fields) = text
         .split_once(':')
-        .ok_or_else(|| format!("`{text}` is not KIND:FIELDS (gemm, attention, elementwise)"))?;
-    let expected: &[&str] = match kind {
-        "gemm" => &["m", "n", "k", "batch"],
-        "attention" => &[
-            "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash",
-        ],
-        "elementwise" => &["elements"],
-        other => {
-            return Err(format!(
-                "unknown shape kind `{other}` (expected gemm, attention or elementwise)"
-            ));
-        }
+        .ok_or_else(|| ShapeError::NotKindAndFields { text: text.into() })?;
+    let (kind, expected): (&'static str, &[&str]) = match kind {
+        "gemm" => ("gemm", &["m", "n", "k", "batch"]),
+        "attention" => (
+            "attention",
+            &[
+                "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash",
+            ],
+        ),
+        "elementwise" => ("elementwise", &["elements"]),
+        other => return Err(ShapeError::UnknownKind { kind: other.into() }),
     };
     let pairs: Vec<(&str, &str)> = fields
         .split(';')
@@ -139,31 +158,40 @@ pub fn parse_shape(text: &str) -> Result<Shape, String> {
         names.pop();
     }
     if names != expected {
-        return Err(format!(
-            "`{text}`: {kind} shapes are written {kind}:{}{}",
-            expected
-                .iter()
-                .map(|f| format!("{f}=…"))
-                .collect::<Vec<_>>()
-                .join(";"),
-            if kind == "attention" {
-                ", then optionally ;dropout=true"
-            } else {
-                ""
-            }
-        ));
+        return Err(ShapeError::Fields {
+            text: text.into(),
+            kind,
+            written: format!(
+                "{kind}:{}{}",
+                expected
+                    .iter()
+                    .map(|f| format!("{f}=…"))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                if kind == "attention" {
+                    ", then optionally ;dropout=true"
+                } else {
+                    ""
+                }
+            ),
+        });
     }
-    let num = |i: usize| -> Result<u64, String> {
+    let num = |i: usize| -> Result<u64, ShapeError> {
         let (name, v) = pairs[i];
         match v.parse::<u64>() {
             Ok(x) if x > 0 => Ok(x),
-            _ => Err(format!("`{name}={v}` must be a positive integer")),
+            _ => Err(ShapeError::NotPositive {
+                name: name.into(),
+                value: v.into(),
+            }),
         }
     };
-    let flag = |i: usize| -> Result<bool, String> {
+    let flag = |i: usize| -> Result<bool, ShapeError> {
         let (name, v) = pairs[i];
-        v.parse::<bool>()
-            .map_err(|_| format!("`{name}={v}` must be true or false"))
+        v.parse::<bool>().map_err(|_| ShapeError::NotBool {
+            name: name.into(),
+            value: v.into(),
+        })
     };
     Ok(match kind {
         "gemm" => Shape::Gemm {
@@ -337,7 +365,7 @@ impl KernelTables {
                     ),
                 )
             })?;
-            let shape = parse_shape(row.shape).map_err(|m| at(line, "shape", m))?;
+            let shape = parse_shape(row.shape).map_err(|e| at(line, "shape", e.to_string()))?;
             let count = |column: &str, value: &str| {
                 value.parse::<u64>().map_err(|_| {
                     at(
@@ -578,8 +606,22 @@ mod tests {
         ] {
             assert_eq!(parse_shape(&shape_key(&shape)).unwrap(), shape);
         }
-        assert!(parse_shape("gemm:m=1;n=0;k=1;batch=1").is_err());
-        assert!(parse_shape("conv:x=1").is_err());
+        assert_eq!(
+            parse_shape("gemm:m=1;n=0;k=1;batch=1")
+                .unwrap_err()
+                .to_string(),
+            "`n=0` must be a positive integer"
+        );
+        assert_eq!(
+            parse_shape("attention:batch=1;heads=1;kv_heads=1;seq_q=1;seq_kv=1;head_dim=1;causal=1;flash=true")
+                .unwrap_err()
+                .to_string(),
+            "`causal=1` must be true or false"
+        );
+        assert!(matches!(
+            parse_shape("conv:x=1"),
+            Err(ShapeError::UnknownKind { .. })
+        ));
     }
 
     #[test]
