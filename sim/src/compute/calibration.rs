@@ -1,6 +1,7 @@
 //! Predictions against the public measurements of `../shared/calibration/` (copied, with
 //! sources, to `sim/tests/calibration/`): the compute-model tests and the fitting example
-//! both go through here, so what is fitted is what is tested.
+//! both go through here, so what is fitted is what is tested. Behind the `calibration`
+//! feature: it uses the model, and nothing in the simulation uses it.
 
 use serde::Deserialize;
 

@@ -8,6 +8,9 @@
 //! scaled as SimAI-CP-Model does ([`table::KernelTables::lookup`]). Imported SimAI kernels
 //! keep their recorded times. [`interference`] slows compute and communication that overlap.
 
+// The comparisons with measurements use the model, never the reverse; unit tests borrow its
+// benchmark kernels.
+#[cfg(any(test, feature = "calibration"))]
 pub mod calibration;
 pub mod efficiency;
 pub mod interference;
