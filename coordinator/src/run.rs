@@ -298,7 +298,7 @@ pub fn partition(
             &load,
             engine_cfg.seed,
         )
-        .map_err(|m| RunError::Partition(exp.loaded.error("engine.partition", m)))
+        .map_err(|e| RunError::Partition(exp.loaded.error("engine.partition", e.to_string())))
     };
     let mut assignment = split(engine_cfg.partitions)?;
     let cap = placement.partitions_cap();

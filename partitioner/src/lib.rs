@@ -46,6 +46,29 @@ impl Input<'_> {
     }
 }
 
+/// Why a topology cannot be partitioned as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartitionError {
+    #[error(
+        "unknown partition strategy `{name}`; use one of {} (or by-rack)",
+        names().join(", ")
+    )]
+    UnknownStrategy { name: String },
+    #[error(
+        "by-rail needs leaves wired to NICs (a rail-optimised or leaf-spine fabric); this topology has none"
+    )]
+    NoRails,
+    /// METIS's own errors are kept in their Debug form, as they were printed before.
+    #[error("METIS rejected the atom graph: {0}")]
+    MetisGraph(String),
+    #[error("METIS failed to partition {atoms} atoms into {parts}: {why}")]
+    Metis {
+        atoms: usize,
+        parts: u32,
+        why: String,
+    },
+}
+
 /// A way to cut a topology into partitions.
 pub trait Strategy: Sync {
     /// The name `engine.partition`, `--partition` and `--strategy` take.
@@ -53,7 +76,7 @@ pub trait Strategy: Sync {
     /// One line for `fleetsim partition`'s table and the docs.
     fn describe(&self) -> &'static str;
     /// The partition of every atom.
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String>;
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError>;
 }
 
 /// Every strategy, in the order reports list them.
@@ -106,12 +129,9 @@ pub fn partition(
     parts: u32,
     load: &Load,
     seed: u64,
-) -> Result<Assignment, String> {
-    let s = find(strategy).ok_or_else(|| {
-        format!(
-            "unknown partition strategy `{strategy}`; use one of {} (or by-rack)",
-            names().join(", ")
-        )
+) -> Result<Assignment, PartitionError> {
+    let s = find(strategy).ok_or_else(|| PartitionError::UnknownStrategy {
+        name: strategy.into(),
     })?;
     let atoms = Atoms::new(topology);
     let input = Input {
@@ -179,7 +199,7 @@ impl Strategy for ByHost {
     fn describe(&self) -> &'static str {
         "one partition per host and per switch; with --parts, consecutive atoms packed by load"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let each: Vec<u32> = (0..input.atoms.count).collect();
         Ok(atoms::pack(&each, &input.atom_weights(), input.parts))
     }
@@ -195,7 +215,7 @@ impl Strategy for RoundRobin {
     fn describe(&self) -> &'static str {
         "atom i (hosts, then switches) to partition i mod K"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let k = input.parts_or(input.atoms.count);
         Ok((0..input.atoms.count).map(|a| a % k).collect())
     }
@@ -211,7 +231,7 @@ impl Strategy for Linear {
     fn describe(&self) -> &'static str {
         "contiguous ranges of atoms (hosts, then switches), equal counts"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let n = u64::from(input.atoms.count);
         let k = u64::from(input.parts_or(input.atoms.count));
         Ok((0..n).map(|a| (a * k / n.max(1)) as u32).collect())
@@ -228,7 +248,7 @@ impl Strategy for Random {
     fn describe(&self) -> &'static str {
         "each atom to a partition drawn from (seed, atom): a baseline"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let k = u64::from(input.parts_or(input.atoms.count));
         Ok((0..input.atoms.count)
             .map(|a| (splitmix64(input.seed ^ splitmix64(u64::from(a))) % k) as u32)
@@ -256,7 +276,7 @@ impl Strategy for BySegment {
     fn describe(&self) -> &'static str {
         "hosts sharing leaves (a segment or rack) with their leaves; spines and cores alone"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let groups = input
             .atoms
             .join(input.topology, |a, b, _| host_to_edge(a, b));
@@ -274,7 +294,7 @@ impl Strategy for ByPod {
     fn describe(&self) -> &'static str {
         "segments with the spines that join them (a pod); cores alone"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let groups = input.atoms.join(input.topology, |a, b, _| {
             let edge_to_spine = |x: Option<NodeKind>, y: Option<NodeKind>| {
                 is_edge_switch(x) && matches!(y, Some(NodeKind::Spine))
@@ -298,7 +318,7 @@ impl Strategy for ByRail {
     fn describe(&self) -> &'static str {
         "each rail's leaves (and spines only they reach) apart from the hosts, hosts by segment"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let (topology, atoms) = (input.topology, input.atoms);
         // Rail of every leaf: the local index of the NICs wired to it.
         let nics_per_host = {
@@ -325,10 +345,7 @@ impl Strategy for ByRail {
             .max()
             .map_or(0, |r| r + 1);
         if rails == 0 {
-            return Err(
-                "by-rail needs leaves wired to NICs (a rail-optimised or leaf-spine fabric); this topology has none"
-                    .into(),
-            );
+            return Err(PartitionError::NoRails);
         }
         let mut spine_rails: Vec<Option<u32>> = vec![None; atoms.count as usize];
         let mut mixed = vec![false; atoms.count as usize];
@@ -382,7 +399,7 @@ impl Strategy for LatencyAware {
     fn describe(&self) -> &'static str {
         "joins atoms over links faster than the slowest link class, packs the groups by load"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         let threshold = input
             .topology
             .links()
@@ -421,7 +438,7 @@ impl Strategy for Metis {
     fn describe(&self) -> &'static str {
         "METIS k-way on the atom graph: balances expected events, minimises expected cut bytes"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         // METIS wants several vertices per part (it prints complaints, and makes fewer
         // parts, when asked for nearly one per vertex).
         let n = input.atoms.count as usize;
@@ -494,7 +511,7 @@ impl Strategy for Metis {
         let ubvec = vec![MULTI_CONSTRAINT_IMBALANCE; ncon];
         let mut part = vec![0 as metis::Idx; n];
         let graph = metis::Graph::new(ncon as metis::Idx, k as metis::Idx, &xadj, &adjncy)
-            .map_err(|e| format!("METIS rejected the atom graph: {e:?}"))?
+            .map_err(|e| PartitionError::MetisGraph(format!("{e:?}")))?
             .set_vwgt(&vwgt)
             .set_adjwgt(&adjwgt)
             .set_option(metis::option::Seed(
@@ -507,7 +524,11 @@ impl Strategy for Metis {
         };
         graph
             .part_kway(&mut part)
-            .map_err(|e| format!("METIS failed to partition {n} atoms into {k}: {e:?}"))?;
+            .map_err(|e| PartitionError::Metis {
+                atoms: n,
+                parts: k,
+                why: format!("{e:?}"),
+            })?;
         Ok(part.into_iter().map(|p| p as u32).collect())
     }
 }
@@ -524,7 +545,7 @@ impl Strategy for Auto {
     fn describe(&self) -> &'static str {
         "by-host by default; metis for fewer partitions than atoms (by-segment without a workload)"
     }
-    fn assign(&self, input: &Input) -> Result<Vec<u32>, String> {
+    fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         if input.parts == 0 || input.parts >= input.atoms.count {
             ByHost.assign(input)
         } else if input.load.from_workload {

@@ -127,7 +127,7 @@ impl Experiment {
                     origin: origin(why),
                 },
             )
-            .map_err(|m| ConfigError::new(origin(why), key, m))
+            .map_err(|e| ConfigError::new(origin(why), key, e.to_string()))
         };
         let cluster_gpus = i64::try_from(hosts * gpus_per_host).unwrap_or(i64::MAX);
         set(
@@ -205,7 +205,7 @@ impl Experiment {
         ] {
             positive(&loaded, key, u64::from(v))?;
         }
-        let order = parse_order(&p.order).map_err(|m| err("parallel.order", m))?;
+        let order = parse_order(&p.order).map_err(|e| err("parallel.order", e.to_string()))?;
         let model_parallel = u64::from(p.tp) * u64::from(p.pp) * u64::from(p.cp);
         let dp = match p.dp {
             Some(0) => return Err(err("parallel.dp", "must be greater than 0".into())),

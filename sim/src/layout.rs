@@ -33,27 +33,32 @@ impl Dim {
     const ALL: [Dim; 5] = [Dim::Tp, Dim::Cp, Dim::Ep, Dim::Dp, Dim::Pp];
 }
 
+/// What is wrong with `parallel.order`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    #[error("unknown dimension `{0}`; use each of tp, cp, ep, dp, pp once")]
+    UnknownDimension(String),
+    #[error("dimension `{0}` appears twice; use each of tp, cp, ep, dp, pp once")]
+    Repeated(String),
+    #[error("must name all five dimensions tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp")]
+    Incomplete,
+}
+
 /// Parses an order string such as `tp-cp-ep-dp-pp`.
-pub fn parse_order(order: &str) -> Result<[Dim; 5], String> {
+pub fn parse_order(order: &str) -> Result<[Dim; 5], OrderError> {
     let parts: Vec<&str> = order.split('-').map(str::trim).collect();
     let mut dims = Vec::with_capacity(5);
     for p in &parts {
         let d = Dim::ALL
             .into_iter()
             .find(|d| d.name().eq_ignore_ascii_case(p))
-            .ok_or_else(|| {
-                format!("unknown dimension `{p}`; use each of tp, cp, ep, dp, pp once")
-            })?;
+            .ok_or_else(|| OrderError::UnknownDimension(p.to_string()))?;
         if dims.contains(&d) {
-            return Err(format!(
-                "dimension `{p}` appears twice; use each of tp, cp, ep, dp, pp once"
-            ));
+            return Err(OrderError::Repeated(p.to_string()));
         }
         dims.push(d);
     }
-    dims.try_into().map_err(|_| {
-        "must name all five dimensions tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp".to_string()
-    })
+    dims.try_into().map_err(|_| OrderError::Incomplete)
 }
 
 /// The kinds of communicator groups Megatron-LM creates.
@@ -340,9 +345,15 @@ mod tests {
 
     #[test]
     fn bad_orders_are_rejected() {
-        assert!(parse_order("tp-dp-pp").is_err());
-        assert!(parse_order("tp-tp-cp-dp-pp").is_err());
-        assert!(parse_order("tp-cp-xx-dp-pp").is_err());
+        assert_eq!(parse_order("tp-dp-pp"), Err(OrderError::Incomplete));
+        assert_eq!(
+            parse_order("tp-tp-cp-dp-pp"),
+            Err(OrderError::Repeated("tp".into()))
+        );
+        assert_eq!(
+            parse_order("tp-cp-xx-dp-pp").unwrap_err().to_string(),
+            "unknown dimension `xx`; use each of tp, cp, ep, dp, pp once"
+        );
         assert!(parse_order("pp-dp-ep-cp-tp").is_ok());
     }
 

@@ -241,6 +241,15 @@ fn sustained_fp8_gemms_run_at_the_fp8_clock() {
     assert!((tflops / 680.0 - 1.0).abs() < 0.08, "{tflops}");
 }
 
+/// A row of `layer_times_22b.csv`: one variant's measured layer times.
+#[derive(Debug, serde::Deserialize)]
+struct LayerTimes {
+    variant: String,
+    forward_ms: f64,
+    backward_ms: f64,
+    total_ms: f64,
+}
+
 /// Korthikanti et al. 2022 Table 4: one layer of the 22B GPT, TP 8 on A100, per variant.
 #[test]
 fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
@@ -251,9 +260,12 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
     let measured = calibration("layer_times_22b.csv");
     let mut report = String::new();
     let mut worst: f64 = 0.0;
-    for line in measured.lines().skip(1).filter(|l| !l.starts_with('#')) {
-        let f: Vec<&str> = line.split(',').collect();
-        let (recompute, sp) = match f[0] {
+    let mut rows = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .from_reader(measured.as_bytes());
+    for row in rows.deserialize() {
+        let row: LayerTimes = row.expect("a row of layer_times_22b.csv");
+        let (recompute, sp) = match row.variant.as_str() {
             "no_recompute" => ("none", false),
             "sequence_parallel" => ("none", true),
             "full_recompute" => ("full", false),
@@ -288,16 +300,13 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
             &interference,
         )
         .expect("layer times");
-        let want: Vec<f64> = f[1..4]
-            .iter()
-            .map(|x| x.parse::<f64>().expect("ms") * 1e-3)
-            .collect();
+        let want = [row.forward_ms, row.backward_ms, row.total_ms].map(|ms| ms * 1e-3);
         let got = [fwd, bwd, fwd + bwd];
         for ((name, g), w) in ["forward", "backward", "total"].iter().zip(got).zip(&want) {
             let e = (g - w) / w;
             report.push_str(&format!(
                 "{:40} {name:8} measured {:6.2} ms predicted {:6.2} ms error {:+5.1}%\n",
-                f[0],
+                row.variant,
                 w * 1e3,
                 g * 1e3,
                 100.0 * e

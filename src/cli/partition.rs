@@ -115,8 +115,14 @@ pub fn compare(
         let seconds = t.elapsed().as_secs_f64();
         let quality = match assignment {
             Ok(a) => Ok(Quality::measure(&topology, &a, &load)),
-            Err(e) if partitioner::names().contains(&name.as_str()) || name == "by-rack" => Err(e),
-            Err(e) => return Err(RunError::Partition(exp.loaded.error("engine.partition", e))),
+            Err(e) if partitioner::names().contains(&name.as_str()) || name == "by-rack" => {
+                Err(e.to_string())
+            }
+            Err(e) => {
+                return Err(RunError::Partition(
+                    exp.loaded.error("engine.partition", e.to_string()),
+                ));
+            }
         };
         rows.push(StrategyRow {
             strategy: name,

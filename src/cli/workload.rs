@@ -109,7 +109,8 @@ impl WorkloadReport {
         let timing = evaluate(&workload, 0, &|p, op| match op.kind {
             OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
             _ => 0,
-        });
+        })
+        .map_err(|e| e.to_string());
         WorkloadReport {
             name: name.to_string(),
             workload,

@@ -1,6 +1,9 @@
 //! Predictions against the public measurements of `../shared/calibration/` (copied, with
 //! sources, to `sim/tests/calibration/`): the compute-model tests and the fitting example
-//! both go through here, so what is fitted is what is tested.
+//! both go through here, so what is fitted is what is tested. Behind the `calibration`
+//! feature: it uses the model, and nothing in the simulation uses it.
+
+use serde::Deserialize;
 
 use crate::config::Precision;
 use crate::gpu::{GpuDatabase, GpuSpec};
@@ -26,31 +29,87 @@ impl Comparison {
     }
 }
 
-/// Strips `#` comment lines.
-fn data_lines(csv: &str) -> impl Iterator<Item = &str> {
-    csv.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+/// Why a calibration table cannot be compared with the model.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error(transparent)]
+    Csv(#[from] csv::Error),
+    #[error("empty {0} table")]
+    Empty(&'static str),
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    #[error("unknown GEMM column `{0}`")]
+    UnknownGemmColumn(String),
+    #[error("unknown GPU `{0}`")]
+    UnknownGpu(String),
+    #[error("GPU {0} missing")]
+    MissingGpu(String),
+    #[error("bad seq")]
+    BadSequenceLength,
+    #[error("no column {0}")]
+    NoColumn(String),
+    #[error("the workload has no transformer layer")]
+    NoTransformerLayer,
+    #[error(transparent)]
+    Deadlock(#[from] crate::workload::evaluate::Deadlock),
 }
 
-fn number(field: &str) -> Result<f64, String> {
+/// A reader of a calibration table: a header, `#` comment lines, spaces around fields.
+fn reader(csv: &str) -> csv::Reader<&[u8]> {
+    csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(csv.as_bytes())
+}
+
+/// The header of `rows`; `what` names the table when it has none.
+fn header_of(
+    rows: &mut csv::Reader<&[u8]>,
+    what: &'static str,
+) -> Result<csv::StringRecord, CalibrationError> {
+    let header = rows.headers()?.clone();
+    if header.is_empty() {
+        return Err(CalibrationError::Empty(what));
+    }
+    Ok(header)
+}
+
+/// The fixed columns of `gemm_tflops.csv`; one TFLOP/s column per GPU follows.
+#[derive(Debug, Deserialize)]
+struct GemmShape {
+    m: u64,
+    n: u64,
+    k: u64,
+}
+
+/// The fixed columns of `flash_attention_tflops.csv`; one TFLOP/s column per sequence
+/// length follows.
+#[derive(Debug, Deserialize)]
+struct AttentionCase {
+    gpu: String,
+    head_dim: u64,
+    causal: bool,
+}
+
+fn number(field: &str) -> Result<f64, CalibrationError> {
     field
         .parse()
-        .map_err(|_| format!("`{field}` is not a number"))
+        .map_err(|_| CalibrationError::NotANumber(field.into()))
 }
 
 /// A GPU column of `gemm_tflops.csv`: the GPU and data type it measured.
-fn gemm_column(name: &str) -> Result<(&'static str, Precision), String> {
+fn gemm_column(name: &str) -> Result<(&'static str, Precision), CalibrationError> {
     Ok(match name {
         "a100_fp16_tflops" => ("A100-SXM-80GB", Precision::Fp16),
         "h100_fp8_tflops" => ("H100-SXM", Precision::Fp8),
         "h200_fp8_tflops" => ("H200-SXM", Precision::Fp8),
-        other => return Err(format!("unknown GEMM column `{other}`")),
+        other => return Err(CalibrationError::UnknownGemmColumn(other.into())),
     })
 }
 
-fn gpu<'a>(db: &'a GpuDatabase, name: &str) -> Result<&'a GpuSpec, String> {
-    db.get(name).ok_or_else(|| format!("GPU {name} missing"))
+fn gpu<'a>(db: &'a GpuDatabase, name: &str) -> Result<&'a GpuSpec, CalibrationError> {
+    db.get(name)
+        .ok_or_else(|| CalibrationError::MissingGpu(name.into()))
 }
 
 /// A standalone GEMM kernel as a benchmark runs it, with the IR's operand and output sizes.
@@ -71,28 +130,25 @@ pub fn compare_gemm(
     csv: &str,
     db: &GpuDatabase,
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
-) -> Result<Vec<Comparison>, String> {
-    let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines.next().ok_or("empty GEMM table")?.split(',').collect();
+) -> Result<Vec<Comparison>, CalibrationError> {
+    let mut rows = reader(csv);
+    let header = header_of(&mut rows, "GEMM")?;
     let mut out = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.split(',').collect();
-        let dims: Vec<u64> = f[..3]
-            .iter()
-            .map(|x| x.parse().map_err(|_| format!("bad dimension `{x}`")))
-            .collect::<Result<_, _>>()?;
-        for (col, value) in header.iter().zip(&f).skip(3) {
+    for record in rows.records() {
+        let record = record?;
+        let GemmShape { m, n, k } = record.deserialize(Some(&header))?;
+        for (col, value) in header.iter().zip(&record).skip(3) {
             if value.is_empty() {
                 continue;
             }
             let (name, dtype) = gemm_column(col)?;
             let g = gpu(db, name)?;
-            let k = gemm_kernel(dims[0], dims[1], dims[2], dtype);
+            let kernel = gemm_kernel(m, n, k, dtype);
             out.push(Comparison {
                 column: col.trim_end_matches("_tflops").to_string(),
-                case: format!("{}x{}x{}", dims[0], dims[1], dims[2]),
+                case: format!("{m}x{n}x{k}"),
                 measured: number(value)?,
-                predicted: k.flops as f64 / seconds(&k, g) / 1e12,
+                predicted: kernel.flops as f64 / seconds(&kernel, g) / 1e12,
                 measured_seconds: 0.0,
             });
         }
@@ -138,38 +194,38 @@ pub fn compare_flash_attention(
     csv: &str,
     db: &GpuDatabase,
     seconds: &dyn Fn(&Kernel, &GpuSpec) -> f64,
-) -> Result<Vec<Comparison>, String> {
-    let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines
-        .next()
-        .ok_or("empty attention table")?
-        .split(',')
-        .collect();
+) -> Result<Vec<Comparison>, CalibrationError> {
+    let mut rows = reader(csv);
+    let header = header_of(&mut rows, "attention")?;
     let mut out = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.split(',').collect();
-        let name = match f[0] {
+    for record in rows.records() {
+        let record = record?;
+        let AttentionCase {
+            gpu: gpu_column,
+            head_dim,
+            causal,
+        } = record.deserialize(Some(&header))?;
+        let name = match gpu_column.as_str() {
             "A100" => "A100-SXM-80GB",
             "H100" => "H100-SXM",
-            other => return Err(format!("unknown GPU `{other}`")),
+            other => return Err(CalibrationError::UnknownGpu(other.into())),
         };
         let g = gpu(db, name)?;
-        let head_dim: u64 = f[1].parse().map_err(|_| "bad head_dim".to_string())?;
-        let causal = f[2] == "true";
-        for (col, value) in header.iter().zip(&f).skip(3) {
+        for (col, value) in header.iter().zip(&record).skip(3) {
             if value.is_empty() {
                 continue;
             }
             let label = col.trim_start_matches("seq_");
             let seq = match label.strip_suffix('k') {
-                Some(kilo) => kilo.parse::<u64>().map_err(|_| "bad seq")? * 1024,
-                None => label.parse::<u64>().map_err(|_| "bad seq")?,
-            };
+                Some(kilo) => kilo.parse::<u64>().ok().map(|k| k * 1024),
+                None => label.parse::<u64>().ok(),
+            }
+            .ok_or(CalibrationError::BadSequenceLength)?;
             let kernels = flash_benchmark_kernels(seq, head_dim, causal);
             let flops: f64 = kernels.iter().map(super::executed_flops).sum();
             let time: f64 = kernels.iter().map(|k| seconds(k, g)).sum();
             out.push(Comparison {
-                column: f[0].to_string(),
+                column: gpu_column.clone(),
                 case: format!(
                     "hd{head_dim} {} seq {label}",
                     if causal { "causal" } else { "full" }
@@ -233,19 +289,20 @@ pub fn compare_table(
 
 /// Bus bandwidth (bytes/s) of a one-node all-reduce of `bytes`, interpolated log-log in
 /// `nccl_allreduce_1node.csv`'s column `column`.
-pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, String> {
-    let mut lines = data_lines(csv);
-    let header: Vec<&str> = lines.next().ok_or("empty NCCL table")?.split(',').collect();
+pub fn nccl_busbw(csv: &str, column: &str, bytes: f64) -> Result<f64, CalibrationError> {
+    let mut rows = reader(csv);
+    let header = header_of(&mut rows, "NCCL")?;
     let c = header
         .iter()
-        .position(|h| *h == column)
-        .ok_or_else(|| format!("no column {column}"))?;
-    let points: Vec<(f64, f64)> = lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Ok((number(f[0])?, number(f[c])? * 1e9))
+        .position(|h| h == column)
+        .ok_or_else(|| CalibrationError::NoColumn(column.into()))?;
+    let points: Vec<(f64, f64)> = rows
+        .records()
+        .map(|record| {
+            let record = record?;
+            Ok((number(&record[0])?, number(&record[c])? * 1e9))
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, CalibrationError>>()?;
     let (first, last) = (points[0], points[points.len() - 1]);
     if bytes <= first.0 {
         return Ok(first.1);
@@ -268,7 +325,7 @@ pub fn layer_seconds(
     kernel_seconds: &dyn Fn(&Kernel) -> f64,
     collective_seconds: &dyn Fn(crate::workload::CollectiveOp, u64) -> f64,
     interference: &super::Interference,
-) -> Result<(f64, f64), String> {
+) -> Result<(f64, f64), CalibrationError> {
     use crate::workload::{OpKind, Phase, evaluate::evaluate_with_interference};
     let program = workload.program(0, 0);
     let layer = program
@@ -277,9 +334,9 @@ pub fn layer_seconds(
         .map(|o| o.label.layer)
         .filter(|&l| l != crate::workload::NO_LAYER)
         .min()
-        .ok_or("the workload has no transformer layer")?
+        .ok_or(CalibrationError::NoTransformerLayer)?
         + 1;
-    let time = |phases: &[Phase]| -> Result<f64, String> {
+    let time = |phases: &[Phase]| -> Result<f64, CalibrationError> {
         let cost = |p: &crate::workload::Program, o: &crate::workload::Op| -> u64 {
             if o.label.layer != layer
                 || o.label.micro_batch != 0

@@ -167,6 +167,19 @@ pub struct EfficiencyTable {
     by_architecture: BTreeMap<String, ArchEfficiency>,
 }
 
+/// `training.attention_backend` names a backend that a family in use has no fit for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {family} family has no {} attention fit (its default is {}); use auto",
+    .requested.name(),
+    .default.name()
+)]
+pub struct NoAttentionFit {
+    pub family: String,
+    pub requested: AttentionBackend,
+    pub default: AttentionBackend,
+}
+
 impl EfficiencyTable {
     pub fn embedded() -> Result<Self, ConfigError> {
         let mut by_architecture = BTreeMap::new();
@@ -192,7 +205,7 @@ impl EfficiencyTable {
         mut self,
         backend: AttentionBackend,
         in_use: &[&str],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NoAttentionFit> {
         if backend == AttentionBackend::Auto {
             return Ok(self);
         }
@@ -207,11 +220,11 @@ impl EfficiencyTable {
             match (&a.attention_flash2, backend) {
                 (Some(f), AttentionBackend::Flash2) => a.attention = f.clone(),
                 _ => {
-                    return Err(format!(
-                        "the {arch} family has no {} attention fit (its default is {}); use auto",
-                        backend.name(),
-                        a.attention.backend.name()
-                    ));
+                    return Err(NoAttentionFit {
+                        family: arch.clone(),
+                        requested: backend,
+                        default: a.attention.backend,
+                    });
                 }
             }
         }

@@ -8,6 +8,9 @@
 //! scaled as SimAI-CP-Model does ([`table::KernelTables::lookup`]). Imported SimAI kernels
 //! keep their recorded times. [`interference`] slows compute and communication that overlap.
 
+// The comparisons with measurements use the model, never the reverse; unit tests borrow its
+// benchmark kernels.
+#[cfg(any(test, feature = "calibration"))]
 pub mod calibration;
 pub mod efficiency;
 pub mod interference;
@@ -198,7 +201,7 @@ impl ComputeModel {
             .collect();
         let efficiency = EfficiencyTable::embedded()?
             .with_attention(backend, &in_use)
-            .map_err(|m| loaded.error("training.attention_backend", m))?;
+            .map_err(|e| loaded.error("training.attention_backend", e.to_string()))?;
         let mut model = Self::new(efficiency, tables);
         model.clock_spread = c.clock_spread;
         Ok(model)

@@ -10,8 +10,9 @@
 //!
 //! Shapes are written `gemm:m=;n=;k=;batch=`,
 //! `attention:batch=;heads=;kv_heads=;seq_q=;seq_kv=;head_dim=;causal=;flash=` or
-//! `elementwise:elements=`. Lines starting with `#` are comments. No field may hold a comma
-//! or a quote. `fleetsim workload EXP --export kernels` writes a template in this format with
+//! `elementwise:elements=`. Lines starting with `#` are comments; spaces around fields are
+//! ignored. Fields are standard CSV: one that holds a comma is quoted (`"a, b"`), with any
+//! quote inside doubled. `fleetsim workload EXP --export kernels` writes a template in this format with
 //! the model's times, listing exactly the kernels the experiment runs.
 //!
 //! When a GPU has no row for a kernel, a row of another GPU of the same vendor and
@@ -22,6 +23,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+
+use serde::Deserialize;
 
 use crate::config::{ConfigError, Origin, Precision};
 use crate::gpu::{ClockState, GpuSpec};
@@ -43,6 +46,35 @@ struct Row {
     flops: u64,
     bytes: u64,
     time_ps: u64,
+}
+
+/// One data line as written. The fields stay text: each column's own parse gives its own
+/// message (and csv's integer parsing would also take `0x` hex).
+#[derive(Debug, Deserialize)]
+struct TableRow<'a> {
+    gpu: &'a str,
+    dtype: &'a str,
+    kernel: &'a str,
+    pass: &'a str,
+    shape: &'a str,
+    flops: &'a str,
+    bytes: &'a str,
+    time_us: &'a str,
+    /// Where the time came from: for people, not read.
+    _source: &'a str,
+}
+
+/// The line a record starts on. csv's record position is where the reader started looking,
+/// before the comment and empty lines it skipped; this steps over those as it does.
+fn record_line(text: &str, position: &csv::Position) -> u64 {
+    let mut line = position.line();
+    let mut rest = text.get(position.byte() as usize..).unwrap_or_default();
+    while rest.starts_with(['#', '\n', '\r']) {
+        let Some(end) = rest.find('\n') else { break };
+        rest = &rest[end + 1..];
+        line += 1;
+    }
+    line
 }
 
 /// Every measured row of an experiment's tables, with the GPUs they were measured on.
@@ -77,22 +109,41 @@ pub fn shape_key(shape: &Shape) -> String {
     }
 }
 
+/// What is wrong with a `shape` column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("`{text}` is not KIND:FIELDS (gemm, attention, elementwise)")]
+    NotKindAndFields { text: String },
+    #[error("unknown shape kind `{kind}` (expected gemm, attention or elementwise)")]
+    UnknownKind { kind: String },
+    /// The fields are not the kind's, in its order; `written` is how they are written.
+    #[error("`{text}`: {kind} shapes are written {written}")]
+    Fields {
+        text: String,
+        kind: &'static str,
+        written: String,
+    },
+    #[error("`{name}={value}` must be a positive integer")]
+    NotPositive { name: String, value: String },
+    #[error("`{name}={value}` must be true or false")]
+    NotBool { name: String, value: String },
+}
+
 /// Parses a `shape` column; the error says what was expected.
-pub fn parse_shape(text: &str) -> Result<Shape, String> {
+pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
     let (kind, fields) = text
         .split_once(':')
-        .ok_or_else(|| format!("`{text}` is not KIND:FIELDS (gemm, attention, elementwise)"))?;
-    let expected: &[&str] = match kind {
-        "gemm" => &["m", "n", "k", "batch"],
-        "attention" => &[
-            "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash",
-        ],
-        "elementwise" => &["elements"],
-        other => {
-            return Err(format!(
-                "unknown shape kind `{other}` (expected gemm, attention or elementwise)"
-            ));
-        }
+        .ok_or_else(|| ShapeError::NotKindAndFields { text: text.into() })?;
+    let (kind, expected): (&'static str, &[&str]) = match kind {
+        "gemm" => ("gemm", &["m", "n", "k", "batch"]),
+        "attention" => (
+            "attention",
+            &[
+                "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash",
+            ],
+        ),
+        "elementwise" => ("elementwise", &["elements"]),
+        other => return Err(ShapeError::UnknownKind { kind: other.into() }),
     };
     let pairs: Vec<(&str, &str)> = fields
         .split(';')
@@ -107,31 +158,40 @@ pub fn parse_shape(text: &str) -> Result<Shape, String> {
         names.pop();
     }
     if names != expected {
-        return Err(format!(
-            "`{text}`: {kind} shapes are written {kind}:{}{}",
-            expected
-                .iter()
-                .map(|f| format!("{f}=…"))
-                .collect::<Vec<_>>()
-                .join(";"),
-            if kind == "attention" {
-                ", then optionally ;dropout=true"
-            } else {
-                ""
-            }
-        ));
+        return Err(ShapeError::Fields {
+            text: text.into(),
+            kind,
+            written: format!(
+                "{kind}:{}{}",
+                expected
+                    .iter()
+                    .map(|f| format!("{f}=…"))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                if kind == "attention" {
+                    ", then optionally ;dropout=true"
+                } else {
+                    ""
+                }
+            ),
+        });
     }
-    let num = |i: usize| -> Result<u64, String> {
+    let num = |i: usize| -> Result<u64, ShapeError> {
         let (name, v) = pairs[i];
         match v.parse::<u64>() {
             Ok(x) if x > 0 => Ok(x),
-            _ => Err(format!("`{name}={v}` must be a positive integer")),
+            _ => Err(ShapeError::NotPositive {
+                name: name.into(),
+                value: v.into(),
+            }),
         }
     };
-    let flag = |i: usize| -> Result<bool, String> {
+    let flag = |i: usize| -> Result<bool, ShapeError> {
         let (name, v) = pairs[i];
-        v.parse::<bool>()
-            .map_err(|_| format!("`{name}={v}` must be true or false"))
+        v.parse::<bool>().map_err(|_| ShapeError::NotBool {
+            name: name.into(),
+            value: v.into(),
+        })
     };
     Ok(match kind {
         "gemm" => Shape::Gemm {
@@ -197,65 +257,87 @@ impl KernelTables {
                 msg,
             )
         };
+        let mut reader = csv::ReaderBuilder::new()
+            // The header is checked here, against the exact columns, with its line.
+            .has_headers(false)
+            // So is each row's field count.
+            .flexible(true)
+            .comment(Some(b'#'))
+            // Lines end at `\n` only (a `\r` before it is trimmed), as tools/profile_kernels.py
+            // reads them, so both name the same line.
+            .terminator(csv::Terminator::Any(b'\n'))
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
         let mut header_seen = false;
-        for (i, raw) in text.lines().enumerate() {
-            let line = i + 1;
-            let trimmed = raw.trim();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
+        let mut record = csv::StringRecord::new();
+        loop {
+            let more = reader.read_record(&mut record).map_err(|e| {
+                let line = e.position().map_or(0, |p| record_line(text, p));
+                at(line as usize, "", e.to_string())
+            })?;
+            if !more {
+                break;
+            }
+            let line = record.position().map_or(0, |p| record_line(text, p)) as usize;
+            // A line of spaces, or a comment indented past the first byte (csv only sees `#`
+            // there): both were skipped before the table was read with csv.
+            let blank = record.len() == 1 && record.get(0) == Some("");
+            if blank || record.get(0).is_some_and(|f| f.starts_with('#')) {
                 continue;
             }
             if !header_seen {
-                if trimmed != HEADER {
+                if !record.iter().eq(COLUMNS) {
+                    let got = record.iter().collect::<Vec<_>>().join(",");
                     return Err(at(
                         line,
                         "",
-                        format!("the header must be `{HEADER}`, got `{trimmed}`"),
+                        format!("the header must be `{HEADER}`, got `{got}`"),
                     ));
                 }
                 header_seen = true;
                 continue;
             }
-            if trimmed.contains('"') {
-                return Err(at(
-                    line,
-                    "",
-                    "quotes are not allowed: fields never hold commas or quotes".into(),
-                ));
-            }
-            let fields: Vec<&str> = trimmed.split(',').map(str::trim).collect();
-            if fields.len() != COLUMNS.len() {
+            if record.len() != COLUMNS.len() {
                 return Err(at(
                     line,
                     "",
                     format!(
-                        "expected {} comma-separated fields ({HEADER}), got {}",
+                        "expected {} comma-separated fields ({HEADER}), got {}{}",
                         COLUMNS.len(),
-                        fields.len()
+                        record.len(),
+                        if record.len() > COLUMNS.len() {
+                            " (quote a field that holds a comma)"
+                        } else {
+                            ""
+                        }
                     ),
                 ));
             }
-            let gpu = gpu_named(fields[0]).ok_or_else(|| {
+            let row: TableRow = record
+                .deserialize(None)
+                .map_err(|e| at(line, "", e.to_string()))?;
+            let gpu = gpu_named(row.gpu).ok_or_else(|| {
                 at(
                     line,
                     "gpu",
                     format!(
                         "unknown GPU `{}`: use a name from configs/gpus/ or the experiment's GPU file",
-                        fields[0]
+                        row.gpu
                     ),
                 )
             })?;
-            let dtype = Precision::from_name(fields[1]).ok_or_else(|| {
+            let dtype = Precision::from_name(row.dtype).ok_or_else(|| {
                 at(
                     line,
                     "dtype",
                     format!(
                         "unknown data type `{}` (expected one of {})",
-                        fields[1],
+                        row.dtype,
                         Precision::ALL.map(Precision::name).join(", ")
                     ),
                 )
             })?;
-            let kernel = KernelName::from_name(fields[2])
+            let kernel = KernelName::from_name(row.kernel)
                 .filter(|k| *k != KernelName::Imported)
                 .ok_or_else(|| {
                     at(
@@ -263,7 +345,7 @@ impl KernelTables {
                         "kernel",
                         format!(
                             "unknown kernel `{}` (expected one of {})",
-                            fields[2],
+                            row.kernel,
                             KernelName::ALL[..KernelName::ALL.len() - 1]
                                 .iter()
                                 .map(|k| k.name())
@@ -272,29 +354,30 @@ impl KernelTables {
                         ),
                     )
                 })?;
-            let pass = Pass::from_name(fields[3]).ok_or_else(|| {
+            let pass = Pass::from_name(row.pass).ok_or_else(|| {
                 at(
                     line,
                     "pass",
                     format!(
                         "unknown pass `{}` (expected one of {})",
-                        fields[3],
+                        row.pass,
                         Pass::ALL.map(Pass::name).join(", ")
                     ),
                 )
             })?;
-            let shape = parse_shape(fields[4]).map_err(|m| at(line, "shape", m))?;
-            let count = |col: usize| {
-                fields[col].parse::<u64>().map_err(|_| {
+            let shape = parse_shape(row.shape).map_err(|e| at(line, "shape", e.to_string()))?;
+            let count = |column: &str, value: &str| {
+                value.parse::<u64>().map_err(|_| {
                     at(
                         line,
-                        COLUMNS[col],
-                        format!("`{}` must be a non-negative integer", fields[col]),
+                        column,
+                        format!("`{value}` must be a non-negative integer"),
                     )
                 })
             };
-            let (flops, bytes) = (count(5)?, count(6)?);
-            let time_us: f64 = fields[7]
+            let (flops, bytes) = (count("flops", row.flops)?, count("bytes", row.bytes)?);
+            let time_us: f64 = row
+                .time_us
                 .parse()
                 .ok()
                 .filter(|t: &f64| t.is_finite() && *t > 0.0)
@@ -302,7 +385,10 @@ impl KernelTables {
                     at(
                         line,
                         "time_us",
-                        format!("`{}` must be a positive number of microseconds", fields[7]),
+                        format!(
+                            "`{}` must be a positive number of microseconds",
+                            row.time_us
+                        ),
                     )
                 })?;
             let key = (gpu.name.clone(), dtype, kernel, pass, shape_key(&shape));
@@ -520,8 +606,22 @@ mod tests {
         ] {
             assert_eq!(parse_shape(&shape_key(&shape)).unwrap(), shape);
         }
-        assert!(parse_shape("gemm:m=1;n=0;k=1;batch=1").is_err());
-        assert!(parse_shape("conv:x=1").is_err());
+        assert_eq!(
+            parse_shape("gemm:m=1;n=0;k=1;batch=1")
+                .unwrap_err()
+                .to_string(),
+            "`n=0` must be a positive integer"
+        );
+        assert_eq!(
+            parse_shape("attention:batch=1;heads=1;kv_heads=1;seq_q=1;seq_kv=1;head_dim=1;causal=1;flash=true")
+                .unwrap_err()
+                .to_string(),
+            "`causal=1` must be true or false"
+        );
+        assert!(matches!(
+            parse_shape("conv:x=1"),
+            Err(ShapeError::UnknownKind { .. })
+        ));
     }
 
     #[test]
@@ -582,6 +682,46 @@ mod tests {
             model.kernel_time(&g, mi300x).source,
             TimeSource::Model { fitted: false }
         );
+    }
+
+    #[test]
+    fn fields_are_standard_csv_with_comments_and_spaces() {
+        let quoted = "H100-SXM, bf16 ,mlp_up,fwd,\"gemm:m=1;n=1;k=1;batch=1\",2,6,1.5,\"run 2, \"\"steady\"\"\"";
+        let text = format!("# a comment\n\n  # indented\n{HEADER}\n   \n{quoted}\n");
+        let t = tables(&text).unwrap();
+        let (_, kernel, seconds) = t.measured().next().unwrap();
+        assert_eq!(
+            kernel.shape,
+            parse_shape("gemm:m=1;n=1;k=1;batch=1").unwrap()
+        );
+        assert_eq!((kernel.flops, kernel.bytes, seconds), (2, 6, 1.5e-6));
+        // An unquoted comma adds a field, and the error says to quote it.
+        let err = tables(&format!("{HEADER}\n{}\n", quoted.replace('"', ""))).unwrap_err();
+        assert!(
+            err.message
+                .ends_with("got 10 (quote a field that holds a comma)")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line_past_comments_and_blank_lines() {
+        let row = "H100-SXM,bf16,mlp_up,fwd,gemm:m=1;n=1;k=1;batch=1,2,6,1.5,x";
+        let bad = row.replace("bf16", "bf17");
+        for (text, line) in [
+            (format!("# c\n# \"quoted\n\n{HEADER}\r\n\r\n{bad}\r\n"), 6),
+            (format!("{HEADER}\n{row}\n  # c\n\n# c\n{bad}"), 6),
+            ("\n\n# header next\nbad,header\n".to_string(), 4),
+        ] {
+            let err = tables(&text).unwrap_err();
+            assert_eq!(
+                err.origin,
+                Origin::File {
+                    file: "t.csv".into(),
+                    line
+                },
+                "{text:?}: {err:?}"
+            );
+        }
     }
 
     #[test]

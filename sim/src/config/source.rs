@@ -138,15 +138,17 @@ impl Located {
 
     /// Sets `path` to `value`, creating tables on the way. A key may index an array of
     /// tables that exists, e.g. `gpu_mix[1]` (0-based).
-    pub fn set(&mut self, path: &[String], value: Located) -> Result<(), String> {
+    pub fn set(&mut self, path: &[String], value: Located) -> Result<(), SetError> {
         let Some((last, parents)) = path.split_last() else {
-            return Err("empty key".into());
+            return Err(SetError::EmptyKey);
         };
         let mut here = self;
         for (depth, key) in parents.iter().enumerate() {
             let (name, index) = split_index(key)?;
             let Value::Table(t) = &mut here.value else {
-                return Err(format!("`{}` is not a table", parents[..depth].join(".")));
+                return Err(SetError::NotATable {
+                    key: parents[..depth].join("."),
+                });
             };
             here = match index {
                 None => t
@@ -157,7 +159,9 @@ impl Located {
         }
         let (name, index) = split_index(last)?;
         let Value::Table(t) = &mut here.value else {
-            return Err(format!("`{}` is not a table", parents.join(".")));
+            return Err(SetError::NotATable {
+                key: parents.join("."),
+            });
         };
         match (index, t.get_mut(name)) {
             (Some(i), existing) => *element(existing, name, i)? = value,
@@ -184,15 +188,36 @@ impl Located {
     }
 }
 
+/// Why [`Located::set`] cannot set a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetError {
+    #[error("empty key")]
+    EmptyKey,
+    #[error("`{key}` is not a table")]
+    NotATable { key: String },
+    #[error("`{key}` is not NAME[INDEX] with a number, e.g. gpu_mix[0]")]
+    NotAnIndex { key: String },
+    #[error("`{name}` has {len} element(s); index {index} is past its end")]
+    PastTheEnd {
+        name: String,
+        len: usize,
+        index: usize,
+    },
+    #[error("`{name}` is not an array")]
+    NotAnArray { name: String },
+    #[error("there is no `{name}` to index")]
+    NothingToIndex { name: String },
+}
+
 /// `name[3]` → (`name`, Some(3)); `name` → (`name`, None).
-fn split_index(key: &str) -> Result<(&str, Option<usize>), String> {
+fn split_index(key: &str) -> Result<(&str, Option<usize>), SetError> {
     let Some((name, rest)) = key.split_once('[') else {
         return Ok((key, None));
     };
     rest.strip_suffix(']')
         .and_then(|i| i.parse().ok())
         .map(|i| (name, Some(i)))
-        .ok_or_else(|| format!("`{key}` is not NAME[INDEX] with a number, e.g. gpu_mix[0]"))
+        .ok_or_else(|| SetError::NotAnIndex { key: key.into() })
 }
 
 /// Element `i` of the array `name`, which must exist.
@@ -200,16 +225,18 @@ fn element<'a>(
     array: Option<&'a mut Located>,
     name: &str,
     i: usize,
-) -> Result<&'a mut Located, String> {
+) -> Result<&'a mut Located, SetError> {
     match array.map(|a| &mut a.value) {
         Some(Value::Array(items)) => {
             let len = items.len();
-            items
-                .get_mut(i)
-                .ok_or_else(|| format!("`{name}` has {len} element(s); index {i} is past its end"))
+            items.get_mut(i).ok_or_else(|| SetError::PastTheEnd {
+                name: name.into(),
+                len,
+                index: i,
+            })
         }
-        Some(_) => Err(format!("`{name}` is not an array")),
-        None => Err(format!("there is no `{name}` to index")),
+        Some(_) => Err(SetError::NotAnArray { name: name.into() }),
+        None => Err(SetError::NothingToIndex { name: name.into() }),
     }
 }
 
@@ -502,7 +529,7 @@ pub fn apply_assignment(
         ));
     }
     root.set(&path, relocate(set_value(raw), origin))
-        .map_err(|e| ConfigError::new(origin.clone(), key, e))
+        .map_err(|e| ConfigError::new(origin.clone(), key, e.to_string()))
 }
 
 /// The value of a `--set` (or of a `validate` row's `settings`): read as TOML when it parses

@@ -152,7 +152,8 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
             format!("ep {ep} must divide the data-parallel size {dp} (all_gpus / (TP x PP))"),
         ));
     }
-    let order = parse_order("tp-cp-ep-dp-pp").map_err(|m| header_error(file, "header", m))?;
+    let order =
+        parse_order("tp-cp-ep-dp-pp").map_err(|e| header_error(file, "header", e.to_string()))?;
     let layout = ParallelLayout {
         tp,
         cp: 1,

@@ -366,27 +366,33 @@ fn fat_tree_k(
     hosts: u32,
     per_host: u32,
 ) -> Result<(u32, u32), TopologyError> {
-    let fit = |k: u32| -> Result<u32, String> {
+    let fit = |k: u32| -> Result<u32, TopologyError> {
         let half = k / 2;
         let hpl = match cluster.hosts_per_rack {
             Some(h) => h,
             None => half / per_host,
         };
         if hpl == 0 || u64::from(hpl) * u64::from(per_host) > u64::from(half) {
-            return Err(format!(
-                "an edge leaf of a {k}-ary fat-tree has k/2 = {half} down ports but {} host(s) \
-                 need {} (cluster.nics_per_host × ports per plane = {per_host} each); raise \
-                 cluster.fat_tree_k to at least {}",
-                hpl.max(1),
-                u64::from(hpl.max(1)) * u64::from(per_host),
-                2 * u64::from(hpl.max(1)) * u64::from(per_host)
+            return Err(TopologyError::config(
+                "cluster.fat_tree_k",
+                format!(
+                    "an edge leaf of a {k}-ary fat-tree has k/2 = {half} down ports but {} host(s) \
+                     need {} (cluster.nics_per_host × ports per plane = {per_host} each); raise \
+                     cluster.fat_tree_k to at least {}",
+                    hpl.max(1),
+                    u64::from(hpl.max(1)) * u64::from(per_host),
+                    2 * u64::from(hpl.max(1)) * u64::from(per_host)
+                ),
             ));
         }
         let pods = hosts.div_ceil(hpl).div_ceil(half);
         if pods > k {
-            return Err(format!(
-                "{hosts} hosts need {pods} pods but a {k}-ary fat-tree has at most k = {k}; \
-                 raise cluster.fat_tree_k"
+            return Err(TopologyError::config(
+                "cluster.fat_tree_k",
+                format!(
+                    "{hosts} hosts need {pods} pods but a {k}-ary fat-tree has at most k = {k}; \
+                     raise cluster.fat_tree_k"
+                ),
             ));
         }
         Ok(hpl)
@@ -405,9 +411,7 @@ fn fat_tree_k(
                     format!("cluster.fat_tree_k ({k}) must be even and at least 4"),
                 ));
             }
-            fit(k)
-                .map(|hpl| (k, hpl))
-                .map_err(|m| TopologyError::config("cluster.fat_tree_k", m))
+            fit(k).map(|hpl| (k, hpl))
         }
         None => {
             let mut k = 4u32;

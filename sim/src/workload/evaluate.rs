@@ -110,13 +110,23 @@ fn stages_of(group: GroupKind, pp: u32) -> Option<Vec<u32>> {
     }
 }
 
+/// The programs cannot complete: `stage` waits forever at op `index` of `stream`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stage {stage} is stuck at op {index} ({op:?}) on stream {}", .stream.name())]
+pub struct Deadlock {
+    pub stage: u32,
+    pub index: u32,
+    pub op: Op,
+    pub stream: Stream,
+}
+
 /// Times replica class `class` of `workload`. `cost` gives an op's duration in ps (for a
-/// send, the transfer). Fails with a description when the programs deadlock.
+/// send, the transfer). Fails, naming the first stuck op, when the programs deadlock.
 pub fn evaluate(
     workload: &Workload,
     class: usize,
     cost: &dyn Fn(&Program, &Op) -> u64,
-) -> Result<PipelineTiming, String> {
+) -> Result<PipelineTiming, Deadlock> {
     run(workload, class, &|p, i| cost(p, &p.ops[i as usize])).map(|(timing, _)| timing)
 }
 
@@ -136,7 +146,7 @@ pub fn evaluate_with_interference(
     class: usize,
     cost: &dyn Fn(&Program, &Op) -> u64,
     interference: &Interference,
-) -> Result<PipelineTiming, String> {
+) -> Result<PipelineTiming, Deadlock> {
     let (_, finish) = run(workload, class, &|p, i| cost(p, &p.ops[i as usize]))?;
     let delays: Vec<Vec<u64>> = finish
         .iter()
@@ -202,7 +212,7 @@ fn run(
     workload: &Workload,
     class: usize,
     cost: &IndexCost,
-) -> Result<(PipelineTiming, OpFinishes), String> {
+) -> Result<(PipelineTiming, OpFinishes), Deadlock> {
     let pp = workload.layout.pp;
     let mut stages: Vec<StageState> = (0..pp)
         .map(|s| StageState::new(workload.program(class, s)))
@@ -228,11 +238,12 @@ fn run(
             .iter()
             .find_map(|&x| st.head(x).map(|op| (x, op)))
         {
-            return Err(format!(
-                "stage {s} is stuck at op {op} ({:?}) on stream {}",
-                st.program.ops[op as usize],
-                stream.name()
-            ));
+            return Err(Deadlock {
+                stage: s as u32,
+                index: op,
+                op: st.program.ops[op as usize],
+                stream,
+            });
         }
     }
     let finish_ps: Vec<u64> = stages
