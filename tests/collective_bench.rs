@@ -44,14 +44,15 @@ fn bench_on(
 
 /// (bytes, A100, H100, H200 bus bandwidth in GB/s).
 fn measurements() -> Vec<(u64, [f64; 3])> {
-    include_str!("data/nccl_allreduce_1node.csv")
-        .lines()
-        .skip(1)
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let v: Vec<&str> = l.split(',').collect();
-            let f = |i: usize| v[i].trim().parse::<f64>().expect("bus bandwidth");
-            (v[0].trim().parse().expect("bytes"), [f(1), f(2), f(3)])
+    csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(include_str!("data/nccl_allreduce_1node.csv").as_bytes())
+        .records()
+        .map(|r| {
+            let v = r.expect("a CSV row");
+            let f = |i: usize| v[i].parse::<f64>().expect("bus bandwidth");
+            (v[0].parse().expect("bytes"), [f(1), f(2), f(3)])
         })
         .collect()
 }

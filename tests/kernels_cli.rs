@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command as Process;
 
-use common::{QUICKSTART, fleetsim, json_ok, scratch, stdout_ok};
+use common::{QUICKSTART, csv_table, fleetsim, json_ok, scratch, stdout_ok};
 use serde_json::Value;
 
 /// `fleetsim workload EXPERIMENT --export kernels --output TABLE`.
@@ -70,32 +70,29 @@ fn exported_kernel_table_overrides_the_model_when_measured() {
     let table = dir.join("h100.csv");
     export_kernels(QUICKSTART, &table);
     let text = fs::read_to_string(&table).expect("table");
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let (header, mut rows) = csv_table(&text);
     assert_eq!(
-        lines[0],
+        header.join(","),
         "gpu,dtype,kernel,pass,shape,flops,bytes,time_us,source"
     );
-    assert!(lines.len() > 20, "{text}");
+    assert!(rows.len() > 20, "{text}");
     // Pretend the top kernel measured twice the model's time.
     let before = check_json(Path::new(QUICKSTART));
     let top = &before["kernels"][0]["top"][0];
-    let key = format!(
-        ",{},{},{},{},",
-        top["dtype"].as_str().expect("dtype"),
-        top["kernel"].as_str().expect("kernel"),
-        top["pass"].as_str().expect("pass"),
-        top["shape"].as_str().expect("shape")
-    );
-    let row = lines
+    let key = ["dtype", "kernel", "pass", "shape"].map(|k| top[k].as_str().expect(k));
+    let row = rows
         .iter_mut()
-        .find(|l| l.contains(&key))
+        .find(|r| r[1..5] == key)
         .expect("top kernel exported");
-    let mut f: Vec<String> = row.split(',').map(str::to_string).collect();
-    let model_us: f64 = f[7].parse().expect("time");
-    f[7] = format!("{:.3}", 2.0 * model_us);
-    f[8] = "test measurement".into();
-    *row = f.join(",");
-    fs::write(&table, lines.join("\n") + "\n").expect("write table");
+    let model_us: f64 = row[7].parse().expect("time");
+    row[7] = format!("{:.3}", 2.0 * model_us);
+    row[8] = "test measurement".into();
+    let mut out = csv::Writer::from_path(&table).expect("write table");
+    out.write_record(&header).expect("header");
+    for r in &rows {
+        out.write_record(r).expect("row");
+    }
+    out.flush().expect("write table");
     let quickstart = fs::canonicalize(QUICKSTART).expect("quickstart");
     let experiment = dir.join("measured.toml");
     fs::write(

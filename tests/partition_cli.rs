@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{QUICKSTART, SMALL, fleetsim, one_clear_error, scratch, stdout_ok, summary};
+use common::{
+    QUICKSTART, SMALL, csv_table, fleetsim, one_clear_error, scratch, stdout_ok, summary,
+};
 
 /// Every name `engine.partition` takes.
 const STRATEGIES: [&str; 11] = [
@@ -102,20 +104,15 @@ fn the_comparison_lists_every_strategy_and_writes_a_report_and_a_plot() {
         "{table}"
     );
     let csv = std::fs::read_to_string(dir.join("partition-report.csv")).expect("csv");
-    let mut lines = csv.lines();
-    let header = lines.next().expect("header");
+    let header = csv.lines().next().expect("header");
     assert!(header.starts_with(
         "strategy,parts,lps_min,lps_mean,lps_max,imbalance,lookahead_ns,cut_bytes,cut_traffic_share"
     ));
-    let rows: Vec<&str> = lines.collect();
+    let (_, rows) = csv_table(&csv);
     assert_eq!(rows.len(), STRATEGIES.len() - 1, "{csv}");
     for row in &rows {
-        let parts: u32 = row
-            .split(',')
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .expect("parts");
-        assert!((1..=4).contains(&parts), "{row}");
+        let parts: u32 = row[1].parse().expect("parts");
+        assert!((1..=4).contains(&parts), "{row:?}");
     }
     let svg = std::fs::read_to_string(dir.join("partition-report.svg")).expect("svg");
     assert!(svg.starts_with("<svg") && svg.contains("metis"), "plot");
@@ -123,9 +120,8 @@ fn the_comparison_lists_every_strategy_and_writes_a_report_and_a_plot() {
     // dealing hosts round-robin.
     let column = |strategy: &str, i: usize| -> f64 {
         rows.iter()
-            .find(|r| r.starts_with(&format!("{strategy},")))
-            .and_then(|r| r.split(',').nth(i))
-            .and_then(|v| v.parse().ok())
+            .find(|r| r[0] == strategy)
+            .and_then(|r| r[i].parse().ok())
             .expect("a number")
     };
     assert!(column("metis", 5) < 1.1, "metis imbalance");
@@ -172,8 +168,7 @@ fn a_sweep_runs_the_cross_product_into_one_table_and_plot() {
         "{out}"
     );
     let csv = std::fs::read_to_string(dir.join("sweep.csv")).expect("sweep.csv");
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let (header, rows) = csv_table(&csv);
     assert_eq!(
         &header[..3],
         &["engine.partition", "engine.workers", "iteration_time_s"]
@@ -184,16 +179,17 @@ fn a_sweep_runs_the_cross_product_into_one_table_and_plot() {
         "cross_partition_events",
         "events_per_window",
     ] {
-        assert!(header.contains(&column), "{column}");
+        assert!(header.iter().any(|h| h == column), "{column}");
     }
     let digest = header
         .iter()
-        .position(|&h| h == "result_digest")
+        .position(|h| h == "result_digest")
         .expect("digest column");
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 4);
     assert_eq!(
-        rows.iter().map(|r| (r[0], r[1])).collect::<Vec<_>>(),
+        rows.iter()
+            .map(|r| (r[0].as_str(), r[1].as_str()))
+            .collect::<Vec<_>>(),
         [
             ("by-host", "1"),
             ("by-host", "2"),
@@ -205,10 +201,12 @@ fn a_sweep_runs_the_cross_product_into_one_table_and_plot() {
     // One worker runs asynchronously, two keep a barrier per window: the table says which.
     let scheduling = header
         .iter()
-        .position(|&h| h == "scheduling")
+        .position(|h| h == "scheduling")
         .expect("scheduling column");
     assert_eq!(
-        rows.iter().map(|r| r[scheduling]).collect::<Vec<_>>(),
+        rows.iter()
+            .map(|r| r[scheduling].as_str())
+            .collect::<Vec<_>>(),
         [
             "asynchronous",
             "load-adaptive",
@@ -217,7 +215,7 @@ fn a_sweep_runs_the_cross_product_into_one_table_and_plot() {
         ],
         "{csv}"
     );
-    assert!(header.contains(&"thread_wait_s"), "{csv}");
+    assert!(header.iter().any(|h| h == "thread_wait_s"), "{csv}");
     let svg = std::fs::read_to_string(dir.join("sweep.svg")).expect("sweep.svg");
     assert!(svg.contains("engine.partition=metis") && svg.contains("wall time"));
 }

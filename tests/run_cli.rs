@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{QUICKSTART, SMALL, fleetsim, one_clear_error, scratch, slack_counted, stdout_ok};
+use common::{
+    QUICKSTART, SMALL, csv_table, fleetsim, one_clear_error, scratch, slack_counted, stdout_ok,
+};
 
 fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     stdout_ok(
@@ -209,12 +211,11 @@ fn run_writes_every_output_and_the_digest_ignores_the_split() {
     let links = std::fs::read_to_string(one.join("links.csv")).unwrap();
     assert!(links.contains("class,network"), "{links}");
     // Closed-form (analytical) NVLink traffic counts towards its class's utilisation.
-    let nvlink: Vec<&str> = links
-        .lines()
-        .find(|l| l.starts_with("class,nvlink,"))
-        .expect("an nvlink line")
-        .split(',')
-        .collect();
+    let (_, rows) = csv_table(&links);
+    let nvlink = rows
+        .iter()
+        .find(|r| r[0] == "class" && r[1] == "nvlink")
+        .expect("an nvlink line");
     let (analytical, utilisation): (u64, f64) = (
         nvlink[7].parse().expect("analytical_bytes"),
         nvlink[8].parse().expect("utilisation"),

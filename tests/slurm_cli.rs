@@ -11,8 +11,8 @@ mod common;
 use std::process::Command;
 
 use common::{
-    QUICKSTART, SMALL, assert_success, fleetsim, one_clear_error, scratch, small_embedded_digest,
-    stdout_ok, summary,
+    QUICKSTART, SMALL, assert_success, csv_table, fleetsim, one_clear_error, scratch,
+    small_embedded_digest, stdout_ok, summary,
 };
 
 /// Whether a Slurm answers `sinfo` with a usable node. Without one a test says it skipped,
@@ -220,14 +220,16 @@ fn sigusr1_before_the_time_limit_checkpoints_and_the_requeued_job_resumes() {
 /// The columns of `sweep.csv` that say what the simulation answered, which must not depend
 /// on where or how it ran (unlike wall time, windows or threads).
 fn answers(csv: &str) -> Vec<Vec<String>> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let (header, rows) = csv_table(csv);
     let last = header
         .iter()
-        .position(|&h| h == "bubble_s")
+        .position(|h| h == "bubble_s")
         .expect("a bubble_s column");
-    lines
-        .map(|l| l.split(',').take(last + 1).map(str::to_string).collect())
+    rows.into_iter()
+        .map(|mut r| {
+            r.truncate(last + 1);
+            r
+        })
         .collect()
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 mod common;
 
-use common::{assert_success, fleetsim, one_clear_error, scratch, stdout_ok};
+use common::{assert_success, csv_table, fleetsim, one_clear_error, scratch, stdout_ok};
 
 /// The project's copy of `../shared/calibration/e2e_iterations.csv`.
 const TABLE: &str = "configs/validation/e2e_iterations.csv";
@@ -50,16 +50,11 @@ fn small_rows_are_within_twelve_percent() {
     );
     assert!(stdout.contains("MAPE"), "{stdout}");
     let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
-    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    let (_, rows) = csv_table(&csv);
     assert_eq!(rows.len(), 3, "{csv}");
     for row in &rows {
-        let error: f64 = row
-            .split(',')
-            .nth(9)
-            .expect("error_pct")
-            .parse()
-            .expect("number");
-        assert!(error.abs() <= 12.0, "{row}");
+        let error: f64 = row[9].parse().expect("number");
+        assert!(error.abs() <= 12.0, "{row:?}");
     }
     let svg = fs::read_to_string(out.join("parity.svg")).expect("parity.svg");
     assert!(svg.contains("<circle") && svg.contains("korthikanti2022-t5"));

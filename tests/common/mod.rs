@@ -116,3 +116,23 @@ pub fn send_sigterm(child: &std::process::Child) {
         .expect("kill");
     assert!(sent.success(), "kill -TERM {}", child.id());
 }
+
+/// A CSV file's header and rows, read as the standard CSV fleetsim writes (quoted fields,
+/// `#` comment lines).
+pub fn csv_table(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let header = reader
+        .headers()
+        .expect("a CSV header")
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let rows = reader
+        .records()
+        .map(|r| r.expect("a CSV row").iter().map(str::to_string).collect())
+        .collect();
+    (header, rows)
+}
