@@ -7,6 +7,7 @@
 pub mod collective;
 pub mod compute;
 pub mod config;
+pub mod csv_line;
 mod embedded;
 pub mod engine;
 pub mod event;

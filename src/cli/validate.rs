@@ -413,7 +413,9 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
         .flexible(true)
         .from_reader(text.as_bytes());
     let csv_error = |e: csv::Error| {
-        let line = e.position().map_or(0, |p| p.line() as usize);
+        let line = e
+            .position()
+            .map_or(0, |p| sim::csv_line::record_line(text, p) as usize);
         ValidateError::Row {
             file: file.to_string(),
             line,
@@ -452,7 +454,9 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
     let mut cases = Vec::new();
     for record in reader.records() {
         let record = record.map_err(csv_error)?;
-        let line = record.position().map_or(0, |p| p.line() as usize);
+        let line = record
+            .position()
+            .map_or(0, |p| sim::csv_line::record_line(text, p) as usize);
         let values: Vec<&str> = record.iter().collect();
         if values.len() != header.len() {
             return Err(ValidateError::Row {
@@ -1158,6 +1162,15 @@ mod tests {
             assert_eq!(prepared.len(), rows, "{table}");
             let _ = std::fs::remove_dir_all(&out);
         }
+    }
+
+    /// Lines as an editor numbers them, comments and blank lines included.
+    #[test]
+    fn a_row_is_named_by_its_line_in_the_file() {
+        let row = "korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,";
+        let text = format!("# a comment\n{HEADER}\n\n# another\n{row}\n");
+        let cases = parse_cases(&text, "t.csv").expect("parses");
+        assert_eq!((cases[0].row, cases[0].line), (1, 5));
     }
 
     #[test]

@@ -64,19 +64,6 @@ struct TableRow<'a> {
     _source: &'a str,
 }
 
-/// The line a record starts on. csv's record position is where the reader started looking,
-/// before the comment and empty lines it skipped; this steps over those as it does.
-fn record_line(text: &str, position: &csv::Position) -> u64 {
-    let mut line = position.line();
-    let mut rest = text.get(position.byte() as usize..).unwrap_or_default();
-    while rest.starts_with(['#', '\n', '\r']) {
-        let Some(end) = rest.find('\n') else { break };
-        rest = &rest[end + 1..];
-        line += 1;
-    }
-    line
-}
-
 /// Every measured row of an experiment's tables, with the GPUs they were measured on.
 #[derive(Debug, Clone, Default)]
 pub struct KernelTables {
@@ -272,13 +259,18 @@ impl KernelTables {
         let mut record = csv::StringRecord::new();
         loop {
             let more = reader.read_record(&mut record).map_err(|e| {
-                let line = e.position().map_or(0, |p| record_line(text, p));
+                let line = e
+                    .position()
+                    .map_or(0, |p| crate::csv_line::record_line(text, p));
                 at(line as usize, "", e.to_string())
             })?;
             if !more {
                 break;
             }
-            let line = record.position().map_or(0, |p| record_line(text, p)) as usize;
+            let line = record
+                .position()
+                .map_or(0, |p| crate::csv_line::record_line(text, p))
+                as usize;
             // A line of spaces, or a comment indented past the first byte (csv only sees `#`
             // there): both were skipped before the table was read with csv.
             let blank = record.len() == 1 && record.get(0) == Some("");
