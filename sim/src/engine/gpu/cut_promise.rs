@@ -71,10 +71,10 @@ impl GpuLp {
     /// before then (a window's end), so the kernels it waits for have run on meanwhile.
     ///
     /// An op can send across the cut when its reach is finite
-    /// ([`super::cut::Cut::group_reach_ps`], or for a send or receive its peer's): a member
+    /// ([`Cut::group_reach_ps`], or for a send or receive its peer's): a member
     /// in another partition, or a route through one. A running op sends on only when an
     /// event arrives, and those carry their own promises
-    /// ([`super::cut::Cut::event_promise`]), so the first bound is only for what runs like
+    /// ([`Cut::event_promise`]), so the first bound is only for what runs like
     /// a kernel off the compute stream (a CXL transfer), and injected flows. The ops after a
     /// running communication op on its stream start only as one of its events is handled,
     /// and those promise the stream's reach ([`GpuLp::stream_reach_ps`]), so such a stream
