@@ -28,6 +28,7 @@ pub enum ServeError {
         listen: String,
         error: metrics_exporter_prometheus::BuildError,
     },
+    #[cfg(not(feature = "server"))]
     #[error(
         "--metrics-listen {listen}: this fleetsim was built without the `server` feature, which serves metrics; build it with default features"
     )]
