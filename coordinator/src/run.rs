@@ -28,6 +28,9 @@ pub enum RunError {
     Engine(worker::EngineError),
     #[error("simulation did not complete: {0}")]
     Incomplete(String),
+    /// A host or NIC of `[[faults]]` went down while the job ran.
+    #[error(transparent)]
+    JobStopped(#[from] sim::fault::JobStopped),
     /// A distributed run could not start: its token, TLS files or an address.
     #[cfg(feature = "server")]
     #[error(transparent)]
@@ -183,6 +186,7 @@ impl RunOutput {
         engine: &EngineInfo,
     ) -> Result<RunOutput, RunError> {
         let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
+        model.faults.check_run(iteration_ps)?;
         let summary = summarize_run(exp, &model, &results, engine, iteration_ps);
         Ok(RunOutput {
             model,

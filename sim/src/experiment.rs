@@ -41,6 +41,8 @@ pub struct Experiment {
     pub cxl_tensors: Vec<TensorClass>,
     /// Warnings that did not stop the experiment (e.g. memory with memory_check = "warn").
     pub warnings: Vec<String>,
+    /// `[[faults]]` on GPUs and the job (link faults are in the topology it builds).
+    pub faults: crate::fault::Faults,
 }
 
 impl Experiment {
@@ -479,6 +481,7 @@ impl Experiment {
             }
         }
 
+        let faults = crate::fault::Faults::from_config(&loaded)?;
         Ok(Experiment {
             loaded,
             gpu_types,
@@ -494,6 +497,7 @@ impl Experiment {
             stage_hbm,
             cxl_tensors,
             warnings,
+            faults,
         })
     }
 
@@ -534,8 +538,13 @@ impl Experiment {
             }
             (_, None) => None,
         };
-        Topology::build(c, &self.gpu_types, &self.host_gpu_type, graph)
-            .map_err(|e| self.loaded.error(e.key(), e.to_string()))
+        let names: Option<Vec<String>> = graph
+            .as_ref()
+            .map(|g| g.nodes.iter().map(|n| n.name.clone()).collect());
+        let mut topology = Topology::build(c, &self.gpu_types, &self.host_gpu_type, graph)
+            .map_err(|e| self.loaded.error(e.key(), e.to_string()))?;
+        crate::fault::apply_to_topology(&self.loaded, &mut topology, names.as_deref())?;
+        Ok(topology)
     }
 }
 

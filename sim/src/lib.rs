@@ -12,6 +12,7 @@ mod embedded;
 pub mod engine;
 pub mod event;
 pub mod experiment;
+pub mod fault;
 pub mod gpu;
 pub mod hash;
 pub mod interop;

@@ -80,6 +80,64 @@ pub struct ExperimentConfig {
     pub engine: EngineConfig,
     #[serde(default)]
     pub compute: ComputeConfig,
+    /// `[[faults]]`: links and NICs down or degraded, hosts down, slow GPUs, kernel jitter.
+    #[serde(default)]
+    pub faults: Vec<FaultConfig>,
+}
+
+/// What a `[[faults]]` entry breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// A cable stops carrying traffic; routing avoids it where the fabric has another path.
+    LinkDown,
+    /// A cable runs at `factor` of its rate (a flapping optic, lanes lost).
+    LinkDegraded,
+    /// Every network port of a NIC goes down.
+    NicDown,
+    /// A host goes down with its GPUs.
+    HostDown,
+    /// One GPU runs its kernels at `factor` of its speed (a thermal or power straggler).
+    GpuSlow,
+    /// Every kernel takes a random multiple of its time, drawn from `seed`.
+    KernelJitter,
+}
+
+/// Which kernels a slow GPU slows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlowScope {
+    /// Kernels bound by the SM clock: a thermal or power cap lowers the clock, not HBM.
+    #[default]
+    Clock,
+    /// Every kernel.
+    All,
+}
+
+/// One `[[faults]]` entry; which keys apply depends on `kind` (checked by [`crate::fault`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    pub kind: FaultKind,
+    /// A link id as `links.csv` lists it (either direction names the cable).
+    pub link: Option<u32>,
+    /// A cable by its two ends, named as `links.csv` names nodes (`leaf0`, `spine3`, `nic12`).
+    pub between: Option<Vec<String>>,
+    /// A NIC's global number (`nic12` in `links.csv`).
+    pub nic: Option<u32>,
+    pub host: Option<u32>,
+    /// A GPU's global rank.
+    pub gpu: Option<u32>,
+    /// Bandwidth (link-degraded) or speed (gpu-slow) left, in (0, 1].
+    pub factor: Option<f64>,
+    /// Simulated time the fault starts, seconds from the start of the iteration.
+    #[serde(default)]
+    pub at_s: f64,
+    #[serde(default)]
+    pub scope: SlowScope,
+    /// kernel-jitter: the spread of the log of a kernel's time multiple.
+    pub sigma: Option<f64>,
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

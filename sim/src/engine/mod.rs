@@ -382,6 +382,8 @@ pub struct SimModel {
     /// latency) exceeds it, so an LP may hold back an event by up to this much before it is
     /// needed ([`Body::Arrived`]) without knowing the partitioning.
     pub longest_link_ps: u64,
+    /// `[[faults]]` on GPUs and the job: slow GPUs, kernel jitter, parts that go down.
+    pub faults: crate::fault::Faults,
 }
 
 /// What the collective model needs beyond the topology.
@@ -548,6 +550,7 @@ impl SimModel {
             flow_home,
             flow_delay_ps,
             longest_link_ps,
+            faults: exp.faults.clone(),
         })
     }
 

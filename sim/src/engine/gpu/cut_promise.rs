@@ -301,15 +301,9 @@ impl GpuLp {
 
     /// Kernel `op`'s shortest time on this chip: unslowed by communication.
     fn least_kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
-        let program = &model.workload.programs[self.program as usize];
-        let OpKind::Compute { kernel } = program.ops[op as usize].kind else {
+        let Some(base) = self.chip_kernel_ps(model, op) else {
             return 0;
         };
-        let table = self.kernel_table as usize;
-        let mut base = model.kernel_ps[table][kernel as usize];
-        if model.kernel_clocked[table][kernel as usize] {
-            base = (base as f64 * self.chip_slowdown).round() as u64;
-        }
         let rate = model.interference.compute_rate;
         if rate > 1.0 {
             (base as f64 / rate).floor() as u64

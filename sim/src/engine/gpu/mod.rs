@@ -148,7 +148,8 @@ impl GpuLp {
             rank,
             program,
             kernel_table: (program as usize * model.gpu_types + gpu_type) as u32,
-            chip_slowdown: super::chip_slowdown(model.seed, rank, model.clock_spread[gpu_type]),
+            chip_slowdown: super::chip_slowdown(model.seed, rank, model.clock_spread[gpu_type])
+                * model.faults.clock_slowdown(rank),
             done: [0; STREAMS],
             running: std::array::from_fn(|_| Running::Idle),
             early: Vec::new(),

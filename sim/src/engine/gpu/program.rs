@@ -38,20 +38,32 @@ pub(super) fn is_collective_stream(s: usize) -> bool {
 impl GpuLp {
     /// How long `op`, a kernel starting now, takes on this chip.
     pub(super) fn kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
+        let base = self
+            .chip_kernel_ps(model, op)
+            .unwrap_or_else(|| unreachable!("op {op} is not a kernel"));
+        if self.comm_active > 0 {
+            (base as f64 / model.interference.compute_rate).round() as u64
+        } else {
+            base
+        }
+    }
+
+    /// How long `op` takes on this chip while nothing else runs: the part's time, this
+    /// chip's clock and its faults; `None` if `op` is not a kernel.
+    pub(super) fn chip_kernel_ps(&self, model: &SimModel, op: u32) -> Option<u64> {
         let program = &model.workload.programs[self.program as usize];
         let OpKind::Compute { kernel } = program.ops[op as usize].kind else {
-            unreachable!("op {op} is not a kernel");
+            return None;
         };
         let table = self.kernel_table as usize;
         let mut base = model.kernel_ps[table][kernel as usize];
         if model.kernel_clocked[table][kernel as usize] {
             base = (base as f64 * self.chip_slowdown).round() as u64;
         }
-        if self.comm_active > 0 {
-            (base as f64 / model.interference.compute_rate).round() as u64
-        } else {
-            base
+        if model.faults.slows_kernels() {
+            base = (base as f64 * model.faults.kernel_stretch(self.rank, op)).round() as u64;
         }
+        Some(base)
     }
 
     /// Starts kernel `op` at `at` on the compute stream.
