@@ -347,7 +347,6 @@ const TOP_LINKS: usize = 20;
 
 pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> String {
     let topo = &model.topology;
-    let nodes = topo.nodes();
     let t = (iteration_ps as f64 * PS).max(f64::MIN_POSITIVE);
     let mut table = CsvTable::new([
         "scope",
@@ -418,16 +417,12 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
     ports.sort_by(|a, b| b.busy_ps.cmp(&a.busy_ps).then(a.link.cmp(&b.link)));
     for p in ports.into_iter().take(TOP_LINKS) {
         let l = topo.link(p.link);
-        let name = |n: u32| {
-            let node = nodes[n as usize];
-            format!("{}{}", node.kind.name(), node.index)
-        };
         table.row([
             "link".to_string(),
             l.class.name().to_string(),
             p.link.to_string(),
-            name(l.src),
-            name(l.dst),
+            topo.node_name(l.src),
+            topo.node_name(l.dst),
             "1".to_string(),
             p.bytes.to_string(),
             "0".to_string(),

@@ -63,6 +63,19 @@ pub enum NodeKind {
 }
 
 impl NodeKind {
+    pub const ALL: [NodeKind; 10] = [
+        NodeKind::Gpu,
+        NodeKind::NvSwitch,
+        NodeKind::PcieSwitch,
+        NodeKind::Cpu,
+        NodeKind::Nic,
+        NodeKind::Leaf,
+        NodeKind::Spine,
+        NodeKind::Core,
+        NodeKind::CxlSwitch,
+        NodeKind::MemoryNode,
+    ];
+
     /// The name used in graph files and reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -222,6 +235,8 @@ pub struct Topology {
     host_gpu_type: Vec<u16>,
     lookahead_ps: Option<u64>,
     routing: routing::Routing,
+    /// Cables that are down (`[[faults]]`), ascending; routing never takes their links.
+    down_cables: Vec<u32>,
 }
 
 /// A summary: the full `{:?}` of a 131,072-GPU cluster would be hundreds of megabytes.
@@ -286,6 +301,46 @@ impl Topology {
             bytes_per_s: k.bytes_per_s,
             latency_ps: k.latency_ps,
         }
+    }
+
+    /// Node `n` as reports and `[[faults]]` name it: its kind and index (`gpu3`, `leaf0`).
+    pub fn node_name(&self, n: NodeId) -> String {
+        let node = self.nodes[n as usize];
+        format!("{}{}", node.kind.name(), node.index)
+    }
+
+    /// Takes cable `cable` (links `2·cable` and `2·cable + 1`) out of routing: a link fault.
+    pub fn set_cable_down(&mut self, cable: u32) {
+        if let Err(i) = self.down_cables.binary_search(&cable) {
+            self.down_cables.insert(i, cable);
+        }
+        if let routing::Routing::Graph(g) = &mut self.routing {
+            g.forget_distances();
+        }
+    }
+
+    /// Whether link `id`'s cable is down.
+    pub fn is_down(&self, id: LinkId) -> bool {
+        !self.down_cables.is_empty() && self.down_cables.binary_search(&(id / 2)).is_ok()
+    }
+
+    /// Whether any cable is down.
+    pub fn has_down_cables(&self) -> bool {
+        !self.down_cables.is_empty()
+    }
+
+    /// Cable `cable` runs at `factor` of its rate in both directions: a link fault.
+    pub fn degrade_cable(&mut self, cable: u32, factor: f64) {
+        let c = &mut self.cables[cable as usize];
+        let mut kind = self.link_kinds[c.kind as usize];
+        kind.bytes_per_s *= factor;
+        c.kind = match self.link_kinds.iter().position(|k| *k == kind) {
+            Some(i) => i as u32,
+            None => {
+                self.link_kinds.push(kind);
+                (self.link_kinds.len() - 1) as u32
+            }
+        };
     }
 
     /// Link `id`'s far end: what routing walks, without the rest of [`Topology::link`].
@@ -672,6 +727,7 @@ impl Builder {
             host_gpu_type,
             lookahead_ps,
             routing,
+            down_cables: Vec::new(),
         }
     }
 }

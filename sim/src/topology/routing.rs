@@ -84,6 +84,10 @@ pub(crate) struct GraphRoutes {
 
 const FAR: u32 = u32::MAX;
 
+/// More hops than any route of a generated topology takes (GPU, PCIe, NIC, three switch
+/// tiers up and down, NIC, PCIe, GPU).
+const MAX_HOPS: u32 = 16;
+
 /// The route class of a flow in a generated topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -122,9 +126,40 @@ impl Topology {
             return Ok(());
         }
         match &self.routing {
-            Routing::Structured(s) => s.next_hops(self, at, src, dst, out),
+            Routing::Structured(s) => {
+                s.next_hops(self, at, src, dst, out)?;
+                if self.has_down_cables() && !out.is_empty() {
+                    // A fabric's ECMP groups shrink to the hops that still reach `dst`.
+                    out.retain(|&l| {
+                        !self.is_down(l) && self.reaches(s, self.link_dst(l), src, dst, MAX_HOPS)
+                    });
+                    if out.is_empty() {
+                        return Err(RoutingError::Unreachable {
+                            src,
+                            dst,
+                            reason: "every path between them crosses a link that is down ([[faults]]); the job \
+                                     stops, as NCCL's does on a transport error",
+                        });
+                    }
+                }
+                Ok(())
+            }
             Routing::Graph(g) => g.next_hops(self, at, src, dst, out),
         }
+    }
+
+    /// Whether a flow `src → dst` at `at` can still reach `dst` over links that are up, in at
+    /// most `hops` more hops.
+    fn reaches(&self, s: &Structured, at: NodeId, src: NodeId, dst: NodeId, hops: u32) -> bool {
+        if at == dst {
+            return true;
+        }
+        let mut next = Vec::new();
+        hops > 0
+            && s.next_hops(self, at, src, dst, &mut next).is_ok()
+            && next
+                .iter()
+                .any(|&l| !self.is_down(l) && self.reaches(s, self.link_dst(l), src, dst, hops - 1))
     }
 
     /// The whole route of a flow, choosing among equal-cost hops by
@@ -461,6 +496,13 @@ impl GraphRoutes {
         }
     }
 
+    /// Drops the distances computed so far: a cable went down.
+    pub fn forget_distances(&mut self) {
+        for d in &mut self.dist {
+            d.take();
+        }
+    }
+
     /// Hops from every node to `dst` over paths whose inner nodes are not endpoints.
     pub fn distances<'a>(&'a self, t: &Topology, dst: NodeId) -> &'a [u32] {
         let e = self.endpoint_of[dst as usize] as usize;
@@ -476,6 +518,9 @@ impl GraphRoutes {
                 }
                 // Cables are symmetric: a neighbour u reaches v over the reverse of v → u.
                 for &l in t.out_links(v) {
+                    if t.is_down(l) {
+                        continue;
+                    }
                     let u = t.link_dst(l);
                     if dist[u as usize] == FAR {
                         dist[u as usize] = dist[v as usize] + 1;
@@ -509,7 +554,12 @@ impl GraphRoutes {
             return Err(RoutingError::Unreachable {
                 src,
                 dst,
-                reason: "no path in the graph file that avoids passing through other GPUs or memory nodes",
+                reason: if t.has_down_cables() {
+                    "no path in the graph file that avoids other GPUs, memory nodes and links that are \
+                     down ([[faults]]); the job stops, as NCCL's does on a transport error"
+                } else {
+                    "no path in the graph file that avoids passing through other GPUs or memory nodes"
+                },
             });
         }
         out.extend(t.out_links(at).iter().copied().filter(|&l| {
@@ -535,6 +585,50 @@ mod tests {
             &[h100()],
             None,
         )
+    }
+
+    #[test]
+    fn routes_avoid_cables_that_are_down_and_fail_when_none_is_left() {
+        let mut t = mid();
+        let (src, dst) = (t.gpu(0), t.gpu(255));
+        let hashes = 0..64u64;
+        let before: Vec<Vec<LinkId>> = hashes
+            .clone()
+            .map(|h| t.path(src, dst, h).unwrap())
+            .collect();
+        // The cable some route takes up out of the first leaf, and one down from the far spine.
+        let up = before[0][3];
+        let down_from_spine = before[1][before[1].len() - 4];
+        t.set_cable_down(up / 2);
+        t.set_cable_down(down_from_spine / 2);
+        for (h, old) in hashes.clone().zip(&before) {
+            let path = t.path(src, dst, h).unwrap();
+            assert_eq!(path.len(), old.len(), "a detour: hash {h}");
+            assert!(path.iter().all(|&l| !t.is_down(l)), "hash {h}: {path:?}");
+            // Still a walk from src to dst.
+            assert_eq!(t.link(path[0]).src, src);
+            assert_eq!(t.link(*path.last().unwrap()).dst, dst);
+            assert!(
+                path.windows(2)
+                    .all(|w| t.link(w[0]).dst == t.link(w[1]).src)
+            );
+        }
+        // Every network cable of the source's NIC down: nothing is left.
+        let nic = before[0]
+            .iter()
+            .map(|&l| t.link(l).src)
+            .find(|&n| t.nodes()[n as usize].kind == NodeKind::Nic)
+            .unwrap();
+        for l in t.out_links(nic).to_vec() {
+            if t.link(l).class == LinkClass::Network {
+                t.set_cable_down(l / 2);
+            }
+        }
+        let err = t.path(src, dst, 0).unwrap_err();
+        assert!(
+            err.to_string().contains("crosses a link that is down"),
+            "{err}"
+        );
     }
 
     #[test]

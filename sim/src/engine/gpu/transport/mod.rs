@@ -22,7 +22,7 @@ use crate::engine::net::Route;
 use crate::engine::results::class_index;
 use crate::engine::{Ctx, INJECTED, NO_NODE, SimModel, Tag};
 use crate::hash::{mix, splitmix64};
-use crate::topology::{LinkClass, NodeId};
+use crate::topology::{LinkClass, NodeId, RoutingError};
 
 /// How a transfer crosses the fabric, by its route's links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,7 +211,15 @@ impl PathCache {
         let single_choice = model
             .topology
             .path_into(src, dst, hash, &mut self.path, &mut self.hops)
-            .map_err(|e| format!("no route from node {src} to node {dst}: {e}"))?;
+            .map_err(|e| {
+                let name = |n| model.topology.node_name(n);
+                match e {
+                    RoutingError::Unreachable { reason, .. } => {
+                        format!("no route from {} to {}: {reason}", name(src), name(dst))
+                    }
+                    _ => format!("no route from {} to {}: {e}", name(src), name(dst)),
+                }
+            })?;
         let mut info = PathInfo {
             latency_ps: 0,
             bytes_per_s: f64::INFINITY,
