@@ -1,0 +1,188 @@
+//! `[[faults]]` through the binary, as a user adds them: a straggler costs what the critical
+//! path says, a link down reroutes at the closed-form price or stops the job with one clear
+//! message, parts that go down mid-iteration stop it, jitter stays deterministic.
+
+mod common;
+
+use std::path::Path;
+
+use common::{csv_table, fleetsim, one_clear_error, scratch, stdout_ok};
+
+const STRAGGLER: &str = "tests/fixtures/faults/straggler.toml";
+const TWO_PATHS: &str = "tests/fixtures/faults/two-paths.toml";
+
+/// A column of a CSV file by its header name.
+fn column(path: &Path, name: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(path).expect("read CSV");
+    let (header, rows) = csv_table(&text);
+    let i = header.iter().position(|h| h == name).expect("column");
+    rows.iter().map(|r| r[i].parse().expect("number")).collect()
+}
+
+/// `fleetsim run` of the straggler experiment with `sets`: ranks.csv's compute and finish
+/// columns, and the digest.
+fn run_straggler(name: &str, sets: &[&str]) -> (Vec<f64>, Vec<f64>, String) {
+    let out = scratch(name);
+    let mut cmd = fleetsim();
+    cmd.args(["run", STRAGGLER, "--quiet", "--out"]).arg(&out);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    stdout_ok(&mut cmd);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let ranks = out.join("ranks.csv");
+    (
+        column(&ranks, "compute_s"),
+        column(&ranks, "finish_s"),
+        summary["result_digest"].as_str().unwrap().to_string(),
+    )
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::MIN, f64::max)
+}
+
+/// Rank 3 of a DP group of 8 at 0.8× speed: its kernels take 1.25× as long, and with the
+/// gradients reduced after the backward every one of them is on the critical path, so the
+/// iteration grows by a quarter of that rank's compute time, to the nanosecond (the CSV's
+/// precision); the other ranks wait for it in the all-reduce.
+#[test]
+fn a_straggler_slows_the_iteration_by_its_extra_kernel_time() {
+    let (compute, finish, digest) = run_straggler("fault-none", &[]);
+    let slow = r#"faults=[{kind="gpu-slow",gpu=3,factor=0.8,scope="all"}]"#;
+    let (slow_compute, slow_finish, slow_digest) = run_straggler("fault-slow", &[slow]);
+    assert!((slow_compute[3] / compute[3] - 1.25).abs() < 1e-6);
+    for r in [0, 1, 2, 4, 5, 6, 7] {
+        assert!((slow_compute[r] - compute[r]).abs() < 1e-9, "rank {r}");
+    }
+    let grown = max(&slow_finish) - max(&finish);
+    let critical_path = 0.25 * compute[3];
+    assert!(
+        (grown - critical_path).abs() < 2e-9,
+        "grew {grown} s, the critical path says {critical_path} s"
+    );
+    assert_ne!(digest, slow_digest);
+
+    // The default scope slows only clock-bound kernels (a power or thermal cap lowers the SM
+    // clock, not HBM's): more than nothing, less than every kernel.
+    let clock = r#"faults=[{kind="gpu-slow",gpu=3,factor=0.8}]"#;
+    let (clock_compute, _, _) = run_straggler("fault-clock", &[clock]);
+    assert!(clock_compute[3] > compute[3] * 1.05, "{clock_compute:?}");
+    assert!(clock_compute[3] < slow_compute[3], "{clock_compute:?}");
+}
+
+#[test]
+fn kernel_jitter_is_deterministic_and_costs_the_wait_for_the_slowest() {
+    let (_, finish, digest) = run_straggler("jitter-none", &[]);
+    let jitter = r#"faults=[{kind="kernel-jitter",sigma=0.05,seed=3}]"#;
+    let (compute_a, finish_a, digest_a) = run_straggler("jitter-a", &[jitter]);
+    let (_, _, digest_b) = run_straggler("jitter-b", &[jitter]);
+    let (_, _, digest_two_workers) = run_straggler(
+        "jitter-workers",
+        &[jitter, "engine.workers=2", "engine.threads=1"],
+    );
+    let reseeded = r#"faults=[{kind="kernel-jitter",sigma=0.05,seed=4}]"#;
+    let (_, _, digest_reseeded) = run_straggler("jitter-seed", &[reseeded]);
+    assert_eq!(digest_a, digest_b);
+    assert_eq!(digest_a, digest_two_workers);
+    assert_ne!(digest_a, digest_reseeded);
+    assert_ne!(digest_a, digest);
+    // Each kernel keeps its mean, so a rank's compute moves little; the all-reduce waits for
+    // the slowest rank, so the iteration ends no sooner than that rank's compute.
+    assert!(max(&finish_a) >= max(&compute_a));
+    assert!((max(&finish_a) / max(&finish) - 1.0).abs() < 0.05);
+}
+
+/// The all-reduce time of 256 MiB between the two GPUs of `two-paths.toml`, microseconds.
+fn all_reduce_us(faults: Option<&str>) -> f64 {
+    let mut cmd = fleetsim();
+    cmd.args([
+        "collective",
+        TWO_PATHS,
+        "--op",
+        "all-reduce",
+        "--gpus",
+        "2",
+        "--sizes",
+        "256M",
+        "--csv",
+    ]);
+    if let Some(f) = faults {
+        cmd.args(["--set", f]);
+    }
+    let (header, rows) = csv_table(&stdout_ok(&mut cmd));
+    let i = header.iter().position(|h| h == "time_us").unwrap();
+    rows[0][i].parse().unwrap()
+}
+
+/// The ring's short path runs at 400 Gb/s; with its NIC cable down the fabric routes over
+/// the long one at 200 Gb/s. A 2-GPU all-reduce of S bytes moves 2(n−1)/n·S = S over the
+/// bottleneck, so it slows by S·(1/B_long − 1/B_short) (5.37 ms) and takes twice as long.
+#[test]
+fn a_link_down_reroutes_at_the_closed_form_price_or_stops_the_job() {
+    let up = all_reduce_us(None);
+    let down = r#"faults=[{kind="link-down",between=["nicA","fast"]}]"#;
+    let rerouted = all_reduce_us(Some(down));
+    let bytes = 256.0 * 1024.0 * 1024.0;
+    let closed_form_us = bytes * (1.0 / 25e9 - 1.0 / 50e9) * 1e6;
+    let slowed = rerouted - up;
+    assert!(
+        (slowed / closed_form_us - 1.0).abs() < 0.05,
+        "slowed {slowed} us, closed form {closed_form_us} us"
+    );
+    assert!((rerouted / up - 2.0).abs() < 0.02, "{up} -> {rerouted}");
+
+    // A degraded cable on the short path: half its rate, the same price.
+    let degraded = r#"faults=[{kind="link-degraded",between=["fast","nicB"],factor=0.5}]"#;
+    let half = all_reduce_us(Some(degraded));
+    assert!((half / up - 2.0).abs() < 0.02, "{up} -> {half}");
+
+    // Both paths cut: the job stops at its first transfer with the fault named.
+    let both = r#"faults=[{kind="link-down",between=["nicA","fast"]},{kind="link-down",link=10}]"#;
+    let stderr = one_clear_error(
+        fleetsim().args([
+            "collective",
+            TWO_PATHS,
+            "--op",
+            "all-reduce",
+            "--gpus",
+            "2",
+            "--sizes",
+            "1M",
+            "--set",
+            both,
+        ]),
+        "both paths down",
+    );
+    assert!(
+        stderr.contains("no route from gpu0 to gpu1")
+            && stderr.contains("links that are down ([[faults]]); the job stops"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_host_that_goes_down_mid_iteration_stops_the_job_and_one_after_it_does_not() {
+    let during = r#"faults=[{kind="host-down",host=1,at_s=0.01}]"#;
+    let stderr = one_clear_error(
+        fleetsim().args([
+            "run",
+            STRAGGLER,
+            "--quiet",
+            "--set",
+            "cluster.gpus_per_host=4",
+            "--set",
+            during,
+        ]),
+        "host down during the iteration",
+    );
+    assert!(
+        stderr.contains("host 1 (ranks 4-7) went down at 0.010000 s (faults[0])"),
+        "{stderr}"
+    );
+    let after = r#"faults=[{kind="host-down",host=1,at_s=5.0},{kind="nic-down",nic=3,at_s=5.0}]"#;
+    let (_, _, digest) = run_straggler("host-down-after", &["cluster.gpus_per_host=4", after]);
+    let (_, _, plain) = run_straggler("host-down-none", &["cluster.gpus_per_host=4"]);
+    assert_eq!(digest, plain);
+}
