@@ -96,16 +96,21 @@ fn kernel_jitter_is_deterministic_and_costs_the_wait_for_the_slowest() {
 
 /// The all-reduce time of 256 MiB between the two GPUs of `two-paths.toml`, microseconds.
 fn all_reduce_us(faults: Option<&str>) -> f64 {
+    all_reduce_on_us(TWO_PATHS, "2", "256M", faults)
+}
+
+/// The all-reduce time of `size` over `gpus` GPUs of `experiment`, microseconds.
+fn all_reduce_on_us(experiment: &str, gpus: &str, size: &str, faults: Option<&str>) -> f64 {
     let mut cmd = fleetsim();
     cmd.args([
         "collective",
-        TWO_PATHS,
+        experiment,
         "--op",
         "all-reduce",
         "--gpus",
-        "2",
+        gpus,
         "--sizes",
-        "256M",
+        size,
         "--csv",
     ]);
     if let Some(f) = faults {
@@ -185,4 +190,80 @@ fn a_host_that_goes_down_mid_iteration_stops_the_job_and_one_after_it_does_not()
     let (_, _, digest) = run_straggler("host-down-after", &["cluster.gpus_per_host=4", after]);
     let (_, _, plain) = run_straggler("host-down-none", &["cluster.gpus_per_host=4"]);
     assert_eq!(digest, plain);
+}
+
+/// A cable that degrades mid-collective: what was sent before T went at the full rate, the
+/// rest at half, so a bandwidth-bound all-reduce of time t ends at T + 2·(t − T).
+#[test]
+fn a_link_degraded_mid_collective_slows_what_is_left_of_it() {
+    let up = all_reduce_us(None);
+    let at_us = 2000.0;
+    let degraded = r#"faults=[{kind="link-degraded",between=["fast","nicB"],factor=0.5,at_s=0.002}]"#;
+    let slowed = all_reduce_us(Some(degraded));
+    let closed_form = at_us + 2.0 * (up - at_us);
+    assert!(
+        (slowed / closed_form - 1.0).abs() < 0.02,
+        "{slowed} us, closed form {closed_form} us"
+    );
+    // After the collective ended, a fault changes nothing.
+    let late = r#"faults=[{kind="link-degraded",between=["fast","nicB"],factor=0.5,at_s=1.0}]"#;
+    assert_eq!(all_reduce_us(Some(late)), up);
+}
+
+/// A cable that goes down mid-collective where no equal-cost hop is left (the graph's
+/// long path is not one: a fabric's ECMP groups shrink at once, its routes are not
+/// recomputed within an iteration) stops the job naming the cable and the time.
+#[test]
+fn a_link_down_mid_collective_without_another_equal_cost_path_stops_the_job() {
+    let down = r#"faults=[{kind="link-down",between=["nicA","fast"],at_s=0.002}]"#;
+    let stderr = one_clear_error(
+        fleetsim().args([
+            "collective",
+            TWO_PATHS,
+            "--op",
+            "all-reduce",
+            "--gpus",
+            "2",
+            "--sizes",
+            "256M",
+            "--set",
+            down,
+        ]),
+        "link down mid-collective",
+    );
+    assert!(
+        stderr.contains("has no path left (the cable nic0 - leaf0 (faults[0]) down at 0.002000 s)"),
+        "{stderr}"
+    );
+}
+
+/// On a spine-leaf fabric with two spines, a leaf uplink that goes down reroutes over the
+/// other spine: the sooner it fails, the closer the time comes to the cable down from the
+/// start; failing after the end changes nothing.
+#[test]
+fn a_leaf_uplink_down_mid_collective_reroutes_over_the_other_spine() {
+    let dir = scratch("faults-spine-leaf");
+    let exp = dir.join("spine-leaf.toml");
+    let cluster = std::fs::canonicalize("configs/clusters/spine-leaf-a100.toml").unwrap();
+    std::fs::write(
+        &exp,
+        format!(
+            "name = \"spine-leaf\"\ninclude = [{:?}]\n[cluster]\ngpus = 16\nhosts_per_rack = 1\nspines_per_pod = 2\n[network]\nmodel = \"packet\"\n",
+            cluster.display().to_string()
+        ),
+    )
+    .unwrap();
+    let exp = exp.to_str().unwrap();
+    let run = |f: Option<&str>| all_reduce_on_us(exp, "16", "512M", f);
+    let up = run(None);
+    let from_start = run(Some(r#"faults=[{kind="link-down",between=["leaf0","spine0"]}]"#));
+    let at_once = run(Some(
+        r#"faults=[{kind="link-down",between=["leaf0","spine0"],at_s=1e-9}]"#,
+    ));
+    let late = run(Some(
+        r#"faults=[{kind="link-down",between=["leaf0","spine0"],at_s=1.0}]"#,
+    ));
+    assert!(from_start > up * 1.2, "{up} -> {from_start}");
+    assert!((at_once / from_start - 1.0).abs() < 0.03, "{at_once} vs {from_start}");
+    assert_eq!(late, up);
 }

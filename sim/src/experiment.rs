@@ -511,8 +511,17 @@ impl Experiment {
         memory_inputs(&self.loaded.config, self.micro_batches)
     }
 
-    /// Builds the cluster's topology with its routing structures.
+    /// Builds the cluster's topology with its routing structures, the link faults that
+    /// act from the start applied.
     pub fn build_topology(&self) -> Result<Topology, ConfigError> {
+        Ok(self.build_topology_and_timed_faults()?.0)
+    }
+
+    /// [`Experiment::build_topology`], and the link faults that start later, which the
+    /// engine applies when their time comes.
+    pub fn build_topology_and_timed_faults(
+        &self,
+    ) -> Result<(Topology, Vec<crate::fault::TimedLink>), ConfigError> {
         let c = &self.loaded.config.cluster;
         let graph = match (c.topology, &c.graph_file) {
             (TopologyKind::Graph, Some(file)) => {
@@ -543,8 +552,8 @@ impl Experiment {
             .map(|g| g.nodes.iter().map(|n| n.name.clone()).collect());
         let mut topology = Topology::build(c, &self.gpu_types, &self.host_gpu_type, graph)
             .map_err(|e| self.loaded.error(e.key(), e.to_string()))?;
-        crate::fault::apply_to_topology(&self.loaded, &mut topology, names.as_deref())?;
-        Ok(topology)
+        let timed = crate::fault::apply_to_topology(&self.loaded, &mut topology, names.as_deref())?;
+        Ok((topology, timed))
     }
 }
 

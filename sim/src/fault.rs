@@ -22,7 +22,7 @@
 
 use std::fmt;
 
-use crate::config::{ConfigError, FaultConfig, FaultKind, LoadedConfig, SlowScope};
+use crate::config::{ConfigError, FaultConfig, FaultKind, LoadedConfig, NetworkModel, SlowScope};
 use crate::hash::splitmix64;
 use crate::topology::{LinkClass, LinkId, NodeId, NodeKind, Topology};
 
@@ -38,6 +38,24 @@ pub struct Faults {
     jitter: Option<Jitter>,
     /// Hosts and NICs that go down while the job may still run.
     stops: Vec<Stop>,
+    /// Link faults from a time after the start, by cable (then time), ascending.
+    timed_links: Vec<TimedLink>,
+}
+
+/// A cable that goes down or slows at `from_ps` (after the start of the iteration).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedLink {
+    cable: u32,
+    from_ps: u64,
+    effect: LinkEffect,
+    /// The cable in words and the entry that named it, for the job's error.
+    what: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum LinkEffect {
+    Down,
+    Degraded(f64),
 }
 
 /// A GPU that runs its kernels slower.
@@ -193,6 +211,66 @@ impl Faults {
         Ok(faults)
     }
 
+    /// These faults with the link faults that start after time zero, which
+    /// [`apply_to_topology`] returned.
+    pub fn with_timed_links(mut self, mut timed: Vec<TimedLink>) -> Faults {
+        timed.sort_by(|a, b| (a.cable, a.from_ps).cmp(&(b.cable, b.from_ps)));
+        self.timed_links = timed;
+        self
+    }
+
+    /// Whether a link fault starts after time zero: only then do the ports and routing ask
+    /// [`Faults::link_down_at`] and [`Faults::link_rate_at`].
+    pub fn has_timed_links(&self) -> bool {
+        !self.timed_links.is_empty()
+    }
+
+    fn timed(&self, link: LinkId) -> &[TimedLink] {
+        let cable = link / 2;
+        let start = self.timed_links.partition_point(|t| t.cable < cable);
+        let end = self.timed_links.partition_point(|t| t.cable <= cable);
+        &self.timed_links[start..end]
+    }
+
+    /// Whether some link fault has taken a cable down by `now`: from then on segments route
+    /// hop by hop around what is down instead of along the route their sender planned.
+    pub fn links_down_by(&self, now: u64) -> bool {
+        self.timed_links
+            .iter()
+            .any(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
+    }
+
+    /// The cables down by `now`, in words, for the error of a segment left without a path.
+    pub fn describe_down_by(&self, now: u64) -> String {
+        let down: Vec<String> = self
+            .timed_links
+            .iter()
+            .filter(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
+            .map(|t| format!("{} down at {:.6} s", t.what, t.from_ps as f64 / PS_PER_S))
+            .collect();
+        down.join(", ")
+    }
+
+    /// If link `link` is down at `now`: the cable and entry in words, and since when.
+    pub fn link_down_at(&self, link: LinkId, now: u64) -> Option<(&str, u64)> {
+        self.timed(link)
+            .iter()
+            .find(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
+            .map(|t| (t.what.as_str(), t.from_ps))
+    }
+
+    /// The share of its rate link `link` runs at, at `now` (1 unless degraded by then).
+    pub fn link_rate_at(&self, link: LinkId, now: u64) -> f64 {
+        self.timed(link)
+            .iter()
+            .filter(|t| t.from_ps <= now)
+            .map(|t| match t.effect {
+                LinkEffect::Degraded(f) => f,
+                LinkEffect::Down => 1.0,
+            })
+            .product()
+    }
+
     /// Whether any fault changes kernel times.
     pub fn slows_kernels(&self) -> bool {
         !self.slow.is_empty() || self.jitter.is_some()
@@ -279,27 +357,37 @@ pub fn apply_to_topology(
     loaded: &LoadedConfig,
     topology: &mut Topology,
     graph_names: Option<&[String]>,
-) -> Result<(), ConfigError> {
+) -> Result<Vec<TimedLink>, ConfigError> {
+    let mut timed = Vec::new();
     for (i, f) in loaded.config.faults.iter().enumerate() {
         let entry = Entry::new(loaded, i, f);
         match f.kind {
             FaultKind::LinkDown | FaultKind::LinkDegraded => {
-                if entry.at_ps()? > 0 {
-                    return Err(entry.error(
-                        "at_s",
-                        "link faults act from the start of the iteration; remove at_s (a link \
-                         that fails mid-iteration is not modelled yet)",
-                    ));
-                }
                 let cables = entry.cables(topology, graph_names)?;
-                if f.kind == FaultKind::LinkDown {
-                    for c in cables {
-                        topology.set_cable_down(c);
-                    }
-                } else {
-                    let factor = entry.fraction("factor", f.factor)?;
-                    for c in cables {
-                        topology.degrade_cable(c, factor);
+                let effect = match f.kind {
+                    FaultKind::LinkDown => LinkEffect::Down,
+                    _ => LinkEffect::Degraded(entry.fraction("factor", f.factor)?),
+                };
+                let from_ps = entry.at_ps()?;
+                for c in cables {
+                    match effect {
+                        _ if from_ps > 0 => {
+                            entry.check_queued(topology, c)?;
+                            let l = topology.link(2 * c);
+                            timed.push(TimedLink {
+                                cable: c,
+                                from_ps,
+                                effect,
+                                what: format!(
+                                    "the cable {} - {} ({})",
+                                    topology.node_name(l.src),
+                                    topology.node_name(l.dst),
+                                    entry.key
+                                ),
+                            });
+                        }
+                        LinkEffect::Down => topology.set_cable_down(c),
+                        LinkEffect::Degraded(factor) => topology.degrade_cable(c, factor),
                     }
                 }
             }
@@ -334,7 +422,7 @@ pub fn apply_to_topology(
             _ => {}
         }
     }
-    Ok(())
+    Ok(timed)
 }
 
 /// The node of `kind` with index `index`.
@@ -423,6 +511,28 @@ impl<'a> Entry<'a> {
             Err(self.error(
                 field,
                 format!("{field} = {v} must be in (0, 1]: the share of bandwidth or speed left (use link-down for a dead link)"),
+            ))
+        }
+    }
+
+    /// A link fault that starts mid-iteration acts on the ports of the packet-level engine:
+    /// the cable must be one it queues.
+    fn check_queued(&self, topology: &Topology, cable: u32) -> Result<(), ConfigError> {
+        let n = &self.loaded.config.network;
+        let class = topology.link(2 * cable).class;
+        let queued = n.model == NetworkModel::Packet
+            && (class == LinkClass::Network || n.intra_host == NetworkModel::Packet);
+        if queued {
+            Ok(())
+        } else {
+            Err(self.error(
+                "at_s",
+                format!(
+                    "a {} link that fails mid-iteration needs the packet-level engine on it: \
+                     network.model = \"packet\"{}; or at_s = 0 (from the start) for any model",
+                    class.name(),
+                    if class == LinkClass::Network { "" } else { " and network.intra_host = \"packet\"" }
+                ),
             ))
         }
     }

@@ -522,7 +522,7 @@ impl SimModel {
         compute: &ComputeModel,
         trace: bool,
     ) -> Result<SimModel, crate::config::ConfigError> {
-        let topology = exp.build_topology()?;
+        let (topology, timed_link_faults) = exp.build_topology_and_timed_faults()?;
         let net = NetworkParams::from_experiment(exp, &topology)?;
         let collectives = CollectiveModel::from_experiment(exp, &topology)?;
         let (programs, kernel_ps, kernel_clocked) = workload_tables(exp, &workload, compute);
@@ -550,7 +550,7 @@ impl SimModel {
             flow_home,
             flow_delay_ps,
             longest_link_ps,
-            faults: exp.faults.clone(),
+            faults: exp.faults.clone().with_timed_links(timed_link_faults),
         })
     }
 

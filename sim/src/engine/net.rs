@@ -154,6 +154,8 @@ pub struct Ports {
     /// The last walk across analytical links from this node itself (a GPU to its NIC).
     #[serde(skip)]
     run: RunMemo,
+    /// When and why a segment found no path left here (`[[faults]]`): the run fails.
+    failure: Option<Box<(u64, String)>>,
 }
 
 impl Ports {
@@ -178,23 +180,44 @@ impl Ports {
             rng: splitmix64(model.seed ^ splitmix64(u64::from(node) + 1)),
             max_ingress_bytes: 0,
             run: RunMemo::default(),
+            failure: None,
         }
     }
 
     /// Sends `seg` on from this node: into a queued port, or across analytical links to the
     /// next node that queues it (or to its destination).
     pub fn forward(&mut self, model: &SimModel, mut seg: Segment, ctx: &mut Ctx) {
-        let i = match seg.route.port(seg.hop) {
+        let mut i = match seg.route.port(seg.hop) {
             Some(i) => i,
             None => {
-                let Some(i) = route(&model.topology, self.node, &mut seg, ctx.hops)
+                let Some(i) = route_at(model, self.node, &mut seg, ctx.hops, ctx.now)
                     .and_then(|link| out_index(&model.topology, self.node, link))
                 else {
+                    self.fail_no_path(model, &seg, ctx.now);
                     return;
                 };
                 i
             }
         };
+        if model.faults.has_timed_links()
+            && model
+                .faults
+                .link_down_at(model.topology.out_links(self.node)[i], ctx.now)
+                .is_some()
+        {
+            // Routed before the cable went down. The switch's ECMP group has dropped it: the
+            // segment takes another hop that still reaches its destination and routes itself
+            // hop by hop from here. With none, it was in flight past the last choice when the
+            // cable failed and drains over it (a real NIC resends such a packet about a
+            // round trip later, after the receiver's NAK).
+            let mut rerouted = seg;
+            rerouted.route = Route::default();
+            if let Some(j) = route_at(model, self.node, &mut rerouted, ctx.hops, ctx.now)
+                .and_then(|link| out_index(&model.topology, self.node, link))
+            {
+                (seg, i) = (rerouted, j);
+            }
+        }
         // This node's own port table says whether the link queues: no look-up in the
         // topology's link array, which misses the cache at scale.
         if matches!(self.ports.get(i), Some(Some(_))) {
@@ -204,6 +227,27 @@ impl Ports {
         // The walk from here takes port `i` first, as choosing it did (without a carried
         // route the walk routes this hop again, to the same link).
         deliver(model, self.node, ctx.now, seg, ctx, &mut self.run);
+    }
+
+    /// `seg` has no path left from this node at `now`: the job stops (the first such
+    /// failure of the node is reported).
+    fn fail_no_path(&mut self, model: &SimModel, seg: &Segment, now: u64) {
+        if self.failure.is_some() {
+            return;
+        }
+        let name = |n: NodeId| model.topology.node_name(n);
+        self.failure = Some(Box::new((
+            now,
+            format!(
+                "a segment from {} to {} at {} at {:.6} s has no path left ({}); the job \
+                 stops, as NCCL's does on a transport error",
+                name(seg.src),
+                name(seg.dst),
+                name(self.node),
+                now as f64 * 1e-12,
+                model.faults.describe_down_by(now),
+            ),
+        )));
     }
 
     /// The index of the port that `seg`, queued here, arrived through (the reverse of its
@@ -293,8 +337,13 @@ impl Ports {
         let Waiting { mut seg, tail_ps } = waiting;
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
-        let ser = serialisation_ps(bytes, port.ps_per_byte);
-        let unit = serialisation_ps(model.net.head_bytes(bytes), port.ps_per_byte);
+        let ps_per_byte = if model.faults.has_timed_links() {
+            port.ps_per_byte / model.faults.link_rate_at(port.link, ctx.now)
+        } else {
+            port.ps_per_byte
+        };
+        let ser = serialisation_ps(bytes, ps_per_byte);
+        let unit = serialisation_ps(model.net.head_bytes(bytes), ps_per_byte);
         let crossing = cut_through(ctx.now, tail_ps, ser, unit, port.latency_ps);
         port.busy_until = crossing.end_ps;
         port.stats.bytes += bytes;
@@ -455,6 +504,7 @@ impl Ports {
 
     pub fn report_into(&self, report: &mut LpReport) {
         report.max_ingress_bytes = self.max_ingress_bytes;
+        report.fabric_failure = self.failure.as_deref().cloned();
         for p in self.ports.iter().flatten() {
             if p.stats.segments > 0 || p.stats.pauses > 0 {
                 report.ports.push(p.stats.clone());
@@ -473,11 +523,38 @@ fn route(
     seg: &mut Segment,
     hops: &mut Vec<LinkId>,
 ) -> Option<LinkId> {
+    route_avoiding(topology, at, seg, hops, None)
+}
+
+/// [`route`] at time `now`: also around the links a fault took down by then.
+fn route_at(
+    model: &SimModel,
+    at: NodeId,
+    seg: &mut Segment,
+    hops: &mut Vec<LinkId>,
+    now: u64,
+) -> Option<LinkId> {
+    if !model.faults.has_timed_links() {
+        return route(&model.topology, at, seg, hops);
+    }
+    let down = |l: LinkId| model.faults.link_down_at(l, now).is_some();
+    route_avoiding(&model.topology, at, seg, hops, Some(&down))
+}
+
+fn route_avoiding(
+    topology: &Topology,
+    at: NodeId,
+    seg: &mut Segment,
+    hops: &mut Vec<LinkId>,
+    also_down: Option<&dyn Fn(LinkId) -> bool>,
+) -> Option<LinkId> {
     if seg.via == at {
         seg.relayed = true;
     }
     let (src, dst) = seg.leg();
-    topology.next_hops(at, src, dst, hops).ok()?;
+    topology
+        .next_hops_avoiding(at, src, dst, hops, also_down)
+        .ok()?;
     ecmp_pick(seg.hash, u32::from(seg.hop), hops)
 }
 
@@ -528,7 +605,7 @@ fn deliver(
             }
             model.topology.out_links(node).get(i).copied()
         } else {
-            let next = route(&model.topology, node, &mut seg, ctx.hops);
+            let next = route_at(model, node, &mut seg, ctx.hops, reached);
             if next.is_some_and(|l| model.net.is_queued(model.topology.link(l).class)) {
                 break;
             }
@@ -693,8 +770,20 @@ impl Route {
         topology: &Topology,
         is_queued: impl Fn(LinkId) -> bool,
         from: NodeId,
+        seg: Segment,
+        hops: &mut Vec<LinkId>,
+    ) -> Route {
+        Self::plan_avoiding(topology, is_queued, from, seg, hops, None)
+    }
+
+    /// [`Route::plan`] around the links `also_down` says are down (link faults by now).
+    pub fn plan_avoiding(
+        topology: &Topology,
+        is_queued: impl Fn(LinkId) -> bool,
+        from: NodeId,
         mut seg: Segment,
         hops: &mut Vec<LinkId>,
+        also_down: Option<&dyn Fn(LinkId) -> bool>,
     ) -> Route {
         let (mut ports, mut queued) = ([0; ROUTE_HOPS], 0u16);
         let mut at = from;
@@ -703,7 +792,7 @@ impl Route {
             if hop >= ROUTE_HOPS {
                 return Route::default();
             }
-            let Some(link) = route(topology, at, &mut seg, hops) else {
+            let Some(link) = route_avoiding(topology, at, &mut seg, hops, also_down) else {
                 return Route::default();
             };
             let index = port_index(topology, at, link);

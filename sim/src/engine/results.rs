@@ -130,6 +130,8 @@ pub struct LpReport {
     pub link_spans: Vec<(LinkId, Vec<Span>)>,
     /// The flow LP's counters (flow mode).
     pub flow: Option<super::flow::FlowStats>,
+    /// When and why a segment found no path left at this node (a link fault).
+    pub fabric_failure: Option<(u64, String)>,
 }
 
 /// Every LP's report, in LP id order.
@@ -178,6 +180,16 @@ impl RunResults {
             .find_map(|g| g.error.as_ref().map(|e| (g.rank, e)))
         {
             return Err(format!("rank {rank}: {e}"));
+        }
+        // A segment that found no path leaves its flow, and the ranks waiting on it,
+        // unfinished: the first such failure is the cause.
+        if let Some((_, e)) = self
+            .reports
+            .iter()
+            .filter_map(|(_, r)| r.fabric_failure.as_ref())
+            .min_by_key(|(at, _)| *at)
+        {
+            return Err(e.clone());
         }
         let mut end = 0;
         let mut stuck = Vec::new();

@@ -118,6 +118,19 @@ impl Topology {
         dst: NodeId,
         out: &mut Vec<LinkId>,
     ) -> Result<(), RoutingError> {
+        self.next_hops_avoiding(at, src, dst, out, None)
+    }
+
+    /// [`Topology::next_hops`], avoiding as well the links `also_down` says are down (link
+    /// faults that start mid-iteration, which the engine knows by the time).
+    pub fn next_hops_avoiding(
+        &self,
+        at: NodeId,
+        src: NodeId,
+        dst: NodeId,
+        out: &mut Vec<LinkId>,
+        also_down: Option<&dyn Fn(LinkId) -> bool>,
+    ) -> Result<(), RoutingError> {
         out.clear();
         self.check_endpoint(src)?;
         self.check_endpoint(dst)?;
@@ -125,41 +138,63 @@ impl Topology {
         if at == dst {
             return Ok(());
         }
-        match &self.routing {
-            Routing::Structured(s) => {
-                s.next_hops(self, at, src, dst, out)?;
-                if self.has_down_cables() && !out.is_empty() {
-                    // A fabric's ECMP groups shrink to the hops that still reach `dst`.
-                    out.retain(|&l| {
-                        !self.is_down(l) && self.reaches(s, self.link_dst(l), src, dst, MAX_HOPS)
-                    });
-                    if out.is_empty() {
-                        return Err(RoutingError::Unreachable {
-                            src,
-                            dst,
-                            reason: "every path between them crosses a link that is down ([[faults]]); the job \
-                                     stops, as NCCL's does on a transport error",
-                        });
-                    }
-                }
-                Ok(())
+        self.equal_cost_hops(at, src, dst, out)?;
+        // Graph routing's distances already leave out the cables that are down.
+        let static_down = self.has_down_cables() && matches!(self.routing, Routing::Structured(_));
+        if (static_down || also_down.is_some()) && !out.is_empty() {
+            let down = |l: LinkId| self.is_down(l) || also_down.is_some_and(|d| d(l));
+            // A fabric's ECMP groups shrink to the hops that still reach `dst`.
+            // Graph routes only step closer to `dst`, so their length bounds the search.
+            let hops = match self.routing {
+                Routing::Structured(_) => MAX_HOPS,
+                Routing::Graph(_) => self.nodes.len() as u32,
+            };
+            out.retain(|&l| !down(l) && self.reaches(self.link_dst(l), src, dst, &down, hops));
+            if out.is_empty() {
+                return Err(RoutingError::Unreachable {
+                    src,
+                    dst,
+                    reason: "every path between them crosses a link that is down ([[faults]]); \
+                             the job stops, as NCCL's does on a transport error",
+                });
             }
+        }
+        Ok(())
+    }
+
+    /// The next hops routing's structure gives, before any fault.
+    fn equal_cost_hops(
+        &self,
+        at: NodeId,
+        src: NodeId,
+        dst: NodeId,
+        out: &mut Vec<LinkId>,
+    ) -> Result<(), RoutingError> {
+        match &self.routing {
+            Routing::Structured(s) => s.next_hops(self, at, src, dst, out),
             Routing::Graph(g) => g.next_hops(self, at, src, dst, out),
         }
     }
 
-    /// Whether a flow `src → dst` at `at` can still reach `dst` over links that are up, in at
-    /// most `hops` more hops.
-    fn reaches(&self, s: &Structured, at: NodeId, src: NodeId, dst: NodeId, hops: u32) -> bool {
+    /// Whether a flow `src → dst` at `at` can still reach `dst` over links that are not
+    /// `down`, in at most `hops` more hops.
+    fn reaches(
+        &self,
+        at: NodeId,
+        src: NodeId,
+        dst: NodeId,
+        down: &dyn Fn(LinkId) -> bool,
+        hops: u32,
+    ) -> bool {
         if at == dst {
             return true;
         }
         let mut next = Vec::new();
         hops > 0
-            && s.next_hops(self, at, src, dst, &mut next).is_ok()
+            && self.equal_cost_hops(at, src, dst, &mut next).is_ok()
             && next
                 .iter()
-                .any(|&l| !self.is_down(l) && self.reaches(s, self.link_dst(l), src, dst, hops - 1))
+                .any(|&l| !down(l) && self.reaches(self.link_dst(l), src, dst, down, hops - 1))
     }
 
     /// The whole route of a flow, choosing among equal-cost hops by

@@ -97,12 +97,19 @@ impl GpuLp {
                 relayed: false,
                 lag_ps: 0,
             };
-            if f.parts == 1 {
-                seg.route = *f.route.get_or_insert_with(|| {
-                    let topology = &model.topology;
-                    let is_queued = |l: u32| model.net.is_queued(topology.link(l).class);
-                    Route::plan(topology, is_queued, node, seg, ctx.hops)
-                });
+            let topology = &model.topology;
+            let is_queued = |l: u32| model.net.is_queued(topology.link(l).class);
+            if model.faults.links_down_by(ctx.now) {
+                // A cable is down: every segment is routed around what is down as it leaves
+                // (without a path, it fails at this GPU, naming the faults).
+                let now = ctx.now;
+                let down = |l: u32| model.faults.link_down_at(l, now).is_some();
+                seg.route =
+                    Route::plan_avoiding(topology, is_queued, node, seg, ctx.hops, Some(&down));
+            } else if f.parts == 1 {
+                seg.route = *f
+                    .route
+                    .get_or_insert_with(|| Route::plan(topology, is_queued, node, seg, ctx.hops));
             }
             self.ports.forward(model, seg, ctx);
         }
