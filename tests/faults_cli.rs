@@ -10,6 +10,7 @@ use common::{csv_table, fleetsim, one_clear_error, scratch, stdout_ok};
 
 const STRAGGLER: &str = "tests/fixtures/faults/straggler.toml";
 const TWO_PATHS: &str = "tests/fixtures/faults/two-paths.toml";
+const SPINE_LEAF: &str = "tests/fixtures/faults/spine-leaf.toml";
 
 /// A column of a CSV file by its header name.
 fn column(path: &Path, name: &str) -> Vec<f64> {
@@ -198,7 +199,8 @@ fn a_host_that_goes_down_mid_iteration_stops_the_job_and_one_after_it_does_not()
 fn a_link_degraded_mid_collective_slows_what_is_left_of_it() {
     let up = all_reduce_us(None);
     let at_us = 2000.0;
-    let degraded = r#"faults=[{kind="link-degraded",between=["fast","nicB"],factor=0.5,at_s=0.002}]"#;
+    let degraded =
+        r#"faults=[{kind="link-degraded",between=["fast","nicB"],factor=0.5,at_s=0.002}]"#;
     let slowed = all_reduce_us(Some(degraded));
     let closed_form = at_us + 2.0 * (up - at_us);
     assert!(
@@ -242,21 +244,12 @@ fn a_link_down_mid_collective_without_another_equal_cost_path_stops_the_job() {
 /// start; failing after the end changes nothing.
 #[test]
 fn a_leaf_uplink_down_mid_collective_reroutes_over_the_other_spine() {
-    let dir = scratch("faults-spine-leaf");
-    let exp = dir.join("spine-leaf.toml");
-    let cluster = std::fs::canonicalize("configs/clusters/spine-leaf-a100.toml").unwrap();
-    std::fs::write(
-        &exp,
-        format!(
-            "name = \"spine-leaf\"\ninclude = [{:?}]\n[cluster]\ngpus = 16\nhosts_per_rack = 1\nspines_per_pod = 2\n[network]\nmodel = \"packet\"\n",
-            cluster.display().to_string()
-        ),
-    )
-    .unwrap();
-    let exp = exp.to_str().unwrap();
+    let exp = SPINE_LEAF;
     let run = |f: Option<&str>| all_reduce_on_us(exp, "16", "512M", f);
     let up = run(None);
-    let from_start = run(Some(r#"faults=[{kind="link-down",between=["leaf0","spine0"]}]"#));
+    let from_start = run(Some(
+        r#"faults=[{kind="link-down",between=["leaf0","spine0"]}]"#,
+    ));
     let at_once = run(Some(
         r#"faults=[{kind="link-down",between=["leaf0","spine0"],at_s=1e-9}]"#,
     ));
@@ -264,6 +257,39 @@ fn a_leaf_uplink_down_mid_collective_reroutes_over_the_other_spine() {
         r#"faults=[{kind="link-down",between=["leaf0","spine0"],at_s=1.0}]"#,
     ));
     assert!(from_start > up * 1.2, "{up} -> {from_start}");
-    assert!((at_once / from_start - 1.0).abs() < 0.03, "{at_once} vs {from_start}");
+    assert!(
+        (at_once / from_start - 1.0).abs() < 0.03,
+        "{at_once} vs {from_start}"
+    );
     assert_eq!(late, up);
+}
+
+/// Rerouted segments leave their carried route, so the engine's promises fall back to each
+/// node's distance to the cut while link faults are timed: the same digest on any number
+/// of workers.
+#[test]
+fn link_faults_mid_iteration_give_one_digest_on_any_number_of_workers() {
+    let faults = r#"faults=[{kind="link-down",between=["leaf0","spine0"],at_s=0.01},{kind="link-degraded",between=["leaf1","spine1"],factor=0.5,at_s=0.02}]"#;
+    let digest = |workers: &str, name: &str| {
+        let out = scratch(name);
+        let mut cmd = fleetsim();
+        cmd.args([
+            "run",
+            SPINE_LEAF,
+            "--quiet",
+            "--threads",
+            "1",
+            "--workers",
+            workers,
+        ])
+        .args(["--set", faults, "--out"])
+        .arg(&out);
+        stdout_ok(&mut cmd);
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        summary["result_digest"].as_str().unwrap().to_string()
+    };
+    let one = digest("1", "faults-one-worker");
+    assert_eq!(one, digest("3", "faults-three-workers"));
 }

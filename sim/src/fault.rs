@@ -240,6 +240,15 @@ impl Faults {
             .any(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
     }
 
+    /// How many link-down faults have started by `now`: a flow that sees the count change
+    /// may have been rerouted part way.
+    pub fn cables_down_by(&self, now: u64) -> u32 {
+        self.timed_links
+            .iter()
+            .filter(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
+            .count() as u32
+    }
+
     /// The cables down by `now`, in words, for the error of a segment left without a path.
     pub fn describe_down_by(&self, now: u64) -> String {
         let down: Vec<String> = self
@@ -531,7 +540,11 @@ impl<'a> Entry<'a> {
                     "a {} link that fails mid-iteration needs the packet-level engine on it: \
                      network.model = \"packet\"{}; or at_s = 0 (from the start) for any model",
                     class.name(),
-                    if class == LinkClass::Network { "" } else { " and network.intra_host = \"packet\"" }
+                    if class == LinkClass::Network {
+                        ""
+                    } else {
+                        " and network.intra_host = \"packet\""
+                    }
                 ),
             ))
         }

@@ -371,6 +371,13 @@ impl Cut {
     ) -> u64 {
         let node = event.target;
         let generic = self.distances[node as usize];
+        if model.faults.has_timed_links()
+            && matches!(event.body, Body::Segment(_) | Body::TxDone { .. })
+        {
+            // A link fault may reroute the segment off its carried route, past whatever
+            // that route promised: only the node's own distance to the cut holds.
+            return key.time_ps.saturating_add(generic);
+        }
         let reach = match (&event.body, target) {
             (Body::Segment(seg), known) => {
                 let may_pause = match known {

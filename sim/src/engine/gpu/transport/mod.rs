@@ -109,6 +109,9 @@ pub(super) struct Flow {
     /// Its segments' route, planned with the first one (one queue pair only: split over
     /// several, each hop routes the segment).
     route: Option<Route>,
+    /// Cables a link fault had taken down when its first segment left
+    /// ([`crate::fault::Faults::cables_down_by`]).
+    cables_down_at_start: u32,
 }
 
 /// Flow slots a GPU keeps once its last flow is done; a larger table is freed.
@@ -386,6 +389,7 @@ impl GpuLp {
             pace_scheduled: false,
             serial: t.serial,
             route: None,
+            cables_down_at_start: 0,
         };
         crate::slab::insert(&mut self.flows, &mut self.free_flows, Box::new(flow))
     }

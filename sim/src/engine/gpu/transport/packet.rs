@@ -24,6 +24,21 @@ impl GpuLp {
             if f.in_flight > 0 && f.in_flight + bytes > f.window {
                 return;
             }
+            if model.faults.has_timed_links() {
+                let downs = model.faults.cables_down_by(ctx.now);
+                if !f.sent_any {
+                    f.cables_down_at_start = downs;
+                } else if f.sent + bytes >= f.total
+                    && f.in_flight > 0
+                    && downs != f.cables_down_at_start
+                {
+                    // A cable went down while the flow was under way: rerouted segments may
+                    // overtake those draining on the old path, and the last one ends the
+                    // message. Like a receiver's sequence check, the last waits until every
+                    // earlier one is acknowledged.
+                    return;
+                }
+            }
             // Paced by DCQCN's rate, or by NCCL's FIFO when that is the tighter bound.
             let dcqcn_rate = match (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
                 (Some(dc), Some(p)) => {
