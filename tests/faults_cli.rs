@@ -30,14 +30,22 @@ fn run_straggler(name: &str, sets: &[&str]) -> (Vec<f64>, Vec<f64>, String) {
         cmd.args(["--set", s]);
     }
     stdout_ok(&mut cmd);
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let ranks = out.join("ranks.csv");
     (
         column(&ranks, "compute_s"),
         column(&ranks, "finish_s"),
-        summary["result_digest"].as_str().unwrap().to_string(),
+        digest_in(&out),
     )
+}
+
+/// The result digest of the run that wrote `out`.
+fn digest_in(out: &Path) -> String {
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+    let summary: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    summary["result_digest"]
+        .as_str()
+        .expect("result_digest")
+        .to_string()
 }
 
 fn max(v: &[f64]) -> f64 {
@@ -118,8 +126,11 @@ fn all_reduce_on_us(experiment: &str, gpus: &str, size: &str, faults: Option<&st
         cmd.args(["--set", f]);
     }
     let (header, rows) = csv_table(&stdout_ok(&mut cmd));
-    let i = header.iter().position(|h| h == "time_us").unwrap();
-    rows[0][i].parse().unwrap()
+    let i = header
+        .iter()
+        .position(|h| h == "time_us")
+        .expect("a time_us column");
+    rows[0][i].parse().expect("a time")
 }
 
 /// The ring's short path runs at 400 Gb/s; with its NIC cable down the fabric routes over
@@ -285,10 +296,7 @@ fn link_faults_mid_iteration_give_one_digest_on_any_number_of_workers() {
         .args(["--set", faults, "--out"])
         .arg(&out);
         stdout_ok(&mut cmd);
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-                .unwrap();
-        summary["result_digest"].as_str().unwrap().to_string()
+        digest_in(&out)
     };
     let one = digest("1", "faults-one-worker");
     assert_eq!(one, digest("3", "faults-three-workers"));

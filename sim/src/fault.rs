@@ -214,7 +214,7 @@ impl Faults {
     /// These faults with the link faults that start after time zero, which
     /// [`apply_to_topology`] returned.
     pub fn with_timed_links(mut self, mut timed: Vec<TimedLink>) -> Faults {
-        timed.sort_by(|a, b| (a.cable, a.from_ps).cmp(&(b.cable, b.from_ps)));
+        timed.sort_by_key(|t| (t.cable, t.from_ps));
         self.timed_links = timed;
         self
     }
