@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::{QUICKSTART, fleetsim, json_ok, one_clear_error, scratch, stdout_ok};
 
@@ -180,24 +180,7 @@ fn malformed_simai_files_fail_with_one_clear_line() {
     ] {
         for path in bad_files(dir) {
             seen += 1;
-            let name = path.display();
-            let stderr = one_clear_error(
-                fleetsim()
-                    .args(["workload", QUICKSTART, "--workload-file"])
-                    .arg(&path),
-                &name.to_string(),
-            );
-            let want = fs::read_to_string(path.with_extension("expect")).expect("expect file");
-            assert!(
-                stderr.contains(want.trim()),
-                "{name}: expected `{}` in {stderr}",
-                want.trim()
-            );
-            let file_name = Path::new(&path)
-                .file_name()
-                .expect("name")
-                .to_string_lossy();
-            assert!(stderr.contains(&*file_name), "{name}: {stderr}");
+            common::bad_workload_file(QUICKSTART, &path);
         }
     }
     assert!(seen >= 18, "only {seen} bad SimAI fixtures");
