@@ -55,18 +55,23 @@ fn a_real_all_reduce_trace_runs_like_fleetsims_own_all_reduce() {
     );
 }
 
+/// Exports the quickstart cut down to 32 GPUs as `quickstart.<rank>.et` in a fresh folder.
+fn export_small(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    stdout_ok(
+        fleetsim()
+            .args(["workload", QUICKSTART, "--export", "chakra", "--out"])
+            .arg(dir.join("quickstart"))
+            .args(SMALL),
+    );
+    dir
+}
+
 /// The quickstart cut down to 32 GPUs (TP 4, PP 2, DP 4), exported to Chakra and run from
 /// the traces: the same iteration within 1% (in fact the same result digest).
 #[test]
 fn an_exported_workload_imports_back_with_the_same_iteration() {
-    let dir = scratch("chakra-export");
-    let prefix = dir.join("quickstart");
-    stdout_ok(
-        fleetsim()
-            .args(["workload", QUICKSTART, "--export", "chakra", "--out"])
-            .arg(&prefix)
-            .args(SMALL),
-    );
+    let dir = export_small("chakra-export");
     let ranks = (0..32)
         .filter(|r| dir.join(format!("quickstart.{r}.et")).is_file())
         .count();
@@ -116,14 +121,7 @@ fn malformed_chakra_traces_fail_with_one_clear_line() {
 /// A trace exported for one layout refuses another, naming both.
 #[test]
 fn a_trace_for_another_layout_is_refused() {
-    let dir = scratch("chakra-layout");
-    let prefix = dir.join("q");
-    stdout_ok(
-        fleetsim()
-            .args(["workload", QUICKSTART, "--export", "chakra", "--out"])
-            .arg(&prefix)
-            .args(SMALL),
-    );
+    let dir = export_small("chakra-layout");
     let set = format!("workload_file=\"{}\"", dir.display());
     let stderr = one_clear_error(
         fleetsim().args(["check", QUICKSTART]).args(SMALL).args([
