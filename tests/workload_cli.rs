@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::{QUICKSTART, fleetsim, json_ok, one_clear_error, scratch, stdout_ok};
 
@@ -118,6 +118,47 @@ fn a_simai_run_reports_what_it_cannot_know_as_n_a() {
     );
 }
 
+/// An experiment that runs an imported workload needs no `[model]`: `check` and `run` work
+/// and say n/a for what only a model knows, the result is the one the same experiment gives
+/// with a model, and `plan`, which compiles the model, refuses in one clear line.
+#[test]
+fn a_model_less_simai_experiment_runs_like_one_with_a_model() {
+    let model_less = "tests/fixtures/model-less/simai-allreduce-16.toml";
+    let check = json_ok(fleetsim().args(["check", model_less, "--json"]));
+    for key in ["model", "memory"] {
+        assert!(check[key].is_null(), "{key}: {check}");
+    }
+    assert!(check["batch"]["tokens_per_iteration"].is_null(), "{check}");
+    let text = stdout_ok(fleetsim().args(["check", model_less]));
+    assert!(text.contains("model       n/a"), "{text}");
+    let digest = |experiment: &str, dir: &str| {
+        let out = scratch(dir);
+        stdout_ok(
+            fleetsim()
+                .args(["run", experiment, "--quiet", "--out"])
+                .arg(&out),
+        );
+        let summary = common::summary(&out);
+        for key in ["tflops_per_gpu", "mfu", "tokens_per_s", "samples_per_s"] {
+            assert!(summary[key].is_null(), "{experiment}: {key}: {summary}");
+        }
+        summary["result_digest"]
+            .as_str()
+            .expect("digest")
+            .to_string()
+    };
+    assert_eq!(
+        digest(model_less, "model-less-run"),
+        digest(
+            "tests/fixtures/model-less/with-model.toml",
+            "with-model-run"
+        )
+    );
+    let stderr = one_clear_error(fleetsim().args(["plan", model_less]), "plan");
+    assert!(stderr.contains("needs a model"), "{stderr}");
+    assert!(stderr.contains("simai-allreduce-16.toml"), "{stderr}");
+}
+
 fn bad_files(dir: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .expect("fixtures")
@@ -139,24 +180,7 @@ fn malformed_simai_files_fail_with_one_clear_line() {
     ] {
         for path in bad_files(dir) {
             seen += 1;
-            let name = path.display();
-            let stderr = one_clear_error(
-                fleetsim()
-                    .args(["workload", QUICKSTART, "--workload-file"])
-                    .arg(&path),
-                &name.to_string(),
-            );
-            let want = fs::read_to_string(path.with_extension("expect")).expect("expect file");
-            assert!(
-                stderr.contains(want.trim()),
-                "{name}: expected `{}` in {stderr}",
-                want.trim()
-            );
-            let file_name = Path::new(&path)
-                .file_name()
-                .expect("name")
-                .to_string_lossy();
-            assert!(stderr.contains(&*file_name), "{name}: {stderr}");
+            common::bad_workload_file(QUICKSTART, &path);
         }
     }
     assert!(seen >= 18, "only {seen} bad SimAI fixtures");

@@ -13,6 +13,9 @@ use crate::memory::{self, MemoryInputs, StageMemory};
 use crate::model::ModelSpec;
 use crate::topology::{GraphFile, Topology};
 
+/// The error of an experiment with neither `[model]` nor `workload_file`.
+const MISSING_MODEL: &str = "missing required key `model`; add a [model] section (model.preset, model.hf_config or the model's keys), or name an imported workload with workload_file";
+
 /// Largest cluster fleetsim accepts: GPU ids must fit comfortably in 32-bit node ids.
 pub const MAX_GPUS: u32 = 1 << 24;
 
@@ -23,7 +26,9 @@ pub struct Experiment {
     pub gpu_types: Vec<GpuSpec>,
     /// Index into `gpu_types` for every host.
     pub host_gpu_type: Vec<u16>,
-    pub model: ModelSpec,
+    /// The model, `None` when the experiment runs an imported `workload_file` without a
+    /// `[model]` section; [`Experiment::model`] names what needs one.
+    pub model: Option<ModelSpec>,
     pub layout: ParallelLayout,
     pub global_batch: u64,
     pub micro_batch: u64,
@@ -63,6 +68,20 @@ impl Experiment {
 
     pub fn name(&self) -> &str {
         &self.loaded.config.name
+    }
+
+    /// The model, or an error saying that `what` needs one: an experiment that runs an
+    /// imported `workload_file` may leave `[model]` out, and then only what reads the
+    /// imported workload works.
+    pub fn model(&self, what: &str) -> Result<&ModelSpec, ConfigError> {
+        self.model.as_ref().ok_or_else(|| {
+            self.loaded.error(
+                "workload_file",
+                format!(
+                    "{what} needs a model, and this experiment has no [model] section (it runs the imported workload_file); add [model] with model.preset, model.hf_config or the model's keys"
+                ),
+            )
+        })
     }
 
     pub fn hosts(&self) -> u32 {
@@ -193,7 +212,12 @@ impl Experiment {
         let (gpu_types, host_gpu_type) = resolve_gpus(&loaded, &db, hosts)?;
 
         // --- model ---
-        let model = ModelSpec::resolve(&cfg.model, &|k, m| loaded.error(k, m))?;
+        let model = match (&cfg.model, &cfg.workload_file) {
+            (Some(m), _) => Some(ModelSpec::resolve(m, &|k, m| loaded.error(k, m))?),
+            // An imported workload brings its own kernels and collectives.
+            (None, Some(_)) => None,
+            (None, None) => return Err(err("", MISSING_MODEL.into())),
+        };
 
         // --- parallelism ---
         let p = &cfg.parallel;
@@ -240,33 +264,35 @@ impl Experiment {
                 (u64::from(c.gpus) / model_parallel) as u32
             }
         };
-        if model.heads % u64::from(p.tp) != 0 {
-            return Err(err(
-                "parallel.tp",
-                format!(
-                    "TP {} must divide model.heads = {} (Megatron splits attention heads across TP)",
-                    p.tp, model.heads
-                ),
-            ));
-        }
-        // megatron/training/arguments.py: num_query_groups % tensor_model_parallel_size == 0.
-        if model.kv_heads % u64::from(p.tp) != 0 {
-            return Err(err(
-                "parallel.tp",
-                format!(
-                    "TP {} must divide model.kv_heads = {} (Megatron splits query groups across TP)",
-                    p.tp, model.kv_heads
-                ),
-            ));
-        }
-        if model.ffn_hidden % u64::from(p.tp) != 0 {
-            return Err(err(
-                "parallel.tp",
-                format!(
-                    "TP {} must divide model.ffn_hidden = {}",
-                    p.tp, model.ffn_hidden
-                ),
-            ));
+        if let Some(model) = &model {
+            if model.heads % u64::from(p.tp) != 0 {
+                return Err(err(
+                    "parallel.tp",
+                    format!(
+                        "TP {} must divide model.heads = {} (Megatron splits attention heads across TP)",
+                        p.tp, model.heads
+                    ),
+                ));
+            }
+            // megatron/training/arguments.py: num_query_groups % tensor_model_parallel_size == 0.
+            if model.kv_heads % u64::from(p.tp) != 0 {
+                return Err(err(
+                    "parallel.tp",
+                    format!(
+                        "TP {} must divide model.kv_heads = {} (Megatron splits query groups across TP)",
+                        p.tp, model.kv_heads
+                    ),
+                ));
+            }
+            if model.ffn_hidden % u64::from(p.tp) != 0 {
+                return Err(err(
+                    "parallel.tp",
+                    format!(
+                        "TP {} must divide model.ffn_hidden = {}",
+                        p.tp, model.ffn_hidden
+                    ),
+                ));
+            }
         }
         if p.vp > 1 && p.pp < 2 {
             return Err(err(
@@ -277,8 +303,15 @@ impl Experiment {
                 ),
             ));
         }
-        let stage_layers = split_layers(&loaded, model.layers, p.pp, p.vp)?;
-        if p.cp > 1 && model.seq_len % (2 * u64::from(p.cp)) != 0 {
+        let stage_layers = match &model {
+            Some(model) => split_layers(&loaded, model.layers, p.pp, p.vp)?,
+            // An imported workload places its own layers.
+            None => vec![0; p.pp as usize],
+        };
+        if let Some(model) = &model
+            && p.cp > 1
+            && model.seq_len % (2 * u64::from(p.cp)) != 0
+        {
             return Err(err(
                 "parallel.cp",
                 format!(
@@ -289,20 +322,22 @@ impl Experiment {
             ));
         }
         if p.ep > 1 {
-            let Some(moe) = model.moe else {
-                return Err(err(
-                    "parallel.ep",
-                    format!(
-                        "ep = {} needs a mixture-of-experts model (model.experts)",
-                        p.ep
-                    ),
-                ));
-            };
-            if moe.experts % u64::from(p.ep) != 0 {
-                return Err(err(
-                    "parallel.ep",
-                    format!("EP {} must divide model.experts = {}", p.ep, moe.experts),
-                ));
+            if let Some(model) = &model {
+                let Some(moe) = model.moe else {
+                    return Err(err(
+                        "parallel.ep",
+                        format!(
+                            "ep = {} needs a mixture-of-experts model (model.experts)",
+                            p.ep
+                        ),
+                    ));
+                };
+                if moe.experts % u64::from(p.ep) != 0 {
+                    return Err(err(
+                        "parallel.ep",
+                        format!("EP {} must divide model.experts = {}", p.ep, moe.experts),
+                    ));
+                }
             }
             if (u64::from(dp) * u64::from(p.cp)) % u64::from(p.ep) != 0 {
                 return Err(err(
@@ -448,7 +483,11 @@ impl Experiment {
 
         // --- memory ---
         let inputs = memory_inputs(cfg, micro_batches);
-        let memory = memory::estimate(&model, &layout, &stage_layers, &inputs);
+        // Without a model there is nothing to estimate: `fleetsim check` says n/a.
+        let memory = match &model {
+            Some(model) => memory::estimate(model, &layout, &stage_layers, &inputs),
+            None => Vec::new(),
+        };
         let gph = c.gpus_per_host;
         let mut stage_hbm = vec![f64::INFINITY; p.pp as usize];
         for rank in 0..c.gpus {

@@ -27,6 +27,7 @@ use crate::config::ConfigError;
 use crate::experiment::Experiment;
 use crate::layout::GroupKind;
 use crate::memory;
+use crate::model::ModelSpec;
 use crate::workload::{NO_LAYER, OpKind, Program, compile, evaluate::evaluate};
 
 /// Rank order that puts pipeline stages outermost (Megatron-LM's default).
@@ -137,6 +138,7 @@ pub fn search(
     compute: &ComputeModel,
     load: &dyn Fn(&[String]) -> Result<Experiment, ConfigError>,
 ) -> Result<Vec<Estimated>, ConfigError> {
+    let model = base.model("the planner (`fleetsim plan`)")?;
     let world = base.layout.world();
     let cp = base.layout.cp;
     let mut out = Vec::new();
@@ -156,7 +158,7 @@ pub fn search(
         as_written: true,
         experiment: base.clone(),
     });
-    for (tp, pp, vp, mbs) in layouts(base) {
+    for (tp, pp, vp, mbs) in layouts(base, model) {
         for placement in [Placement::Naive, Placement::Stages, Placement::Replicas] {
             let uniform = Candidate {
                 placement,
@@ -241,9 +243,8 @@ pub fn search(
 /// TP / PP / VP / micro-batch combinations to try: TP within the NVLink domain and dividing
 /// the model, PP up to 16 dividing the GPUs, VP 1 or the experiment's, micro-batch 1, 2, 4 and
 /// the experiment's.
-fn layouts(base: &Experiment) -> Vec<(u32, u32, u32, u32)> {
+fn layouts(base: &Experiment, m: &ModelSpec) -> Vec<(u32, u32, u32, u32)> {
     let c = &base.loaded.config.cluster;
-    let m = &base.model;
     let domain = c.nvlink_domain.unwrap_or(c.gpus_per_host).max(1);
     let world = base.layout.world() / base.layout.cp;
     let divides = |n: u64, d: u32| n.is_multiple_of(u64::from(d));
@@ -348,10 +349,11 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
     if pp < 2 {
         return None;
     }
+    let model = exp.model.as_ref()?;
     let workload = compile(exp).ok()?;
     let types = rank_types(exp);
     let vp = u64::from(l.vp);
-    let total = exp.model.layers;
+    let total = model.layers;
     // Per stage: (per-layer ps, other ps, HBM bytes) on its slowest GPU.
     let mut stage_cost = Vec::with_capacity(pp);
     for s in 0..l.pp {
@@ -369,7 +371,7 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
     let inputs = exp.memory_inputs();
     let fits = |s: usize, layers: u64| {
         let per_stage = vec![layers; pp];
-        let m = memory::stage_memory(&exp.model, l, &per_stage, &inputs, s as u32);
+        let m = memory::stage_memory(model, l, &per_stage, &inputs, s as u32);
         m.in_hbm(&exp.cxl_tensors) <= stage_cost[s].2
     };
     let time = |s: usize, layers: u64| layers * stage_cost[s].0 + stage_cost[s].1;

@@ -22,7 +22,7 @@ fn experiment(name: &str, body: &str) -> Experiment {
 
 /// Megatron-LM `training.py` `num_floating_point_operations` (3 × 2 × 2 expansion).
 fn megatron_flops(exp: &Experiment) -> f64 {
-    let m = &exp.model;
+    let m = exp.model.as_ref().expect("a model");
     let b = exp.global_batch as f64;
     let s = m.seq_len as f64;
     let l = m.layers as f64;
@@ -166,7 +166,7 @@ memory_check = "off"
         "Mixtral",
     );
     // Selective recompute re-runs core attention: 4·b·s²·q per layer forward.
-    let m = &exp.model;
+    let m = exp.model.as_ref().expect("a model");
     let attn = 4.0
         * exp.global_batch as f64
         * (m.seq_len * m.seq_len * m.heads * m.head_dim) as f64
@@ -207,7 +207,7 @@ memory_check = "off"
 "#,
     );
     let w = compile(&exp).expect("compile");
-    let m = &exp.model;
+    let m = exp.model.as_ref().expect("a model");
     let (b, s, h) = (2, m.seq_len, m.hidden);
     let msg = b * s * h * 2; // bf16
     let micro_batches = 2; // 8 / (micro_batch 2 × DP 2)
@@ -325,7 +325,7 @@ fn pp_send_recv_bytes_match_textbook() {
     for (sp, vp) in [(false, 1u64), (true, 1), (true, 2)] {
         let exp = experiment(&format!("pp-bytes-{sp}-{vp}"), &tp4_pp4_on_64(vp, sp, ""));
         let w = compile(&exp).expect("compile");
-        let m = &exp.model;
+        let m = exp.model.as_ref().expect("a model");
         let per_rank = 2 * m.seq_len * m.hidden * 2 / if sp { 4 } else { 1 };
         let mb = 4; // 32 / (micro_batch 2 × DP 4)
         let sums = summarize(&w);
@@ -435,7 +435,7 @@ memory_check = "off"
 "#,
     );
     let w = compile(&exp).expect("compile");
-    let m = &exp.model;
+    let m = exp.model.as_ref().expect("a model");
     let moe = m.moe.expect("moe");
     let tokens_per_rank = m.seq_len / 2; // sequence-parallel share
     let per_a2a = tokens_per_rank * moe.top_k * m.hidden * 2;
@@ -575,13 +575,18 @@ global_batch = 32
 memory_check = "off"
 "#,
     );
-    let mut options = CompileOptions::from_experiment(&exp);
+    let mut options = CompileOptions::from_experiment(&exp).expect("a model");
     assert_eq!(options.replica_micro_batches, vec![8; 4]);
     options.replica_micro_batches = vec![10, 6, 10, 6];
-    let w = compile_with(&exp.model, &exp.layout, &options, "planned");
+    let w = compile_with(
+        exp.model.as_ref().expect("a model"),
+        &exp.layout,
+        &options,
+        "planned",
+    );
     assert_eq!(w.classes(), 2);
     assert_eq!(w.programs.len(), 4);
-    assert_eq!(w.tokens, 32 * exp.model.seq_len);
+    assert_eq!(w.tokens, 32 * exp.model.as_ref().expect("a model").seq_len);
     for rank in 0..32 {
         let c = exp.layout.coords(rank);
         let want = if c.dp.is_multiple_of(2) { 10 } else { 6 };

@@ -203,14 +203,15 @@ impl CheckReport<'_> {
                 "links": links,
                 "build_s": self.build_s,
             },
-            "model": {
-                "name": exp.model.name,
-                "params": exp.model.total_params(),
-                "active_params": exp.model.active_params(),
-                "layers": exp.model.layers,
-                "hidden": exp.model.hidden,
-                "seq_len": exp.model.seq_len,
-            },
+            // null without a [model]: an imported workload_file brings its own kernels.
+            "model": exp.model.as_ref().map(|m| json!({
+                "name": m.name,
+                "params": m.total_params(),
+                "active_params": m.active_params(),
+                "layers": m.layers,
+                "hidden": m.hidden,
+                "seq_len": m.seq_len,
+            })),
             "parallel": {
                 "tp": l.tp, "cp": l.cp, "ep": l.ep, "dp": l.dp, "pp": l.pp, "vp": l.vp,
                 "expert_dp": l.expert_dp(),
@@ -222,7 +223,7 @@ impl CheckReport<'_> {
                 "global_batch": exp.global_batch,
                 "micro_batch": exp.micro_batch,
                 "micro_batches_per_replica": exp.micro_batches,
-                "tokens_per_iteration": exp.global_batch * exp.model.seq_len,
+                "tokens_per_iteration": exp.model.as_ref().map(|m| exp.global_batch * m.seq_len),
             },
             "ops_per_rank": self.workload.iter().map(|w| json!({
                 "stage": w.stage,
@@ -233,7 +234,7 @@ impl CheckReport<'_> {
                 "p2p": w.p2p_ops,
             })).collect::<Vec<_>>(),
             "lookahead_s": topo.host_preserving_lookahead_ps().map(|ps| ps as f64 * 1e-12),
-            "memory": memory,
+            "memory": exp.model.as_ref().map(|_| memory),
             "warnings": exp.warnings,
         })
     }
@@ -284,17 +285,26 @@ impl CheckReport<'_> {
             .collect();
         let _ = writeln!(s, "  links     {} (directed)", links.join(", "));
         let _ = writeln!(s, "  built in  {:.3} s", self.build_s);
-        let m = &exp.model;
-        let _ = writeln!(
-            s,
-            "model       {}: {:.2} B parameters ({:.2} B active), {} layers, hidden {}, seq {}",
-            m.name,
-            m.total_params() as f64 / 1e9,
-            m.active_params() as f64 / 1e9,
-            m.layers,
-            m.hidden,
-            m.seq_len
-        );
+        match &exp.model {
+            Some(m) => {
+                let _ = writeln!(
+                    s,
+                    "model       {}: {:.2} B parameters ({:.2} B active), {} layers, hidden {}, seq {}",
+                    m.name,
+                    m.total_params() as f64 / 1e9,
+                    m.active_params() as f64 / 1e9,
+                    m.layers,
+                    m.hidden,
+                    m.seq_len
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "model       n/a: no [model]; the imported workload_file brings its own kernels"
+                );
+            }
+        }
         let _ = writeln!(
             s,
             "parallel    {}, order {}",
@@ -344,10 +354,14 @@ impl CheckReport<'_> {
                 let _ = writeln!(s, "lookahead   none: one host, nothing to cut");
             }
         }
-        let _ = writeln!(
-            s,
-            "memory/GPU  stage  weights  grads  optim  activ  total GB  of HBM"
-        );
+        if exp.model.is_none() {
+            let _ = writeln!(s, "memory/GPU  n/a: no [model] to estimate it from");
+        } else {
+            let _ = writeln!(
+                s,
+                "memory/GPU  stage  weights  grads  optim  activ  total GB  of HBM"
+            );
+        }
         for (mem, hbm) in exp.memory.iter().zip(&exp.stage_hbm) {
             let _ = writeln!(
                 s,

@@ -26,8 +26,10 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Export format (simai: SimAI's workload text file; kernels: the measured-kernel
-    /// table template, every distinct kernel with the model's time).
+    /// Export format (simai: SimAI's workload text file; chakra: Chakra execution traces,
+    /// `--out PREFIX` writes PREFIX.<rank>.et for every rank and comm_groups.json beside
+    /// them; kernels: the measured-kernel table template, every distinct kernel with the
+    /// model's time).
     #[arg(long, value_enum, requires = "output")]
     pub export: Option<ExportFormat>,
     /// File the export is written to (`--output` also works).
@@ -38,7 +40,8 @@ pub struct Args {
         requires = "export"
     )]
     pub output: Option<PathBuf>,
-    /// Run a SimAI workload file instead of compiling the model (like `workload_file`).
+    /// Run a SimAI workload file or Chakra traces instead of compiling the model (like
+    /// `workload_file`).
     #[arg(long, value_name = "FILE")]
     pub workload_file: Option<PathBuf>,
     /// Override a key of the experiment file, e.g. --set parallel.tp=4.
@@ -49,6 +52,7 @@ pub struct Args {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum ExportFormat {
     Simai,
+    Chakra,
     Kernels,
 }
 
@@ -62,6 +66,22 @@ impl Args {
         let stage_gpus = exp.stage_gpus();
         if let (Some(format), Some(path)) = (self.export, self.output) {
             let (text, what) = match format {
+                ExportFormat::Chakra => {
+                    let files =
+                        sim::interop::chakra_convert::export(&workload, &exp, &model, &path)
+                            .with_context(|| {
+                                format!("writing the Chakra traces {}.<rank>.et", path.display())
+                            })?;
+                    eprintln!(
+                        "wrote {} Chakra traces {}.<rank>.et and {}",
+                        files.len() - 1,
+                        path.display(),
+                        files
+                            .last()
+                            .map_or(String::new(), |f| f.display().to_string())
+                    );
+                    return Ok(());
+                }
                 ExportFormat::Simai => (
                     sim::interop::simai_convert::export(&workload, &exp, &model),
                     "the SimAI workload",

@@ -136,3 +136,24 @@ pub fn csv_table(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
         .collect();
     (header, rows)
 }
+
+/// Runs `fleetsim workload EXPERIMENT --workload-file PATH` on a malformed workload file (or
+/// folder of traces) and checks the one clear line: it holds the text of `PATH` with the
+/// extension `.expect` and names the file.
+pub fn bad_workload_file(experiment: &str, path: &Path) {
+    let name = path.display().to_string();
+    let stderr = one_clear_error(
+        fleetsim()
+            .args(["workload", experiment, "--workload-file"])
+            .arg(path),
+        &name,
+    );
+    let want = fs::read_to_string(path.with_extension("expect")).expect("expect file");
+    assert!(
+        stderr.contains(want.trim()),
+        "{name}: expected `{}` in {stderr}",
+        want.trim()
+    );
+    let file_name = path.file_name().expect("name").to_string_lossy();
+    assert!(stderr.contains(&*file_name), "{name}: {stderr}");
+}

@@ -105,8 +105,11 @@ pub fn summarize_run(
         iteration_time_s: t,
         tokens_per_s: known_tokens.then(|| per_second(model.workload.tokens as f64)),
         batches_per_s: per_second(1.0),
-        samples_per_s: known_tokens
-            .then(|| per_second(model.workload.tokens as f64 / exp.model.seq_len.max(1) as f64)),
+        samples_per_s: exp
+            .model
+            .as_ref()
+            .filter(|_| known_tokens)
+            .map(|m| per_second(model.workload.tokens as f64 / m.seq_len.max(1) as f64)),
         tflops_per_gpu,
         mfu: tflops_per_gpu.map(|tflops| {
             if peak > 0.0 {

@@ -64,7 +64,10 @@ impl ConfigError {
 pub struct ExperimentConfig {
     pub name: String,
     pub cluster: ClusterConfig,
-    pub model: crate::model::ModelConfig,
+    /// The model to compile. Required unless `workload_file` names an imported workload,
+    /// which brings its own compute and communication ([`crate::experiment::Experiment`]
+    /// refuses an experiment with neither).
+    pub model: Option<crate::model::ModelConfig>,
     /// A SimAI workload file to run instead of compiling `model` (`fleetsim workload` imports
     /// it; relative to the experiment file).
     pub workload_file: Option<String>,

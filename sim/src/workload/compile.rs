@@ -80,7 +80,10 @@ impl RemoteMemory {
 }
 
 impl CompileOptions {
-    pub fn from_experiment(exp: &Experiment) -> Self {
+    /// The options of the experiment's own model; an error when it has none (an imported
+    /// `workload_file` without `[model]`).
+    pub fn from_experiment(exp: &Experiment) -> Result<Self, ConfigError> {
+        let model = exp.model("compiling the workload")?;
         let cfg = &exp.loaded.config;
         let t = &cfg.training;
         let p = &cfg.parallel;
@@ -88,7 +91,7 @@ impl CompileOptions {
         let bucket_params = t
             .bucket_params
             .unwrap_or_else(|| 40_000_000u64.max(1_000_000 * u64::from(layout.dp)));
-        CompileOptions {
+        Ok(CompileOptions {
             micro_batch: exp.micro_batch,
             replica_micro_batches: exp.replica_micro_batches.clone(),
             stage_layers: exp.stage_layers.clone(),
@@ -97,7 +100,7 @@ impl CompileOptions {
                 cp: u64::from(layout.cp),
                 ep: u64::from(layout.ep),
                 batch: exp.micro_batch,
-                seq: exp.model.seq_len,
+                seq: model.seq_len,
                 sequence_parallel: p.sequence_parallel,
                 precision: t.precision,
                 recompute: t.recompute,
@@ -119,7 +122,7 @@ impl CompileOptions {
                 coherent: exp.cxl_coherent().unwrap_or(true),
                 classes: exp.cxl_tensors.clone(),
             },
-        }
+        })
     }
 
     /// What the memory model reads for a replica class of `micro_batches`.
@@ -146,8 +149,9 @@ impl CompileOptions {
 
 /// Compiles the experiment's model and parallel layout into its workload.
 pub fn compile(exp: &Experiment) -> Result<Workload, ConfigError> {
-    let options = CompileOptions::from_experiment(exp);
-    Ok(compile_with(&exp.model, &exp.layout, &options, exp.name()))
+    let options = CompileOptions::from_experiment(exp)?;
+    let model = exp.model("compiling the workload")?;
+    Ok(compile_with(model, &exp.layout, &options, exp.name()))
 }
 
 /// Compiles with explicit options (non-uniform micro-batches per replica, planner output).

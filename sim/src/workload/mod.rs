@@ -40,8 +40,8 @@ pub use compile::{CompileOptions, compile};
 use crate::config::ConfigError;
 use crate::experiment::Experiment;
 
-/// The experiment's workload: the SimAI file named by `workload_file` (or `override_file`)
-/// when there is one, else the model compiled under the parallel layout.
+/// The experiment's workload: the SimAI file or Chakra traces named by `workload_file` (or
+/// `override_file`) when there is one, else the model compiled under the parallel layout.
 pub fn load_or_compile(
     exp: &Experiment,
     override_file: Option<&std::path::Path>,
@@ -50,11 +50,11 @@ pub fn load_or_compile(
         (Some(p), _) => Some(p.to_path_buf()),
         (None, Some(written)) => {
             let path = exp.loaded.resolve_path("workload_file", written);
-            if !path.is_file() {
+            if !path.is_file() && !crate::interop::chakra::is_chakra(&path) {
                 return Err(exp.loaded.error(
                     "workload_file",
                     format!(
-                        "cannot read `{}` (resolved relative to the experiment file); give the path of a SimAI workload file",
+                        "cannot read `{}` (resolved relative to the experiment file); give the path of a SimAI workload file or of Chakra traces (a .et file, a folder of PREFIX.<rank>.et, or that PREFIX)",
                         path.display()
                     ),
                 ));
@@ -64,6 +64,10 @@ pub fn load_or_compile(
         (None, None) => None,
     };
     match path {
+        Some(path) if crate::interop::chakra::is_chakra(&path) => {
+            let context = crate::interop::chakra_convert::ImportContext::from_experiment(exp);
+            crate::interop::chakra_convert::import(&path, &context)
+        }
         Some(path) => {
             let file = crate::interop::simai::load(&path)?;
             crate::interop::simai_convert::import(
