@@ -301,3 +301,24 @@ fn link_faults_mid_iteration_give_one_digest_on_any_number_of_workers() {
     let one = digest("1", "faults-one-worker");
     assert_eq!(one, digest("3", "faults-three-workers"));
 }
+
+#[test]
+fn check_lists_each_fault_in_words() {
+    let faults = r#"faults=[{kind="link-down",between=["leaf0","spine0"],at_s=0.01},{kind="gpu-slow",gpu=3,factor=0.8}]"#;
+    let text = stdout_ok(fleetsim().args(["check", SPINE_LEAF, "--set", faults]));
+    assert!(
+        text.contains("faults[0]   link-down between leaf0 and spine0 from 0.010000 s"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "faults[1]   gpu-slow GPU 3 to 0.8 of its speed (clock-bound kernels) from the start"
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout_ok(
+        fleetsim().args(["check", SPINE_LEAF, "--json", "--set", faults]),
+    ))
+    .expect("JSON");
+    assert_eq!(json["faults"].as_array().map(Vec::len), Some(2));
+}

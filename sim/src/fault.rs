@@ -346,6 +346,54 @@ impl fmt::Display for JobStopped {
     }
 }
 
+/// One `[[faults]]` entry in words, as `fleetsim check` lists it (`link-down between leaf0
+/// and spine1 from 0.010000 s`).
+pub fn describe(f: &FaultConfig) -> String {
+    let target = match (f.link, &f.between, f.nic, f.host, f.gpu) {
+        (Some(l), ..) => format!(" link {l}"),
+        (_, Some(ends), ..) => format!(" between {}", ends.join(" and ")),
+        (_, _, Some(n), ..) => format!(" NIC {n}"),
+        (_, _, _, Some(h), _) => format!(" host {h}"),
+        (_, _, _, _, Some(g)) => format!(" GPU {g}"),
+        _ => String::new(),
+    };
+    let how = match f.kind {
+        FaultKind::LinkDegraded => format!(" to {} of its rate", f.factor.unwrap_or(1.0)),
+        FaultKind::GpuSlow => format!(
+            " to {} of its speed ({} kernels)",
+            f.factor.unwrap_or(1.0),
+            match f.scope {
+                SlowScope::Clock => "clock-bound",
+                SlowScope::All => "all",
+            }
+        ),
+        FaultKind::KernelJitter => format!(
+            " sigma {} seed {}",
+            f.sigma.unwrap_or(0.0),
+            f.seed.map_or("engine.seed".to_string(), |s| s.to_string())
+        ),
+        _ => String::new(),
+    };
+    let when = if f.at_s > 0.0 {
+        format!(" from {:.6} s", f.at_s)
+    } else {
+        " from the start".to_string()
+    };
+    format!("{}{target}{how}{when}", kind_name(f.kind))
+}
+
+/// The kind as the experiment file spells it.
+fn kind_name(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::LinkDown => "link-down",
+        FaultKind::LinkDegraded => "link-degraded",
+        FaultKind::NicDown => "nic-down",
+        FaultKind::HostDown => "host-down",
+        FaultKind::GpuSlow => "gpu-slow",
+        FaultKind::KernelJitter => "kernel-jitter",
+    }
+}
+
 /// The log-normal time multiple of mean 1 that kernel `op` of `rank` draws.
 fn jitter_multiple(seed: u64, sigma: f64, rank: u32, op: u32) -> f64 {
     if sigma <= 0.0 {
@@ -465,14 +513,7 @@ impl<'a> Entry<'a> {
     }
 
     fn kind_name(&self) -> &'static str {
-        match self.fault.kind {
-            FaultKind::LinkDown => "link-down",
-            FaultKind::LinkDegraded => "link-degraded",
-            FaultKind::NicDown => "nic-down",
-            FaultKind::HostDown => "host-down",
-            FaultKind::GpuSlow => "gpu-slow",
-            FaultKind::KernelJitter => "kernel-jitter",
-        }
+        kind_name(self.fault.kind)
     }
 
     /// Refuses keys the entry's kind does not read (a `gpu` on a link fault is a mistake).

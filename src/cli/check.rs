@@ -234,6 +234,7 @@ impl CheckReport<'_> {
                 "p2p": w.p2p_ops,
             })).collect::<Vec<_>>(),
             "lookahead_s": topo.host_preserving_lookahead_ps().map(|ps| ps as f64 * 1e-12),
+            "faults": exp.loaded.config.faults.iter().map(sim::fault::describe).collect::<Vec<_>>(),
             "memory": exp.model.as_ref().map(|_| memory),
             "warnings": exp.warnings,
         })
@@ -353,6 +354,9 @@ impl CheckReport<'_> {
             None => {
                 let _ = writeln!(s, "lookahead   none: one host, nothing to cut");
             }
+        }
+        for (i, f) in exp.loaded.config.faults.iter().enumerate() {
+            let _ = writeln!(s, "faults[{i}]   {}", sim::fault::describe(f));
         }
         if exp.model.is_none() {
             let _ = writeln!(s, "memory/GPU  n/a: no [model] to estimate it from");
