@@ -133,6 +133,25 @@ fn all_reduce_on_us(experiment: &str, gpus: &str, size: &str, faults: Option<&st
     rows[0][i].parse().expect("a time")
 }
 
+/// The one clear error of an all-reduce of `size` on `two-paths.toml` with `faults`.
+fn all_reduce_error(size: &str, faults: &str) -> String {
+    one_clear_error(
+        fleetsim().args([
+            "collective",
+            TWO_PATHS,
+            "--op",
+            "all-reduce",
+            "--gpus",
+            "2",
+            "--sizes",
+            size,
+            "--set",
+            faults,
+        ]),
+        faults,
+    )
+}
+
 /// The ring's short path runs at 400 Gb/s; with its NIC cable down the fabric routes over
 /// the long one at 200 Gb/s. A 2-GPU all-reduce of S bytes moves 2(n−1)/n·S = S over the
 /// bottleneck, so it slows by S·(1/B_long − 1/B_short) (5.37 ms) and takes twice as long.
@@ -157,21 +176,7 @@ fn a_link_down_reroutes_at_the_closed_form_price_or_stops_the_job() {
 
     // Both paths cut: the job stops at its first transfer with the fault named.
     let both = r#"faults=[{kind="link-down",between=["nicA","fast"]},{kind="link-down",link=10}]"#;
-    let stderr = one_clear_error(
-        fleetsim().args([
-            "collective",
-            TWO_PATHS,
-            "--op",
-            "all-reduce",
-            "--gpus",
-            "2",
-            "--sizes",
-            "1M",
-            "--set",
-            both,
-        ]),
-        "both paths down",
-    );
+    let stderr = all_reduce_error("1M", both);
     assert!(
         stderr.contains("no route from gpu0 to gpu1")
             && stderr.contains("links that are down ([[faults]]); the job stops"),
@@ -229,21 +234,7 @@ fn a_link_degraded_mid_collective_slows_what_is_left_of_it() {
 #[test]
 fn a_link_down_mid_collective_without_another_equal_cost_path_stops_the_job() {
     let down = r#"faults=[{kind="link-down",between=["nicA","fast"],at_s=0.002}]"#;
-    let stderr = one_clear_error(
-        fleetsim().args([
-            "collective",
-            TWO_PATHS,
-            "--op",
-            "all-reduce",
-            "--gpus",
-            "2",
-            "--sizes",
-            "256M",
-            "--set",
-            down,
-        ]),
-        "link down mid-collective",
-    );
+    let stderr = all_reduce_error("256M", down);
     assert!(
         stderr.contains("has no path left (the cable nic0 - leaf0 (faults[0]) down at 0.002000 s)"),
         "{stderr}"
