@@ -26,49 +26,60 @@ pub const MANIFEST: &str = "checkpoint.json";
 const FORMAT: u32 = 2;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
-/// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, units s, m, h).
+/// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:
+/// `30s`, `15m`, `1h 30m`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointEvery {
     SimulatedPs(u64),
     Wall(Duration),
 }
 
-impl FromStr for CheckpointEvery {
-    type Err = String;
+/// A `--checkpoint-every` that is not an interval.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{text}` {why}; use simulated time such as `500us` or `2ms` (units ps, ns, us, ms, s), or wall-clock time such as `wall:30s`, `wall:15m` or `wall:1h 30m`"
+)]
+pub struct IntervalError {
+    text: String,
+    why: String,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let usage = "use simulated time such as `500us` or `2ms` (units ps, ns, us, ms, s), or wall-clock time such as `wall:30s` or `wall:15m` (units s, m, h)";
-        let (wall, value) = match s.trim().strip_prefix("wall:") {
-            Some(v) => (true, v.trim()),
-            None => (false, s.trim()),
+impl FromStr for CheckpointEvery {
+    type Err = IntervalError;
+
+    fn from_str(s: &str) -> Result<Self, IntervalError> {
+        let error = |why: &str| IntervalError {
+            text: s.to_string(),
+            why: why.to_string(),
         };
+        if let Some(wall) = s.trim().strip_prefix("wall:") {
+            // Simulated time has units humantime lacks (ps); wall-clock time is its domain.
+            let every = humantime::parse_duration(wall.trim())
+                .map_err(|e| error(&format!("is not a wall-clock duration ({e})")))?;
+            if every.is_zero() {
+                return Err(error("must be a positive duration"));
+            }
+            return Ok(CheckpointEvery::Wall(every));
+        }
+        let value = s.trim();
         let split = value
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(value.len());
         let (number, unit) = value.split_at(split);
-        let number: f64 = number
-            .parse()
-            .map_err(|_| format!("`{s}` is not a duration; {usage}"))?;
-        let scale = match (wall, unit) {
-            (false, "ps") => 1.0,
-            (false, "ns") => 1e3,
-            (false, "us") => 1e6,
-            (false, "ms") => 1e9,
-            (false, "s") => 1e12,
-            (true, "s") => 1.0,
-            (true, "m") => 60.0,
-            (true, "h") => 3600.0,
-            _ => return Err(format!("`{s}` has no unit this option knows; {usage}")),
+        let number: f64 = number.parse().map_err(|_| error("is not a duration"))?;
+        let scale = match unit {
+            "ps" => 1.0,
+            "ns" => 1e3,
+            "us" => 1e6,
+            "ms" => 1e9,
+            "s" => 1e12,
+            _ => return Err(error("has no unit this option knows")),
         };
         let amount = number * scale;
         if !(amount.is_finite() && amount > 0.0) {
-            return Err(format!("`{s}` must be a positive duration; {usage}"));
+            return Err(error("must be a positive duration"));
         }
-        Ok(if wall {
-            CheckpointEvery::Wall(Duration::from_secs_f64(amount))
-        } else {
-            CheckpointEvery::SimulatedPs(amount.round().max(1.0) as u64)
-        })
+        Ok(CheckpointEvery::SimulatedPs(amount.round().max(1.0) as u64))
     }
 }
 
@@ -532,8 +543,21 @@ mod tests {
             "wall:15m".parse::<CheckpointEvery>(),
             Ok(CheckpointEvery::Wall(Duration::from_secs(900)))
         );
-        for bad in ["", "5", "ms", "-1ms", "0s", "wall:5ms", "5 parsecs"] {
-            let e = bad.parse::<CheckpointEvery>().expect_err(bad);
+        assert_eq!(
+            "wall:1h 30m".parse::<CheckpointEvery>(),
+            Ok(CheckpointEvery::Wall(Duration::from_secs(5400)))
+        );
+        for bad in [
+            "",
+            "5",
+            "ms",
+            "-1ms",
+            "0s",
+            "wall:0s",
+            "wall:5 parsecs",
+            "5 parsecs",
+        ] {
+            let e = bad.parse::<CheckpointEvery>().expect_err(bad).to_string();
             assert!(e.contains("wall:"), "{bad}: {e}");
         }
     }

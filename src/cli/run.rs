@@ -109,7 +109,9 @@ pub struct CheckpointArgs {
     pub resume: Option<PathBuf>,
 }
 
-fn parse_checkpoint_every(s: &str) -> Result<CheckpointEvery, String> {
+fn parse_checkpoint_every(
+    s: &str,
+) -> Result<CheckpointEvery, coordinator::checkpoint::IntervalError> {
     s.parse()
 }
 
