@@ -188,21 +188,21 @@ mod tests {
     }
 
     #[test]
-    fn from_secs_rounds_to_nearest_and_saturates() {
-        assert_eq!(SimTime::from_secs_f64(1.4e-12).as_ps(), 1);
-        assert_eq!(SimTime::from_secs_f64(1.5e-12).as_ps(), 2);
-        assert_eq!(SimTime::from_secs_f64(-1.0), SimTime::ZERO);
-        assert_eq!(SimTime::from_secs_f64(f64::NAN), SimTime::ZERO);
-        assert_eq!(SimTime::from_secs_f64(1e300), SimTime::MAX);
-        assert_eq!(SimTime::from_secs_f64(f64::INFINITY), SimTime::MAX);
-    }
-
-    #[test]
-    fn from_secs_ceil_rounds_up() {
-        assert_eq!(SimTime::from_secs_f64_ceil(1.1e-12).as_ps(), 2);
-        assert_eq!(SimTime::from_secs_f64_ceil(2e-12).as_ps(), 2);
-        assert_eq!(SimTime::from_secs_f64_ceil(-1.0), SimTime::ZERO);
-        assert_eq!(SimTime::from_secs_f64_ceil(f64::INFINITY), SimTime::MAX);
+    fn from_secs_rounds_and_saturates() {
+        // (seconds, to the nearest picosecond, rounded up)
+        let cases = [
+            (0.5, 500_000_000_000, 500_000_000_000),
+            (1.4e-12, 1, 2),
+            (1.6e-12, 2, 2),
+            (-1.0, 0, 0),
+            (f64::NAN, 0, 0),
+            (1e300, u64::MAX, u64::MAX),
+            (f64::INFINITY, u64::MAX, u64::MAX),
+        ];
+        for (s, nearest, up) in cases {
+            assert_eq!(SimTime::from_secs_f64(s).as_ps(), nearest, "{s}");
+            assert_eq!(SimTime::from_secs_f64_ceil(s).as_ps(), up, "{s}");
+        }
     }
 
     #[test]
