@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sim::engine::SimModel;
 use sim::experiment::Experiment;
+use sim::time::SimTime;
 use worker::checkpoint::{part_file_name, window_dir, write_atomically};
 
 /// The manifest's file name inside a checkpoint directory.
@@ -213,6 +214,13 @@ pub struct Mark {
     /// with the same windows; 0 (checkpoints written before it was kept) means a lookahead.
     #[serde(default)]
     pub width_ps: u64,
+}
+
+impl Mark {
+    /// When window `window` starts.
+    pub fn time(&self) -> SimTime {
+        SimTime::from_ps(self.time_ps)
+    }
 }
 
 /// `checkpoint.json`.

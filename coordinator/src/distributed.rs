@@ -31,6 +31,7 @@ use pb::worker_client::WorkerClient;
 use pb::worker_server::{Worker, WorkerServer};
 use sim::engine::{LpReport, RunResults, SimModel};
 use sim::experiment::Experiment;
+use sim::time::SimTime;
 use sim::topology::NodeId;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
@@ -337,7 +338,7 @@ impl Hub {
             Some(m) => format!(
                 "The last checkpoint is in {dir} (window {}, simulated time {:.6} s): go on with `--resume {dir}`",
                 m.window,
-                m.time_ps as f64 * 1e-12
+                m.time().as_secs_f64()
             ),
             None => "No checkpoint had completed; start again (with --checkpoint-every to be able to resume)".to_string(),
         }
@@ -618,7 +619,8 @@ pub fn run_coordinator(
             threads: 1,
             last_seen: Vec::new(),
             rounds: {
-                let rounds = CombiningBarrier::new(workers, partition.lookahead_ps, progress)
+                let lookahead = partition.lookahead_ps.map(SimTime::from_ps);
+                let rounds = CombiningBarrier::new(workers, lookahead, progress)
                     .with_checkpoints(checkpoints.schedule);
                 let scheduling = worker::Scheduling::for_run(
                     &exp.loaded.config.engine.scheduling,

@@ -2,16 +2,17 @@
 //! the next window (DESIGN.md, "Windows and mailboxes"). Pure logic: the in-process and the
 //! gRPC coordinators both call it.
 
+use sim::time::SimTime;
 use worker::{WindowGrant, WindowReport};
 
 use crate::checkpoint::{Mark, Schedule, Step};
 
-/// Called after every grant with (window lower bound in ps, events so far).
-pub type ProgressHook = Box<dyn FnMut(u64, u64) + Send>;
+/// Called after every grant with (window lower bound, events so far).
+pub type ProgressHook = Box<dyn FnMut(SimTime, u64) + Send>;
 
 /// Window length when no link is cut (one partition): any length gives the same results;
 /// this one keeps the progress display moving.
-pub const UNCUT_WINDOW_PS: u64 = 1_000_000_000;
+pub const UNCUT_WINDOW: SimTime = SimTime::from_ns(1_000_000);
 
 /// Wide windows (a lone worker scheduled asynchronously, [`WindowDriver::widening`]) double
 /// after one with fewer events than this, so that barriers stay rare where events are
@@ -21,21 +22,21 @@ const WIDEN_BELOW_EVENTS: u64 = 250_000;
 /// second of wall time: progress, checkpoints and stop requests are seen between windows.
 const NARROW_ABOVE_EVENTS: u64 = 1_000_000;
 /// The widest window: one simulated second.
-const WIDEST_WINDOW_PS: u64 = 1_000_000_000_000;
+const WIDEST_WINDOW: SimTime = SimTime::from_ps(SimTime::PS_PER_SECOND);
 
 #[derive(Debug)]
 pub struct WindowDriver {
-    lookahead_ps: u64,
+    lookahead: SimTime,
     /// The next window's width: the lookahead, or more once widening.
-    width_ps: u64,
+    width: SimTime,
     widening: bool,
     /// The width the checkpoint this run resumed recorded, for its first grant.
-    resumed_width_ps: Option<u64>,
+    resumed_width: Option<SimTime>,
     /// Events when the last window was granted.
     events_granted: u64,
     window: u64,
     /// Lower bound of the last window granted, for progress.
-    pub time_ps: u64,
+    pub time: SimTime,
     pub events: u64,
     /// Windows and events of the run this one resumed, before its checkpoint.
     events_before: u64,
@@ -83,18 +84,18 @@ impl WorkerBalance {
 }
 
 impl WindowDriver {
-    /// `lookahead_ps`: the smallest latency of a link between two partitions; `None` when no
+    /// `lookahead`: the smallest latency of a link between two partitions; `None` when no
     /// link is cut.
-    pub fn new(lookahead_ps: Option<u64>) -> Self {
-        let lookahead_ps = lookahead_ps.unwrap_or(UNCUT_WINDOW_PS).max(1);
+    pub fn new(lookahead: Option<SimTime>) -> Self {
+        let lookahead = lookahead.unwrap_or(UNCUT_WINDOW).max(SimTime::from_ps(1));
         WindowDriver {
-            lookahead_ps,
-            width_ps: lookahead_ps,
+            lookahead,
+            width: lookahead,
             widening: false,
-            resumed_width_ps: None,
+            resumed_width: None,
             events_granted: 0,
             window: 0,
-            time_ps: 0,
+            time: SimTime::ZERO,
             events: 0,
             events_before: 0,
             checkpoints: None,
@@ -116,11 +117,11 @@ impl WindowDriver {
     pub fn with_checkpoints(mut self, schedule: Schedule) -> Self {
         if let Some(m) = schedule.last {
             self.window = m.window - 1;
-            self.time_ps = m.time_ps;
+            self.time = SimTime::from_ps(m.time_ps);
             self.events_before = m.events;
             self.events = m.events;
             self.events_granted = m.events;
-            self.resumed_width_ps = (m.width_ps > 0).then_some(m.width_ps);
+            self.resumed_width = (m.width_ps > 0).then_some(SimTime::from_ps(m.width_ps));
         }
         self.checkpoints = Some(schedule);
         self
@@ -129,20 +130,20 @@ impl WindowDriver {
     /// The next window's width: a lookahead, or when widening, from the events the last one
     /// held (the first after a resume: as the checkpoint recorded).
     fn size_window(&mut self) {
-        let resumed = self.resumed_width_ps.take();
+        let resumed = self.resumed_width.take();
         if !self.widening {
-            self.width_ps = self.lookahead_ps;
-        } else if let Some(width_ps) = resumed {
-            self.width_ps = width_ps;
+            self.width = self.lookahead;
+        } else if let Some(width) = resumed {
+            self.width = width;
         } else {
             let held = self.events - self.events_granted;
             if held < WIDEN_BELOW_EVENTS {
-                self.width_ps = self.width_ps.saturating_mul(2).min(WIDEST_WINDOW_PS);
+                self.width = self.width.saturating_add(self.width).min(WIDEST_WINDOW);
             } else if held > NARROW_ABOVE_EVENTS {
-                self.width_ps = (self.width_ps / 2).max(self.lookahead_ps);
+                self.width = SimTime::from_ps(self.width.as_ps() / 2).max(self.lookahead);
             }
         }
-        self.width_ps = self.width_ps.max(self.lookahead_ps);
+        self.width = self.width.max(self.lookahead);
         self.events_granted = self.events;
     }
 
@@ -165,18 +166,18 @@ impl WindowDriver {
     ) -> Result<Vec<WindowGrant>, crate::checkpoint::CheckpointError> {
         let t = reports
             .iter()
-            .map(|r| r.next_event_ps.min(r.earliest_sent_ps))
+            .map(|r| SimTime::from_ps(r.next_event_ps.min(r.earliest_sent_ps)))
             .min()
-            .unwrap_or(u64::MAX);
+            .unwrap_or(SimTime::MAX);
         self.events = self.events_before + reports.iter().map(|r| r.events_processed).sum::<u64>();
         self.balance.add(reports);
         self.size_window();
-        let mut finished = t == u64::MAX;
+        let mut finished = t == SimTime::MAX;
         let next = (!finished).then(|| Mark {
             window: self.window + 1,
-            time_ps: t,
+            time_ps: t.as_ps(),
             events: self.events,
-            width_ps: self.width_ps,
+            width_ps: self.width.as_ps(),
         });
         let (mut checkpoint, mut stop) = (false, false);
         if let Some(schedule) = self.checkpoints.as_mut() {
@@ -194,27 +195,30 @@ impl WindowDriver {
         }
         if !finished {
             self.window += 1;
-            self.time_ps = t;
+            self.time = t;
         }
         // Every worker's promise bounds what can cross a partition (0: one that does not
         // track promises; the window is then one width wide).
         let promised = reports
             .iter()
-            .map(|r| r.promise_ps.min(t.saturating_add(r.waiting_distance_ps)))
+            .map(|r| {
+                let waiting = SimTime::from_ps(r.waiting_distance_ps);
+                SimTime::from_ps(r.promise_ps).min(t.saturating_add(waiting))
+            })
             .min()
-            .unwrap_or(0);
-        let mut end_ps = if promised == 0 || self.widening {
-            t.saturating_add(self.width_ps)
+            .unwrap_or(SimTime::ZERO);
+        let mut end = if promised == SimTime::ZERO || self.widening {
+            t.saturating_add(self.width)
         } else {
-            promised.max(t.saturating_add(self.lookahead_ps))
+            promised.max(t.saturating_add(self.lookahead))
         };
         if let Some(due) = self.checkpoints.as_ref().and_then(Schedule::next_due_ps) {
-            end_ps = end_ps.min(due.max(t.saturating_add(self.lookahead_ps)));
+            end = end.min(SimTime::from_ps(due).max(t.saturating_add(self.lookahead)));
         }
         Ok((0..reports.len())
             .map(|w| WindowGrant {
                 window: self.window,
-                end_ps,
+                end_ps: end.as_ps(),
                 batches_expected: reports
                     .iter()
                     .map(|r| r.batches_sent.get(w).copied().unwrap_or(0))
@@ -243,13 +247,13 @@ pub struct CombiningBarrier {
 }
 
 impl CombiningBarrier {
-    pub fn new(workers: u32, lookahead_ps: Option<u64>, progress: Option<ProgressHook>) -> Self {
+    pub fn new(workers: u32, lookahead: Option<SimTime>, progress: Option<ProgressHook>) -> Self {
         CombiningBarrier {
             reports: vec![None; workers as usize],
             arrived: 0,
             generation: 0,
             grants: Vec::new(),
-            driver: WindowDriver::new(lookahead_ps),
+            driver: WindowDriver::new(lookahead),
             progress,
             failed: None,
         }
@@ -286,7 +290,7 @@ impl CombiningBarrier {
                 }
             }
             self.generation += 1;
-            let (t, events) = (self.driver.time_ps, self.driver.events);
+            let (t, events) = (self.driver.time, self.driver.events);
             if let Some(p) = self.progress.as_mut() {
                 p(t, events);
             }
@@ -341,7 +345,7 @@ mod tests {
             waiting_distance_ps: waiting,
             ..report(worker, next, u64::MAX, vec![0, 0])
         };
-        let mut d = WindowDriver::new(Some(1_000));
+        let mut d = WindowDriver::new(Some(SimTime::from_ps(1_000)));
         // Per grant: each worker's (next event, promise, waiting distance), the window's end.
         let grants = [
             // Worker 1 promises 9,000; worker 0's waiting GPUs the next event (5,000) plus
@@ -375,7 +379,7 @@ mod tests {
 
     #[test]
     fn emulated_efficiency_is_the_mean_over_the_busiest_worker_per_window() {
-        let mut d = WindowDriver::new(Some(1000));
+        let mut d = WindowDriver::new(Some(SimTime::from_ps(1000)));
         assert_eq!(d.balance.efficiency(), None, "no events yet");
         // Reports carry each worker's events so far: windows of (10, 0) and (5, 5) events.
         for (a, b) in [(10, 0), (15, 5)] {
@@ -400,7 +404,7 @@ mod tests {
 
     #[test]
     fn the_window_starts_at_the_earliest_event_anywhere_including_in_flight() {
-        let mut d = WindowDriver::new(Some(1000));
+        let mut d = WindowDriver::new(Some(SimTime::from_ps(1000)));
         let g = d
             .grant(&[
                 report(0, 5_000, u64::MAX, vec![0, 2]),
@@ -421,7 +425,7 @@ mod tests {
 
     #[test]
     fn windows_stay_one_lookahead_wide_unless_widening() {
-        let mut d = WindowDriver::new(Some(1000));
+        let mut d = WindowDriver::new(Some(SimTime::from_ps(1000)));
         for i in 0..5 {
             let g = d.grant(&one_worker(i * 1000, 0)).expect("grant");
             assert_eq!(g[0].end_ps, i * 1000 + 1000);
@@ -430,7 +434,7 @@ mod tests {
 
     #[test]
     fn widening_windows_double_while_sparse_and_halve_when_crowded() {
-        let mut d = WindowDriver::new(Some(1000)).widening();
+        let mut d = WindowDriver::new(Some(SimTime::from_ps(1000))).widening();
         let ends: Vec<u64> = (0..4)
             .map(|_| d.grant(&one_worker(0, 0)).expect("grant")[0].end_ps)
             .collect();
@@ -466,7 +470,7 @@ mod tests {
             Some(mark),
             Box::new(|_| Ok(())),
         );
-        let d = WindowDriver::new(Some(1000));
+        let d = WindowDriver::new(Some(SimTime::from_ps(1000)));
         if widening {
             d.widening().with_checkpoints(schedule)
         } else {

@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use std::time::Instant;
 
 use sim::engine::{RunResults, SimModel};
+use sim::time::SimTime;
 use worker::{
     Coordination, EngineError, EventBatch, LpMap, RoundTrips, Scheduling, WindowGrant,
     WindowReport, WorkerSetup, WorkerStats, run_worker, wait_briefly,
@@ -264,7 +265,7 @@ pub fn run(
     let map = Arc::new(LpMap::new(partition_of));
     let owner = Arc::new(assign_workers(map.partitions, workers, &partition_weights));
     let oversubscribed = oversubscribed(workers, threads);
-    let mut rounds = CombiningBarrier::new(workers, lookahead_ps, progress);
+    let mut rounds = CombiningBarrier::new(workers, lookahead_ps.map(SimTime::from_ps), progress);
     if scheduling.wide_windows(workers) {
         rounds = rounds.widening();
     }

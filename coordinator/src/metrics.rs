@@ -67,15 +67,15 @@ fn install(listen: &str, _: std::net::SocketAddr) -> Result<(), ServeError> {
 pub fn window_hook(mut inner: Option<ProgressHook>) -> ProgressHook {
     // From the first window: a resumed run's counts start at its checkpoint's.
     let mut start: Option<(Instant, u64)> = None;
-    Box::new(move |time_ps, events| {
-        gauge!("fleetsim_simulated_seconds").set(time_ps as f64 * 1e-12);
+    Box::new(move |time, events| {
+        gauge!("fleetsim_simulated_seconds").set(time.as_secs_f64());
         counter!("fleetsim_windows_total").increment(1);
         gauge!("fleetsim_events").set(events as f64);
         let (started, first) = *start.get_or_insert((Instant::now(), events));
         let wall = started.elapsed().as_secs_f64().max(1e-9);
         gauge!("fleetsim_events_per_second").set((events - first) as f64 / wall);
         if let Some(hook) = inner.as_mut() {
-            hook(time_ps, events);
+            hook(time, events);
         }
     })
 }

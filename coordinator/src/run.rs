@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sim::config::ConfigError;
 use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
+use sim::time::SimTime;
 
 use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
@@ -45,7 +46,7 @@ pub enum RunError {
     /// Asked to stop (SIGTERM, SIGUSR1), the run wrote a checkpoint and stopped.
     #[error(
         "stopped on request at simulated time {:.6} s (window {}); the checkpoint is in {dir}; continue with `--resume {dir}`",
-        mark.time_ps as f64 * 1e-12,
+        mark.time().as_secs_f64(),
         mark.window
     )]
     Stopped { mark: Mark, dir: String },
@@ -173,7 +174,7 @@ pub struct RunOutput {
     pub model: SimModel,
     pub results: RunResults,
     /// The slowest rank's finish.
-    pub iteration_ps: u64,
+    pub iteration_ps: SimTime,
     pub summary: Summary,
 }
 

@@ -8,6 +8,7 @@ mod support;
 use coordinator::embedded;
 use proptest::prelude::*;
 use sim::hash::splitmix64;
+use sim::time::SimTime;
 use support::*;
 
 #[derive(Debug, Clone)]
@@ -160,7 +161,7 @@ fn same_digest_however_split(case: &Case, map_seed: u64) -> Result<(), TestCaseE
         let (_, base) = run_with(model(&exp), by_host.clone(), 1, 1);
         let digest = base.digest();
         let iteration = base.iteration_ps().expect("the baseline finishes");
-        prop_assert!(iteration > 0);
+        prop_assert!(iteration > SimTime::ZERO);
 
         let mut splits: Vec<(String, Vec<u32>, u32, usize)> = Vec::new();
         for (workers, threads) in [(1, 2), (2, 1), (3, 2), (8, 1), (8, 2)] {

@@ -247,7 +247,7 @@ fn a_coherent_remote_read_layer_takes_the_max_and_a_non_coherent_one_the_sum() {
     use sim::workload::{NO_LAYER, OpKind, Phase};
     let time = |exp: &sim::experiment::Experiment| {
         let (model, results) = run(model(exp));
-        (model, results.iteration_ps().expect("finishes"))
+        (model, results.iteration_ps().expect("finishes").as_ps())
     };
     let (_, baseline) = time(&cxl_experiment("", true));
     let (coherent_model, coherent) = time(&cxl_experiment("\"weights\"", true));

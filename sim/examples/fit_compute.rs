@@ -185,17 +185,17 @@ fn compare_tables(
 }
 
 fn seconds(e: &ArchEfficiency) -> impl Fn(&Kernel, &GpuSpec) -> f64 + '_ {
-    move |k, g| model_time(k, g, e, true).ps as f64 * 1e-12
+    move |k, g| model_time(k, g, e, true).seconds()
 }
 
 /// The model at the clocks of `profile_kernels.py --clock steady` (after BF16 heaters).
 fn steady_seconds(e: &ArchEfficiency) -> impl Fn(&Kernel, &GpuSpec) -> f64 + '_ {
-    move |k, g| model_time(k, &heated(g), e, true).ps as f64 * 1e-12
+    move |k, g| model_time(k, &heated(g), e, true).seconds()
 }
 
 /// The model at the burst clock of a kernel timed after an idle GPU.
 fn burst_seconds(e: &ArchEfficiency) -> impl Fn(&Kernel, &GpuSpec) -> f64 + '_ {
-    move |k, g| model_time_at(k, g, e, true, ClockState::Burst).ps as f64 * 1e-12
+    move |k, g| model_time_at(k, g, e, true, ClockState::Burst).seconds()
 }
 
 fn print_family(e: &ArchEfficiency) {

@@ -24,10 +24,8 @@ use std::fmt;
 
 use crate::config::{ConfigError, FaultConfig, FaultKind, LoadedConfig, NetworkModel, SlowScope};
 use crate::hash::splitmix64;
+use crate::time::SimTime;
 use crate::topology::{LinkClass, LinkId, NodeId, NodeKind, Topology};
-
-/// Picoseconds per second.
-const PS_PER_S: f64 = 1e12;
 
 /// The faults of an experiment that act on GPUs and on the whole job; link faults live in
 /// the topology ([`apply_to_topology`]).
@@ -42,11 +40,11 @@ pub struct Faults {
     timed_links: Vec<TimedLink>,
 }
 
-/// A cable that goes down or slows at `from_ps` (after the start of the iteration).
+/// A cable that goes down or slows at `from` (after the start of the iteration).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimedLink {
     cable: u32,
-    from_ps: u64,
+    from: SimTime,
     effect: LinkEffect,
     /// The cable in words and the entry that named it, for the job's error.
     what: String,
@@ -74,10 +72,10 @@ struct Jitter {
     seed: u64,
 }
 
-/// A part that goes down at `at_ps`.
+/// A part that goes down at `at`.
 #[derive(Debug, Clone, PartialEq)]
 struct Stop {
-    at_ps: u64,
+    at: SimTime,
     /// What failed, in words (`host 3 (GPUs 24-31)`), and the entry that said so.
     what: String,
     entry: String,
@@ -102,14 +100,14 @@ impl Faults {
                 FaultKind::GpuSlow => &["gpu", "factor", "scope"],
                 FaultKind::KernelJitter => &["sigma", "seed"],
             })?;
-            let at_ps = entry.at_ps()?;
+            let at = entry.at()?;
             match f.kind {
                 FaultKind::LinkDown | FaultKind::LinkDegraded => {}
                 FaultKind::NicDown => {
                     let nic = entry.required("nic", f.nic)?;
-                    if at_ps > 0 {
+                    if at > SimTime::ZERO {
                         faults.stops.push(Stop {
-                            at_ps,
+                            at,
                             what: format!("NIC {nic} (nic{nic} in links.csv)"),
                             entry: entry.key.clone(),
                         });
@@ -127,7 +125,7 @@ impl Faults {
                         ));
                     }
                     let (first, last) = (host * per_host, host * per_host + per_host - 1);
-                    if at_ps == 0 {
+                    if at == SimTime::ZERO {
                         return Err(entry.error(
                             "host",
                             format!(
@@ -139,7 +137,7 @@ impl Faults {
                         ));
                     }
                     faults.stops.push(Stop {
-                        at_ps,
+                        at,
                         what: format!("host {host} (ranks {first}-{last})"),
                         entry: entry.key.clone(),
                     });
@@ -152,7 +150,7 @@ impl Faults {
                             format!("GPU {rank} does not exist: the cluster has {gpus} GPUs (ranks 0-{})", gpus.saturating_sub(1)),
                         ));
                     }
-                    if at_ps > 0 {
+                    if at > SimTime::ZERO {
                         return Err(entry.error(
                             "at_s",
                             "a slow GPU is slow for the whole iteration; remove at_s",
@@ -185,7 +183,7 @@ impl Faults {
                             "a second kernel-jitter entry; give one, with the sigma you want",
                         ));
                     }
-                    if at_ps > 0 {
+                    if at > SimTime::ZERO {
                         return Err(entry.error(
                             "at_s",
                             "kernel jitter applies to the whole iteration; remove at_s",
@@ -207,14 +205,14 @@ impl Faults {
         }
         faults
             .stops
-            .sort_by(|a, b| a.at_ps.cmp(&b.at_ps).then(a.what.cmp(&b.what)));
+            .sort_by(|a, b| a.at.cmp(&b.at).then(a.what.cmp(&b.what)));
         Ok(faults)
     }
 
     /// These faults with the link faults that start after time zero, which
     /// [`apply_to_topology`] returned.
     pub fn with_timed_links(mut self, mut timed: Vec<TimedLink>) -> Faults {
-        timed.sort_by_key(|t| (t.cable, t.from_ps));
+        timed.sort_by_key(|t| (t.cable, t.from));
         self.timed_links = timed;
         self
     }
@@ -234,45 +232,45 @@ impl Faults {
 
     /// Whether some link fault has taken a cable down by `now`: from then on segments route
     /// hop by hop around what is down instead of along the route their sender planned.
-    pub fn links_down_by(&self, now: u64) -> bool {
+    pub fn links_down_by(&self, now: SimTime) -> bool {
         self.timed_links
             .iter()
-            .any(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
+            .any(|t| t.effect == LinkEffect::Down && t.from <= now)
     }
 
     /// How many link-down faults have started by `now`: a flow that sees the count change
     /// may have been rerouted part way.
-    pub fn cables_down_by(&self, now: u64) -> u32 {
+    pub fn cables_down_by(&self, now: SimTime) -> u32 {
         self.timed_links
             .iter()
-            .filter(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
+            .filter(|t| t.effect == LinkEffect::Down && t.from <= now)
             .count() as u32
     }
 
     /// The cables down by `now`, in words, for the error of a segment left without a path.
-    pub fn describe_down_by(&self, now: u64) -> String {
+    pub fn describe_down_by(&self, now: SimTime) -> String {
         let down: Vec<String> = self
             .timed_links
             .iter()
-            .filter(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
-            .map(|t| format!("{} down at {:.6} s", t.what, t.from_ps as f64 / PS_PER_S))
+            .filter(|t| t.effect == LinkEffect::Down && t.from <= now)
+            .map(|t| format!("{} down at {:.6} s", t.what, t.from.as_secs_f64()))
             .collect();
         down.join(", ")
     }
 
     /// If link `link` is down at `now`: the cable and entry in words, and since when.
-    pub fn link_down_at(&self, link: LinkId, now: u64) -> Option<(&str, u64)> {
+    pub fn link_down_at(&self, link: LinkId, now: SimTime) -> Option<(&str, SimTime)> {
         self.timed(link)
             .iter()
-            .find(|t| t.effect == LinkEffect::Down && t.from_ps <= now)
-            .map(|t| (t.what.as_str(), t.from_ps))
+            .find(|t| t.effect == LinkEffect::Down && t.from <= now)
+            .map(|t| (t.what.as_str(), t.from))
     }
 
     /// The share of its rate link `link` runs at, at `now` (1 unless degraded by then).
-    pub fn link_rate_at(&self, link: LinkId, now: u64) -> f64 {
+    pub fn link_rate_at(&self, link: LinkId, now: SimTime) -> f64 {
         self.timed(link)
             .iter()
-            .filter(|t| t.from_ps <= now)
+            .filter(|t| t.from <= now)
             .map(|t| match t.effect {
                 LinkEffect::Degraded(f) => f,
                 LinkEffect::Down => 1.0,
@@ -307,15 +305,15 @@ impl Faults {
             .map(|i| &self.slow[i])
     }
 
-    /// Whether a job whose last rank finished at `end_ps` ran into a host or NIC that went
+    /// Whether a job whose last rank finished at `end` ran into a host or NIC that went
     /// down: the first that did stops it, with what failed and when.
-    pub fn check_run(&self, end_ps: u64) -> Result<(), JobStopped> {
-        match self.stops.iter().find(|s| s.at_ps < end_ps) {
+    pub fn check_run(&self, end: SimTime) -> Result<(), JobStopped> {
+        match self.stops.iter().find(|s| s.at < end) {
             Some(s) => Err(JobStopped {
                 what: s.what.clone(),
                 entry: s.entry.clone(),
-                at_ps: s.at_ps,
-                end_ps,
+                at: s.at,
+                end,
             }),
             None => Ok(()),
         }
@@ -327,8 +325,8 @@ impl Faults {
 pub struct JobStopped {
     what: String,
     entry: String,
-    at_ps: u64,
-    end_ps: u64,
+    at: SimTime,
+    end: SimTime,
 }
 
 impl fmt::Display for JobStopped {
@@ -339,9 +337,9 @@ impl fmt::Display for JobStopped {
              NCCL has no failover between hosts or NICs, so the collectives that need it hang until the \
              watchdog aborts every rank (move at_s past the end to see the iteration whole)",
             self.what,
-            self.at_ps as f64 / PS_PER_S,
+            self.at.as_secs_f64(),
             self.entry,
-            self.end_ps as f64 / PS_PER_S,
+            self.end.as_secs_f64(),
         )
     }
 }
@@ -425,15 +423,15 @@ pub fn apply_to_topology(
                     FaultKind::LinkDown => LinkEffect::Down,
                     _ => LinkEffect::Degraded(entry.fraction("factor", f.factor)?),
                 };
-                let from_ps = entry.at_ps()?;
+                let from = entry.at()?;
                 for c in cables {
                     match effect {
-                        _ if from_ps > 0 => {
+                        _ if from > SimTime::ZERO => {
                             entry.check_queued(topology, c)?;
                             let l = topology.link(2 * c);
                             timed.push(TimedLink {
                                 cable: c,
-                                from_ps,
+                                from,
                                 effect,
                                 what: format!(
                                     "the cable {} - {} ({})",
@@ -464,7 +462,7 @@ pub fn apply_to_topology(
                         ),
                     )
                 })?;
-                if entry.at_ps()? == 0 {
+                if entry.at()? == SimTime::ZERO {
                     let links: Vec<LinkId> = topology
                         .out_links(node)
                         .iter()
@@ -591,11 +589,11 @@ impl<'a> Entry<'a> {
         }
     }
 
-    fn at_ps(&self) -> Result<u64, ConfigError> {
+    fn at(&self) -> Result<SimTime, ConfigError> {
         let at = self.fault.at_s;
         // An hour of simulated time is beyond any iteration.
         if at.is_finite() && (0.0..=3600.0).contains(&at) {
-            Ok((at * PS_PER_S).round() as u64)
+            Ok(SimTime::from_secs_f64(at))
         } else {
             Err(self.error(
                 "at_s",

@@ -2,7 +2,7 @@
 //!
 //! Invariants: no threads, sockets, tokio or file output here (files are only read while
 //! parsing configuration); nothing iterates a randomly seeded hash map; simulated time is an
-//! integer number of picoseconds.
+//! integer number of picoseconds, a [`time::SimTime`], converted to seconds only through it.
 
 pub mod collective;
 pub mod compute;
@@ -21,5 +21,6 @@ pub mod memory;
 pub mod model;
 pub mod planner;
 pub mod slab;
+pub mod time;
 pub mod topology;
 pub mod workload;

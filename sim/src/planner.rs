@@ -28,6 +28,7 @@ use crate::experiment::Experiment;
 use crate::layout::GroupKind;
 use crate::memory;
 use crate::model::ModelSpec;
+use crate::time::SimTime;
 use crate::workload::{NO_LAYER, OpKind, Program, compile, evaluate::evaluate};
 
 /// Rank order that puts pipeline stages outermost (Megatron-LM's default).
@@ -546,5 +547,5 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
         })?;
         worst = worst.max(timing.iteration_ps);
     }
-    Ok(worst as f64 * 1e-12)
+    Ok(SimTime::from_ps(worst).as_secs_f64())
 }

@@ -76,10 +76,10 @@ fn fp8_attention_runs_at_the_bf16_rate_by_default() {
         assert_eq!(kf.dtype, Precision::Bf16);
         assert_eq!(kd.dtype, Precision::Fp8);
         assert_eq!(
-            model.kernel_time(kf, h100).ps,
-            model.kernel_time(kb, h100).ps
+            model.kernel_time(kf, h100).duration,
+            model.kernel_time(kb, h100).duration
         );
-        assert!(model.kernel_time(kd, h100).ps < model.kernel_time(kb, h100).ps);
+        assert!(model.kernel_time(kd, h100).duration < model.kernel_time(kb, h100).duration);
     }
 }
 

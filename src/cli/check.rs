@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
+use sim::time::SimTime;
 use sim::topology::Topology;
 use sim::workload::summary::StageSummary;
 
@@ -233,7 +234,9 @@ impl CheckReport<'_> {
                 "collective": w.collective_ops,
                 "p2p": w.p2p_ops,
             })).collect::<Vec<_>>(),
-            "lookahead_s": topo.host_preserving_lookahead_ps().map(|ps| ps as f64 * 1e-12),
+            "lookahead_s": topo
+                .host_preserving_lookahead_ps()
+                .map(|ps| SimTime::from_ps(ps).as_secs_f64()),
             "faults": exp.loaded.config.faults.iter().map(sim::fault::describe).collect::<Vec<_>>(),
             "memory": exp.model.as_ref().map(|_| memory),
             "warnings": exp.warnings,

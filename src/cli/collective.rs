@@ -244,8 +244,10 @@ pub fn run_bench(
         model = model.with_workload(exp, workload(size), &compute);
         let (returned, results, engine) = simulate(exp, model, &partition, options, None)?;
         model = returned;
-        let time_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
-        let time_s = time_ps as f64 * 1e-12;
+        let time_s = results
+            .iteration_ps()
+            .map_err(RunError::Incomplete)?
+            .as_secs_f64();
         let algbw = if time_s > 0.0 {
             size as f64 / time_s / 1e9
         } else {

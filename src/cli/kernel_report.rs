@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 use sim::compute::{ClockSummary, ComputeModel, KernelTime, table::shape_key};
 use sim::gpu::GpuSpec;
+use sim::time::SimTime;
 use sim::workload::{Kernel, OpKind, Workload};
 
 /// One kernel of a stage: how often it runs per iteration and its duration.
@@ -19,7 +20,7 @@ pub struct KernelRow {
 
 impl KernelRow {
     pub fn total_ps(&self) -> u64 {
-        self.count * self.time.ps
+        self.count * self.time.duration.as_ps()
     }
 }
 
@@ -142,7 +143,7 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
                 r.kernel.pass.name(),
                 r.kernel.dtype.name(),
                 r.count,
-                r.time.ps as f64 * 1e-6,
+                r.time.duration.as_ps() as f64 * 1e-6,
                 r.total_ps() as f64 * 1e-9,
                 share,
                 r.time.bound.name(),
@@ -163,7 +164,7 @@ pub fn to_json(stages: &[StageKernels], top: usize) -> Value {
                 "stage": st.stage,
                 "class": st.class,
                 "gpu": st.gpu,
-                "compute_s": st.compute_ps as f64 * 1e-12,
+                "compute_s": SimTime::from_ps(st.compute_ps).as_secs_f64(),
                 "clock": {
                     "sustained_fraction": st.clock.sustained,
                     "sustained_fp8_fraction": st.clock.sustained_fp8,
@@ -182,7 +183,7 @@ pub fn to_json(stages: &[StageKernels], top: usize) -> Value {
                     "shape": shape_key(&r.kernel.shape),
                     "count": r.count,
                     "time_s": r.time.seconds(),
-                    "total_s": r.total_ps() as f64 * 1e-12,
+                    "total_s": SimTime::from_ps(r.total_ps()).as_secs_f64(),
                     "bound": r.time.bound.name(),
                     "efficiency": r.time.efficiency,
                     "source": r.time.source.to_string(),
@@ -201,7 +202,7 @@ pub fn kernel_table(stages: &[StageKernels]) -> String {
             (
                 st.gpu.as_str(),
                 &r.kernel,
-                r.time.ps as f64 * 1e-6,
+                r.time.duration.as_ps() as f64 * 1e-6,
                 r.time.source.to_string(),
             )
         })

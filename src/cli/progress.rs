@@ -14,6 +14,7 @@ use coordinator::embedded::ProgressHook;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
+use sim::time::SimTime;
 
 /// Log-line period when stderr is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -110,9 +111,9 @@ pub fn hook(exp: &Experiment) -> ProgressHook {
     });
     // When and at what counts the last line was shown, from the first window on: a resumed
     // run's counts start at its checkpoint's, not at 0.
-    let mut last: Option<(Instant, u64, u64)> = None;
-    Box::new(move |sim_ps: u64, events: u64| {
-        let (at, last_events, last_sim) = *last.get_or_insert((Instant::now(), events, sim_ps));
+    let mut last: Option<(Instant, u64, SimTime)> = None;
+    Box::new(move |sim: SimTime, events: u64| {
+        let (at, last_events, last_sim) = *last.get_or_insert((Instant::now(), events, sim));
         let every = if terminal { DRAW_EVERY } else { LOG_EVERY };
         let since = at.elapsed();
         if since < every {
@@ -122,9 +123,9 @@ pub fn hook(exp: &Experiment) -> ProgressHook {
         let eps = (events - last_events) as f64 / since.as_secs_f64();
         // Simulated seconds per wall second over the last period: the ETA assumes the rest
         // of the iteration goes as fast as the recent past, which is all a DES can know.
-        let rate_sim_per_wall = (sim_ps - last_sim) as f64 * 1e-12 / since.as_secs_f64();
-        last = Some((Instant::now(), events, sim_ps));
-        let simulated_s = sim_ps as f64 * 1e-12;
+        let rate_sim_per_wall = (sim - last_sim).as_secs_f64() / since.as_secs_f64();
+        last = Some((Instant::now(), events, sim));
+        let simulated_s = sim.as_secs_f64();
         let expected_s = estimate.as_mut().and_then(Estimate::get);
         let msg = format!(
             "{name}: simulated {simulated_s:.6} s, wall {wall:.1} s, {eps:.2e} events/s, {:.3e} simulated s per wall s, {}",

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::gpu::GpuSpec;
+use sim::time::SimTime;
 use sim::workload::evaluate::{PipelineTiming, evaluate};
 use sim::workload::schedule::bubble_fraction;
 use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, total_model_flops};
@@ -193,7 +194,7 @@ impl WorkloadReport {
         let evaluated = match &self.timing {
             Ok(t) => json!({
                 "bubble_fraction": t.bubble_fraction(),
-                "iteration_s": t.iteration_ps as f64 * 1e-12,
+                "iteration_s": SimTime::from_ps(t.iteration_ps).as_secs_f64(),
             }),
             Err(e) => json!({ "error": e }),
         };
@@ -249,7 +250,7 @@ impl WorkloadReport {
             Ok(t) => format!(
                 "{:.4} (roofline kernels, free communication: {:.3} s per iteration)",
                 t.bubble_fraction(),
-                t.iteration_ps as f64 * 1e-12
+                SimTime::from_ps(t.iteration_ps).as_secs_f64()
             ),
             Err(e) => format!("not evaluated: {e}"),
         };

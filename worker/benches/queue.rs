@@ -14,6 +14,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sim::event::EventKey;
 use sim::hash::splitmix64;
+use sim::time::SimTime;
 use worker::queue::EventQueue;
 
 /// An event as large as the engine's (target and a 56-byte body).
@@ -33,11 +34,11 @@ fn hold(queue: &mut EventQueue<Payload>, size: usize, rng: &mut u64, seq: &mut u
     let mut now = 0;
     for _ in 0..HOLDS {
         let (key, payload) = queue.pop_before(u64::MAX).expect("steady size");
-        now = key.time_ps;
+        now = key.time.as_ps();
         *rng = splitmix64(*rng);
         *seq += 1;
         let key = EventKey {
-            time_ps: now + delay(*rng),
+            time: SimTime::from_ps(now + delay(*rng)),
             origin_lp: (*rng >> 40) as u32 % 4096,
             origin_seq: *seq,
         };
@@ -58,7 +59,7 @@ fn filled(
         *rng = splitmix64(*rng);
         *seq += 1;
         let key = EventKey {
-            time_ps: delay(*rng),
+            time: SimTime::from_ps(delay(*rng)),
             origin_lp: (*rng >> 40) as u32 % 4096,
             origin_seq: *seq,
         };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use sim::engine::{Ctx, Event, Lp, LpReport, SimModel};
 use sim::event::EventKey;
+use sim::time::SimTime;
 use sim::topology::{LinkId, NodeId};
 
 use crate::checkpoint::{LpRecord, PartWriter};
@@ -211,7 +212,7 @@ impl Partition {
     pub fn start(&mut self, model: &SimModel, map: &LpMap) {
         for i in 0..self.lps.len() {
             let mut ctx = Ctx::new(
-                0,
+                SimTime::ZERO,
                 self.lp_ids[i],
                 &mut self.seqs[i],
                 &mut self.emitted,
@@ -248,7 +249,7 @@ impl Partition {
             self.prefetch_next_events(map);
             let i = map.local_index[event.target as usize] as usize;
             let mut ctx = Ctx::new(
-                key.time_ps,
+                key.time,
                 event.target,
                 &mut self.seqs[i],
                 &mut self.emitted,
@@ -264,7 +265,7 @@ impl Partition {
             {
                 p.touch(i as u32);
             }
-            self.route_emitted(model, map, key.time_ps, end_ps);
+            self.route_emitted(model, map, key.time.as_ps(), end_ps);
             n += 1;
         }
         self.last_window_events = n;
@@ -298,16 +299,16 @@ impl Partition {
                 }
                 self.queue.push(key, event);
             } else {
-                if key.time_ps < end_ps && self.error.is_none() {
+                if key.time.as_ps() < end_ps && self.error.is_none() {
                     self.error = Some(CausalityError {
                         origin: key.origin_lp,
                         target: event.target,
-                        time_ps: key.time_ps,
+                        time_ps: key.time.as_ps(),
                         window_end_ps: end_ps,
                     });
                 }
                 self.slack
-                    .count(key.time_ps.saturating_sub(now), self.lookahead_ps);
+                    .count(key.time.as_ps().saturating_sub(now), self.lookahead_ps);
                 self.outbox.push((key, event));
             }
         }

@@ -62,9 +62,9 @@ impl PendingPromises {
             None => 0,
         };
         let target = lp.map(|lp| TargetState { lp, arriving_bytes });
-        let promise = self.cut.event_promise(model, key, event, target);
+        let promise = self.cut.event_promise(model, key, event, target).as_ps();
         if promise != u64::MAX {
-            self.heap.push(Reverse((promise, key.time_ps)));
+            self.heap.push(Reverse((promise, key.time.as_ps())));
         }
     }
 

@@ -369,11 +369,11 @@ impl Shared {
         } = res;
         for slot in staged_slots.drain(..) {
             let events = &mut staged[slot];
-            let earliest = events.iter().map(|(k, _)| k.time_ps).min();
+            let earliest = events.iter().map(|(k, _)| k.time.as_ps()).min();
             let promise = self.cut.as_deref().map_or(u64::MAX, |d| {
                 events
                     .iter()
-                    .map(|(k, e)| d.event_promise(&self.model, k, e, None))
+                    .map(|(k, e)| d.event_promise(&self.model, k, e, None).as_ps())
                     .min()
                     .unwrap_or(u64::MAX)
             });
@@ -477,7 +477,7 @@ impl Shared {
             let next = inbox
                 .lock()
                 .iter()
-                .map(|(k, _)| k.time_ps)
+                .map(|(k, _)| k.time.as_ps())
                 .chain(queued)
                 .min();
             self.results[promises.owner(slot)]

@@ -450,9 +450,9 @@ pub fn run_worker(
             stats.cross_partition_events += std::mem::take(&mut r.cross_partition_events);
             for (w, events) in r.outgoing.iter_mut().enumerate() {
                 for (k, e) in events.iter() {
-                    earliest_sent = earliest_sent.min(k.time_ps);
+                    earliest_sent = earliest_sent.min(k.time.as_ps());
                     if let Some(d) = cut.as_deref() {
-                        sent_promise = sent_promise.min(d.event_promise(model, k, e, None));
+                        sent_promise = sent_promise.min(d.event_promise(model, k, e, None).as_ps());
                     }
                 }
                 outgoing[w].append(events);
@@ -507,12 +507,15 @@ pub fn run_worker(
                     )));
                 }
                 if asynchronous {
-                    shared.async_received(to as usize, key.time_ps);
+                    shared.async_received(to as usize, key.time.as_ps());
                 } else {
-                    next.lower(to as usize, key.time_ps);
+                    next.lower(to as usize, key.time.as_ps());
                 }
                 if let Some(d) = cut.as_deref() {
-                    promises.lower(to as usize, d.event_promise(model, &key, &event, None));
+                    promises.lower(
+                        to as usize,
+                        d.event_promise(model, &key, &event, None).as_ps(),
+                    );
                 }
                 (shared.incoming[to as usize]).lock().push((key, event));
             }
@@ -683,6 +686,33 @@ fn assign_longest_first(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Batches and checkpoints carry event keys in bitcode: a key's time encodes exactly as
+    /// the `u64` of picoseconds it was before it became a `SimTime`, so files and peers of
+    /// either build read each other.
+    #[test]
+    fn an_event_key_encodes_as_its_picoseconds() {
+        #[derive(serde::Serialize)]
+        struct RawKey {
+            time_ps: u64,
+            origin_lp: u32,
+            origin_seq: u64,
+        }
+        let key = EventKey {
+            time: sim::time::SimTime::from_ps(123_456_789_012),
+            origin_lp: 7,
+            origin_seq: 42,
+        };
+        let raw = RawKey {
+            time_ps: 123_456_789_012,
+            origin_lp: 7,
+            origin_seq: 42,
+        };
+        assert_eq!(
+            bitcode::serialize(&key).expect("encode"),
+            bitcode::serialize(&raw).expect("encode")
+        );
+    }
 
     #[test]
     fn a_window_is_bounded_by_its_busiest_partition_and_by_an_even_share() {

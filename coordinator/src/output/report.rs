@@ -10,6 +10,7 @@ use sim::engine::results::{CLASSES, class_index};
 use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
+use sim::time::SimTime;
 use sim::workload::summary::{summarize, total_model_flops};
 use sim::workload::{CollectiveOp, OpKind, Stream};
 
@@ -18,8 +19,6 @@ use crate::output::summary::{
     Breakdown, EngineSummary, FlowSummary, NetworkSummary, RoundTripSummary, Summary, WorkerSummary,
 };
 use crate::output::table::CsvTable;
-
-const PS: f64 = 1e-12;
 
 /// How the engine ran, for summary.json.
 #[derive(Debug, Clone)]
@@ -59,17 +58,17 @@ pub fn summarize_run(
     model: &SimModel,
     results: &RunResults,
     engine: &EngineInfo,
-    iteration_ps: u64,
+    iteration_ps: SimTime,
 ) -> Summary {
-    let t = iteration_ps as f64 * PS;
+    let t = iteration_ps.as_secs_f64();
     let gpus = exp.loaded.config.cluster.gpus;
     let world = model.workload.layout.world().max(1);
     let (mut compute, mut comm, mut bubble, mut idle) = (0.0, 0.0, 0.0, 0.0);
     for g in results.gpus() {
-        compute += g.compute_ps as f64 * PS;
-        comm += g.exposed_comm_ps as f64 * PS;
-        bubble += g.bubble_ps as f64 * PS;
-        idle += (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)) as f64 * PS;
+        compute += g.compute_ps.as_secs_f64();
+        comm += g.exposed_comm_ps.as_secs_f64();
+        bubble += g.bubble_ps.as_secs_f64();
+        idle += (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)).as_secs_f64();
     }
     let ranks = f64::from(world);
     let model_flops = total_model_flops(&summarize(&model.workload));
@@ -148,7 +147,7 @@ pub fn summarize_run(
             events_per_window: s.events as f64 / s.windows.max(1) as f64,
             cross_partition_events: s.cross_partition_events,
             cross_partition_slack: cross_partition_slack(&s.per_worker),
-            lookahead_s: s.lookahead_ps.map(|l| l as f64 * PS),
+            lookahead_s: s.lookahead_ps.map(|l| SimTime::from_ps(l).as_secs_f64()),
             window_end: window_end(s).to_string(),
             wall_s: s.wall_s,
             resumed_events: s.resumed_events,
@@ -264,7 +263,7 @@ fn cross_partition_slack(per_worker: &[worker::WorkerStats]) -> BTreeMap<String,
 
 /// Per rank: time split, the simulated peak of live HBM bytes (resident state, activations in
 /// flight and NCCL buffers, replayed over the iteration) and the GPU's capacity.
-pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: u64) -> String {
+pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: SimTime) -> String {
     let mut table = CsvTable::new([
         "rank",
         "gpu",
@@ -280,7 +279,7 @@ pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: u64) -> S
     for g in results.gpus() {
         let finish = g.finish_ps.unwrap_or(iteration_ps);
         let gpu = exp.gpu_of_rank(g.rank);
-        let seconds = |ps: u64| format!("{:.9}", ps as f64 * PS);
+        let seconds = |t: SimTime| format!("{:.9}", t.as_secs_f64());
         table.row([
             g.rank.to_string(),
             gpu.name.clone(),
@@ -321,7 +320,7 @@ pub fn collectives_csv(results: &RunResults) -> String {
         "busbw_gb_s",
     ]);
     for ((g, op, bytes), s) in merged {
-        let mean = s.total_ps as f64 / s.count.max(1) as f64 * PS;
+        let mean = SimTime::ps_f64_as_secs(s.total_ps.as_ps() as f64 / s.count.max(1) as f64);
         let algbw = if mean > 0.0 {
             bytes as f64 / mean / 1e9
         } else {
@@ -336,8 +335,8 @@ pub fn collectives_csv(results: &RunResults) -> String {
             if s.plan.is_empty() { "-" } else { &s.plan }.to_string(),
             s.count.to_string(),
             format!("{mean:.9}"),
-            format!("{:.9}", s.min_ps as f64 * PS),
-            format!("{:.9}", s.max_ps as f64 * PS),
+            format!("{:.9}", s.min_ps.as_secs_f64()),
+            format!("{:.9}", s.max_ps.as_secs_f64()),
             format!("{algbw:.3}"),
             format!("{:.3}", algbw * busbw_factor(cop, s.group_size)),
         ]);
@@ -348,9 +347,9 @@ pub fn collectives_csv(results: &RunResults) -> String {
 /// Busiest links listed individually after the per-class rows.
 const TOP_LINKS: usize = 20;
 
-pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> String {
+pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: SimTime) -> String {
     let topo = &model.topology;
-    let t = (iteration_ps as f64 * PS).max(f64::MIN_POSITIVE);
+    let t = iteration_ps.as_secs_f64().max(f64::MIN_POSITIVE);
     let mut table = CsvTable::new([
         "scope",
         "class",
@@ -365,7 +364,7 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
         "pauses",
         "ecn_marks",
     ]);
-    let mut per_class = [(0u64, 0u64, 0u64, 0u64, 0u64); 4];
+    let mut per_class = [(0u64, SimTime::ZERO, 0u64, 0u64, 0u64); 4];
     let mut analytical = [0u64; 4];
     let mut analytical_link_bytes = [0u64; 4];
     let mut ports = Vec::new();
@@ -410,7 +409,7 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
             analytical[c].to_string(),
             format!(
                 "{:.6}",
-                busy as f64 * PS / t / f64::from(n) + analytical_busy_s / t
+                busy.as_secs_f64() / t / f64::from(n) + analytical_busy_s / t
             ),
             maxq.to_string(),
             pauses.to_string(),
@@ -429,7 +428,7 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: u64) -> S
             "1".to_string(),
             p.bytes.to_string(),
             "0".to_string(),
-            format!("{:.6}", p.busy_ps as f64 * PS / t),
+            format!("{:.6}", p.busy_ps.as_secs_f64() / t),
             p.max_queue_bytes.to_string(),
             p.pauses.to_string(),
             p.ecn_marks.to_string(),

@@ -88,12 +88,12 @@ pub fn run(model: SimModel) -> (Arc<SimModel>, RunResults) {
     run_with(model, partition_of, 1, 1)
 }
 
-/// Arrival time of every injected flow, by index.
+/// Arrival time of every injected flow in ps, by index.
 pub fn arrivals(results: &RunResults) -> BTreeMap<u32, u64> {
     results
         .reports
         .iter()
-        .flat_map(|(_, r)| r.flow_arrivals.iter().copied())
+        .flat_map(|(_, r)| r.flow_arrivals.iter().map(|&(i, t)| (i, t.as_ps())))
         .collect()
 }
 

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::config::Precision;
 use crate::gpu::{GpuDatabase, GpuSpec};
+use crate::time::SimTime;
 use crate::workload::{Kernel, KernelName, Pass, Shape};
 
 /// One measured case and the model's prediction of it.
@@ -349,12 +350,10 @@ pub fn layer_seconds(
                 OpKind::Collective { op, bytes, .. } => collective_seconds(op, bytes),
                 _ => 0.0,
             };
-            (s * 1e12).round() as u64
+            SimTime::from_secs_f64(s).as_ps()
         };
-        Ok(
-            evaluate_with_interference(workload, 0, &cost, interference)?.iteration_ps as f64
-                * 1e-12,
-        )
+        let timing = evaluate_with_interference(workload, 0, &cost, interference)?;
+        Ok(SimTime::from_ps(timing.iteration_ps).as_secs_f64())
     };
     Ok((
         time(&[Phase::Forward])?,

@@ -20,6 +20,7 @@ use std::fmt;
 
 use crate::config::{ConfigError, Precision};
 use crate::gpu::{ClockState, GpuDatabase, GpuSpec};
+use crate::time::SimTime;
 use crate::workload::{Kernel, Pass, Program, Shape};
 
 pub use efficiency::{ArchEfficiency, EfficiencyTable};
@@ -113,7 +114,7 @@ impl fmt::Display for TimeSource {
 /// A kernel's duration and how it was obtained.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelTime {
-    pub ps: u64,
+    pub duration: SimTime,
     pub bound: Bound,
     /// Achieved fraction of the bounding resource's peak: executed FLOP/s over the dense
     /// peak for compute-bound kernels, bytes/s over HBM bandwidth otherwise.
@@ -123,7 +124,7 @@ pub struct KernelTime {
 
 impl KernelTime {
     pub fn seconds(&self) -> f64 {
-        self.ps as f64 * 1e-12
+        self.duration.as_secs_f64()
     }
 }
 
@@ -226,11 +227,11 @@ impl ComputeModel {
         let (eff, fitted) = self.efficiency_of(gpu);
         let modelled = model_time(kernel, gpu, eff, fitted);
         match self.tables.lookup(kernel, gpu) {
-            Some((ps, source)) => {
-                let seconds = ps as f64 * 1e-12;
+            Some((duration, source)) => {
+                let seconds = duration.as_secs_f64();
                 let (bound, efficiency) = achieved(kernel, gpu, seconds, modelled.bound);
                 KernelTime {
-                    ps,
+                    duration,
                     bound,
                     efficiency,
                     source,
@@ -279,7 +280,7 @@ impl ComputeModel {
             .iter()
             .map(|k| {
                 let t = self.kernel_time(k, gpu);
-                (t.ps, t.bound == Bound::Compute)
+                (t.duration.as_ps(), t.bound == Bound::Compute)
             })
             .unzip()
     }
@@ -290,7 +291,7 @@ impl ComputeModel {
         program
             .kernels
             .iter()
-            .map(|k| self.kernel_time(k, gpu).ps)
+            .map(|k| self.kernel_time(k, gpu).duration.as_ps())
             .collect()
     }
 }
@@ -490,7 +491,7 @@ pub fn model_time_at(
     };
     let (_, efficiency) = achieved(kernel, gpu, seconds, bound);
     KernelTime {
-        ps: (seconds * 1e12).round() as u64,
+        duration: SimTime::from_secs_f64(seconds),
         bound,
         efficiency,
         source: TimeSource::Model { fitted },
@@ -509,7 +510,7 @@ fn slower(compute_s: f64, memory_s: f64) -> (f64, Bound) {
 /// An imported kernel's recorded duration.
 fn recorded(ns: u64) -> KernelTime {
     KernelTime {
-        ps: ns.saturating_mul(1000),
+        duration: SimTime::from_ns(ns),
         bound: Bound::Recorded,
         efficiency: 0.0,
         source: TimeSource::Imported,
@@ -617,7 +618,10 @@ mod tests {
             ..norm
         };
         let t = model.kernel_time(&imported, h100);
-        assert_eq!((t.ps, t.source.clone()), (1_234_000, TimeSource::Imported));
+        assert_eq!(
+            (t.duration.as_ps(), t.source.clone()),
+            (1_234_000, TimeSource::Imported)
+        );
         assert_eq!(model_time(&imported, h100, eff, true), t);
     }
 }

@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, Origin, Precision};
 use crate::gpu::{ClockState, GpuSpec};
+use crate::time::SimTime;
 use crate::workload::{Kernel, KernelName, Pass, Shape};
 
 use super::{TimeSource, executed_flops};
@@ -45,7 +46,7 @@ type RowKey = (String, Precision, KernelName, Pass, String);
 struct Row {
     flops: u64,
     bytes: u64,
-    time_ps: u64,
+    time: SimTime,
 }
 
 /// One data line as written. The fields stay text: each column's own parse gives its own
@@ -387,7 +388,7 @@ impl KernelTables {
             let row = Row {
                 flops,
                 bytes,
-                time_ps: (time_us * 1e6).round() as u64,
+                time: SimTime::from_ps((time_us * 1e6).round() as u64),
             };
             if self.rows.contains_key(&key) {
                 return Err(at(
@@ -433,7 +434,7 @@ impl KernelTables {
                     bytes: row.bytes,
                     dtype: *dtype,
                 };
-                Some((self.gpus.get(gpu)?, kernel, row.time_ps as f64 * 1e-12))
+                Some((self.gpus.get(gpu)?, kernel, row.time.as_secs_f64()))
             })
     }
 
@@ -441,8 +442,8 @@ impl KernelTables {
         self.rows.len()
     }
 
-    /// The measured (or family-scaled) duration of `kernel` on `gpu`, in ps.
-    pub fn lookup(&self, kernel: &Kernel, gpu: &GpuSpec) -> Option<(u64, TimeSource)> {
+    /// The measured (or family-scaled) duration of `kernel` on `gpu`.
+    pub fn lookup(&self, kernel: &Kernel, gpu: &GpuSpec) -> Option<(SimTime, TimeSource)> {
         if self.rows.is_empty() {
             return None;
         }
@@ -457,7 +458,7 @@ impl KernelTables {
             )
         };
         if let Some(row) = self.rows.get(&key(&gpu.name)) {
-            return Some((row.time_ps, TimeSource::Measured));
+            return Some((row.time, TimeSource::Measured));
         }
         // The first GPU (by name) of the same vendor and family that measured this kernel.
         let (base, row) = self
@@ -475,7 +476,7 @@ impl KernelTables {
 }
 
 /// SimAI-CP-Model's scaling of a measured kernel to another GPU of its family.
-fn scale(row: &Row, kernel: &Kernel, base: &GpuSpec, target: &GpuSpec) -> u64 {
+fn scale(row: &Row, kernel: &Kernel, base: &GpuSpec, target: &GpuSpec) -> SimTime {
     let base_peak = base.peak_flops(kernel.dtype);
     let target_peak = target.peak_flops(kernel.dtype);
     let base_bw = base.hbm.bandwidth_tb_s;
@@ -502,7 +503,7 @@ fn scale(row: &Row, kernel: &Kernel, base: &GpuSpec, target: &GpuSpec) -> u64 {
     } else {
         base_bw / target.hbm.bandwidth_tb_s
     };
-    (row.time_ps as f64 * ratio).round() as u64
+    SimTime::from_ps((row.time.as_ps() as f64 * ratio).round() as u64)
 }
 
 /// Writes a table (`fleetsim workload --export kernels`): one row per
@@ -634,11 +635,11 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert_eq!(
             t.lookup(&g, h100),
-            Some((1_000_000_000, TimeSource::Measured))
+            Some((SimTime::from_ps(1_000_000_000), TimeSource::Measured))
         );
         // H800: same Hopper compute and HBM as H100, so the same times, marked as scaled.
-        let (ps, source) = t.lookup(&g, h800).unwrap();
-        assert_eq!(ps, 1_000_000_000);
+        let (time, source) = t.lookup(&g, h800).unwrap();
+        assert_eq!(time.as_ps(), 1_000_000_000);
         assert_eq!(
             source,
             TimeSource::Scaled {
@@ -646,10 +647,10 @@ mod tests {
             }
         );
         // H20: compute-bound GEMM by the FLOPS ratio, memory-bound norm by the bandwidth ratio.
-        let (ps, _) = t.lookup(&g, h20).unwrap();
+        let ps = t.lookup(&g, h20).unwrap().0.as_ps();
         let want = 1e9 * h100.dense_tflops.bf16 / h20.dense_tflops.bf16;
         assert!((ps as f64 - want).abs() < 1.0, "{ps} vs {want}");
-        let (ps, _) = t.lookup(&n, h20).unwrap();
+        let ps = t.lookup(&n, h20).unwrap().0.as_ps();
         let want = 2e8 * h100.hbm.bandwidth_tb_s / h20.hbm.bandwidth_tb_s;
         assert!((ps as f64 - want).abs() < 1.0, "{ps} vs {want}");
         // Another family is never scaled from Hopper; an unlisted kernel is not found.

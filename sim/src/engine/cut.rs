@@ -8,6 +8,7 @@
 //! route does, where it came from (PFC back-pressure), or after its destination; a port's
 //! `TxDone` sends the head of its queue and nothing else.
 
+use crate::time::{SimTime, ps_per_byte};
 use std::collections::HashMap;
 
 use super::net::serialisation_ps;
@@ -356,8 +357,8 @@ impl Cut {
         }
     }
 
-    /// The promise of `event` at `time_ps`: nothing it leads to reaches another partition
-    /// sooner. `u64::MAX` when its target's own promise covers it ([`Cut::state_bounds`]):
+    /// The promise of `event` at its time: nothing it leads to reaches another partition
+    /// sooner. [`SimTime::MAX`] when its target's own promise covers it ([`Cut::state_bounds`]):
     /// a GPU's events other than segments (valid whatever arrives when), and a PFC pause,
     /// which only stops a port. `target` is what the caller knows of the target LP: a
     /// `TxDone` then promises from the segment it will send, and a segment sends a pause
@@ -368,7 +369,7 @@ impl Cut {
         key: &EventKey,
         event: &Event,
         target: Option<TargetState>,
-    ) -> u64 {
+    ) -> SimTime {
         let node = event.target;
         let generic = self.distances[node as usize];
         if model.faults.has_timed_links()
@@ -376,7 +377,7 @@ impl Cut {
         {
             // A link fault may reroute the segment off its carried route, past whatever
             // that route promised: only the node's own distance to the cut holds.
-            return key.time_ps.saturating_add(generic);
+            return key.time.saturating_add(SimTime::from_ps(generic));
         }
         let reach = match (&event.body, target) {
             (Body::Segment(seg), known) => {
@@ -399,7 +400,7 @@ impl Cut {
                     reach
                 }
             }
-            (Body::Pause { .. }, _) => return u64::MAX,
+            (Body::Pause { .. }, _) => return SimTime::MAX,
             (body, known) if is_gpu_lp(model, node) => {
                 let gpu = match known {
                     Some(TargetState { lp: Lp::Gpu(g), .. }) => Some(&**g),
@@ -409,7 +410,7 @@ impl Cut {
                 match self.gpu_event_reach_ps(model, node, key, body, gpu) {
                     Some(reach) => reach.min(ends_op),
                     None if ends_op != u64::MAX => ends_op,
-                    None => return u64::MAX,
+                    None => return SimTime::MAX,
                 }
             }
             // Stale, or it sends the head of its port's queue: the port is busy until this
@@ -422,11 +423,11 @@ impl Cut {
                 }),
             ) => match f.ports.queue_head(*port as usize) {
                 Some(head) => self.segment_reach_ps(model, node, head, false),
-                None => return u64::MAX,
+                None => return SimTime::MAX,
             },
             _ => generic,
         };
-        key.time_ps.saturating_add(reach)
+        key.time.saturating_add(SimTime::from_ps(reach))
     }
 
     /// What GPU `node` may start on handling `body` when that ends an op: the ops after it
@@ -509,7 +510,7 @@ impl Cut {
                 let answer = self.tag_reach_ps(rank, node, *tag, || u64::MAX);
                 (*done_ps)
                     .max(due_ps.saturating_add(answer))
-                    .saturating_sub(key.time_ps)
+                    .saturating_sub(key.time.as_ps())
             }
             (Body::ClearToSend { tag }, _) => {
                 self.tag_reach_ps(rank, node, *tag, || self.peer_reach_ps(node, key.origin_lp))
@@ -581,7 +582,7 @@ impl Cut {
             // serialisation and the latency, queued or not (`net::cut_through`); its tail,
             // which the destination waits for, comes no sooner.
             let head = model.net.head_bytes(u64::from(seg.bytes));
-            travelled += link.latency_ps + serialisation_ps(head, 1e12 / link.bytes_per_s);
+            travelled += link.latency_ps + serialisation_ps(head, ps_per_byte(link.bytes_per_s));
             node = link.dst;
             hop += 1;
             if self.partition_of[node as usize] != own {
@@ -1012,7 +1013,7 @@ mod route_tests {
             hop += 1;
             let l = t.link(t.out_links(node)[port]);
             let head = model.net.head_bytes(u64::from(seg.bytes));
-            total += l.latency_ps + serialisation_ps(head, 1e12 / l.bytes_per_s);
+            total += l.latency_ps + serialisation_ps(head, ps_per_byte(l.bytes_per_s));
             node = l.dst;
         }
         total
@@ -1128,8 +1129,8 @@ mod route_tests {
         let first = t.link(t.out_links(leaf)[seg.route.port(seg.hop).expect("carried")]);
         assert_eq!(cut.partition_of[first.dst as usize], 1);
         // Its head, one MTU packet, is there first (cut-through).
-        let one_hop =
-            first.latency_ps + serialisation_ps(model.net.mtu_bytes, 1e12 / first.bytes_per_s);
+        let one_hop = first.latency_ps
+            + serialisation_ps(model.net.mtu_bytes, ps_per_byte(first.bytes_per_s));
         assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, true), one_hop);
         // Without a carried route, only the leaf's distance is known.
         let mut unrouted = seg;

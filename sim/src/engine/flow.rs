@@ -29,6 +29,7 @@ use super::net::serialisation_ps;
 use super::results::PortReport;
 use super::{Ctx, SimModel, Tag};
 use crate::hash::splitmix64;
+use crate::time::{SimTime, ps_per_byte};
 use crate::topology::{LinkId, NodeId};
 
 /// Relative tolerance for "saturated" and "changed".
@@ -309,6 +310,8 @@ impl<P> FlowSolver<P> {
                 self.pending.links.push(l);
             }
             link.load -= f.rate;
+            // Bytes/s × ps × 1e-12, in this order: not `SimTime::as_secs_f64`, whose
+            // rounding comes first and would move results in the last bit.
             link.bytes += f.rate * t.saturating_sub(f.since) as f64 * 1e-12;
             if let Some(i) = link.flows.iter().position(|&g| g == id) {
                 link.flows.swap_remove(i);
@@ -525,6 +528,7 @@ impl<P> FlowSolver<P> {
         self.stats.flows_touched += filled.rates.len() as u64;
         for &(id, rate, _) in &filled.rates {
             let f = self.flows[id as usize].as_mut().expect("member is active");
+            // Bytes/s × ps × 1e-12, in this order (as in `FlowSolver::remove`).
             let sent = f.rate * (now - f.since) as f64 * 1e-12;
             f.left = (f.left - sent).max(0.0);
             f.since = now;
@@ -538,7 +542,7 @@ impl<P> FlowSolver<P> {
             f.finish = if f.left <= 0.0 {
                 now
             } else if rate > 0.0 {
-                now.saturating_add((f.left / rate * 1e12).ceil() as u64)
+                now.saturating_add(SimTime::from_secs_f64_ceil(f.left / rate).as_ps())
             } else {
                 u64::MAX
             };
@@ -736,8 +740,8 @@ impl FlowHome {
                 free.insert(VecDeque::new());
             }
         }
-        self.launch(model, req, ctx.now);
-        self.solver.recompute(ctx.now);
+        self.launch(model, req, ctx.now.as_ps());
+        self.solver.recompute(ctx.now.as_ps());
         self.plan_tick(ctx);
     }
 
@@ -775,7 +779,7 @@ impl FlowHome {
             for &l in &self.path {
                 let link = model.topology.link(l);
                 latency += link.latency_ps;
-                fill += serialisation_ps(head, 1e12 / link.bytes_per_s);
+                fill += serialisation_ps(head, ps_per_byte(link.bytes_per_s));
                 slowest = slowest.min(link.bytes_per_s);
                 if model.net.is_shared(link.class) {
                     links.push(l);
@@ -784,7 +788,7 @@ impl FlowHome {
                 }
             }
         }
-        let fill = fill.saturating_sub(serialisation_ps(head, 1e12 / slowest));
+        let fill = fill.saturating_sub(serialisation_ps(head, ps_per_byte(slowest)));
         (cap, latency, fill)
     }
 
@@ -888,20 +892,20 @@ impl FlowHome {
         let bytes = (u64::from(join.steps) * join.step_bytes) as f64;
         for (mut links, cap) in ring.lanes {
             links.sort_unstable();
-            self.solver.add(ctx.now, links, cap, bytes, id);
+            self.solver.add(ctx.now.as_ps(), links, cap, bytes, id);
         }
-        self.solver.recompute(ctx.now);
+        self.solver.recompute(ctx.now.as_ps());
         self.plan_tick(ctx);
     }
 
     /// Finishes what is due: each transfer whose last part ended reaches its receiver, and
     /// later its sender; a ring's end reaches every member.
     pub fn tick(&mut self, model: &SimModel, ctx: &mut Ctx) {
-        if ctx.now == self.tick_at {
+        if ctx.now.as_ps() == self.tick_at {
             self.tick_at = u64::MAX;
         }
         let mut finished = std::mem::take(&mut self.finished);
-        self.solver.take_finished(ctx.now, &mut finished);
+        self.solver.take_finished(ctx.now.as_ps(), &mut finished);
         for &(t, id) in &finished {
             let Some(tr) = self.transfers[id as usize].as_mut() else {
                 continue;
@@ -912,11 +916,15 @@ impl FlowHome {
             }
             let tr = self.transfers[id as usize].take().expect("checked above");
             self.free_transfers.push(id);
-            let arrive = t.max(ctx.now) + tr.deliver_ps;
+            let arrive = t.max(ctx.now.as_ps()) + tr.deliver_ps;
             match tr.done {
                 Done::Ring { members } => {
                     for (member, tag) in members {
-                        ctx.emit(member, arrive, super::Body::Message { tag });
+                        ctx.emit(
+                            member,
+                            SimTime::from_ps(arrive),
+                            super::Body::Message { tag },
+                        );
                     }
                 }
                 Done::Send {
@@ -925,15 +933,19 @@ impl FlowHome {
                     tag,
                 } => {
                     let (src, dst, _, _) = queue_pair;
-                    ctx.emit(dst, arrive, super::Body::Message { tag });
-                    ctx.emit(src, arrive + tr.ack_ps, super::Body::FlowDone { flow });
+                    ctx.emit(dst, SimTime::from_ps(arrive), super::Body::Message { tag });
+                    ctx.emit(
+                        src,
+                        SimTime::from_ps(arrive + tr.ack_ps),
+                        super::Body::FlowDone { flow },
+                    );
                     // The queue pair's next transfer follows.
                     match self
                         .queue_pairs
                         .get_mut(&queue_pair)
                         .and_then(VecDeque::pop_front)
                     {
-                        Some(next) => self.launch(model, next, ctx.now),
+                        Some(next) => self.launch(model, next, ctx.now.as_ps()),
                         None => {
                             self.queue_pairs.remove(&queue_pair);
                         }
@@ -943,17 +955,17 @@ impl FlowHome {
         }
         finished.clear();
         self.finished = finished;
-        self.solver.recompute(ctx.now);
+        self.solver.recompute(ctx.now.as_ps());
         self.plan_tick(ctx);
     }
 
     /// Plans a tick at the next finish unless one is planned for then already.
     fn plan_tick(&mut self, ctx: &mut Ctx) {
         if let Some(t) = self.solver.next_finish() {
-            let t = t.max(ctx.now);
-            if t < self.tick_at || self.tick_at < ctx.now {
+            let t = t.max(ctx.now.as_ps());
+            if t < self.tick_at || self.tick_at < ctx.now.as_ps() {
                 self.tick_at = t;
-                ctx.emit(ctx.lp, t, super::Body::FlowTick);
+                ctx.emit(ctx.lp, SimTime::from_ps(t), super::Body::FlowTick);
             }
         }
     }
@@ -973,7 +985,10 @@ impl FlowHome {
                 (bytes > 0).then(|| PortReport {
                     link: l as LinkId,
                     bytes,
-                    busy_ps: serialisation_ps(bytes, 1e12 / link.bytes_per_s),
+                    busy_ps: SimTime::from_ps(serialisation_ps(
+                        bytes,
+                        ps_per_byte(link.bytes_per_s),
+                    )),
                     ..PortReport::default()
                 })
             })
@@ -986,7 +1001,7 @@ mod tests {
     use super::*;
 
     const GB: f64 = 1e9;
-    const S: u64 = 1_000_000_000_000;
+    const S: u64 = SimTime::PS_PER_SECOND;
 
     fn rates(s: &FlowSolver<u32>, ids: &[u32]) -> Vec<f64> {
         ids.iter().map(|&i| s.rate(i).unwrap()).collect()

@@ -25,6 +25,7 @@ use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;
 use crate::experiment::Experiment;
 use crate::hash::splitmix64;
+use crate::time::SimTime;
 use crate::topology::{LinkId, NodeId, NodeKind, Topology};
 use crate::workload::{Op, OpKind, Program, Stream, Workload};
 
@@ -229,7 +230,7 @@ pub struct Event {
 /// mailbox. `seq` is the LP's origin sequence counter, kept by the runner beside the LP.
 #[derive(Debug)]
 pub struct Ctx<'a> {
-    pub now: u64,
+    pub now: SimTime,
     pub lp: NodeId,
     seq: &'a mut u64,
     pub out: &'a mut Vec<(EventKey, Event)>,
@@ -239,7 +240,7 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(
-        now: u64,
+        now: SimTime,
         lp: NodeId,
         seq: &'a mut u64,
         out: &'a mut Vec<(EventKey, Event)>,
@@ -255,10 +256,10 @@ impl<'a> Ctx<'a> {
     }
 
     /// Schedules `body` at `target` at time `at` (≥ now).
-    pub fn emit(&mut self, target: NodeId, at: u64, body: Body) {
+    pub fn emit(&mut self, target: NodeId, at: SimTime, body: Body) {
         debug_assert!(at >= self.now);
         let key = EventKey {
-            time_ps: at,
+            time: at,
             origin_lp: self.lp,
             origin_seq: *self.seq,
         };

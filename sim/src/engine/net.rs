@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use super::results::{LpReport, PortReport, Span};
 use super::{Body, Ctx, HotSpan, NO_LINK, NO_SPAN, Segment, SimModel, Tag};
 use crate::hash::splitmix64;
+use crate::time::{SimTime, ps_per_byte};
 use crate::topology::{LinkId, NodeId, Topology, ecmp_pick};
 
 /// One output port: the sending end of a queued link.
@@ -65,7 +66,7 @@ impl Port {
             dst: l.dst,
             reverse_port: port_index(&model.topology, l.dst, link ^ 1),
             latency_ps: l.latency_ps,
-            ps_per_byte: 1e12 / l.bytes_per_s,
+            ps_per_byte: ps_per_byte(l.bytes_per_s),
             queue: VecDeque::new(),
             queued_bytes: 0,
             busy_until: 0,
@@ -155,7 +156,7 @@ pub struct Ports {
     #[serde(skip)]
     run: RunMemo,
     /// When and why a segment found no path left here (`[[faults]]`): the run fails.
-    failure: Option<Box<(u64, String)>>,
+    failure: Option<Box<(SimTime, String)>>,
 }
 
 impl Ports {
@@ -226,12 +227,12 @@ impl Ports {
         }
         // The walk from here takes port `i` first, as choosing it did (without a carried
         // route the walk routes this hop again, to the same link).
-        deliver(model, self.node, ctx.now, seg, ctx, &mut self.run);
+        deliver(model, self.node, ctx.now.as_ps(), seg, ctx, &mut self.run);
     }
 
     /// `seg` has no path left from this node at `now`: the job stops (the first such
     /// failure of the node is reported).
-    fn fail_no_path(&mut self, model: &SimModel, seg: &Segment, now: u64) {
+    fn fail_no_path(&mut self, model: &SimModel, seg: &Segment, now: SimTime) {
         if self.failure.is_some() {
             return;
         }
@@ -244,7 +245,7 @@ impl Ports {
                 name(seg.src),
                 name(seg.dst),
                 name(self.node),
-                now as f64 * 1e-12,
+                now.as_secs_f64(),
                 model.faults.describe_down_by(now),
             ),
         )));
@@ -272,7 +273,7 @@ impl Ports {
                 let up = model.topology.link(seg.ingress);
                 ctx.emit(
                     up.src,
-                    ctx.now + up.latency_ps,
+                    ctx.now + SimTime::from_ps(up.latency_ps),
                     Body::Pause { link: seg.ingress },
                 );
             }
@@ -299,8 +300,8 @@ impl Ports {
         }
         port.queued_bytes += u64::from(seg.bytes);
         port.stats.max_queue_bytes = port.stats.max_queue_bytes.max(port.queued_bytes);
-        let tail_ps = ctx.now + u64::from(seg.lag_ps);
-        if port.queue.is_empty() && !port.paused && ctx.now >= port.busy_until {
+        let tail_ps = ctx.now.as_ps() + u64::from(seg.lag_ps);
+        if port.queue.is_empty() && !port.paused && ctx.now.as_ps() >= port.busy_until {
             // An idle port sends at once: the segment never touches the queue's buffer.
             self.transmit(model, i, Waiting { seg, tail_ps }, ctx);
         } else {
@@ -317,10 +318,14 @@ impl Ports {
         if port.paused || port.queue.is_empty() {
             return;
         }
-        if ctx.now < port.busy_until {
+        if ctx.now.as_ps() < port.busy_until {
             if !port.tx_scheduled {
                 port.tx_scheduled = true;
-                ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
+                ctx.emit(
+                    self.node,
+                    SimTime::from_ps(port.busy_until),
+                    Body::TxDone { port: i as u32 },
+                );
             }
             return;
         }
@@ -344,16 +349,16 @@ impl Ports {
         };
         let ser = serialisation_ps(bytes, ps_per_byte);
         let unit = serialisation_ps(model.net.head_bytes(bytes), ps_per_byte);
-        let crossing = cut_through(ctx.now, tail_ps, ser, unit, port.latency_ps);
+        let crossing = cut_through(ctx.now.as_ps(), tail_ps, ser, unit, port.latency_ps);
         port.busy_until = crossing.end_ps;
         port.stats.bytes += bytes;
         port.stats.segments += 1;
-        port.stats.busy_ps += ser;
+        port.stats.busy_ps += SimTime::from_ps(ser);
         if model.trace {
             match port.spans.last_mut() {
-                Some(s) if s.end_ps == ctx.now => s.end_ps = port.busy_until,
+                Some(s) if s.end_ps == ctx.now.as_ps() => s.end_ps = port.busy_until,
                 _ => port.spans.push(Span {
-                    start_ps: ctx.now,
+                    start_ps: ctx.now.as_ps(),
                     end_ps: port.busy_until,
                     name: 0,
                 }),
@@ -381,7 +386,11 @@ impl Ports {
             }
         }
         if port.tx_scheduled {
-            ctx.emit(self.node, port.busy_until, Body::TxDone { port: i as u32 });
+            ctx.emit(
+                self.node,
+                SimTime::from_ps(port.busy_until),
+                Body::TxDone { port: i as u32 },
+            );
         }
         // The segment leaves this node's buffer: release its ingress charge.
         if let Some(j) = ingress_index {
@@ -392,7 +401,7 @@ impl Ports {
                 let up = model.topology.link(ingress);
                 ctx.emit(
                     up.src,
-                    ctx.now + up.latency_ps,
+                    ctx.now + SimTime::from_ps(up.latency_ps),
                     Body::Resume { link: ingress },
                 );
             }
@@ -446,7 +455,7 @@ impl Ports {
                 // Stale: the port sent again at this `TxDone`'s picosecond, before it, and
                 // planned the next one itself. Handling it would plan a duplicate, and
                 // each duplicate another at every later `TxDone` of the backlog.
-                None if ctx.now < port.busy_until => return,
+                None if ctx.now.as_ps() < port.busy_until => return,
                 None => port.tx_scheduled = false,
                 Some(p) => {
                     port.paused = p;
@@ -532,7 +541,7 @@ fn route_at(
     at: NodeId,
     seg: &mut Segment,
     hops: &mut Vec<LinkId>,
-    now: u64,
+    now: SimTime,
 ) -> Option<LinkId> {
     if !model.faults.has_timed_links() {
         return route(&model.topology, at, seg, hops);
@@ -605,7 +614,7 @@ fn deliver(
             }
             model.topology.out_links(node).get(i).copied()
         } else {
-            let next = route_at(model, node, &mut seg, ctx.hops, reached);
+            let next = route_at(model, node, &mut seg, ctx.hops, SimTime::from_ps(reached));
             if next.is_some_and(|l| model.net.is_queued(model.topology.link(l).class)) {
                 break;
             }
@@ -637,7 +646,7 @@ fn emit_segment(node: NodeId, head_ps: u64, seg: Segment, ctx: &mut Ctx) {
     } else {
         head_ps
     };
-    ctx.emit(node, at, Body::Segment(seg));
+    ctx.emit(node, SimTime::from_ps(at), Body::Segment(seg));
 }
 
 /// What decides a walk across analytical links with a carried route. A carried route runs to
@@ -670,7 +679,7 @@ struct RunMemo {
 /// through as a port would ([`cut_through`]). Returns when its head reaches the far end.
 fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -> u64 {
     let lk = model.topology.link(link);
-    let (bytes, ps_per_byte) = (u64::from(seg.bytes), 1e12 / lk.bytes_per_s);
+    let (bytes, ps_per_byte) = (u64::from(seg.bytes), ps_per_byte(lk.bytes_per_s));
     let crossing = cut_through(
         t,
         t + u64::from(seg.lag_ps),
@@ -874,15 +883,15 @@ impl FabricLp {
                     left: bytes,
                     gpu: reply_to,
                     tag,
-                    ps_per_byte: 1e12 / bytes_per_s,
+                    ps_per_byte: ps_per_byte(bytes_per_s),
                     latency_ps,
-                    next_ps: ctx.now,
+                    next_ps: ctx.now.as_ps(),
                     chunk: bytes
                         .div_ceil(MEMORY_TURNS)
                         .max(model.net.segment_bytes)
                         .max(1),
                 });
-                if ctx.now >= self.memory.busy_until {
+                if ctx.now.as_ps() >= self.memory.busy_until {
                     self.serve_chunk(model, ctx);
                 }
             }
@@ -908,32 +917,41 @@ impl FabricLp {
     /// path is ready, else waits for the earliest one.
     fn serve_chunk(&mut self, model: &SimModel, ctx: &mut Ctx) {
         let m = &mut self.memory;
-        if m.active.is_empty() || ctx.now < m.busy_until {
+        if m.active.is_empty() || ctx.now.as_ps() < m.busy_until {
             return;
         }
-        let Some(i) = m.active.iter().position(|t| t.next_ps <= ctx.now) else {
-            let at = m.active.iter().map(|t| t.next_ps).min().unwrap_or(ctx.now);
+        let Some(i) = m.active.iter().position(|t| t.next_ps <= ctx.now.as_ps()) else {
+            let at = m
+                .active
+                .iter()
+                .map(|t| t.next_ps)
+                .min()
+                .unwrap_or(ctx.now.as_ps());
             m.busy_until = at;
-            ctx.emit(ctx.lp, at, Body::MemoryTick);
+            ctx.emit(ctx.lp, SimTime::from_ps(at), Body::MemoryTick);
             return;
         };
         let Some(mut t) = m.active.remove(i) else {
             return;
         };
         let link = model.topology.out_links(ctx.lp)[0];
-        let own = 1e12 / model.topology.link(link).bytes_per_s;
+        let own = ps_per_byte(model.topology.link(link).bytes_per_s);
         let chunk = t.left.min(t.chunk);
-        let done = ctx.now + serialisation_ps(chunk, own);
+        let done = ctx.now.as_ps() + serialisation_ps(chunk, own);
         t.left -= chunk;
-        t.next_ps = ctx.now + serialisation_ps(chunk, t.ps_per_byte);
+        t.next_ps = ctx.now.as_ps() + serialisation_ps(chunk, t.ps_per_byte);
         if t.left == 0 {
             let arrive = t.next_ps.max(done) + t.latency_ps.max(1);
-            ctx.emit(t.gpu, arrive, Body::Message { tag: t.tag });
+            ctx.emit(
+                t.gpu,
+                SimTime::from_ps(arrive),
+                Body::Message { tag: t.tag },
+            );
         } else {
             m.active.push_back(t);
         }
         m.busy_until = done;
-        ctx.emit(ctx.lp, done, Body::MemoryTick);
+        ctx.emit(ctx.lp, SimTime::from_ps(done), Body::MemoryTick);
     }
 
     pub fn report(&self, model: &SimModel) -> LpReport {
@@ -1051,7 +1069,7 @@ pub(super) mod tests {
         memo: &mut RunMemo,
     ) -> Vec<(crate::event::EventKey, super::super::Event)> {
         let (mut seq, mut out, mut hops) = (0, Vec::new(), Vec::new());
-        let mut ctx = Ctx::new(5, at, &mut seq, &mut out, &mut hops);
+        let mut ctx = Ctx::new(SimTime::from_ps(5), at, &mut seq, &mut out, &mut hops);
         deliver(model, at, 5, seg, &mut ctx, memo);
         out
     }
@@ -1156,11 +1174,11 @@ pub(super) mod tests {
         body: Body,
     ) -> Vec<(u64, Body)> {
         let (mut seq, mut out, mut hops) = (0, Vec::new(), Vec::new());
-        let mut ctx = Ctx::new(now, node, &mut seq, &mut out, &mut hops);
+        let mut ctx = Ctx::new(SimTime::from_ps(now), node, &mut seq, &mut out, &mut hops);
         lp.handle(model, body, &mut ctx);
         out.into_iter()
             .filter(|(_, e)| matches!(e.body, Body::TxDone { .. }))
-            .map(|(k, e)| (k.time_ps, e.body))
+            .map(|(k, e)| (k.time.as_ps(), e.body))
             .collect()
     }
 

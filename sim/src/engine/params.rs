@@ -3,6 +3,7 @@
 use super::results::class_index;
 use crate::config::{ConfigError, CongestionControl, NetworkModel};
 use crate::experiment::Experiment;
+use crate::time::SimTime;
 use crate::topology::{LinkClass, Topology};
 
 /// Largest segment: a segment's size travels as `u32`.
@@ -166,7 +167,9 @@ impl NetworkParams {
         let headroom = topology
             .links()
             .filter(|l| queued[class_index(l.class)])
-            .map(|l| (2.0 * l.latency_ps as f64 * 1e-12 * l.bytes_per_s).ceil() as u64)
+            .map(|l| {
+                (2.0 * SimTime::from_ps(l.latency_ps).as_secs_f64() * l.bytes_per_s).ceil() as u64
+            })
             .max()
             .unwrap_or(0)
             + 2 * segment;

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::hash::mix;
+use crate::time::SimTime;
 use crate::topology::{LinkClass, LinkId, NodeId};
 
 /// Index of a link class in per-class arrays.
@@ -39,7 +40,7 @@ pub struct PortReport {
     pub link: LinkId,
     pub bytes: u64,
     pub segments: u64,
-    pub busy_ps: u64,
+    pub busy_ps: SimTime,
     pub max_queue_bytes: u64,
     pub pauses: u64,
     pub ecn_marks: u64,
@@ -50,10 +51,10 @@ pub struct GpuReport {
     pub rank: u32,
     pub stage: u32,
     /// When the rank's last op finished; `None` if it never did.
-    pub finish_ps: Option<u64>,
-    pub compute_ps: u64,
-    pub exposed_comm_ps: u64,
-    pub bubble_ps: u64,
+    pub finish_ps: Option<SimTime>,
+    pub compute_ps: SimTime,
+    pub exposed_comm_ps: SimTime,
+    pub bubble_ps: SimTime,
     pub ops_done: u64,
     /// Most live HBM bytes at any time (resident state plus activations in flight).
     pub peak_memory_bytes: u64,
@@ -67,16 +68,16 @@ pub struct GpuReport {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveStats {
     pub count: u64,
-    pub total_ps: u64,
-    pub min_ps: u64,
-    pub max_ps: u64,
+    pub total_ps: SimTime,
+    pub min_ps: SimTime,
+    pub max_ps: SimTime,
     pub group_size: u64,
     /// The plan, as `algorithm/protocol/channels` (NCCL's words).
     pub plan: String,
 }
 
 impl CollectiveStats {
-    pub fn add(&mut self, ps: u64, group_size: u64) {
+    pub fn add(&mut self, ps: SimTime, group_size: u64) {
         self.min_ps = if self.count == 0 {
             ps
         } else {
@@ -123,7 +124,7 @@ pub struct LpReport {
     /// The same bytes counted once per link they crossed, per class (link utilisation).
     pub analytical_link_bytes: [u64; 4],
     /// Injected flows that arrived at this GPU: (flow index, time).
-    pub flow_arrivals: Vec<(u32, u64)>,
+    pub flow_arrivals: Vec<(u32, SimTime)>,
     pub collectives: Vec<(CollectiveKey, CollectiveStats)>,
     /// Trace: op spans per stream, busy spans per link.
     pub op_spans: Vec<(u8, Vec<Span>)>,
@@ -131,7 +132,7 @@ pub struct LpReport {
     /// The flow LP's counters (flow mode).
     pub flow: Option<super::flow::FlowStats>,
     /// When and why a segment found no path left at this node (a link fault).
-    pub fabric_failure: Option<(u64, String)>,
+    pub fabric_failure: Option<(SimTime, String)>,
 }
 
 /// Every LP's report, in LP id order.
@@ -174,7 +175,7 @@ impl RunResults {
 
     /// The iteration time: when the last rank finished. `Err` gives the first rank's error,
     /// or lists ranks that never finished.
-    pub fn iteration_ps(&self) -> Result<u64, String> {
+    pub fn iteration_ps(&self) -> Result<SimTime, String> {
         if let Some((rank, e)) = self
             .gpus()
             .find_map(|g| g.error.as_ref().map(|e| (g.rank, e)))
@@ -191,7 +192,7 @@ impl RunResults {
         {
             return Err(e.clone());
         }
-        let mut end = 0;
+        let mut end = SimTime::ZERO;
         let mut stuck = Vec::new();
         for g in self.gpus() {
             match (g.finish_ps, &g.blocked) {

@@ -811,7 +811,7 @@ pub fn export(
     model: &ComputeModel,
     prefix: &Path,
 ) -> std::io::Result<Vec<std::path::PathBuf>> {
-    let ps = |rank: u32, k: &Kernel| model.kernel_time(k, exp.gpu_of_rank(rank)).ps;
+    let ps = |rank: u32, k: &Kernel| model.kernel_time(k, exp.gpu_of_rank(rank)).duration.as_ps();
     let (traces, groups) = to_chakra(w, &ps);
     let dir = prefix.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;

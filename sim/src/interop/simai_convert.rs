@@ -473,6 +473,6 @@ pub fn to_simai(w: &Workload, kernel_ns: &dyn Fn(&Kernel) -> u64) -> SimaiFile {
 /// from the compute model (measured tables first).
 pub fn export(w: &Workload, exp: &Experiment, model: &ComputeModel) -> String {
     let gpu = exp.stage_gpus()[0];
-    let ns = |k: &Kernel| model.kernel_time(k, gpu).ps.div_ceil(1000);
+    let ns = |k: &Kernel| model.kernel_time(k, gpu).duration.as_ps().div_ceil(1000);
     super::simai::write(&to_simai(w, &ns))
 }

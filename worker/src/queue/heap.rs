@@ -5,6 +5,7 @@
 //! GPUs in the reduce-scatter) that event was written long ago and is no longer cached.
 
 use sim::event::EventKey;
+use sim::time::SimTime;
 
 /// A min-queue of events by [`EventKey`]: a 4-ary heap of keys over a slab of events.
 #[derive(Debug)]
@@ -30,7 +31,7 @@ impl HeapKey {
 
     fn key(&self) -> EventKey {
         EventKey {
-            time_ps: self.time_ps,
+            time: SimTime::from_ps(self.time_ps),
             origin_lp: self.origin_lp,
             origin_seq: self.origin_seq,
         }
@@ -57,7 +58,7 @@ impl<E> HeapQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
         let slot = sim::slab::insert(&mut self.slab, &mut self.free, event);
         let entry = HeapKey {
-            time_ps: key.time_ps,
+            time_ps: key.time.as_ps(),
             origin_seq: key.origin_seq,
             origin_lp: key.origin_lp,
             slot,

@@ -137,6 +137,7 @@ impl<E> EventQueue<E> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use sim::time::SimTime;
 
     /// Always a heap, always a radix heap, or one that switches back and forth often.
     fn queue_in<E>(regime: usize) -> EventQueue<E> {
@@ -162,19 +163,19 @@ mod tests {
             let mut q = queue_in(regime);
             let mut out = Vec::new();
             for (i, &(t, lp, seq)) in shuffled.iter().enumerate() {
-                q.push(EventKey { time_ps: t, origin_lp: lp, origin_seq: seq }, (t, lp, seq));
+                q.push(EventKey { time: SimTime::from_ps(t), origin_lp: lp, origin_seq: seq }, (t, lp, seq));
                 // Pop some early on to exercise slot reuse; the earliest stays the earliest
                 // only among what was pushed, so compare as a multiset below.
                 if i == interleave
                     && let Some((k, e)) = q.pop_before(u64::MAX)
                 {
-                    prop_assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
+                    prop_assert_eq!((k.time.as_ps(), k.origin_lp, k.origin_seq), e);
                     out.push(e);
                 }
             }
             let mut rest = Vec::new();
             while let Some((k, e)) = q.pop_before(u64::MAX) {
-                prop_assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
+                prop_assert_eq!((k.time.as_ps(), k.origin_lp, k.origin_seq), e);
                 rest.push(e);
             }
             let mut sorted_rest = rest.clone();
@@ -204,13 +205,13 @@ mod tests {
                 // Exact ties in time are common: half the pushes land on `now` itself.
                 let time = if ahead % 2 == 0 { now } else { now + ahead };
                 seq += 1;
-                q.push(EventKey { time_ps: time, origin_lp: lp, origin_seq: seq }, (time, lp, seq));
+                q.push(EventKey { time: SimTime::from_ps(time), origin_lp: lp, origin_seq: seq }, (time, lp, seq));
                 reference.insert((time, lp, seq));
                 let end = now + window;
                 for _ in 0..pops {
                     let expected = reference.first().copied().filter(|k| k.0 < end);
                     let got = q.pop_before(end).map(|(k, e)| {
-                        assert_eq!((k.time_ps, k.origin_lp, k.origin_seq), e);
+                        assert_eq!((k.time.as_ps(), k.origin_lp, k.origin_seq), e);
                         e
                     });
                     prop_assert_eq!(got, expected);
@@ -235,7 +236,7 @@ mod tests {
         ) {
             let mut q = queue_in(regime);
             for &(t, lp, seq) in &keys {
-                q.push(EventKey { time_ps: t, origin_lp: lp, origin_seq: seq }, (t, lp, seq));
+                q.push(EventKey { time: SimTime::from_ps(t), origin_lp: lp, origin_seq: seq }, (t, lp, seq));
             }
             while !q.is_empty() {
                 let named: Vec<_> = (0..3).map(|n| q.peek(n).copied()).collect();
@@ -257,7 +258,7 @@ mod tests {
         let mut q = EventQueue::default();
         q.push(
             EventKey {
-                time_ps: 10,
+                time: SimTime::from_ps(10),
                 origin_lp: 0,
                 origin_seq: 0,
             },
@@ -273,7 +274,7 @@ mod tests {
         for (lp, seq) in [(2, 0), (1, 5), (1, 3), (0, 9)] {
             q.push(
                 EventKey {
-                    time_ps: 7,
+                    time: SimTime::from_ps(7),
                     origin_lp: lp,
                     origin_seq: seq,
                 },

@@ -96,7 +96,7 @@ impl<E> RadixQueue<E> {
     }
 
     fn place(&mut self, entry: Entry<E>) {
-        if entry.key.time_ps <= self.last {
+        if entry.key.time.as_ps() <= self.last {
             self.late.push(entry);
             return;
         }
@@ -105,8 +105,8 @@ impl<E> RadixQueue<E> {
 
     /// Files an event later than `last` in its bucket.
     fn place_ahead(&mut self, entry: Entry<E>) {
-        let b = (u64::BITS - (entry.key.time_ps ^ self.last).leading_zeros()) as usize;
-        self.bucket_min[b] = self.bucket_min[b].min(entry.key.time_ps);
+        let b = (u64::BITS - (entry.key.time.as_ps() ^ self.last).leading_zeros()) as usize;
+        self.bucket_min[b] = self.bucket_min[b].min(entry.key.time.as_ps());
         self.occupied |= 1 << b;
         self.buckets[b].push(entry);
     }
@@ -114,9 +114,9 @@ impl<E> RadixQueue<E> {
     /// Time of the earliest pending event.
     pub fn next_time_ps(&self) -> Option<u64> {
         match (self.now.last(), self.late.peek()) {
-            (Some(a), Some(b)) => return Some(a.key.time_ps.min(b.key.time_ps)),
-            (Some(a), None) => return Some(a.key.time_ps),
-            (None, Some(b)) => return Some(b.key.time_ps),
+            (Some(a), Some(b)) => return Some(a.key.time.min(b.key.time).as_ps()),
+            (Some(a), None) => return Some(a.key.time.as_ps()),
+            (None, Some(b)) => return Some(b.key.time.as_ps()),
             (None, None) => {}
         }
         (self.occupied != 0).then(|| self.bucket_min[self.occupied.trailing_zeros() as usize])
@@ -167,7 +167,7 @@ impl<E> RadixQueue<E> {
         let kept = KEPT_ROOM.max(self.len);
         self.now.shrink_to(kept);
         for entry in moving.drain(..) {
-            if entry.key.time_ps == self.last {
+            if entry.key.time.as_ps() == self.last {
                 self.now.push(entry);
             } else {
                 self.place_ahead(entry);
@@ -225,6 +225,7 @@ impl<E> RadixQueue<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sim::time::SimTime;
 
     impl<E> RadixQueue<E> {
         /// Entries the queue has room for, pending or not.
@@ -244,7 +245,7 @@ mod tests {
         for i in 0..burst {
             // Spread over many buckets, so each split passes the burst down a level.
             let key = EventKey {
-                time_ps: 1 + i * 7919 % (1 << 30),
+                time: SimTime::from_ps(1 + i * 7919 % (1 << 30)),
                 origin_lp: 0,
                 origin_seq: i,
             };
@@ -253,8 +254,8 @@ mod tests {
         assert!(q.room() >= burst as usize);
         let mut last = 0;
         while let Some((key, _)) = q.pop_before(u64::MAX) {
-            assert!(key.time_ps >= last);
-            last = key.time_ps;
+            assert!(key.time.as_ps() >= last);
+            last = key.time.as_ps();
         }
         assert_eq!(q.len(), 0);
         assert!(

@@ -36,6 +36,7 @@ use super::net::Ports;
 use super::results::{GpuReport, LpReport, Span};
 use super::{Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, SimModel, Tag};
 use crate::hash::{mix, splitmix64};
+use crate::time::SimTime;
 use crate::topology::NodeId;
 use crate::workload::Stream;
 use collective::{CollectiveSlot, CommRun, GroupInfo};
@@ -56,10 +57,10 @@ const HOT_BYTES: usize = std::mem::offset_of!(GpuLp, running);
 #[repr(C)]
 pub struct GpuLp {
     accounted_to_ps: u64,
-    finish_ps: Option<u64>,
-    compute_ps: u64,
-    exposed_comm_ps: u64,
-    bubble_ps: u64,
+    finish_ps: Option<SimTime>,
+    compute_ps: SimTime,
+    exposed_comm_ps: SimTime,
+    bubble_ps: SimTime,
     digest: u64,
     ops_done: u64,
     /// This chip's compute-bound kernels take this times the part's nominal time
@@ -121,7 +122,7 @@ pub struct GpuLp {
     spans: Vec<Vec<Span>>,
     error: Option<String>,
     /// Injected flows ([`SimModel::flows`]) that arrived here: (index, time).
-    flow_arrivals: Vec<(u32, u64)>,
+    flow_arrivals: Vec<(u32, SimTime)>,
     /// Split flows being received: ((sender, flow slot), queue pairs complete).
     parts_seen: Vec<((NodeId, u32), u8)>,
     /// The least time of the compute-stream kernels at positions `[.0, .1)`: a window
@@ -165,9 +166,9 @@ impl GpuLp {
             group_seq: [0; 9],
             comm_active: 0,
             accounted_to_ps: 0,
-            compute_ps: 0,
-            exposed_comm_ps: 0,
-            bubble_ps: 0,
+            compute_ps: SimTime::ZERO,
+            exposed_comm_ps: SimTime::ZERO,
+            bubble_ps: SimTime::ZERO,
             finish_ps: None,
             ops_done: 0,
             pump_streams: (1 << STREAMS) - 1,
@@ -198,15 +199,19 @@ impl GpuLp {
     pub fn start(&mut self, model: &SimModel, ctx: &mut Ctx) {
         for (i, f) in model.flows.iter().enumerate() {
             if f.src == self.rank {
-                ctx.emit(self.node, f.start_ps, Body::StartFlow { index: i as u32 });
+                ctx.emit(
+                    self.node,
+                    SimTime::from_ps(f.start_ps),
+                    Body::StartFlow { index: i as u32 },
+                );
             }
         }
         self.pump(model, ctx);
     }
 
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
-        self.account(ctx.now);
-        self.settle_chain(model, ctx.now);
+        self.account(ctx.now.as_ps());
+        self.settle_chain(model, ctx.now.as_ps());
         match body {
             Body::ComputeDone { chain } if chain == self.chain_gen => {
                 self.complete(model, COMPUTE, ctx)
@@ -215,7 +220,7 @@ impl GpuLp {
             Body::Segment(seg) if seg.dst == self.node => self.receive_segment(model, &seg, ctx),
             Body::Segment(seg) => self.ports.forward(model, seg, ctx),
             Body::Message { tag } | Body::ClearToSend { tag } if tag.group == INJECTED => {
-                self.injected_arrived(tag.seq, ctx.now)
+                self.injected_arrived(tag.seq, ctx.now.as_ps())
             }
             Body::Message { tag } if tag.group == MEMORY_GROUP => {
                 self.complete(model, usize::from(tag.stream), ctx)
@@ -300,7 +305,7 @@ impl GpuLp {
 
     /// Injected flow `index` ([`SimModel::flows`]) arrived here at `now`.
     fn injected_arrived(&mut self, index: u32, now: u64) {
-        self.flow_arrivals.push((index, now));
+        self.flow_arrivals.push((index, SimTime::from_ps(now)));
         self.digest = mix(self.digest, u64::from(index) | (1 << 41), now);
     }
 

@@ -9,6 +9,7 @@ use super::{COMPUTE, GpuLp, MEMORY, STREAMS};
 use crate::engine::results::Span;
 use crate::engine::{Body, Ctx, MEMORY_GROUP, P2P, SimModel, Tag};
 use crate::hash::mix;
+use crate::time::SimTime;
 use crate::workload::{MemoryEvent, OpKind, Stream};
 
 /// What a stream is running.
@@ -96,7 +97,11 @@ impl GpuLp {
         self.chain_gen = self.chain_gen.wrapping_add(1);
         let end = self.chain_end_ps(model);
         let chain = self.chain_gen;
-        ctx.emit(self.node, end, Body::ComputeDone { chain });
+        ctx.emit(
+            self.node,
+            SimTime::from_ps(end),
+            Body::ComputeDone { chain },
+        );
     }
 
     /// When the chain's last kernel ends if the ones not started yet start at the running
@@ -146,6 +151,7 @@ impl GpuLp {
         if self.finish_ps.is_some() || dt == 0 {
             return;
         }
+        let dt = SimTime::from_ps(dt);
         if matches!(self.running[COMPUTE], Running::Compute { .. }) {
             self.compute_ps += dt;
         } else if self.comm_active > 0 || matches!(self.running[MEMORY], Running::Memory { .. }) {
@@ -192,7 +198,7 @@ impl GpuLp {
             && (0..STREAMS).all(|s| self.done[s] as usize >= index.stream_ops[s].len())
         {
             self.finish_ps = Some(ctx.now);
-            self.digest = mix(self.digest, u64::MAX, ctx.now);
+            self.digest = mix(self.digest, u64::MAX, ctx.now.as_ps());
         }
     }
 
@@ -212,7 +218,7 @@ impl GpuLp {
         };
         match o.kind {
             OpKind::Compute { .. } => {
-                self.start_kernel(model, op, ctx.now);
+                self.start_kernel(model, op, ctx.now.as_ps());
                 self.plan_chain(model, ctx);
             }
             OpKind::MemoryRead { bytes } => self.read_memory(model, s, op, bytes, ctx),
@@ -253,7 +259,7 @@ impl GpuLp {
         };
         self.running[s] = Running::Memory {
             op,
-            start_ps: ctx.now,
+            start_ps: ctx.now.as_ps(),
         };
         let tag = Tag {
             stream: s as u8,
@@ -264,7 +270,7 @@ impl GpuLp {
         // CXL links are cabled both ways alike: the reply takes the path back.
         ctx.emit(
             memory,
-            ctx.now + path.latency_ps.max(1),
+            ctx.now + SimTime::from_ps(path.latency_ps.max(1)),
             Body::MemoryRead {
                 bytes,
                 reply_to: self.node,
@@ -287,7 +293,7 @@ impl GpuLp {
 
     /// The op on stream `s` finished now.
     pub(super) fn complete(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
-        self.complete_at(model, s, ctx.now);
+        self.complete_at(model, s, ctx.now.as_ps());
     }
 
     /// Finishes the op running on stream `s` at `at`.
@@ -309,7 +315,7 @@ impl GpuLp {
                 }
                 if run.collective.is_some() {
                     let st = &mut self.collective_slot(model, run.op).stats;
-                    st.add(at - run.start_ps, u64::from(run.ring.n));
+                    st.add(SimTime::from_ps(at - run.start_ps), u64::from(run.ring.n));
                     if let (true, Some((a, p, c))) = (st.plan.is_empty(), run.plan) {
                         st.plan = format!("{}/{}/{c}", a.name(), p.name());
                     }

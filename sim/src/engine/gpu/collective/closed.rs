@@ -10,6 +10,7 @@ use crate::engine::gpu::program::Running;
 use crate::engine::{Body, Ctx, SimModel, Tag};
 use crate::hash::splitmix64;
 use crate::layout::GroupKind;
+use crate::time::SimTime;
 
 /// [`Algo::Closed`]: ends `duration_ps` after the last member was ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,7 +62,7 @@ impl Schedule for Closed {
             return;
         };
         let (ring, group, seq) = (run.ring, run.group, run.seq);
-        let ready = ctx.now.max(gpu.link_free_toward(model, ring.next));
+        let ready = ctx.now.as_ps().max(gpu.link_free_toward(model, ring.next));
         let moved = bytes as f64 * collective::bus_factor(cop, ring.n) * protocol.wire_factor();
         gpu.account_analytical(model, ring.next, moved as u64);
         if let Running::Comm(run) = &mut gpu.running[s] {
@@ -78,7 +79,7 @@ impl Schedule for Closed {
                 .as_ref()
                 .and_then(|g| g.closed_peers.first().copied());
             if let Some((leader, latency_ps)) = to_leader {
-                let (due_ps, done_ps) = (ctx.now + latency_ps, ready + self.duration_ps);
+                let (due_ps, done_ps) = (ctx.now.as_ps() + latency_ps, ready + self.duration_ps);
                 let body = Body::Arrived {
                     tag,
                     done_ps,
@@ -86,7 +87,7 @@ impl Schedule for Closed {
                 };
                 // Delivered as late as the leader may need it: see `Body::Arrived`.
                 let deliver = done_ps.saturating_sub(model.longest_link_ps);
-                ctx.emit(leader, due_ps.max(deliver), body);
+                ctx.emit(leader, SimTime::from_ps(due_ps.max(deliver)), body);
             }
         }
     }
@@ -128,7 +129,7 @@ impl Schedule for Closed {
             if let Some(g) = &gpu.groups[kind as usize] {
                 for &(member, latency_ps) in &g.closed_peers {
                     let at = finish.max(arrived_by + latency_ps);
-                    ctx.emit(member, at, Body::Message { tag });
+                    ctx.emit(member, SimTime::from_ps(at), Body::Message { tag });
                 }
             }
         }

@@ -9,6 +9,7 @@ use crate::engine::flow::RingJoin;
 use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::program::Running;
 use crate::engine::{Body, Ctx, SimModel, Tag};
+use crate::time::SimTime;
 
 /// [`Algo::Fluid`]: a ring of `steps` steps on `lanes` lanes, run by the flow LP as one
 /// flow per lane.
@@ -88,7 +89,7 @@ impl Schedule for Fluid {
         };
         ctx.emit(
             home,
-            ctx.now + model.flow_delay_ps,
+            ctx.now + SimTime::from_ps(model.flow_delay_ps),
             Body::RingJoin(Box::new(join)),
         );
     }

@@ -30,6 +30,7 @@ use crate::collective::{self, Algorithm, CommShape, Plan, Settings};
 use crate::engine::results::CollectiveStats;
 use crate::engine::{Body, Ctx, SimModel, Tag};
 use crate::layout::GroupKind;
+use crate::time::SimTime;
 use crate::topology::NodeId;
 use crate::workload::CollectiveOp;
 use chain::Chain;
@@ -382,7 +383,7 @@ impl GpuLp {
     ) -> CommRun {
         CommRun {
             op,
-            start_ps: ctx.now,
+            start_ps: ctx.now.as_ps(),
             group,
             seq,
             algo,
@@ -397,7 +398,7 @@ impl GpuLp {
             peer: self.node,
             collective: None,
             ready_ps: 0,
-            arrived_by_ps: ctx.now,
+            arrived_by_ps: ctx.now.as_ps(),
             tail_ps: 0,
             plan: None,
             net_window: u64::MAX,
@@ -487,17 +488,18 @@ impl GpuLp {
         {
             if r.tail_ps > 0 {
                 // The transfers are done; the plan's latency part follows once.
-                r.analytical_sends_until = r.analytical_sends_until.max(ctx.now + r.tail_ps);
+                r.analytical_sends_until =
+                    r.analytical_sends_until.max(ctx.now.as_ps() + r.tail_ps);
                 r.tail_ps = 0;
             }
-            if ctx.now >= r.analytical_sends_until {
+            if ctx.now.as_ps() >= r.analytical_sends_until {
                 self.complete(model, s, ctx);
             } else if !r.wake_scheduled {
                 r.wake_scheduled = true;
                 let stream = s as u8;
                 ctx.emit(
                     self.node,
-                    r.analytical_sends_until,
+                    SimTime::from_ps(r.analytical_sends_until),
                     Body::SendDone { stream },
                 );
             }

@@ -8,6 +8,7 @@ use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::program::Running;
 use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
 use crate::layout::GroupKind;
+use crate::time::SimTime;
 use crate::topology::NodeId;
 use crate::workload::{Peer, Stream};
 
@@ -112,7 +113,11 @@ impl GpuLp {
         };
         let hash = self.flow_hash(model, peer, tag);
         match self.paths.get(model, self.node, peer, hash) {
-            Ok(p) => ctx.emit(peer, ctx.now + p.latency_ps, Body::ClearToSend { tag }),
+            Ok(p) => ctx.emit(
+                peer,
+                ctx.now + SimTime::from_ps(p.latency_ps),
+                Body::ClearToSend { tag },
+            ),
             Err(e) => self.fail(e),
         }
     }

@@ -10,6 +10,7 @@ use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::program::Running;
 use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
 use crate::layout::GroupKind;
+use crate::time::SimTime;
 use crate::topology::NodeId;
 
 /// [`Algo::Tree`]: on every one of `lanes` lanes both trees reduce `chunks` chunks up and
@@ -124,7 +125,7 @@ impl Schedule for Tree {
             // NVLS-tree: the node's multicast of the last chunk follows the network,
             // and the NVSwitch phases take their own time however fast the network.
             run.tail_ps += intra_chunk_ps;
-            run.analytical_sends_until = ctx.now + u64::from(chunks) * intra_chunk_ps;
+            run.analytical_sends_until = ctx.now.as_ps() + u64::from(chunks) * intra_chunk_ps;
         }
         run.arrivals = vec![0; (2 * lanes * chunks) as usize];
         let (kind, comm_group, seq) = (run.group_kind(), run.group, run.seq);
@@ -138,8 +139,8 @@ impl Schedule for Tree {
                         seq,
                         step: tree_step(lt, c, chunks, false),
                     };
-                    let at = ctx.now + u64::from(c + 1) * intra_chunk_ps;
-                    ctx.emit(gpu.node, at, Body::Message { tag });
+                    let at = ctx.now.as_ps() + u64::from(c + 1) * intra_chunk_ps;
+                    ctx.emit(gpu.node, SimTime::from_ps(at), Body::Message { tag });
                 }
             } else if gpu.tree_hop(kind, lt).count == 0 {
                 for c in 0..chunks {

@@ -8,6 +8,7 @@ use crate::engine::gpu::program::Running;
 use crate::engine::gpu::{COMPUTE, GpuLp};
 use crate::engine::net::serialisation_ps;
 use crate::engine::{Body, Ctx, SimModel};
+use crate::time::{SimTime, ps_per_byte};
 use crate::topology::NodeId;
 
 impl GpuLp {
@@ -28,15 +29,19 @@ impl GpuLp {
             .binary_search(&path.first_link)
             .unwrap_or(0);
         let rate = path.bytes_per_s.min(t.fifo_rate);
-        let mut ser = serialisation_ps(t.bytes, 1e12 / rate);
+        let mut ser = serialisation_ps(t.bytes, ps_per_byte(rate));
         if computing {
             ser = (ser as f64 / model.interference.comm_rate).round() as u64;
         }
-        let start = ctx.now.max(self.link_free_ps[i]);
+        let start = ctx.now.as_ps().max(self.link_free_ps[i]);
         self.link_free_ps[i] = start + ser;
         let arrive = start + ser + path.latency_ps;
         self.account_path(path, t.bytes);
-        ctx.emit(t.dst, arrive, Body::Message { tag: t.tag });
+        ctx.emit(
+            t.dst,
+            SimTime::from_ps(arrive),
+            Body::Message { tag: t.tag },
+        );
         if let Some(s) = t.notify
             && let Running::Comm(run) = &mut self.running[usize::from(s)]
         {

@@ -6,6 +6,7 @@
 use crate::engine::flow::FlowRequest;
 use crate::engine::gpu::GpuLp;
 use crate::engine::{Body, Ctx, SimModel};
+use crate::time::SimTime;
 
 impl GpuLp {
     /// Flow mode: hands flow `id` whole to the fabric's flow LP, which answers with
@@ -34,7 +35,7 @@ impl GpuLp {
         };
         ctx.emit(
             home,
-            ctx.now + model.flow_delay_ps,
+            ctx.now + SimTime::from_ps(model.flow_delay_ps),
             Body::FlowStart(request),
         );
     }

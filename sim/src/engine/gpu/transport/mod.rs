@@ -321,12 +321,12 @@ impl GpuLp {
         match Transport::of(&path) {
             Transport::Analytical => self.transmit_analytical(model, &transfer, ctx),
             Transport::Packet => {
-                let id = self.open_flow(model, &transfer, Transport::Packet, ctx.now);
+                let id = self.open_flow(model, &transfer, Transport::Packet, ctx.now.as_ps());
                 self.pump_flow(model, id, ctx);
                 Sent::Flow(id)
             }
             Transport::Fluid => {
-                let id = self.open_flow(model, &transfer, Transport::Fluid, ctx.now);
+                let id = self.open_flow(model, &transfer, Transport::Fluid, ctx.now.as_ps());
                 self.start_fluid(model, id, ctx);
                 Sent::Flow(id)
             }
@@ -353,6 +353,8 @@ impl GpuLp {
             1
         };
         let window = model.net.window_bytes.unwrap_or_else(|| {
+            // Bytes/s × ps × 1e-12, in this order (converting the latency to seconds first
+            // rounds differently, and the window is a ceiling).
             let bdp = (path.bytes_per_s * 2.0 * path.latency_ps as f64 * 1e-12).ceil() as u64;
             (bdp + u64::from(path.hops + 1) * seg).max(2 * seg)
         });
@@ -410,11 +412,11 @@ impl GpuLp {
         f.in_flight -= bytes;
         f.acked += bytes;
         if ecn && let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
-            dc.on_congestion(ctx.now, p);
+            dc.on_congestion(ctx.now.as_ps(), p);
         }
         if f.sent >= f.total && f.in_flight == 0 {
             let (notify, serial) = (f.notify, f.serial);
-            self.digest = mix(self.digest, u64::from(id) | (1 << 40), ctx.now);
+            self.digest = mix(self.digest, u64::from(id) | (1 << 40), ctx.now.as_ps());
             self.flows[id as usize] = None;
             self.free_flows.push(id);
             if self.free_flows.len() == self.flows.len() && self.flows.len() > FLOW_SLOTS_KEPT {

@@ -8,6 +8,7 @@ use crate::engine::gpu::GpuLp;
 use crate::engine::net::{NO_PORT, Route, serialisation_ps};
 use crate::engine::{Body, Ctx, INJECTED, NO_LINK, Segment, SimModel};
 use crate::hash::splitmix64;
+use crate::time::{SimTime, ps_per_byte};
 
 impl GpuLp {
     /// Emits the flow's next segments while its window (and DCQCN rate) allows.
@@ -42,7 +43,7 @@ impl GpuLp {
             // Paced by DCQCN's rate, or by NCCL's FIFO when that is the tighter bound.
             let dcqcn_rate = match (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
                 (Some(dc), Some(p)) => {
-                    dc.advance(ctx.now, p);
+                    dc.advance(ctx.now.as_ps(), p);
                     dc.rate.min(f.line_rate)
                 }
                 _ => f64::INFINITY,
@@ -63,19 +64,23 @@ impl GpuLp {
                 });
                 let next_tx =
                     connection.map_or(f.next_tx_ps, |i| f.next_tx_ps.max(self.fifo_clock[i].1));
-                if ctx.now < next_tx {
+                if ctx.now.as_ps() < next_tx {
                     if !f.pace_scheduled {
                         f.pace_scheduled = true;
-                        ctx.emit(self.node, next_tx, Body::Pace { flow: id });
+                        ctx.emit(
+                            self.node,
+                            SimTime::from_ps(next_tx),
+                            Body::Pace { flow: id },
+                        );
                     }
                     return;
                 }
-                f.next_tx_ps = ctx.now + serialisation_ps(bytes.max(1), 1e12 / rate);
+                f.next_tx_ps = ctx.now.as_ps() + serialisation_ps(bytes.max(1), ps_per_byte(rate));
                 if let Some(i) = connection {
                     self.fifo_clock[i].1 = f.next_tx_ps;
                 }
                 if let (Some(dc), Some(p)) = (f.dcqcn.as_mut(), model.net.dcqcn.as_ref()) {
-                    dc.on_sent(ctx.now, bytes, p);
+                    dc.on_sent(ctx.now.as_ps(), bytes, p);
                 }
             }
             // Split over queue pairs, segment i goes on QP i mod parts, each with its path.
@@ -148,7 +153,7 @@ impl GpuLp {
     ) {
         ctx.emit(
             seg.src,
-            ctx.now + seg.path_ps,
+            ctx.now + SimTime::from_ps(seg.path_ps),
             Body::Ack {
                 flow: seg.flow,
                 bytes: seg.bytes,
@@ -157,7 +162,7 @@ impl GpuLp {
         );
         let complete = seg.last && (seg.parts <= 1 || self.last_part(seg));
         if complete && seg.tag.group == INJECTED {
-            self.injected_arrived(seg.tag.seq, ctx.now);
+            self.injected_arrived(seg.tag.seq, ctx.now.as_ps());
         } else if complete {
             self.arrived(model, seg.tag, (0, 0), ctx);
         }

@@ -9,6 +9,7 @@ use crate::collective;
 use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::program::Running;
 use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
+use crate::time::SimTime;
 use crate::topology::NodeId;
 
 /// A connection whose chunks go in order with bounded buffering, as NCCL's FIFO sends
@@ -101,12 +102,16 @@ impl GpuLp {
                         conn.limit = collective::NCCL_STEPS as u32;
                     }
                 }
-                Sent::Analytical { leaves_ps } if leaves_ps > ctx.now => {
+                Sent::Analytical { leaves_ps } if leaves_ps > ctx.now.as_ps() => {
                     let conn = &mut self.serial[i];
                     conn.in_flight += 1;
                     conn.limit = 1;
                     let connection = i as u32;
-                    ctx.emit(self.node, leaves_ps, Body::ConnectionFree { connection });
+                    ctx.emit(
+                        self.node,
+                        SimTime::from_ps(leaves_ps),
+                        Body::ConnectionFree { connection },
+                    );
                 }
                 Sent::Analytical { .. } | Sent::Failed => {}
             }
