@@ -82,6 +82,16 @@ impl SimTime {
         self.0
     }
 
+    /// Whole nanoseconds, rounded up (the workload IR's fixed kernel times).
+    pub const fn as_ns_ceil(self) -> u64 {
+        self.0.div_ceil(1_000)
+    }
+
+    /// Whole microseconds, rounded up (Chakra's `duration_micros`).
+    pub const fn as_us_ceil(self) -> u64 {
+        self.0.div_ceil(1_000_000)
+    }
+
     /// In seconds: `ps × 1e-12` in `f64`.
     #[inline]
     pub fn as_secs_f64(self) -> f64 {

@@ -34,6 +34,7 @@
 //! `fleetsim_` carry what Chakra has no field for (the exact kernel, the stream, the group
 //! kind) so that importing an export gives back the same programs.
 
+use crate::time::SimTime;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::path::Path;
 
@@ -371,7 +372,7 @@ impl RankImport<'_> {
         let flops = self.u64_attr(node, "num_ops")?.unwrap_or(0);
         let bytes = self.u64_attr(node, "tensor_size")?.unwrap_or(0);
         if node.duration_micros > 0 {
-            let ns = node.duration_micros.saturating_mul(1000);
+            let ns = SimTime::from_us(node.duration_micros).as_ns_ceil();
             return Ok(fixed(ns, flops, bytes, dtype));
         }
         if flops == 0 {
@@ -385,7 +386,7 @@ impl RankImport<'_> {
         let gpu = self.ctx.gpu;
         let compute_s = flops as f64 / gpu.peak_flops(dtype).max(1.0);
         let memory_s = bytes as f64 / (gpu.hbm.bandwidth_tb_s * 1e12).max(1.0);
-        let ns = (compute_s.max(memory_s) * 1e9).ceil() as u64;
+        let ns = SimTime::from_secs_f64_ceil(compute_s.max(memory_s)).as_ns_ceil();
         Ok(fixed(ns, flops, bytes, dtype))
     }
 
@@ -735,7 +736,7 @@ pub fn to_chakra(
             let (kind, name) = match op.kind {
                 OpKind::Compute { kernel } => {
                     let k = &p.kernels[kernel as usize];
-                    node.duration_micros = kernel_ps(rank, k).div_ceil(1_000_000);
+                    node.duration_micros = SimTime::from_ps(kernel_ps(rank, k)).as_us_ceil();
                     node.attr.extend([
                         attribute("is_cpu_op", Value::BoolVal(false)),
                         int("num_ops", k.flops),
