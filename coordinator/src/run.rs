@@ -29,6 +29,9 @@ pub enum RunError {
     Engine(worker::EngineError),
     #[error("simulation did not complete: {0}")]
     Incomplete(String),
+    /// The simulation ran, but a rank failed or never finished.
+    #[error("simulation did not complete: {0}")]
+    Unfinished(#[from] sim::engine::Incomplete),
     /// A host or NIC of `[[faults]]` went down while the job ran.
     #[error(transparent)]
     JobStopped(#[from] sim::fault::JobStopped),
@@ -186,7 +189,7 @@ impl RunOutput {
         results: RunResults,
         engine: &EngineInfo,
     ) -> Result<RunOutput, RunError> {
-        let iteration_ps = results.iteration_ps().map_err(RunError::Incomplete)?;
+        let iteration_ps = results.iteration_ps()?;
         model.faults.check_run(iteration_ps)?;
         let summary = summarize_run(exp, &model, &results, engine, iteration_ps);
         Ok(RunOutput {

@@ -246,7 +246,7 @@ pub fn run_bench(
         model = returned;
         let time_s = results
             .iteration_ps()
-            .map_err(RunError::Incomplete)?
+            .map_err(RunError::Unfinished)?
             .as_secs_f64();
         let algbw = if time_s > 0.0 {
             size as f64 / time_s / 1e9

@@ -30,7 +30,7 @@ use crate::topology::{LinkId, NodeId, NodeKind, Topology};
 use crate::workload::{Op, OpKind, Program, Stream, Workload};
 
 pub use params::NetworkParams;
-pub use results::{CollectiveKey, LpReport, RunResults};
+pub use results::{CollectiveKey, Incomplete, LpReport, RunResults};
 
 /// Identifies a message at its receiver: the receiver's stream; the communicator (a group
 /// kind, or [`P2P`]) and the op's sequence number on it (the k-th collective of a group

@@ -174,13 +174,16 @@ impl RunResults {
     }
 
     /// The iteration time: when the last rank finished. `Err` gives the first rank's error,
-    /// or lists ranks that never finished.
-    pub fn iteration_ps(&self) -> Result<SimTime, String> {
+    /// the first segment that found no path, or the ranks that never finished.
+    pub fn iteration_ps(&self) -> Result<SimTime, Incomplete> {
         if let Some((rank, e)) = self
             .gpus()
             .find_map(|g| g.error.as_ref().map(|e| (g.rank, e)))
         {
-            return Err(format!("rank {rank}: {e}"));
+            return Err(Incomplete::RankFailed {
+                rank,
+                error: e.clone(),
+            });
         }
         // A segment that found no path leaves its flow, and the ranks waiting on it,
         // unfinished: the first such failure is the cause.
@@ -190,7 +193,7 @@ impl RunResults {
             .filter_map(|(_, r)| r.fabric_failure.as_ref())
             .min_by_key(|(at, _)| *at)
         {
-            return Err(e.clone());
+            return Err(Incomplete::NoPath(e.clone()));
         }
         let mut end = SimTime::ZERO;
         let mut stuck = Vec::new();
@@ -207,12 +210,25 @@ impl RunResults {
         if stuck.is_empty() {
             Ok(end)
         } else {
-            let n = stuck.len();
+            let ranks = stuck.len();
             stuck.truncate(3);
-            Err(format!(
-                "{n} rank(s) never finished (a deadlock in the workload); first: {}",
-                stuck.join(" | ")
-            ))
+            Err(Incomplete::Deadlock {
+                ranks,
+                first: stuck.join(" | "),
+            })
         }
     }
+}
+
+/// Why a run has no iteration time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incomplete {
+    /// A rank stopped: a routing failure, a collective it cannot run as configured.
+    #[error("rank {rank}: {error}")]
+    RankFailed { rank: u32, error: String },
+    /// A segment found no path left (a link fault).
+    #[error("{0}")]
+    NoPath(String),
+    #[error("{ranks} rank(s) never finished (a deadlock in the workload); first: {first}")]
+    Deadlock { ranks: usize, first: String },
 }

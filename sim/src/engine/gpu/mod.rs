@@ -310,14 +310,15 @@ impl GpuLp {
     }
 
     /// Records a failure where a value was expected.
-    fn fail_none<T>(&mut self, message: String) -> Option<T> {
-        self.fail(message);
+    fn fail_none<T>(&mut self, error: impl std::fmt::Display) -> Option<T> {
+        self.fail(error);
         None
     }
 
-    fn fail(&mut self, message: String) {
+    /// Stops this rank: what went wrong is in its report (the first error only).
+    fn fail(&mut self, error: impl std::fmt::Display) {
         if self.error.is_none() {
-            self.error = Some(message);
+            self.error = Some(error.to_string());
         }
     }
 

@@ -54,7 +54,7 @@ impl Schedule for Fluid {
         let (group, seq, step_bytes) = (run.group, run.seq, run.step_bytes);
         let fifo_rate = collective::window_rate(run.net_window);
         let Some(home) = model.flow_home else {
-            return gpu.fail("a ring crosses shared links but the fabric has no flow LP".into());
+            return gpu.fail("a ring crosses shared links but the fabric has no flow LP");
         };
         let Some(leader) = gpu.groups[kind as usize].as_ref().map(|g| g.leader) else {
             return;

@@ -416,13 +416,13 @@ impl GpuLp {
         kind: GroupKind,
         cop: CollectiveOp,
         bytes: u64,
-    ) -> Result<Plan, String> {
+    ) -> Result<Plan, PlanError> {
         let slot = self.collective_slot(model, op);
         if let Some(p) = slot.plan {
             return Ok(p);
         }
         let Some(g) = self.groups[kind as usize].as_ref() else {
-            return Err(format!("no {kind:?} group was set up"));
+            return Err(PlanError::NoGroup(kind));
         };
         let plan = plan_for(model, &g.shape, g.closed, cop, bytes)?;
         self.collective_slot(model, op).plan = Some(plan);
@@ -523,6 +523,32 @@ impl GpuLp {
     }
 }
 
+/// Why a collective has no plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum PlanError {
+    #[error("no {0:?} group was set up")]
+    NoGroup(GroupKind),
+    #[error(
+        "collectives.algorithm = \"{algorithm}\" cannot run {op} on groups with packet-level links (fleetsim runs {runs} there transfer by transfer): set network.model = \"analytical\" (or network.intra_host = \"analytical\" for groups inside a host) or collectives.algorithm = \"auto\""
+    )]
+    NotTransferByTransfer {
+        algorithm: &'static str,
+        op: &'static str,
+        runs: String,
+    },
+    #[error(
+        "no NCCL algorithm runs {op} of {bytes} bytes on {ranks} ranks over {nodes} nodes with collectives.algorithm = {algorithm} and collectives.protocol = {protocol}; set them to \"auto\""
+    )]
+    NoAlgorithm {
+        op: &'static str,
+        bytes: u64,
+        ranks: u32,
+        nodes: u32,
+        algorithm: &'static str,
+        protocol: &'static str,
+    },
+}
+
 /// The plan of a collective: NCCL's choice. Where the group's links are analytical it runs
 /// in closed form; where packet-level links are involved the engine runs its transfers, so
 /// the choice is among the algorithms it runs transfer by transfer (all but single-node NVLS,
@@ -533,7 +559,7 @@ pub(super) fn plan_for(
     closed: bool,
     op: CollectiveOp,
     bytes: u64,
-) -> Result<Plan, String> {
+) -> Result<Plan, PlanError> {
     let settings = model.collectives.settings;
     let stepped: &[Algorithm] = match op {
         CollectiveOp::AllToAll => &[Algorithm::Direct],
@@ -552,24 +578,21 @@ pub(super) fn plan_for(
         && !stepped.contains(&a)
     {
         let names: Vec<&str> = stepped.iter().map(|a| a.name()).collect();
-        return Err(format!(
-            "collectives.algorithm = \"{}\" cannot run {} on groups with packet-level links (fleetsim runs {} there transfer by transfer): set network.model = \"analytical\" (or network.intra_host = \"analytical\" for groups inside a host) or collectives.algorithm = \"auto\"",
-            a.name(),
-            op.name(),
-            names.join(", "),
-        ));
+        return Err(PlanError::NotTransferByTransfer {
+            algorithm: a.name(),
+            op: op.name(),
+            runs: names.join(", "),
+        });
     }
     shape
         .plan_among(op, bytes, &settings, allowed)
-        .ok_or_else(|| {
-            format!(
-                "no NCCL algorithm runs {} of {bytes} bytes on {} ranks over {} nodes with collectives.algorithm = {} and collectives.protocol = {}; set them to \"auto\"",
-                op.name(),
-                shape.ranks,
-                shape.nodes,
-                settings.algorithm.map_or("auto", Algorithm::name),
-                settings.protocol.map_or("auto", |p| p.name()),
-            )
+        .ok_or_else(|| PlanError::NoAlgorithm {
+            op: op.name(),
+            bytes,
+            ranks: shape.ranks,
+            nodes: shape.nodes,
+            algorithm: settings.algorithm.map_or("auto", Algorithm::name),
+            protocol: settings.protocol.map_or("auto", |p| p.name()),
         })
 }
 

@@ -16,8 +16,7 @@ impl GpuLp {
             return;
         };
         let Some(home) = model.flow_home else {
-            return self
-                .fail("a transfer crosses shared links but the fabric has no flow LP".into());
+            return self.fail("a transfer crosses shared links but the fabric has no flow LP");
         };
         f.sent = f.total;
         f.sent_any = true;

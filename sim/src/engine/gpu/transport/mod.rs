@@ -159,6 +159,15 @@ impl PathInfo {
     }
 }
 
+/// A GPU has no route to another node, in words that name both as `links.csv` does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no route from {src} to {dst}: {why}")]
+pub(super) struct NoRoute {
+    src: String,
+    dst: String,
+    why: String,
+}
+
 /// Routes from one GPU: paths with a single choice at every hop (the same for every flow
 /// hash, such as NVLink inside a host) are computed once per destination.
 #[derive(Debug, Default)]
@@ -179,7 +188,7 @@ impl PathCache {
         src: NodeId,
         (dst, via): (NodeId, NodeId),
         hash: u64,
-    ) -> Result<PathInfo, String> {
+    ) -> Result<PathInfo, NoRoute> {
         if via == NO_NODE {
             return self.get(model, src, dst, hash);
         }
@@ -207,21 +216,21 @@ impl PathCache {
         src: NodeId,
         dst: NodeId,
         hash: u64,
-    ) -> Result<PathInfo, String> {
+    ) -> Result<PathInfo, NoRoute> {
         if let Some(i) = self.fixed_pairs.iter().position(|&k| k == (src, dst)) {
             return Ok(self.fixed_paths[i]);
         }
         let single_choice = model
             .topology
             .path_into(src, dst, hash, &mut self.path, &mut self.hops)
-            .map_err(|e| {
-                let name = |n| model.topology.node_name(n);
-                match e {
-                    RoutingError::Unreachable { reason, .. } => {
-                        format!("no route from {} to {}: {reason}", name(src), name(dst))
-                    }
-                    _ => format!("no route from {} to {}: {e}", name(src), name(dst)),
-                }
+            .map_err(|e| NoRoute {
+                src: model.topology.node_name(src),
+                dst: model.topology.node_name(dst),
+                why: match e {
+                    // Names the nodes by id: the names above say it better.
+                    RoutingError::Unreachable { reason, .. } => reason.to_string(),
+                    _ => e.to_string(),
+                },
             })?;
         let mut info = PathInfo {
             latency_ps: 0,
