@@ -18,8 +18,8 @@ torch, so everything else (and the tests) runs on a CPU-only machine with the st
 
 Kernel table format
 -------------------
-UTF-8, comma-separated, no quoting. Lines starting with ``#`` and blank lines are ignored; the
-first other line is the header ``gpu,dtype,kernel,pass,shape,flops,bytes,time_us,source``.
+UTF-8, standard CSV (quoted fields may hold commas). Lines starting with ``#`` and blank
+lines are ignored; the first other line is the header ``gpu,dtype,kernel,pass,shape,flops,bytes,time_us,source``.
 ``shape`` is one of
 
     gemm:m=M;n=N;k=K;batch=B
@@ -121,6 +121,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import dataclasses
 import datetime
 import math
@@ -387,7 +388,9 @@ def parse_row(fields: list[str], line: int) -> Row:
 
 
 def read_table(path: str | Path) -> list[Row]:
-    """Reads and validates a kernel table; raises InputError with FILE:LINE."""
+    """Reads and validates a kernel table; raises InputError with FILE:LINE. Standard CSV
+    (RFC 4180 quoting, as fleetsim's reader, the `csv` crate, takes it); lines that start with
+    ``#`` and blank lines are skipped."""
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
@@ -398,17 +401,32 @@ def read_table(path: str | Path) -> list[Row]:
     header_seen = False
     # Lines end at \n only, as in fleetsim's reader, so line numbers agree.
     lines = text.split("\n")
-    for number, raw in enumerate(lines, start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+    reader = csv.reader(
+        (line for line in lines if not line.strip().startswith("#")),
+        strict=True,
+        skipinitialspace=True,
+    )
+    # csv counts the lines it read, which skips the comments: map back to the file's lines.
+    kept = [n for n, line in enumerate(lines, start=1) if not line.strip().startswith("#")]
+    while True:
+        starts = kept[min(reader.line_num, len(kept) - 1)]
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            raise InputError(f"{name}:{starts}: {e} (expected standard CSV)") from None
+        # The record's first line: its last line less the line breaks inside quoted fields.
+        number = kept[reader.line_num - 1 - sum(f.count("\n") for f in record)]
+        fields = [f.strip() for f in record]
+        if not fields or fields == [""]:
             continue
         where = f"{name}:{number}"
-        if '"' in line:
-            raise InputError(f"{where}: quoted field (expected plain comma-separated fields)")
-        fields = [f.strip() for f in line.split(",")]
         if not header_seen:
             if tuple(fields) != HEADER:
-                raise InputError(f"{where}: bad header '{line}' (expected {','.join(HEADER)})")
+                raise InputError(
+                    f"{where}: bad header '{','.join(fields)}' (expected {','.join(HEADER)})"
+                )
             header_seen = True
             continue
         if len(fields) != len(HEADER):
@@ -440,18 +458,14 @@ def format_time(t: float) -> str:
     return text if float(text) > 0 else repr(t)
 
 
-def clean_text(text: str) -> str:
-    """Free text safe for an unquoted CSV field."""
-    return " ".join(text.replace(",", " ").replace('"', " ").split())
-
-
 def write_table(path: str | Path, rows: Iterable[Row]) -> None:
-    out = [",".join(HEADER)]
-    for r in rows:
-        fields = (r.gpu, r.dtype, r.kernel, r.pass_, r.shape_str, str(r.flops), str(r.bytes),
-                  format_time(r.time_us), clean_text(r.source))
-        out.append(",".join(fields))
-    Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
+    """Standard CSV: a field with a comma, quote or line break is quoted."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        out = csv.writer(f, lineterminator="\n")
+        out.writerow(HEADER)
+        for r in rows:
+            out.writerow((r.gpu, r.dtype, r.kernel, r.pass_, r.shape_str, str(r.flops),
+                          str(r.bytes), format_time(r.time_us), r.source))
 
 
 def distinct(rows: Iterable[Row]) -> tuple[list[Row], list[Row]]:

@@ -177,12 +177,20 @@ class TableTests(unittest.TestCase):
             with self.subTest(bad=bad), self.assertRaises(ValueError):
                 pk.format_time(bad)
 
-    def test_writer_cleans_source(self):
+    def test_writer_quotes_what_needs_it_and_the_reader_reads_it_back(self):
         out = os.path.join(self.tmp.name, "out.csv")
         r = pk.Row("H100-SXM", "bf16", "rope", "fwd", pk.Elementwise(4), 0, 6, 1.0,
                    'NVIDIA H100, "80GB"  HBM3')
         pk.write_table(out, [r])
-        self.assertEqual(pk.read_table(out)[0].source, "NVIDIA H100 80GB HBM3")
+        text = Path(out).read_text(encoding="utf-8")
+        self.assertIn(',"NVIDIA H100, ""80GB""  HBM3"\n', text)
+        self.assertEqual(pk.read_table(out)[0].source, 'NVIDIA H100, "80GB"  HBM3')
+
+    def test_quoted_fields_read_as_standard_csv(self):
+        good = GOOD.splitlines()
+        quoted = good[:-1] + [good[-1].replace(",model", ',"model, measured"')]
+        rows = pk.read_table(write(self.tmp.name, "q.csv", "\n".join(quoted) + "\n"))
+        self.assertEqual(rows[-1].source.strip(), "model, measured")
 
     def test_crlf_and_bom(self):
         text = "\ufeff" + GOOD.replace("\n", "\r\n")
@@ -399,7 +407,7 @@ class CliTests(unittest.TestCase):
             "huge time": (good.replace(",1.5,", ",1e999,"), 2, "not positive"),
             "duplicate key": (good + "\n# again\n" + good, 4, "duplicate key"),
             "field count": (good + ",extra", 2, "10 fields"),
-            "quoted field": (good.replace("model", '"model"'), 2, "quoted"),
+            "unterminated quote": (good.replace("model", '"model'), 2, "expected standard CSV"),
             "negative bytes": (good.replace(",512,", ",-512,"), 2, "bytes '-512'"),
             "fractional flops": (good.replace(",1024,", ",1.5e3,"), 2, "flops '1.5e3'"),
             "gemm bwd": (good.replace(",fwd,", ",bwd,"), 2, "pass bwd does not apply"),
