@@ -119,7 +119,7 @@ impl GpuLp {
             };
             let topology = &model.topology;
             let is_queued = |l: u32| model.net.is_queued(topology.link(l).class);
-            if model.faults.links_down_by(ctx.now) {
+            if model.faults.has_timed_links() && model.faults.links_down_by(ctx.now) {
                 // A cable is down: every segment is routed around what is down as it leaves
                 // (without a path, it fails at this GPU, naming the faults).
                 let now = ctx.now;
