@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 
 use super::results::{LpReport, PortReport, Span};
-use super::{Body, Ctx, HotSpan, NO_LINK, NO_SPAN, Segment, SimModel, Tag};
+use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel, Tag};
 use crate::hash::splitmix64;
 use crate::time::{SimTime, ps_per_byte};
 use crate::topology::{LinkId, NodeId, Topology, ecmp_pick};
@@ -188,7 +188,39 @@ impl Ports {
     /// Sends `seg` on from this node: into a queued port, or across analytical links to the
     /// next node that queues it (or to its destination).
     pub fn forward(&mut self, model: &SimModel, mut seg: Segment, ctx: &mut Ctx) {
-        let mut i = match seg.route.port(seg.hop) {
+        let mut chosen = None;
+        if model.faults.has_timed_links() && model.faults.links_down_by(ctx.now) {
+            // A cable went down since the sender planned the route: the fabric's ECMP groups
+            // now hold only the hops that still reach each destination, and the segment
+            // routes itself hop by hop (to the hops its sender planned wherever nothing is
+            // down: the same hash and hop index choose). With no hop left it was past its
+            // last choice when the cable failed and drains along its route (a real NIC
+            // resends such a packet about a round trip later, after the receiver's NAK).
+            let mut rerouted = seg;
+            rerouted.route = Route::default();
+            // A carried route crosses its PXN relay without marking it: past the relay
+            // already unless this node is on the way to it.
+            if rerouted.via != NO_NODE
+                && !rerouted.relayed
+                && model
+                    .topology
+                    .next_hops(self.node, rerouted.src, rerouted.via, ctx.hops)
+                    .is_err()
+            {
+                rerouted.relayed = true;
+            }
+            match route_at(model, self.node, &mut rerouted, ctx.hops, ctx.now)
+                .and_then(|link| out_index(&model.topology, self.node, link))
+            {
+                Some(j) => (seg, chosen) = (rerouted, Some(j)),
+                None if seg.route.port(seg.hop).is_none() => {
+                    self.fail_no_path(model, &seg, ctx.now);
+                    return;
+                }
+                None => {}
+            }
+        }
+        let i = match chosen.or_else(|| seg.route.port(seg.hop)) {
             Some(i) => i,
             None => {
                 let Some(i) = route_at(model, self.node, &mut seg, ctx.hops, ctx.now)
@@ -200,25 +232,6 @@ impl Ports {
                 i
             }
         };
-        if model.faults.has_timed_links()
-            && model
-                .faults
-                .link_down_at(model.topology.out_links(self.node)[i], ctx.now)
-                .is_some()
-        {
-            // Routed before the cable went down. The switch's ECMP group has dropped it: the
-            // segment takes another hop that still reaches its destination and routes itself
-            // hop by hop from here. With none, it was in flight past the last choice when the
-            // cable failed and drains over it (a real NIC resends such a packet about a
-            // round trip later, after the receiver's NAK).
-            let mut rerouted = seg;
-            rerouted.route = Route::default();
-            if let Some(j) = route_at(model, self.node, &mut rerouted, ctx.hops, ctx.now)
-                .and_then(|link| out_index(&model.topology, self.node, link))
-            {
-                (seg, i) = (rerouted, j);
-            }
-        }
         // This node's own port table says whether the link queues: no look-up in the
         // topology's link array, which misses the cache at scale.
         if matches!(self.ports.get(i), Some(Some(_))) {
