@@ -188,39 +188,15 @@ impl Ports {
     /// Sends `seg` on from this node: into a queued port, or across analytical links to the
     /// next node that queues it (or to its destination).
     pub fn forward(&mut self, model: &SimModel, mut seg: Segment, ctx: &mut Ctx) {
-        let mut chosen = None;
-        if model.faults.has_timed_links() && model.faults.links_down_by(ctx.now) {
-            // A cable went down since the sender planned the route: the fabric's ECMP groups
-            // now hold only the hops that still reach each destination, and the segment
-            // routes itself hop by hop (to the hops its sender planned wherever nothing is
-            // down: the same hash and hop index choose). With no hop left it was past its
-            // last choice when the cable failed and drains along its route (a real NIC
-            // resends such a packet about a round trip later, after the receiver's NAK).
-            let mut rerouted = seg;
-            rerouted.route = Route::default();
-            // A carried route crosses its PXN relay without marking it: past the relay
-            // already unless this node is on the way to it.
-            if rerouted.via != NO_NODE
-                && !rerouted.relayed
-                && model
-                    .topology
-                    .next_hops(self.node, rerouted.src, rerouted.via, ctx.hops)
-                    .is_err()
-            {
-                rerouted.relayed = true;
+        let planned = if model.faults.has_timed_links() && model.faults.links_down_by(ctx.now) {
+            match self.reroute(model, &mut seg, ctx) {
+                Some(port) => port,
+                None => return,
             }
-            match route_at(model, self.node, &mut rerouted, ctx.hops, ctx.now)
-                .and_then(|link| out_index(&model.topology, self.node, link))
-            {
-                Some(j) => (seg, chosen) = (rerouted, Some(j)),
-                None if seg.route.port(seg.hop).is_none() => {
-                    self.fail_no_path(model, &seg, ctx.now);
-                    return;
-                }
-                None => {}
-            }
-        }
-        let i = match chosen.or_else(|| seg.route.port(seg.hop)) {
+        } else {
+            seg.route.port(seg.hop)
+        };
+        let i = match planned {
             Some(i) => i,
             None => {
                 let Some(i) = route_at(model, self.node, &mut seg, ctx.hops, ctx.now)
@@ -241,6 +217,48 @@ impl Ports {
         // The walk from here takes port `i` first, as choosing it did (without a carried
         // route the walk routes this hop again, to the same link).
         deliver(model, self.node, ctx.now.as_ps(), seg, ctx, &mut self.run);
+    }
+
+    /// A cable went down since the sender planned `seg`'s route: the fabric's ECMP groups
+    /// now hold only the hops that still reach each destination, and the segment routes
+    /// itself hop by hop (to the hops its sender planned wherever nothing is down: the same
+    /// hash and hop index choose). With no hop left it was past its last choice when the
+    /// cable failed and drains along its route (a real NIC resends such a packet about a
+    /// round trip later, after the receiver's NAK). Returns the port to take (`Some(None)`:
+    /// route it here), or `None` when it has no path at all (the run fails).
+    #[cold]
+    fn reroute(
+        &mut self,
+        model: &SimModel,
+        seg: &mut Segment,
+        ctx: &mut Ctx,
+    ) -> Option<Option<usize>> {
+        let mut rerouted = *seg;
+        rerouted.route = Route::default();
+        // A carried route crosses its PXN relay without marking it: past the relay already
+        // unless this node is on the way to it.
+        if rerouted.via != NO_NODE
+            && !rerouted.relayed
+            && model
+                .topology
+                .next_hops(self.node, rerouted.src, rerouted.via, ctx.hops)
+                .is_err()
+        {
+            rerouted.relayed = true;
+        }
+        match route_at(model, self.node, &mut rerouted, ctx.hops, ctx.now)
+            .and_then(|link| out_index(&model.topology, self.node, link))
+        {
+            Some(j) => {
+                *seg = rerouted;
+                Some(Some(j))
+            }
+            None if seg.route.port(seg.hop).is_none() => {
+                self.fail_no_path(model, seg, ctx.now);
+                None
+            }
+            None => Some(seg.route.port(seg.hop)),
+        }
     }
 
     /// `seg` has no path left from this node at `now`: the job stops (the first such
