@@ -23,7 +23,7 @@
 use std::fmt;
 
 use crate::config::{ConfigError, FaultConfig, FaultKind, LoadedConfig, NetworkModel, SlowScope};
-use crate::hash::splitmix64;
+use crate::hash::{splitmix64, standard_normal};
 use crate::time::SimTime;
 use crate::topology::{LinkClass, LinkId, NodeId, NodeKind, Topology};
 
@@ -230,29 +230,29 @@ impl Faults {
         &self.timed_links[start..end]
     }
 
+    /// The link-down faults that have started by `now`.
+    fn downs_by(&self, now: SimTime) -> impl Iterator<Item = &TimedLink> {
+        self.timed_links
+            .iter()
+            .filter(move |t| t.effect == LinkEffect::Down && t.from <= now)
+    }
+
     /// Whether some link fault has taken a cable down by `now`: from then on segments route
     /// hop by hop around what is down instead of along the route their sender planned.
     pub fn links_down_by(&self, now: SimTime) -> bool {
-        self.timed_links
-            .iter()
-            .any(|t| t.effect == LinkEffect::Down && t.from <= now)
+        self.downs_by(now).next().is_some()
     }
 
     /// How many link-down faults have started by `now`: a flow that sees the count change
     /// may have been rerouted part way.
     pub fn cables_down_by(&self, now: SimTime) -> u32 {
-        self.timed_links
-            .iter()
-            .filter(|t| t.effect == LinkEffect::Down && t.from <= now)
-            .count() as u32
+        self.downs_by(now).count() as u32
     }
 
     /// The cables down by `now`, in words, for the error of a segment left without a path.
     pub fn describe_down_by(&self, now: SimTime) -> String {
         let down: Vec<String> = self
-            .timed_links
-            .iter()
-            .filter(|t| t.effect == LinkEffect::Down && t.from <= now)
+            .downs_by(now)
             .map(|t| format!("{} down at {:.6} s", t.what, t.from.as_secs_f64()))
             .collect();
         down.join(", ")
@@ -398,11 +398,7 @@ fn jitter_multiple(seed: u64, sigma: f64, rank: u32, op: u32) -> f64 {
         return 1.0;
     }
     let a = splitmix64(seed ^ splitmix64((u64::from(rank) << 32) | u64::from(op)));
-    let b = splitmix64(a ^ 0x6a09_e667_f3bc_c909);
-    let unit = |x: u64| ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    // Box-Muller.
-    let z = (-2.0 * unit(a).ln()).sqrt() * (std::f64::consts::TAU * unit(b)).cos();
-    (sigma * z.clamp(-4.0, 4.0) - sigma * sigma / 2.0).exp()
+    (sigma * standard_normal(a) - sigma * sigma / 2.0).exp()
 }
 
 /// Applies the link and NIC entries of `[[faults]]` to `topology`: degraded cables get their

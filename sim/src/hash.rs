@@ -11,6 +11,15 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A standard normal drawn from hash `a` (and `splitmix64(a)`) by Box-Muller, clamped to
+/// ±4: the same draw wherever and however often it is made.
+pub fn standard_normal(a: u64) -> f64 {
+    let b = splitmix64(a);
+    let unit = |x: u64| ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let z = (-2.0 * unit(a).ln()).sqrt() * (std::f64::consts::TAU * unit(b)).cos();
+    z.clamp(-4.0, 4.0)
+}
+
 /// Folds a completion into a digest.
 pub fn mix(digest: u64, a: u64, b: u64) -> u64 {
     splitmix64(digest ^ splitmix64(a ^ splitmix64(b)))

@@ -659,11 +659,7 @@ pub fn chip_slowdown(seed: u64, gpu: u32, spread: f64) -> f64 {
         return 1.0;
     }
     let a = splitmix64(seed ^ splitmix64(u64::from(gpu).wrapping_add(0x9e37_79b9_7f4a_7c15)));
-    let b = splitmix64(a);
-    let unit = |x: u64| ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    // Box-Muller.
-    let z = (-2.0 * unit(a).ln()).sqrt() * (std::f64::consts::TAU * unit(b)).cos();
-    1.0 / (1.0 + spread * z.clamp(-4.0, 4.0))
+    1.0 / (1.0 + spread * crate::hash::standard_normal(a))
 }
 
 /// A logical process: one topology node and its state.
