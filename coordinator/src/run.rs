@@ -263,6 +263,32 @@ pub fn run_embedded(
     Ok(output)
 }
 
+/// With `[[jobs]]`: runs each job alone on its hosts (the cluster otherwise idle, embedded,
+/// with `options`' workers and threads) and writes its alone iteration and slowdown into
+/// `output`'s summary. Nothing to do for one job.
+pub fn run_jobs_alone(
+    exp: &Experiment,
+    options: &RunOptions,
+    output: &mut RunOutput,
+) -> Result<(), RunError> {
+    let Some(jobs) = output.summary.jobs.as_mut() else {
+        return Ok(());
+    };
+    let alone_options = RunOptions {
+        trace: false,
+        checkpoints: None,
+        ..options.clone()
+    };
+    for (j, job) in jobs.iter_mut().enumerate() {
+        let alone = run_embedded(&exp.only_job(j), &alone_options, None)?;
+        let alone_s = alone.summary.iteration_time_s;
+        tracing::info!(job = %job.name, shared_s = job.iteration_time_s, alone_s, "job alone");
+        job.alone_iteration_time_s = Some(alone_s);
+        job.slowdown = (alone_s > 0.0).then(|| job.iteration_time_s / alone_s);
+    }
+    Ok(())
+}
+
 /// How a model's LPs are split: the experiment's `[engine]` partition strategy and the
 /// lookahead it allows. Depends on the topology only.
 #[derive(Debug, Clone)]

@@ -148,14 +148,16 @@ impl Load {
     /// The load `workload` puts on `topology` under the network model `net`.
     pub fn estimate(topology: &Topology, workload: &Workload, net: &NetworkParams) -> Load {
         let layout = &workload.layout;
-        let group_size: BTreeMap<GroupKind, u32> = GroupKind::ALL
-            .iter()
-            .map(|&k| (k, layout.group(k, 0).len() as u32))
-            .collect();
         let traffic: Vec<ProgramTraffic> = workload
             .programs
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(index, p)| {
+                let program_layout = workload.program_layout(index);
+                let group_size: BTreeMap<GroupKind, u32> = GroupKind::ALL
+                    .iter()
+                    .map(|&k| (k, program_layout.group(k, 0).len() as u32))
+                    .collect();
                 let mut t = ProgramTraffic {
                     ops: p.ops.len() as u64,
                     ..ProgramTraffic::default()
@@ -186,11 +188,13 @@ impl Load {
             .collect();
         let nodes = topology.nodes().len();
         let pp = layout.pp.max(1);
-        let phases = if fill_and_drain_share(workload) >= PHASED_FILL_AND_DRAIN {
-            pp.min(MAX_PHASES)
-        } else {
-            1
-        };
+        // Several jobs fill and drain their pipelines apart: no common phases.
+        let phases =
+            if workload.jobs.is_none() && fill_and_drain_share(workload) >= PHASED_FILL_AND_DRAIN {
+                pp.min(MAX_PHASES)
+            } else {
+                1
+            };
         let phase_of = |stage: u32| (u64::from(stage) * u64::from(phases) / u64::from(pp)) as usize;
         let mut events = PhaseEvents {
             phases: phases as usize,
@@ -250,19 +254,19 @@ impl Load {
                 events.add(queuing, (1.0 + arrivals) * segments);
             }
         };
-        let world = layout.world().min(topology.gpu_count());
-        for rank in 0..world {
-            let c = layout.coords(rank);
-            let class = usize::from(workload.replica_class[c.dp as usize]);
-            let t = &traffic[class * layout.pp as usize + c.pp as usize];
+        let world = workload.rank_bound().min(topology.gpu_count());
+        let is_rank = |r: u32| r < world && workload.is_rank(r);
+        for rank in (0..world).filter(|&r| workload.is_rank(r)) {
+            let program = workload.program_index(rank);
+            let t = &traffic[program];
             let me = topology.gpu(rank);
-            events.phase = phase_of(c.pp);
+            events.phase = phase_of(workload.programs[program].stage);
             events.add(me, 2.0 * t.ops as f64);
             for (&kind, &flows) in &t.to_group {
-                let members = layout.group(kind, rank);
+                let members = workload.group(kind, rank);
                 let pos = members.iter().position(|&m| m == rank).unwrap_or(0);
                 let next = members[(pos + 1) % members.len()];
-                if next < world {
+                if is_rank(next) {
                     flow(me, topology.gpu(next), flows, &mut events);
                 }
             }
@@ -273,7 +277,7 @@ impl Load {
                     2 => (GroupKind::Cp, true),
                     _ => (GroupKind::Cp, false),
                 };
-                let members = layout.group(kind, rank);
+                let members = workload.group(kind, rank);
                 let n = members.len();
                 let pos = members.iter().position(|&m| m == rank).unwrap_or(0);
                 let other = members[if forward {
@@ -281,7 +285,7 @@ impl Load {
                 } else {
                     (pos + n - 1) % n
                 }];
-                if other < world {
+                if is_rank(other) {
                     flow(me, topology.gpu(other), flows, &mut events);
                 }
             }

@@ -48,6 +48,10 @@ pub struct Experiment {
     pub warnings: Vec<String>,
     /// `[[faults]]` on GPUs and the job (link faults are in the topology it builds).
     pub faults: crate::fault::Faults,
+    /// `[[jobs]]`: several jobs sharing the cluster, each with its own experiment. Empty for
+    /// one job; with jobs, the fields above that describe a job (model, layout, batch,
+    /// memory) are the cluster's defaults and mean nothing: read the jobs'.
+    pub jobs: Vec<crate::jobs::Job>,
 }
 
 impl Experiment {
@@ -68,6 +72,14 @@ impl Experiment {
 
     pub fn name(&self) -> &str {
         &self.loaded.config.name
+    }
+
+    /// This experiment with job `j` of its `[[jobs]]` alone on its hosts, the other jobs'
+    /// hosts idle: what the job's slowdown compares against.
+    pub fn only_job(&self, j: usize) -> Experiment {
+        let mut alone = self.clone();
+        alone.jobs = vec![self.jobs[j].clone()];
+        alone
     }
 
     /// The model, or an error saying that `what` needs one: an experiment that runs an
@@ -181,7 +193,15 @@ impl Experiment {
         Self::from_loaded(config::from_tree(tree, path)?)
     }
 
-    pub fn from_loaded(loaded: LoadedConfig) -> Result<Experiment, ConfigError> {
+    pub fn from_loaded(mut loaded: LoadedConfig) -> Result<Experiment, ConfigError> {
+        let jobs = crate::jobs::from_loaded(&loaded)?;
+        if !jobs.is_empty() {
+            // The top-level model, layout and training were the jobs' defaults; the cluster's
+            // own checks must not judge them against the whole cluster.
+            loaded.config.model = None;
+            loaded.config.parallel = Default::default();
+            loaded.config.training = Default::default();
+        }
         let cfg = &loaded.config;
         let err = |key: &str, msg: String| loaded.error(key, msg);
         if cfg.name.trim().is_empty() {
@@ -216,7 +236,8 @@ impl Experiment {
             (Some(m), _) => Some(ModelSpec::resolve(m, &|k, m| loaded.error(k, m))?),
             // An imported workload brings its own kernels and collectives.
             (None, Some(_)) => None,
-            (None, None) => return Err(err("", MISSING_MODEL.into())),
+            (None, None) if jobs.is_empty() => return Err(err("", MISSING_MODEL.into())),
+            (None, None) => None,
         };
 
         // --- parallelism ---
@@ -537,6 +558,7 @@ impl Experiment {
             cxl_tensors,
             warnings,
             faults,
+            jobs,
         })
     }
 

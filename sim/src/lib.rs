@@ -16,6 +16,7 @@ pub mod fault;
 pub mod gpu;
 pub mod hash;
 pub mod interop;
+pub mod jobs;
 pub mod layout;
 pub mod memory;
 pub mod model;

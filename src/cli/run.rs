@@ -43,6 +43,9 @@ pub struct Args {
     /// Serve live metrics for Prometheus at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// With [[jobs]]: skip running each job alone on its hosts, which gives its slowdown.
+    #[arg(long)]
+    pub no_alone: bool,
     #[command(flatten)]
     pub checkpoints: CheckpointArgs,
 }
@@ -59,6 +62,7 @@ impl Args {
             trace,
             quiet,
             metrics_listen,
+            no_alone,
             checkpoints,
         } = self;
         if let Some(p) = partition {
@@ -86,7 +90,10 @@ impl Args {
             metrics_listen.as_deref(),
             (!quiet).then(|| progress::hook(&exp)),
         )?;
-        let output = run_embedded(&exp, &options, progress)?;
+        let mut output = run_embedded(&exp, &options, progress)?;
+        if !no_alone {
+            coordinator::run::run_jobs_alone(&exp, &options, &mut output)?;
+        }
         report_run(&exp, &output, &out)
     }
 }
@@ -182,6 +189,23 @@ pub fn report_run(exp: &Experiment, output: &RunOutput, dir: &Path) -> anyhow::R
         or_na(s.mfu, 3),
         s.result_digest
     );
+    for job in s.jobs.iter().flatten() {
+        let alone = match (job.alone_iteration_time_s, job.slowdown) {
+            (Some(a), Some(x)) => format!(", alone {a:.6} s, slowdown {x:.3}x"),
+            _ => String::new(),
+        };
+        outln!(
+            "  job {} ({} GPUs on {}, {}): iteration {:.6} s (compute {:.6} s, exposed communication {:.6} s, bubble {:.6} s){alone}",
+            job.name,
+            job.gpus,
+            job.hosts,
+            job.placement,
+            job.iteration_time_s,
+            job.breakdown_s.compute,
+            job.breakdown_s.exposed_comm,
+            job.breakdown_s.bubble,
+        );
+    }
     for warning in &s.warnings {
         eprintln!("warning: {warning}");
     }

@@ -16,7 +16,8 @@ use sim::workload::{CollectiveOp, OpKind, Stream};
 
 use crate::embedded::EngineStats;
 use crate::output::summary::{
-    Breakdown, EngineSummary, FlowSummary, NetworkSummary, RoundTripSummary, Summary, WorkerSummary,
+    Breakdown, EngineSummary, FlowSummary, JobSummary, NetworkSummary, RoundTripSummary, Summary,
+    WorkerSummary,
 };
 use crate::output::table::CsvTable;
 
@@ -52,6 +53,178 @@ pub fn busbw_factor(op: CollectiveOp, n: u64) -> f64 {
     }
 }
 
+/// Rates and where the time went for the ranks of one job.
+struct JobFigures {
+    tokens_per_s: Option<f64>,
+    samples_per_s: Option<f64>,
+    tflops_per_gpu: Option<f64>,
+    mfu: Option<f64>,
+    breakdown: Breakdown,
+    ranks: u32,
+}
+
+/// [`JobFigures`] of the ranks `in_job` selects, which ran `workload` (one job's, with
+/// `exp` its experiment) and whose slowest finished at `iteration_ps`.
+fn job_figures(
+    exp: &Experiment,
+    workload: &sim::workload::Workload,
+    in_job: impl Fn(u32) -> bool,
+    results: &RunResults,
+    iteration_ps: SimTime,
+) -> JobFigures {
+    let t = iteration_ps.as_secs_f64();
+    let world = workload.layout.world().max(1);
+    let (mut compute, mut comm, mut bubble, mut idle) = (0.0, 0.0, 0.0, 0.0);
+    for g in results.gpus().filter(|g| in_job(g.rank)) {
+        compute += g.compute_ps.as_secs_f64();
+        comm += g.exposed_comm_ps.as_secs_f64();
+        bubble += g.bubble_ps.as_secs_f64();
+        idle += (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)).as_secs_f64();
+    }
+    let ranks = f64::from(world);
+    let model_flops = total_model_flops(&summarize(workload));
+    let precision = exp.loaded.config.training.precision;
+    let peak: f64 = (0..world)
+        .map(|r| exp.gpu_of_rank(r).peak_flops(precision))
+        .sum::<f64>()
+        / ranks;
+    let per_second = |x: f64| if t > 0.0 { x / t } else { 0.0 };
+    // A workload file of kernel times (SimAI's) carries no FLOPs: the rates are unknown.
+    let tflops_per_gpu = (model_flops > 0.0).then(|| per_second(model_flops) / ranks / 1e12);
+    let known_tokens = workload.tokens > 0;
+    JobFigures {
+        tokens_per_s: known_tokens.then(|| per_second(workload.tokens as f64)),
+        samples_per_s: exp
+            .model
+            .as_ref()
+            .filter(|_| known_tokens)
+            .map(|m| per_second(workload.tokens as f64 / m.seq_len.max(1) as f64)),
+        tflops_per_gpu,
+        mfu: tflops_per_gpu.map(|tflops| {
+            if peak > 0.0 {
+                tflops * 1e12 / peak
+            } else {
+                0.0
+            }
+        }),
+        breakdown: Breakdown {
+            compute: compute / ranks,
+            exposed_comm: comm / ranks,
+            bubble: bubble / ranks,
+            idle: idle / ranks,
+        },
+        ranks: world,
+    }
+}
+
+/// Per job of a multi-job run: its figures, its own iteration (its slowest rank) and where
+/// it ran. The figures over all jobs are their sums (rates) and rank-weighted means.
+fn jobs_figures(
+    exp: &Experiment,
+    model: &SimModel,
+    results: &RunResults,
+    iteration_ps: SimTime,
+) -> Option<(JobFigures, Vec<JobSummary>)> {
+    let set = model.workload.jobs.as_ref()?;
+    let mut jobs = Vec::with_capacity(set.jobs.len());
+    let mut figures = Vec::with_capacity(set.jobs.len());
+    for (j, (placed, job)) in set.jobs.iter().zip(&exp.jobs).enumerate() {
+        let in_job = |r: u32| set.job_of(r) == Some(j);
+        let job_ps = results
+            .gpus()
+            .filter(|g| in_job(g.rank))
+            .filter_map(|g| g.finish_ps)
+            .max()
+            .unwrap_or(SimTime::ZERO);
+        let f = job_figures(
+            &job.exp,
+            &model.workload.job_workload(j),
+            in_job,
+            results,
+            job_ps,
+        );
+        jobs.push(JobSummary {
+            name: placed.name.clone(),
+            gpus: placed.gpus.len() as u32,
+            hosts: host_list(&placed.hosts),
+            placement: placed.placement.clone(),
+            iteration_time_s: job_ps.as_secs_f64(),
+            tokens_per_s: f.tokens_per_s,
+            samples_per_s: f.samples_per_s,
+            tflops_per_gpu: f.tflops_per_gpu,
+            mfu: f.mfu,
+            breakdown_s: f.breakdown.clone(),
+            alone_iteration_time_s: None,
+            slowdown: None,
+        });
+        figures.push(f);
+    }
+    // Over all ranks: idle against the run's end, not each job's.
+    let all = job_figures_over_jobs(&figures, results, iteration_ps);
+    Some((all, jobs))
+}
+
+/// The run-wide figures of several jobs: rates summed, per-GPU figures weighted by ranks,
+/// the breakdown averaged over every rank with idle counted to the last job's end.
+fn job_figures_over_jobs(
+    figures: &[JobFigures],
+    results: &RunResults,
+    iteration_ps: SimTime,
+) -> JobFigures {
+    let ranks: u32 = figures.iter().map(|f| f.ranks).sum();
+    let n = f64::from(ranks.max(1));
+    let sum = |get: &dyn Fn(&JobFigures) -> Option<f64>| -> Option<f64> {
+        figures.iter().map(get).sum::<Option<f64>>()
+    };
+    let weighted = |get: &dyn Fn(&JobFigures) -> Option<f64>| -> Option<f64> {
+        sum(&|f| get(f).map(|x| x * f64::from(f.ranks))).map(|x| x / n)
+    };
+    let mean = |get: &dyn Fn(&Breakdown) -> f64| {
+        figures
+            .iter()
+            .map(|f| get(&f.breakdown) * f64::from(f.ranks))
+            .sum::<f64>()
+            / n
+    };
+    let idle = results
+        .gpus()
+        .map(|g| (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)).as_secs_f64())
+        .sum::<f64>()
+        / n;
+    JobFigures {
+        tokens_per_s: sum(&|f| f.tokens_per_s),
+        samples_per_s: sum(&|f| f.samples_per_s),
+        tflops_per_gpu: weighted(&|f| f.tflops_per_gpu),
+        mfu: weighted(&|f| f.mfu),
+        breakdown: Breakdown {
+            compute: mean(&|b| b.compute),
+            exposed_comm: mean(&|b| b.exposed_comm),
+            bubble: mean(&|b| b.bubble),
+            idle,
+        },
+        ranks,
+    }
+}
+
+/// Hosts as a Slurm host list: `host[0-3,8]`.
+fn host_list(hosts: &[u32]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < hosts.len() {
+        let mut j = i;
+        while j + 1 < hosts.len() && hosts[j + 1] == hosts[j] + 1 {
+            j += 1;
+        }
+        runs.push(if i == j {
+            hosts[i].to_string()
+        } else {
+            format!("{}-{}", hosts[i], hosts[j])
+        });
+        i = j + 1;
+    }
+    format!("host[{}]", runs.join(","))
+}
+
 /// summary.json of a run whose slowest rank finished at `iteration_ps`.
 pub fn summarize_run(
     exp: &Experiment,
@@ -62,67 +235,43 @@ pub fn summarize_run(
 ) -> Summary {
     let t = iteration_ps.as_secs_f64();
     let gpus = exp.loaded.config.cluster.gpus;
-    let world = model.workload.layout.world().max(1);
-    let (mut compute, mut comm, mut bubble, mut idle) = (0.0, 0.0, 0.0, 0.0);
-    for g in results.gpus() {
-        compute += g.compute_ps.as_secs_f64();
-        comm += g.exposed_comm_ps.as_secs_f64();
-        bubble += g.bubble_ps.as_secs_f64();
-        idle += (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)).as_secs_f64();
-    }
-    let ranks = f64::from(world);
-    let model_flops = total_model_flops(&summarize(&model.workload));
-    let precision = exp.loaded.config.training.precision;
-    let peak: f64 = (0..world)
-        .map(|r| exp.gpu_of_rank(r).peak_flops(precision))
-        .sum::<f64>()
-        / ranks;
-    // A workload file of kernel times (SimAI's) carries no FLOPs: the rates are unknown.
-    let tflops_per_gpu = (model_flops > 0.0).then(|| {
-        if t > 0.0 {
-            model_flops / t / ranks / 1e12
-        } else {
-            0.0
-        }
-    });
-    let known_tokens = model.workload.tokens > 0;
+    let (figures, jobs) = match jobs_figures(exp, model, results, iteration_ps) {
+        Some((figures, jobs)) => (figures, Some(jobs)),
+        None => (
+            job_figures(exp, &model.workload, |_| true, results, iteration_ps),
+            None,
+        ),
+    };
     let mut warnings = exp.warnings.clone();
-    if tflops_per_gpu.is_none() {
+    for job in &exp.jobs {
+        warnings.extend(
+            job.exp
+                .warnings
+                .iter()
+                .map(|w| format!("job `{}`: {w}", job.name)),
+        );
+    }
+    if figures.tflops_per_gpu.is_none() {
         warnings.push(
             "TFLOP/s per GPU and MFU are n/a: the workload gives kernel times, not FLOPs".into(),
         );
     }
-    if !known_tokens {
+    if figures.tokens_per_s.is_none() {
         warnings.push("tokens/s and samples/s are n/a: the workload names no tokens".into());
     }
     let s = &engine.stats;
     let net = &exp.loaded.config.network;
-    let per_second = |x: f64| if t > 0.0 { x / t } else { 0.0 };
     Summary {
         name: exp.name().to_string(),
         gpus,
         iteration_time_s: t,
-        tokens_per_s: known_tokens.then(|| per_second(model.workload.tokens as f64)),
-        batches_per_s: per_second(1.0),
-        samples_per_s: exp
-            .model
-            .as_ref()
-            .filter(|_| known_tokens)
-            .map(|m| per_second(model.workload.tokens as f64 / m.seq_len.max(1) as f64)),
-        tflops_per_gpu,
-        mfu: tflops_per_gpu.map(|tflops| {
-            if peak > 0.0 {
-                tflops * 1e12 / peak
-            } else {
-                0.0
-            }
-        }),
-        breakdown_s: Breakdown {
-            compute: compute / ranks,
-            exposed_comm: comm / ranks,
-            bubble: bubble / ranks,
-            idle: idle / ranks,
-        },
+        tokens_per_s: figures.tokens_per_s,
+        batches_per_s: if t > 0.0 { 1.0 / t } else { 0.0 },
+        samples_per_s: figures.samples_per_s,
+        tflops_per_gpu: figures.tflops_per_gpu,
+        mfu: figures.mfu,
+        breakdown_s: figures.breakdown,
+        jobs,
         result_digest: results.digest(),
         network: NetworkSummary {
             model: net.model.name().to_string(),

@@ -28,10 +28,40 @@ pub struct Summary {
     pub mfu: Option<f64>,
     /// Mean over ranks.
     pub breakdown_s: Breakdown,
+    /// `[[jobs]]`: each job's figures; absent for one job. With jobs, the rates above are
+    /// their sums, the per-GPU figures rank-weighted means, and the iteration the last
+    /// job's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<Vec<JobSummary>>,
     pub result_digest: String,
     pub network: NetworkSummary,
     pub engine: EngineSummary,
     pub warnings: Vec<String>,
+}
+
+/// One job of a multi-job run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSummary {
+    pub name: String,
+    pub gpus: u32,
+    /// Its hosts as a Slurm host list (`host[0-15,32-47]`).
+    pub hosts: String,
+    /// `packed`, `spread`, `random` or `hosts` (named in the experiment).
+    pub placement: String,
+    /// Its slowest rank's finish.
+    pub iteration_time_s: f64,
+    pub tokens_per_s: Option<f64>,
+    pub samples_per_s: Option<f64>,
+    pub tflops_per_gpu: Option<f64>,
+    pub mfu: Option<f64>,
+    /// Mean over the job's ranks; idle counted to the job's own end.
+    pub breakdown_s: Breakdown,
+    /// The same job on the same hosts with the cluster to itself; None where not run
+    /// (`--no-alone`, distributed runs).
+    pub alone_iteration_time_s: Option<f64>,
+    /// `iteration_time_s / alone_iteration_time_s`: what sharing the fabric costs it.
+    pub slowdown: Option<f64>,
 }
 
 /// Where a rank's iteration went, seconds, averaged over ranks.

@@ -4,7 +4,7 @@
 //! `--set` applied → presets expanded → typed structs. Every error names where the bad value was
 //! written.
 
-mod source;
+pub(crate) mod source;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -86,6 +86,61 @@ pub struct ExperimentConfig {
     /// `[[faults]]`: links and NICs down or degraded, hosts down, slow GPUs, kernel jitter.
     #[serde(default)]
     pub faults: Vec<FaultConfig>,
+    /// `[[jobs]]`: several training jobs sharing the cluster (docs/jobs.md). Empty: one job,
+    /// described by the top-level `[model]`, `[parallel]` and `[training]`.
+    #[serde(default)]
+    pub jobs: Vec<JobConfig>,
+}
+
+/// One `[[jobs]]` entry. Its `model`, `parallel` and `training` tables replace the top-level
+/// ones for this job (a table it leaves out is the top-level one); they are read with the
+/// rest of the job's experiment by [`crate::jobs`], so here they are only kept as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    pub name: String,
+    /// GPUs, whole hosts; placed by `placement`. Alternative to `hosts`.
+    pub gpus: Option<u32>,
+    /// The hosts, by index (`[0, 1, 4]`) or as a Slurm host list (`"host[0-15,32-47]"`).
+    pub hosts: Option<JobHosts>,
+    /// How `gpus` are placed on the hosts no earlier job took. Default: packed.
+    pub placement: Option<Placement>,
+    /// Seed of `placement = "random"`.
+    pub seed: Option<u64>,
+    pub model: Option<serde::de::IgnoredAny>,
+    pub parallel: Option<serde::de::IgnoredAny>,
+    pub training: Option<serde::de::IgnoredAny>,
+}
+
+/// The hosts a job names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum JobHosts {
+    Indices(Vec<u32>),
+    List(String),
+}
+
+/// A placement policy for a job's hosts (Slurm's `--distribution` and topology plugin, in
+/// effect): whole hosts, as Slurm's exclusive allocations give them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// The lowest-numbered free hosts, one block: the job stays under as few leaves as it can.
+    Packed,
+    /// Free hosts evenly spaced over the cluster: two spread jobs interleave host by host.
+    Spread,
+    /// Free hosts drawn at random with `seed` (a fragmented cluster).
+    Random,
+}
+
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Packed => "packed",
+            Placement::Spread => "spread",
+            Placement::Random => "random",
+        }
+    }
 }
 
 /// What a `[[faults]]` entry breaks.

@@ -212,8 +212,8 @@ impl Cut {
                 *o = true;
             }
         }
-        let layout = &model.workload.layout;
-        let world = layout.world() as usize;
+        let workload = &model.workload;
+        let world = workload.rank_bound() as usize;
         let topology = &model.topology;
         let gpu_node = |rank: u32| topology.gpu(rank);
         // Rows for the owned ranks only: a worker of four holds a quarter of them.
@@ -236,15 +236,15 @@ impl Cut {
         let mut group_pairs = HashMap::new();
         let mut peer_reach = HashMap::new();
         for kind in GroupKind::ALL {
-            if layout.group_size(kind) as usize > SEARCHED_GROUP {
-                continue;
-            }
             let mut seen = vec![false; world];
             for r in 0..world {
-                if seen[r] {
+                if seen[r]
+                    || !workload.is_rank(r as u32)
+                    || workload.group_size(kind, r as u32) as usize > SEARCHED_GROUP
+                {
                     continue;
                 }
-                let ranks = layout.group(kind, r as u32);
+                let ranks = workload.group(kind, r as u32);
                 let members: Vec<NodeId> = ranks.iter().map(|&m| gpu_node(m)).collect();
                 // Its pairs are kept for later sends and connections ([`Cut::peer_reach_ps`])
                 // only where they are few: a model-parallel group (TP × PP) has members ×
@@ -748,7 +748,7 @@ impl Walk<'_> {
 /// Whether `node` is a GPU running a rank (its LP is a [`super::gpu::GpuLp`]).
 fn is_gpu_lp(model: &SimModel, node: NodeId) -> bool {
     let n = model.topology.nodes()[node as usize];
-    n.kind == NodeKind::Gpu && n.index < model.workload.layout.world()
+    n.kind == NodeKind::Gpu && model.workload.is_rank(n.index)
 }
 
 /// For every topology node, the least time an event there can take to cause an event

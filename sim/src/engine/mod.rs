@@ -599,7 +599,7 @@ impl SimModel {
     pub fn new_lp(&self, node: NodeId) -> Lp {
         let n = self.topology.nodes()[node as usize];
         match n.kind {
-            NodeKind::Gpu if n.index < self.workload.layout.world() => {
+            NodeKind::Gpu if self.workload.is_rank(n.index) => {
                 Lp::Gpu(Box::new(gpu::GpuLp::new(self, node, n.index)))
             }
             _ => Lp::Fabric(net::FabricLp::new(self, node)),

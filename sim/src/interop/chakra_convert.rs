@@ -683,6 +683,7 @@ pub fn import(path: &Path, ctx: &ImportContext) -> Result<Workload, ConfigError>
         tokens: 0,
         source: path.display().to_string(),
         line_names: Vec::new(),
+        jobs: None,
     })
 }
 

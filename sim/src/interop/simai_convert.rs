@@ -234,6 +234,7 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
         tokens: 0,
         source: file.to_string(),
         line_names: names,
+        jobs: None,
     })
 }
 

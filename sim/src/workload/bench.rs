@@ -138,6 +138,7 @@ pub fn workload(op: BenchOp, ranks: u32, bytes: u64) -> Workload {
         tokens: 0,
         source: format!("fleetsim collective: {} of {bytes} B", op.name()),
         line_names: Vec::new(),
+        jobs: None,
     }
 }
 

@@ -204,6 +204,7 @@ pub fn compile_with(
         tokens: samples * model.seq_len,
         source: source.to_string(),
         line_names: Vec::new(),
+        jobs: None,
     }
 }
 

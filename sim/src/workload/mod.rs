@@ -46,6 +46,25 @@ pub fn load_or_compile(
     exp: &Experiment,
     override_file: Option<&std::path::Path>,
 ) -> Result<Workload, ConfigError> {
+    if !exp.jobs.is_empty() {
+        if let Some(p) = override_file {
+            return Err(ConfigError::plain(
+                &p.display().to_string(),
+                "",
+                "an experiment with [[jobs]] compiles each job's model; a workload file cannot replace them",
+            ));
+        }
+        let workloads = exp
+            .jobs
+            .iter()
+            .map(|job| compile(&job.exp))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(crate::jobs::combine(
+            &exp.jobs,
+            workloads,
+            exp.loaded.config.cluster.gpus,
+        ));
+    }
     let path = match (override_file, &exp.loaded.config.workload_file) {
         (Some(p), _) => Some(p.to_path_buf()),
         (None, Some(written)) => {
@@ -622,9 +641,79 @@ pub struct Workload {
     /// Names of an imported SimAI file's layer lines; ops of [`Module::Imported`] carry their
     /// line's index in [`Label::layer`]. Empty for compiled workloads.
     pub line_names: Vec<String>,
+    /// Several jobs on one cluster (`[[jobs]]`): which GPU runs which job's rank. `None`
+    /// for one job, whose ranks are GPUs `0..layout.world()`. With jobs, a rank is still a
+    /// GPU's global index; read ranks, groups and programs through the methods below, not
+    /// through `layout` (which is then the first job's).
+    pub jobs: Option<Box<crate::jobs::JobSet>>,
 }
 
 impl Workload {
+    /// Whether GPU `gpu` runs a rank.
+    pub fn is_rank(&self, gpu: u32) -> bool {
+        match &self.jobs {
+            None => gpu < self.layout.world(),
+            Some(jobs) => jobs.job_of(gpu).is_some(),
+        }
+    }
+
+    /// Every rank is below this GPU index: the length of per-rank tables.
+    pub fn rank_bound(&self) -> u32 {
+        match &self.jobs {
+            None => self.layout.world(),
+            Some(jobs) => jobs.gpu_bound(),
+        }
+    }
+
+    /// The ranks, ascending.
+    pub fn ranks(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.rank_bound()).filter(|&g| self.is_rank(g))
+    }
+
+    /// Rank `rank`'s group of `kind`, ascending in its job's group order.
+    pub fn group(&self, kind: GroupKind, rank: u32) -> Vec<u32> {
+        match &self.jobs {
+            None => self.layout.group(kind, rank),
+            Some(jobs) => jobs.group(kind, rank),
+        }
+    }
+
+    /// The size of rank `rank`'s group of `kind`.
+    pub fn group_size(&self, kind: GroupKind, rank: u32) -> u32 {
+        match &self.jobs {
+            None => self.layout.group_size(kind),
+            Some(jobs) => jobs.group_size(kind, rank),
+        }
+    }
+
+    /// The layout of the job that runs program `index` of `programs`.
+    pub fn program_layout(&self, index: usize) -> &ParallelLayout {
+        match &self.jobs {
+            None => &self.layout,
+            Some(jobs) => {
+                let job = jobs
+                    .jobs
+                    .iter()
+                    .rev()
+                    .find(|j| j.program_offset as usize <= index)
+                    .unwrap_or(&jobs.jobs[0]);
+                &job.workload.layout
+            }
+        }
+    }
+
+    /// Index into `programs` of the program rank `rank` runs.
+    pub fn program_index(&self, rank: u32) -> usize {
+        match &self.jobs {
+            None => {
+                let c = self.layout.coords(rank);
+                usize::from(self.replica_class[c.dp as usize]) * self.layout.pp as usize
+                    + c.pp as usize
+            }
+            Some(jobs) => jobs.program_index(rank),
+        }
+    }
+
     pub fn classes(&self) -> usize {
         self.programs.len() / self.layout.pp as usize
     }
@@ -635,8 +724,7 @@ impl Workload {
 
     /// The program rank `rank` runs.
     pub fn program_of_rank(&self, rank: u32) -> &Program {
-        let c = self.layout.coords(rank);
-        self.program(usize::from(self.replica_class[c.dp as usize]), c.pp)
+        &self.programs[self.program_index(rank)]
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -139,9 +139,7 @@ pub struct GpuLp {
 impl GpuLp {
     pub fn new(model: &SimModel, node: NodeId, rank: u32) -> Self {
         let w = &model.workload;
-        let c = w.layout.coords(rank);
-        let class = usize::from(w.replica_class[c.dp as usize]);
-        let program = (class * w.layout.pp as usize + c.pp as usize) as u32;
+        let program = w.program_index(rank) as u32;
         let gpu_type = usize::from(model.topology.gpu_type(rank));
         let out = model.topology.out_links(node).len();
         GpuLp {

@@ -33,7 +33,7 @@ impl Schedule for Direct {
             return;
         };
         let (kind, pos, step_bytes) = (run.group_kind(), run.ring.pos, run.step_bytes);
-        let members = model.workload.layout.group(kind, gpu.rank);
+        let members = model.workload.group(kind, gpu.rank);
         let me = gpu.rank;
         for m in members.into_iter().filter(|&m| m != me) {
             let dst = model.topology.gpu(m);

@@ -69,7 +69,7 @@ impl GpuLp {
             return Some((g.ring, g.shape, g.closed));
         }
         let topo = &model.topology;
-        let members = model.workload.layout.group(kind, self.rank);
+        let members = model.workload.group(kind, self.rank);
         let n = members.len() as u32;
         let pos = members.iter().position(|&m| m == self.rank).unwrap_or(0) as u32;
         let ring = RingPos {

@@ -78,7 +78,7 @@ impl GpuLp {
             return;
         }
         let topo = &model.topology;
-        let members = model.workload.layout.group(kind, self.rank);
+        let members = model.workload.group(kind, self.rank);
         let (n, pos) = (g.ring.n, g.ring.pos);
         g.pat = (0..pat::steps(n))
             .map(|k| {

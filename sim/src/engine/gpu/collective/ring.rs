@@ -128,7 +128,7 @@ impl GpuLp {
         if g.lanes.len() != lanes as usize {
             let topo = &model.topology;
             let node = |r: u32| topo.nccl_node(r);
-            let members = model.workload.layout.group(kind, self.rank);
+            let members = model.workload.group(kind, self.rank);
             let pxn = model.collectives.settings.rail_aligned_rings();
             g.lanes = ring::lane_links(&members, node, lanes, pxn, self.rank)
                 .into_iter()

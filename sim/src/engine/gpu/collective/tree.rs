@@ -200,7 +200,7 @@ impl GpuLp {
         if g.trees_for != (lanes, nvls) || g.trees.is_empty() {
             let topo = &model.topology;
             let node = |r: u32| topo.nccl_node(r);
-            let members = model.workload.layout.group(kind, self.rank);
+            let members = model.workload.group(kind, self.rank);
             let hop = |l: &tree::TreeLinks| {
                 let mut children = [NO_NODE; 3];
                 for (slot, &c) in children.iter_mut().zip(&l.children) {
