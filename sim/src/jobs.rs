@@ -223,10 +223,11 @@ fn named_hosts(
         JobHosts::Indices(list) => list.clone(),
         JobHosts::List(list) => {
             let names = hostlist_parser::parse(list).map_err(|e| {
+                let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
                 loaded.error(
                     key,
                     format!(
-                        "`{list}` is not a Slurm host list ({e}); write e.g. \"host[0-15,32-47]\" or a list of host indices"
+                        "`{list}` is not a Slurm host list ({why}); write e.g. \"host[0-15,32-47]\" or a list of host indices"
                     ),
                 )
             })?;
@@ -328,7 +329,10 @@ fn job_experiment(loaded: &LoadedConfig, i: usize, gpus: u32) -> Result<Experime
         };
         ConfigError {
             key,
-            message: format!("job `{job_name}`: {}", e.message),
+            message: format!(
+                "job `{job_name}`: {}",
+                e.message.replace("cluster.gpus", "the job's gpus")
+            ),
             origin: e.origin,
         }
     };

@@ -66,12 +66,21 @@ impl Args {
         );
         // Validates `[compute]` and any measured kernel tables even without --kernels.
         let model = ComputeModel::from_experiment(&exp)?;
-        let summaries = sim::workload::summary::summarize(&workload);
+        let (summaries, job_summaries) = match &workload.jobs {
+            None => (sim::workload::summary::summarize(&workload), Vec::new()),
+            Some(set) => (
+                Vec::new(),
+                (0..set.jobs.len())
+                    .map(|j| sim::workload::summary::summarize(&workload.job_workload(j)))
+                    .collect(),
+            ),
+        };
         let report = CheckReport {
             experiment: &exp,
             topology: &topology,
             build_s,
             workload: &summaries,
+            jobs: &job_summaries,
         };
         if !kernels {
             return print_report(json, || report.to_json(), || report.to_text());
@@ -98,6 +107,8 @@ pub struct CheckReport<'a> {
     pub build_s: f64,
     /// The compiled workload's summary per program (op counts per rank of each stage).
     pub workload: &'a [StageSummary],
+    /// With `[[jobs]]`: each job's summary per program (and `workload` is empty).
+    pub jobs: &'a [Vec<StageSummary>],
 }
 
 /// Groups whose members all sit in one host, and how many hosts a group spans at most.
@@ -119,6 +130,224 @@ fn group_span(exp: &Experiment, kind: GroupKind) -> u32 {
 
 fn gb(bytes: f64) -> f64 {
     (bytes / 1e9 * 100.0).round() / 100.0
+}
+
+/// Adds `more`'s keys to the object `v`.
+fn merge(v: &mut Value, more: Value) {
+    if let (Value::Object(v), Value::Object(more)) = (v, more) {
+        v.extend(more);
+    }
+}
+
+/// What `check --json` says about one job: model, layout, batch, ops and memory.
+fn job_json(exp: &Experiment, summaries: &[StageSummary]) -> Value {
+    let c = &exp.loaded.config.cluster;
+    let groups: Vec<Value> = GroupKind::ALL
+        .iter()
+        .map(|&k| {
+            json!({
+                "kind": k.name(),
+                "size": exp.layout.group_size(k),
+                "count": exp.layout.group_count(k),
+                "first": exp.layout.nth_group(k, 0),
+                "max_hosts_spanned": group_span(exp, k),
+            })
+        })
+        .collect();
+    let placement: Vec<Value> = (0..exp.layout.world().min(16))
+        .map(|r| {
+            let co = exp.layout.coords(r);
+            json!({
+                "rank": r, "host": r / c.gpus_per_host, "local_gpu": r % c.gpus_per_host,
+                "tp": co.tp, "cp": co.cp, "dp": co.dp, "pp": co.pp, "ep": co.ep,
+            })
+        })
+        .collect();
+    let memory: Vec<Value> = exp
+        .memory
+        .iter()
+        .zip(&exp.stage_hbm)
+        .map(|(m, hbm)| {
+            json!({
+                "stage": m.stage,
+                "params_per_gpu": m.params,
+                "weights_gb": gb(m.weights),
+                "gradients_gb": gb(m.gradients),
+                "optimizer_gb": gb(m.optimizer),
+                "activations_gb": gb(m.activations),
+                "total_gb": gb(m.total()),
+                "in_hbm_gb": gb(m.in_hbm(&exp.cxl_tensors)),
+                "hbm_gb": gb(*hbm),
+                "fits": m.in_hbm(&exp.cxl_tensors) <= *hbm,
+            })
+        })
+        .collect();
+    let l = &exp.layout;
+    json!({
+        // null without a [model]: an imported workload_file brings its own kernels.
+        "model": exp.model.as_ref().map(|m| json!({
+            "name": m.name,
+            "params": m.total_params(),
+            "active_params": m.active_params(),
+            "layers": m.layers,
+            "hidden": m.hidden,
+            "seq_len": m.seq_len,
+        })),
+        "parallel": {
+            "tp": l.tp, "cp": l.cp, "ep": l.ep, "dp": l.dp, "pp": l.pp, "vp": l.vp,
+            "expert_dp": l.expert_dp(),
+            "order": exp.loaded.config.parallel.order,
+            "groups": groups,
+            "placement": placement,
+        },
+        "batch": {
+            "global_batch": exp.global_batch,
+            "micro_batch": exp.micro_batch,
+            "micro_batches_per_replica": exp.micro_batches,
+            "tokens_per_iteration": exp.model.as_ref().map(|m| exp.global_batch * m.seq_len),
+        },
+        "ops_per_rank": summaries.iter().map(|w| json!({
+            "stage": w.stage,
+            "class": w.class,
+            "total": w.ops,
+            "compute": w.compute_ops,
+            "collective": w.collective_ops,
+            "p2p": w.p2p_ops,
+        })).collect::<Vec<_>>(),
+        "memory": exp.model.as_ref().map(|_| memory),
+    })
+}
+
+/// `check`'s lines on a job's model, layout, groups, batch and ops.
+fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
+    let workload = summaries;
+    match &exp.model {
+        Some(m) => {
+            let _ = writeln!(
+                s,
+                "model       {}: {:.2} B parameters ({:.2} B active), {} layers, hidden {}, seq {}",
+                m.name,
+                m.total_params() as f64 / 1e9,
+                m.active_params() as f64 / 1e9,
+                m.layers,
+                m.hidden,
+                m.seq_len
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "model       n/a: no [model]; the imported workload_file brings its own kernels"
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "parallel    {}, order {}",
+        exp.layout, exp.loaded.config.parallel.order
+    );
+    for kind in GroupKind::ALL {
+        let size = exp.layout.group_size(kind);
+        if size == 1 {
+            continue;
+        }
+        let first = exp.layout.nth_group(kind, 0);
+        let shown: Vec<String> = first.iter().take(8).map(u32::to_string).collect();
+        let more = if first.len() > 8 { ", ..." } else { "" };
+        let _ = writeln!(
+            s,
+            "  {:<9} {} groups of {}, first [{}{}], spans up to {} host(s)",
+            kind.name(),
+            exp.layout.group_count(kind),
+            size,
+            shown.join(", "),
+            more,
+            group_span(exp, kind)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "batch       global {} = micro-batch {} x DP {} x {} micro-batches per replica",
+        exp.global_batch, exp.micro_batch, exp.layout.dp, exp.micro_batches
+    );
+    let ops: Vec<String> = workload.iter().map(|w| format!("{}", w.ops)).collect();
+    if !ops.is_empty() {
+        let _ = writeln!(
+            s,
+            "ops/rank    {} per stage (compute, collectives, send/recv; `fleetsim workload` details them)",
+            ops.join(", ")
+        );
+    }
+}
+
+/// `check`'s lines on the cut's lookahead and the faults.
+fn look_faults(topo: &Topology, exp: &Experiment) -> String {
+    let mut s = String::new();
+    match topo.host_preserving_lookahead_ps() {
+        Some(ps) => {
+            let _ = writeln!(
+                s,
+                "lookahead   {:.3} us (host-preserving partition)",
+                ps as f64 / 1e6
+            );
+        }
+        None => {
+            let _ = writeln!(s, "lookahead   none: one host, nothing to cut");
+        }
+    }
+    for (i, f) in exp.loaded.config.faults.iter().enumerate() {
+        let _ = writeln!(s, "faults[{i}]   {}", sim::fault::describe(f));
+    }
+    s
+}
+
+/// `check`'s lines on a job's memory per GPU and CXL tier.
+fn job_text_memory(s: &mut String, exp: &Experiment) {
+    if exp.model.is_none() {
+        let _ = writeln!(s, "memory/GPU  n/a: no [model] to estimate it from");
+    } else {
+        let _ = writeln!(
+            s,
+            "memory/GPU  stage  weights  grads  optim  activ  total GB  of HBM"
+        );
+    }
+    for (mem, hbm) in exp.memory.iter().zip(&exp.stage_hbm) {
+        let _ = writeln!(
+            s,
+            "            {:>5}  {:>7.2}  {:>5.2}  {:>5.2}  {:>5.2}  {:>8.2}  {:.0}{}",
+            mem.stage,
+            mem.weights / 1e9,
+            mem.gradients / 1e9,
+            mem.optimizer / 1e9,
+            mem.activations / 1e9,
+            mem.total() / 1e9,
+            hbm / 1e9,
+            if mem.in_hbm(&exp.cxl_tensors) <= *hbm {
+                ""
+            } else {
+                "  DOES NOT FIT"
+            }
+        );
+    }
+    if !exp.cxl_tensors.is_empty() {
+        let names: Vec<&str> = exp.cxl_tensors.iter().map(|c| c.name()).collect();
+        let in_hbm = exp
+            .memory
+            .iter()
+            .map(|m| m.in_hbm(&exp.cxl_tensors))
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "in CXL      {} ({}); at most {:.2} GB per GPU stays in HBM",
+            names.join(", "),
+            if exp.cxl_coherent() == Some(true) {
+                "coherent: read while kernels run"
+            } else {
+                "not coherent: copied into HBM before use"
+            },
+            in_hbm / 1e9
+        );
+    }
 }
 
 impl CheckReport<'_> {
@@ -150,48 +379,7 @@ impl CheckReport<'_> {
                 )
             })
             .collect();
-        let groups: Vec<Value> = GroupKind::ALL
-            .iter()
-            .map(|&k| {
-                json!({
-                    "kind": k.name(),
-                    "size": exp.layout.group_size(k),
-                    "count": exp.layout.group_count(k),
-                    "first": exp.layout.nth_group(k, 0),
-                    "max_hosts_spanned": group_span(exp, k),
-                })
-            })
-            .collect();
-        let placement: Vec<Value> = (0..exp.layout.world().min(16))
-            .map(|r| {
-                let co = exp.layout.coords(r);
-                json!({
-                    "rank": r, "host": r / c.gpus_per_host, "local_gpu": r % c.gpus_per_host,
-                    "tp": co.tp, "cp": co.cp, "dp": co.dp, "pp": co.pp, "ep": co.ep,
-                })
-            })
-            .collect();
-        let memory: Vec<Value> = exp
-            .memory
-            .iter()
-            .zip(&exp.stage_hbm)
-            .map(|(m, hbm)| {
-                json!({
-                    "stage": m.stage,
-                    "params_per_gpu": m.params,
-                    "weights_gb": gb(m.weights),
-                    "gradients_gb": gb(m.gradients),
-                    "optimizer_gb": gb(m.optimizer),
-                    "activations_gb": gb(m.activations),
-                    "total_gb": gb(m.total()),
-                    "in_hbm_gb": gb(m.in_hbm(&exp.cxl_tensors)),
-                    "hbm_gb": gb(*hbm),
-                    "fits": m.in_hbm(&exp.cxl_tensors) <= *hbm,
-                })
-            })
-            .collect();
-        let l = &exp.layout;
-        json!({
+        let mut v = json!({
             "name": exp.name(),
             "file": exp.loaded.path.display().to_string(),
             "cluster": {
@@ -204,43 +392,34 @@ impl CheckReport<'_> {
                 "links": links,
                 "build_s": self.build_s,
             },
-            // null without a [model]: an imported workload_file brings its own kernels.
-            "model": exp.model.as_ref().map(|m| json!({
-                "name": m.name,
-                "params": m.total_params(),
-                "active_params": m.active_params(),
-                "layers": m.layers,
-                "hidden": m.hidden,
-                "seq_len": m.seq_len,
-            })),
-            "parallel": {
-                "tp": l.tp, "cp": l.cp, "ep": l.ep, "dp": l.dp, "pp": l.pp, "vp": l.vp,
-                "expert_dp": l.expert_dp(),
-                "order": exp.loaded.config.parallel.order,
-                "groups": groups,
-                "placement": placement,
-            },
-            "batch": {
-                "global_batch": exp.global_batch,
-                "micro_batch": exp.micro_batch,
-                "micro_batches_per_replica": exp.micro_batches,
-                "tokens_per_iteration": exp.model.as_ref().map(|m| exp.global_batch * m.seq_len),
-            },
-            "ops_per_rank": self.workload.iter().map(|w| json!({
-                "stage": w.stage,
-                "class": w.class,
-                "total": w.ops,
-                "compute": w.compute_ops,
-                "collective": w.collective_ops,
-                "p2p": w.p2p_ops,
-            })).collect::<Vec<_>>(),
             "lookahead_s": topo
                 .host_preserving_lookahead_ps()
                 .map(|ps| SimTime::from_ps(ps).as_secs_f64()),
             "faults": exp.loaded.config.faults.iter().map(sim::fault::describe).collect::<Vec<_>>(),
-            "memory": exp.model.as_ref().map(|_| memory),
             "warnings": exp.warnings,
-        })
+        });
+        match exp.jobs.is_empty() {
+            true => merge(&mut v, job_json(exp, self.workload)),
+            false => {
+                v["jobs"] = exp
+                    .jobs
+                    .iter()
+                    .zip(self.jobs)
+                    .map(|(job, summaries)| {
+                        let mut j = json!({
+                            "name": job.name,
+                            "gpus": job.exp.loaded.config.cluster.gpus,
+                            "hosts": job.hosts,
+                            "placement": job.placement,
+                            "warnings": job.exp.warnings,
+                        });
+                        merge(&mut j, job_json(&job.exp, summaries));
+                        j
+                    })
+                    .collect();
+            }
+        }
+        v
     }
 
     pub fn to_text(&self) -> String {
@@ -289,122 +468,31 @@ impl CheckReport<'_> {
             .collect();
         let _ = writeln!(s, "  links     {} (directed)", links.join(", "));
         let _ = writeln!(s, "  built in  {:.3} s", self.build_s);
-        match &exp.model {
-            Some(m) => {
-                let _ = writeln!(
-                    s,
-                    "model       {}: {:.2} B parameters ({:.2} B active), {} layers, hidden {}, seq {}",
-                    m.name,
-                    m.total_params() as f64 / 1e9,
-                    m.active_params() as f64 / 1e9,
-                    m.layers,
-                    m.hidden,
-                    m.seq_len
-                );
+        match exp.jobs.is_empty() {
+            true => {
+                job_text_head(&mut s, exp, self.workload);
+                s += &look_faults(topo, exp);
+                job_text_memory(&mut s, exp);
             }
-            None => {
-                let _ = writeln!(
-                    s,
-                    "model       n/a: no [model]; the imported workload_file brings its own kernels"
-                );
-            }
-        }
-        let _ = writeln!(
-            s,
-            "parallel    {}, order {}",
-            exp.layout, exp.loaded.config.parallel.order
-        );
-        for kind in GroupKind::ALL {
-            let size = exp.layout.group_size(kind);
-            if size == 1 {
-                continue;
-            }
-            let first = exp.layout.nth_group(kind, 0);
-            let shown: Vec<String> = first.iter().take(8).map(u32::to_string).collect();
-            let more = if first.len() > 8 { ", ..." } else { "" };
-            let _ = writeln!(
-                s,
-                "  {:<9} {} groups of {}, first [{}{}], spans up to {} host(s)",
-                kind.name(),
-                exp.layout.group_count(kind),
-                size,
-                shown.join(", "),
-                more,
-                group_span(exp, kind)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "batch       global {} = micro-batch {} x DP {} x {} micro-batches per replica",
-            exp.global_batch, exp.micro_batch, exp.layout.dp, exp.micro_batches
-        );
-        let ops: Vec<String> = self.workload.iter().map(|w| format!("{}", w.ops)).collect();
-        if !ops.is_empty() {
-            let _ = writeln!(
-                s,
-                "ops/rank    {} per stage (compute, collectives, send/recv; `fleetsim workload` details them)",
-                ops.join(", ")
-            );
-        }
-        match topo.host_preserving_lookahead_ps() {
-            Some(ps) => {
-                let _ = writeln!(
-                    s,
-                    "lookahead   {:.3} us (host-preserving partition)",
-                    ps as f64 / 1e6
-                );
-            }
-            None => {
-                let _ = writeln!(s, "lookahead   none: one host, nothing to cut");
-            }
-        }
-        for (i, f) in exp.loaded.config.faults.iter().enumerate() {
-            let _ = writeln!(s, "faults[{i}]   {}", sim::fault::describe(f));
-        }
-        if exp.model.is_none() {
-            let _ = writeln!(s, "memory/GPU  n/a: no [model] to estimate it from");
-        } else {
-            let _ = writeln!(
-                s,
-                "memory/GPU  stage  weights  grads  optim  activ  total GB  of HBM"
-            );
-        }
-        for (mem, hbm) in exp.memory.iter().zip(&exp.stage_hbm) {
-            let _ = writeln!(
-                s,
-                "            {:>5}  {:>7.2}  {:>5.2}  {:>5.2}  {:>5.2}  {:>8.2}  {:.0}{}",
-                mem.stage,
-                mem.weights / 1e9,
-                mem.gradients / 1e9,
-                mem.optimizer / 1e9,
-                mem.activations / 1e9,
-                mem.total() / 1e9,
-                hbm / 1e9,
-                if mem.in_hbm(&exp.cxl_tensors) <= *hbm {
-                    ""
-                } else {
-                    "  DOES NOT FIT"
+            false => {
+                for (job, summaries) in exp.jobs.iter().zip(self.jobs) {
+                    let _ = writeln!(
+                        s,
+                        "job         {}: {} GPUs on {} host(s) {:?} ({})",
+                        job.name,
+                        job.exp.loaded.config.cluster.gpus,
+                        job.hosts.len(),
+                        job.hosts,
+                        job.placement
+                    );
+                    job_text_head(&mut s, &job.exp, summaries);
+                    job_text_memory(&mut s, &job.exp);
+                    for w in &job.exp.warnings {
+                        let _ = writeln!(s, "warning     job `{}`: {w}", job.name);
+                    }
                 }
-            );
-        }
-        if !exp.cxl_tensors.is_empty() {
-            let names: Vec<&str> = exp.cxl_tensors.iter().map(|c| c.name()).collect();
-            let in_hbm = exp
-                .memory
-                .iter()
-                .map(|m| m.in_hbm(&exp.cxl_tensors))
-                .fold(0.0, f64::max);
-            let _ = writeln!(
-                s,
-                "in CXL      {} ({}); at most {:.2} GB per GPU stays in HBM",
-                names.join(", "),
-                if exp.cxl_coherent() == Some(true) {
-                    "coherent: read while kernels run"
-                } else {
-                    "not coherent: copied into HBM before use"
-                },
-                in_hbm / 1e9
-            );
+                s += &look_faults(topo, exp);
+            }
         }
         for w in &exp.warnings {
             let _ = writeln!(s, "warning     {w}");

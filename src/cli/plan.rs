@@ -200,6 +200,15 @@ impl PlanReport {
 /// Searches `path` (with `sets`) and confirms the best estimates with the engine.
 pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<PlanReport, RunError> {
     let base = load_checked(path, &with_naive(sets, &[]))?;
+    if !base.jobs.is_empty() {
+        return Err(base
+            .loaded
+            .error(
+                "jobs",
+                "the heterogeneity planner places one job; remove [[jobs]] or plan each job in an experiment of its own",
+            )
+            .into());
+    }
     let compute = ComputeModel::from_experiment(&base)?;
     let started = std::time::Instant::now();
     let load = |extra: &[String]| Experiment::load(path, &with_naive(sets, extra));

@@ -406,7 +406,8 @@ impl SweepManifest {
         options: &RunOptions,
     ) -> Result<SweepRow, SweepError> {
         let exp = self.load_point(index)?;
-        let output = run_embedded(&exp, options, None)?;
+        let mut output = run_embedded(&exp, options, None)?;
+        coordinator::run::run_jobs_alone(&exp, options, &mut output)?;
         let out = point_dir(dir, index);
         write_outputs(&out, &exp, &output).map_err(io("writing the results to", &out))?;
         Ok(SweepRow {

@@ -48,6 +48,9 @@ pub struct Args {
     /// Override a key of the experiment file, e.g. --set parallel.tp=4.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+    /// With [[jobs]]: the job to report or export (default: report every job).
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -63,16 +66,72 @@ impl Args {
         let started = Instant::now();
         let workload = sim::workload::load_or_compile(&exp, self.workload_file.as_deref())?;
         let compile_s = started.elapsed().as_secs_f64();
+        if exp.jobs.is_empty() {
+            if let Some(name) = &self.job {
+                anyhow::bail!(
+                    "--job {name}: {} has no [[jobs]]; leave --job out",
+                    self.experiment.display()
+                );
+            }
+            return self.report(&exp, workload, compile_s);
+        }
+        let names: Vec<&str> = exp.jobs.iter().map(|j| j.name.as_str()).collect();
+        let chosen: Vec<usize> = match &self.job {
+            Some(name) => vec![names.iter().position(|n| n == name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--job {name}: no such job in {}; its jobs are {}",
+                    self.experiment.display(),
+                    names.join(", ")
+                )
+            })?],
+            None if self.export.is_some() => anyhow::bail!(
+                "{} runs several jobs; export one at a time with --job NAME ({})",
+                self.experiment.display(),
+                names.join(", ")
+            ),
+            None => (0..names.len()).collect(),
+        };
+        if let [j] = chosen[..] {
+            return self.report(&exp.jobs[j].exp, workload.job_workload(j), compile_s);
+        }
         let model = ComputeModel::from_experiment(&exp)?;
+        let reports: Vec<WorkloadReport> = chosen
+            .iter()
+            .map(|&j| {
+                let job = &exp.jobs[j].exp;
+                WorkloadReport::new(
+                    job.name(),
+                    workload.job_workload(j),
+                    &job.stage_gpus(),
+                    &model,
+                    compile_s,
+                )
+            })
+            .collect();
+        print_report(
+            self.json,
+            || json!({ "jobs": reports.iter().map(WorkloadReport::to_json).collect::<Vec<_>>() }),
+            || {
+                reports
+                    .iter()
+                    .map(WorkloadReport::to_text)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        )
+    }
+
+    /// Reports or exports one job's workload.
+    fn report(self, exp: &Experiment, workload: Workload, compile_s: f64) -> anyhow::Result<()> {
+        let model = ComputeModel::from_experiment(exp)?;
         let stage_gpus = exp.stage_gpus();
         if let (Some(format), Some(path)) = (self.export, self.output) {
             let (text, what) = match format {
                 ExportFormat::Chakra => {
-                    let files =
-                        sim::interop::chakra_convert::export(&workload, &exp, &model, &path)
-                            .with_context(|| {
-                                format!("writing the Chakra traces {}.<rank>.et", path.display())
-                            })?;
+                    let files = sim::interop::chakra_convert::export(&workload, exp, &model, &path)
+                        .with_context(|| {
+                            format!("writing the Chakra traces {}.<rank>.et", path.display())
+                        })?;
                     eprintln!(
                         "wrote {} Chakra traces {}.<rank>.et and {}",
                         files.len() - 1,
@@ -84,7 +143,7 @@ impl Args {
                     return Ok(());
                 }
                 ExportFormat::Simai => (
-                    sim::interop::simai_convert::export(&workload, &exp, &model),
+                    sim::interop::simai_convert::export(&workload, exp, &model),
                     "the SimAI workload",
                 ),
                 ExportFormat::Kernels => {

@@ -412,8 +412,16 @@ fn cross_partition_slack(per_worker: &[worker::WorkerStats]) -> BTreeMap<String,
 
 /// Per rank: time split, the simulated peak of live HBM bytes (resident state, activations in
 /// flight and NCCL buffers, replayed over the iteration) and the GPU's capacity.
-pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: SimTime) -> String {
-    let mut table = CsvTable::new([
+/// ranks.csv; with `[[jobs]]` a last column names each rank's job (`idle_s` still counts to
+/// the run's end, the last job's).
+pub fn ranks_csv(
+    exp: &Experiment,
+    model: &SimModel,
+    results: &RunResults,
+    iteration_ps: SimTime,
+) -> String {
+    let jobs = model.workload.jobs.as_deref();
+    let mut header = vec![
         "rank",
         "gpu",
         "stage",
@@ -424,12 +432,16 @@ pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: SimTime) 
         "idle_s",
         "peak_memory_bytes",
         "hbm_bytes",
-    ]);
+    ];
+    if jobs.is_some() {
+        header.push("job");
+    }
+    let mut table = CsvTable::new(header);
     for g in results.gpus() {
         let finish = g.finish_ps.unwrap_or(iteration_ps);
         let gpu = exp.gpu_of_rank(g.rank);
         let seconds = |t: SimTime| format!("{:.9}", t.as_secs_f64());
-        table.row([
+        let mut row = vec![
             g.rank.to_string(),
             gpu.name.clone(),
             g.stage.to_string(),
@@ -440,7 +452,12 @@ pub fn ranks_csv(exp: &Experiment, results: &RunResults, iteration_ps: SimTime) 
             seconds(iteration_ps - finish),
             g.peak_memory_bytes.to_string(),
             format!("{:.0}", gpu.hbm_bytes()),
-        ]);
+        ];
+        if let Some(set) = jobs {
+            let job = set.job_of(g.rank).map_or("", |j| set.jobs[j].name.as_str());
+            row.push(job.to_string());
+        }
+        table.row(row);
     }
     table.finish()
 }
@@ -598,7 +615,7 @@ pub fn write_trace(
 ) -> std::io::Result<()> {
     let mut out = TraceWriter::new(out)?;
     let us = |ps: u64| ps as f64 * 1e-6;
-    let links_pid = u64::from(model.workload.layout.world()) + 1;
+    let links_pid = u64::from(model.workload.rank_bound()) + 1;
     out.event(&Metadata {
         args: NameArg { name: "links" },
         name: "process_name",
@@ -784,7 +801,7 @@ pub fn write_outputs(
     std::fs::write(dir.join("metrics.json"), pretty + "\n")?;
     std::fs::write(
         dir.join("ranks.csv"),
-        ranks_csv(exp, results, output.iteration_ps),
+        ranks_csv(exp, model, results, output.iteration_ps),
     )?;
     std::fs::write(dir.join("collectives.csv"), collectives_csv(results))?;
     std::fs::write(
