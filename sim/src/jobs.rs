@@ -340,6 +340,25 @@ fn job_experiment(loaded: &LoadedConfig, i: usize, gpus: u32) -> Result<Experime
     Experiment::from_loaded(job_loaded).map_err(in_job)
 }
 
+/// Hosts as a Slurm host list: `host[0-3,8]`.
+pub fn host_list(hosts: &[u32]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < hosts.len() {
+        let mut j = i;
+        while j + 1 < hosts.len() && hosts[j + 1] == hosts[j] + 1 {
+            j += 1;
+        }
+        runs.push(if i == j {
+            hosts[i].to_string()
+        } else {
+            format!("{}-{}", hosts[i], hosts[j])
+        });
+        i = j + 1;
+    }
+    format!("host[{}]", runs.join(","))
+}
+
 /// The jobs of a compiled multi-job workload: which GPU runs which job's rank.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSet {
@@ -481,6 +500,12 @@ mod tests {
         let rest: Vec<u32> = vec![1, 3, 5, 7];
         assert_eq!(choose(Placement::Spread, &rest, 4, 0), rest);
         assert_eq!(choose(Placement::Spread, &free, 3, 0), vec![0, 2, 5]);
+    }
+
+    #[test]
+    fn host_lists_fold_runs() {
+        assert_eq!(host_list(&[0, 1, 2, 3, 8]), "host[0-3,8]");
+        assert_eq!(host_list(&[1, 3]), "host[1,3]");
     }
 
     #[test]

@@ -478,11 +478,11 @@ impl CheckReport<'_> {
                 for (job, summaries) in exp.jobs.iter().zip(self.jobs) {
                     let _ = writeln!(
                         s,
-                        "job         {}: {} GPUs on {} host(s) {:?} ({})",
+                        "job         {}: {} GPUs on {} host(s) {} ({}); ranks below are the job's own",
                         job.name,
                         job.exp.loaded.config.cluster.gpus,
                         job.hosts.len(),
-                        job.hosts,
+                        sim::jobs::host_list(&job.hosts),
                         job.placement
                     );
                     job_text_head(&mut s, &job.exp, summaries);

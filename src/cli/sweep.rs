@@ -609,18 +609,43 @@ const COLUMNS: [Column; 20] = columns![
 
 /// `sweep.csv`: the varied keys, then the measured columns.
 pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
+    // With [[jobs]]: each job's iteration, alone and slowdown, by the first row's job names.
+    let jobs: Vec<String> = rows
+        .first()
+        .and_then(|r| r.summary.jobs.as_ref())
+        .map_or_else(Vec::new, |jobs| {
+            jobs.iter().map(|j| j.name.clone()).collect()
+        });
+    let job_columns: Vec<String> = jobs
+        .iter()
+        .flat_map(|name| {
+            ["iteration_time_s", "alone_iteration_time_s", "slowdown"]
+                .map(|what| format!("job.{name}.{what}"))
+        })
+        .collect();
     let mut table = CsvTable::new(
         varies
             .iter()
             .map(|v| v.key.as_str())
-            .chain(COLUMNS.iter().map(|c| c.name)),
+            .chain(COLUMNS.iter().map(|c| c.name))
+            .chain(job_columns.iter().map(String::as_str)),
     );
+    let number = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     for r in rows {
+        let job_values = jobs.iter().flat_map(|name| {
+            let job = r.summary.jobs.iter().flatten().find(|j| &j.name == name);
+            [
+                number(job.map(|j| j.iteration_time_s)),
+                number(job.and_then(|j| j.alone_iteration_time_s)),
+                number(job.and_then(|j| j.slowdown)),
+            ]
+        });
         table.row(
             r.settings
                 .iter()
                 .map(|(_, v)| v.clone())
-                .chain(COLUMNS.iter().map(|c| (c.value)(&r.summary).csv())),
+                .chain(COLUMNS.iter().map(|c| (c.value)(&r.summary).csv()))
+                .chain(job_values),
         );
     }
     table.finish()

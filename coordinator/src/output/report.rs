@@ -146,7 +146,7 @@ fn jobs_figures(
         jobs.push(JobSummary {
             name: placed.name.clone(),
             gpus: placed.gpus.len() as u32,
-            hosts: host_list(&placed.hosts),
+            hosts: sim::jobs::host_list(&placed.hosts),
             placement: placed.placement.clone(),
             iteration_time_s: job_ps.as_secs_f64(),
             tokens_per_s: f.tokens_per_s,
@@ -204,25 +204,6 @@ fn job_figures_over_jobs(
         },
         ranks,
     }
-}
-
-/// Hosts as a Slurm host list: `host[0-3,8]`.
-fn host_list(hosts: &[u32]) -> String {
-    let mut runs: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < hosts.len() {
-        let mut j = i;
-        while j + 1 < hosts.len() && hosts[j + 1] == hosts[j] + 1 {
-            j += 1;
-        }
-        runs.push(if i == j {
-            hosts[i].to_string()
-        } else {
-            format!("{}-{}", hosts[i], hosts[j])
-        });
-        i = j + 1;
-    }
-    format!("host[{}]", runs.join(","))
 }
 
 /// summary.json of a run whose slowest rank finished at `iteration_ps`.
