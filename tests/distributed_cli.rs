@@ -596,3 +596,42 @@ fn a_coordinator_whose_workers_never_come_gives_up() {
     let _ = coordinator.kill();
     assert_eq!(status.and_then(|s| s.code()), Some(1), "no hang");
 }
+
+/// `[[jobs]]` over gRPC: the workers build the same jobs on the same hosts and the run gives
+/// the embedded digest; the summary lists the jobs (without alone runs: those are embedded).
+#[test]
+fn several_jobs_over_grpc_give_the_embedded_digest() {
+    const JOBS: &str = "tests/fixtures/jobs/interleaved.toml";
+    let dir = scratch("distributed-jobs");
+    let token = token_file(&dir.join("token"), "jobs-secret\n");
+    let out = dir.join("out");
+    let (coordinator, address) = start_coordinator_on(Path::new(JOBS), &out, &token, 2, &[]);
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (address, token) = (address.clone(), token.clone());
+            std::thread::spawn(move || worker(&address, &token))
+        })
+        .collect();
+    for w in workers {
+        assert_success(&w.join().expect("worker thread"));
+    }
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success(), "coordinator failed");
+    let (distributed, summary) = digest(&out);
+    let embedded = dir.join("embedded");
+    let run = binary()
+        .args(["run", JOBS, "--quiet", "--no-alone", "--out"])
+        .arg(&embedded)
+        .output()
+        .expect("embedded run");
+    assert_success(&run);
+    assert_eq!(distributed, digest(&embedded).0);
+    let names: Vec<&str> = summary["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(summary["jobs"][0]["slowdown"].is_null());
+}
