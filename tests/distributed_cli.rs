@@ -105,6 +105,22 @@ fn worker(address: &str, token: &Path) -> std::process::Output {
         .expect("run a worker")
 }
 
+/// Runs `n` workers against the coordinator at `address` to their end, each on a thread,
+/// and waits for the coordinator: every one of them must succeed.
+fn run_workers_and_coordinator(coordinator: Child, address: &str, token: &Path, n: u32) {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (address, token) = (address.to_string(), token.to_path_buf());
+            std::thread::spawn(move || worker(&address, &token))
+        })
+        .collect();
+    for w in handles {
+        assert_success(&w.join().expect("worker thread"));
+    }
+    let finished = coordinator.wait_with_output().expect("coordinator");
+    assert!(finished.status.success(), "coordinator failed");
+}
+
 /// Waits for `coordinator` to succeed and checks that the run it wrote to `out` has the
 /// digest of the same small run embedded (run under `dir`).
 fn assert_embedded_digest(coordinator: Child, out: &Path, dir: &Path) {
@@ -139,17 +155,7 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
         let mut junk = std::net::TcpStream::connect(&address).expect("connect");
         let _ = junk.write_all(b"GET / HTTP/1.1\r\n\r\n\x00\xff\xfe garbage \x16\x03\x01");
     }
-    let workers: Vec<_> = (0..3)
-        .map(|_| {
-            let (address, token) = (address.clone(), token.clone());
-            std::thread::spawn(move || worker(&address, &token))
-        })
-        .collect();
-    for w in workers {
-        assert_success(&w.join().expect("worker thread"));
-    }
-    let finished = coordinator.wait_with_output().expect("coordinator");
-    assert!(finished.status.success(), "coordinator failed");
+    run_workers_and_coordinator(coordinator, &address, &token, 3);
     let (distributed, summary) = digest(&out);
     assert_eq!(summary["engine"]["mode"], "distributed");
     assert_eq!(summary["engine"]["workers"], 3);
@@ -606,17 +612,7 @@ fn several_jobs_over_grpc_give_the_embedded_digest() {
     let token = token_file(&dir.join("token"), "jobs-secret\n");
     let out = dir.join("out");
     let (coordinator, address) = start_coordinator_on(Path::new(JOBS), &out, &token, 2, &[]);
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            let (address, token) = (address.clone(), token.clone());
-            std::thread::spawn(move || worker(&address, &token))
-        })
-        .collect();
-    for w in workers {
-        assert_success(&w.join().expect("worker thread"));
-    }
-    let finished = coordinator.wait_with_output().expect("coordinator");
-    assert!(finished.status.success(), "coordinator failed");
+    run_workers_and_coordinator(coordinator, &address, &token, 2);
     let (distributed, summary) = digest(&out);
     let embedded = dir.join("embedded");
     let run = binary()

@@ -19,7 +19,7 @@ use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
 use coordinator::output::report::write_outputs;
 use coordinator::output::summary::Summary;
 use coordinator::output::table::CsvTable;
-use coordinator::run::{RunError, RunOptions, load_checked_varied, run_embedded};
+use coordinator::run::{RunError, RunOptions, RunOutput, load_checked_varied, run_embedded};
 
 /// `fleetsim sweep`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -272,6 +272,13 @@ pub fn load_points(
         .collect()
 }
 
+/// One point of a sweep, embedded; with `[[jobs]]`, each job alone too, for its slowdown.
+fn run_point_embedded(exp: &Experiment, options: &RunOptions) -> Result<RunOutput, RunError> {
+    let mut output = run_embedded(exp, options, None)?;
+    coordinator::run::run_jobs_alone(exp, options, &mut output)?;
+    Ok(output)
+}
+
 /// Runs every combination of `varies` on top of `sets`; `on_row` sees each row as it is done.
 pub fn run_sweep(
     path: &Path,
@@ -281,7 +288,7 @@ pub fn run_sweep(
 ) -> Result<Vec<SweepRow>, RunError> {
     let mut rows = Vec::new();
     for (combo, exp) in load_points(path, sets, varies)? {
-        let output = run_embedded(&exp, &RunOptions::default(), None)?;
+        let output = run_point_embedded(&exp, &RunOptions::default())?;
         let row = SweepRow {
             settings: combo,
             summary: output.summary,
@@ -406,8 +413,7 @@ impl SweepManifest {
         options: &RunOptions,
     ) -> Result<SweepRow, SweepError> {
         let exp = self.load_point(index)?;
-        let mut output = run_embedded(&exp, options, None)?;
-        coordinator::run::run_jobs_alone(&exp, options, &mut output)?;
+        let output = run_point_embedded(&exp, options)?;
         let out = point_dir(dir, index);
         write_outputs(&out, &exp, &output).map_err(io("writing the results to", &out))?;
         Ok(SweepRow {
