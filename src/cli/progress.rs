@@ -21,9 +21,18 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Refresh period of the live line.
 const DRAW_EVERY: Duration = Duration::from_millis(200);
 
-/// The iteration's simulated length by the planner's α-β estimate, seconds; `None` for a
+/// The iteration's simulated length by the planner's α-β estimate, seconds (with `[[jobs]]`,
+/// the slowest job's); `None` for a
 /// SimAI workload file (the estimate compiles the model instead) or when it cannot be made.
 fn expected_iteration_s(exp: &Experiment) -> Option<f64> {
+    // Several jobs: the slowest job's, each estimated as if it ran alone.
+    if !exp.jobs.is_empty() {
+        return exp
+            .jobs
+            .iter()
+            .filter_map(|job| expected_iteration_s(&job.exp))
+            .reduce(f64::max);
+    }
     if exp.loaded.config.workload_file.is_some() {
         return None;
     }
