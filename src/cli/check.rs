@@ -85,15 +85,49 @@ impl Args {
         if !kernels {
             return print_report(json, || report.to_json(), || report.to_text());
         }
-        let stages = kernel_report::stage_kernels(&workload, &model, &exp.stage_gpus());
+        if workload.jobs.is_none() {
+            let stages = kernel_report::stage_kernels(&workload, &model, &exp.stage_gpus());
+            return print_report(
+                json,
+                || {
+                    let mut v = report.to_json();
+                    v["kernels"] = kernel_report::to_json(&stages, top);
+                    v
+                },
+                || report.to_text() + &kernel_report::to_text(&stages, top),
+            );
+        }
+        // Several jobs: each job's kernels, on its own stages.
+        let per_job: Vec<_> = exp
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(j, job)| {
+                let stages = kernel_report::stage_kernels(
+                    &workload.job_workload(j),
+                    &model,
+                    &job.exp.stage_gpus(),
+                );
+                (job.name.as_str(), stages)
+            })
+            .collect();
         print_report(
             json,
             || {
                 let mut v = report.to_json();
-                v["kernels"] = kernel_report::to_json(&stages, top);
+                for (j, (_, stages)) in per_job.iter().enumerate() {
+                    v["jobs"][j]["kernels"] = kernel_report::to_json(stages, top);
+                }
                 v
             },
-            || report.to_text() + &kernel_report::to_text(&stages, top),
+            || {
+                let mut text = report.to_text();
+                for (name, stages) in &per_job {
+                    text += &format!("job {name}:\n");
+                    text += &kernel_report::to_text(stages, top);
+                }
+                text
+            },
         )
     }
 }
