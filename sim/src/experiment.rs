@@ -130,7 +130,7 @@ impl Experiment {
     }
 
     /// The cluster of an experiment or cluster file, resized to the whole hosts that hold
-    /// `gpus` GPUs, with the model, layout and workload dropped for a minimal one: what
+    /// `gpus` GPUs, with the model, layout, workload and jobs dropped for a minimal one: what
     /// `fleetsim collective` runs its one-operation workloads on (their layout is their own).
     pub fn load_cluster(
         path: &Path,
@@ -138,7 +138,7 @@ impl Experiment {
         gpus: u32,
     ) -> Result<Experiment, ConfigError> {
         let mut tree = config::load_tree(path, sets)?;
-        for key in ["model", "parallel", "training", "workload_file"] {
+        for key in ["model", "parallel", "training", "workload_file", "jobs"] {
             tree.remove(key);
         }
         let gpus_per_host = match tree
