@@ -148,6 +148,21 @@ fn jobs_run_on_the_hosts_they_name_with_their_own_layouts() {
     for (name, t, alone, _) in jobs(&s) {
         assert_eq!(t, alone, "job {name}");
     }
+    // Partitioned by METIS over the jobs' expected load (stages of both pipelines).
+    let (split, _) = run(
+        "jobs-mixed-metis",
+        MIXED,
+        &[
+            "--workers",
+            "2",
+            "--threads",
+            "1",
+            "--partition",
+            "metis",
+            "--no-alone",
+        ],
+    );
+    assert_eq!(split["result_digest"], s["result_digest"]);
     let check = json_ok(fleetsim().args(["check", MIXED, "--json"]));
     let listed: Vec<(String, serde_json::Value, u64)> = check["jobs"]
         .as_array()

@@ -195,7 +195,10 @@ impl Load {
             } else {
                 1
             };
-        let phase_of = |stage: u32| (u64::from(stage) * u64::from(phases) / u64::from(pp)) as usize;
+        // With one phase every stage is in it (with jobs, a stage may exceed the first job's pp).
+        let phase_of = |stage: u32| {
+            (u64::from(stage.min(pp - 1)) * u64::from(phases) / u64::from(pp)) as usize
+        };
         let mut events = PhaseEvents {
             phases: phases as usize,
             phase: 0,
