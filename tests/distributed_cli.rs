@@ -105,9 +105,9 @@ fn worker(address: &str, token: &Path) -> std::process::Output {
         .expect("run a worker")
 }
 
-/// Runs `n` workers against the coordinator at `address` to their end, each on a thread,
-/// and waits for the coordinator: every one of them must succeed.
-fn run_workers_and_coordinator(coordinator: Child, address: &str, token: &Path, n: u32) {
+/// Runs `n` workers against the coordinator at `address` to their end, each on a thread:
+/// every one of them must succeed.
+fn run_workers(address: &str, token: &Path, n: u32) {
     let handles: Vec<_> = (0..n)
         .map(|_| {
             let (address, token) = (address.to_string(), token.to_path_buf());
@@ -117,6 +117,11 @@ fn run_workers_and_coordinator(coordinator: Child, address: &str, token: &Path, 
     for w in handles {
         assert_success(&w.join().expect("worker thread"));
     }
+}
+
+/// Runs `n` workers (see [`run_workers`]) and waits for the coordinator to succeed.
+fn run_workers_and_coordinator(coordinator: Child, address: &str, token: &Path, n: u32) {
+    run_workers(address, token, n);
     let finished = coordinator.wait_with_output().expect("coordinator");
     assert!(finished.status.success(), "coordinator failed");
 }
@@ -329,15 +334,7 @@ fn resume_over_grpc(dir: &Path, out: &Path, token: &Path, workers: u32) -> std::
     let mut sets: Vec<&str> = SMALL.to_vec();
     sets.extend(["--resume", checkpoint.to_str().expect("utf-8 path")]);
     let (coordinator, address) = start_coordinator_with(&resumed, token, workers, &sets);
-    let handles: Vec<_> = (0..workers)
-        .map(|_| {
-            let (address, token) = (address.to_string(), token.to_path_buf());
-            std::thread::spawn(move || worker(&address, &token))
-        })
-        .collect();
-    for w in handles {
-        assert_success(&w.join().expect("worker thread"));
-    }
+    run_workers(&address, token, workers);
     let finished = coordinator.wait_with_output().expect("coordinator");
     assert!(
         finished.status.success(),
