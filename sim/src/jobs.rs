@@ -491,6 +491,26 @@ pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Worklo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every policy takes `want` distinct free hosts, ascending, whatever is free.
+        #[test]
+        fn every_policy_takes_what_it_asks_for_from_the_free_hosts(
+            free in proptest::collection::btree_set(0u32..512, 1..200),
+            share in 0.0f64..1.0,
+            seed in any::<u64>(),
+        ) {
+            let free: Vec<u32> = free.into_iter().collect();
+            let want = ((free.len() as f64 * share) as usize).max(1);
+            for policy in [Placement::Packed, Placement::Spread, Placement::Random] {
+                let hosts = choose(policy, &free, want, seed);
+                prop_assert_eq!(hosts.len(), want);
+                prop_assert!(hosts.windows(2).all(|w| w[0] < w[1]));
+                prop_assert!(hosts.iter().all(|h| free.binary_search(h).is_ok()));
+            }
+        }
+    }
 
     #[test]
     fn packed_takes_one_block_and_spread_interleaves() {
