@@ -272,3 +272,30 @@ fn two_jobs_collide_on_ecmp_paths_even_without_oversubscription() {
         }
     }
 }
+
+/// On a mixed cluster each job runs on its hosts' GPU type: the job on the H100 hosts
+/// computes faster than the same job on the A100 hosts (measured: 6.20 against 13.39 ms of
+/// compute per rank, the same 2 layers of GPT-3 6.7B at TP 8).
+#[test]
+fn jobs_on_a_mixed_cluster_run_on_their_hosts_gpu_types() {
+    const HETERO: &str = "tests/fixtures/jobs/hetero.toml";
+    let (s, out) = run("jobs-hetero", HETERO, &["--no-alone"]);
+    let text = std::fs::read_to_string(out.join("ranks.csv")).expect("ranks.csv");
+    let (header, rows) = csv_table(&text);
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    for row in &rows {
+        let want = if row[col("job")] == "on-a100" {
+            "A100-SXM-80GB"
+        } else {
+            "H100-SXM"
+        };
+        assert_eq!(row[col("gpu")], want, "rank {}", row[col("rank")]);
+    }
+    let compute = |j: usize| s["jobs"][j]["breakdown_s"]["compute"].as_f64().unwrap();
+    assert!(
+        compute(1) < 0.6 * compute(0),
+        "H100 {} s, A100 {} s",
+        compute(1),
+        compute(0)
+    );
+}

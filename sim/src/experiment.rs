@@ -880,6 +880,20 @@ fn positive(loaded: &LoadedConfig, key: &str, value: u64) -> Result<(), ConfigEr
     }
 }
 
+/// The hosts a `[[cluster.gpu_mix]]` entry places (its `hosts`, or `racks` whole racks);
+/// `None` unless it gives exactly one of them.
+pub(crate) fn gpu_mix_entry_hosts(
+    c: &crate::config::ClusterConfig,
+    entry: &crate::config::GpuMixEntry,
+) -> Option<u64> {
+    let hosts_per_rack = c.hosts_per_rack.unwrap_or(c.hosts_per_segment);
+    match (entry.hosts, entry.racks) {
+        (Some(h), None) => Some(u64::from(h)),
+        (None, Some(r)) => Some(u64::from(r) * u64::from(hosts_per_rack)),
+        _ => None,
+    }
+}
+
 /// Resolves `cluster.gpu` or `[[cluster.gpu_mix]]` into GPU types per host.
 fn resolve_gpus(
     loaded: &LoadedConfig,
@@ -912,20 +926,13 @@ fn resolve_gpus(
             "give either cluster.gpu or [[cluster.gpu_mix]], not both",
         )),
         (None, false) => {
-            let hosts_per_rack = c.hosts_per_rack.unwrap_or(c.hosts_per_segment);
             let mut types: Vec<GpuSpec> = Vec::new();
             let mut per_host = Vec::with_capacity(hosts as usize);
             for (i, entry) in c.gpu_mix.iter().enumerate() {
                 let key = format!("cluster.gpu_mix[{i}]");
                 let spec = lookup(&format!("{key}.gpu"), &entry.gpu)?;
-                let count = match (entry.hosts, entry.racks) {
-                    (Some(h), None) => u64::from(h),
-                    (None, Some(r)) => u64::from(r) * u64::from(hosts_per_rack),
-                    _ => {
-                        return Err(
-                            loaded.error(&key, "give exactly one of hosts = N or racks = N")
-                        );
-                    }
+                let Some(count) = gpu_mix_entry_hosts(c, entry) else {
+                    return Err(loaded.error(&key, "give exactly one of hosts = N or racks = N"));
                 };
                 if count == 0 {
                     return Err(loaded.error(&key, "places no host; hosts or racks must be > 0"));

@@ -13,8 +13,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::config::source::{Located, Value};
+use crate::config::Origin;
 use crate::config::{self, ConfigError, JobHosts, LoadedConfig, Placement};
+use crate::config::{Located, Value};
 use crate::experiment::Experiment;
 use crate::hash::splitmix64;
 use crate::layout::GroupKind;
@@ -58,12 +59,6 @@ pub fn from_loaded(loaded: &LoadedConfig) -> Result<Vec<Job>, ConfigError> {
             "cannot be used with [[jobs]]: each job compiles its own model; remove workload_file or the [[jobs]] entries".into(),
         ));
     }
-    if !cfg.cluster.gpu_mix.is_empty() {
-        return Err(err(
-            "cluster.gpu_mix",
-            "[[jobs]] needs one GPU type on every host (cluster.gpu); a mixed cluster is not supported with several jobs yet".into(),
-        ));
-    }
     if cfg.cluster.topology == config::TopologyKind::Graph {
         return Err(err(
             "cluster.topology",
@@ -78,7 +73,7 @@ pub fn from_loaded(loaded: &LoadedConfig) -> Result<Vec<Job>, ConfigError> {
         .zip(placed)
         .enumerate()
         .map(|(i, (job, (hosts, placement)))| {
-            let exp = job_experiment(loaded, i, hosts.len() as u32 * gph)?;
+            let exp = job_experiment(loaded, i, &hosts, gph)?;
             Ok(Job {
                 name: job.name.clone(),
                 exp: Box::new(exp),
@@ -274,8 +269,14 @@ fn named_hosts(
 /// belong to the cluster), the job's `model`, `parallel` and `training` tables in place of
 /// the top-level ones, `name` the job's and `cluster.gpus` its hosts' GPUs. Its errors say
 /// which job they are about.
-fn job_experiment(loaded: &LoadedConfig, i: usize, gpus: u32) -> Result<Experiment, ConfigError> {
+fn job_experiment(
+    loaded: &LoadedConfig,
+    i: usize,
+    hosts: &[u32],
+    gph: u32,
+) -> Result<Experiment, ConfigError> {
     let job_name = &loaded.config.jobs[i].name;
+    let gpus = hosts.len() as u32 * gph;
     let mut tree = loaded.tree.clone();
     let entry = tree
         .remove("jobs")
@@ -312,9 +313,15 @@ fn job_experiment(loaded: &LoadedConfig, i: usize, gpus: u32) -> Result<Experime
             "gpus".into(),
             Located {
                 value: Value::Integer(i64::from(gpus)),
-                origin: size_origin,
+                origin: size_origin.clone(),
             },
         );
+        if let Some(mix) = cluster.remove("gpu_mix") {
+            cluster.insert(
+                "gpu_mix".into(),
+                job_gpu_mix(loaded, mix, hosts, &size_origin),
+            );
+        }
     }
     let in_job = |e: ConfigError| {
         let key = match e.key.as_str() {
@@ -357,6 +364,50 @@ pub fn host_list(hosts: &[u32]) -> String {
         i = j + 1;
     }
     format!("host[{}]", runs.join(","))
+}
+
+/// A job's own `[[cluster.gpu_mix]]` on a mixed cluster: its hosts in order, one entry per
+/// run of hosts that one entry of the cluster's `mix` placed, naming that entry's GPU as
+/// written (so a GPU file's path resolves where it was written).
+fn job_gpu_mix(loaded: &LoadedConfig, mix: Located, hosts: &[u32], origin: &Origin) -> Located {
+    let Value::Array(entries) = mix.value else {
+        return mix;
+    };
+    let c = &loaded.config.cluster;
+    // The first host of each cluster entry, in order (`resolve_gpus` places them so).
+    let mut first_host = Vec::with_capacity(c.gpu_mix.len());
+    let mut next = 0u64;
+    for entry in &c.gpu_mix {
+        first_host.push(next);
+        next += crate::experiment::gpu_mix_entry_hosts(c, entry).unwrap_or(0);
+    }
+    let entry_of = |h: u32| first_host.partition_point(|&f| f <= u64::from(h)) - 1;
+    let mut runs: Vec<(usize, i64)> = Vec::new();
+    for &h in hosts {
+        match runs.last_mut() {
+            Some((e, n)) if *e == entry_of(h) => *n += 1,
+            _ => runs.push((entry_of(h), 1)),
+        }
+    }
+    let located = |value| Located {
+        value,
+        origin: origin.clone(),
+    };
+    let tables = runs
+        .into_iter()
+        .filter_map(|(e, n)| {
+            let gpu = entries.get(e)?.as_table()?.get("gpu")?.clone();
+            let table = [
+                ("gpu".to_string(), gpu),
+                ("hosts".into(), located(Value::Integer(n))),
+            ];
+            Some(located(Value::Table(table.into_iter().collect())))
+        })
+        .collect();
+    Located {
+        value: Value::Array(tables),
+        origin: mix.origin,
+    }
 }
 
 /// The jobs of a compiled multi-job workload: which GPU runs which job's rank.

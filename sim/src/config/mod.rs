@@ -4,7 +4,7 @@
 //! `--set` applied → presets expanded → typed structs. Every error names where the bad value was
 //! written.
 
-pub(crate) mod source;
+mod source;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
