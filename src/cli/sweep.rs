@@ -661,8 +661,20 @@ pub fn to_csv(varies: &[Vary], rows: &[SweepRow]) -> String {
 pub fn row_line(r: &SweepRow) -> String {
     let settings: Vec<String> = r.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let (s, e) = (&r.summary, &r.summary.engine);
+    let jobs: String = s
+        .jobs
+        .iter()
+        .flatten()
+        .map(|j| match j.slowdown {
+            Some(x) => format!(
+                ", job {} {:.6} s ({x:.3}x alone)",
+                j.name, j.iteration_time_s
+            ),
+            None => format!(", job {} {:.6} s", j.name, j.iteration_time_s),
+        })
+        .collect();
     format!(
-        "{}: iteration {:.6} s, wall {:.2} s, sync {:.3}, {} cross-partition events, {} windows, digest {}",
+        "{}: iteration {:.6} s{jobs}, wall {:.2} s, sync {:.3}, {} cross-partition events, {} windows, digest {}",
         settings.join(" "),
         s.iteration_time_s,
         e.wall_s,
