@@ -1,6 +1,7 @@
 //! Engine throughput (issue 4, "Benchmarks"): events per second of the segment-level network
 //! and the window loop, on one thread and on two, with a barrier every window and with
-//! asynchronous threads (`fleetsim run`'s default on one worker).
+//! asynchronous threads (`fleetsim run`'s default on one worker); also two jobs sharing
+//! one fabric (`[[jobs]]`).
 //!
 //! `cargo bench -p coordinator --bench engine`. Each benchmark reports elements = simulated
 //! events, so criterion prints events/s directly.
@@ -27,6 +28,11 @@ fn engine(c: &mut Criterion) {
                 "configs/experiments/allreduce-64m-h100-128.toml",
                 &[],
             )),
+        ),
+        // [[jobs]]: two jobs sharing 2:1 oversubscribed spines (docs/jobs.md).
+        (
+            "two-jobs-interleaved-32gpu",
+            Arc::new(model("tests/fixtures/jobs/interleaved.toml", &[])),
         ),
     ];
     for (name, m) in &cases {
