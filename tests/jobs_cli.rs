@@ -197,14 +197,21 @@ fn one_job_covering_the_cluster_is_the_one_job_experiment() {
     let (plain_path, job_path) = (dir.join("plain.toml"), dir.join("one-job.toml"));
     std::fs::write(&plain_path, plain).unwrap();
     std::fs::write(&job_path, one_job).unwrap();
-    let digest = |path: &Path, name: &str| {
-        let (s, _) = run(name, path.to_str().unwrap(), &["--no-alone"]);
-        s["result_digest"].as_str().unwrap().to_string()
-    };
-    assert_eq!(
-        digest(&plain_path, "jobs-one-plain"),
-        digest(&job_path, "jobs-one-job")
-    );
+    // Also with a training setting the compute model reads (each job's kernels are timed
+    // by its own experiment's compute model).
+    for sets in [&[][..], &["--set", "training.attention_backend=flash2"][..]] {
+        let digest = |path: &Path, name: &str| {
+            let mut args = vec!["--no-alone"];
+            args.extend_from_slice(sets);
+            let (s, _) = run(name, path.to_str().unwrap(), &args);
+            s["result_digest"].as_str().unwrap().to_string()
+        };
+        assert_eq!(
+            digest(&plain_path, "jobs-one-plain"),
+            digest(&job_path, "jobs-one-job"),
+            "{sets:?}"
+        );
+    }
 }
 
 /// `workload` reports each job, exports one named job, and says which to name otherwise.

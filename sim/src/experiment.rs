@@ -194,32 +194,22 @@ impl Experiment {
     }
 
     pub fn from_loaded(mut loaded: LoadedConfig) -> Result<Experiment, ConfigError> {
-        let jobs = crate::jobs::from_loaded(&loaded)?;
-        if !jobs.is_empty() {
-            // The top-level model, layout and training were the jobs' defaults; the cluster's
-            // own checks must not judge them against the whole cluster.
-            loaded.config.model = None;
-            loaded.config.parallel = Default::default();
-            loaded.config.training = Default::default();
-        }
-        let cfg = &loaded.config;
-        let err = |key: &str, msg: String| loaded.error(key, msg);
-        if cfg.name.trim().is_empty() {
-            return Err(err("name", "must not be empty".into()));
+        if loaded.config.name.trim().is_empty() {
+            return Err(loaded.error("name", "must not be empty"));
         }
 
-        // --- cluster size and GPU types ---
-        let c = &cfg.cluster;
+        // --- cluster size and GPU types (before any job is placed on the hosts) ---
+        let c = &loaded.config.cluster;
         positive(&loaded, "cluster.gpus", u64::from(c.gpus))?;
         positive(&loaded, "cluster.gpus_per_host", u64::from(c.gpus_per_host))?;
         if c.gpus > MAX_GPUS {
-            return Err(err(
+            return Err(loaded.error(
                 "cluster.gpus",
                 format!("{} exceeds the limit of {MAX_GPUS} GPUs", c.gpus),
             ));
         }
         if !c.gpus.is_multiple_of(c.gpus_per_host) {
-            return Err(err(
+            return Err(loaded.error(
                 "cluster.gpus",
                 format!(
                     "{} GPUs do not fill whole hosts of cluster.gpus_per_host = {}",
@@ -230,6 +220,18 @@ impl Experiment {
         let hosts = c.gpus / c.gpus_per_host;
         let db = GpuDatabase::embedded()?;
         let (gpu_types, host_gpu_type) = resolve_gpus(&loaded, &db, hosts)?;
+
+        let jobs = crate::jobs::from_loaded(&loaded)?;
+        if !jobs.is_empty() {
+            // The top-level model, layout and training were the jobs' defaults; the cluster's
+            // own checks must not judge them against the whole cluster.
+            loaded.config.model = None;
+            loaded.config.parallel = Default::default();
+            loaded.config.training = Default::default();
+        }
+        let cfg = &loaded.config;
+        let c = &cfg.cluster;
+        let err = |key: &str, msg: String| loaded.error(key, msg);
 
         // --- model ---
         let model = match (&cfg.model, &cfg.workload_file) {

@@ -107,9 +107,14 @@ fn place(
             ));
         }
         if job.seed.is_some() && job.placement != Some(Placement::Random) {
+            let fix = if job.hosts.is_some() {
+                "remove seed: the job names its hosts"
+            } else {
+                "remove seed or set placement = \"random\""
+            };
             return Err(loaded.error(
                 &key(i, "seed"),
-                "only placement = \"random\" draws hosts from a seed; remove seed or set placement = \"random\"",
+                format!("only placement = \"random\" draws hosts from a seed; {fix}"),
             ));
         }
         let Some(written) = &job.hosts else {
@@ -167,7 +172,7 @@ fn place(
             return Err(loaded.error(
                 &key(i, "gpus"),
                 format!(
-                    "job `{}` needs {want} hosts but {} of the cluster's {host_count} are left after the jobs before it; shrink the job or grow cluster.gpus",
+                    "job `{}` needs {want} hosts but {} of the cluster's {host_count} are left after the jobs that name their hosts and the jobs before it; shrink the job or grow cluster.gpus",
                     job.name,
                     free.len()
                 ),
@@ -370,10 +375,16 @@ pub fn host_list(hosts: &[u32]) -> String {
 /// run of hosts that one entry of the cluster's `mix` placed, naming that entry's GPU as
 /// written (so a GPU file's path resolves where it was written).
 fn job_gpu_mix(loaded: &LoadedConfig, mix: Located, hosts: &[u32], origin: &Origin) -> Located {
+    let c = &loaded.config.cluster;
     let Value::Array(entries) = mix.value else {
         return mix;
     };
-    let c = &loaded.config.cluster;
+    if c.gpu_mix.is_empty() {
+        return Located {
+            value: Value::Array(entries),
+            origin: mix.origin,
+        };
+    }
     // The first host of each cluster entry, in order (`resolve_gpus` places them so).
     let mut first_host = Vec::with_capacity(c.gpu_mix.len());
     let mut next = 0u64;
@@ -458,6 +469,14 @@ impl JobSet {
             .into_iter()
             .map(|local| job.gpus[local as usize])
             .collect()
+    }
+
+    /// The job that runs program `index` of the combined programs.
+    pub fn job_of_program(&self, index: usize) -> usize {
+        self.jobs
+            .iter()
+            .rposition(|j| j.program_offset as usize <= index)
+            .unwrap_or(0)
     }
 
     pub fn group_size(&self, kind: GroupKind, gpu: u32) -> u32 {

@@ -98,19 +98,19 @@ impl Args {
             );
         }
         // Several jobs: each job's kernels, on its own stages.
-        let per_job: Vec<_> = exp
+        let per_job = exp
             .jobs
             .iter()
             .enumerate()
             .map(|(j, job)| {
                 let stages = kernel_report::stage_kernels(
                     &workload.job_workload(j),
-                    &model,
+                    &ComputeModel::from_experiment(&job.exp)?,
                     &job.exp.stage_gpus(),
                 );
-                (job.name.as_str(), stages)
+                Ok((job.name.as_str(), stages))
             })
-            .collect();
+            .collect::<Result<Vec<_>, sim::config::ConfigError>>()?;
         print_report(
             json,
             || {
@@ -174,7 +174,9 @@ fn merge(v: &mut Value, more: Value) {
 }
 
 /// What `check --json` says about one job: model, layout, batch, ops and memory.
-fn job_json(exp: &Experiment, summaries: &[StageSummary]) -> Value {
+/// `hosts`: a job's hosts in rank order (its rank r runs on `hosts[r / gpus_per_host]`);
+/// `None` for one job on hosts 0, 1, …
+fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>) -> Value {
     let c = &exp.loaded.config.cluster;
     let groups: Vec<Value> = GroupKind::ALL
         .iter()
@@ -192,7 +194,8 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary]) -> Value {
         .map(|r| {
             let co = exp.layout.coords(r);
             json!({
-                "rank": r, "host": r / c.gpus_per_host, "local_gpu": r % c.gpus_per_host,
+                "rank": r, "host": hosts.map_or(r / c.gpus_per_host, |h| h[(r / c.gpus_per_host) as usize]),
+                "local_gpu": r % c.gpus_per_host,
                 "tp": co.tp, "cp": co.cp, "dp": co.dp, "pp": co.pp, "ep": co.ep,
             })
         })
@@ -433,7 +436,7 @@ impl CheckReport<'_> {
             "warnings": exp.warnings,
         });
         match exp.jobs.is_empty() {
-            true => merge(&mut v, job_json(exp, self.workload)),
+            true => merge(&mut v, job_json(exp, self.workload, None)),
             false => {
                 v["jobs"] = exp
                     .jobs
@@ -447,7 +450,7 @@ impl CheckReport<'_> {
                             "placement": job.placement,
                             "warnings": job.exp.warnings,
                         });
-                        merge(&mut j, job_json(&job.exp, summaries));
+                        merge(&mut j, job_json(&job.exp, summaries, Some(&job.hosts)));
                         j
                     })
                     .collect();

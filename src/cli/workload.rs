@@ -94,20 +94,19 @@ impl Args {
         if let [j] = chosen[..] {
             return self.report(&exp.jobs[j].exp, workload.job_workload(j), compile_s);
         }
-        let model = ComputeModel::from_experiment(&exp)?;
-        let reports: Vec<WorkloadReport> = chosen
+        let reports = chosen
             .iter()
             .map(|&j| {
                 let job = &exp.jobs[j].exp;
-                WorkloadReport::new(
+                Ok(WorkloadReport::new(
                     job.name(),
                     workload.job_workload(j),
                     &job.stage_gpus(),
-                    &model,
+                    &ComputeModel::from_experiment(job)?,
                     compile_s,
-                )
+                ))
             })
-            .collect();
+            .collect::<Result<Vec<_>, sim::config::ConfigError>>()?;
         print_report(
             self.json,
             || json!({ "jobs": reports.iter().map(WorkloadReport::to_json).collect::<Vec<_>>() }),

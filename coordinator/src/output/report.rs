@@ -443,12 +443,14 @@ pub fn ranks_csv(
     table.finish()
 }
 
+/// collectives.csv: one row per group kind, operation, size and group size (with
+/// `[[jobs]]`, jobs whose groups differ in size keep their own rows).
 pub fn collectives_csv(results: &RunResults) -> String {
     let mut merged = std::collections::BTreeMap::new();
     for (_, r) in &results.reports {
         for (k, v) in &r.collectives {
             merged
-                .entry(*k)
+                .entry((*k, v.group_size))
                 .or_insert_with(sim::engine::results::CollectiveStats::default)
                 .merge(v);
         }
@@ -466,7 +468,7 @@ pub fn collectives_csv(results: &RunResults) -> String {
         "algbw_gb_s",
         "busbw_gb_s",
     ]);
-    for ((g, op, bytes), s) in merged {
+    for (((g, op, bytes), _), s) in merged {
         let mean = SimTime::ps_f64_as_secs(s.total_ps.as_ps() as f64 / s.count.max(1) as f64);
         let algbw = if mean > 0.0 {
             bytes as f64 / mean / 1e9

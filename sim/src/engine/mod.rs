@@ -526,7 +526,19 @@ impl SimModel {
         let (topology, timed_link_faults) = exp.build_topology_and_timed_faults()?;
         let net = NetworkParams::from_experiment(exp, &topology)?;
         let collectives = CollectiveModel::from_experiment(exp, &topology)?;
-        let (programs, kernel_ps, kernel_clocked) = workload_tables(exp, &workload, compute);
+        // With [[jobs]], each job's kernels are timed by its own compute model (its
+        // training.attention_backend).
+        let job_computes = exp
+            .jobs
+            .iter()
+            .map(|job| ComputeModel::from_experiment(&job.exp))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (programs, kernel_ps, kernel_clocked) = match &workload.jobs {
+            Some(set) if job_computes.len() == set.jobs.len() => {
+                workload_tables(exp, &workload, |p| &job_computes[set.job_of_program(p)])
+            }
+            _ => workload_tables(exp, &workload, |_| compute),
+        };
         let gpu_types = exp.gpu_types.len();
         let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
         let longest_link_ps = topology.links().map(|l| l.latency_ps).max().unwrap_or(0);
@@ -574,7 +586,7 @@ impl SimModel {
         compute: &ComputeModel,
     ) -> SimModel {
         (self.programs, self.kernel_ps, self.kernel_clocked) =
-            workload_tables(exp, &workload, compute);
+            workload_tables(exp, &workload, |_| compute);
         self.workload = workload;
         self
     }
@@ -628,21 +640,23 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, u64) 
 }
 
 /// Per-program lookup tables, and kernel times (and whether they are compute-bound) per
-/// program and GPU type.
+/// program and GPU type, program `i` timed by `compute_of(i)`.
 #[allow(clippy::type_complexity)]
-fn workload_tables(
+fn workload_tables<'c>(
     exp: &Experiment,
     workload: &Workload,
-    compute: &ComputeModel,
+    compute_of: impl Fn(usize) -> &'c ComputeModel,
 ) -> (Vec<ProgramIndex>, Vec<Vec<u64>>, Vec<Vec<bool>>) {
     let programs = workload.programs.iter().map(ProgramIndex::new).collect();
     let (kernel_ps, clocked) = workload
         .programs
         .iter()
-        .flat_map(|p| {
+        .enumerate()
+        .flat_map(|(i, p)| {
+            let compute = compute_of(i);
             exp.gpu_types
                 .iter()
-                .map(|g| compute.program_times_and_clocked(p, g))
+                .map(move |g| compute.program_times_and_clocked(p, g))
         })
         .unzip();
     (programs, kernel_ps, clocked)

@@ -690,15 +690,7 @@ impl Workload {
     pub fn program_layout(&self, index: usize) -> &ParallelLayout {
         match &self.jobs {
             None => &self.layout,
-            Some(jobs) => {
-                let job = jobs
-                    .jobs
-                    .iter()
-                    .rev()
-                    .find(|j| j.program_offset as usize <= index)
-                    .unwrap_or(&jobs.jobs[0]);
-                &job.workload.layout
-            }
+            Some(jobs) => &jobs.jobs[jobs.job_of_program(index)].workload.layout,
         }
     }
 
@@ -714,6 +706,7 @@ impl Workload {
         }
     }
 
+    /// Replica classes of a one-job workload (with `jobs`, ask [`Workload::job_workload`]).
     pub fn classes(&self) -> usize {
         self.programs.len() / self.layout.pp as usize
     }
