@@ -297,9 +297,11 @@ fn job_experiment(
     let Value::Table(root) = &mut tree.value else {
         unreachable!("an experiment is a table");
     };
+    let mut own_sections = Vec::new();
     for section in ["model", "parallel", "training"] {
         if let Some(table) = entry_table.remove(section) {
             root.insert(section.into(), table);
+            own_sections.push(section);
         }
     }
     let size_origin = entry_table
@@ -331,7 +333,8 @@ fn job_experiment(
     let in_job = |e: ConfigError| {
         let key = match e.key.as_str() {
             "cluster.gpus" => format!("jobs[{i}].gpus"),
-            k if ["model", "parallel", "training"]
+            // Keys of a table the job wrote; an inherited top-level table keeps its key.
+            k if own_sections
                 .iter()
                 .any(|s| k == *s || k.starts_with(&format!("{s}."))) =>
             {
