@@ -281,7 +281,13 @@ pub fn run_jobs_alone(
     };
     for (j, job) in jobs.iter_mut().enumerate() {
         let alone = run_embedded(&exp.only_job(j), &alone_options, None)?;
-        let alone_s = alone.summary.iteration_time_s;
+        // The job's own iteration, from its start (`start_s`), not the run's end.
+        let alone_s = alone
+            .summary
+            .jobs
+            .as_ref()
+            .and_then(|jobs| jobs.first())
+            .map_or(alone.summary.iteration_time_s, |only| only.iteration_time_s);
         tracing::info!(job = %job.name, shared_s = job.iteration_time_s, alone_s, "job alone");
         job.alone_iteration_time_s = Some(alone_s);
         job.slowdown = (alone_s > 0.0).then(|| job.iteration_time_s / alone_s);

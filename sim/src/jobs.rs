@@ -19,6 +19,7 @@ use crate::config::{Located, Value};
 use crate::experiment::Experiment;
 use crate::hash::splitmix64;
 use crate::layout::GroupKind;
+use crate::time::SimTime;
 use crate::workload::{Program, Workload};
 
 /// One job of a `[[jobs]]` experiment: its own validated experiment and its hosts.
@@ -32,6 +33,8 @@ pub struct Job {
     pub hosts: Vec<u32>,
     /// How the hosts were chosen, for reports: `packed`, `spread`, `random`, `hosts`.
     pub placement: String,
+    /// When the job starts its iteration (`start_s`).
+    pub start: SimTime,
 }
 
 impl Job {
@@ -73,12 +76,22 @@ pub fn from_loaded(loaded: &LoadedConfig) -> Result<Vec<Job>, ConfigError> {
         .zip(placed)
         .enumerate()
         .map(|(i, (job, (hosts, placement)))| {
+            let start_s = job.start_s.unwrap_or(0.0);
+            if !start_s.is_finite() || !(0.0..=3600.0).contains(&start_s) {
+                return Err(loaded.error(
+                    &format!("jobs[{i}].start_s"),
+                    format!(
+                        "{start_s} is not a start time; give simulated seconds from 0 (the run's start) to 3600"
+                    ),
+                ));
+            }
             let exp = job_experiment(loaded, i, &hosts, gph)?;
             Ok(Job {
                 name: job.name.clone(),
                 exp: Box::new(exp),
                 hosts,
                 placement,
+                start: SimTime::from_secs_f64(start_s),
             })
         })
         .collect()
@@ -447,9 +460,17 @@ pub struct PlacedJob {
     pub gpus: Vec<u32>,
     pub hosts: Vec<u32>,
     pub placement: String,
+    /// When the job starts its iteration.
+    pub start: SimTime,
 }
 
 impl JobSet {
+    /// When GPU `gpu`'s job starts (zero for an idle GPU).
+    pub fn start_of(&self, gpu: u32) -> SimTime {
+        self.job_of(gpu)
+            .map_or(SimTime::ZERO, |j| self.jobs[j].start)
+    }
+
     /// The job GPU `gpu` runs, if any.
     pub fn job_of(&self, gpu: u32) -> Option<usize> {
         match self.job_of_gpu.get(gpu as usize) {
@@ -533,6 +554,7 @@ pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Worklo
             gpus,
             hosts: job.hosts.clone(),
             placement: job.placement.clone(),
+            start: job.start,
         });
     }
     // Trailing idle GPUs hold no rank.

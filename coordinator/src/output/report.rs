@@ -64,22 +64,22 @@ struct JobFigures {
 }
 
 /// [`JobFigures`] of the ranks `in_job` selects, which ran `workload` (one job's, with
-/// `exp` its experiment) and whose slowest finished at `iteration_ps`.
+/// `exp` its experiment) from `start` until the slowest finished at `end`.
 fn job_figures(
     exp: &Experiment,
     workload: &sim::workload::Workload,
     in_job: impl Fn(u32) -> bool,
     results: &RunResults,
-    iteration_ps: SimTime,
+    (start, end): (SimTime, SimTime),
 ) -> JobFigures {
-    let t = iteration_ps.as_secs_f64();
+    let t = (end - start).as_secs_f64();
     let world = workload.layout.world().max(1);
     let (mut compute, mut comm, mut bubble, mut idle) = (0.0, 0.0, 0.0, 0.0);
     for g in results.gpus().filter(|g| in_job(g.rank)) {
         compute += g.compute_ps.as_secs_f64();
         comm += g.exposed_comm_ps.as_secs_f64();
         bubble += g.bubble_ps.as_secs_f64();
-        idle += (iteration_ps - g.finish_ps.unwrap_or(iteration_ps)).as_secs_f64();
+        idle += (end - g.finish_ps.unwrap_or(end)).as_secs_f64();
     }
     let ranks = f64::from(world);
     let model_flops = total_model_flops(&summarize(workload));
@@ -130,24 +130,26 @@ fn jobs_figures(
     let mut figures = Vec::with_capacity(set.jobs.len());
     for (j, (placed, job)) in set.jobs.iter().zip(&exp.jobs).enumerate() {
         let in_job = |r: u32| set.job_of(r) == Some(j);
-        let job_ps = results
+        let end = results
             .gpus()
             .filter(|g| in_job(g.rank))
             .filter_map(|g| g.finish_ps)
             .max()
-            .unwrap_or(SimTime::ZERO);
+            .unwrap_or(placed.start);
+        let job_ps = end - placed.start;
         let f = job_figures(
             &job.exp,
             &model.workload.job_workload(j),
             in_job,
             results,
-            job_ps,
+            (placed.start, end),
         );
         jobs.push(JobSummary {
             name: placed.name.clone(),
             gpus: placed.gpus.len() as u32,
             hosts: sim::jobs::host_list(&placed.hosts),
             placement: placed.placement.clone(),
+            start_s: placed.start.as_secs_f64(),
             iteration_time_s: job_ps.as_secs_f64(),
             tokens_per_s: f.tokens_per_s,
             samples_per_s: f.samples_per_s,
@@ -219,7 +221,13 @@ pub fn summarize_run(
     let (figures, jobs) = match jobs_figures(exp, model, results, iteration_ps) {
         Some((figures, jobs)) => (figures, Some(jobs)),
         None => (
-            job_figures(exp, &model.workload, |_| true, results, iteration_ps),
+            job_figures(
+                exp,
+                &model.workload,
+                |_| true,
+                results,
+                (SimTime::ZERO, iteration_ps),
+            ),
             None,
         ),
     };

@@ -49,7 +49,9 @@ pub struct JobSummary {
     pub hosts: String,
     /// `packed`, `spread`, `random` or `hosts` (named in the experiment).
     pub placement: String,
-    /// Its slowest rank's finish.
+    /// When it started its iteration (`start_s`).
+    pub start_s: f64,
+    /// From its start to its slowest rank's finish.
     pub iteration_time_s: f64,
     pub tokens_per_s: Option<f64>,
     pub samples_per_s: Option<f64>,

@@ -107,6 +107,9 @@ pub struct JobConfig {
     pub placement: Option<Placement>,
     /// Seed of `placement = "random"`.
     pub seed: Option<u64>,
+    /// Simulated seconds after the run's start that the job starts its iteration (jobs out
+    /// of phase). Default 0.
+    pub start_s: Option<f64>,
     pub model: Option<serde::de::IgnoredAny>,
     pub parallel: Option<serde::de::IgnoredAny>,
     pub training: Option<serde::de::IgnoredAny>,

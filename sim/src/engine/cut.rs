@@ -470,7 +470,8 @@ impl Cut {
         let rank = model.topology.nodes()[node as usize].index;
         let generic = self.distances[node as usize];
         Some(match (body, gpu) {
-            (Body::ComputeDone { .. } | Body::SendDone { .. }, _) => return None,
+            // A job's start: what it starts is the GPU's state bound, as of its start.
+            (Body::ComputeDone { .. } | Body::SendDone { .. } | Body::JobStart, _) => return None,
             // The next segments of the flow, or of any other (its own is among them): the
             // transport serves all of the GPU's flows, and an acknowledgement that frees
             // one's window may send another's (so may a `TxDone` below).

@@ -210,6 +210,8 @@ pub enum Body {
     FlowDone {
         flow: u32,
     },
+    /// To a GPU whose job starts later (`[[jobs]] start_s`): start the program now.
+    JobStart,
 }
 
 /// Bytes from an address that an event's handler will read ([`Lp::hot_state`]): a hint to

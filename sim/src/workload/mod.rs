@@ -657,6 +657,14 @@ impl Workload {
         }
     }
 
+    /// When rank `rank` starts its iteration: its job's `start_s` (zero for one job).
+    pub fn start_of(&self, rank: u32) -> crate::time::SimTime {
+        match &self.jobs {
+            None => crate::time::SimTime::ZERO,
+            Some(jobs) => jobs.start_of(rank),
+        }
+    }
+
     /// Every rank is below this GPU index: the length of per-rank tables.
     pub fn rank_bound(&self) -> u32 {
         match &self.jobs {

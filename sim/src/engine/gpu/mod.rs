@@ -163,7 +163,8 @@ impl GpuLp {
             groups: std::array::from_fn(|_| None),
             group_seq: [0; 9],
             comm_active: 0,
-            accounted_to_ps: 0,
+            // Accounting (and the cut promise's "as of") begin when the job starts.
+            accounted_to_ps: w.start_of(rank).as_ps(),
             compute_ps: SimTime::ZERO,
             exposed_comm_ps: SimTime::ZERO,
             bubble_ps: SimTime::ZERO,
@@ -195,6 +196,13 @@ impl GpuLp {
     }
 
     pub fn start(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let start = model.workload.start_of(self.rank);
+        if start > SimTime::ZERO {
+            // A job out of phase: nothing of it runs before its start (no event reaches a
+            // GPU whose job has not started: its peers have not either).
+            ctx.emit(self.node, start, Body::JobStart);
+            return;
+        }
         for (i, f) in model.flows.iter().enumerate() {
             if f.src == self.rank {
                 ctx.emit(
@@ -250,6 +258,7 @@ impl GpuLp {
             Body::FlowDone { flow } => self.fluid_done(model, flow, ctx),
             Body::ConnectionFree { connection } => self.connection_free(model, connection, ctx),
             Body::Pace { flow } => self.paced(model, flow, ctx),
+            Body::JobStart => {}
             other => self.ports.handle(model, &other, ctx),
         }
         self.pump(model, ctx);

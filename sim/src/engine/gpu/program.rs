@@ -146,8 +146,9 @@ impl GpuLp {
 
     /// Attributes the time since the last event to compute, exposed communication or bubble.
     pub(super) fn account(&mut self, now: u64) {
-        let dt = now - self.accounted_to_ps;
-        self.accounted_to_ps = now;
+        // Saturating: a job that starts later accounts from its start.
+        let dt = now.saturating_sub(self.accounted_to_ps);
+        self.accounted_to_ps = self.accounted_to_ps.max(now);
         if self.finish_ps.is_some() || dt == 0 {
             return;
         }
