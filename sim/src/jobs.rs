@@ -450,16 +450,14 @@ pub struct JobSet {
 /// A GPU that runs no job.
 pub const NO_JOB: u32 = u32::MAX;
 
-/// One job of a [`JobSet`]: its compiled workload (without its programs, which the
-/// combined workload holds from `program_offset` on) and its GPUs in rank order.
+/// One job of a [`JobSet`], as the engine needs it: its compiled workload (without its
+/// programs, which the combined workload holds from `program_offset` on), its GPUs in rank
+/// order and its start. Its name, hosts and placement are the experiment's [`Job`]'s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlacedJob {
-    pub name: String,
     pub workload: Workload,
     pub program_offset: u32,
     pub gpus: Vec<u32>,
-    pub hosts: Vec<u32>,
-    pub placement: String,
     /// When the job starts its iteration.
     pub start: SimTime,
 }
@@ -548,12 +546,9 @@ pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Worklo
         let program_offset = programs.len() as u32;
         programs.append(&mut workload.programs);
         placed.push(PlacedJob {
-            name: job.name.clone(),
             workload,
             program_offset,
             gpus,
-            hosts: job.hosts.clone(),
-            placement: job.placement.clone(),
             start: job.start,
         });
     }
@@ -565,7 +560,7 @@ pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Worklo
     job_of_gpu.truncate(bound);
     local_of_gpu.truncate(bound);
     let first = &placed[0].workload;
-    let names: Vec<&str> = placed.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
     Workload {
         layout: first.layout,
         micro_batch: first.micro_batch,

@@ -66,15 +66,19 @@ impl Args {
         );
         // Validates `[compute]` and any measured kernel tables even without --kernels.
         let model = ComputeModel::from_experiment(&exp)?;
-        let (summaries, job_summaries) = match &workload.jobs {
-            None => (sim::workload::summary::summarize(&workload), Vec::new()),
-            Some(set) => (
-                Vec::new(),
-                (0..set.jobs.len())
-                    .map(|j| sim::workload::summary::summarize(&workload.job_workload(j)))
-                    .collect(),
-            ),
+        // With [[jobs]], each job's own workload (its programs copied once, for both the
+        // summaries and --kernels).
+        let job_workloads: Vec<_> = (0..exp.jobs.len())
+            .map(|j| workload.job_workload(j))
+            .collect();
+        let summaries = match workload.jobs {
+            None => sim::workload::summary::summarize(&workload),
+            Some(_) => Vec::new(),
         };
+        let job_summaries: Vec<_> = job_workloads
+            .iter()
+            .map(sim::workload::summary::summarize)
+            .collect();
         let report = CheckReport {
             experiment: &exp,
             topology: &topology,
@@ -101,10 +105,10 @@ impl Args {
         let per_job = exp
             .jobs
             .iter()
-            .enumerate()
-            .map(|(j, job)| {
+            .zip(&job_workloads)
+            .map(|(job, job_workload)| {
                 let stages = kernel_report::stage_kernels(
-                    &workload.job_workload(j),
+                    job_workload,
                     &ComputeModel::from_experiment(&job.exp)?,
                     &job.exp.stage_gpus(),
                 );

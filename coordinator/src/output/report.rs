@@ -135,21 +135,21 @@ fn jobs_figures(
             .filter(|g| in_job(g.rank))
             .filter_map(|g| g.finish_ps)
             .max()
-            .unwrap_or(placed.start);
-        let job_ps = end - placed.start;
+            .unwrap_or(job.start);
+        let job_ps = end - job.start;
         let f = job_figures(
             &job.exp,
             &model.workload.job_workload(j),
             in_job,
             results,
-            (placed.start, end),
+            (job.start, end),
         );
         jobs.push(JobSummary {
-            name: placed.name.clone(),
+            name: job.name.clone(),
             gpus: placed.gpus.len() as u32,
-            hosts: sim::jobs::host_list(&placed.hosts),
-            placement: placed.placement.clone(),
-            start_s: placed.start.as_secs_f64(),
+            hosts: sim::jobs::host_list(&job.hosts),
+            placement: job.placement.clone(),
+            start_s: job.start.as_secs_f64(),
             iteration_time_s: job_ps.as_secs_f64(),
             tokens_per_s: f.tokens_per_s,
             samples_per_s: f.samples_per_s,
@@ -443,7 +443,7 @@ pub fn ranks_csv(
             format!("{:.0}", gpu.hbm_bytes()),
         ];
         if let Some(set) = jobs {
-            let job = set.job_of(g.rank).map_or("", |j| set.jobs[j].name.as_str());
+            let job = set.job_of(g.rank).map_or("", |j| exp.jobs[j].name.as_str());
             row.push(job.to_string());
         }
         table.row(row);

@@ -673,11 +673,6 @@ impl Workload {
         }
     }
 
-    /// The ranks, ascending.
-    pub fn ranks(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.rank_bound()).filter(|&g| self.is_rank(g))
-    }
-
     /// Rank `rank`'s group of `kind`, ascending in its job's group order.
     pub fn group(&self, kind: GroupKind, rank: u32) -> Vec<u32> {
         match &self.jobs {
