@@ -22,6 +22,10 @@ struct Case {
     intra_host: &'static str,
     segment_bytes: u64,
     cc: &'static str,
+    /// Leaf uplinks this many times thinner than their downlinks: deep queues at the
+    /// leaves, where segments wait behind others (a port's queue is state its events
+    /// do not promise).
+    oversubscription: u32,
     seed: u64,
 }
 
@@ -40,6 +44,7 @@ nics_per_host = {gph}
 nic_gbps = 400
 hosts_per_rack = 2
 hosts_per_segment = 2
+oversubscription = {oversub}
 [model]
 layers = 4
 hidden = 256
@@ -71,6 +76,7 @@ seed = {seed}
             intra = self.intra_host,
             seg = self.segment_bytes,
             cc = self.cc,
+            oversub = self.oversubscription,
             seed = self.seed,
         )
     }
@@ -90,10 +96,20 @@ fn case() -> impl Strategy<Value = Case> {
         ]),
         prop::sample::select(vec![65536u64, 262144]),
         prop::sample::select(vec!["none", "dcqcn"]),
+        prop::sample::select(vec![1u32, 1, 4]),
         0u64..1000,
     )
         .prop_map(
-            |(topology, (gpus, gpus_per_host), (tp, pp), (network, intra_host), seg, cc, seed)| {
+            |(
+                topology,
+                (gpus, gpus_per_host),
+                (tp, pp),
+                (network, intra_host),
+                seg,
+                cc,
+                oversubscription,
+                seed,
+            )| {
                 Case {
                     topology,
                     gpus,
@@ -104,6 +120,7 @@ fn case() -> impl Strategy<Value = Case> {
                     intra_host,
                     segment_bytes: seg,
                     cc,
+                    oversubscription,
                     seed,
                 }
             },
@@ -140,6 +157,7 @@ fn the_digest_is_the_same_for_cases_that_once_failed() {
             intra_host: "packet",
             segment_bytes: 65536,
             cc: "none",
+            oversubscription: 1,
             seed: 106,
         },
         38,

@@ -24,6 +24,21 @@ const GROUP_KINDS: usize = GroupKind::ALL.len() + 1;
 /// by the GPU's distance to the cut alone. Keeps building a cut linear at 131,072 GPUs.
 const SEARCHED_GROUP: usize = 256;
 
+/// The queued segments of one port searched one by one for [`Cut::queued_bound`]; those
+/// behind them count at their wait plus the node's distance to the cut. Segments of a
+/// megabyte wait tens of microseconds each, so the first few set the bound.
+const QUEUE_SEARCHED: usize = 8;
+
+/// Two state bounds `(from, reach)` as one that promises no later than either: the least
+/// `from` and the least reach (a bound with no reach is none).
+fn merge_bounds(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+    match (a.1, b.1) {
+        (u64::MAX, _) => b,
+        (_, u64::MAX) => a,
+        _ => (a.0.min(b.0), a.1.min(b.1)),
+    }
+}
+
 /// [`Cut::reach_row`] of a rank the holder does not own.
 const NOT_OWNED: u32 = u32::MAX;
 
@@ -152,8 +167,17 @@ impl Cut {
                 partition_of[back.dst as usize] != partition_of[n]
             })
         };
+        // Queued ports hold segments segments that no pending event promises (a node's
+        // state, [`Cut::queued_bound`]), so every node with one is watched there.
+        let has_ports = |n: usize| {
+            model
+                .topology
+                .out_links(n as NodeId)
+                .iter()
+                .any(|&l| model.net.is_queued(model.topology.link(l).class))
+        };
         cut.state_watched = (0..partition_of.len())
-            .map(|n| is_gpu_lp(model, n as NodeId) || entered_from_outside(n))
+            .map(|n| is_gpu_lp(model, n as NodeId) || entered_from_outside(n) || has_ports(n))
             .collect();
         cut
     }
@@ -344,7 +368,9 @@ impl Cut {
         }
         match lp {
             Lp::Gpu(g) if self.gpu_state[node as usize] => {
-                Some(g.cut_promise(model, self, not_before_ps))
+                let [live, next] = g.cut_promise(model, self, not_before_ps);
+                let queued = self.queued_bound(model, node, g.ports());
+                Some([merge_bounds(live, queued), next])
             }
             Lp::Gpu(_) => Some([(0, self.distances[node as usize]), NONE]),
             Lp::Fabric(f) => {
@@ -352,9 +378,49 @@ impl Cut {
                 let paused = f
                     .ports
                     .paused_upstream_latency(model, |up| self.partition_of[up as usize] != own);
-                Some([paused.map_or(NONE, |l| (0, l)), NONE])
+                Some([
+                    paused.map_or(NONE, |l| (0, l)),
+                    self.queued_bound(model, node, &f.ports),
+                ])
             }
         }
+    }
+
+    /// What the queued ports of node `node` will still send, as one bound `(from, reach)`:
+    /// a queued segment leaves on a later `TxDone` or resume, which promises only the head
+    /// of its queue as it was when it was sent, so the segments behind it are the node's
+    /// state. Per port, from when it can next send: the least over its first
+    /// [`QUEUE_SEARCHED`] segments of their wait behind those ahead plus their reach
+    /// ([`Cut::segment_reach_ps`]), and for the rest their wait plus the node's distance to
+    /// the cut. Merged over ports as the least `from` and the least reach, a lower bound
+    /// of each.
+    fn queued_bound(
+        &self,
+        model: &SimModel,
+        node: NodeId,
+        ports: &super::net::Ports,
+    ) -> (u64, u64) {
+        let generic = self.distances[node as usize];
+        let mut bound = (u64::MAX, u64::MAX);
+        if generic == u64::MAX {
+            return bound;
+        }
+        for (busy_until, waits) in ports.queued() {
+            let mut least = u64::MAX;
+            for (k, (wait, seg)) in waits.enumerate() {
+                if wait >= least {
+                    break;
+                }
+                if k == QUEUE_SEARCHED {
+                    least = least.min(wait.saturating_add(generic));
+                    break;
+                }
+                let reach = self.segment_reach_ps(model, node, seg, false);
+                least = least.min(wait.saturating_add(reach));
+            }
+            bound = merge_bounds(bound, (busy_until, least));
+        }
+        bound
     }
 
     /// The promise of `event` at its time: nothing it leads to reaches another partition

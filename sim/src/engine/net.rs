@@ -465,6 +465,30 @@ impl Ports {
             .min()
     }
 
+    /// Every port with queued segments: when it can next send (`busy_until`; a paused port
+    /// only later, on the resume), and its segments in the order it will send them, each
+    /// with the least time it waits from then behind those ahead of it (their
+    /// serialisation at the port's full rate). What a cut's state bound reads
+    /// ([`super::cut::Cut::state_bounds`]): a queued segment leaves on a `TxDone` or a resume
+    /// handled later, which carries no promise of its own for it.
+    pub fn queued(
+        &self,
+    ) -> impl Iterator<Item = (u64, impl Iterator<Item = (u64, &Segment)> + '_)> + '_ {
+        self.ports
+            .iter()
+            .flatten()
+            .filter(|p| !p.queue.is_empty())
+            .map(|p| {
+                let waits = p.queue.iter().scan(0u64, move |ahead, w| {
+                    let wait = *ahead;
+                    *ahead = ahead
+                        .saturating_add(serialisation_ps(u64::from(w.seg.bytes), p.ps_per_byte));
+                    Some((wait, &w.seg))
+                });
+                (p.busy_until, waits)
+            })
+    }
+
     /// The segment port `i` sends next, if its queue holds one.
     pub fn queue_head(&self, i: usize) -> Option<&Segment> {
         self.ports.get(i)?.as_ref()?.queue.front().map(|w| &w.seg)

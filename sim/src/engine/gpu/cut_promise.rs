@@ -54,6 +54,11 @@ impl GpuLp {
             .unwrap_or(u64::MAX)
     }
 
+    /// The GPU's output ports, with the segments they hold queued.
+    pub fn ports(&self) -> &crate::engine::net::Ports {
+        &self.ports
+    }
+
     /// The segment the GPU's port `port` sends next.
     pub fn queue_head(&self, port: usize) -> Option<&Segment> {
         self.ports.queue_head(port)
