@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod file;
+mod lineage;
 mod next_times;
 pub mod partition;
 mod prefetch;

@@ -11,6 +11,7 @@ use sim::time::SimTime;
 use sim::topology::{LinkId, NodeId};
 
 use crate::checkpoint::{LpRecord, PartWriter};
+use crate::lineage::Lineage;
 use crate::promise::{Cut, PendingPromises, Promise};
 use crate::queue::EventQueue;
 use crate::slack::CrossPartitionSlack;
@@ -61,13 +62,25 @@ fn lp_at<'a>(lp_ids: &[NodeId], lps: &'a [Lp], node: NodeId) -> Option<&'a Lp> {
 /// created in ended: conservative synchronisation was broken (a bug, never bad input).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "causality violation: LP {origin} sent an event for {time_ps} ps to LP {target} in another partition inside the window ending at {window_end_ps} ps"
+    "causality violation: LP {origin} ({origin_kind}), handling {cause} at {now_ps} ps, sent {kind} for {time_ps} ps to LP {target} ({target_kind}) in another partition inside the window ending at {window_end_ps} ps, or before its partition's promise of {promised_ps} ps{lineage}"
 )]
 pub struct CausalityError {
     pub origin: NodeId,
     pub target: NodeId,
+    /// The topology node kinds of origin and target (`gpu`, `leaf`, ...).
+    pub origin_kind: &'static str,
+    pub target_kind: &'static str,
     pub time_ps: u64,
     pub window_end_ps: u64,
+    /// What the sending partition had promised (0: nothing yet).
+    pub promised_ps: u64,
+    /// When the origin handled the event that made it send, and that event's kind.
+    pub now_ps: u64,
+    pub cause: &'static str,
+    /// The kind of the event that crossed.
+    pub kind: &'static str,
+    /// With feature `lineage`, the pending event whose promise it broke ([`Lineage`]).
+    pub lineage: String,
 }
 
 #[derive(Debug)]
@@ -83,13 +96,19 @@ pub struct Partition {
     hops: Vec<LinkId>,
     /// Events processed in the last window: the cost estimate for longest-first scheduling.
     pub last_window_events: u64,
-    pub error: Option<CausalityError>,
+    pub error: Option<Box<CausalityError>>,
     /// The run's lookahead, the unit of `slack`.
     pub lookahead_ps: u64,
     /// Events sent to other partitions, by how many lookaheads later they arrive.
     pub slack: CrossPartitionSlack,
     /// The promises of the pending events, when windows end at the least promise.
     promises: Option<PendingPromises>,
+    /// Each pending event's causes (feature `lineage`; nothing otherwise).
+    lineage: Lineage,
+    /// What this partition last promised ([`Partition::promise`]), lowered by the promises
+    /// of the events it took in since: nothing it sends may cross before it, whatever the
+    /// window. 0 until it first promises.
+    promised_floor_ps: u64,
 }
 
 impl Partition {
@@ -138,6 +157,8 @@ impl Partition {
             lookahead_ps: u64::MAX,
             slack: CrossPartitionSlack::default(),
             promises: None,
+            lineage: Lineage::new(),
+            promised_floor_ps: 0,
         }
     }
 
@@ -174,7 +195,7 @@ impl Partition {
             promises.settle_lp(model, i as u32, node, lp, window_end_ps);
         }
         let (queue, lp_ids, lps) = (&self.queue, &self.lp_ids, &self.lps);
-        Some(promises.promise(
+        let promise = promises.promise(
             model,
             window_end_ps,
             queue.next_time_ps(),
@@ -185,7 +206,12 @@ impl Partition {
                     .map(|(k, e)| (k, e, lp_at(lp_ids, lps, e.target)))
                     .collect()
             },
-        ))
+        );
+        // Its waiting LPs handle their next events no sooner than the window's end.
+        self.promised_floor_ps = promise
+            .at_ps
+            .min(window_end_ps.saturating_add(promise.waiting_distance_ps));
+        Some(promise)
     }
 
     /// Writes every LP's checkpoint record: its state, its sequence counter, and the events
@@ -219,7 +245,7 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].start(model, &mut ctx);
-            self.route_emitted(model, map, 0, 0);
+            self.route_emitted(model, map, 0, 0, "start");
         }
     }
 
@@ -227,12 +253,14 @@ impl Partition {
     pub fn absorb(&mut self, model: &SimModel, incoming: &mut Vec<(EventKey, Event)>) {
         for (key, event) in incoming.drain(..) {
             if let Some(p) = &mut self.promises {
-                p.push(
+                let promise = p.push(
                     model,
                     &key,
                     &event,
                     lp_at(&self.lp_ids, &self.lps, event.target),
                 );
+                self.promised_floor_ps = self.promised_floor_ps.min(promise);
+                self.lineage.queued(&key, &event, promise, false);
             }
             self.queue.push(key, event);
         }
@@ -245,7 +273,9 @@ impl Partition {
     /// Processes every event before `end_ps`, in key order.
     pub fn run_window(&mut self, model: &SimModel, map: &LpMap, end_ps: u64) {
         let mut n = 0;
+        self.lineage.window(end_ps);
         while let Some((key, event)) = self.queue.pop_before(end_ps) {
+            self.lineage.handling(&key);
             self.prefetch_next_events(map);
             let i = map.local_index[event.target as usize] as usize;
             let mut ctx = Ctx::new(
@@ -259,13 +289,14 @@ impl Partition {
             if let Some(p) = &mut self.promises {
                 p.handled(model, &event);
             }
+            let cause = event.body.kind_name();
             self.lps[i].handle(model, event.body, &mut ctx);
             if let Some(p) = &mut self.promises
                 && p.watches(target)
             {
                 p.touch(i as u32);
             }
-            self.route_emitted(model, map, key.time.as_ps(), end_ps);
+            self.route_emitted(model, map, key.time.as_ps(), end_ps, cause);
             n += 1;
         }
         self.last_window_events = n;
@@ -290,22 +321,41 @@ impl Partition {
 
     /// Queues the events the handler at `now` emitted for this partition; puts the others in
     /// the outbox.
-    fn route_emitted(&mut self, model: &SimModel, map: &LpMap, now: u64, end_ps: u64) {
+    fn route_emitted(
+        &mut self,
+        model: &SimModel,
+        map: &LpMap,
+        now: u64,
+        end_ps: u64,
+        cause: &'static str,
+    ) {
         for (key, event) in self.emitted.drain(..) {
             if map.partition_of[event.target as usize] == self.id {
                 if let Some(p) = &mut self.promises {
                     let lp = &self.lps[map.local_index[event.target as usize] as usize];
-                    p.push(model, &key, &event, Some(lp));
+                    let promise = p.push(model, &key, &event, Some(lp));
+                    self.lineage.queued(&key, &event, promise, true);
                 }
                 self.queue.push(key, event);
             } else {
-                if key.time.as_ps() < end_ps && self.error.is_none() {
-                    self.error = Some(CausalityError {
+                // Inside the window, or before what this partition promised: the second is
+                // the stricter check while another partition's promise ends the window.
+                let time_ps = key.time.as_ps();
+                if (time_ps < end_ps || time_ps < self.promised_floor_ps) && self.error.is_none() {
+                    let kind_of = |n: NodeId| model.topology.nodes()[n as usize].kind.name();
+                    self.error = Some(Box::new(CausalityError {
                         origin: key.origin_lp,
                         target: event.target,
+                        origin_kind: kind_of(key.origin_lp),
+                        target_kind: kind_of(event.target),
                         time_ps: key.time.as_ps(),
                         window_end_ps: end_ps,
-                    });
+                        promised_ps: self.promised_floor_ps,
+                        now_ps: now,
+                        cause,
+                        kind: event.body.kind_name(),
+                        lineage: self.lineage.explain(model, key.time.as_ps()),
+                    }));
                 }
                 self.slack
                     .count(key.time.as_ps().saturating_sub(now), self.lookahead_ps);

@@ -51,8 +51,15 @@ impl PendingPromises {
         }
     }
 
-    /// `event` at `key` was queued for `lp` (the target's state, [`Cut::event_promise`]).
-    pub fn push(&mut self, model: &SimModel, key: &EventKey, event: &Event, lp: Option<&Lp>) {
+    /// `event` at `key` was queued for `lp` (the target's state, [`Cut::event_promise`]);
+    /// returns its promise.
+    pub fn push(
+        &mut self,
+        model: &SimModel,
+        key: &EventKey,
+        event: &Event,
+        lp: Option<&Lp>,
+    ) -> u64 {
         let arriving_bytes = match self.arriving_link(model, event) {
             Some((link, bytes)) => {
                 let total = self.arriving.entry(link).or_insert(0);
@@ -66,6 +73,7 @@ impl PendingPromises {
         if promise != u64::MAX {
             self.heap.push(Reverse((promise, key.time.as_ps())));
         }
+        promise
     }
 
     /// The link from another partition that segment `event` arrives over, and its bytes.

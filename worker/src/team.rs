@@ -113,7 +113,7 @@ pub struct ThreadResult {
     /// Events for partitions of other workers, by worker.
     pub outgoing: Vec<Events>,
     pub cross_partition_events: u64,
-    pub error: Option<CausalityError>,
+    pub error: Option<Box<CausalityError>>,
     /// Events for this worker's partitions, by slot, until the thread's window ends.
     staged: Vec<Events>,
     /// Slots with staged events, in the order they got their first.

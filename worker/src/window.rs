@@ -113,7 +113,7 @@ impl EventBatch {
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
-    Causality(#[from] CausalityError),
+    Causality(#[from] Box<CausalityError>),
     #[error("{0}")]
     Transport(String),
     #[error(transparent)]

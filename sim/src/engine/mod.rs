@@ -214,6 +214,34 @@ pub enum Body {
     JobStart,
 }
 
+impl Body {
+    /// The event kind's name, for diagnostics (a causality error names what crossed).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Body::ComputeDone { .. } => "ComputeDone",
+            Body::Segment(_) => "Segment",
+            Body::TxDone { .. } => "TxDone",
+            Body::Pause { .. } => "Pause",
+            Body::Resume { .. } => "Resume",
+            Body::Ack { .. } => "Ack",
+            Body::Message { .. } => "Message",
+            Body::Arrived { .. } => "Arrived",
+            Body::SendDone { .. } => "SendDone",
+            Body::ClearToSend { .. } => "ClearToSend",
+            Body::Pace { .. } => "Pace",
+            Body::ConnectionFree { .. } => "ConnectionFree",
+            Body::StartFlow { .. } => "StartFlow",
+            Body::MemoryRead { .. } => "MemoryRead",
+            Body::MemoryTick => "MemoryTick",
+            Body::FlowStart(_) => "FlowStart",
+            Body::RingJoin(_) => "RingJoin",
+            Body::FlowTick => "FlowTick",
+            Body::FlowDone { .. } => "FlowDone",
+            Body::JobStart => "JobStart",
+        }
+    }
+}
+
 /// Bytes from an address that an event's handler will read ([`Lp::hot_state`]): a hint to
 /// load them early, never read through.
 pub type HotSpan = (*const u8, usize);
