@@ -343,7 +343,7 @@ pub fn run(
             }
             Err(e) => {
                 // The worker that failed first explains; the others only saw the abort.
-                if first_error.is_none() || matches!(e, EngineError::Causality(_)) {
+                if first_error.is_none() || matches!(e, EngineError::Partition(_)) {
                     first_error = Some(e);
                 }
             }

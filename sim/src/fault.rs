@@ -31,7 +31,7 @@ use crate::topology::{LinkClass, LinkId, NodeId, NodeKind, Topology};
 /// the topology ([`apply_to_topology`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Faults {
-    /// Slow GPUs, by rank, ascending (one entry per rank: factors of repeated entries multiply).
+    /// Slow GPUs, by rank, ascending (one `[[faults]]` entry per rank).
     slow: Vec<SlowGpu>,
     jitter: Option<Jitter>,
     /// Hosts and NICs that go down while the job may still run.
@@ -57,9 +57,12 @@ enum LinkEffect {
 }
 
 /// A GPU that runs its kernels slower.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct SlowGpu {
     rank: u32,
+    /// The entry that slowed it (`faults[i]`) and its factor, for errors.
+    entry: String,
+    factor: f64,
     /// Time multiple of clock-bound kernels (1 / factor).
     clocked: f64,
     /// Time multiple of every kernel.
@@ -158,23 +161,31 @@ impl Faults {
                     }
                     let factor = entry.fraction("factor", f.factor)?;
                     let i = match faults.slow.binary_search_by_key(&rank, |s| s.rank) {
-                        Ok(i) => i,
-                        Err(i) => {
-                            faults.slow.insert(
-                                i,
-                                SlowGpu {
-                                    rank,
-                                    clocked: 1.0,
-                                    all: 1.0,
-                                },
-                            );
-                            i
+                        Ok(i) => {
+                            return Err(entry.error(
+                                "gpu",
+                                format!(
+                                    "GPU {rank} is already slowed by `{}`; give one gpu-slow entry per GPU, with the factor and scope you want",
+                                    faults.slow[i].entry
+                                ),
+                            ));
                         }
+                        Err(i) => i,
                     };
-                    match f.scope {
-                        SlowScope::Clock => faults.slow[i].clocked /= factor,
-                        SlowScope::All => faults.slow[i].all /= factor,
-                    }
+                    let (clocked, all) = match f.scope {
+                        SlowScope::Clock => (1.0 / factor, 1.0),
+                        SlowScope::All => (1.0, 1.0 / factor),
+                    };
+                    faults.slow.insert(
+                        i,
+                        SlowGpu {
+                            rank,
+                            entry: entry.key.clone(),
+                            factor,
+                            clocked,
+                            all,
+                        },
+                    );
                 }
                 FaultKind::KernelJitter => {
                     if faults.jitter.is_some() {
@@ -296,6 +307,34 @@ impl Faults {
             Some(j) => all * jitter_multiple(j.seed, j.sigma, rank, op),
             None => all,
         }
+    }
+
+    /// Refuses a slow GPU whose kernels alone would run past [`SimTime::LIMIT`]: its
+    /// run could only end in an overflow. `kernel_s(rank)` gives the rank's kernel time
+    /// unslowed, in seconds: (clock-bound kernels, the others).
+    pub fn check_time_limit(
+        &self,
+        loaded: &LoadedConfig,
+        kernel_s: impl Fn(u32) -> (f64, f64),
+    ) -> Result<(), ConfigError> {
+        let limit_s = SimTime::LIMIT.as_secs_f64();
+        for s in &self.slow {
+            let (clocked, other) = kernel_s(s.rank);
+            let slowed = (clocked * s.clocked + other) * s.all;
+            if slowed > limit_s {
+                return Err(loaded.error(
+                    &format!("{}.factor", s.entry),
+                    format!(
+                        "gpu-slow factor {} makes GPU {}'s kernels alone take {slowed:.3e} s, more than the {:.0} days ({limit_s:.3e} s) fleetsim's picosecond clock holds; give a factor of at least {:.1e}",
+                        s.factor,
+                        s.rank,
+                        limit_s / 86_400.0,
+                        s.factor * slowed / limit_s,
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn slow_gpu(&self, rank: u32) -> Option<&SlowGpu> {

@@ -16,6 +16,17 @@
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 
+/// `ps` picoseconds as a whole number (rounded to the nearest), for durations computed in
+/// `f64` (a kernel slowed by a factor, bytes at a rate). Past [`SimTime::LIMIT`] it stays
+/// at the limit, never at `u64::MAX`: added to a time below the limit it cannot wrap to a
+/// plausible time, and the run stops with an overflow error. A negative number or NaN
+/// gives 0.
+#[inline]
+pub fn round_ps(ps: f64) -> u64 {
+    const AT_LIMIT: f64 = SimTime::LIMIT.0 as f64;
+    ps.round().min(AT_LIMIT) as u64
+}
+
 /// A simulated instant or duration, in picoseconds.
 #[derive(
     Clone,
@@ -40,6 +51,10 @@ impl SimTime {
     /// The latest representable time (about 213 simulated days); "never" where a bound is
     /// asked for and none exists.
     pub const MAX: SimTime = SimTime(u64::MAX);
+    /// The first time a run may not reach: 2^63 ps, about 107 simulated days. An event at
+    /// or past it (or whose time wrapped) stops the run with an error; durations computed
+    /// in `f64` stop at it ([`round_ps`]), so a time plus a duration never wraps.
+    pub const LIMIT: SimTime = SimTime(1 << 63);
     /// Picoseconds in one second.
     pub const PS_PER_SECOND: u64 = 1_000_000_000_000;
 
@@ -62,18 +77,18 @@ impl SimTime {
 
     /// `s` seconds, rounded to the nearest picosecond (halves away from zero, as
     /// [`f64::round`]). Saturating, never failing: a negative number or NaN gives
-    /// [`SimTime::ZERO`], a number of picoseconds beyond `u64::MAX` (or +∞) gives
-    /// [`SimTime::MAX`] (Rust's `as` from `f64` to `u64`).
+    /// [`SimTime::ZERO`], a number of picoseconds at or beyond [`SimTime::LIMIT`] (or +∞)
+    /// gives the limit ([`round_ps`]).
     #[inline]
     pub fn from_secs_f64(s: f64) -> SimTime {
-        SimTime((s * 1e12).round() as u64)
+        SimTime(round_ps(s * 1e12))
     }
 
     /// `s` seconds, rounded up to a whole picosecond: the first picosecond at or after it
     /// (a completion is never early). Saturating like [`SimTime::from_secs_f64`].
     #[inline]
     pub fn from_secs_f64_ceil(s: f64) -> SimTime {
-        SimTime((s * 1e12).ceil() as u64)
+        SimTime(round_ps((s * 1e12).ceil()))
     }
 
     /// The number of picoseconds.
@@ -206,12 +221,23 @@ mod tests {
             (1.6e-12, 2, 2),
             (-1.0, 0, 0),
             (f64::NAN, 0, 0),
-            (1e300, u64::MAX, u64::MAX),
-            (f64::INFINITY, u64::MAX, u64::MAX),
+            // At the limit, not at u64::MAX: a time below it plus this never wraps.
+            (1e300, 1 << 63, 1 << 63),
+            (f64::INFINITY, 1 << 63, 1 << 63),
         ];
         for (s, nearest, up) in cases {
             assert_eq!(SimTime::from_secs_f64(s).as_ps(), nearest, "{s}");
             assert_eq!(SimTime::from_secs_f64_ceil(s).as_ps(), up, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_duration_past_the_limit_added_to_any_time_below_it_does_not_wrap() {
+        let huge = SimTime::from_ps(round_ps(1e30));
+        assert_eq!(huge, SimTime::LIMIT);
+        for t in [0, 1, 1 << 40, SimTime::LIMIT.as_ps() - 1] {
+            let sum = SimTime::from_ps(t).checked_add(huge);
+            assert!(sum.is_some_and(|s| s >= SimTime::LIMIT), "{t}");
         }
     }
 

@@ -66,6 +66,11 @@ impl Args {
         );
         // Validates `[compute]` and any measured kernel tables even without --kernels.
         let model = ComputeModel::from_experiment(&exp)?;
+        sim::engine::check_slow_gpus(&exp, &workload, |rank| {
+            let program = &workload.programs[workload.program_index(rank)];
+            let gpu = &exp.gpu_types[usize::from(topology.gpu_type(rank))];
+            model.program_times_and_clocked(program, gpu)
+        })?;
         // With [[jobs]], each job's own workload (its programs copied once, for both the
         // summaries and --kernels).
         let job_workloads: Vec<_> = (0..exp.jobs.len())

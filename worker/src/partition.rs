@@ -58,8 +58,19 @@ fn lp_at<'a>(lp_ids: &[NodeId], lps: &'a [Lp], node: NodeId) -> Option<&'a Lp> {
     lp_ids.binary_search(&node).ok().map(|i| &lps[i])
 }
 
+/// What stops a partition's window: a bug in the engine's promises (never bad input), or
+/// simulated time past what [`SimTime`] holds.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PartitionError {
+    #[error(transparent)]
+    Causality(Box<CausalityError>),
+    #[error(transparent)]
+    TimeOverflow(Box<TimeOverflowError>),
+}
+
 /// An event that was addressed to an LP of another partition before the window it was
-/// created in ended: conservative synchronisation was broken (a bug, never bad input).
+/// created in ended, or before its partition's promise: conservative synchronisation was
+/// broken (a bug, never bad input).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
     "causality violation: LP {origin} ({origin_kind}), handling {cause} at {now_ps} ps, sent {kind} for {time_ps} ps to LP {target} ({target_kind}) in another partition inside the window ending at {window_end_ps} ps, or before its partition's promise of {promised_ps} ps{lineage}"
@@ -83,6 +94,21 @@ pub struct CausalityError {
     pub lineage: String,
 }
 
+/// An LP scheduled an event past [`SimTime::LIMIT`] (or so far that the sum wrapped):
+/// something in the experiment takes longer than the simulated clock holds.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "simulated time overflow: LP {origin} ({origin_kind}), handling {cause} at {now_s:.6} s, scheduled {kind} past {limit_days:.0} simulated days, the most fleetsim's picosecond clock holds: something in the experiment takes that long (a [[faults]] factor such as gpu-slow or link-degraded near 0, or a link or GPU rate near 0); make it faster"
+)]
+pub struct TimeOverflowError {
+    pub origin: NodeId,
+    pub origin_kind: &'static str,
+    pub now_s: f64,
+    pub cause: &'static str,
+    pub kind: &'static str,
+    pub limit_days: f64,
+}
+
 #[derive(Debug)]
 pub struct Partition {
     pub id: u32,
@@ -96,7 +122,7 @@ pub struct Partition {
     hops: Vec<LinkId>,
     /// Events processed in the last window: the cost estimate for longest-first scheduling.
     pub last_window_events: u64,
-    pub error: Option<Box<CausalityError>>,
+    pub error: Option<PartitionError>,
     /// The run's lookahead, the unit of `slack`.
     pub lookahead_ps: u64,
     /// Events sent to other partitions, by how many lookaheads later they arrive.
@@ -330,6 +356,18 @@ impl Partition {
         cause: &'static str,
     ) {
         for (key, event) in self.emitted.drain(..) {
+            // A time past the clock's limit, or one that wrapped below now.
+            if (key.time >= SimTime::LIMIT || key.time.as_ps() < now) && self.error.is_none() {
+                let origin = key.origin_lp;
+                self.error = Some(PartitionError::TimeOverflow(Box::new(TimeOverflowError {
+                    origin,
+                    origin_kind: model.topology.nodes()[origin as usize].kind.name(),
+                    now_s: SimTime::from_ps(now).as_secs_f64(),
+                    cause,
+                    kind: event.body.kind_name(),
+                    limit_days: SimTime::LIMIT.as_secs_f64() / 86_400.0,
+                })));
+            }
             if map.partition_of[event.target as usize] == self.id {
                 if let Some(p) = &mut self.promises {
                     let lp = &self.lps[map.local_index[event.target as usize] as usize];
@@ -343,7 +381,7 @@ impl Partition {
                 let time_ps = key.time.as_ps();
                 if (time_ps < end_ps || time_ps < self.promised_floor_ps) && self.error.is_none() {
                     let kind_of = |n: NodeId| model.topology.nodes()[n as usize].kind.name();
-                    self.error = Some(Box::new(CausalityError {
+                    self.error = Some(PartitionError::Causality(Box::new(CausalityError {
                         origin: key.origin_lp,
                         target: event.target,
                         origin_kind: kind_of(key.origin_lp),
@@ -355,7 +393,7 @@ impl Partition {
                         cause,
                         kind: event.body.kind_name(),
                         lineage: self.lineage.explain(model, key.time.as_ps()),
-                    }));
+                    })));
                 }
                 self.slack
                     .count(key.time.as_ps().saturating_sub(now), self.lookahead_ps);

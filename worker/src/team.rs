@@ -37,7 +37,7 @@ use sim::engine::{Event, SimModel};
 use sim::event::EventKey;
 
 use crate::next_times::NextTimes;
-use crate::partition::{CausalityError, LpMap, Partition};
+use crate::partition::{LpMap, Partition, PartitionError};
 use crate::promise::{Cut, Promise};
 use crate::sync;
 use crate::window::EngineError;
@@ -113,7 +113,7 @@ pub struct ThreadResult {
     /// Events for partitions of other workers, by worker.
     pub outgoing: Vec<Events>,
     pub cross_partition_events: u64,
-    pub error: Option<Box<CausalityError>>,
+    pub error: Option<PartitionError>,
     /// Events for this worker's partitions, by slot, until the thread's window ends.
     staged: Vec<Events>,
     /// Slots with staged events, in the order they got their first.
@@ -574,7 +574,9 @@ impl Team {
             asynchronous_lookahead_ps,
             cut,
         } = plan;
-        let threads = threads.max(1);
+        // A thread beyond the partitions would have nothing to run: capped there, so that
+        // `--threads 100000` starts no more threads than there is work for.
+        let threads = threads.clamp(1, partitions.len().max(1));
         let mut partitions = partitions;
         if let Some(d) = &cut {
             for p in &mut partitions {

@@ -29,7 +29,7 @@ use sim::topology::NodeId;
 
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
-use crate::partition::{CausalityError, LpMap, Partition};
+use crate::partition::{LpMap, Partition, PartitionError};
 use crate::promise::{Cut, Promise};
 use crate::round_trips::RoundTrips;
 use crate::slack::CrossPartitionSlack;
@@ -113,7 +113,7 @@ impl EventBatch {
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
-    Causality(#[from] Box<CausalityError>),
+    Partition(#[from] PartitionError),
     #[error("{0}")]
     Transport(String),
     #[error(transparent)]

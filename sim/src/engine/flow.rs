@@ -542,7 +542,10 @@ impl<P> FlowSolver<P> {
             f.finish = if f.left <= 0.0 {
                 now
             } else if rate > 0.0 {
+                // A finish past the clock's limit still gets a tick, past the limit, which
+                // stops the run with an overflow error instead of leaving the flow unfinished.
                 now.saturating_add(SimTime::from_secs_f64_ceil(f.left / rate).as_ps())
+                    .min(SimTime::LIMIT.as_ps())
             } else {
                 u64::MAX
             };

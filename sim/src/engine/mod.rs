@@ -570,6 +570,11 @@ impl SimModel {
             _ => workload_tables(exp, &workload, |_| compute),
         };
         let gpu_types = exp.gpu_types.len();
+        check_slow_gpus(exp, &workload, |rank| {
+            let program = workload.program_index(rank);
+            let table = program * gpu_types + usize::from(topology.gpu_type(rank));
+            (kernel_ps[table].clone(), kernel_clocked[table].clone())
+        })?;
         let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
         let longest_link_ps = topology.links().map(|l| l.latency_ps).max().unwrap_or(0);
         Ok(SimModel {
@@ -672,6 +677,31 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, u64) 
 /// Per-program lookup tables, and kernel times (and whether they are compute-bound) per
 /// program and GPU type, program `i` timed by `compute_of(i)`.
 #[allow(clippy::type_complexity)]
+/// Refuses a `gpu-slow` fault under which a GPU's kernels alone would run past
+/// [`SimTime::LIMIT`] ([`crate::fault::Faults::check_time_limit`]). `tables(rank)` gives
+/// the rank's kernel times (ps) and which follow its clock; asked for slow ranks only.
+pub fn check_slow_gpus(
+    exp: &Experiment,
+    workload: &Workload,
+    tables: impl Fn(u32) -> (Vec<u64>, Vec<bool>),
+) -> Result<(), crate::config::ConfigError> {
+    exp.faults.check_time_limit(&exp.loaded, |rank| {
+        let (kernel_ps, clocked) = tables(rank);
+        let program = &workload.programs[workload.program_index(rank)];
+        let (mut on_clock, mut other) = (0.0, 0.0);
+        for op in &program.ops {
+            if let OpKind::Compute { kernel } = op.kind {
+                let s = SimTime::from_ps(kernel_ps[kernel as usize]).as_secs_f64();
+                match clocked[kernel as usize] {
+                    true => on_clock += s,
+                    false => other += s,
+                }
+            }
+        }
+        (on_clock, other)
+    })
+}
+
 fn workload_tables<'c>(
     exp: &Experiment,
     workload: &Workload,

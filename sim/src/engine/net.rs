@@ -84,7 +84,7 @@ impl Port {
 
 /// Serialisation time of `bytes` at `ps_per_byte`, integer picoseconds.
 pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
-    (bytes as f64 * ps_per_byte).round() as u64
+    crate::time::round_ps(bytes as f64 * ps_per_byte)
 }
 
 /// A segment crossing one link, as [`cut_through`] times it.

@@ -43,7 +43,7 @@ impl GpuLp {
             .chip_kernel_ps(model, op)
             .unwrap_or_else(|| unreachable!("op {op} is not a kernel"));
         if self.comm_active > 0 {
-            (base as f64 / model.interference.compute_rate).round() as u64
+            crate::time::round_ps(base as f64 / model.interference.compute_rate)
         } else {
             base
         }
@@ -59,10 +59,10 @@ impl GpuLp {
         let table = self.kernel_table as usize;
         let mut base = model.kernel_ps[table][kernel as usize];
         if model.kernel_clocked[table][kernel as usize] {
-            base = (base as f64 * self.chip_slowdown).round() as u64;
+            base = crate::time::round_ps(base as f64 * self.chip_slowdown);
         }
         if model.faults.slows_kernels() {
-            base = (base as f64 * model.faults.kernel_stretch(self.rank, op)).round() as u64;
+            base = crate::time::round_ps(base as f64 * model.faults.kernel_stretch(self.rank, op));
         }
         Some(base)
     }

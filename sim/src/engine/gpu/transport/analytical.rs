@@ -31,7 +31,7 @@ impl GpuLp {
         let rate = path.bytes_per_s.min(t.fifo_rate);
         let mut ser = serialisation_ps(t.bytes, ps_per_byte(rate));
         if computing {
-            ser = (ser as f64 / model.interference.comm_rate).round() as u64;
+            ser = crate::time::round_ps(ser as f64 / model.interference.comm_rate);
         }
         let start = ctx.now.as_ps().max(self.link_free_ps[i]);
         self.link_free_ps[i] = start + ser;
