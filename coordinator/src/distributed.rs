@@ -725,6 +725,7 @@ pub fn run_coordinator(
     stats.coordinator_bytes = hub.window_bytes;
     let engine = EngineInfo {
         mode: "distributed",
+        warnings: partition.warnings.clone(),
         strategy: exp.loaded.config.engine.partition.clone(),
         stats,
         peak_rss_bytes: peak_rss_bytes(),

@@ -12,6 +12,12 @@ use crate::embedded::{self, ProgressHook};
 use crate::output::report::{EngineInfo, summarize_run};
 use crate::output::summary::Summary;
 
+impl From<sim::engine::Incomplete> for RunError {
+    fn from(e: sim::engine::Incomplete) -> Self {
+        RunError::Unfinished(e)
+    }
+}
+
 impl From<worker::EngineError> for RunError {
     fn from(e: worker::EngineError) -> Self {
         RunError::Engine(e)
@@ -29,9 +35,19 @@ pub enum RunError {
     Engine(worker::EngineError),
     #[error("simulation did not complete: {0}")]
     Incomplete(String),
-    /// The simulation ran, but a rank failed or never finished.
+    /// More workers than partitions: a worker would have nothing to simulate.
+    #[error(
+        "{workers} workers, but engine.partition = \"{strategy}\" cuts this experiment into {partitions} partition(s) when asked for {workers} (hosts are never cut), and a worker needs at least one; start {partitions} workers or fewer"
+    )]
+    TooManyWorkers {
+        workers: u32,
+        partitions: u32,
+        strategy: String,
+    },
+    /// The simulation ran, but a rank failed or never finished. Not a `#[source]`: the
+    /// message holds it, and `{:#}` would print it twice.
     #[error("simulation did not complete: {0}")]
-    Unfinished(#[from] sim::engine::Incomplete),
+    Unfinished(sim::engine::Incomplete),
     /// A host or NIC of `[[faults]]` went down while the job ran.
     #[error(transparent)]
     JobStopped(#[from] sim::fault::JobStopped),
@@ -306,6 +322,8 @@ pub struct Partition {
     pub lookahead_ps: Option<u64>,
     /// Expected events of each partition (from the workload), to balance workers by.
     pub weights: Vec<f64>,
+    /// What the run should say about its placement (workers capped at the partitions).
+    pub warnings: Vec<String>,
 }
 
 /// Most partitions per worker when `engine.partitions = 0` leaves the count to the strategy,
@@ -345,6 +363,30 @@ pub fn partition(
     if engine_cfg.partitions == 0 && assignment.partitions > cap {
         assignment = split(cap)?;
     }
+    // More workers than the strategy's natural count: cut finer if it can. Those it
+    // cannot give one partition each are refused before anything is set up per worker
+    // (ten thousand workers for a model of a few partitions took 4.9 GB doing nothing).
+    if engine_cfg.partitions == 0 && placement.workers > assignment.partitions {
+        assignment = split(placement.workers)?;
+    }
+    let mut placement = placement;
+    let mut warnings = Vec::new();
+    if placement.workers > assignment.partitions {
+        // Remote workers are processes already started: refused. In-process workers are
+        // capped, by the model alone, never the machine's load.
+        if placement.threads == 0 {
+            return Err(RunError::TooManyWorkers {
+                workers: placement.workers,
+                partitions: assignment.partitions,
+                strategy: engine_cfg.partition.clone(),
+            });
+        }
+        warnings.push(format!(
+            "{} workers asked for, but engine.partition = \"{}\" cuts this experiment into {} partition(s) (hosts are never cut): it ran on {} worker(s)",
+            placement.workers, engine_cfg.partition, assignment.partitions, assignment.partitions
+        ));
+        placement.workers = assignment.partitions;
+    }
     let weights = load.events_by(&assignment.partition_of, assignment.partitions);
     let lookahead_ps = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &assignment));
     if lookahead_ps == Some(0) {
@@ -371,6 +413,7 @@ pub fn partition(
         lookahead_ps,
         partition_of: assignment.partition_of,
         weights,
+        warnings,
     })
 }
 
@@ -424,6 +467,7 @@ pub fn simulate(
     })?;
     let engine = EngineInfo {
         mode: "embedded",
+        warnings: partition.warnings.clone(),
         strategy: partition.strategy.clone(),
         stats,
         peak_rss_bytes: peak_rss_bytes(),

@@ -25,6 +25,8 @@ use crate::output::table::CsvTable;
 #[derive(Debug, Clone)]
 pub struct EngineInfo {
     pub mode: &'static str,
+    /// What the run should say about how it was placed.
+    pub warnings: Vec<String>,
     pub strategy: String,
     pub stats: EngineStats,
     pub peak_rss_bytes: u64,
@@ -232,6 +234,7 @@ pub fn summarize_run(
         ),
     };
     let mut warnings = exp.warnings.clone();
+    warnings.extend(engine.warnings.iter().cloned());
     for job in &exp.jobs {
         warnings.extend(
             job.exp
