@@ -182,6 +182,31 @@ fn a_link_down_reroutes_at_the_closed_form_price_or_stops_the_job() {
             && stderr.contains("links that are down ([[faults]]); the job stops"),
         "{stderr}"
     );
+    // Said once: the message held its cause and printed it again after a colon.
+    assert_eq!(stderr.matches("no route from").count(), 1, "{stderr}");
+}
+
+/// The analytical network times a transfer by its own path: a link down only moves
+/// routes, and the traffic the others take over costs nothing. The run says so.
+#[test]
+fn a_link_down_under_the_analytical_model_is_named_as_costing_nothing() {
+    let out = fleetsim()
+        .args(["run", "tests/fixtures/faults/spine-leaf.toml", "--quiet"])
+        .args(["--set", "network.model=analytical"])
+        .args([
+            "--set",
+            r#"faults=[{kind="link-down",between=["leaf0","spine0"]}]"#,
+        ])
+        .arg("--out")
+        .arg(scratch("faults-analytical-link-down"))
+        .output()
+        .expect("run fleetsim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: faults[0]: with network.model = \"analytical\" a link that is down only moves routes"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use crate::config::{
-    self, ConfigError, LoadedConfig, Located, MemoryCheck, Origin, Precision, TensorClass,
-    TopologyKind, Value,
+    self, ConfigError, FaultKind, LoadedConfig, Located, MemoryCheck, NetworkModel, Origin,
+    Precision, TensorClass, TopologyKind, Value,
 };
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
@@ -18,6 +18,11 @@ const MISSING_MODEL: &str = "missing required key `model`; add a [model] section
 
 /// Largest cluster fleetsim accepts: GPU ids must fit comfortably in 32-bit node ids.
 pub const MAX_GPUS: u32 = 1 << 24;
+/// The most micro-batches per data-parallel replica (gradient accumulation steps).
+pub const MAX_MICRO_BATCHES: u64 = 1 << 17;
+/// The most layer passes (layers x micro-batches) one pipeline stage may run: its compiled
+/// program holds some thirty ops per pass.
+pub const MAX_LAYER_PASSES: u64 = 1 << 20;
 
 #[derive(Debug, Clone)]
 pub struct Experiment {
@@ -411,8 +416,30 @@ impl Experiment {
                 ),
             ));
         }
+        if global_batch / per_step > MAX_MICRO_BATCHES {
+            return Err(err(
+                "parallel.global_batch",
+                format!(
+                    "{global_batch} makes {} micro-batches per replica (global_batch / (micro_batch {micro_batch} x DP {dp})), more than fleetsim simulates ({MAX_MICRO_BATCHES}); raise micro_batch or DP, or lower global_batch",
+                    global_batch / per_step
+                ),
+            ));
+        }
         let replica_micro_batches = replica_micro_batches(&loaded, dp, micro_batch, global_batch)?;
         let micro_batches = replica_micro_batches.iter().copied().max().unwrap_or(1);
+        // A stage's program holds some thirty ops per layer and micro-batch: bounded before
+        // it is compiled.
+        if let Some(&layers) = stage_layers.iter().max()
+            && layers.saturating_mul(micro_batches) > MAX_LAYER_PASSES
+        {
+            return Err(err(
+                "parallel.global_batch",
+                format!(
+                    "a pipeline stage would run {layers} layers x {micro_batches} micro-batches = {} layer passes, more than fleetsim simulates per stage ({MAX_LAYER_PASSES}); lower global_batch or raise PP or DP",
+                    layers * micro_batches
+                ),
+            ));
+        }
         if p.vp > 1
             && let Some(m) = replica_micro_batches
                 .iter()
@@ -544,6 +571,16 @@ impl Experiment {
         }
 
         let faults = crate::fault::Faults::from_config(&loaded)?;
+        if let Some(i) = cfg
+            .faults
+            .iter()
+            .position(|f| f.kind == FaultKind::LinkDown)
+            && cfg.network.model == NetworkModel::Analytical
+        {
+            warnings.push(format!(
+                "faults[{i}]: with network.model = \"analytical\" a link that is down only moves routes onto the links left, and a transfer is timed by its own path alone (no contention), so the traffic they take over costs nothing; use network.model = \"packet\" or \"flow\" to see it"
+            ));
+        }
         Ok(Experiment {
             loaded,
             gpu_types,

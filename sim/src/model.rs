@@ -10,6 +10,11 @@ use crate::config::{ConfigError, Located, Origin, Value, parse_typed};
 
 use crate::embedded;
 
+/// The most transformer layers a model may have: tables per layer are sized from it.
+pub const MAX_LAYERS: u64 = 1 << 14;
+/// The most experts per MoE layer.
+pub const MAX_EXPERTS: u64 = 1 << 16;
+
 /// Other names for presets (Llama 3 405B was released as Llama 3.1).
 const PRESET_ALIASES: &[(&str, &str)] = &[("llama3-405b", "llama3.1-405b")];
 
@@ -397,6 +402,14 @@ impl ModelSpec {
             }
         };
         let layers = need(cfg.layers, "layers")?;
+        if layers > MAX_LAYERS {
+            return Err(error(
+                "model.layers",
+                format!(
+                    "{layers} layers is more than fleetsim simulates; give at most {MAX_LAYERS} (the largest published models have about 200)"
+                ),
+            ));
+        }
         let hidden = need(cfg.hidden, "hidden")?;
         let heads = need(cfg.heads, "heads")?;
         let kv_heads = cfg.kv_heads.unwrap_or(heads);
@@ -435,6 +448,14 @@ impl ModelSpec {
             None | Some(0) | Some(1) if cfg.top_k.is_none() => None,
             experts => {
                 let experts = need(experts, "experts")?;
+                if experts > MAX_EXPERTS {
+                    return Err(error(
+                        "model.experts",
+                        format!(
+                            "{experts} experts is more than fleetsim simulates; give at most {MAX_EXPERTS} (DeepSeek-V3 has 256)"
+                        ),
+                    ));
+                }
                 let top_k = need(cfg.top_k, "top_k")?;
                 if top_k > experts {
                     return Err(error(

@@ -17,6 +17,11 @@ use crate::gpu::{GpuSpec, Vendor};
 
 use super::{NodeId, TopologyError, line_rate_gbps, positive};
 
+/// The most GPUs, PCIe switches or NICs one host may have (`cluster.*_per_host`).
+pub const MAX_PER_HOST: u32 = 1024;
+/// The most ports one NIC may have (`cluster.nic_ports`).
+pub const MAX_NIC_PORTS: u32 = 16;
+
 /// `NodeId` slot meaning "no such node".
 pub(crate) const NODE_NONE: NodeId = u32::MAX;
 
@@ -180,6 +185,22 @@ pub(super) fn host_layout(cluster: &ClusterConfig) -> Result<HostLayout, Topolog
                 cluster.nic_ports
             ),
         ));
+    }
+    // Each count per host sizes tables before the fabric's own checks run: bounded here by
+    // what a host holds (a DGX has 8 GPUs, 4 PCIe switches, 8-10 NICs of 1-2 ports), with
+    // room for hosts that do not exist yet.
+    for (key, value, limit) in [
+        ("cluster.gpus_per_host", gph, MAX_PER_HOST),
+        ("cluster.pcie_switches_per_host", pcie, MAX_PER_HOST),
+        ("cluster.nics_per_host", nics, MAX_PER_HOST),
+        ("cluster.nic_ports", cluster.nic_ports, MAX_NIC_PORTS),
+    ] {
+        if value > limit {
+            return Err(TopologyError::config(
+                key,
+                format!("{key} = {value} is more than a host holds; give at most {limit}"),
+            ));
+        }
     }
     line_rate_gbps(cluster.nic_gbps, "cluster.nic_gbps")?;
     let stride = u64::from(gph) + u64::from(pcie) + 1 + u64::from(nics);
