@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
+
 use coordinator::run::RunError;
 use fleetsim::cli::{Cli, EXIT_STOPPED, LogFormat};
 
@@ -39,8 +40,29 @@ fn restart_without_huge_pages() {
     eprintln!("warning: cannot restart without huge pages, running with them: {error}");
 }
 
+/// A usage error (an unknown flag, a bad value) as one line, like every other error: clap's
+/// own rendering adds a usage block and a hint on lines of their own.
+fn parse_cli() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let text = e.render().to_string();
+            let words: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{} (see --help)", words.join(" "));
+            std::process::exit(2);
+        }
+        // --help and --version.
+        Err(e) => e.exit(),
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let logs = tracing_subscriber::fmt()
         .with_max_level(cli.log_level)
         .with_writer(std::io::stderr);

@@ -578,8 +578,69 @@ pub fn deserialize<T: DeserializeOwned>(root: &Located) -> Result<T, ConfigError
         } else {
             rendered
         };
-        ConfigError::new(origin, &key, describe_serde_message(&message))
+        let written = root.lookup(&path).map(|v| toml_kind(&v.value));
+        // A name written as something else (a number for `network.model`): serde says
+        // "unit variant"; the names it takes are what the user needs.
+        let message = match written {
+            Some(kind) if message.contains("unit variant") || message.contains("string only") => {
+                match names_at::<T>(root, &path) {
+                    Some(names) => format!("wrong type: got {kind}; expected one of {names}"),
+                    None => format!("wrong type: got {kind}; expected a name in quotes"),
+                }
+            }
+            Some(kind) if message.contains("did not match any variant of untagged enum") => {
+                let wanted = message
+                    .rsplit(' ')
+                    .next()
+                    .and_then(untagged_wanted)
+                    .unwrap_or("a value of another type");
+                format!("wrong type: got {kind}; expected {wanted}")
+            }
+            _ => describe_serde_message(&message),
+        };
+        ConfigError::new(origin, &key, message)
     })
+}
+
+/// A TOML value's type as a user writes it.
+fn toml_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Table(_) => "a table",
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Integer(_) => "a whole number",
+        Value::Float(_) => "a number",
+        Value::Boolean(_) => "true or false",
+    }
+}
+
+/// What each untagged enum of the experiment file takes, in words (serde only names it).
+fn untagged_wanted(rust_name: &str) -> Option<&'static str> {
+    match rust_name {
+        "JobHosts" => {
+            Some("a list of host indices, e.g. [0, 1], or a Slurm host list, e.g. \"host[0-3]\"")
+        }
+        _ => None,
+    }
+}
+
+/// The names the enum at `path` takes: the tree deserialized again with a string there
+/// that no enum takes, whose error lists them.
+fn names_at<T: DeserializeOwned>(root: &Located, path: &[PathSegment]) -> Option<String> {
+    let mut value = root.to_toml();
+    let mut here = &mut value;
+    for seg in path {
+        here = match (seg, here) {
+            (PathSegment::Key(k), toml::Value::Table(t)) => t.get_mut(k)?,
+            (PathSegment::Index(i), toml::Value::Array(a)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    *here = toml::Value::String("\u{1}".into());
+    let err = serde_path_to_error::deserialize::<_, T>(value).err()?;
+    let message = err.inner().message().replace('\n', " ");
+    let names = message.split("expected one of ").nth(1)?;
+    Some(names.trim().to_string())
 }
 
 /// Turns serde's wording into the one users of this tool see.
@@ -589,6 +650,24 @@ fn describe_serde_message(message: &str) -> String {
     let m = m.replace("missing field", "missing required key");
     let m = m.replace("unknown variant", "unknown value");
     let m = m.replace(", expected", "; expected");
+    // serde's data model in TOML's words.
+    let m = m.replace("got sequence", "got an array");
+    let m = m.replace("expected a sequence", "expected an array");
+    let m = m.replace("got map", "got a table");
+    let m = m.replace("expected a map", "expected a table");
+    let m = m.replace("floating point", "number");
+    // `expected struct LatencyConfig` (`with 8 elements` after an array's length).
+    let m = match m.find("expected struct ") {
+        Some(at) => {
+            let head = &m[..at];
+            let head = match head.find("invalid length") {
+                Some(0) => "wrong type: got an array; ".to_string(),
+                _ => head.to_string(),
+            };
+            format!("{head}expected a table")
+        }
+        None => m,
+    };
     // Rust's type names mean nothing to a user: say what to write.
     for (rust, wanted) in [
         ("u8", "a whole number from 0 to 255"),
