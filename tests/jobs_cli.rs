@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{csv_table, fleetsim, json_ok, scratch, stdout_ok, summary};
+use common::{csv_table, fleetsim, json_ok, one_clear_error, scratch, stdout_ok, summary};
 
 const INTERLEAVED: &str = "tests/fixtures/jobs/interleaved.toml";
 const PACKED: &str = "tests/fixtures/jobs/packed.toml";
@@ -278,6 +278,59 @@ fn two_jobs_collide_on_ecmp_paths_even_without_oversubscription() {
             );
         }
     }
+}
+
+/// `sweep --no-alone` skips the jobs' alone runs (their columns stay empty), and a job's
+/// column can be plotted; a job the experiment does not have is named before anything runs.
+#[test]
+fn a_sweep_plots_a_jobs_column_and_may_skip_the_alone_runs() {
+    let out = scratch("jobs-sweep-no-alone");
+    let stdout = stdout_ok(
+        fleetsim()
+            .args(["sweep", PACKED, "--vary", "network.model=analytical"])
+            .args([
+                "--no-alone",
+                "--plot-column",
+                "job.b.iteration_time_s",
+                "--out",
+            ])
+            .arg(&out),
+    );
+    assert!(!stdout.contains("x alone"), "{stdout}");
+    let text = std::fs::read_to_string(out.join("sweep.csv")).expect("sweep.csv");
+    let (header, rows) = csv_table(&text);
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    assert!(
+        rows[0][col("job.b.iteration_time_s")]
+            .parse::<f64>()
+            .is_ok()
+    );
+    assert_eq!(rows[0][col("job.b.slowdown")], "");
+    assert!(out.join("sweep.svg").exists());
+    let err = one_clear_error(
+        fleetsim()
+            .args(["sweep", PACKED, "--vary", "network.model=analytical"])
+            .args(["--plot-column", "job.c.slowdown", "--out"])
+            .arg(scratch("jobs-sweep-no-job")),
+        "job c",
+    );
+    assert!(
+        err.contains("names job `c`, which is not one of the experiment's jobs (a, b)"),
+        "{err}"
+    );
+}
+
+/// A key varied twice would run the later values under the earlier's labels: refused.
+#[test]
+fn a_key_varied_twice_is_one_clear_error() {
+    let err = one_clear_error(
+        fleetsim()
+            .args(["sweep", PACKED, "--vary", "network.model=packet,flow"])
+            .args(["--vary", "network.model=analytical", "--out"])
+            .arg(scratch("jobs-sweep-twice")),
+        "twice",
+    );
+    assert!(err.contains("`network.model` is varied twice"), "{err}");
 }
 
 /// On a mixed cluster each job runs on its hosts' GPU type: the job on the H100 hosts

@@ -123,6 +123,32 @@ fn limits_fail_the_command_when_exceeded() {
     }
 }
 
+/// A limit that is not a percentage (NaN passes every comparison) is a usage error, on one
+/// line; the help names a table that exists.
+#[test]
+fn a_limit_that_is_not_a_percentage_is_refused_and_the_help_names_a_real_table() {
+    for bad in ["nan", "-1", "inf", "five"] {
+        let out = fleetsim()
+            .args(["validate", TABLE, &format!("--max-mape={bad}")])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("`{bad}` is not a percentage")),
+            "{stderr}"
+        );
+    }
+    let help = stdout_ok(fleetsim().args(["validate", "--help"]));
+    let named = help
+        .split_whitespace()
+        .find(|w| w.ends_with(".csv):") || w.ends_with(".csv"))
+        .map(|w| w.trim_end_matches("):").trim_end_matches(')'))
+        .expect("the help names a table");
+    assert!(std::path::Path::new(named).exists(), "{named}: {help}");
+}
+
 #[test]
 fn a_row_number_past_the_table_is_refused() {
     let stderr = one_clear_error(

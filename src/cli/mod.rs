@@ -90,8 +90,8 @@ pub enum Command {
     /// best with the engine, and prints the plan and its gain over the naive placement.
     Plan(plan::Args),
     /// Runs every row of a table of real training measurements (columns as in
-    /// ../shared/calibration/e2e_iterations.csv): predicted beside measured, the error per
-    /// row and the MAPE; writes validation.csv, parity.svg and each row's experiment file.
+    /// configs/validation/e2e_iterations.csv): predicted beside measured, the error per row
+    /// and the MAPE; writes validation.csv, parity.svg and each row's experiment file.
     Validate(validate::Args),
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.

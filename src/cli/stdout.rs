@@ -1,13 +1,24 @@
 //! Standard output that survives a closed pipe (`fleetsim … | head`).
 
-/// Writes to standard output. When the reader has gone away, the process ends quietly with
-/// success, as ripgrep does, instead of panicking like `print!`.
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once standard output's reader has gone: later writes are dropped.
+static READER_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Writes to standard output. When the reader has gone away (`| head -1`), what follows is
+/// dropped and the command goes on: it still writes its files, and its exit status is
+/// its own, so a failing run piped into `head` still fails (a CI gate that pipes is not
+/// bypassed). `print!` would panic instead.
 pub fn write_stdout(args: std::fmt::Arguments) {
     use std::io::Write;
+    if READER_GONE.load(Ordering::Relaxed) {
+        return;
+    }
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            READER_GONE.store(true, Ordering::Relaxed);
+            return;
         }
         eprintln!("error: writing to standard output: {e}");
         std::process::exit(1);

@@ -65,6 +65,10 @@ pub struct Args {
     /// With --point: which point (0-based).
     #[arg(long, requires = "point")]
     pub index: Option<usize>,
+    /// With [[jobs]]: skip running each job alone on its hosts, which gives its slowdown
+    /// (the job.NAME.alone_iteration_time_s and slowdown columns stay empty).
+    #[arg(long, conflicts_with_all = ["collect", "point"])]
+    pub no_alone: bool,
 }
 
 impl Args {
@@ -74,18 +78,24 @@ impl Args {
             .as_deref()
             .map(|c| plot_column(c).map_err(anyhow::Error::msg))
             .transpose()?;
+        let alone = !self.no_alone;
         if let Some(dir) = self.point {
             return sweep_point(&dir, self.index);
         }
         if let Some(dir) = self.collect {
             let manifest = SweepManifest::read(&dir)?;
             let rows = manifest.collect(&dir)?;
-            return write_sweep(&dir, &manifest.varies, &rows, y);
+            if let Some(y) = &y {
+                y.check_jobs(&manifest.job_names()?)
+                    .map_err(anyhow::Error::msg)?;
+            }
+            return write_sweep(&dir, &manifest.varies, &rows, y.as_ref());
         }
         let Some(experiment) = self.experiment else {
             anyhow::bail!("sweep needs an experiment file");
         };
         let (sets, vary) = (self.sets, self.vary);
+        check_distinct_keys(&vary).map_err(anyhow::Error::msg)?;
         let out = match self.out {
             Some(out) => out,
             None => {
@@ -94,7 +104,11 @@ impl Args {
             }
         };
         if self.slurm {
-            let manifest = SweepManifest::new(&experiment, &sets, &vary)?;
+            let manifest = SweepManifest::new(&experiment, &sets, &vary, alone)?;
+            if let Some(y) = &y {
+                y.check_jobs(&manifest.job_names()?)
+                    .map_err(anyhow::Error::msg)?;
+            }
             let fleetsim = std::env::current_exe().context("locating this fleetsim binary")?;
             let workdir = std::env::current_dir().context("reading the working directory")?;
             let script = manifest.write_array_job(&out, &fleetsim, &workdir)?;
@@ -109,10 +123,23 @@ impl Args {
         }
         // Proven writable before the first point runs, not after the last.
         let out = crate::cli::run::writable_dir(out)?;
-        let rows = run_sweep(&experiment, &sets, &vary, |r| {
-            outln!("{}", row_line(r));
+        let points = load_points(&experiment, &sets, &vary)?;
+        if let Some(y) = &y {
+            y.check_jobs(&job_names(&points))
+                .map_err(anyhow::Error::msg)?;
+        }
+        // sweep.csv holds every finished row before its line is printed: a reader of the
+        // pipe finds what it was told of, and one that has gone stops nothing.
+        let csv = out.join("sweep.csv");
+        let rows = run_sweep(points, alone, |rows| {
+            std::fs::write(&csv, to_csv(&vary, rows))
+                .with_context(|| format!("writing {}", csv.display()))?;
+            if let Some(r) = rows.last() {
+                outln!("{}", row_line(r));
+            }
+            Ok(())
         })?;
-        write_sweep(&out, &vary, &rows, y)
+        write_sweep(&out, &vary, &rows, y.as_ref())
     }
 }
 
@@ -153,7 +180,7 @@ fn write_sweep(
     out: &Path,
     varies: &[Vary],
     rows: &[SweepRow],
-    y: Option<Column>,
+    y: Option<&PlotColumn>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let csv = out.join("sweep.csv");
@@ -204,6 +231,23 @@ impl FromStr for Vary {
             values,
         })
     }
+}
+
+/// Refuses a key that two `--vary`s name: the later would silently win over the
+/// earlier at every point, whose rows would then be labelled with values never run.
+pub fn check_distinct_keys(varies: &[Vary]) -> Result<(), String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for v in varies {
+        for key in v.key.split('+').map(str::trim) {
+            if seen.contains(&key) {
+                return Err(format!(
+                    "--vary: `{key}` is varied twice; give all its values in one --vary {key}=V1,V2,..."
+                ));
+            }
+            seen.push(key);
+        }
+    }
+    Ok(())
 }
 
 /// The `KEY=VALUE` overrides of one setting (several when keys vary together).
@@ -272,31 +316,44 @@ pub fn load_points(
         .collect()
 }
 
-/// One point of a sweep, embedded; with `[[jobs]]`, each job alone too, for its slowdown.
-fn run_point_embedded(exp: &Experiment, options: &RunOptions) -> Result<RunOutput, RunError> {
+/// One point of a sweep, embedded; with `[[jobs]]` and `alone`, each job alone too, for
+/// its slowdown.
+fn run_point_embedded(
+    exp: &Experiment,
+    options: &RunOptions,
+    alone: bool,
+) -> Result<RunOutput, RunError> {
     let mut output = run_embedded(exp, options, None)?;
-    coordinator::run::run_jobs_alone(exp, options, &mut output)?;
+    if alone {
+        coordinator::run::run_jobs_alone(exp, options, &mut output)?;
+    }
     Ok(output)
 }
 
-/// Runs every combination of `varies` on top of `sets`; `on_row` sees each row as it is done.
+/// Runs every point ([`load_points`]); `on_rows` sees the rows done so far each time one
+/// is added.
 pub fn run_sweep(
-    path: &Path,
-    sets: &[String],
-    varies: &[Vary],
-    mut on_row: impl FnMut(&SweepRow),
-) -> Result<Vec<SweepRow>, RunError> {
+    points: Vec<(Settings, Experiment)>,
+    alone: bool,
+    mut on_rows: impl FnMut(&[SweepRow]) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<SweepRow>> {
     let mut rows = Vec::new();
-    for (combo, exp) in load_points(path, sets, varies)? {
-        let output = run_point_embedded(&exp, &RunOptions::default())?;
-        let row = SweepRow {
+    for (combo, exp) in points {
+        let output = run_point_embedded(&exp, &RunOptions::default(), alone)?;
+        rows.push(SweepRow {
             settings: combo,
             summary: output.summary,
-        };
-        on_row(&row);
-        rows.push(row);
+        });
+        on_rows(&rows)?;
     }
     Ok(rows)
+}
+
+/// The job names of the first point's `[[jobs]]` (empty without jobs).
+fn job_names(points: &[(Settings, Experiment)]) -> Vec<String> {
+    points.first().map_or_else(Vec::new, |(_, exp)| {
+        exp.jobs.iter().map(|j| j.name.clone()).collect()
+    })
 }
 
 /// The manifest a sweep across a farm leaves in its folder, for its tasks and `--collect`.
@@ -313,15 +370,23 @@ pub struct SweepManifest {
     pub varies: Vec<Vary>,
     /// Each point's settings, in task order.
     pub points: Vec<Settings>,
+    /// With [[jobs]]: each point runs each job alone too (not `--no-alone`).
+    #[serde(default = "run_alone")]
+    pub alone: bool,
+}
+
+fn run_alone() -> bool {
+    true
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    #[error("{what} {}: {source}", path.display())]
+    /// `error` is not a `source`: the message holds it, and `{:#}` would repeat it.
+    #[error("{what} {}: {error}", path.display())]
     Io {
         what: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}: {why}", path.display())]
     Manifest { path: PathBuf, why: String },
@@ -347,10 +412,10 @@ pub enum SweepError {
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SweepError + 'a {
-    move |source| SweepError::Io {
+    move |error| SweepError::Io {
         what,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -361,7 +426,12 @@ pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
 
 impl SweepManifest {
     /// Checks every point (see [`load_points`]) and records them.
-    pub fn new(experiment: &Path, sets: &[String], varies: &[Vary]) -> Result<Self, SweepError> {
+    pub fn new(
+        experiment: &Path,
+        sets: &[String],
+        varies: &[Vary],
+        alone: bool,
+    ) -> Result<Self, SweepError> {
         let points = load_points(experiment, sets, varies)?
             .into_iter()
             .map(|(combo, _)| combo)
@@ -372,7 +442,17 @@ impl SweepManifest {
             sets: sets.to_vec(),
             varies: varies.to_vec(),
             points,
+            alone,
         })
+    }
+
+    /// The job names of the first point's `[[jobs]]` (empty without jobs).
+    pub fn job_names(&self) -> Result<Vec<String>, SweepError> {
+        if self.points.is_empty() {
+            return Ok(Vec::new());
+        }
+        let exp = self.load_point(0)?;
+        Ok(exp.jobs.iter().map(|j| j.name.clone()).collect())
     }
 
     pub fn read(dir: &Path) -> Result<Self, SweepError> {
@@ -413,7 +493,7 @@ impl SweepManifest {
         options: &RunOptions,
     ) -> Result<SweepRow, SweepError> {
         let exp = self.load_point(index)?;
-        let output = run_point_embedded(&exp, options)?;
+        let output = run_point_embedded(&exp, options, self.alone)?;
         let out = point_dir(dir, index);
         write_outputs(&out, &exp, &output).map_err(io("writing the results to", &out))?;
         Ok(SweepRow {
@@ -690,10 +770,83 @@ pub fn column(name: &str) -> Option<Column> {
     COLUMNS.iter().copied().find(|c| c.name == name)
 }
 
+/// What a job's columns of `sweep.csv` hold (`job.NAME.WHAT`).
+const JOB_COLUMNS: [&str; 3] = ["iteration_time_s", "alone_iteration_time_s", "slowdown"];
+
+/// A column of numbers `--plot-column` may name: one of [`COLUMNS`], or a job's.
+#[derive(Debug, Clone)]
+pub enum PlotColumn {
+    Measured(Column),
+    /// `job.NAME.WHAT`, WHAT one of [`JOB_COLUMNS`].
+    Job {
+        name: String,
+        what: &'static str,
+    },
+}
+
+impl PlotColumn {
+    fn label(&self) -> String {
+        match self {
+            PlotColumn::Measured(c) => c.name.to_string(),
+            PlotColumn::Job { name, what } => format!("job.{name}.{what}"),
+        }
+    }
+
+    /// Its value in a row; `None` where the row has none (a job's slowdown without its
+    /// alone run).
+    fn value(&self, summary: &Summary) -> Option<f64> {
+        match self {
+            PlotColumn::Measured(c) => (c.value)(summary).number(),
+            PlotColumn::Job { name, what } => {
+                let job = summary.jobs.iter().flatten().find(|j| &j.name == name)?;
+                match *what {
+                    "iteration_time_s" => Some(job.iteration_time_s),
+                    "alone_iteration_time_s" => job.alone_iteration_time_s,
+                    _ => job.slowdown,
+                }
+            }
+        }
+    }
+
+    /// A job's column must name one of the sweep's jobs.
+    pub fn check_jobs(&self, jobs: &[String]) -> Result<(), String> {
+        match self {
+            PlotColumn::Job { name, .. } if !jobs.contains(name) => Err(if jobs.is_empty() {
+                format!(
+                    "--plot-column: `{}` names job `{name}`, but the experiment has no [[jobs]]",
+                    self.label()
+                )
+            } else {
+                format!(
+                    "--plot-column: `{}` names job `{name}`, which is not one of the experiment's jobs ({})",
+                    self.label(),
+                    jobs.join(", ")
+                )
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The column `--plot-column` names: one of numbers, else what the user may name instead.
-pub fn plot_column(name: &str) -> Result<Column, String> {
+pub fn plot_column(name: &str) -> Result<PlotColumn, String> {
+    if let Some(rest) = name.strip_prefix("job.") {
+        if let Some((job, what)) = rest.rsplit_once('.')
+            && let Some(what) = JOB_COLUMNS.iter().find(|w| **w == what)
+            && !job.is_empty()
+        {
+            return Ok(PlotColumn::Job {
+                name: job.to_string(),
+                what,
+            });
+        }
+        return Err(format!(
+            "--plot-column: `{name}` is not a job's column; write job.NAME.{}",
+            JOB_COLUMNS.join(" or job.NAME.")
+        ));
+    }
     match column(name) {
-        Some(column) if column.numeric => Ok(column),
+        Some(column) if column.numeric => Ok(PlotColumn::Measured(column)),
         known => {
             let numeric: Vec<&str> = COLUMNS
                 .iter()
@@ -706,8 +859,9 @@ pub fn plot_column(name: &str) -> Result<Column, String> {
                 "is not a column"
             };
             Err(format!(
-                "--plot-column: `{name}` {what}; use one of {}",
-                numeric.join(", ")
+                "--plot-column: `{name}` {what}; use one of {}, or a job's job.NAME.{}",
+                numeric.join(", "),
+                JOB_COLUMNS.join(" / ")
             ))
         }
     }
@@ -720,7 +874,7 @@ pub fn plot_column(name: &str) -> Result<Column, String> {
 pub fn plot_svg(
     varies: &[Vary],
     rows: &[SweepRow],
-    y: Option<Column>,
+    y: Option<&PlotColumn>,
 ) -> Result<String, PlotError> {
     let Some(last) = varies.last() else {
         return Err(PlotError::new("nothing was varied"));
@@ -729,12 +883,13 @@ pub fn plot_svg(
     let first = |v: &str| v.split('+').next().unwrap_or(v).trim().to_string();
     let numeric = last.values.iter().all(|v| first(v).parse::<f64>().is_ok());
     let engine_only = varies.iter().all(|v| v.key.starts_with("engine."));
+    let measured = |name| PlotColumn::Measured(column(name).expect("a column"));
     let (y, y_label) = match y {
-        Some(column) => (column, column.name),
-        None if engine_only => (column("wall_s").expect("a column"), "wall time (s)"),
+        Some(column) => (column.clone(), column.label()),
+        None if engine_only => (measured("wall_s"), "wall time (s)".to_string()),
         None => (
-            column("iteration_time_s").expect("a column"),
-            "iteration time (s)",
+            measured("iteration_time_s"),
+            "iteration time (s)".to_string(),
         ),
     };
     let mut series: Vec<Series> = Vec::new();
@@ -746,8 +901,11 @@ pub fn plot_svg(
         } else {
             last.values.iter().position(|v| v == value).unwrap_or(0) as f64 + 1.0
         };
-        // Text columns are refused before the sweep runs; an absent lookahead is 0.
-        let y = (y.value)(&r.summary).number().unwrap_or(0.0);
+        // Text columns are refused before the sweep runs; a row without the value (an
+        // absent lookahead, a job's slowdown with --no-alone) has no point.
+        let Some(y) = y.value(&r.summary) else {
+            continue;
+        };
         let name = if others.is_empty() {
             last.key.clone()
         } else {
@@ -773,7 +931,7 @@ pub fn plot_svg(
     line_chart_svg(&LineChart {
         title: "fleetsim sweep",
         x_label: &x_label,
-        y_label,
+        y_label: &y_label,
         log_x: false,
         x_ticks: if integer_x {
             integer_tick
@@ -810,7 +968,24 @@ mod tests {
 
     #[test]
     fn only_columns_of_numbers_can_be_plotted() {
-        assert_eq!(plot_column("wall_s").map(|c| c.name), Ok("wall_s"));
+        assert_eq!(
+            plot_column("wall_s").map(|c| c.label()),
+            Ok("wall_s".to_string())
+        );
+        assert_eq!(
+            plot_column("job.a.b.slowdown").map(|c| c.label()),
+            Ok("job.a.b.slowdown".to_string())
+        );
+        for bad in ["job.a.wall_s", "job..slowdown", "job.slowdown"] {
+            let e = plot_column(bad).expect_err(bad);
+            assert!(e.contains("job.NAME.slowdown"), "{e}");
+        }
+        let job = plot_column("job.b.slowdown").expect("a job's column");
+        assert_eq!(job.check_jobs(&["a".into(), "b".into()]), Ok(()));
+        let e = job.check_jobs(&["a".into()]).expect_err("no job b");
+        assert!(e.contains("not one of the experiment's jobs (a)"), "{e}");
+        let e = job.check_jobs(&[]).expect_err("no jobs");
+        assert!(e.contains("has no [[jobs]]"), "{e}");
         for (name, why) in [
             ("scheduling", "holds text, not numbers"),
             ("result_digest", "holds text, not numbers"),

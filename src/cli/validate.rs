@@ -38,11 +38,21 @@ pub struct Args {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Exit with status 1 when the MAPE (percent) is above this.
-    #[arg(long, value_name = "PERCENT")]
+    #[arg(long, value_name = "PERCENT", value_parser = percent)]
     pub max_mape: Option<f64>,
     /// Exit with status 1 when any row's absolute error (percent) is above this.
-    #[arg(long, value_name = "PERCENT")]
+    #[arg(long, value_name = "PERCENT", value_parser = percent)]
     pub max_error: Option<f64>,
+}
+
+/// A limit in percent: a finite number, 0 or more (NaN would pass every run).
+fn percent(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(p) if p.is_finite() && p >= 0.0 => Ok(p),
+        _ => Err(format!(
+            "`{text}` is not a percentage; give a number of 0 or more, e.g. 5 for 5%"
+        )),
+    }
 }
 
 impl Args {
@@ -74,21 +84,27 @@ impl Args {
             threads,
             ..Default::default()
         };
+        // validation.csv holds every finished row before its line is printed, so a reader of
+        // the pipe finds what it was told of.
+        let csv = out.join("validation.csv");
+        let write_csv = |outcomes: &[Outcome]| {
+            std::fs::write(&csv, to_csv(outcomes))
+                .with_context(|| format!("writing {}", csv.display()))
+        };
         outln!("{}", table_header());
         let mut outcomes = Vec::new();
         for (case, exp) in prepared {
-            let outcome = run_case(case, &exp, &options, &file)?;
-            outln!("{}", table_line(&outcome));
-            outcomes.push(outcome);
+            outcomes.push(run_case(case, &exp, &options, &file)?);
+            write_csv(&outcomes)?;
+            if let Some(outcome) = outcomes.last() {
+                outln!("{}", table_line(outcome));
+            }
         }
         let verdict = verdict(&outcomes);
-        outln!("{verdict}");
-        let csv = out.join("validation.csv");
-        std::fs::write(&csv, to_csv(&outcomes))
-            .with_context(|| format!("writing {}", csv.display()))?;
         let svg = out.join("parity.svg");
         std::fs::write(&svg, parity_svg(&outcomes)?)
             .with_context(|| format!("writing {}", svg.display()))?;
+        outln!("{verdict}");
         outln!("results in {}", out.display());
         let mape = mape(&outcomes);
         if let Some(limit) = max_mape.filter(|&l| mape > l) {
