@@ -1086,6 +1086,103 @@ mod route_tests {
         total
     }
 
+    /// The promise invariant at one node, directly: segments queued on one uplink of a
+    /// leaf (some bound for a host of the same partition over the spines, some for a host
+    /// of another) drain on their own, and nothing the leaf's events lead to in the other
+    /// partition comes before the least of the pending events' promises and the leaf's
+    /// state bounds, as they stood once the segments were queued. A `TxDone` promises the
+    /// segment it sends; the segments behind it are the node's state ([`Cut::queued_bound`]).
+    /// Without that, a crossing segment queued behind one bound inside had no promise at
+    /// all (issue 15: gpt3-175b-h100-1024 on 2 workers).
+    #[test]
+    fn nothing_queued_at_a_node_crosses_before_what_it_promised() {
+        use super::super::{Ctx, net::FabricLp};
+        let model = two_hosts_per_leaf();
+        let t = &model.topology;
+        // Partition 1: hosts 2 and 3 (GPUs 16-31) and their leaves; the spines and every
+        // other segment are partition 0.
+        let outside = |n: NodeId| matches!(t.nodes()[n as usize].host, 2 | 3);
+        let partition_of: Vec<u32> = (0..t.nodes().len() as NodeId)
+            .map(|n| {
+                let their_leaf = t.nodes()[n as usize].kind == NodeKind::Leaf
+                    && t.out_links(n).iter().any(|&l| outside(t.link(l).dst));
+                u32::from(outside(n) || their_leaf)
+            })
+            .collect();
+        let cut = Cut::new(&model, &partition_of, &[0, 1]);
+        let mut draw = crate::topology::draws_from(15);
+        let mut behind_one_inside = 0;
+        for case in 0..200 {
+            // From GPU 8: to GPU 32 over a spine, staying in partition 0; to GPU 16 or 24,
+            // crossing where the spine comes down to their leaf.
+            let (_, leaf) = at_the_leaf(&model, 8, 32, 4096);
+            let mut lp = Lp::Fabric(FabricLp::new(&model, leaf));
+            let mut pending: Vec<(EventKey, Event)> = Vec::new();
+            let (mut seq, mut hops) = (0, Vec::new());
+            let mut dsts = Vec::new();
+            for _ in 0..1 + draw(12) {
+                let dst = [32, 32, 16, 24][draw(4) as usize];
+                dsts.push(dst);
+                let (seg, at) = at_the_leaf(&model, 8, dst, 4096 * (1 + draw(256) as u32));
+                assert_eq!(at, leaf);
+                let mut out = Vec::new();
+                let mut ctx = Ctx::new(SimTime::ZERO, leaf, &mut seq, &mut out, &mut hops);
+                if let Lp::Fabric(f) = &mut lp {
+                    f.handle(&model, Body::Segment(seg), &mut ctx);
+                }
+                pending.extend(out);
+            }
+            if dsts.len() > 2 && dsts[1] == 32 && dsts[2..].iter().any(|&d| d != 32) {
+                behind_one_inside += 1;
+            }
+            // What the leaf promised once everything was queued.
+            let mut promised = u64::MAX;
+            for (key, event) in &pending {
+                let target = (event.target == leaf).then_some(TargetState {
+                    lp: &lp,
+                    arriving_bytes: 0,
+                });
+                promised = promised.min(cut.event_promise(&model, key, event, target).as_ps());
+            }
+            if let Some(bounds) = cut.state_bounds(&model, leaf, &mut lp, 0) {
+                for (from, reach) in bounds {
+                    promised = promised.min(from.saturating_add(reach));
+                }
+            }
+            // Drain: the events of partition 0 in time order (only what this leaf sent
+            // on), every event for partition 1 checked.
+            while let Some(i) = (0..pending.len()).min_by_key(|&i| pending[i].0) {
+                let (key, event) = pending.swap_remove(i);
+                if cut.partition_of[event.target as usize] != 0 {
+                    assert!(
+                        key.time.as_ps() >= promised,
+                        "case {case} {dsts:?}: {} reaches node {} at {} ps, before the promise {promised} ps",
+                        event.body.kind_name(),
+                        event.target,
+                        key.time.as_ps()
+                    );
+                    continue;
+                }
+                let target = event.target;
+                let mut out = Vec::new();
+                let mut ctx = Ctx::new(key.time, target, &mut seq, &mut out, &mut hops);
+                match &mut lp {
+                    Lp::Fabric(f) if target == leaf => f.handle(&model, event.body, &mut ctx),
+                    // A spine of partition 0 passes the segment on as it would.
+                    _ if t.nodes()[target as usize].kind == NodeKind::Spine => {
+                        FabricLp::new(&model, target).handle(&model, event.body, &mut ctx)
+                    }
+                    _ => {}
+                }
+                pending.extend(out);
+            }
+        }
+        assert!(
+            behind_one_inside > 20,
+            "{behind_one_inside} cases put a crossing segment behind one that stays inside"
+        );
+    }
+
     #[test]
     fn a_segment_whose_route_stays_inside_its_partition_promises_nothing() {
         let model = two_hosts_per_leaf();
