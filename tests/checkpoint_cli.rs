@@ -262,6 +262,19 @@ fn bad_checkpoints_are_one_clear_error() {
     std::fs::write(&file, &junk).expect("overwrite");
     let e = resume_error(&foreign, &[], "foreign part");
     assert!(e.contains("not a fleetsim checkpoint part"), "{e}");
+    // A part whose first record's length is damaged (its size unchanged, so only the reader
+    // sees it): refused before a buffer of that length is made.
+    let damaged = dir.join("damaged-length");
+    copy_checkpoint(&good, &damaged);
+    let file = part(&damaged);
+    let mut damaged_bytes = std::fs::read(&file).expect("part");
+    damaged_bytes[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&file, &damaged_bytes).expect("damage");
+    let e = resume_error(&damaged, &[], "damaged length");
+    assert!(
+        e.contains("says it is 18446744073709551615 bytes long") && e.contains(".lps"),
+        "{e}"
+    );
 }
 
 #[test]

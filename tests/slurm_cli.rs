@@ -79,6 +79,27 @@ fn outside_srun_is_one_clear_error() {
     assert!(stderr.contains("SLURM_PROCID is not set"), "{stderr}");
 }
 
+/// A nodelist is counted before it is expanded: a huge range is one clear error, at once.
+#[test]
+fn a_huge_nodelist_is_one_clear_error() {
+    let stderr = one_clear_error(
+        fleetsim()
+            .args(["slurm", QUICKSTART])
+            .env("SLURM_PROCID", "1")
+            .env("SLURM_NTASKS", "2")
+            .env("SLURM_JOB_ID", "1")
+            .env("SLURM_JOB_NODELIST", "gpu[0-4000000000]")
+            .env_remove("SLURM_NODELIST"),
+        "huge nodelist",
+    );
+    assert!(
+        stderr.contains(
+            "SLURM_JOB_NODELIST: `gpu[0-4000000000]` names 4000000001 hosts, more than the 65536 a Slurm nodelist may name here"
+        ),
+        "{stderr}"
+    );
+}
+
 /// `sbatch` of the shipped script on one node with two tasks, running this build's `fleetsim`
 /// (the script takes it from PATH) on the small quickstart plus `script_args`.
 fn sbatch(options: &[&str], name: &str, log: &std::path::Path, script_args: &[&str]) -> Command {

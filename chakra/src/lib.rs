@@ -40,6 +40,10 @@ pub enum FrameError {
         length: u64,
         left: usize,
     },
+    #[error(
+        "byte {offset}: message {index} is empty (a Node with every field at its default); a node has at least an id or a type, so the file is damaged or padded with zero bytes"
+    )]
+    EmptyNode { offset: usize, index: usize },
     #[error("byte {offset}: message {index} is not a valid {what}: {reason}")]
     Decode {
         offset: usize,
@@ -71,48 +75,116 @@ fn varint(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
     None
 }
 
-/// Splits `bytes` into its frames: (offset of the length prefix, message bytes).
-pub fn frames(bytes: &[u8]) -> Result<Vec<(usize, &[u8])>, FrameError> {
-    if bytes.is_empty() {
-        return Err(FrameError::Empty);
+/// The frames of a trace, one at a time: (offset of the length prefix, message bytes). Every
+/// length is checked against the bytes left before anything is taken from it.
+#[derive(Debug, Clone)]
+pub struct Frames<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    index: usize,
+    failed: bool,
+}
+
+impl<'a> Frames<'a> {
+    /// The frames of `bytes`; the first item is an error for an empty or gzip-compressed file.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Frames {
+            bytes,
+            at: 0,
+            index: 0,
+            failed: false,
+        }
     }
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        return Err(FrameError::Gzip);
-    }
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let index = out.len();
-        let (length, used) =
-            varint(bytes, at).ok_or(FrameError::BadVarint { offset: at, index })?;
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<(usize, &'a [u8]), FrameError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let fail = |me: &mut Self, e| {
+            me.failed = true;
+            Some(Err(e))
+        };
+        if self.failed {
+            return None;
+        }
+        let bytes = self.bytes;
+        if self.at == 0 {
+            if bytes.is_empty() {
+                return fail(self, FrameError::Empty);
+            }
+            if bytes.starts_with(&[0x1f, 0x8b]) {
+                return fail(self, FrameError::Gzip);
+            }
+        }
+        if self.at >= bytes.len() {
+            return None;
+        }
+        let (at, index) = (self.at, self.index);
+        let Some((length, used)) = varint(bytes, at) else {
+            return fail(self, FrameError::BadVarint { offset: at, index });
+        };
         let start = at + used;
         let left = bytes.len() - start;
         if length > left as u64 {
-            return Err(FrameError::Truncated {
-                offset: at,
-                index,
-                length,
-                left,
-            });
+            return fail(
+                self,
+                FrameError::Truncated {
+                    offset: at,
+                    index,
+                    length,
+                    left,
+                },
+            );
         }
         let end = start + length as usize;
-        out.push((at, &bytes[start..end]));
-        at = end;
+        self.at = end;
+        self.index += 1;
+        Some(Ok((at, &bytes[start..end])))
     }
-    Ok(out)
+}
+
+/// Splits `bytes` into its frames: (offset of the length prefix, message bytes).
+pub fn frames(bytes: &[u8]) -> Result<Vec<(usize, &[u8])>, FrameError> {
+    Frames::new(bytes).collect()
 }
 
 /// Decodes a whole trace file.
+///
+/// Memory follows the file: the framing is checked over the whole file first (every length
+/// prefix against the bytes left, no allocation), then the nodes are decoded into a vector of
+/// exactly their number. A node frame of zero bytes (every field at its default: id 0,
+/// `INVALID_NODE`, nothing else) is refused: it describes nothing, and a file of zero bytes
+/// would otherwise hold one such node per byte, each a few hundred bytes in memory. A node
+/// therefore takes at least three bytes of the file; prost checks every length inside a
+/// message against the bytes left, and its in-memory messages take at most about a hundred
+/// bytes per byte they were decoded from (an empty attribute: two bytes in the file).
 pub fn decode(bytes: &[u8]) -> Result<Trace, FrameError> {
-    let frames = frames(bytes)?;
+    let mut count = 0usize;
+    for frame in Frames::new(bytes) {
+        let (offset, body) = frame?;
+        if count > 0 && body.is_empty() {
+            return Err(FrameError::EmptyNode {
+                offset,
+                index: count,
+            });
+        }
+        count += 1;
+    }
     let decode_error = |offset, index, what, e: prost::DecodeError| FrameError::Decode {
         offset,
         index,
         what,
         reason: e.to_string(),
     };
-    let mut trace = Trace::default();
-    for (index, (offset, body)) in frames.into_iter().enumerate() {
+    let nodes = count.saturating_sub(1);
+    let mut trace = Trace {
+        metadata: GlobalMetadata::default(),
+        nodes: Vec::with_capacity(nodes),
+        offsets: Vec::with_capacity(nodes),
+    };
+    for (index, frame) in Frames::new(bytes).enumerate() {
+        let (offset, body) = frame?;
         if index == 0 {
             trace.metadata = GlobalMetadata::decode(body)
                 .map_err(|e| decode_error(offset, index, "GlobalMetadata", e))?;
@@ -215,6 +287,47 @@ mod tests {
             matches!(err, FrameError::Truncated { index: 1, .. }),
             "{err}"
         );
+    }
+
+    /// A file of zero bytes is a metadata message then empty frames: refused at the first
+    /// node, before anything is allocated for the rest (it used to ask for gigabytes).
+    #[test]
+    fn zero_bytes_are_refused_at_the_first_empty_node() {
+        let zeros = vec![0u8; 10 << 20];
+        assert_eq!(
+            decode(&zeros).expect_err("zeros"),
+            FrameError::EmptyNode {
+                offset: 1,
+                index: 1
+            }
+        );
+        // A lone empty metadata message is a trace without nodes.
+        assert_eq!(decode(&[0]).expect("metadata only").nodes.len(), 0);
+    }
+
+    /// Every length prefix is checked against the bytes left, also one that would not fit
+    /// in memory.
+    #[test]
+    fn a_length_beyond_the_file_is_truncated_not_allocated() {
+        let mut bytes = vec![0u8];
+        bytes.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert!(matches!(
+            decode(&bytes).expect_err("huge length"),
+            FrameError::Truncated {
+                offset: 1,
+                index: 1,
+                length: u64::MAX,
+                left: 0
+            }
+        ));
+    }
+
+    #[test]
+    fn frames_stop_after_the_first_error() {
+        let frames: Vec<_> = Frames::new(&[0, 0x80]).collect();
+        assert_eq!(frames.len(), 2);
+        assert!(frames[1].is_err());
+        assert_eq!(Frames::new(&[]).count(), 1);
     }
 
     #[test]

@@ -142,6 +142,12 @@ pub enum CheckpointError {
         size: u64,
         expected: u64,
     },
+    #[error(
+        "{manifest}: part `{part}` is not a file inside the checkpoint directory; a manifest names its parts relative to it (window-N/worker-W.lps)"
+    )]
+    PartOutside { manifest: String, part: String },
+    #[error("{manifest}: part `{part}` is named twice; the checkpoint is damaged")]
+    PartTwice { manifest: String, part: String },
     #[error("a worker reported its last checkpoint part before window {reported}, not {expected}")]
     OutOfStep { reported: u64, expected: u64 },
     #[error("cannot watch for SIGTERM and SIGUSR1: {0}")]
@@ -317,6 +323,43 @@ pub fn complete(
     Ok(())
 }
 
+/// A manifest's text (`manifest` names it in errors): JSON of this [`FORMAT`], whose parts
+/// are files inside the checkpoint directory (relative paths without `..`), each named once.
+/// serde_json builds nothing larger than the text it reads.
+pub fn parse_manifest(text: &str, manifest: &str) -> Result<Manifest, CheckpointError> {
+    let parsed: Manifest =
+        serde_json::from_str(text).map_err(|error| CheckpointError::NotAManifest {
+            manifest: manifest.to_string(),
+            error,
+        })?;
+    if parsed.format != FORMAT {
+        return Err(CheckpointError::Format {
+            manifest: manifest.to_string(),
+            format: parsed.format,
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (part, _) in &parsed.parts {
+        let inside = !part.is_empty()
+            && Path::new(part)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(CheckpointError::PartOutside {
+                manifest: manifest.to_string(),
+                part: part.clone(),
+            });
+        }
+        if !seen.insert(part.as_str()) {
+            return Err(CheckpointError::PartTwice {
+                manifest: manifest.to_string(),
+                part: part.clone(),
+            });
+        }
+    }
+    Ok(parsed)
+}
+
 /// The complete checkpoint in `dir`, checked against the model it must resume, and the paths
 /// of its parts.
 pub fn load(dir: &Path, fingerprint: &str) -> Result<(Manifest, Vec<PathBuf>), CheckpointError> {
@@ -327,17 +370,7 @@ pub fn load(dir: &Path, fingerprint: &str) -> Result<(Manifest, Vec<PathBuf>), C
         manifest: manifest_name.clone(),
         error,
     })?;
-    let manifest: Manifest =
-        serde_json::from_str(&text).map_err(|error| CheckpointError::NotAManifest {
-            manifest: manifest_name.clone(),
-            error,
-        })?;
-    if manifest.format != FORMAT {
-        return Err(CheckpointError::Format {
-            manifest: manifest_name,
-            format: manifest.format,
-        });
-    }
+    let manifest = parse_manifest(&text, &manifest_name)?;
     if manifest.fingerprint != fingerprint {
         return Err(CheckpointError::OtherModel {
             manifest: manifest_name,
@@ -643,5 +676,61 @@ mod tests {
             s.step([2].into_iter(), false, Some(mark(3, 9))).ok(),
             Some(Step::Stopped(mark(2, 9)))
         );
+    }
+
+    fn manifest_text(parts: &str) -> String {
+        format!(
+            r#"{{"format": {FORMAT}, "experiment": "x", "fingerprint": "0", "window": 1, "time_ps": 1, "events": 1, "workers": 1, "parts": {parts}}}"#
+        )
+    }
+
+    #[test]
+    fn a_manifest_names_parts_inside_its_directory_once() {
+        let ok = parse_manifest(
+            &manifest_text(r#"[["window-000000000001/worker-0.lps", 8]]"#),
+            "m",
+        )
+        .expect("a manifest");
+        assert_eq!(ok.parts.len(), 1);
+        for part in ["../../etc/passwd", "/etc/passwd", "", "window-1/../x"] {
+            let text = manifest_text(&format!(r#"[["{part}", 8]]"#));
+            let e = parse_manifest(&text, "m").expect_err(part);
+            assert!(
+                matches!(e, CheckpointError::PartOutside { .. }),
+                "{part}: {e}"
+            );
+            assert!(
+                e.to_string()
+                    .contains("is not a file inside the checkpoint directory")
+            );
+        }
+        let e = parse_manifest(&manifest_text(r#"[["a.lps", 8], ["a.lps", 8]]"#), "m")
+            .expect_err("twice");
+        assert_eq!(
+            e.to_string(),
+            "m: part `a.lps` is named twice; the checkpoint is damaged"
+        );
+        assert!(matches!(
+            parse_manifest("{", "m"),
+            Err(CheckpointError::NotAManifest { .. })
+        ));
+    }
+
+    /// The manifests among the fuzz target `checkpoint`'s regression inputs
+    /// (tests/fixtures/fuzz-regressions/checkpoint/) read as an error or a manifest, without a
+    /// panic; at least one of them is one.
+    #[test]
+    fn fuzz_regressions_read_without_a_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/fuzz-regressions/checkpoint");
+        let mut texts = 0;
+        for entry in std::fs::read_dir(&dir).expect("the regressions folder") {
+            let bytes = std::fs::read(entry.expect("an entry").path()).expect("an input");
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                let _ = parse_manifest(text, "checkpoint.json");
+                texts += 1;
+            }
+        }
+        assert!(texts > 0, "no manifest among {}", dir.display());
     }
 }

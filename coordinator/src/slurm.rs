@@ -2,8 +2,9 @@
 //! (`SLURM_PROCID`) is the coordinator, every other task a worker.
 //!
 //! Rendezvous:
-//! - the coordinator runs on the first host of `SLURM_JOB_NODELIST` (expanded with
-//!   hostlist-parser) at a port derived from the job id, unless `--port` is given;
+//! - the coordinator runs on the first host of `SLURM_JOB_NODELIST` (expanded by
+//!   `sim::hostlist`, at most [`MAX_NODELIST_HOSTS`] names) at a port derived from the job id,
+//!   unless `--port` is given;
 //! - it also writes its real address to `.fleetsim-<job>.addr` in `SLURM_SUBMIT_DIR`. That
 //!   file is the fallback when the port was taken and it bound another.
 //! - Without `--token-file`, task 0 makes a token and writes it to `.fleetsim-<job>.token`
@@ -23,8 +24,11 @@ pub enum SlurmError {
     Unset { variable: &'static str },
     #[error("{variable} is not a number")]
     NotANumber { variable: &'static str },
-    #[error("SLURM_JOB_NODELIST `{nodelist}` cannot be expanded: {why}")]
-    Nodelist { nodelist: String, why: String },
+    #[error("{variable}: {error}")]
+    Nodelist {
+        variable: &'static str,
+        error: sim::hostlist::HostListError,
+    },
     #[error("SLURM_JOB_NODELIST `{nodelist}` names no host")]
     NoHost { nodelist: String },
     #[error(
@@ -45,6 +49,12 @@ pub enum SlurmError {
     )]
     NotThere { path: PathBuf, patience: Duration },
 }
+
+/// The most hosts a Slurm nodelist may name: 65,536, four times the 16,384 hosts of a
+/// 131,072-GPU cluster of 8-GPU hosts. fleetsim runs one task per worker and needs only the
+/// first host (the coordinator's); the bound keeps the expansion of a damaged or hostile
+/// nodelist (`n[0-4000000000]`) to at most 65,536 names of at most 255 characters.
+pub const MAX_NODELIST_HOSTS: u64 = 1 << 16;
 
 /// The CPUs Slurm gave each task (`SLURM_CPUS_PER_TASK`), if it says.
 pub fn cpus_per_task(env: impl Fn(&str) -> Option<String>) -> Option<usize> {
@@ -75,15 +85,18 @@ impl SlurmTask {
         };
         let procid = number("SLURM_PROCID")?;
         let ntasks = number("SLURM_NTASKS")?;
-        let nodelist = env("SLURM_JOB_NODELIST")
-            .or_else(|| env("SLURM_NODELIST"))
+        let (variable, nodelist) = ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
+            .into_iter()
+            .find_map(|v| env(v).map(|list| (v, list)))
             .ok_or(SlurmError::Unset {
                 variable: "SLURM_JOB_NODELIST",
             })?;
-        let hosts = hostlist_parser::parse(nodelist.trim()).map_err(|e| SlurmError::Nodelist {
-            nodelist: nodelist.clone(),
-            why: e.to_string(),
-        })?;
+        let hosts = sim::hostlist::expand(
+            nodelist.trim(),
+            MAX_NODELIST_HOSTS,
+            &format!("the {MAX_NODELIST_HOSTS} a Slurm nodelist may name here"),
+        )
+        .map_err(|error| SlurmError::Nodelist { variable, error })?;
         if hosts.is_empty() {
             return Err(SlurmError::NoHost { nodelist });
         }
@@ -233,5 +246,35 @@ mod tests {
         .expect_err("one task");
         assert!(matches!(e, SlurmError::TooFewTasks { tasks: 1 }), "{e}");
         assert!(e.to_string().contains("srun -n 2"), "{e}");
+    }
+
+    /// A nodelist is counted before it is expanded: a huge range or a reversed one is one
+    /// clear error, not gigabytes of names or a silent reordering.
+    #[test]
+    fn a_huge_or_reversed_nodelist_is_refused_unexpanded() {
+        let task = |nodelist: &str| {
+            SlurmTask::from_env(env(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_JOB_ID", "1"),
+                ("SLURM_NODELIST", nodelist),
+            ]))
+        };
+        let e = task("gpu[0-4000000000]").expect_err("huge");
+        assert_eq!(
+            e.to_string(),
+            "SLURM_NODELIST: `gpu[0-4000000000]` names 4000000001 hosts, more than the 65536 a Slurm nodelist may name here"
+        );
+        let e = task("gpu[0-255][0-255],login").expect_err("over the limit");
+        assert!(e.to_string().contains("names 65537 hosts"), "{e}");
+        let e = task("gpu[7-3]").expect_err("reversed");
+        assert!(
+            e.to_string().contains("the range `7-3` runs backwards"),
+            "{e}"
+        );
+        assert_eq!(
+            task("gpu[0-65535]").expect("at the limit").hosts.len(),
+            65_536
+        );
     }
 }

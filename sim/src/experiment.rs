@@ -66,6 +66,12 @@ impl Experiment {
         Self::from_loaded(loaded)
     }
 
+    /// [`Experiment::load`] for the text of an experiment file already in memory (see
+    /// [`config::load_text`]): what the fuzz target `config` reads.
+    pub fn from_text(path: &Path, text: &str, sets: &[String]) -> Result<Experiment, ConfigError> {
+        Self::from_loaded(config::load_text(path, text, sets)?)
+    }
+
     /// [`Experiment::load`] for a sweep point: its `--vary` values after the `--set`s.
     pub fn load_varied(
         path: &Path,

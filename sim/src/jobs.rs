@@ -18,6 +18,7 @@ use crate::config::{self, ConfigError, JobHosts, LoadedConfig, Placement};
 use crate::config::{Located, Value};
 use crate::experiment::Experiment;
 use crate::hash::splitmix64;
+use crate::hostlist::{self, HostListError};
 use crate::layout::GroupKind;
 use crate::time::SimTime;
 use crate::workload::{Program, Workload};
@@ -235,14 +236,23 @@ fn named_hosts(
     let indices: Vec<u32> = match written {
         JobHosts::Indices(list) => list.clone(),
         JobHosts::List(list) => {
-            let names = hostlist_parser::parse(list).map_err(|e| {
-                let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-                loaded.error(
-                    key,
-                    format!(
-                        "`{list}` is not a Slurm host list ({why}); write e.g. \"host[0-15,32-47]\" or a list of host indices"
-                    ),
-                )
+            let last = host_count.saturating_sub(1);
+            let names = hostlist::expand(
+                list,
+                u64::from(host_count),
+                &format!("the cluster's {host_count} (host0 to host{last})"),
+            )
+            .map_err(|e| {
+                let hint = match e {
+                    HostListError::Syntax { .. } => {
+                        "; write e.g. \"host[0-15,32-47]\" or a list of host indices".to_string()
+                    }
+                    HostListError::NameTooLong { .. } | HostListError::TooManyGroups { .. } => {
+                        format!("; hosts are named host0 to host{last}")
+                    }
+                    HostListError::Reversed { .. } | HostListError::TooMany { .. } => String::new(),
+                };
+                loaded.error(key, format!("{e}{hint}"))
             })?;
             names
                 .iter()

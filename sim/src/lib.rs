@@ -15,6 +15,7 @@ pub mod experiment;
 pub mod fault;
 pub mod gpu;
 pub mod hash;
+pub mod hostlist;
 pub mod interop;
 pub mod jobs;
 pub mod layout;

@@ -1211,4 +1211,23 @@ mod tests {
         let parsed: toml::Table = cases[0].experiment.parse().expect("the case file is TOML");
         assert_eq!(parsed["cluster"]["gpu"].as_str(), Some("A100 \"odd\""));
     }
+
+    /// The tables the fuzz target `validate_csv` found a problem with, and the bad tables it
+    /// was seeded with (tests/fixtures/fuzz-regressions/validate_csv/): each reads as cases or
+    /// an error, never a panic.
+    #[test]
+    fn fuzz_regressions_read_without_a_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/fuzz-regressions/validate_csv");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("the regressions folder") {
+            let path = entry.expect("an entry").path();
+            let bytes = std::fs::read(&path).expect("an input");
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                let _ = parse_cases(text, &path.display().to_string());
+            }
+            seen += 1;
+        }
+        assert!(seen > 0, "no inputs in {}", dir.display());
+    }
 }

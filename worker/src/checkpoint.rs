@@ -125,60 +125,91 @@ pub fn read_records(
             why,
         };
         let file = File::open(path).map_err(|e| bad(format!("cannot open it: {e}")))?;
-        let mut input = BufReader::with_capacity(1 << 20, file);
-        let mut magic = [0u8; 8];
-        input
-            .read_exact(&mut magic)
-            .map_err(|e| bad(format!("cannot read its header: {e}")))?;
-        if &magic != PART_MAGIC {
-            return Err(bad(
-                "not a fleetsim checkpoint part (wrong header); point --resume at a checkpoint directory written by fleetsim"
-                    .into(),
-            ));
-        }
-        let mut head = [0u8; 12];
-        loop {
-            match read_full(&mut input, &mut head) {
-                Ok(0) => break,
-                Ok(12) => {}
-                Ok(_) => return Err(bad("it ends inside a record (truncated)".into())),
-                Err(e) => return Err(bad(format!("cannot read it: {e}"))),
-            }
-            let id = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-            let mut length = [0u8; 8];
-            length.copy_from_slice(&head[4..]);
-            let length = u64::from_le_bytes(length);
-            if !owned(id) {
-                let skip = i64::try_from(length)
-                    .map_err(|_| bad(format!("record of LP {id} has an impossible length")))?;
-                input
-                    .seek_relative(skip)
-                    .map_err(|e| bad(format!("cannot skip LP {id}: {e}")))?;
-                continue;
-            }
-            let mut bytes = vec![0u8; length as usize];
-            input
-                .read_exact(&mut bytes)
-                .map_err(|e| bad(format!("the record of LP {id} is cut short: {e}")))?;
-            let record: LpRecord = bitcode::deserialize(&bytes)
-                .map_err(|e| bad(format!("the record of LP {id} cannot be decoded: {e}")))?;
-            records.push((id, record));
-        }
-        // A record cut short at the end reads as a clean end above only when nothing of it
-        // was written; check the file was consumed exactly.
-        let at = input
-            .stream_position()
-            .map_err(|e| bad(format!("cannot read it: {e}")))?;
-        let size = std::fs::metadata(path)
+        let size = file
+            .metadata()
             .map_err(|e| bad(format!("cannot read its size: {e}")))?
             .len();
-        if at != size {
-            return Err(bad(format!(
-                "{size} bytes, but its records end at byte {at} (truncated)"
-            )));
-        }
+        let input = BufReader::with_capacity(1 << 20, file);
+        read_part(input, size, &owned, &mut records).map_err(bad)?;
     }
     Ok(records)
+}
+
+/// Reads the records of one part file of `size` bytes from `input` into `records` (those
+/// `owned` accepts). The error says what is wrong, for [`CheckpointError::Read`].
+///
+/// Every record's length is checked against the bytes left in the file before a buffer is
+/// allocated for it, so a damaged length cannot ask for more memory than the file holds;
+/// bitcode checks the lengths inside a record against the record's bytes the same way (its
+/// columns pack a value into at least one bit, so what it builds is in proportion to them).
+pub fn read_part<R: Read + Seek>(
+    mut input: R,
+    size: u64,
+    owned: impl Fn(NodeId) -> bool,
+    records: &mut Vec<(NodeId, LpRecord)>,
+) -> Result<(), String> {
+    let mut magic = [0u8; 8];
+    input
+        .read_exact(&mut magic)
+        .map_err(|e| format!("cannot read its header: {e}"))?;
+    if &magic != PART_MAGIC {
+        return Err(
+            "not a fleetsim checkpoint part (wrong header); point --resume at a checkpoint directory written by fleetsim"
+                .into(),
+        );
+    }
+    let mut at = PART_MAGIC.len() as u64;
+    let mut head = [0u8; 12];
+    loop {
+        match read_full(&mut input, &mut head) {
+            Ok(0) => break,
+            Ok(12) => {}
+            Ok(_) => return Err("it ends inside a record (truncated)".into()),
+            Err(e) => return Err(format!("cannot read it: {e}")),
+        }
+        at += 12;
+        let id = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let mut length = [0u8; 8];
+        length.copy_from_slice(&head[4..]);
+        let length = u64::from_le_bytes(length);
+        let left = size.saturating_sub(at);
+        if length > left {
+            return Err(format!(
+                "the record of LP {id} at byte {} says it is {length} bytes long, but only {left} remain (truncated or damaged)",
+                at - 12
+            ));
+        }
+        at += length;
+        if !owned(id) {
+            // Below `size`, which a file on this machine holds: fits an i64.
+            let skip = i64::try_from(length)
+                .map_err(|_| format!("record of LP {id} has an impossible length"))?;
+            input
+                .seek_relative(skip)
+                .map_err(|e| format!("cannot skip LP {id}: {e}"))?;
+            continue;
+        }
+        let length = usize::try_from(length)
+            .map_err(|_| format!("record of LP {id} has an impossible length"))?;
+        let mut bytes = vec![0u8; length];
+        input
+            .read_exact(&mut bytes)
+            .map_err(|e| format!("the record of LP {id} is cut short: {e}"))?;
+        let record: LpRecord = bitcode::deserialize(&bytes)
+            .map_err(|e| format!("the record of LP {id} cannot be decoded: {e}"))?;
+        records.push((id, record));
+    }
+    // A record cut short at the end reads as a clean end above only when nothing of it
+    // was written; check the file was consumed exactly.
+    let end = input
+        .stream_position()
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if end != size {
+        return Err(format!(
+            "{size} bytes, but its records end at byte {end} (truncated)"
+        ));
+    }
+    Ok(())
 }
 
 /// Reads until `buf` is full or the input ends; how many bytes it read.
@@ -193,4 +224,107 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn read(bytes: &[u8]) -> Result<usize, String> {
+        let mut records = Vec::new();
+        read_part(
+            Cursor::new(bytes),
+            bytes.len() as u64,
+            |_| true,
+            &mut records,
+        )?;
+        Ok(records.len())
+    }
+
+    fn part(records: &[(u32, u64, &[u8])]) -> Vec<u8> {
+        let mut bytes = PART_MAGIC.to_vec();
+        for &(id, length, body) in records {
+            bytes.extend(id.to_le_bytes());
+            bytes.extend(length.to_le_bytes());
+            bytes.extend(body);
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_part_without_records_reads_as_none() {
+        assert_eq!(read(PART_MAGIC), Ok(0));
+    }
+
+    /// A damaged length is checked against the bytes left before a buffer is made for it.
+    #[test]
+    fn a_length_beyond_the_file_is_one_clear_error() {
+        let bytes = part(&[(3, u64::MAX, b"abc")]);
+        assert_eq!(
+            read(&bytes).expect_err("huge length"),
+            "the record of LP 3 at byte 8 says it is 18446744073709551615 bytes long, but only 3 remain (truncated or damaged)"
+        );
+        let bytes = part(&[(3, 4, b"abc")]);
+        assert!(
+            read(&bytes)
+                .expect_err("one short")
+                .contains("only 3 remain")
+        );
+        // Skipped records are checked the same way.
+        let mut records = Vec::new();
+        let e = read_part(
+            Cursor::new(&bytes),
+            bytes.len() as u64,
+            |_| false,
+            &mut records,
+        )
+        .expect_err("skip past the end");
+        assert!(e.contains("only 3 remain"), "{e}");
+    }
+
+    #[test]
+    fn a_cut_header_or_garbage_record_is_an_error() {
+        let mut bytes = part(&[]);
+        bytes.extend([1, 0, 0]);
+        assert_eq!(
+            read(&bytes).expect_err("cut"),
+            "it ends inside a record (truncated)"
+        );
+        let bytes = part(&[(0, 3, b"\xff\xff\xff")]);
+        assert!(
+            read(&bytes)
+                .expect_err("garbage")
+                .starts_with("the record of LP 0 cannot be decoded"),
+        );
+        assert!(read(b"FSIMLPS1").expect_err("old").contains("wrong header"));
+        assert!(
+            read(b"FSIM")
+                .expect_err("short")
+                .contains("cannot read its header")
+        );
+    }
+
+    /// Every input the fuzz target `checkpoint` found a problem with reads as an error or as
+    /// records, without a panic (tests/fixtures/fuzz-regressions/checkpoint/).
+    #[test]
+    fn fuzz_regressions_read_without_a_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/fuzz-regressions/checkpoint");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("the regressions folder") {
+            let path = entry.expect("an entry").path();
+            let bytes = std::fs::read(&path).expect("a regression input");
+            let _ = read(&bytes);
+            let mut records = Vec::new();
+            let _ = read_part(
+                Cursor::new(&bytes),
+                bytes.len() as u64,
+                |id| id % 2 == 0,
+                &mut records,
+            );
+            seen += 1;
+        }
+        assert!(seen > 0, "no inputs in {}", dir.display());
+    }
 }

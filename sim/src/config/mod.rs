@@ -1203,6 +1203,16 @@ pub fn load_tree_varied(
     Ok(tree)
 }
 
+/// [`load`] for the text of an experiment file already in memory: errors name `path`, its
+/// `include`s are read relative to `path`'s folder, and `sets` apply as `--set` does.
+pub fn load_text(path: &Path, text: &str, sets: &[String]) -> Result<LoadedConfig, ConfigError> {
+    let mut tree = source::load_text_with_includes(path, text, &mut Vec::new())?;
+    for assignment in sets {
+        source::apply_assignment(&mut tree, assignment, &Origin::CommandLine)?;
+    }
+    from_tree(tree, path)
+}
+
 /// Expands presets and reads the typed config out of a located tree.
 pub fn from_tree(mut tree: Located, path: &Path) -> Result<LoadedConfig, ConfigError> {
     crate::model::expand_model_sources(&mut tree)?;

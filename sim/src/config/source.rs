@@ -413,17 +413,35 @@ fn convert(
     Ok(Located { value: v, origin })
 }
 
+/// The most bytes an experiment file, or a file it includes, may have: 16 MiB, thousands of
+/// times the largest in configs/. Reading stops there, so a path such as `/dev/zero` is one
+/// clear error rather than a read without end.
+pub const MAX_EXPERIMENT_BYTES: u64 = 16 << 20;
+
 /// Reads a file and resolves its `include`s: included files first, in order, then the file's own
 /// keys on top ("later keys win"). Paths are relative to the including file.
 pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Located, ConfigError> {
+    use std::io::Read as _;
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| {
-        let what = match e.kind() {
-            std::io::ErrorKind::NotFound => "does not exist".to_string(),
-            _ => format!("cannot be read: {e}"),
-        };
-        ConfigError::at_file(&shown, what)
-    })?;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_EXPERIMENT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| {
+            let what = match e.kind() {
+                std::io::ErrorKind::NotFound => "does not exist".to_string(),
+                _ => format!("cannot be read: {e}"),
+            };
+            ConfigError::at_file(&shown, what)
+        })?;
+    if bytes.len() as u64 > MAX_EXPERIMENT_BYTES {
+        return Err(ConfigError::at_file(
+            &shown,
+            format!(
+                "is larger than {} MiB; an experiment file (or a file it includes) is a short TOML text: is this the right file?",
+                MAX_EXPERIMENT_BYTES >> 20
+            ),
+        ));
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         ConfigError::at_file(
             &shown,
@@ -433,6 +451,17 @@ pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Locat
             ),
         )
     })?;
+    load_text_with_includes(path, &text, chain)
+}
+
+/// [`load_with_includes`] for the text of `path`, already read: errors name `path`, and its
+/// `include`s are read relative to its folder.
+pub fn load_text_with_includes(
+    path: &Path,
+    text: &str,
+    chain: &mut Vec<PathBuf>,
+) -> Result<Located, ConfigError> {
+    let shown = path.display().to_string();
     if text.trim().is_empty() {
         return Err(ConfigError::at_file(
             &shown,
@@ -441,7 +470,7 @@ pub fn load_with_includes(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Locat
     }
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     chain.push(canonical);
-    let mut own = parse_text(&shown, &text)?;
+    let mut own = parse_text(&shown, text)?;
     let mut merged = Located::table(own.origin.clone());
     if let Some(include) = own.remove("include") {
         let items: Vec<Located> = match include.value {
@@ -696,6 +725,17 @@ pub fn parse_typed<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Con
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reading stops past [`MAX_EXPERIMENT_BYTES`]: a file without end is one error.
+    #[cfg(unix)]
+    #[test]
+    fn a_file_without_end_is_refused_after_16_mib() {
+        let e = load_with_includes(Path::new("/dev/zero"), &mut Vec::new()).expect_err("zeros");
+        assert_eq!(
+            e.to_string(),
+            "/dev/zero: file is larger than 16 MiB; an experiment file (or a file it includes) is a short TOML text: is this the right file?"
+        );
+    }
 
     #[test]
     fn path_rendering_round_trips() {

@@ -114,9 +114,14 @@ pub fn read(path: &Path) -> Result<Trace, ConfigError> {
     let shown = path.display().to_string();
     let bytes = std::fs::read(path)
         .map_err(|e| ConfigError::plain(&shown, "", format!("cannot read: {e}")))?;
-    fleetsim_chakra::decode(&bytes).map_err(|e| {
+    decode_bytes(&bytes, &shown)
+}
+
+/// Decodes the bytes of a trace file; `file` names it in errors.
+pub fn decode_bytes(bytes: &[u8], file: &str) -> Result<Trace, ConfigError> {
+    fleetsim_chakra::decode(bytes).map_err(|e| {
         ConfigError::plain(
-            &shown,
+            file,
             "",
             format!("{e} (a Chakra trace: length-delimited GlobalMetadata then Nodes)"),
         )

@@ -184,10 +184,14 @@ fn fixed(ns: u64, flops: u64, bytes: u64, dtype: Precision) -> Kernel {
     }
 }
 
-/// Communicator groups of `comm_groups.json`: id → members.
-type CommGroups = BTreeMap<u64, Vec<u32>>;
+/// Communicator groups of `comm_groups.json`: id → members, ascending.
+pub type CommGroups = BTreeMap<u64, Vec<u32>>;
 
-fn read_comm_groups(dir: &Path) -> Result<CommGroups, ConfigError> {
+/// Reads `comm_groups.json` beside the traces, if there is one. Each group's members must be
+/// ranks of the cluster (below `world`), each named once, so that a group holds at most
+/// `world` ranks; two ids that are the same number (`"1"`, `"01"`) are an error, not one
+/// silently replacing the other.
+fn read_comm_groups(dir: &Path, world: u32) -> Result<CommGroups, ConfigError> {
     let path = dir.join(COMM_GROUPS);
     if !path.is_file() {
         return Ok(CommGroups::new());
@@ -195,21 +199,57 @@ fn read_comm_groups(dir: &Path) -> Result<CommGroups, ConfigError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(&path)
         .map_err(|e| ConfigError::plain(&shown, "", format!("cannot read: {e}")))?;
-    let raw: BTreeMap<String, Vec<u32>> = serde_json::from_str(&text).map_err(|e| {
+    parse_comm_groups(&text, &shown, world)
+}
+
+/// The groups of a `comm_groups.json` text; `file` names it in errors.
+pub fn parse_comm_groups(text: &str, file: &str, world: u32) -> Result<CommGroups, ConfigError> {
+    let raw: BTreeMap<String, Vec<u32>> = serde_json::from_str(text).map_err(|e| {
         ConfigError::plain(
-            &shown,
+            file,
             "",
             format!("{e}; expected ASTRA-sim's communicator groups, {{\"1\": [0, 1], ...}}"),
         )
     })?;
-    raw.into_iter()
-        .map(|(id, mut members)| {
-            members.sort_unstable();
-            id.parse().map(|id| (id, members)).map_err(|_| {
-                ConfigError::plain(&shown, "", format!("group id `{id}` is not a number"))
-            })
-        })
-        .collect()
+    let mut groups = CommGroups::new();
+    let mut written: BTreeMap<u64, String> = BTreeMap::new();
+    for (name, mut members) in raw {
+        let id: u64 = name.parse().map_err(|_| {
+            ConfigError::plain(file, "", format!("group id `{name}` is not a number"))
+        })?;
+        if let Some(first) = written.insert(id, name.clone()) {
+            return Err(ConfigError::plain(
+                file,
+                "",
+                format!(
+                    "group ids `{first}` and `{name}` are the same number; give each group one id"
+                ),
+            ));
+        }
+        if let Some(&rank) = members.iter().find(|&&r| r >= world) {
+            return Err(ConfigError::plain(
+                file,
+                "",
+                format!(
+                    "group `{name}` names rank {rank}, but the cluster has ranks 0 to {} (cluster.gpus = {world}); the groups are for a larger cluster",
+                    world.saturating_sub(1)
+                ),
+            ));
+        }
+        members.sort_unstable();
+        if let Some(pair) = members.windows(2).find(|p| p[0] == p[1]) {
+            return Err(ConfigError::plain(
+                file,
+                "",
+                format!(
+                    "group `{name}` names rank {} twice; name each member once",
+                    pair[0]
+                ),
+            ));
+        }
+        groups.insert(id, members);
+    }
+    Ok(groups)
 }
 
 /// Reads one rank's trace into a program.
@@ -257,8 +297,10 @@ impl RankImport<'_> {
             });
         }
         let pg = self.str_attr(node, "pg_name").unwrap_or("");
-        let members: Vec<u32> = if pg.is_empty() || pg == "0" {
-            (0..l.world()).collect()
+        let everyone: Vec<u32>;
+        let members: &[u32] = if pg.is_empty() || pg == "0" {
+            everyone = (0..l.world()).collect();
+            &everyone
         } else {
             let id: u64 = pg.parse().map_err(|_| {
                 node_error(
@@ -267,7 +309,7 @@ impl RankImport<'_> {
                     format!("pg_name `{pg}` is not a communicator group number (ASTRA-sim's ids)"),
                 )
             })?;
-            self.groups.get(&id).cloned().ok_or_else(|| {
+            self.groups.get(&id).ok_or_else(|| {
                 node_error(
                     self.file,
                     node.id,
@@ -590,7 +632,7 @@ pub fn import(path: &Path, ctx: &ImportContext) -> Result<Workload, ConfigError>
         TraceFiles::PerRank(f) => f.first().and_then(|f| f.parent().map(Path::to_path_buf)),
     }
     .unwrap_or_default();
-    let groups = read_comm_groups(&dir)?;
+    let groups = read_comm_groups(&dir, world)?;
     let check_layout = |file: &str, trace: &Trace| match attr(&trace.metadata.attr, LAYOUT)
         .and_then(as_str)
     {

@@ -448,7 +448,9 @@ pub fn parse(text: &str, file: &str) -> Result<SimaiFile, ConfigError> {
     };
 
     let customized = header.policy == SimaiPolicy::HybridCustomized;
-    let mut layers = Vec::with_capacity(count.min(1 << 16));
+    // The count is only a claim: reserve no more than the lines that follow can hold.
+    let room = lines.clone().filter(|(_, l)| !is_blank(l)).count();
+    let mut layers = Vec::with_capacity(count.min(room));
     let mut last_content_line = 2;
     for (n, l) in lines {
         if is_blank(l) {

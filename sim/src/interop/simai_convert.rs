@@ -119,6 +119,12 @@ fn micro_batch_groups(layers: &[SimaiLayer]) -> (usize, Vec<std::ops::Range<usiz
     (first, groups)
 }
 
+/// The most stage lines (pipeline stages × layer lines) an import builds: every stage runs
+/// every line, at most ten ops each (a few hundred bytes). 2^22 is far above what AICB writes
+/// (its 1024-GPU GPT-3 175B file: 8 stages × 814 lines), and bounds a file whose `pp` and
+/// line count multiply to more than memory holds.
+pub const MAX_STAGE_LINES: u64 = 1 << 22;
+
 /// Builds the workload a SimAI file describes. `file` names it in errors; `world` is the
 /// experiment's GPU count, which `all_gpus` must match.
 pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, ConfigError> {
@@ -164,6 +170,17 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
         order,
     };
     let layers = &simai.layers;
+    let stage_lines = u64::from(pp).saturating_mul(layers.len() as u64);
+    if stage_lines > MAX_STAGE_LINES {
+        return Err(header_error(
+            file,
+            "header.pp",
+            format!(
+                "{pp} pipeline stages each run the file's {} layer lines: {stage_lines} stage lines, more than the {MAX_STAGE_LINES} fleetsim imports (about 2 GiB of programs); import a workload with fewer stages or lines",
+                layers.len()
+            ),
+        ));
+    }
     let (prologue, groups) = if pp > 1 {
         micro_batch_groups(layers)
     } else {
@@ -476,4 +493,41 @@ pub fn export(w: &Workload, exp: &Experiment, model: &ComputeModel) -> String {
     let gpu = exp.stage_gpus()[0];
     let ns = |k: &Kernel| model.kernel_time(k, gpu).duration.as_ps().div_ceil(1000);
     super::simai::write(&to_simai(w, &ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// pp stages × layer lines is bounded before a program is built: a header's `pp` and a
+    /// file's lines cannot multiply into more programs than memory holds.
+    #[test]
+    fn stage_lines_are_bounded_before_anything_is_built() {
+        let mut header = SimaiHeader::new(SimaiPolicy::HybridTransformerFwdInBckwd);
+        header.pp = Some(128);
+        header.all_gpus = Some(128);
+        let lines = (MAX_STAGE_LINES / 128 + 1) as usize;
+        let file = SimaiFile {
+            header,
+            layers: vec![SimaiLayer::new("embedding_layer"); lines],
+            warnings: Vec::new(),
+        };
+        let e = import(&file, "big.txt", 128).expect_err("too many stage lines");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "big.txt:1: `header.pp`: 128 pipeline stages each run the file's {lines} layer lines: {} stage lines, more than the 4194304 fleetsim imports (about 2 GiB of programs); import a workload with fewer stages or lines",
+                128 * lines
+            )
+        );
+        let mut small = file.clone();
+        small.layers.truncate(4);
+        assert_eq!(
+            import(&small, "small.txt", 128)
+                .expect("imports")
+                .programs
+                .len(),
+            128
+        );
+    }
 }
