@@ -24,7 +24,13 @@ use std::ops::{Add, AddAssign, Sub};
 #[inline]
 pub fn round_ps(ps: f64) -> u64 {
     const AT_LIMIT: f64 = SimTime::LIMIT.0 as f64;
-    ps.round().min(AT_LIMIT) as u64
+    let rounded = ps.round();
+    // `f64::min` would turn NaN into the limit; a comparison keeps it out (NaN as u64 is 0).
+    if rounded >= AT_LIMIT {
+        SimTime::LIMIT.0
+    } else {
+        rounded as u64
+    }
 }
 
 /// A simulated instant or duration, in picoseconds.
