@@ -134,3 +134,44 @@ fn a_trace_for_another_layout_is_refused() {
     );
     assert!(stderr.contains("was exported from the layout"), "{stderr}");
 }
+
+/// A path that is not there names itself and what a workload file may be, whether it looks
+/// like a trace or not.
+#[test]
+fn a_workload_file_that_is_not_there_is_one_clear_line() {
+    for path in ["no-such-trace.et", "no-such-workload", "no-such-folder/"] {
+        let stderr = one_clear_error(
+            fleetsim().args(["workload", EXPERIMENT, "--workload-file", path]),
+            path,
+        );
+        assert!(stderr.contains("does not exist"), "{stderr}");
+    }
+}
+
+/// `--out` of a Chakra export is a prefix: a folder or an existing file is refused before
+/// anything is written beside it.
+#[test]
+fn a_chakra_export_refuses_a_folder_or_an_existing_file_as_its_prefix() {
+    let dir = scratch("chakra-bad-prefix");
+    let file = dir.join("taken");
+    fs::write(&file, "x").expect("write");
+    let folder = format!("{}/", dir.display());
+    for (out, why) in [
+        (folder.as_str(), "is a folder"),
+        (file.to_str().expect("utf-8"), "is an existing file"),
+    ] {
+        let stderr = one_clear_error(
+            fleetsim()
+                .args(["workload", QUICKSTART, "--export", "chakra", "--out", out])
+                .args(SMALL),
+            why,
+        );
+        assert!(stderr.contains("give a prefix such as"), "{stderr}");
+    }
+    let mut left: Vec<_> = fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["taken"], "nothing written");
+}

@@ -127,6 +127,7 @@ impl Args {
         if let (Some(format), Some(path)) = (self.export, self.output) {
             let (text, what) = match format {
                 ExportFormat::Chakra => {
+                    check_chakra_prefix(&path)?;
                     let files = sim::interop::chakra_convert::export(&workload, exp, &model, &path)
                         .with_context(|| {
                             format!("writing the Chakra traces {}.<rank>.et", path.display())
@@ -360,5 +361,29 @@ impl WorkloadReport {
             );
         }
         s
+    }
+}
+
+/// `--out` for a Chakra export names a prefix: `PREFIX.<rank>.et` and `comm_groups.json`
+/// are written beside it. A folder (`DIR/`) would give hidden files named `.0.et` with
+/// comm_groups.json above them, and an existing file (`/dev/full`) files beside it.
+fn check_chakra_prefix(prefix: &std::path::Path) -> anyhow::Result<()> {
+    let text = prefix.to_string_lossy();
+    let name = prefix.file_name().map(|n| n.to_string_lossy().into_owned());
+    let bad = if text.ends_with('/') || prefix.is_dir() {
+        Some("is a folder")
+    } else if prefix.exists() {
+        Some("is an existing file")
+    } else if name.is_none_or(|n| n.is_empty() || n == "." || n == "..") {
+        Some("names no file")
+    } else {
+        None
+    };
+    match bad {
+        Some(why) => anyhow::bail!(
+            "--out {text} {why}: a Chakra export writes PREFIX.<rank>.et for every rank and comm_groups.json beside them; give a prefix such as {}/trace",
+            prefix.display().to_string().trim_end_matches('/')
+        ),
+        None => Ok(()),
     }
 }

@@ -80,6 +80,14 @@ pub fn locate(path: &Path, world: u32) -> Result<TraceFiles, ConfigError> {
                 ));
             }
         }
+    } else if !rank_file(path, 0).is_file() {
+        // Neither a file, a folder nor the prefix of per-rank traces: say that, not that
+        // `PATH.0.et` is missing.
+        return Err(ConfigError::plain(
+            &shown,
+            "",
+            "does not exist; give a .et file that every rank runs, a folder of per-rank traces PREFIX.<rank>.et, or that PREFIX",
+        ));
     } else {
         path.to_path_buf()
     };
@@ -95,18 +103,39 @@ pub fn locate(path: &Path, world: u32) -> Result<TraceFiles, ConfigError> {
             ),
         ));
     }
-    let extra = rank_file(&prefix, world);
-    if extra.is_file() {
+    // Any rank past the cluster's, not only the next one: a stray `t.9.et` beside eight
+    // traces is as wrong as `t.8.et`.
+    if let Some(rank) = ranks_beyond(&prefix, world) {
         return Err(ConfigError::plain(
             &shown,
             "",
             format!(
-                "has a trace for rank {world} (`{}`) but cluster.gpus = {world}; the traces are for a larger cluster",
-                extra.display()
+                "has a trace for rank {rank} (`{}`) but cluster.gpus = {world}; the traces are for a larger cluster",
+                rank_file(&prefix, rank).display()
             ),
         ));
     }
     Ok(TraceFiles::PerRank(files))
+}
+
+/// The highest rank at or past `world` that has a trace `prefix.<rank>.et`, if any.
+fn ranks_beyond(prefix: &Path, world: u32) -> Option<u32> {
+    let dir = match prefix.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let stem = prefix.file_name()?.to_string_lossy().into_owned();
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match split_rank_name(&name) {
+                Some((p, rank)) if p == stem && rank >= world => Some(rank),
+                _ => None,
+            }
+        })
+        .max()
 }
 
 /// Reads and decodes one trace file.
@@ -119,13 +148,22 @@ pub fn read(path: &Path) -> Result<Trace, ConfigError> {
 
 /// Decodes the bytes of a trace file; `file` names it in errors.
 pub fn decode_bytes(bytes: &[u8], file: &str) -> Result<Trace, ConfigError> {
-    fleetsim_chakra::decode(bytes).map_err(|e| {
+    let trace = fleetsim_chakra::decode(bytes).map_err(|e| {
         ConfigError::plain(
             file,
             "",
             format!("{e} (a Chakra trace: length-delimited GlobalMetadata then Nodes)"),
         )
-    })
+    })?;
+    // A rank with no nodes would run an iteration of 0 s and pass it off as a result.
+    if trace.nodes.is_empty() {
+        return Err(ConfigError::plain(
+            file,
+            "",
+            "holds a GlobalMetadata and no nodes: every rank of a training step runs work; give the trace its ComputeNodes and CommNodes (or export it again)",
+        ));
+    }
+    Ok(trace)
 }
 
 /// The file of rank `rank` under `prefix` (`prefix.<rank>.et`), for the exporter.

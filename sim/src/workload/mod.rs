@@ -40,6 +40,9 @@ pub use compile::{CompileOptions, compile};
 use crate::config::ConfigError;
 use crate::experiment::Experiment;
 
+/// What `workload_file` may name, for errors about a path that is not there.
+const WORKLOAD_FILES: &str = "give the path of a SimAI workload file or of Chakra traces (a .et file, a folder of PREFIX.<rank>.et, or that PREFIX)";
+
 /// The experiment's workload: the SimAI file or Chakra traces named by `workload_file` (or
 /// `override_file`) when there is one, else the model compiled under the parallel layout.
 pub fn load_or_compile(
@@ -66,14 +69,23 @@ pub fn load_or_compile(
         ));
     }
     let path = match (override_file, &exp.loaded.config.workload_file) {
-        (Some(p), _) => Some(p.to_path_buf()),
+        (Some(p), _) => {
+            if !p.is_file() && !crate::interop::chakra::is_chakra(p) {
+                return Err(ConfigError::plain(
+                    &p.display().to_string(),
+                    "",
+                    format!("does not exist; {WORKLOAD_FILES}"),
+                ));
+            }
+            Some(p.to_path_buf())
+        }
         (None, Some(written)) => {
             let path = exp.loaded.resolve_path("workload_file", written);
             if !path.is_file() && !crate::interop::chakra::is_chakra(&path) {
                 return Err(exp.loaded.error(
                     "workload_file",
                     format!(
-                        "cannot read `{}` (resolved relative to the experiment file); give the path of a SimAI workload file or of Chakra traces (a .et file, a folder of PREFIX.<rank>.et, or that PREFIX)",
+                        "cannot read `{}` (resolved relative to the experiment file); {WORKLOAD_FILES}",
                         path.display()
                     ),
                 ));
