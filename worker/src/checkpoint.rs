@@ -41,8 +41,8 @@ struct LpRecordRef<'a> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot write checkpoint file {}: {source}", path.display())]
-    Write { path: PathBuf, source: io::Error },
+    #[error("cannot write checkpoint file {}: {error}", path.display())]
+    Write { path: PathBuf, error: io::Error },
     #[error("checkpoint file {}: {why}", path.display())]
     Read { path: PathBuf, why: String },
     #[error(
@@ -67,9 +67,9 @@ pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
 ) -> Result<(), CheckpointError> {
-    crate::file::replace_file(path, 0o644, write).map_err(|source| CheckpointError::Write {
+    crate::file::replace_file(path, 0o644, write).map_err(|error| CheckpointError::Write {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 

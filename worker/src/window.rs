@@ -601,9 +601,9 @@ fn write_part(setup: &WorkerSetup, shared: &Shared, window: u64) -> Result<(), E
         ))
     })?;
     let dir = checkpoint::window_dir(dir, window);
-    std::fs::create_dir_all(&dir).map_err(|source| CheckpointError::Write {
+    std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Write {
         path: dir.clone(),
-        source,
+        error,
     })?;
     let path = dir.join(checkpoint::part_file_name(setup.id));
     checkpoint::write_atomically(&path, |out| {
