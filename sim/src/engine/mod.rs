@@ -674,9 +674,6 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, u64) 
     (home, delay)
 }
 
-/// Per-program lookup tables, and kernel times (and whether they are compute-bound) per
-/// program and GPU type, program `i` timed by `compute_of(i)`.
-#[allow(clippy::type_complexity)]
 /// Refuses a `gpu-slow` fault under which a GPU's kernels alone would run past
 /// [`SimTime::LIMIT`] ([`crate::fault::Faults::check_time_limit`]). `tables(rank)` gives
 /// the rank's kernel times (ps) and which follow its clock; asked for slow ranks only.
@@ -702,6 +699,9 @@ pub fn check_slow_gpus(
     })
 }
 
+/// Per-program lookup tables, and kernel times (and whether they are compute-bound) per
+/// program and GPU type, program `i` timed by `compute_of(i)`.
+#[allow(clippy::type_complexity)]
 fn workload_tables<'c>(
     exp: &Experiment,
     workload: &Workload,
