@@ -112,3 +112,42 @@ fn tempdir() -> std::path::PathBuf {
     fs::create_dir_all(&d).expect("create temp dir");
     d
 }
+
+/// `check`'s host-memory estimate bounds what `run` on one worker then holds: its peak RSS
+/// is at most `MARGIN` times the estimate and not below a third of it, on each network
+/// model and with 4 KiB segments, where the segments in flight dominate.
+#[test]
+fn the_host_memory_estimate_bounds_the_runs_peak() {
+    let cases: [(&str, &str); 5] = [
+        (common::QUICKSTART, "analytical"),
+        (common::QUICKSTART, "flow"),
+        ("tests/fixtures/jobs/interleaved.toml", "packet"),
+        ("configs/experiments/allreduce-64m-h100-128.toml", "packet"),
+        ("configs/experiments/allreduce-64m-h100-128.toml", "flow"),
+    ];
+    for (i, (experiment, network)) in cases.into_iter().enumerate() {
+        let set = format!("network.model=\"{network}\"");
+        let (ok, stdout, stderr) = check(&[experiment, "--set", &set, "--json"]);
+        assert!(ok, "{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        let memory = &report["host_memory"];
+        let estimate = memory["run_estimate_bytes"].as_f64().expect("estimate");
+        let margin = memory["margin"].as_f64().expect("margin");
+        let out = common::scratch(&format!("host-memory-{i}"));
+        common::stdout_ok(
+            fleetsim()
+                .args(["run", experiment, "--set", &set, "--quiet", "--out"])
+                .arg(&out),
+        );
+        let peak = common::summary(&out)["engine"]["peak_rss_bytes"]
+            .as_f64()
+            .expect("peak");
+        let ratio = peak / estimate;
+        assert!(
+            (1.0 / 3.0..=margin).contains(&ratio),
+            "{experiment} ({network}): peak {:.1} MB, estimate {:.1} MB ({ratio:.2})",
+            peak / 1e6,
+            estimate / 1e6
+        );
+    }
+}

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
+use sim::engine::host_memory::{self, HostMemory};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
 use sim::time::SimTime;
@@ -55,8 +56,8 @@ impl Args {
             "topology built"
         );
         // Validates `[network]` against the links it will run on.
-        sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
-        sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
+        let net = sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
+        let collectives = sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
         let started = Instant::now();
         let workload = sim::workload::load_or_compile(&exp, None)?;
         tracing::info!(
@@ -84,10 +85,19 @@ impl Args {
             .iter()
             .map(sim::workload::summary::summarize)
             .collect();
+        // What the model holds is this process's resident set now (topology and programs
+        // built); the run's state is estimated from the model's size.
+        let host_memory = sim::engine::host_memory::estimate(
+            coordinator::run::peak_rss_bytes(),
+            &topology,
+            &net,
+            &collectives,
+        );
         let report = CheckReport {
             experiment: &exp,
             topology: &topology,
             build_s,
+            host_memory,
             workload: &summaries,
             jobs: &job_summaries,
         };
@@ -148,6 +158,8 @@ pub struct CheckReport<'a> {
     pub topology: &'a Topology,
     /// Seconds spent building the topology and its routing.
     pub build_s: f64,
+    /// What `fleetsim run` on one worker will hold in host memory.
+    pub host_memory: HostMemory,
     /// The compiled workload's summary per program (op counts per rank of each stage).
     pub workload: &'a [StageSummary],
     /// With `[[jobs]]`: each job's summary per program (and `workload` is empty).
@@ -442,6 +454,13 @@ impl CheckReport<'_> {
                 .host_preserving_lookahead_ps()
                 .map(|ps| SimTime::from_ps(ps).as_secs_f64()),
             "faults": exp.loaded.config.faults.iter().map(sim::fault::describe).collect::<Vec<_>>(),
+            "host_memory": {
+                "run_estimate_bytes": self.host_memory.total_bytes(),
+                "model_bytes": self.host_memory.model_bytes,
+                "state_bytes": self.host_memory.state_bytes,
+                "in_flight_bytes": self.host_memory.in_flight_bytes,
+                "margin": host_memory::MARGIN,
+            },
             "warnings": exp.warnings,
         });
         match exp.jobs.is_empty() {
@@ -540,9 +559,29 @@ impl CheckReport<'_> {
                 s += &look_faults(topo, exp);
             }
         }
+        s += &host_memory_text(&self.host_memory);
         for w in &exp.warnings {
             let _ = writeln!(s, "warning     {w}");
         }
         s
     }
+}
+
+/// `check`'s line on what `fleetsim run` will hold in host memory.
+fn host_memory_text(m: &HostMemory) -> String {
+    let mb = |b: u64| b as f64 / 1e6;
+    let mut s = format!(
+        "host memory {:.0} MB for `fleetsim run` on one worker (model {:.0} MB, LPs and runtime {:.0} MB",
+        mb(m.total_bytes()),
+        mb(m.model_bytes),
+        mb(m.state_bytes)
+    );
+    if m.in_flight_bytes > 0 {
+        s += &format!(", segments in flight {:.1} MB", mb(m.in_flight_bytes));
+    }
+    s += &format!(
+        "); a run's peak stays within {}x of it\n",
+        host_memory::MARGIN
+    );
+    s
 }

@@ -15,6 +15,7 @@ pub mod cut;
 pub mod dcqcn;
 pub mod flow;
 pub mod gpu;
+pub mod host_memory;
 pub mod net;
 pub mod params;
 pub mod results;
