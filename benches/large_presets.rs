@@ -1,0 +1,119 @@
+//! The large presets, run whole and checked against their recorded answers (issue 15: an
+//! answer must not move without a note saying which change moved it and why).
+//!
+//! `cargo bench --bench large_presets [-- NAME...]` runs `fleetsim run` (the release binary,
+//! jemalloc, as users run it) once per case in its own process, and prints its wall time,
+//! events/s and peak RSS. A case whose digest or iteration differs from the one recorded
+//! here fails the benchmark, naming both: a change that moves one must record the new
+//! answer here, and its commit and `docs/engine.md` ("Recorded answers of the large
+//! presets") must say why. Not in `cargo test`: the 131,072-GPU cases take 6-12 minutes each
+//! on two cores.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+/// One preset as recorded: what to run and what it answered.
+struct Case {
+    name: &'static str,
+    experiment: &'static str,
+    sets: &'static [&'static str],
+    digest: &'static str,
+    iteration_s: f64,
+}
+
+const CASES: &[Case] = &[
+    // Llama 3 405B cut to 8,192 GPUs (DP 64), as docs/engine.md runs it on several workers.
+    Case {
+        name: "llama3-405b-8k-analytical",
+        experiment: "configs/experiments/llama3-405b-h100-16384.toml",
+        sets: &[
+            "network.model=\"analytical\"",
+            "cluster.gpus=8192",
+            "parallel.global_batch=1024",
+        ],
+        digest: "e7e9361348095099469f6410c43918da",
+        iteration_s: 12.810633080061,
+    },
+    Case {
+        name: "llama3-405b-8k-flow",
+        experiment: "configs/experiments/llama3-405b-h100-131072.toml",
+        sets: &[
+            "network.model=\"flow\"",
+            "cluster.gpus=8192",
+            "parallel.global_batch=1024",
+        ],
+        digest: "352f90c7652f5019cddb7347e4042a57",
+        iteration_s: 12.857125587283,
+    },
+    Case {
+        name: "llama3-405b-131k-flow",
+        experiment: "configs/experiments/llama3-405b-h100-131072.toml",
+        sets: &["network.model=\"flow\""],
+        digest: "e533df5bf3ea7c37dd6afd9ee9f77e41",
+        iteration_s: 12.987601110073,
+    },
+    Case {
+        name: "llama3-405b-131k-analytical",
+        experiment: "configs/experiments/llama3-405b-h100-131072.toml",
+        sets: &["network.model=\"analytical\""],
+        digest: "af4be1ed44aa0f5ac3eb3a98c8fa2261",
+        iteration_s: 12.863099273656,
+    },
+];
+
+fn main() {
+    // `cargo bench` passes `--bench`; names select cases.
+    let names: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scratch = std::env::temp_dir().join("fleetsim-large-presets");
+    let mut failures = Vec::new();
+    for case in CASES {
+        if !names.is_empty() && !names.iter().any(|n| case.name.contains(n.as_str())) {
+            continue;
+        }
+        let out = scratch.join(case.name);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetsim"));
+        cmd.current_dir(root)
+            .args(["run", case.experiment, "--quiet", "--no-alone", "--out"])
+            .arg(&out);
+        for set in case.sets {
+            cmd.args(["--set", set]);
+        }
+        let started = Instant::now();
+        let status = cmd.status().expect("start fleetsim");
+        let wall = started.elapsed().as_secs_f64();
+        if !status.success() {
+            failures.push(format!("{}: fleetsim run failed ({status})", case.name));
+            continue;
+        }
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+        )
+        .expect("summary.json is JSON");
+        let digest = summary["result_digest"].as_str().unwrap_or_default();
+        let iteration = summary["iteration_time_s"].as_f64().unwrap_or(f64::NAN);
+        let engine = &summary["engine"];
+        println!(
+            "{}: iteration {iteration:.6} s, digest {digest}; {} events, {:.3e} events/s, {wall:.1} s wall, peak RSS {:.0} MB",
+            case.name,
+            engine["events"],
+            engine["events_per_s"].as_f64().unwrap_or(f64::NAN),
+            engine["peak_rss_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6,
+        );
+        if digest != case.digest || (iteration - case.iteration_s).abs() > 5e-7 {
+            failures.push(format!(
+                "{}: iteration {iteration:.6} s, digest {digest}, but {:.6} s, {} is recorded",
+                case.name, case.iteration_s, case.digest
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "answers moved (record them with the reason):\n{}",
+        failures.join("\n")
+    );
+}
