@@ -107,6 +107,37 @@ fn hugging_face_config_is_read() {
     assert_eq!(v["model"]["seq_len"], 4096);
 }
 
+/// Squared ReLU (`hidden_act = "relu2"`, Nemotron) reads as `activation = "relu2"`, and
+/// the file gives the preset's model: the same parameters.
+#[test]
+fn a_nemotron_config_reads_as_squared_relu() {
+    let dir = tempdir();
+    let cfg = fs::canonicalize("tests/fixtures/hf/nemotron4-340b-config.json").unwrap();
+    let mut params = Vec::new();
+    for (name, model) in [
+        (
+            "hf-nemotron",
+            format!("hf_config = {:?}", cfg.display().to_string()),
+        ),
+        ("preset-nemotron", "preset = \"nemotron4-340b\"".to_string()),
+    ] {
+        let exp = dir.join(format!("{name}.toml"));
+        fs::write(
+            &exp,
+            format!(
+                "name = \"{name}\"\n[cluster]\ngpus = 1024\ngpu = \"H100-SXM\"\n[model]\n{model}\n[parallel]\ntp = 8\npp = 16\n"
+            ),
+        )
+        .unwrap();
+        let (ok, stdout, stderr) = check(&[exp.to_str().unwrap(), "--json"]);
+        assert!(ok, "{stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        params.push(v["model"]["params"].as_f64().unwrap());
+    }
+    assert_eq!(params[0], params[1]);
+    assert!((params[0] / 1e9 - 340.0).abs() < 3.4, "{params:?}");
+}
+
 fn tempdir() -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("fleetsim-check-{}", std::process::id()));
     fs::create_dir_all(&d).expect("create temp dir");

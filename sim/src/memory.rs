@@ -236,7 +236,9 @@ pub fn layer_activation_bytes(
     // FP8.
     let fc2_input = if fp8 { 1.0 } else { 2.0 };
     let mlp_inner = |f: f64| match model.activation {
-        Activation::Gelu => (2.0 + fc2_input) * sb * f,
+        // GELU keeps its input; squared ReLU keeps relu's output, which both relu's and the
+        // square's backward read: one tensor of fc1's width either way.
+        Activation::Gelu | Activation::Relu2 => (2.0 + fc2_input) * sb * f,
         Activation::Swiglu => (4.0 + fc2_input) * sb * f,
     };
     let mlp = match model.moe {

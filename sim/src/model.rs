@@ -23,6 +23,9 @@ const PRESET_ALIASES: &[(&str, &str)] = &[("llama3-405b", "llama3.1-405b")];
 pub enum Activation {
     Gelu,
     Swiglu,
+    /// Squared ReLU, `relu(x)^2` (Megatron-Core's `squared_relu`; Nemotron-4, arXiv
+    /// 2402.16819 §2): a 2-matrix MLP like GELU's.
+    Relu2,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -299,11 +302,13 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
             "swiglu"
         } else if act.starts_with("gelu") {
             "gelu"
+        } else if act == "relu2" {
+            "relu2"
         } else {
             return Err(ConfigError::plain(
                 &shown,
                 "hidden_act",
-                format!("activation `{act}` is not modelled; expected silu or gelu*"),
+                format!("activation `{act}` is not modelled; expected silu, gelu* or relu2"),
             ));
         };
         out.insert("activation".into(), text_value(ours));
@@ -544,8 +549,8 @@ impl ModelSpec {
     pub fn mlp_params(&self, ffn: u64) -> u64 {
         let h = self.hidden;
         match (self.activation, self.bias) {
-            (Activation::Gelu, false) => 2 * h * ffn,
-            (Activation::Gelu, true) => 2 * h * ffn + ffn + h,
+            (Activation::Gelu | Activation::Relu2, false) => 2 * h * ffn,
+            (Activation::Gelu | Activation::Relu2, true) => 2 * h * ffn + ffn + h,
             (Activation::Swiglu, false) => 3 * h * ffn,
             (Activation::Swiglu, true) => 3 * h * ffn + 2 * ffn + h,
         }
@@ -678,6 +683,8 @@ mod tests {
             ("llama3.1-405b", 405.9, 0.01),
             ("mixtral-8x7b", 46.7, 0.01),
             ("deepseek-v3", 671.0, 0.02),
+            // "340 billion parameters" (the model card of nvidia/Nemotron-4-340B-Base).
+            ("nemotron4-340b", 340.0, 0.01),
         ] {
             let got = spec(name).total_params() as f64 / 1e9;
             assert!(

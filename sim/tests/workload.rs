@@ -38,7 +38,7 @@ fn megatron_flops(exp: &Experiment) -> f64 {
     };
     let gated = match m.activation {
         sim::model::Activation::Swiglu => 1.5,
-        sim::model::Activation::Gelu => 1.0,
+        sim::model::Activation::Gelu | sim::model::Activation::Relu2 => 1.0,
     };
     12.0 * b
         * s

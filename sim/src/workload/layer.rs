@@ -786,7 +786,7 @@ impl LayerEmitter<'_> {
     fn gated(&self) -> u64 {
         match self.model.activation {
             Activation::Swiglu => 2,
-            Activation::Gelu => 1,
+            Activation::Gelu | Activation::Relu2 => 1,
         }
     }
 
