@@ -194,3 +194,38 @@ fn every_bad_table_fails_with_one_clear_line() {
     );
     assert!(stderr.contains("cannot be read"), "{stderr}");
 }
+
+/// A row that cannot be built is that row's failure, with its reason: the other rows run,
+/// `validation.csv` holds both, and the command ends with one line naming the failed row.
+#[test]
+fn a_row_that_cannot_be_built_fails_alone() {
+    let out = scratch("validate-one-row-fails");
+    let table = "tests/fixtures/validate/one-row-cannot-be-built.csv";
+    let run = fleetsim()
+        .args(["validate", table, "--out"])
+        .arg(&out)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("1 of 2 row(s) could not be run") && stderr.contains("line 7"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("failed (line 7)"), "{stdout}");
+    assert!(
+        stdout.contains("MAPE") && stdout.contains("over 1 row(s)"),
+        "{stdout}"
+    );
+    let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
+    let (header, rows) = csv_table(&csv);
+    assert_eq!(rows.len(), 2, "{csv}");
+    let failure = header
+        .iter()
+        .position(|h| h == "failure")
+        .expect("failure column");
+    assert!(rows[0][failure].is_empty(), "{csv}");
+    assert!(rows[1][failure].contains("CP 3"), "{csv}");
+}

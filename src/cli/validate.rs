@@ -87,20 +87,29 @@ impl Args {
         // validation.csv holds every finished row before its line is printed, so a reader of
         // the pipe finds what it was told of.
         let csv = out.join("validation.csv");
-        let write_csv = |outcomes: &[Outcome]| {
-            std::fs::write(&csv, to_csv(outcomes))
-                .with_context(|| format!("writing {}", csv.display()))
-        };
         outln!("{}", table_header());
         let mut outcomes = Vec::new();
+        let mut failures = Vec::new();
         for (case, exp) in prepared {
-            outcomes.push(run_case(case, &exp, &options, &file)?);
-            write_csv(&outcomes)?;
-            if let Some(outcome) = outcomes.last() {
-                outln!("{}", table_line(outcome));
-            }
+            // A row that cannot be built or run is that row's failure; the others go on.
+            let line = match exp.and_then(|exp| run_case(case.clone(), &exp, &options, &file)) {
+                Ok(outcome) => {
+                    let line = table_line(&outcome);
+                    outcomes.push(outcome);
+                    line
+                }
+                Err(error) => {
+                    let failure = RowFailure::new(case, &error);
+                    let line = failure_line(&failure);
+                    failures.push(failure);
+                    line
+                }
+            };
+            std::fs::write(&csv, to_csv(&outcomes, &failures))
+                .with_context(|| format!("writing {}", csv.display()))?;
+            outln!("{line}");
         }
-        let verdict = verdict(&outcomes);
+        let verdict = verdict(&outcomes, &failures);
         let svg = out.join("parity.svg");
         std::fs::write(&svg, parity_svg(&outcomes)?)
             .with_context(|| format!("writing {}", svg.display()))?;
@@ -117,6 +126,15 @@ impl Args {
                 "line {} of {file} is off by {:+.1}%, above --max-error {limit}%",
                 w.case.line,
                 100.0 * w.error
+            );
+        }
+        if let Some(first) = failures.first() {
+            anyhow::bail!(
+                "{} of {} row(s) could not be run (validation.csv names each); the first, line {} of {file}: {}",
+                failures.len(),
+                failures.len() + outcomes.len(),
+                first.case.line,
+                first.reason
             );
         }
         Ok(())
@@ -404,6 +422,24 @@ pub struct Outcome {
     /// `tp/pp/dp/vp` of the experiment.
     pub layout: String,
     pub summary: Summary,
+}
+
+/// A row that could not be built into an experiment or run, and why.
+#[derive(Debug, Clone)]
+pub struct RowFailure {
+    pub case: Case,
+    pub reason: String,
+}
+
+impl RowFailure {
+    fn new(case: Case, error: &ValidateError) -> Self {
+        let reason = match error {
+            // The row is named by the line already; keep the cause.
+            ValidateError::Case { error, .. } => error.to_string(),
+            other => other.to_string(),
+        };
+        RowFailure { case, reason }
+    }
 }
 
 /// Reads a measurement table; `#` lines are comments.
@@ -799,14 +835,16 @@ fn case_file_name(case: &Case) -> String {
     format!("{:02}-{}.toml", case.row, case.source)
 }
 
-/// Writes every case's experiment file and checks it loads, before anything runs: a row that
-/// cannot become an experiment stops the validation at once.
+/// Writes every case's experiment file and loads it, before anything runs. A row whose
+/// experiment is invalid keeps its error, to be reported as that row's failure; only a file
+/// that cannot be written stops the validation.
+#[allow(clippy::type_complexity)]
 pub fn prepare(
     out: &Path,
     cases: &[Case],
     sets: &[String],
     file: &str,
-) -> Result<Vec<(Case, Experiment)>, ValidateError> {
+) -> Result<Vec<(Case, Result<Experiment, ValidateError>)>, ValidateError> {
     let dir = out.join("cases");
     std::fs::create_dir_all(&dir).map_err(|error| ValidateError::Io {
         path: dir.display().to_string(),
@@ -824,7 +862,7 @@ pub fn prepare(
                 file: file.to_string(),
                 line: case.line,
                 error,
-            })?;
+            });
             Ok((case.clone(), exp))
         })
         .collect()
@@ -911,9 +949,26 @@ pub fn table_line(o: &Outcome) -> String {
     )
 }
 
-/// The closing lines: MAPE and the worst row.
-pub fn verdict(outcomes: &[Outcome]) -> String {
+/// A row that failed, in the table's place for it.
+pub fn failure_line(f: &RowFailure) -> String {
+    format!(
+        "{:>3} {:<24} {:>5} {:<18} failed (line {}): {}",
+        f.case.row, f.case.source, f.case.gpus, f.case.gpu, f.case.line, f.reason
+    )
+}
+
+/// The closing lines: MAPE and the worst row, and the rows that failed.
+pub fn verdict(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
     let mut s = format!("MAPE {:.2}% over {} row(s)", mape(outcomes), outcomes.len());
+    if !failures.is_empty() {
+        let lines: Vec<String> = failures.iter().map(|f| f.case.line.to_string()).collect();
+        let _ = write!(
+            s,
+            "; {} row(s) failed (lines {})",
+            failures.len(),
+            lines.join(", ")
+        );
+    }
     if let Some(w) = worst(outcomes) {
         let _ = write!(
             s,
@@ -929,8 +984,8 @@ pub fn verdict(outcomes: &[Outcome]) -> String {
 }
 
 /// `validation.csv`: each row's identity, measured, predicted, error, and where the
-/// predicted time went.
-pub fn to_csv(outcomes: &[Outcome]) -> String {
+/// predicted time went; a row that failed has its identity and its `failure`.
+pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
     let mut table = CsvTable::new([
         "row",
         "line",
@@ -951,6 +1006,7 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
         "mfu",
         "result_digest",
         "case",
+        "failure",
     ]);
     for o in outcomes {
         let (s, breakdown) = (&o.summary, &o.summary.breakdown_s);
@@ -974,7 +1030,25 @@ pub fn to_csv(outcomes: &[Outcome]) -> String {
             format!("{:.4}", s.mfu.unwrap_or_default()),
             s.result_digest.clone(),
             case_file_name(&o.case),
+            String::new(),
         ]);
+    }
+    for f in failures {
+        let c = &f.case;
+        let mut row = vec![
+            c.row.to_string(),
+            c.line.to_string(),
+            c.source.clone(),
+            c.framework.name().to_string(),
+            c.gpu.clone(),
+            c.gpus.to_string(),
+            c.unit.name().to_string(),
+            c.measured.to_string(),
+        ];
+        // Nothing predicted.
+        row.extend(std::iter::repeat_n(String::new(), 10));
+        row.extend([case_file_name(c), f.reason.clone()]);
+        table.row(row);
     }
     table.finish()
 }
@@ -1176,6 +1250,14 @@ mod tests {
             let out = std::env::temp_dir().join(format!("fleetsim-{table}-{}", std::process::id()));
             let prepared = prepare(&out, &cases, &[], table).expect(table);
             assert_eq!(prepared.len(), rows, "{table}");
+            for (case, exp) in &prepared {
+                assert!(
+                    exp.is_ok(),
+                    "{table} line {}: {:?}",
+                    case.line,
+                    exp.as_ref().err()
+                );
+            }
             let _ = std::fs::remove_dir_all(&out);
         }
     }
