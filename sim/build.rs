@@ -1,4 +1,4 @@
-//! Embeds `configs/{gpus,models,compute}/*.toml` so the binary works from any
+//! Embeds `configs/{gpus,models,compute,clusters}/*.toml` so the binary works from any
 //! directory, without the source tree beside it.
 use std::{env, fs, path::Path};
 
@@ -6,7 +6,7 @@ fn main() {
     let manifest = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let configs = Path::new(&manifest).join("../configs");
     let mut out = String::new();
-    for dir in ["gpus", "models", "compute"] {
+    for dir in ["gpus", "models", "compute", "clusters"] {
         let path = configs.join(dir);
         println!("cargo:rerun-if-changed={}", path.display());
         let mut files: Vec<_> = fs::read_dir(&path)

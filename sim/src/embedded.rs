@@ -1,3 +1,3 @@
-//! `configs/{gpus,models,compute}/*.toml`, embedded by `build.rs` as
+//! `configs/{gpus,models,compute,clusters}/*.toml`, embedded by `build.rs` as
 //! `(file stem, contents)` pairs so the binary works from any directory.
 include!(concat!(env!("OUT_DIR"), "/embedded_configs.rs"));

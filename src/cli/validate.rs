@@ -341,16 +341,19 @@ fn nemo_release(source: &str) -> Option<(u32, u32)> {
 /// 32 hosts; GB200 NVL72 with 4 GPUs and 4 ConnectX-7 400 Gb/s NICs per compute tray, 72
 /// GPUs per NVLink domain, 18 trays per rack. `None` for a GPU without one: give the cluster
 /// in the row's `settings`.
-pub fn cluster_for(gpu: &str) -> Option<Vec<(&'static str, String)>> {
+pub fn cluster_for(gpu: &str) -> Option<Vec<(String, String)>> {
     let lower = gpu.to_ascii_lowercase();
     let rail = |gpus_per_host: u32, nic_gbps: u32, hosts_per_segment: u32| {
-        vec![
+        [
             ("gpus_per_host", gpus_per_host.to_string()),
             ("topology", "\"rail-optimized\"".into()),
             ("nics_per_host", gpus_per_host.to_string()),
             ("nic_gbps", nic_gbps.to_string()),
             ("hosts_per_segment", hosts_per_segment.to_string()),
         ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect::<Vec<_>>()
     };
     if lower.starts_with("a100") || lower.starts_with("a800") {
         Some(rail(8, 200, 20))
@@ -361,8 +364,9 @@ pub fn cluster_for(gpu: &str) -> Option<Vec<(&'static str, String)>> {
     {
         Some(rail(8, 400, 32))
     } else if lower.starts_with("gb200") {
-        let mut c = rail(4, 400, 18);
-        c.push(("nvlink_domain", "72".into()));
+        // One description of the rack: the shipped preset's; the row names the GPU.
+        let mut c = sim::config::shipped_cluster("gb200-nvl72")?;
+        c.retain(|(key, _)| key != "gpu");
         Some(c)
     } else if lower.starts_with("b200") {
         Some(rail(8, 400, 32))
@@ -1224,13 +1228,19 @@ mod tests {
 
     #[test]
     fn b200_and_gb200_get_their_dgx_clusters() {
+        let has = |c: &[(String, String)], key: &str, value: &str| {
+            c.iter().any(|(k, v)| k == key && v == value)
+        };
         let b200 = cluster_for("B200").expect("B200");
-        assert!(b200.contains(&("nic_gbps", "400".into())));
-        assert!(b200.contains(&("gpus_per_host", "8".into())));
+        assert!(has(&b200, "nic_gbps", "400"));
+        assert!(has(&b200, "gpus_per_host", "8"));
+        // GB200: configs/clusters/gb200-nvl72.toml itself, less its GPU.
         let gb200 = cluster_for("GB200").expect("GB200");
-        assert!(gb200.contains(&("nvlink_domain", "72".into())));
-        assert!(gb200.contains(&("gpus_per_host", "4".into())));
-        assert!(gb200.contains(&("nics_per_host", "4".into())));
+        assert!(has(&gb200, "nvlink_domain", "72"));
+        assert!(has(&gb200, "gpus_per_host", "4"));
+        assert!(has(&gb200, "nics_per_host", "4"));
+        assert!(has(&gb200, "nic_gbps", "400"));
+        assert!(gb200.iter().all(|(k, _)| k != "gpu"));
     }
 
     /// Every row of every shipped table becomes an experiment that loads (the 405B rows' 126

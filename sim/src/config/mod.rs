@@ -1223,3 +1223,20 @@ pub fn from_tree(mut tree: Located, path: &Path) -> Result<LoadedConfig, ConfigE
         path: path.to_path_buf(),
     })
 }
+
+/// The `[cluster]` keys of a shipped cluster fragment (`configs/clusters/NAME.toml`, embedded),
+/// each value as TOML text, so that another description of the same machine (`fleetsim
+/// validate`'s default clusters) is this one and not a copy. `None` for an unknown name.
+pub fn shipped_cluster(name: &str) -> Option<Vec<(String, String)>> {
+    let (_, text) = crate::embedded::CLUSTERS
+        .iter()
+        .find(|(stem, _)| *stem == name)?;
+    let table: toml::Table = text.parse().ok()?;
+    let cluster = table.get("cluster")?.as_table()?;
+    Some(
+        cluster
+            .iter()
+            .map(|(key, value)| (key.clone(), value.to_string()))
+            .collect(),
+    )
+}
