@@ -839,16 +839,18 @@ fn case_file_name(case: &Case) -> String {
     format!("{:02}-{}.toml", case.row, case.source)
 }
 
+/// A case and its experiment, or why the experiment made from it is invalid.
+pub type PreparedCase = (Case, Result<Experiment, ValidateError>);
+
 /// Writes every case's experiment file and loads it, before anything runs. A row whose
 /// experiment is invalid keeps its error, to be reported as that row's failure; only a file
 /// that cannot be written stops the validation.
-#[allow(clippy::type_complexity)]
 pub fn prepare(
     out: &Path,
     cases: &[Case],
     sets: &[String],
     file: &str,
-) -> Result<Vec<(Case, Result<Experiment, ValidateError>)>, ValidateError> {
+) -> Result<Vec<PreparedCase>, ValidateError> {
     let dir = out.join("cases");
     std::fs::create_dir_all(&dir).map_err(|error| ValidateError::Io {
         path: dir.display().to_string(),
@@ -1012,17 +1014,23 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
         "case",
         "failure",
     ]);
+    // The columns that name a row and what was measured, for rows that ran and failed alike.
+    let identity = |c: &Case| {
+        vec![
+            c.row.to_string(),
+            c.line.to_string(),
+            c.source.clone(),
+            c.framework.name().to_string(),
+            c.gpu.clone(),
+            c.gpus.to_string(),
+            c.unit.name().to_string(),
+            c.measured.to_string(),
+        ]
+    };
     for o in outcomes {
         let (s, breakdown) = (&o.summary, &o.summary.breakdown_s);
-        table.row([
-            o.case.row.to_string(),
-            o.case.line.to_string(),
-            o.case.source.clone(),
-            o.case.framework.name().to_string(),
-            o.case.gpu.clone(),
-            o.case.gpus.to_string(),
-            o.case.unit.name().to_string(),
-            o.case.measured.to_string(),
+        let mut row = identity(&o.case);
+        row.extend([
             format!("{:.6}", o.predicted),
             format!("{:.3}", 100.0 * o.error),
             format!("{:.3}", o.measured_tflops),
@@ -1036,22 +1044,13 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
             case_file_name(&o.case),
             String::new(),
         ]);
+        table.row(row);
     }
     for f in failures {
-        let c = &f.case;
-        let mut row = vec![
-            c.row.to_string(),
-            c.line.to_string(),
-            c.source.clone(),
-            c.framework.name().to_string(),
-            c.gpu.clone(),
-            c.gpus.to_string(),
-            c.unit.name().to_string(),
-            c.measured.to_string(),
-        ];
+        let mut row = identity(&f.case);
         // Nothing predicted.
         row.extend(std::iter::repeat_n(String::new(), 10));
-        row.extend([case_file_name(c), f.reason.clone()]);
+        row.extend([case_file_name(&f.case), f.reason.clone()]);
         table.row(row);
     }
     table.finish()

@@ -54,7 +54,7 @@ impl HostMemory {
 }
 
 /// A run's peak resident set may exceed [`HostMemory::total_bytes`] by this factor at most.
-/// Measured (docs/engine.md, "Host memory"): 0.66-1.20 of the estimate from 64 to 131,072
+/// Measured (docs/engine.md, "Host memory"): 0.61-1.20 of the estimate from 64 to 131,072
 /// GPUs on the three network models, the highest a 64 MiB all-reduce in flow mode, whose
 /// concurrent flows the per-GPU bytes do not count.
 pub const MARGIN: f64 = 1.5;

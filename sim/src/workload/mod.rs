@@ -68,32 +68,35 @@ pub fn load_or_compile(
             exp.loaded.config.cluster.gpus,
         ));
     }
-    let path = match (override_file, &exp.loaded.config.workload_file) {
-        (Some(p), _) => {
-            if !p.is_file() && !crate::interop::chakra::is_chakra(p) {
-                return Err(ConfigError::plain(
-                    &p.display().to_string(),
-                    "",
-                    format!("does not exist; {WORKLOAD_FILES}"),
-                ));
-            }
-            Some(p.to_path_buf())
-        }
-        (None, Some(written)) => {
-            let path = exp.loaded.resolve_path("workload_file", written);
-            if !path.is_file() && !crate::interop::chakra::is_chakra(&path) {
-                return Err(exp.loaded.error(
-                    "workload_file",
-                    format!(
-                        "cannot read `{}` (resolved relative to the experiment file); {WORKLOAD_FILES}",
-                        path.display()
-                    ),
-                ));
-            }
-            Some(path)
-        }
-        (None, None) => None,
+    // `--workload-file` names a path as given; `workload_file` is resolved against the
+    // experiment file, and its error names the key.
+    let (path, from_config) = match (override_file, &exp.loaded.config.workload_file) {
+        (Some(p), _) => (Some(p.to_path_buf()), false),
+        (None, Some(written)) => (
+            Some(exp.loaded.resolve_path("workload_file", written)),
+            true,
+        ),
+        (None, None) => (None, false),
     };
+    if let Some(path) = &path
+        && !path.is_file()
+        && !crate::interop::chakra::is_chakra(path)
+    {
+        return Err(match from_config {
+            true => exp.loaded.error(
+                "workload_file",
+                format!(
+                    "cannot read `{}` (resolved relative to the experiment file); {WORKLOAD_FILES}",
+                    path.display()
+                ),
+            ),
+            false => ConfigError::plain(
+                &path.display().to_string(),
+                "",
+                format!("does not exist; {WORKLOAD_FILES}"),
+            ),
+        });
+    }
     match path {
         Some(path) if crate::interop::chakra::is_chakra(&path) => {
             let context = crate::interop::chakra_convert::ImportContext::from_experiment(exp);
