@@ -1040,16 +1040,25 @@ mod route_tests {
     /// Quickstart's fabric with two hosts per leaf, cut so that partition 0 holds hosts 0
     /// and 1 and the leaves their NICs hang from; everything else is partition 1.
     fn two_hosts_cut(model: &SimModel) -> Cut {
+        Cut::new(model, &hosts_and_their_leaves(model, &[0, 1], 0), &[0, 1])
+    }
+
+    /// A two-partition map: the nodes of `hosts` and the leaves their NICs hang from in
+    /// partition `theirs`, every other node (spines included) in the other.
+    fn hosts_and_their_leaves(model: &SimModel, hosts: &[u32], theirs: u32) -> Vec<u32> {
         let t = &model.topology;
-        let inside = |n: NodeId| matches!(t.nodes()[n as usize].host, 0 | 1);
-        let partition_of: Vec<u32> = (0..t.nodes().len() as NodeId)
+        let inside = |n: NodeId| hosts.contains(&t.nodes()[n as usize].host);
+        (0..t.nodes().len() as NodeId)
             .map(|n| {
-                let leaf_of_ours = t.nodes()[n as usize].kind == NodeKind::Leaf
+                let their_leaf = t.nodes()[n as usize].kind == NodeKind::Leaf
                     && t.out_links(n).iter().any(|&l| inside(t.link(l).dst));
-                u32::from(!(inside(n) || leaf_of_ours))
+                if inside(n) || their_leaf {
+                    theirs
+                } else {
+                    1 - theirs
+                }
             })
-            .collect();
-        Cut::new(model, &partition_of, &[0, 1])
+            .collect()
     }
 
     /// A segment from GPU rank `src` to rank `dst` at the hop where it reaches the leaf,
@@ -1101,14 +1110,7 @@ mod route_tests {
         let t = &model.topology;
         // Partition 1: hosts 2 and 3 (GPUs 16-31) and their leaves; the spines and every
         // other segment are partition 0.
-        let outside = |n: NodeId| matches!(t.nodes()[n as usize].host, 2 | 3);
-        let partition_of: Vec<u32> = (0..t.nodes().len() as NodeId)
-            .map(|n| {
-                let their_leaf = t.nodes()[n as usize].kind == NodeKind::Leaf
-                    && t.out_links(n).iter().any(|&l| outside(t.link(l).dst));
-                u32::from(outside(n) || their_leaf)
-            })
-            .collect();
+        let partition_of = hosts_and_their_leaves(&model, &[2, 3], 1);
         let cut = Cut::new(&model, &partition_of, &[0, 1]);
         let mut draw = crate::topology::draws_from(15);
         let mut behind_one_inside = 0;
