@@ -76,6 +76,65 @@ fn set_overrides_win_and_change_the_derivation() {
     assert_eq!(v["parallel"]["dp"], 16);
 }
 
+/// MoE parallel folding (DeepSeek-V3's H100 recipe: TP 2, PP 16, EP 64, expert TP 1): the
+/// expert groups are the ones Megatron-Core's expert `RankGenerator(tp=1, ep=64, dp=1, pp=16,
+/// cp=1)` forms (megatron/core/parallel_state.py), 64 consecutive ranks spanning the
+/// attention's TP 2 x DP 32 of one pipeline stage, while the attention keeps TP 2, DP 32.
+#[test]
+fn folded_experts_form_megatron_cores_groups() {
+    let (ok, stdout, stderr) = check(&["configs/experiments/deepseek-v3-h100-1024.toml", "--json"]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let p = &v["parallel"];
+    assert_eq!((p["tp"].as_u64(), p["dp"].as_u64()), (Some(2), Some(32)));
+    assert_eq!((p["ep"].as_u64(), p["etp"].as_u64()), (Some(64), Some(1)));
+    assert_eq!(p["expert_dp"], 1);
+    let group = |kind: &str| {
+        p["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} group in {p}"))
+            .clone()
+    };
+    let ep = group("ep");
+    assert_eq!(
+        (ep["size"].as_u64(), ep["count"].as_u64()),
+        (Some(64), Some(16))
+    );
+    let first: Vec<u64> = ep["first"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_u64())
+        .collect();
+    assert_eq!(first, (0..64).collect::<Vec<u64>>());
+    assert_eq!(group("expert-tp")["size"], 1);
+    assert_eq!(group("dp")["first"][1], 2);
+    assert_eq!(group("pp")["first"][1], 64);
+    // Expert weights per GPU are split over EP x expert TP: EP 32 x ETP 2 (half of 8 experts
+    // each) holds as many as EP 64 x ETP 1 (4 whole experts).
+    let (ok, stdout, stderr) = check(&[
+        "configs/experiments/deepseek-v3-h100-1024.toml",
+        "--set",
+        "parallel.etp=2",
+        "--set",
+        "parallel.ep=32",
+        "--set",
+        "training.memory_check=warn",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let etp2: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let params = |v: &serde_json::Value| v["memory"][1]["params_per_gpu"].as_f64().unwrap();
+    assert_eq!(etp2["parallel"]["expert_dp"], 1);
+    assert!(
+        (params(&etp2) - params(&v)).abs() / params(&v) < 1e-9,
+        "EP 32 x ETP 2 holds as many expert weights as EP 64 x ETP 1"
+    );
+}
+
 #[test]
 fn later_includes_and_own_keys_win() {
     // quickstart includes rail-h100.toml (gpus_per_host 8) and sets its own gpus = 128.
@@ -94,7 +153,7 @@ fn hugging_face_config_is_read() {
     fs::write(
         &exp,
         format!(
-            "name = \"hf\"\n[cluster]\ngpus = 64\ngpu = \"H100-SXM\"\n[model]\nhf_config = {:?}\nseq_len = 4096\n[parallel]\ntp = 2\npp = 4\nep = 8\n",
+            "name = \"hf\"\n[cluster]\ngpus = 64\ngpu = \"H100-SXM\"\n[model]\nhf_config = {:?}\nseq_len = 4096\n[parallel]\ntp = 2\npp = 4\nep = 8\nsequence_parallel = true\n",
             cfg.display().to_string()
         ),
     )

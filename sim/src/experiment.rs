@@ -355,34 +355,26 @@ impl Experiment {
                 ),
             ));
         }
-        if p.ep > 1 {
-            if let Some(model) = &model {
-                let Some(moe) = model.moe else {
-                    return Err(err(
-                        "parallel.ep",
-                        format!(
-                            "ep = {} needs a mixture-of-experts model (model.experts)",
-                            p.ep
-                        ),
-                    ));
-                };
-                if moe.experts % u64::from(p.ep) != 0 {
-                    return Err(err(
-                        "parallel.ep",
-                        format!("EP {} must divide model.experts = {}", p.ep, moe.experts),
-                    ));
-                }
-            }
-            if (u64::from(dp) * u64::from(p.cp)) % u64::from(p.ep) != 0 {
+        if p.ep > 1
+            && let Some(model) = &model
+        {
+            let Some(moe) = model.moe else {
                 return Err(err(
                     "parallel.ep",
                     format!(
-                        "EP {} must divide DP {dp} x CP {} (experts are sharded over data-parallel ranks)",
-                        p.ep, p.cp
+                        "ep = {} needs a mixture-of-experts model (model.experts)",
+                        p.ep
                     ),
+                ));
+            };
+            if moe.experts % u64::from(p.ep) != 0 {
+                return Err(err(
+                    "parallel.ep",
+                    format!("EP {} must divide model.experts = {}", p.ep, moe.experts),
                 ));
             }
         }
+        let etp = expert_tensor_parallel(&loaded, dp, model.as_ref())?;
         if p.zero > 3 {
             return Err(err(
                 "parallel.zero",
@@ -393,11 +385,13 @@ impl Experiment {
             tp: p.tp,
             cp: p.cp,
             ep: p.ep,
+            etp,
             dp,
             pp: p.pp,
             vp: p.vp,
             order,
         };
+        check_expert_layout(&loaded, &layout)?;
 
         // --- batch ---
         let micro_batch = u64::from(p.micro_batch);
@@ -915,6 +909,95 @@ fn replica_micro_batches(
         ));
     }
     Ok(list.iter().map(|&m| u64::from(m)).collect())
+}
+
+/// `parallel.etp`, checked as Megatron-Core's MoE parallel folding needs it: EP × ETP experts'
+/// shards are drawn from the attention's TP × CP × DP ranks of a pipeline stage
+/// (`initialize_model_parallel`: "decoder world_size is not divisible by
+/// expert_tensor_model_pipeline_parallel size"), ETP splits each expert's FFN, and with EP and
+/// TP the tokens must be sequence-split (`TransformerConfig.__post_init__`: "When using expert
+/// parallelism and tensor parallelism, sequence parallelism must be used").
+fn expert_tensor_parallel(
+    loaded: &LoadedConfig,
+    dp: u32,
+    model: Option<&ModelSpec>,
+) -> Result<u32, ConfigError> {
+    let p = &loaded.config.parallel;
+    let err = |msg: String| loaded.error("parallel.etp", msg);
+    let etp = match p.etp {
+        None => p.tp,
+        Some(0) => return Err(err("must be greater than 0".into())),
+        Some(etp) => etp,
+    };
+    let moe = model.and_then(|m| m.moe);
+    if p.etp.is_some() && model.is_some() && moe.is_none() {
+        return Err(err(format!(
+            "etp = {etp} needs a mixture-of-experts model (model.experts); a dense model's MLP is split by parallel.tp"
+        )));
+    }
+    let attention = u64::from(p.tp) * u64::from(p.cp) * u64::from(dp);
+    let experts = u64::from(p.ep) * u64::from(etp);
+    if attention % experts != 0 {
+        let key = if p.etp.is_some() {
+            "parallel.etp"
+        } else {
+            "parallel.ep"
+        };
+        return Err(loaded.error(
+            key,
+            format!(
+                "EP {} x expert TP {etp} = {experts} must divide TP {} x CP {} x DP {dp} = {attention} (Megatron-Core's MoE parallel folding draws the experts' GPUs from the attention's TP x CP x DP GPUs of a pipeline stage){}",
+                p.ep,
+                p.tp,
+                p.cp,
+                if p.etp.is_none() {
+                    "; expert TP defaults to TP: lower EP or set parallel.etp"
+                } else {
+                    "; lower EP or parallel.etp"
+                }
+            ),
+        ));
+    }
+    if let Some(moe) = moe
+        && moe.ffn_hidden % u64::from(etp) != 0
+    {
+        return Err(err(format!(
+            "expert TP {etp} must divide the experts' FFN width model.moe_ffn_hidden = {}",
+            moe.ffn_hidden
+        )));
+    }
+    if moe.is_some() && p.tp > 1 && (p.ep > 1 || etp != p.tp) && !p.sequence_parallel {
+        let key = if p.ep > 1 {
+            "parallel.ep"
+        } else {
+            "parallel.etp"
+        };
+        return Err(loaded.error(
+            key,
+            format!(
+                "experts split over EP {} x expert TP {etp} with TP {} need parallel.sequence_parallel = true (Megatron-Core: \"When using expert parallelism and tensor parallelism, sequence parallelism must be used\")",
+                p.ep, p.tp
+            ),
+        ));
+    }
+    Ok(etp)
+}
+
+/// Megatron-Core's checks of the two rank generators: the attention's and the experts' layouts
+/// must form the same pipeline groups, and without `pp` last in the order the two
+/// data-parallel sizes must agree (`initialize_model_parallel`).
+fn check_expert_layout(loaded: &LoadedConfig, layout: &ParallelLayout) -> Result<(), ConfigError> {
+    let (dense, expert) = layout.pipeline_strides();
+    if layout.pp > 1 && dense != expert {
+        return Err(loaded.error(
+            "parallel.order",
+            format!(
+                "with EP {} x expert TP {} the experts' ranks form other pipeline groups than the attention's (Megatron-Core: \"Pipeline parallel groups are expected to be the same for Non-Expert and Expert part\"); put pp last in the order",
+                layout.ep, layout.etp
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn positive(loaded: &LoadedConfig, key: &str, value: u64) -> Result<(), ConfigError> {

@@ -2,9 +2,11 @@
 //!
 //! Megatron-Core's `RankGenerator` (megatron/core/parallel_state.py) lays ranks out along an
 //! order string, fastest-varying dimension first (default `tp-cp-ep-dp-pp`). Dense layers use
-//! the generator with `ep = 1`; expert layers use one with `cp = 1` and the data-parallel size
-//! replaced by the expert-data-parallel size `dp·cp / ep`. A group of kind X holds the ranks that
-//! differ only in coordinate X. Nothing here stores per-rank tables: coordinates and groups are
+//! the generator with `ep = 1`; expert layers use a second one (`initialize_model_parallel`,
+//! "Build expert rank generator": MoE parallel folding) with tensor size the expert-TP size
+//! `etp`, `cp = 1`, and the data-parallel size replaced by the expert-data-parallel size
+//! `tp·cp·dp / (etp·ep)`: the experts are drawn from the attention's TP × CP × DP ranks. A
+//! group of kind X holds the ranks that differ only in coordinate X. Nothing here stores per-rank tables: coordinates and groups are
 //! computed on demand, so 131,072 ranks cost nothing.
 
 use std::fmt;
@@ -87,11 +89,15 @@ pub enum GroupKind {
     /// word embeddings (Megatron-LM `_allreduce_word_embedding_grads`). Middle stages belong to
     /// none, so this kind is not in [`GroupKind::ALL`].
     Embedding,
+    /// Expert tensor parallel (Megatron-Core `_EXPERT_TENSOR_PARALLEL_GROUP`): shards each
+    /// expert's weights; the MoE token dispatcher gathers tokens over it. Declared last so the
+    /// kinds before it keep their discriminants.
+    ExpertTp,
 }
 
 impl GroupKind {
     /// Kinds that partition the ranks (every rank in exactly one group of each).
-    pub const ALL: [GroupKind; 8] = [
+    pub const ALL: [GroupKind; 9] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Dp,
@@ -100,6 +106,7 @@ impl GroupKind {
         GroupKind::Ep,
         GroupKind::ExpertDp,
         GroupKind::ModelParallel,
+        GroupKind::ExpertTp,
     ];
 
     /// The kind whose discriminant is `index` (as `kind as u8` wrote it), including
@@ -122,6 +129,7 @@ impl GroupKind {
             GroupKind::ExpertDp => "expert-dp",
             GroupKind::ModelParallel => "tp-pp",
             GroupKind::Embedding => "embedding",
+            GroupKind::ExpertTp => "expert-tp",
         }
     }
 }
@@ -132,6 +140,8 @@ pub struct ParallelLayout {
     pub tp: u32,
     pub cp: u32,
     pub ep: u32,
+    /// Expert tensor parallel (Megatron-Core `--expert-tensor-parallel-size`, default TP).
+    pub etp: u32,
     pub dp: u32,
     pub pp: u32,
     pub vp: u32,
@@ -146,6 +156,7 @@ pub struct Coords {
     pub dp: u32,
     pub pp: u32,
     pub ep: u32,
+    pub expert_tp: u32,
     pub expert_dp: u32,
 }
 
@@ -154,14 +165,29 @@ impl ParallelLayout {
         self.tp * self.cp * self.dp * self.pp
     }
 
-    /// Expert-data-parallel size, `dp·cp / ep`.
+    /// Expert-data-parallel size, `tp·cp·dp / (etp·ep)` (Megatron-Core's
+    /// `expert_data_parallel_size = decoder_world_size // (etp·ep·pp)`).
     pub fn expert_dp(&self) -> u32 {
-        self.dp * self.cp / self.ep
+        self.tp * self.cp * self.dp / (self.etp * self.ep)
+    }
+
+    /// Whether expert-TP groups are the TP groups (ETP = TP and the same rank strides): the
+    /// workload then keeps one communicator for both, as when TP was the only tensor split.
+    pub fn expert_tp_is_tp(&self) -> bool {
+        self.etp == self.tp && self.stride(Dim::Tp, false) == self.stride(Dim::Tp, true)
+    }
+
+    /// Stride of `Dim::Pp` in the dense and expert layouts: equal strides give equal pipeline
+    /// groups, which Megatron-Core asserts ("Pipeline parallel groups are expected to be the
+    /// same for Non-Expert and Expert part").
+    pub fn pipeline_strides(&self) -> (u32, u32) {
+        (self.stride(Dim::Pp, false), self.stride(Dim::Pp, true))
     }
 
     fn size(&self, d: Dim, expert: bool) -> u32 {
         match (d, expert) {
-            (Dim::Tp, _) => self.tp,
+            (Dim::Tp, false) => self.tp,
+            (Dim::Tp, true) => self.etp,
             (Dim::Cp, false) => self.cp,
             (Dim::Cp, true) => 1,
             (Dim::Ep, false) => 1,
@@ -194,6 +220,7 @@ impl ParallelLayout {
             dp: self.coord(rank, Dim::Dp, false),
             pp: self.coord(rank, Dim::Pp, false),
             ep: self.coord(rank, Dim::Ep, true),
+            expert_tp: self.coord(rank, Dim::Tp, true),
             expert_dp: self.coord(rank, Dim::Dp, true),
         }
     }
@@ -210,6 +237,7 @@ impl ParallelLayout {
             GroupKind::ExpertDp => (&[Dim::Dp], true),
             GroupKind::ModelParallel => (&[Dim::Tp, Dim::Pp], false),
             GroupKind::Embedding => (&[Dim::Pp], false),
+            GroupKind::ExpertTp => (&[Dim::Tp], true),
         }
     }
 
@@ -274,17 +302,31 @@ impl ParallelLayout {
     }
 }
 
+/// How many expert-TP ranks' tokens one rank's experts compute: ETP when the tokens of the
+/// expert-TP group differ (sequence-parallel TP ranks, or ranks of different data-parallel
+/// replicas when TP = 1), else 1 (without sequence parallel the TP ranks hold the same tokens).
+/// Megatron-Core's `MoEAlltoAllTokenDispatcher` gathers them over the expert-TP group after the
+/// all-to-all (`gather_from_sequence_parallel_region`).
+pub fn expert_tp_gather(tp: u32, etp: u32, sequence_parallel: bool) -> u32 {
+    if (sequence_parallel && tp > 1) || tp == 1 {
+        etp
+    } else {
+        1
+    }
+}
+
 impl fmt::Display for ParallelLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "TP {} x CP {} x DP {} x PP {} = {} (EP {}, expert-DP {}, VP {})",
+            "TP {} x CP {} x DP {} x PP {} = {} (EP {}, expert-TP {}, expert-DP {}, VP {})",
             self.tp,
             self.cp,
             self.dp,
             self.pp,
             self.world(),
             self.ep,
+            self.etp,
             self.expert_dp(),
             self.vp
         )
@@ -300,6 +342,7 @@ mod tests {
             tp,
             cp,
             ep,
+            etp: tp,
             dp,
             pp,
             vp: 1,
@@ -327,6 +370,63 @@ mod tests {
         assert_eq!(l.group(GroupKind::Ep, 0), vec![0, 2]);
         assert_eq!(l.group(GroupKind::ExpertDp, 0), vec![0, 4]);
         assert_eq!(l.group_size(GroupKind::ExpertDp), 2);
+    }
+
+    /// MoE parallel folding, worked by hand from Megatron-Core's `initialize_model_parallel`
+    /// (megatron/core/parallel_state.py): the expert `RankGenerator(tp=etp, ep=ep,
+    /// dp=world // (etp*ep*pp), pp=pp, cp=1, order)` and `generate_masked_orthogonal_rank_groups`,
+    /// which makes a group of the ranks that differ only in the masked dimensions, the first
+    /// dimension of the order varying fastest.
+    #[test]
+    fn moe_parallel_folding_matches_megatron_core() {
+        // DeepSeek-V3's H100 recipe in small: TP 2, DP 4, PP 2, EP 8, ETP 1 on 16 GPUs. The
+        // expert generator is tp 1, ep 8, dp 16 // (1*8*2) = 1, pp 2: EP groups are ranks
+        // 0-7 and 8-15, spanning the attention's TP 2 x DP 4; expert TP and expert DP groups
+        // are single ranks.
+        let folded = ParallelLayout {
+            etp: 1,
+            ..layout(2, 1, 8, 4, 2)
+        };
+        assert_eq!(folded.expert_dp(), 1);
+        assert_eq!(folded.group(GroupKind::Ep, 5), (0..8).collect::<Vec<_>>());
+        assert_eq!(folded.group(GroupKind::Ep, 9), (8..16).collect::<Vec<_>>());
+        assert_eq!(folded.group(GroupKind::ExpertTp, 3), vec![3]);
+        assert_eq!(folded.group(GroupKind::ExpertDp, 3), vec![3]);
+        // The attention keeps its own groups: TP [2,3], DP [1,3,5,7], PP [3,11].
+        assert_eq!(folded.group(GroupKind::Tp, 3), vec![2, 3]);
+        assert_eq!(folded.group(GroupKind::Dp, 3), vec![1, 3, 5, 7]);
+        assert_eq!(folded.group(GroupKind::Pp, 3), vec![3, 11]);
+        let (dense, expert) = folded.pipeline_strides();
+        assert_eq!(dense, expert);
+        assert!(!folded.expert_tp_is_tp());
+        let c = folded.coords(13);
+        assert_eq!(
+            (c.tp, c.dp, c.pp, c.ep, c.expert_tp, c.expert_dp),
+            (1, 2, 1, 5, 0, 0)
+        );
+
+        // Context parallelism folds into EP too: TP 1, CP 2, DP 2, EP 4, ETP 1 on 4 GPUs. The
+        // expert generator (cp = 1) gives one EP group of all four ranks; CP groups [0,1],
+        // [2,3] and DP groups [0,2], [1,3] stay the attention's.
+        let cp_folded = ParallelLayout {
+            etp: 1,
+            ..layout(1, 2, 4, 2, 1)
+        };
+        assert_eq!(cp_folded.group(GroupKind::Ep, 2), vec![0, 1, 2, 3]);
+        assert_eq!(cp_folded.group(GroupKind::Cp, 2), vec![2, 3]);
+        assert_eq!(cp_folded.group(GroupKind::Dp, 2), vec![0, 2]);
+
+        // ETP 2, EP 2 on TP 4 x DP 2 (8 GPUs): expert generator tp 2, ep 2, dp 2. Expert TP
+        // [0,1], EP [0,2] (stride 2), expert DP [0,4] (stride 4): experts split half of an
+        // attention TP group.
+        let half = ParallelLayout {
+            etp: 2,
+            ..layout(4, 1, 2, 2, 1)
+        };
+        assert_eq!(half.group(GroupKind::ExpertTp, 1), vec![0, 1]);
+        assert_eq!(half.group(GroupKind::Ep, 1), vec![1, 3]);
+        assert_eq!(half.group(GroupKind::ExpertDp, 1), vec![1, 5]);
+        assert_eq!(half.group(GroupKind::Tp, 1), vec![0, 1, 2, 3]);
     }
 
     #[test]

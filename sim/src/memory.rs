@@ -171,12 +171,13 @@ pub fn stage_layers(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> V
 
 /// Dense and expert parameters of layer `layer` held by one GPU. Norms are replicated across
 /// TP; everything else is split (column/row-parallel linears). Expert weights split over EP and
-/// expert-TP (= TP).
+/// expert-TP.
 pub fn layer_params_per_rank(model: &ModelSpec, layout: &ParallelLayout, layer: u64) -> (f64, f64) {
     let t = f64::from(layout.tp);
     let norms = 2.0 * model.norm_params() as f64;
     let dense = (model.layer_dense_params(layer) as f64 - norms) / t + norms;
-    let expert = model.layer_expert_params(layer) as f64 / (f64::from(layout.ep) * t);
+    let expert =
+        model.layer_expert_params(layer) as f64 / (f64::from(layout.ep) * f64::from(layout.etp));
     (dense, expert)
 }
 
@@ -235,26 +236,41 @@ pub fn layer_activation_bytes(
     // The activation's input (fc1's output) in BF16 and its output (fc2's input), FP8 under
     // FP8.
     let fc2_input = if fp8 { 1.0 } else { 2.0 };
+    // Bytes per token of an MLP's inner activations at fc1 width `f` (per TP shard).
     let mlp_inner = |f: f64| match model.activation {
         // GELU keeps its input; squared ReLU keeps relu's output, which both relu's and the
         // square's backward read: one tensor of fc1's width either way.
-        Activation::Gelu | Activation::Relu2 => (2.0 + fc2_input) * sb * f,
-        Activation::Swiglu => (4.0 + fc2_input) * sb * f,
+        Activation::Gelu | Activation::Relu2 => (2.0 + fc2_input) * f,
+        Activation::Swiglu => (4.0 + fc2_input) * f,
     };
-    let mlp = match model.moe {
+    let (mlp, experts) = match model.moe {
         Some(m) if model.is_moe_layer(layer) => {
-            // Each token is copied to top_k routed experts (their inputs and inner
-            // activations) and runs through the shared experts.
-            let copies = (m.top_k + m.shared_experts) as f64;
-            copies * (2.0 * sb * h + mlp_inner(m.ffn_hidden as f64))
+            // Shared experts run on every token like a dense MLP; the routed experts keep
+            // fc1's input and their inner activations for the tokens this rank computes.
+            let shared =
+                m.shared_experts as f64 * (2.0 * sb * h + sb * mlp_inner(m.ffn_hidden as f64));
+            let tokens = expert_tokens(layout, sp, sb, m.top_k);
+            let etp = f64::from(layout.etp);
+            let routed = tokens * (fc2_input * h + mlp_inner(m.ffn_hidden as f64 / etp));
+            (shared, routed)
         }
-        _ => mlp_inner(model.ffn_hidden as f64),
+        _ => (sb * mlp_inner(model.ffn_hidden as f64), 0.0),
     };
-    if sp {
-        (replicated + attention + mlp) / t
-    } else {
-        replicated + (attention + mlp) / t
-    }
+    experts
+        + if sp {
+            (replicated + attention + mlp) / t
+        } else {
+            replicated + (attention + mlp) / t
+        }
+}
+
+/// Tokens the routed experts of one GPU compute per micro-batch: the `sb` tokens of this CP
+/// rank, split over TP when sequence parallel, copied to `top_k` experts, all-to-all over EP
+/// (balanced: as many come back as went out), then gathered over expert-TP
+/// ([`crate::layout::expert_tp_gather`]).
+fn expert_tokens(layout: &ParallelLayout, sp: bool, sb: f64, top_k: u64) -> f64 {
+    let local = if sp { sb / f64::from(layout.tp) } else { sb } * top_k as f64;
+    local * f64::from(crate::layout::expert_tp_gather(layout.tp, layout.etp, sp))
 }
 
 /// Memory of every pipeline stage.
@@ -398,6 +414,7 @@ mod tests {
             tp: 8,
             cp: 1,
             ep: 1,
+            etp: 8,
             dp,
             pp,
             vp: 1,

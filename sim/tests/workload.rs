@@ -446,6 +446,60 @@ memory_check = "off"
     assert_close(wire, bytes as f64 * 7.0 / 8.0, 1e-9, "a2a wire bytes");
 }
 
+/// Expert tensor parallel below TP (Megatron-Core MoE parallel folding): with TP 4 and expert
+/// TP 2 the dispatcher gathers routed tokens over the expert-TP group (2 ranks, not the 4 of
+/// TP) after the all-to-all and reduce-scatters them before the way back
+/// (`MoEAlltoAllTokenDispatcher`), and a rank's expert FLOPs stay those of its routed tokens
+/// however EP x ETP splits the experts.
+#[test]
+fn expert_tp_gathers_over_its_own_group() {
+    let body = |ep: u32, etp: u32| {
+        format!(
+            r#"
+[cluster]
+gpus = 64
+[model]
+preset = "mixtral-8x7b"
+[parallel]
+tp = 4
+pp = 1
+ep = {ep}
+etp = {etp}
+sequence_parallel = true
+micro_batch = 1
+global_batch = 16
+[training]
+memory_check = "off"
+"#
+        )
+    };
+    let folded = experiment("etp-2", &body(8, 2));
+    let w = compile(&folded).expect("compile");
+    let m = folded.model.as_ref().expect("a model");
+    let moe = m.moe.expect("moe");
+    let routed = m.seq_len / 4 * moe.top_k; // sequence-parallel share, top-k copies
+    let (count, bytes, _) = collective(&w, 0, CollectiveOp::AllGather, GroupKind::ExpertTp);
+    assert_eq!(
+        count,
+        m.layers * 2,
+        "one gather forward, one backward per MoE layer"
+    );
+    assert_eq!(bytes, count * 2 * routed * m.hidden * 2);
+    let (count, _, _) = collective(&w, 0, CollectiveOp::ReduceScatter, GroupKind::ExpertTp);
+    assert_eq!(count, m.layers * 2);
+    assert_eq!(folded.layout.group(GroupKind::ExpertTp, 5), vec![4, 5]);
+
+    // Expert TP = TP (the default) keeps the TP communicator and moves as many FLOPs.
+    let default = experiment("etp-4", &body(4, 4));
+    let d = compile(&default).expect("compile");
+    assert_eq!(
+        collective(&d, 0, CollectiveOp::AllGather, GroupKind::ExpertTp).0,
+        0
+    );
+    let flops = |w: &Workload| summarize(w)[0].model_flops;
+    assert_close(flops(&w), flops(&d), 1e-12, "model FLOPs per rank");
+}
+
 /// A cost that makes every chunk forward take F and backward 2F: GEMM and attention FLOPs of
 /// the layers only; everything else is free.
 fn layer_flops_cost(p: &Program, op: &sim::workload::Op) -> u64 {

@@ -218,6 +218,7 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
                 "rank": r, "host": hosts.map_or(r / c.gpus_per_host, |h| h[(r / c.gpus_per_host) as usize]),
                 "local_gpu": r % c.gpus_per_host,
                 "tp": co.tp, "cp": co.cp, "dp": co.dp, "pp": co.pp, "ep": co.ep,
+                "expert_tp": co.expert_tp, "expert_dp": co.expert_dp,
             })
         })
         .collect();
@@ -252,7 +253,8 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
             "seq_len": m.seq_len,
         })),
         "parallel": {
-            "tp": l.tp, "cp": l.cp, "ep": l.ep, "dp": l.dp, "pp": l.pp, "vp": l.vp,
+            "tp": l.tp, "cp": l.cp, "ep": l.ep, "etp": l.etp, "expert_dp": l.expert_dp(),
+            "dp": l.dp, "pp": l.pp, "vp": l.vp,
             "expert_dp": l.expert_dp(),
             "order": exp.loaded.config.parallel.order,
             "groups": groups,

@@ -402,6 +402,10 @@ pub struct ParallelConfig {
     pub cp: u32,
     #[serde(default = "defaults::one")]
     pub ep: u32,
+    /// Expert tensor parallel: how many GPUs split each expert's weights (Megatron-Core
+    /// `--expert-tensor-parallel-size`; `arguments.py` sets it to TP when absent). With EP,
+    /// drawn from the attention's TP × CP × DP ranks (MoE parallel folding).
+    pub etp: Option<u32>,
     #[serde(default = "defaults::one")]
     pub vp: u32,
     #[serde(default)]
@@ -462,6 +466,7 @@ impl Default for ParallelConfig {
             dp: None,
             cp: 1,
             ep: 1,
+            etp: None,
             vp: 1,
             sequence_parallel: false,
             zero: defaults::zero_stage(),

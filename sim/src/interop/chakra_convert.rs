@@ -97,16 +97,6 @@ fn layout_text(l: &ParallelLayout) -> String {
     format!("{l}, order {}", order.join("-"))
 }
 
-fn default_stream(kind: GroupKind) -> Stream {
-    match kind {
-        GroupKind::Tp => Stream::Tp,
-        GroupKind::Cp => Stream::Cp,
-        GroupKind::Ep => Stream::Ep,
-        GroupKind::Dp | GroupKind::DpCp | GroupKind::ExpertDp => Stream::Dp,
-        GroupKind::Pp | GroupKind::ModelParallel | GroupKind::Embedding => Stream::Pp,
-    }
-}
-
 fn group_kinds() -> impl Iterator<Item = GroupKind> {
     GroupKind::ALL.into_iter().chain([GroupKind::Embedding])
 }
@@ -494,7 +484,7 @@ impl RankImport<'_> {
                         .ok_or_else(|| {
                             node_error(self.file, node.id, format!("unknown {STREAM} `{name}`"))
                         })?,
-                    None => default_stream(group),
+                    None => Stream::of_group(group),
                 };
                 (OpKind::Collective { op, group, bytes }, stream)
             }

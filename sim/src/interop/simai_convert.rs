@@ -160,10 +160,12 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
     }
     let order =
         parse_order("tp-cp-ep-dp-pp").map_err(|e| header_error(file, "header", e.to_string()))?;
+    // SimAI's workloads shard experts over TP like the attention (no expert-TP key).
     let layout = ParallelLayout {
         tp,
         cp: 1,
         ep,
+        etp: tp,
         dp,
         pp,
         vp: 1,

@@ -90,6 +90,7 @@ pub fn workload(op: BenchOp, ranks: u32, bytes: u64) -> Workload {
         tp: 1,
         cp: 1,
         ep: 1,
+        etp: 1,
         dp,
         pp,
         vp: 1,

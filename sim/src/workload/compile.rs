@@ -99,6 +99,12 @@ impl CompileOptions {
                 tp: u64::from(layout.tp),
                 cp: u64::from(layout.cp),
                 ep: u64::from(layout.ep),
+                etp: u64::from(layout.etp),
+                expert_tp_group: if layout.expert_tp_is_tp() {
+                    GroupKind::Tp
+                } else {
+                    GroupKind::ExpertTp
+                },
                 batch: exp.micro_batch,
                 seq: model.seq_len,
                 sequence_parallel: p.sequence_parallel,

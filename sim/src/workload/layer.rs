@@ -40,6 +40,11 @@ pub struct Dims {
     pub tp: u64,
     pub cp: u64,
     pub ep: u64,
+    /// Expert tensor parallel: the shards of each expert's FFN.
+    pub etp: u64,
+    /// The group the MoE dispatcher gathers tokens over: `Tp` when expert-TP groups are the TP
+    /// groups, else `ExpertTp`.
+    pub expert_tp_group: GroupKind,
     /// Micro-batch size.
     pub batch: u64,
     /// Sequence length of the whole model.
@@ -72,6 +77,16 @@ impl Dims {
 
     pub fn sp(&self) -> bool {
         self.sequence_parallel && self.tp > 1
+    }
+
+    /// How many expert-TP ranks' tokens this rank's experts compute.
+    pub fn expert_tp_gather(&self) -> u64 {
+        let [tp, etp] = [self.tp, self.etp].map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        u64::from(crate::layout::expert_tp_gather(
+            tp,
+            etp,
+            self.sequence_parallel,
+        ))
     }
 
     /// Bytes of an activation element.
@@ -193,13 +208,7 @@ impl<'a> Builder<'a> {
         bytes: u64,
         deps: &[u32],
     ) -> u32 {
-        let stream = match group {
-            GroupKind::Tp => Stream::Tp,
-            GroupKind::Cp => Stream::Cp,
-            GroupKind::Ep => Stream::Ep,
-            GroupKind::Dp | GroupKind::DpCp | GroupKind::ExpertDp => Stream::Dp,
-            GroupKind::Pp | GroupKind::ModelParallel | GroupKind::Embedding => Stream::Pp,
-        };
+        let stream = Stream::of_group(group);
         self.program.push(
             OpKind::Collective { op, group, bytes },
             stream,
@@ -790,14 +799,17 @@ impl LayerEmitter<'_> {
         }
     }
 
+    /// fc1 and fc2 of an MLP whose FFN width `ffn` is split over `shards` GPUs (TP for dense
+    /// MLPs and shared experts, expert-TP for routed experts).
     fn mlp_linears(
         &self,
         tokens: u64,
         ffn: u64,
+        shards: u64,
         batch: u64,
         names: [KernelName; 2],
     ) -> [Linear; 2] {
-        let tp = self.dims.tp;
+        let tp = shards;
         let h = self.model.hidden;
         [
             Linear {
@@ -817,8 +829,15 @@ impl LayerEmitter<'_> {
         ]
     }
 
-    fn activation(&self, name: KernelName, tokens: u64, ffn: u64, batch: u64) -> Pointwise {
-        let f = ffn / self.dims.tp * batch;
+    fn activation(
+        &self,
+        name: KernelName,
+        tokens: u64,
+        ffn: u64,
+        shards: u64,
+        batch: u64,
+    ) -> Pointwise {
+        let f = ffn / shards * batch;
         Pointwise {
             name,
             elements: tokens * f,
@@ -830,17 +849,23 @@ impl LayerEmitter<'_> {
     /// A TP-split MLP on this CP rank's tokens (dense MLP or shared experts).
     fn dense_mlp_forward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
         let d = self.dims;
-        let [up, down] = self.mlp_linears(d.tokens(), ffn, 1, [names[0], names[2]]);
+        let [up, down] = self.mlp_linears(d.tokens(), ffn, d.tp, 1, [names[0], names[2]]);
         self.column_forward(b, &up);
-        b.compute(self.activation(names[1], d.tokens(), ffn, 1).forward(&d));
+        b.compute(
+            self.activation(names[1], d.tokens(), ffn, d.tp, 1)
+                .forward(&d),
+        );
         self.row_forward(b, &down, self.hidden_bytes());
     }
 
     fn dense_mlp_backward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
         let d = self.dims;
-        let [up, down] = self.mlp_linears(d.tokens(), ffn, 1, [names[0], names[2]]);
+        let [up, down] = self.mlp_linears(d.tokens(), ffn, d.tp, 1, [names[0], names[2]]);
         self.row_backward(b, &down, self.hidden_bytes());
-        b.compute(self.activation(names[1], d.tokens(), ffn, 1).backward(&d));
+        b.compute(
+            self.activation(names[1], d.tokens(), ffn, d.tp, 1)
+                .backward(&d),
+        );
         self.column_backward(b, &up, self.hidden_bytes());
     }
 
@@ -913,8 +938,8 @@ impl LayerEmitter<'_> {
         let routed = d.sp_tokens() * top_k;
         let local_experts = experts / d.ep;
         // All-to-all brings back as many copies as were sent (balanced), then expert-TP
-        // gathers those of the other TP ranks when the input was sequence-split.
-        let gathered = if d.sp() { routed * d.tp } else { routed };
+        // gathers those of the other expert-TP ranks when theirs differ.
+        let gathered = routed * d.expert_tp_gather();
         (routed, local_experts, gathered / local_experts)
     }
 
@@ -938,28 +963,35 @@ impl LayerEmitter<'_> {
         }
     }
 
-    /// Tokens to their experts: all-to-all over EP, then expert-TP gathers the tokens of the
-    /// sequence-parallel TP ranks. Also the backward of [`Self::moe_combine`].
+    /// Tokens to their experts: all-to-all over EP, then a gather over expert-TP of the tokens
+    /// the other expert-TP ranks routed. Also the backward of [`Self::moe_combine`].
     fn moe_dispatch(&self, b: &mut Builder, routed: u64) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
         if d.ep > 1 {
             b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
         }
-        if d.sp() {
-            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, d.tp * bytes);
+        let gather = d.expert_tp_gather();
+        if gather > 1 {
+            b.blocking(CollectiveOp::AllGather, d.expert_tp_group, gather * bytes);
         }
     }
 
-    /// Expert outputs back to their tokens: reduce over expert-TP, then all-to-all over EP.
-    /// Also the backward of [`Self::moe_dispatch`].
+    /// Expert outputs back to their tokens: reduce over expert-TP (scattered back to the ranks
+    /// that routed them, or all-reduced when they routed the same tokens), then all-to-all over
+    /// EP. Also the backward of [`Self::moe_dispatch`].
     fn moe_combine(&self, b: &mut Builder, routed: u64) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
-        if d.sp() {
-            b.blocking(CollectiveOp::ReduceScatter, GroupKind::Tp, d.tp * bytes);
-        } else if d.tp > 1 {
-            b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, bytes);
+        let gather = d.expert_tp_gather();
+        if gather > 1 {
+            b.blocking(
+                CollectiveOp::ReduceScatter,
+                d.expert_tp_group,
+                gather * bytes,
+            );
+        } else if d.etp > 1 {
+            b.blocking(CollectiveOp::AllReduce, d.expert_tp_group, bytes);
         }
         if d.ep > 1 {
             b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
@@ -972,9 +1004,14 @@ impl LayerEmitter<'_> {
         b.compute(self.router(experts).forward(&d));
         b.compute(self.permute(KernelName::Permute, routed).forward(&d));
         self.moe_dispatch(b, routed);
-        let [up, down] =
-            self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
-        let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
+        let [up, down] = self.mlp_linears(
+            per_expert,
+            ffn,
+            d.etp,
+            local,
+            [Self::EXPERT[0], Self::EXPERT[2]],
+        );
+        let act = self.activation(Self::EXPERT[1], per_expert, ffn, d.etp, local);
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
@@ -989,9 +1026,14 @@ impl LayerEmitter<'_> {
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
         self.moe_dispatch(b, routed);
-        let [up, down] =
-            self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
-        let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
+        let [up, down] = self.mlp_linears(
+            per_expert,
+            ffn,
+            d.etp,
+            local,
+            [Self::EXPERT[0], Self::EXPERT[2]],
+        );
+        let act = self.activation(Self::EXPERT[1], per_expert, ffn, d.etp, local);
         self.cast(b, &down, Pass::Backward, down.output_elements());
         b.compute(down.dgrad(&d));
         b.compute(down.wgrad(&d));

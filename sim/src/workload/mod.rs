@@ -142,6 +142,17 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// The stream a collective over a group of `kind` runs on.
+    pub fn of_group(kind: GroupKind) -> Stream {
+        match kind {
+            GroupKind::Tp | GroupKind::ExpertTp => Stream::Tp,
+            GroupKind::Cp => Stream::Cp,
+            GroupKind::Ep => Stream::Ep,
+            GroupKind::Dp | GroupKind::DpCp | GroupKind::ExpertDp => Stream::Dp,
+            GroupKind::Pp | GroupKind::ModelParallel | GroupKind::Embedding => Stream::Pp,
+        }
+    }
+
     pub const ALL: [Stream; 13] = [
         Stream::Compute,
         Stream::Tp,
