@@ -77,14 +77,9 @@ fn a_stage_with_little_memory_gets_no_more_layers_than_fit() {
     assert_eq!(layers.iter().sum::<u32>(), 32);
     let inputs = exp.memory_inputs();
     for (s, &n) in layers.iter().enumerate() {
-        let per_stage = vec![u64::from(n); 16];
-        let m = sim::memory::stage_memory(
-            exp.model.as_ref().expect("a model"),
-            &exp.layout,
-            &per_stage,
-            &inputs,
-            s as u32,
-        );
+        let model = exp.model.as_ref().expect("a model");
+        let chunks = sim::memory::split_chunks(exp.layout.vp, &[u64::from(n); 16], 0);
+        let m = sim::memory::stage_memory(model, &exp.layout, &chunks, &inputs, s as u32);
         assert!(
             m.total() <= exp.stage_hbm[s],
             "stage {s}: {n} layers need {:.1} GB of {:.1} GB ({layers:?})",

@@ -11,6 +11,7 @@ use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
 use crate::memory::{self, MemoryInputs, StageMemory};
 use crate::model::ModelSpec;
+use crate::pipeline_layout::PipelineLayout;
 use crate::topology::{GraphFile, Topology};
 
 /// The error of an experiment with neither `[model]` nor `workload_file`.
@@ -42,8 +43,11 @@ pub struct Experiment {
     pub micro_batches: u64,
     /// Micro-batches of each data-parallel replica, by DP index.
     pub replica_micro_batches: Vec<u64>,
-    /// Transformer layers on each pipeline stage.
+    /// Transformer layers (and MTP modules) on each pipeline stage.
     pub stage_layers: Vec<u64>,
+    /// Layer ids of every model chunk of every stage, `[stage][chunk]`: MTP modules are ids
+    /// `model.layers..`.
+    pub chunk_layers: memory::ChunkLayers,
     pub memory: Vec<StageMemory>,
     /// Smallest HBM among the GPUs of each stage, bytes.
     pub stage_hbm: Vec<f64>,
@@ -328,20 +332,11 @@ impl Experiment {
                 ));
             }
         }
-        if p.vp > 1 && p.pp < 2 {
-            return Err(err(
-                "parallel.vp",
-                format!(
-                    "vp = {} needs pp >= 2 (interleaving splits pipeline stages)",
-                    p.vp
-                ),
-            ));
-        }
-        let stage_layers = match &model {
-            Some(model) => split_layers(&loaded, model.layers, p.pp, p.vp)?,
-            // An imported workload places its own layers.
-            None => vec![0; p.pp as usize],
-        };
+        let (vp, chunk_layers) = pipeline_split(&loaded, model.as_ref())?;
+        let stage_layers: Vec<u64> = chunk_layers
+            .iter()
+            .map(|chunks| chunks.iter().map(|c| c.len() as u64).sum())
+            .collect();
         if let Some(model) = &model
             && p.cp > 1
             && model.seq_len % (2 * u64::from(p.cp)) != 0
@@ -388,7 +383,7 @@ impl Experiment {
             etp,
             dp,
             pp: p.pp,
-            vp: p.vp,
+            vp,
             order,
         };
         check_expert_layout(&loaded, &layout)?;
@@ -440,7 +435,7 @@ impl Experiment {
                 ),
             ));
         }
-        if p.vp > 1
+        if vp > 1
             && let Some(m) = replica_micro_batches
                 .iter()
                 .find(|m| !m.is_multiple_of(u64::from(p.pp)))
@@ -535,7 +530,7 @@ impl Experiment {
         let inputs = memory_inputs(cfg, micro_batches);
         // Without a model there is nothing to estimate: `fleetsim check` says n/a.
         let memory = match &model {
-            Some(model) => memory::estimate(model, &layout, &stage_layers, &inputs),
+            Some(model) => memory::estimate(model, &layout, &chunk_layers, &inputs),
             None => Vec::new(),
         };
         let gph = c.gpus_per_host;
@@ -592,6 +587,7 @@ impl Experiment {
             micro_batches,
             replica_micro_batches,
             stage_layers,
+            chunk_layers,
             memory,
             stage_hbm,
             cxl_tensors,
@@ -655,6 +651,76 @@ impl Experiment {
         let timed = crate::fault::apply_to_topology(&self.loaded, &mut topology, names.as_deref())?;
         Ok((topology, timed))
     }
+}
+
+/// VP and the layer ids of every model chunk of every stage: from `parallel.pipeline_layout`,
+/// or from the layers per stage ([`split_layers`]) split into chunks with the MTP modules last.
+fn pipeline_split(
+    loaded: &LoadedConfig,
+    model: Option<&ModelSpec>,
+) -> Result<(u32, memory::ChunkLayers), ConfigError> {
+    let p = &loaded.config.parallel;
+    let interleaving_needs_stages = |key: &str, vp: u32| {
+        loaded.error(
+            key,
+            format!("vp = {vp} needs pp >= 2 (interleaving splits pipeline stages)"),
+        )
+    };
+    if p.vp > 1 && p.pp < 2 {
+        return Err(interleaving_needs_stages("parallel.vp", p.vp));
+    }
+    let (vp, chunks) = match (model, &p.pipeline_layout) {
+        (Some(model), Some(text)) => {
+            let key = "parallel.pipeline_layout";
+            let others = [
+                ("parallel.stage_layers", p.stage_layers.is_some()),
+                (
+                    "parallel.first_stage_layers",
+                    p.first_stage_layers.is_some(),
+                ),
+                ("parallel.last_stage_layers", p.last_stage_layers.is_some()),
+                (
+                    "parallel.account_for_embedding_in_pipeline_split",
+                    p.account_for_embedding_in_pipeline_split,
+                ),
+                (
+                    "parallel.account_for_loss_in_pipeline_split",
+                    p.account_for_loss_in_pipeline_split,
+                ),
+            ];
+            if let Some((other, _)) = others.iter().find(|(_, set)| *set) {
+                return Err(loaded.error(
+                    key,
+                    format!("places every layer itself; remove {other} (Megatron-Core refuses both together)"),
+                ));
+            }
+            let layout = PipelineLayout::parse(text, p.pp, p.vp, model.layers, model.mtp_layers)
+                .map_err(|e| loaded.error(key, format!("`{text}`: {e}")))?;
+            if layout.vp > 1 && p.pp < 2 {
+                return Err(interleaving_needs_stages(key, layout.vp));
+            }
+            (layout.vp, layout.chunks)
+        }
+        (None, Some(_)) => {
+            return Err(loaded.error(
+                "parallel.pipeline_layout",
+                "places a model's layers, and this experiment has no [model] (it runs the imported workload_file); remove the key",
+            ));
+        }
+        (Some(model), None) => {
+            let per_stage = split_layers(loaded, model.layers, p.pp, p.vp)?;
+            (
+                p.vp,
+                memory::split_chunks(p.vp, &per_stage, model.mtp_layers),
+            )
+        }
+        // An imported workload places its own layers.
+        (None, None) => (
+            p.vp,
+            vec![vec![Vec::new(); p.vp.max(1) as usize]; p.pp as usize],
+        ),
+    };
+    Ok((vp, chunks))
 }
 
 /// Layers per pipeline stage: even, with Megatron's first/last-stage overrides, or with the

@@ -21,6 +21,7 @@ pub mod jobs;
 pub mod layout;
 pub mod memory;
 pub mod model;
+pub mod pipeline_layout;
 pub mod planner;
 pub mod slab;
 pub mod time;

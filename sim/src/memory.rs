@@ -139,34 +139,37 @@ pub fn chunk_counts(count: u64, vp: u64, first: bool, last: bool) -> Vec<u64> {
         .collect()
 }
 
-/// Layers of every model chunk of stage `stage`, given the layer count of every stage.
-/// Megatron's interleaved assignment: virtual stage `chunk·pp + s` holds the next contiguous
-/// block of layers, virtual stages in order, each of the size [`chunk_counts`] gives it.
-pub fn stage_chunks(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> Vec<Vec<u64>> {
-    let vp = u64::from(layout.vp);
+/// Layer ids of every model chunk of every pipeline stage, `[stage][chunk]` (MTP modules are
+/// ids from `model.layers` on).
+pub type ChunkLayers = Vec<Vec<Vec<u64>>>;
+
+/// Layer ids of every model chunk of every stage, `[stage][chunk]`, given the layer count of
+/// every stage. Megatron's interleaved assignment: virtual stage `chunk·pp + s` holds the next
+/// contiguous block of layers, virtual stages in order, each of the size [`chunk_counts`]
+/// gives it. `mtp_layers` multi-token prediction modules (ids after the last layer) go to the
+/// last virtual stage, beside the loss, as Megatron-Core builds them without a layout.
+pub fn split_chunks(vp: u32, per_stage: &[u64], mtp_layers: u64) -> ChunkLayers {
+    let chunks = vp.max(1) as usize;
+    let vp = chunks as u64;
     let pp = per_stage.len();
     let counts: Vec<Vec<u64>> = per_stage
         .iter()
         .enumerate()
         .map(|(s, &c)| chunk_counts(c, vp, s == 0, s + 1 == pp))
         .collect();
+    let mut out = vec![Vec::with_capacity(chunks); pp];
     let mut start = 0;
-    let mut out = Vec::new();
-    for chunk in 0..layout.vp as usize {
+    for chunk in 0..chunks {
         for (s, c) in counts.iter().enumerate() {
             let n = c[chunk];
-            if s == stage as usize {
-                out.push((start..start + n).collect());
-            }
+            out[s].push((start..start + n).collect::<Vec<u64>>());
             start += n;
         }
     }
+    if let Some(last) = out.last_mut().and_then(|chunks| chunks.last_mut()) {
+        last.extend(start..start + mtp_layers);
+    }
     out
-}
-
-/// Layers of stage `stage` (all its chunks, in chunk order).
-pub fn stage_layers(layout: &ParallelLayout, per_stage: &[u64], stage: u32) -> Vec<u64> {
-    stage_chunks(layout, per_stage, stage).concat()
 }
 
 /// Dense and expert parameters of layer `layer` held by one GPU. Norms are replicated across
@@ -273,15 +276,15 @@ fn expert_tokens(layout: &ParallelLayout, sp: bool, sb: f64, top_k: u64) -> f64 
     local * f64::from(crate::layout::expert_tp_gather(layout.tp, layout.etp, sp))
 }
 
-/// Memory of every pipeline stage.
+/// Memory of every pipeline stage, its chunks holding `chunks[stage][chunk]` layers.
 pub fn estimate(
     model: &ModelSpec,
     layout: &ParallelLayout,
-    per_stage: &[u64],
+    chunks: &[Vec<Vec<u64>>],
     inputs: &MemoryInputs,
 ) -> Vec<StageMemory> {
     (0..layout.pp)
-        .map(|stage| stage_memory(model, layout, per_stage, inputs, stage))
+        .map(|stage| stage_memory(model, layout, chunks, inputs, stage))
         .collect()
 }
 
@@ -335,16 +338,16 @@ pub fn logits_activation_bytes(
     4.0 * sb * model.vocab as f64 / f64::from(layout.tp)
 }
 
-/// Memory of pipeline stage `stage` when stages hold `per_stage` layers.
+/// Memory of pipeline stage `stage` when its chunks hold `chunks[stage][chunk]` layers.
 pub fn stage_memory(
     model: &ModelSpec,
     layout: &ParallelLayout,
-    per_stage: &[u64],
+    chunks: &[Vec<Vec<u64>>],
     inputs: &MemoryInputs,
     stage: u32,
 ) -> StageMemory {
     let t = f64::from(layout.tp);
-    let layers = stage_layers(layout, per_stage, stage);
+    let layers = chunks[stage as usize].concat();
     let first = stage == 0;
     let last = stage + 1 == layout.pp;
     let norm = model.norm_params() as f64;
@@ -384,9 +387,9 @@ pub fn stage_memory(
     if first {
         activations += chunks_in_flight as f64 * embedding_activation_bytes(model, layout, inputs);
     }
-    if last {
-        activations += logits_activation_bytes(model, layout, inputs);
-    }
+    // The loss's logits, and an MTP module's own (its output head runs on this stage).
+    let heads = u64::from(last) + layers.iter().filter(|&&l| model.is_mtp_layer(l)).count() as u64;
+    activations += heads as f64 * logits_activation_bytes(model, layout, inputs);
     StageMemory {
         stage,
         params: dense + expert,
@@ -442,7 +445,12 @@ mod tests {
             fp8_param_gather: false,
             grad_reduce_in_bf16: false,
         };
-        let stages = estimate(&model, &layout, &[12; 8], &inputs);
+        let stages = estimate(
+            &model,
+            &layout,
+            &split_chunks(layout.vp, &[12; 8], 0),
+            &inputs,
+        );
 
         let (h, v, s, a) = (12288.0_f64, 51200.0_f64, 2048.0_f64, 96.0_f64);
         // One layer: QKV 3h² + 3h, out-proj h² + h, MLP 8h² + 4h + h, two LayerNorms 4h.
@@ -501,7 +509,13 @@ mod tests {
                 fp8_param_gather: false,
                 grad_reduce_in_bf16: false,
             };
-            let total = estimate(&model, &layout, &[12; 8], &inputs)[0].total();
+            let total = estimate(
+                &model,
+                &layout,
+                &split_chunks(layout.vp, &[12; 8], 0),
+                &inputs,
+            )[0]
+            .total();
             assert!(total < last);
             last = total;
         }

@@ -85,6 +85,8 @@ pub struct ModelConfig {
     pub shared_experts: Option<u64>,
     pub dense_layers: Option<u64>,
     pub mla: Option<Mla>,
+    /// Multi-token prediction depth (DeepSeek-V3 §2.2; Megatron-Core `--mtp-num-layers`).
+    pub mtp_layers: Option<u64>,
 }
 
 /// Mixture-of-experts layers.
@@ -121,7 +123,14 @@ pub struct ModelSpec {
     pub attention_dropout: f64,
     pub moe: Option<Moe>,
     pub mla: Option<Mla>,
+    /// Multi-token prediction modules after the last layer (DeepSeek-V3 §2.2, depth D). Module
+    /// `k` is built as layer `layers + k`: a transformer layer of the model's kind behind its
+    /// own projection, sharing the embedding and output head ([`ModelSpec::is_mtp_layer`]).
+    pub mtp_layers: u64,
 }
+
+/// The most multi-token prediction modules fleetsim builds (DeepSeek-V3 trains with 1).
+pub const MAX_MTP_LAYERS: u64 = 16;
 
 /// Names of the embedded presets.
 pub fn preset_names() -> Vec<&'static str> {
@@ -274,6 +283,7 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     put_int("moe_ffn_hidden", &["moe_intermediate_size"], &mut out)?;
     put_int("shared_experts", &["n_shared_experts"], &mut out)?;
     put_int("dense_layers", &["first_k_dense_replace"], &mut out)?;
+    put_int("mtp_layers", &["num_nextn_predict_layers"], &mut out)?;
     put_int("head_dim", &["head_dim"], &mut out)?;
     put_int(
         "seq_len",
@@ -484,6 +494,15 @@ impl ModelSpec {
                 })
             }
         };
+        let mtp_layers = cfg.mtp_layers.unwrap_or(0);
+        if mtp_layers > MAX_MTP_LAYERS {
+            return Err(error(
+                "model.mtp_layers",
+                format!(
+                    "{mtp_layers} multi-token prediction modules is more than fleetsim builds; give at most {MAX_MTP_LAYERS} (DeepSeek-V3 trains with 1)"
+                ),
+            ));
+        }
         Ok(ModelSpec {
             name: cfg
                 .name
@@ -506,6 +525,7 @@ impl ModelSpec {
             attention_dropout,
             moe,
             mla: cfg.mla,
+            mtp_layers,
         })
     }
 
@@ -560,10 +580,28 @@ impl ModelSpec {
         self.moe.is_some_and(|m| layer >= m.dense_layers)
     }
 
+    /// Whether layer id `layer` is a multi-token prediction module (ids `layers..layers + mtp`).
+    pub fn is_mtp_layer(&self, layer: u64) -> bool {
+        layer >= self.layers
+    }
+
+    /// Parameters an MTP module adds to its transformer layer: the norms of the embedding and
+    /// of the hidden state, the projection of their concatenation (2h → h) and its own final
+    /// norm; the embedding and output head are the model's (Megatron-Core
+    /// `MultiTokenPredictionLayer`: `enorm`, `hnorm`, `eh_proj`, `final_layernorm`).
+    pub fn mtp_extra_params(&self) -> u64 {
+        2 * self.hidden * self.hidden + 3 * self.norm_params()
+    }
+
     /// Parameters of layer `layer` that are not expert weights (attention, norms, dense MLP or
     /// router and shared experts).
     pub fn layer_dense_params(&self, layer: u64) -> u64 {
-        let base = self.attention_params() + 2 * self.norm_params();
+        let mtp = if self.is_mtp_layer(layer) {
+            self.mtp_extra_params()
+        } else {
+            0
+        };
+        let base = self.attention_params() + 2 * self.norm_params() + mtp;
         match self.moe {
             Some(m) if self.is_moe_layer(layer) => {
                 base + self.hidden * m.experts + m.shared_experts * self.mlp_params(m.ffn_hidden)
@@ -599,7 +637,7 @@ impl ModelSpec {
     }
 
     pub fn total_params(&self) -> u64 {
-        (0..self.layers)
+        (0..self.layers + self.mtp_layers)
             .map(|l| self.layer_dense_params(l) + self.layer_expert_params(l))
             .sum::<u64>()
             + self.embedding_params()
@@ -610,13 +648,13 @@ impl ModelSpec {
     /// Parameters a token passes through (MoE: top-k routed experts plus shared ones).
     pub fn active_params(&self) -> u64 {
         let routed_active: u64 = match self.moe {
-            Some(m) => (0..self.layers)
+            Some(m) => (0..self.layers + self.mtp_layers)
                 .filter(|&l| self.is_moe_layer(l))
                 .map(|_| m.top_k * self.mlp_params(m.ffn_hidden))
                 .sum(),
             None => 0,
         };
-        (0..self.layers)
+        (0..self.layers + self.mtp_layers)
             .map(|l| self.layer_dense_params(l))
             .sum::<u64>()
             + routed_active

@@ -371,8 +371,8 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
     }
     let inputs = exp.memory_inputs();
     let fits = |s: usize, layers: u64| {
-        let per_stage = vec![layers; pp];
-        let m = memory::stage_memory(model, l, &per_stage, &inputs, s as u32);
+        let chunks = memory::split_chunks(l.vp, &vec![layers; pp], model.mtp_layers);
+        let m = memory::stage_memory(model, l, &chunks, &inputs, s as u32);
         m.in_hbm(&exp.cxl_tensors) <= stage_cost[s].2
     };
     let time = |s: usize, layers: u64| layers * stage_cost[s].0 + stage_cost[s].1;

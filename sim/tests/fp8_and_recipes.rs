@@ -216,7 +216,7 @@ memory_check = "off"
     ] {
         let exp = experiment(&format!("l405-{name}"), &body(parallel));
         assert_eq!(exp.stage_layers, [15, 16, 16, 16, 16, 16, 16, 15]);
-        let chunks = |stage| sim::memory::stage_chunks(&exp.layout, &exp.stage_layers, stage);
+        let chunks = |stage: usize| exp.chunk_layers[stage].clone();
         let sizes = |stage| chunks(stage).iter().map(Vec::len).collect::<Vec<_>>();
         assert_eq!(sizes(0), [1, 2, 2, 2, 2, 2, 2, 2]);
         assert_eq!(sizes(3), [2; 8]);

@@ -8,7 +8,7 @@ use sim::layout::GroupKind;
 use sim::workload::evaluate::evaluate;
 use sim::workload::summary::{summarize, total_hardware_flops, total_model_flops};
 use sim::workload::{
-    CollectiveOp, Module, OpKind, Phase, Program, Shape, Stream, Workload, compile,
+    CollectiveOp, KernelName, Module, OpKind, Phase, Program, Shape, Stream, Workload, compile,
 };
 
 /// Loads `body` as an experiment on the shipped rail-optimised H100 cluster.
@@ -498,6 +498,68 @@ memory_check = "off"
     );
     let flops = |w: &Workload| summarize(w)[0].model_flops;
     assert_close(flops(&w), flops(&d), 1e-12, "model FLOPs per rank");
+}
+
+/// Megatron-Core's pipeline layout places layers per virtual stage, and a multi-token
+/// prediction module (DeepSeek-V3 §2.2) runs where its `m` stands: its norms and projection,
+/// a transformer layer of the model's kind, and a second output head and loss.
+#[test]
+fn pipeline_layout_places_layers_and_the_mtp_module() {
+    let body = |mtp: u32, layout: &str| {
+        format!(
+            r#"
+[cluster]
+gpus = 16
+[model]
+preset = "llama2-7b"
+mtp_layers = {mtp}
+[parallel]
+tp = 2
+pp = 2
+sequence_parallel = true
+micro_batch = 1
+global_batch = 16
+pipeline_layout = "{layout}"
+[training]
+memory_check = "off"
+"#
+        )
+    };
+    // Interleaved: 4 virtual stages on PP 2, so VP 2; uneven chunks as written.
+    let exp = experiment("layout", &body(0, "Et*5|t*11|t*8|t*8L"));
+    assert_eq!(exp.layout.vp, 2);
+    assert_eq!(exp.chunk_layers[0][0], (0..5).collect::<Vec<u64>>());
+    assert_eq!(exp.chunk_layers[1][0], (5..16).collect::<Vec<u64>>());
+    assert_eq!(exp.chunk_layers[0][1], (16..24).collect::<Vec<u64>>());
+    assert_eq!(exp.stage_layers, [13, 19]);
+    let plain = compile(&exp).expect("compile");
+
+    let with_mtp = experiment("layout-mtp", &body(1, "Et*5|t*11|t*8|t*8mL"));
+    assert_eq!(with_mtp.chunk_layers[1][1], (24..33).collect::<Vec<u64>>());
+    let w = compile(&with_mtp).expect("compile");
+    let kernels = |w: &Workload, stage: u32, name: KernelName| {
+        let p = &w.programs[stage as usize];
+        p.ops
+            .iter()
+            .filter(|op| p.kernel_of(op).is_some_and(|k| k.name == name))
+            .count()
+    };
+    let micro_batches = 16 / 4; // global batch over DP 4
+    assert_eq!(
+        kernels(&w, 1, KernelName::MtpProj),
+        micro_batches * 3,
+        "forward, dgrad, wgrad"
+    );
+    assert_eq!(kernels(&w, 0, KernelName::MtpProj), 0);
+    assert_eq!(
+        kernels(&w, 1, KernelName::Logits),
+        2 * kernels(&plain, 1, KernelName::Logits),
+        "a second output head"
+    );
+    let params = |e: &Experiment| e.memory[1].params;
+    let m = with_mtp.model.as_ref().expect("a model");
+    let added = (m.layer_dense_params(32) as f64 - m.norm_params() as f64 * 2.0) / 2.0;
+    assert!(params(&with_mtp) - params(&exp) > 0.9 * added);
 }
 
 /// A cost that makes every chunk forward take F and backward 2F: GEMM and attention FLOPs of

@@ -255,7 +255,7 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
         "parallel": {
             "tp": l.tp, "cp": l.cp, "ep": l.ep, "etp": l.etp, "expert_dp": l.expert_dp(),
             "dp": l.dp, "pp": l.pp, "vp": l.vp,
-            "expert_dp": l.expert_dp(),
+            "chunk_layers": exp.chunk_layers,
             "order": exp.loaded.config.parallel.order,
             "groups": groups,
             "placement": placement,
@@ -278,6 +278,42 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
     })
 }
 
+/// Layers of every model chunk, stage by stage (`3 | 4 | ... | 2+1m`; chunks of a stage
+/// joined by `,`), runs of equal stages folded as `4 x14`.
+fn stage_chunks_text(model: &sim::model::ModelSpec, chunks: &[Vec<Vec<u64>>]) -> String {
+    let stage_text = |stage: &Vec<Vec<u64>>| {
+        stage
+            .iter()
+            .map(|ids| {
+                let mtp = ids.iter().filter(|&&l| model.is_mtp_layer(l)).count();
+                match mtp {
+                    0 => ids.len().to_string(),
+                    m => format!("{}+{m}m", ids.len() - m),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for stage in chunks {
+        let text = stage_text(stage);
+        match runs.last_mut() {
+            Some((last, n)) if *last == text => *n += 1,
+            _ => runs.push((text, 1)),
+        }
+    }
+    let runs: Vec<String> = runs
+        .into_iter()
+        .map(|(t, n)| if n > 1 { format!("{t} x{n}") } else { t })
+        .collect();
+    let note = if model.mtp_layers > 0 {
+        " (m: multi-token prediction)"
+    } else {
+        ""
+    };
+    format!("per stage{note} {}", runs.join(" | "))
+}
+
 /// `check`'s lines on a job's model, layout, groups, batch and ops.
 fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
     let workload = summaries;
@@ -285,11 +321,16 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
         Some(m) => {
             let _ = writeln!(
                 s,
-                "model       {}: {:.2} B parameters ({:.2} B active), {} layers, hidden {}, seq {}",
+                "model       {}: {:.2} B parameters ({:.2} B active), {} layers{}, hidden {}, seq {}",
                 m.name,
                 m.total_params() as f64 / 1e9,
                 m.active_params() as f64 / 1e9,
                 m.layers,
+                if m.mtp_layers > 0 {
+                    format!(" + {} multi-token prediction", m.mtp_layers)
+                } else {
+                    String::new()
+                },
                 m.hidden,
                 m.seq_len
             );
@@ -306,6 +347,9 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
         "parallel    {}, order {}",
         exp.layout, exp.loaded.config.parallel.order
     );
+    if let Some(m) = &exp.model {
+        let _ = writeln!(s, "  layers    {}", stage_chunks_text(m, &exp.chunk_layers));
+    }
     for kind in GroupKind::ALL {
         let size = exp.layout.group_size(kind);
         if size == 1 {

@@ -424,6 +424,9 @@ pub struct ParallelConfig {
     /// Layers on every pipeline stage, listed (overrides the even split and the first/last
     /// overrides): the heterogeneity-aware planner gives fast stages more layers.
     pub stage_layers: Option<Vec<u32>>,
+    /// Every virtual pipeline stage's layers in Megatron-Core's layout language
+    /// (`--pipeline-model-parallel-layout`, e.g. `Et*4|(t*4|)*14tmL`); sets VP.
+    pub pipeline_layout: Option<String>,
     /// Count the embedding as a layer when splitting layers over pipeline stages and virtual
     /// stages (Megatron-Core `account_for_embedding_in_pipeline_split`): the first virtual stage
     /// gets one layer fewer.
@@ -475,6 +478,7 @@ impl Default for ParallelConfig {
             first_stage_layers: None,
             last_stage_layers: None,
             stage_layers: None,
+            pipeline_layout: None,
             account_for_embedding_in_pipeline_split: false,
             account_for_loss_in_pipeline_split: false,
             replica_micro_batches: None,

@@ -45,6 +45,8 @@ pub struct CompileOptions {
     pub replica_micro_batches: Vec<u64>,
     /// Layers of every pipeline stage (all chunks together).
     pub stage_layers: Vec<u64>,
+    /// Layer ids of every model chunk of every stage, `[stage][chunk]`.
+    pub chunk_layers: crate::memory::ChunkLayers,
     pub dims: Dims,
     pub zero: u32,
     pub overlap_grad_reduce: bool,
@@ -95,6 +97,7 @@ impl CompileOptions {
             micro_batch: exp.micro_batch,
             replica_micro_batches: exp.replica_micro_batches.clone(),
             stage_layers: exp.stage_layers.clone(),
+            chunk_layers: exp.chunk_layers.clone(),
             dims: Dims {
                 tp: u64::from(layout.tp),
                 cp: u64::from(layout.cp),
@@ -189,7 +192,7 @@ pub fn compile_with(
                 &mut program,
                 model,
                 layout,
-                &options.stage_layers,
+                &options.chunk_layers,
                 &inputs,
                 &options.remote.classes,
             );
@@ -388,7 +391,7 @@ impl<'a> StageCompiler<'a> {
         stage: u32,
         micro_batches: u32,
     ) -> Self {
-        let chunk_layers = crate::memory::stage_chunks(layout, &options.stage_layers, stage);
+        let chunk_layers = options.chunk_layers[stage as usize].clone();
         let d = &options.dims;
         let boundary = d.sp_tokens() * model.hidden * d.act_bytes();
         let scatter = if options.p2p_scatter_gather && !d.sp() && boundary.is_multiple_of(d.tp) {

@@ -1050,22 +1050,97 @@ impl LayerEmitter<'_> {
 
     // ----- whole layers -----
 
+    /// Layer `layer`'s forward: a transformer layer, or a multi-token prediction module.
     pub fn layer_forward(&self, b: &mut Builder, layer: u64) {
+        if self.model.is_mtp_layer(layer) {
+            self.mtp_forward(b, layer);
+        } else {
+            self.transformer_forward(b, layer);
+        }
+    }
+
+    pub fn layer_backward(&self, b: &mut Builder, layer: u64) {
+        if self.model.is_mtp_layer(layer) {
+            self.mtp_backward(b, layer);
+        } else {
+            self.transformer_backward(b, layer);
+        }
+    }
+
+    fn transformer_forward(&self, b: &mut Builder, layer: u64) {
         b.label.layer = layer as u32;
         self.attention_forward(b);
         self.mlp_forward(b, layer);
     }
 
-    pub fn layer_backward(&self, b: &mut Builder, layer: u64) {
+    fn transformer_backward(&self, b: &mut Builder, layer: u64) {
         b.label.layer = layer as u32;
         if self.dims.recompute == Recompute::Full {
             let phase = b.label.phase;
             b.label.phase = Phase::Recompute;
-            self.layer_forward(b, layer);
+            self.transformer_forward(b, layer);
             b.label.phase = phase;
         }
         self.mlp_backward(b, layer);
         self.attention_backward(b);
+    }
+
+    // ----- multi-token prediction -----
+
+    /// `eh_proj`: the concatenated normed embedding and hidden state (2h) projected to h,
+    /// column-parallel without gathering its output.
+    fn mtp_projection(&self) -> Linear {
+        Linear {
+            name: KernelName::MtpProj,
+            tokens: self.dims.tokens(),
+            k_in: 2 * self.model.hidden,
+            n_out: self.model.hidden / self.dims.tp,
+            batch: 1,
+        }
+    }
+
+    /// A multi-token prediction module's forward as Megatron-Core's
+    /// `MultiTokenPredictionLayer` runs it (DeepSeek-V3 §2.2): the embedding of the tokens
+    /// shifted by one more position (the shared embedding), RMSNorm of it (`enorm`) and of the
+    /// previous depth's hidden state (`hnorm`), their concatenation through `eh_proj`, whose
+    /// TP-split output is all-gathered along the hidden dimension
+    /// (`all_gather_last_dim_from_tensor_parallel_region`), a transformer layer of the model's
+    /// kind, then its final norm, the shared output head and a cross-entropy loss.
+    fn mtp_forward(&self, b: &mut Builder, layer: u64) {
+        let d = self.dims;
+        self.embedding_forward(b);
+        b.label.module = Module::Mtp;
+        b.label.layer = layer as u32;
+        b.compute(self.norm(KernelName::MtpNorm).forward(&d));
+        b.compute(self.norm(KernelName::MtpNorm).forward(&d));
+        self.column_forward(b, &self.mtp_projection());
+        if d.tp > 1 {
+            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, self.hidden_bytes());
+        }
+        self.transformer_forward(b, layer);
+        self.logits_forward(b);
+    }
+
+    /// The backward of [`Self::mtp_forward`]: the gather's backward is a reduce-scatter along
+    /// the hidden dimension.
+    fn mtp_backward(&self, b: &mut Builder, layer: u64) {
+        let d = self.dims;
+        self.logits_backward(b);
+        self.transformer_backward(b, layer);
+        b.label.module = Module::Mtp;
+        b.label.layer = layer as u32;
+        if d.tp > 1 {
+            b.blocking(
+                CollectiveOp::ReduceScatter,
+                GroupKind::Tp,
+                self.hidden_bytes(),
+            );
+        }
+        let projection = self.mtp_projection();
+        self.column_backward(b, &projection, 2 * self.hidden_bytes());
+        b.compute(self.norm(KernelName::MtpNorm).backward(&d));
+        b.compute(self.norm(KernelName::MtpNorm).backward(&d));
+        self.embedding_backward(b);
     }
 
     // ----- embedding and logits -----

@@ -38,12 +38,12 @@ pub fn annotate(
     program: &mut Program,
     model: &ModelSpec,
     layout: &ParallelLayout,
-    stage_layers: &[u64],
+    chunk_layers: &[Vec<Vec<u64>>],
     inputs: &MemoryInputs,
     in_cxl: &[TensorClass],
 ) {
     let stage = program.stage;
-    let m = memory::stage_memory(model, layout, stage_layers, inputs, stage);
+    let m = memory::stage_memory(model, layout, chunk_layers, inputs, stage);
     let communicators = [
         layout.tp,
         layout.cp,

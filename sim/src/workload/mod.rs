@@ -314,6 +314,9 @@ pub enum Module {
     Mlp,
     Moe,
     Logits,
+    /// A multi-token prediction module's own work (its norms and projection); its
+    /// transformer layer, embedding and output head carry their usual modules.
+    Mtp,
     /// Pipeline send / receive.
     Pipeline,
     /// Data-parallel gradient reduction and parameter gathers.
@@ -331,6 +334,7 @@ impl Module {
             Module::Mlp => "mlp",
             Module::Moe => "moe",
             Module::Logits => "logits",
+            Module::Mtp => "mtp",
             Module::Pipeline => "pipeline",
             Module::GradSync => "grad-sync",
             Module::Optimizer => "optimizer",
@@ -442,12 +446,16 @@ pub enum KernelName {
     /// Transformer Engine quantizing a BF16 tensor for an FP8 GEMM (cast + transpose, and the
     /// amax pass of current scaling).
     Fp8Cast,
+    /// A multi-token prediction module's norms of the embedding and of the hidden state.
+    MtpNorm,
+    /// A multi-token prediction module's projection of [embedding; hidden] (2h → h).
+    MtpProj,
     /// An imported SimAI compute time.
     Imported,
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 30] = [
+    pub const ALL: [KernelName; 32] = [
         KernelName::Embedding,
         KernelName::InputNorm,
         KernelName::QkvProj,
@@ -477,6 +485,8 @@ impl KernelName {
         KernelName::ParamCopy,
         KernelName::GradZero,
         KernelName::Fp8Cast,
+        KernelName::MtpNorm,
+        KernelName::MtpProj,
         KernelName::Imported,
     ];
 
@@ -515,6 +525,8 @@ impl KernelName {
             KernelName::ParamCopy => "param_copy",
             KernelName::GradZero => "grad_zero",
             KernelName::Fp8Cast => "fp8_cast",
+            KernelName::MtpNorm => "mtp_norm",
+            KernelName::MtpProj => "mtp_eh_proj",
             KernelName::Imported => "imported",
         }
     }
