@@ -565,7 +565,7 @@ mod tests {
                 used += 1;
             }
         }
-        assert!(used >= 39, "{used} rows");
+        assert!(used >= 59, "{used} rows");
     }
 
     #[test]
