@@ -263,39 +263,51 @@ fn a_row_that_cannot_be_built_fails_alone() {
     assert!(rows[1][failure].contains("CP 3"), "{csv}");
 }
 
-/// A row whose framework release is not in the table fails alone, naming the releases there;
-/// the other rows run, and no case file is written for it.
+/// A row whose framework release is not in the table, or that names none, fails alone,
+/// naming the releases there; the other rows run, and no case file is written for it.
 #[test]
-fn a_row_with_an_unknown_framework_fails_alone() {
-    let out = scratch("validate-unknown-framework");
-    let table = "tests/fixtures/validate/unknown-framework-fails-its-row.csv";
-    let run = fleetsim()
-        .args(["validate", table, "--out"])
-        .arg(&out)
-        .output()
-        .expect("run");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(1), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("1 of 2 row(s) could not be run")
-            && stderr.contains("line 6")
-            && stderr.contains("unknown `deepspeed-0.14`")
-            && stderr.contains("megatron-lm-2022, megatron-core-0.8"),
-        "{stderr}"
-    );
-    assert!(
-        stdout.contains("failed (line 6): column `framework`"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("over 1 row(s)"), "{stdout}");
-    let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
-    let (header, rows) = csv_table(&csv);
-    let column = |name: &str| header.iter().position(|h| h == name).expect(name);
-    assert_eq!(rows[1][column("framework")], "deepspeed-0.14", "{csv}");
-    assert!(rows[1][column("case")].is_empty(), "{csv}");
-    assert!(!out.join("cases/02-korthikanti2022-t5.toml").exists());
+fn a_row_with_an_unknown_or_empty_framework_fails_alone() {
+    for (table, framework, why) in [
+        (
+            "tests/fixtures/validate/unknown-framework-fails-its-row.csv",
+            "deepspeed-0.14",
+            "unknown `deepspeed-0.14`",
+        ),
+        (
+            "tests/fixtures/validate/empty-framework-fails-its-row.csv",
+            "",
+            "empty; name the framework release",
+        ),
+    ] {
+        let out = scratch("validate-unknown-framework");
+        let run = fleetsim()
+            .args(["validate", table, "--out"])
+            .arg(&out)
+            .output()
+            .expect("run");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("1 of 2 row(s) could not be run")
+                && stderr.contains("line 6")
+                && stderr.contains(why)
+                && stderr.contains("megatron-lm-2022, megatron-core-0.8"),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains("failed (line 6): column `framework`"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("over 1 row(s)"), "{stdout}");
+        let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
+        let (header, rows) = csv_table(&csv);
+        let column = |name: &str| header.iter().position(|h| h == name).expect(name);
+        assert_eq!(rows[1][column("framework")], framework, "{csv}");
+        assert!(rows[1][column("case")].is_empty(), "{csv}");
+        assert!(!out.join("cases/02-korthikanti2022-t5.toml").exists());
+    }
 }
 
 /// `--frameworks FILE` reads a table of one's own; a malformed one is one line naming the
