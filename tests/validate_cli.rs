@@ -12,13 +12,26 @@ use common::{assert_success, csv_table, fleetsim, one_clear_error, scratch, stdo
 /// The project's copy of `../shared/calibration/e2e_iterations.csv`.
 const TABLE: &str = "configs/validation/e2e_iterations.csv";
 
+/// Each copy holds the shared table's rows, column by column, except the columns it relabels
+/// or corrects with a cited source (`framework` everywhere; `settings` and `notes` of
+/// e2e_frontier.csv, whose comment lines cite each correction).
 #[test]
 fn the_copied_tables_match_the_shared_ones() {
-    for (copy, shared) in [
-        (TABLE, "../shared/calibration/e2e_iterations.csv"),
+    for (copy, shared, corrected) in [
+        (
+            TABLE,
+            "../shared/calibration/e2e_iterations.csv",
+            &["framework"][..],
+        ),
         (
             "configs/validation/e2e_more.csv",
             "../shared/calibration/e2e_more.csv",
+            &["framework"][..],
+        ),
+        (
+            "configs/validation/e2e_frontier.csv",
+            "../shared/calibration/e2e_frontier.csv",
+            &["framework", "settings", "notes"][..],
         ),
     ] {
         let Ok(original) = fs::read_to_string(shared) else {
@@ -26,7 +39,27 @@ fn the_copied_tables_match_the_shared_ones() {
             continue;
         };
         let text = fs::read_to_string(copy).expect("read the copy");
-        assert!(text.starts_with(&original), "{copy} differs from {shared}");
+        let (shared_header, shared_rows) = csv_table(&original);
+        let (header, rows) = csv_table(&text);
+        assert_eq!(rows.len(), shared_rows.len(), "{copy}");
+        for (column, name) in shared_header.iter().enumerate() {
+            if corrected.contains(&name.as_str()) {
+                continue;
+            }
+            let at = header
+                .iter()
+                .position(|h| h == name)
+                .unwrap_or_else(|| panic!("{copy} lacks {name}"));
+            for (i, (row, theirs)) in rows.iter().zip(&shared_rows).enumerate() {
+                assert_eq!(
+                    row[at],
+                    theirs[column],
+                    "{copy} row {} column {name}",
+                    i + 1
+                );
+            }
+        }
+        assert!(header.iter().any(|h| h == "framework"), "{copy}");
     }
 }
 
@@ -228,4 +261,82 @@ fn a_row_that_cannot_be_built_fails_alone() {
         .expect("failure column");
     assert!(rows[0][failure].is_empty(), "{csv}");
     assert!(rows[1][failure].contains("CP 3"), "{csv}");
+}
+
+/// A row whose framework release is not in the table, or that names none, fails alone,
+/// naming the releases there; the other rows run, and no case file is written for it.
+#[test]
+fn a_row_with_an_unknown_or_empty_framework_fails_alone() {
+    for (table, framework, why) in [
+        (
+            "tests/fixtures/validate/unknown-framework-fails-its-row.csv",
+            "deepspeed-0.14",
+            "unknown `deepspeed-0.14`",
+        ),
+        (
+            "tests/fixtures/validate/empty-framework-fails-its-row.csv",
+            "",
+            "empty; name the framework release",
+        ),
+    ] {
+        let out = scratch("validate-unknown-framework");
+        let run = fleetsim()
+            .args(["validate", table, "--out"])
+            .arg(&out)
+            .output()
+            .expect("run");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("1 of 2 row(s) could not be run")
+                && stderr.contains("line 6")
+                && stderr.contains(why)
+                && stderr.contains("megatron-lm-2022, megatron-core-0.8"),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains("failed (line 6): column `framework`"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("over 1 row(s)"), "{stdout}");
+        let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
+        let (header, rows) = csv_table(&csv);
+        let column = |name: &str| header.iter().position(|h| h == name).expect(name);
+        assert_eq!(rows[1][column("framework")], framework, "{csv}");
+        assert!(rows[1][column("case")].is_empty(), "{csv}");
+        assert!(!out.join("cases/02-korthikanti2022-t5.toml").exists());
+    }
+}
+
+/// `--frameworks FILE` reads a table of one's own; a malformed one is one line naming the
+/// file, line and key (tests/fixtures/bad-frameworks/, whose first lines say what).
+#[test]
+fn a_bad_framework_table_fails_with_one_clear_line() {
+    let dir = Path::new("tests/fixtures/bad-frameworks");
+    let mut seen = 0;
+    for entry in fs::read_dir(dir).expect("fixtures") {
+        let path = entry.expect("entry").path();
+        let text = fs::read_to_string(&path).expect("read");
+        let want = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .expect("`# expect:` first line");
+        let name = path.display().to_string();
+        let stderr = one_clear_error(
+            fleetsim()
+                .args(["validate", TABLE, "--rows", "1", "--frameworks"])
+                .arg(&path),
+            &name,
+        );
+        assert!(stderr.contains(&format!("{name}:")), "{name}: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "{name}: expected `{want}` in {stderr}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 6, "{seen}");
 }

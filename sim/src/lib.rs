@@ -13,6 +13,7 @@ pub mod engine;
 pub mod event;
 pub mod experiment;
 pub mod fault;
+pub mod framework;
 pub mod gpu;
 pub mod hash;
 pub mod hostlist;

@@ -3,9 +3,10 @@
 //!
 //! A row describes a Megatron-LM run the way papers and READMEs report it: GPU, model shape,
 //! parallel split, batch, recompute, and the measured seconds per iteration or TFLOP/s per
-//! GPU. What a source leaves out comes from two documented tables below: the framework's
-//! defaults of that time ([`Framework`]) and the NVIDIA DGX SuperPOD the GPU was sold in
-//! ([`cluster_for`]). Each row becomes a real experiment file under `OUT/cases/`, so any row
+//! GPU. What a source leaves out comes from two documented tables: what the framework release
+//! in the row's `framework` column launched with (`configs/frameworks.toml`,
+//! [`sim::framework`]) and the NVIDIA DGX SuperPOD the GPU was sold in ([`cluster_for`]). The
+//! `source` column is a free label: nothing is read from its text. Each row becomes a real experiment file under `OUT/cases/`, so any row
 //! can be rerun, inspected or changed with `fleetsim run`.
 
 use std::fmt::Write as _;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use sim::experiment::Experiment;
+use sim::framework::Frameworks;
 
 use coordinator::output::plot::{ParityChart, PlotError, Series, parity_chart_svg};
 use coordinator::output::summary::Summary;
@@ -43,6 +45,10 @@ pub struct Args {
     /// Exit with status 1 when any row's absolute error (percent) is above this.
     #[arg(long, value_name = "PERCENT", value_parser = percent)]
     pub max_error: Option<f64>,
+    /// The table of framework releases the `framework` column names (TOML, as
+    /// configs/frameworks.toml). Default: the one built in.
+    #[arg(long, value_name = "FILE")]
+    pub frameworks: Option<PathBuf>,
 }
 
 /// A limit in percent: a finite number, 0 or more (NaN would pass every run).
@@ -66,12 +72,17 @@ impl Args {
             threads,
             max_mape,
             max_error,
+            frameworks,
         } = self;
         let rows = rows.as_deref();
         let sets = &sets[..];
         let cases = cases.as_path();
         let file = cases.display().to_string();
-        let all = read_cases(cases)?;
+        let frameworks = match frameworks {
+            Some(path) => Frameworks::read(&path)?,
+            None => Frameworks::shipped()?,
+        };
+        let all = read_cases(cases, &frameworks)?;
         let selected = select(all, rows).map_err(anyhow::Error::msg)?;
         let out = out.unwrap_or_else(|| {
             let stem = cases
@@ -141,8 +152,8 @@ impl Args {
     }
 }
 
-/// Columns every table has (`../shared/calibration/e2e_iterations.csv`).
-const REQUIRED: [&str; 22] = [
+/// Columns every table has (`../shared/calibration/e2e_iterations.csv`'s, and `framework`).
+const REQUIRED: [&str; 23] = [
     "source",
     "gpu",
     "gpus",
@@ -165,12 +176,12 @@ const REQUIRED: [&str; 22] = [
     "measured",
     "unit",
     "notes",
+    "framework",
 ];
 
-/// Columns a table may add: `kv_heads` (grouped-query attention), `framework` (a
-/// [`Framework`] name, for sources fleetsim does not know) and `settings` (`KEY=VALUE` pairs
-/// separated by `;`, applied like `--set` after everything else).
-const OPTIONAL: [&str; 3] = ["kv_heads", "framework", "settings"];
+/// Columns a table may add: `kv_heads` (grouped-query attention) and `settings` (`KEY=VALUE`
+/// pairs separated by `;`, applied like `--set` after everything else).
+const OPTIONAL: [&str; 2] = ["kv_heads", "settings"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ValidateError {
@@ -218,120 +229,6 @@ impl Unit {
             Unit::TflopsPerGpu => "tflops_per_gpu",
         }
     }
-}
-
-/// The training framework a measurement was taken with: what it did by default, for
-/// everything a source does not state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framework {
-    /// Megatron-LM of 2022 (Korthikanti et al. 2022; Narayanan et al. SC'21): softmax fused
-    /// but no flash attention, TP communication on the critical path, the gradient
-    /// all-reduce after the backward pass (local DDP, no bucketing overlap), no distributed
-    /// optimizer; pipeline transfers block (`_communicate` waits and synchronises, in the
-    /// interleaved schedule too) and, without SP, travel as 1/TP pieces all-gathered after
-    /// receipt (`--scatter-gather-tensors-in-pipeline`).
-    MegatronLm2022,
-    /// Megatron-Core r0.8 (mid 2024) with Transformer Engine, as the Megatron-LM README's
-    /// H100 scaling runs were launched: flash attention, `--tp-comm-overlap`,
-    /// `--overlap-grad-reduce`, `--overlap-param-gather`, `--use-distributed-optimizer`,
-    /// sequence parallelism wherever TP > 1.
-    MegatronCore08,
-}
-
-impl Framework {
-    const ALL: [Framework; 2] = [Framework::MegatronLm2022, Framework::MegatronCore08];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Framework::MegatronLm2022 => "megatron-lm-2022",
-            Framework::MegatronCore08 => "megatron-core-0.8",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Framework> {
-        Self::ALL.into_iter().find(|f| f.name() == s)
-    }
-
-    /// Sources whose framework is known from their publication.
-    fn of_source(source: &str) -> Option<Framework> {
-        if source.starts_with("korthikanti2022") {
-            Some(Framework::MegatronLm2022)
-        } else if source.starts_with("megatron-readme-h100") {
-            Some(Framework::MegatronCore08)
-        } else {
-            None
-        }
-    }
-
-    /// `[training]` and `[parallel]` keys that differ from fleetsim's defaults.
-    fn training_keys(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Framework::MegatronLm2022 => &[
-                ("flash_attention", "false"),
-                ("tp_comm_overlap", "false"),
-                ("overlap_grad_reduce", "false"),
-                ("overlap_param_gather", "false"),
-                ("overlap_p2p_comm", "false"),
-                ("p2p_scatter_gather", "true"),
-            ],
-            Framework::MegatronCore08 => &[
-                ("flash_attention", "true"),
-                ("tp_comm_overlap", "true"),
-                ("overlap_grad_reduce", "true"),
-                ("overlap_param_gather", "true"),
-                ("overlap_p2p_comm", "true"),
-                ("p2p_scatter_gather", "false"),
-            ],
-        }
-    }
-
-    /// ZeRO stage: 1 is Megatron's distributed optimizer.
-    fn zero(self) -> u32 {
-        match self {
-            Framework::MegatronLm2022 => 0,
-            Framework::MegatronCore08 => 1,
-        }
-    }
-}
-
-/// The attention dropout a source's runs had, where it does not say: Megatron-LM's
-/// `pretrain_gpt.py` defaults to 0.1 (`--attention-dropout`, `megatron/training/arguments.py`),
-/// and the Megatron-LM sources (Korthikanti et al., the Megatron-LM README, MegaScale's
-/// Megatron-LM baseline) launched it; NeMo's and Megatron-Bridge's recipes set 0 (NeMo's
-/// `GPTConfig175B` and Llama configs: `attention_dropout = 0.0`).
-fn attention_dropout(source: &str) -> &'static str {
-    let megatron_lm = [
-        "korthikanti2022",
-        "megatron-readme",
-        "megascale2024-megatron",
-    ];
-    if megatron_lm.iter().any(|s| source.starts_with(s)) {
-        "0.1"
-    } else {
-        "0.0"
-    }
-}
-
-/// The attention backend a source's runs had, where it differs from what Transformer Engine
-/// picks for the GPU. NVIDIA's NeMo performance tables of the 24.01-24.07 containers were
-/// produced with NeMo-Framework-Launcher, whose `launcher_scripts/conf/config.yaml` set
-/// `NVTE_FUSED_ATTN: 0` ("Disable cudnn FA until we've tested it more") from 2024-02-13
-/// (commit 562dcb45) until 2024-08-29 (04b8d098, "enable fused attention"): Transformer
-/// Engine then ran FlashAttention-2 on Hopper. `None` keeps `auto`.
-fn attention_backend(source: &str) -> Option<&'static str> {
-    let release = nemo_release(source)?;
-    ((24, 1)..=(24, 7))
-        .contains(&release)
-        .then_some("\"flash2\"")
-}
-
-/// The NeMo container release a source names, as (year, month): `nemo-24.03-longseq-h100`
-/// is (24, 3).
-fn nemo_release(source: &str) -> Option<(u32, u32)> {
-    let version = source.strip_prefix("nemo-")?.split('-').next()?;
-    let (year, month) = version.split_once('.')?;
-    let month = month.split('.').next()?;
-    Some((year.parse().ok()?, month.parse().ok()?))
 }
 
 /// The cluster a GPU's published runs used: the NVIDIA DGX SuperPOD of its generation, on a
@@ -390,7 +287,8 @@ pub struct Case {
     pub source: String,
     pub gpu: String,
     pub gpus: u32,
-    pub framework: Framework,
+    /// The `framework` column: a release of the framework table.
+    pub framework: String,
     pub measured: f64,
     pub unit: Unit,
     pub notes: String,
@@ -398,8 +296,29 @@ pub struct Case {
     /// instead of TFLOP/s, which frameworks count differently (Megatron-Core halves causal
     /// attention from March 2025, `training.py` `num_floating_point_operations`).
     pub tokens_per_gpu_s: Option<f64>,
-    /// The experiment file this row becomes, its `settings` included.
-    pub experiment: String,
+    /// The experiment file this row becomes, its `settings` included; or, when the row's
+    /// framework is not in the table, why not (that row's failure; the others still run).
+    pub experiment: Result<String, UnknownFramework>,
+}
+
+/// A row whose `framework` is not a release of the framework table.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "column `framework`: {}; the releases in {table} are {known}",
+    describe(name)
+)]
+pub struct UnknownFramework {
+    pub name: String,
+    pub table: String,
+    pub known: String,
+}
+
+fn describe(name: &str) -> String {
+    if name.is_empty() {
+        "empty; name the framework release the row's measurement ran".into()
+    } else {
+        format!("unknown `{name}`")
+    }
 }
 
 /// The number before `tok/s/GPU` in a row's notes, if any.
@@ -440,24 +359,30 @@ impl RowFailure {
         let reason = match error {
             // The row is named by the line already; keep the cause.
             ValidateError::Case { error, .. } => error.to_string(),
+            ValidateError::Row { message, .. } => message.clone(),
             other => other.to_string(),
         };
         RowFailure { case, reason }
     }
 }
 
-/// Reads a measurement table; `#` lines are comments.
-pub fn read_cases(path: &Path) -> Result<Vec<Case>, ValidateError> {
+/// Reads a measurement table; `#` lines are comments. Each row's `framework` is looked up in
+/// `frameworks`.
+pub fn read_cases(path: &Path, frameworks: &Frameworks) -> Result<Vec<Case>, ValidateError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ValidateError::Table {
         file: file.clone(),
         message: format!("cannot be read: {e}"),
     })?;
-    parse_cases(&text, &file)
+    parse_cases(&text, &file, frameworks)
 }
 
 /// Parses a measurement table (see [`read_cases`]); `file` names it in errors.
-pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
+pub fn parse_cases(
+    text: &str,
+    file: &str,
+    frameworks: &Frameworks,
+) -> Result<Vec<Case>, ValidateError> {
     let table_err = |message: String| ValidateError::Table {
         file: file.to_string(),
         message,
@@ -530,7 +455,7 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
             .map(String::as_str)
             .zip(values.iter().copied())
             .collect();
-        let mut case = case_of_row(&row, file, line)?;
+        let mut case = case_of_row(&row, file, line, frameworks)?;
         case.row = cases.len() + 1;
         cases.push(case);
     }
@@ -540,7 +465,12 @@ pub fn parse_cases(text: &str, file: &str) -> Result<Vec<Case>, ValidateError> {
     Ok(cases)
 }
 
-fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, ValidateError> {
+fn case_of_row(
+    row: &[(&str, &str)],
+    file: &str,
+    line: usize,
+    frameworks: &Frameworks,
+) -> Result<Case, ValidateError> {
     let err = |message: String| ValidateError::Row {
         file: file.to_string(),
         line,
@@ -573,20 +503,7 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
             "column `source` is empty; name the paper or page the row is from".into(),
         ));
     }
-    let framework = match get("framework") {
-        "" => Framework::of_source(&source).ok_or_else(|| {
-            err(format!(
-                "source `{source}` is not one fleetsim knows the framework of; add a `framework` column ({})",
-                Framework::ALL.map(Framework::name).join(" or ")
-            ))
-        })?,
-        name => Framework::parse(name).ok_or_else(|| {
-            err(format!(
-                "column `framework`: unknown `{name}`; use {}",
-                Framework::ALL.map(Framework::name).join(" or ")
-            ))
-        })?,
-    };
+    let framework_name = get("framework").to_string();
     let gpu = get("gpu").to_string();
     let settings: Vec<String> = get("settings")
         .split(';')
@@ -595,9 +512,14 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         .map(str::to_string)
         .collect();
     for s in &settings {
-        if !s.contains('=') {
+        let Some((key, _)) = s.split_once('=') else {
             return Err(err(format!(
                 "column `settings`: `{s}` is not KEY=VALUE (pairs are separated by `;`)"
+            )));
+        };
+        if !key.contains('.') {
+            return Err(err(format!(
+                "column `settings`: `{s}` needs a dotted key such as cluster.nic_gbps=400"
             )));
         }
     }
@@ -627,10 +549,9 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         u32::try_from(positive("gpus")?).map_err(|_| err("column `gpus` is too large".into()))?;
     let tp = positive("tp")?;
     let sequence_parallel = match get("sequence_parallel") {
-        "true" => true,
-        "false" => false,
-        // Megatron-Core runs turn it on with TP; Megatron-LM of 2022 had it off by default.
-        "" => framework == Framework::MegatronCore08 && tp > 1,
+        "true" => Some(true),
+        "false" => Some(false),
+        "" => None,
         other => {
             return Err(err(format!(
                 "column `sequence_parallel`: `{other}` is neither true nor false"
@@ -646,15 +567,39 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
             )));
         }
     };
+    // Checked where the experiment loads (`training.precision`): a precision this build does
+    // not know fails its row alone, as other keys a row sets do.
     let precision = match get("precision") {
         "" => "bf16",
-        p if sim::config::Precision::from_name(p).is_some() => p,
-        other => {
-            return Err(err(format!(
-                "column `precision`: `{other}` is not bf16, fp16, fp8, tf32 or fp32"
-            )));
-        }
+        p => p,
     };
+
+    let notes = get("notes").to_string();
+    let mut case = Case {
+        row: 0,
+        line,
+        source: source.clone(),
+        gpu: gpu.clone(),
+        gpus,
+        framework: framework_name.clone(),
+        measured,
+        unit,
+        tokens_per_gpu_s: tokens_in_notes(&notes),
+        notes,
+        experiment: Ok(String::new()),
+    };
+    // An unknown release fails this row alone, as a row that cannot be built does.
+    let Some(framework) = frameworks.get(&framework_name) else {
+        case.experiment = Err(UnknownFramework {
+            name: framework_name,
+            table: frameworks.file().to_string(),
+            known: frameworks.names(),
+        });
+        return Ok(case);
+    };
+    // Blank: the framework's (Megatron-LM turns sequence parallelism off at TP 1).
+    let sequence_parallel =
+        sequence_parallel.unwrap_or(framework.parallel.sequence_parallel.value && tp > 1);
 
     // The experiment as (section, key, value) in file order; the row's `settings` then replace
     // or extend it, so the case file is exactly what runs.
@@ -678,25 +623,23 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
     }
     let kv_heads = optional_positive("kv_heads")?.unwrap_or(positive("heads")?);
     put("model", "kv_heads", literal(&kv_heads.to_string()));
-    // Megatron-LM's GPT defaults: GeLU MLP with biases, LayerNorm, learned absolute
-    // positions, input and output embeddings tied. The Megatron-LM README's scaling table
-    // lists model sizes that count the output layer apart (1.7B = 24 · 12 · 2048² + 2 ·
-    // 131,072 · 2048): its runs untied the embeddings.
-    let tied = if source.starts_with("megatron-readme") {
-        "false"
-    } else {
-        "true"
-    };
+    // Megatron-LM's GPT model: GeLU MLP with biases, LayerNorm, learned absolute positions;
+    // the framework's recipe sets dropout and tying, and the row's settings what differs.
     for (k, v) in [
         ("activation", "\"gelu\""),
         ("norm", "\"layernorm\""),
         ("bias", "true"),
-        ("tied_embeddings", tied),
         ("position", "\"learned\""),
-        ("attention_dropout", attention_dropout(&source)),
     ] {
         put("model", k, literal(v));
     }
+    let launch = framework.launch_keys();
+    let put_launch = |put: &mut dyn FnMut(&str, &str, toml::Value), section: &str| {
+        for k in launch.iter().filter(|k| k.section == section) {
+            put(k.section, k.key, k.value.clone());
+        }
+    };
+    put_launch(&mut put, "model");
     put("parallel", "tp", literal(&tp.to_string()));
     put("parallel", "pp", literal(&positive("pp")?.to_string()));
     if let Some(dp) = optional_positive("dp")? {
@@ -706,7 +649,6 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         ("cp", optional_positive("cp")?.unwrap_or(1).to_string()),
         ("vp", optional_positive("vp")?.unwrap_or(1).to_string()),
         ("sequence_parallel", sequence_parallel.to_string()),
-        ("zero", framework.zero().to_string()),
         (
             "micro_batch",
             optional_positive("micro_batch")?.unwrap_or(1).to_string(),
@@ -715,14 +657,12 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
     ] {
         put("parallel", k, literal(&v));
     }
+    put_launch(&mut put, "parallel");
     put(
         "training",
         "precision",
         toml::Value::String(precision.to_string()),
     );
-    if let Some(backend) = attention_backend(&source) {
-        put("training", "attention_backend", literal(backend));
-    }
     put(
         "training",
         "recompute",
@@ -735,18 +675,18 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
         toml::Value::String("off".into()),
     );
     let notes = get("notes").to_ascii_lowercase();
-    for (k, v) in framework.training_keys() {
-        // A note naming the flag off overrides the framework's default (e.g. "no grad-reduce
+    for k in launch.iter().filter(|k| k.section == "training") {
+        // A note naming an overlap off overrides the framework's (e.g. "no grad-reduce
         // overlap" on Korthikanti et al.'s 2,240-GPU run).
-        let flag = k.replace('_', "-");
-        let v = if *k == "overlap_grad_reduce" && notes.contains("no grad-reduce overlap")
-            || notes.contains(&format!("no {flag}"))
-        {
-            "false"
+        let flag = k.key.replace('_', "-");
+        let off = k.key == "overlap_grad_reduce" && notes.contains("no grad-reduce overlap")
+            || notes.contains(&format!("no {flag}"));
+        let value = if off && k.value.is_bool() {
+            toml::Value::Boolean(false)
         } else {
-            v
+            k.value.clone()
         };
-        put("training", k, literal(v));
+        put("training", k.key, value);
     }
     for setting in &settings {
         let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
@@ -768,11 +708,21 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
     // Comments on one line each: a quoted CSV field may hold a line break.
     let one_line = |text: &str| text.replace(['\r', '\n'], " ");
     let mut toml = format!(
-        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}\n",
-        framework.name(),
+        "# {file}, line {line} ({source}; {}).\n# Measured: {measured} {}. {}\n# Framework {}: {}\n",
+        framework.name,
         unit.name(),
-        one_line(get("notes"))
+        one_line(get("notes")),
+        framework.name,
+        one_line(&framework.what)
     );
+    for pending in framework.pending() {
+        toml += &format!(
+            "# Not applied (no experiment key yet): {} = {} ({})\n",
+            pending.name,
+            pending.value,
+            one_line(pending.source)
+        );
+    }
     if !settings.is_empty() {
         toml += &format!(
             "# With the row's settings: {}\n",
@@ -797,19 +747,8 @@ fn case_of_row(row: &[(&str, &str)], file: &str, line: usize) -> Result<Case, Va
     toml += "\n";
     toml += &toml::to_string(&document)
         .map_err(|e| err(format!("cannot be written as an experiment file: {e}")))?;
-    Ok(Case {
-        row: 0,
-        line,
-        source,
-        gpu,
-        gpus,
-        framework,
-        measured,
-        unit,
-        notes: get("notes").to_string(),
-        tokens_per_gpu_s: tokens_in_notes(get("notes")),
-        experiment: toml,
-    })
+    case.experiment = Ok(toml);
+    Ok(case)
 }
 
 /// Which rows to run: `None` all, else 1-based row numbers (not lines).
@@ -859,8 +798,19 @@ pub fn prepare(
     cases
         .iter()
         .map(|case| {
+            let experiment = match &case.experiment {
+                Ok(experiment) => experiment,
+                Err(unknown) => {
+                    let error = ValidateError::Row {
+                        file: file.to_string(),
+                        line: case.line,
+                        message: unknown.to_string(),
+                    };
+                    return Ok((case.clone(), Err(error)));
+                }
+            };
             let path = case_path(out, case);
-            std::fs::write(&path, &case.experiment).map_err(|error| ValidateError::Io {
+            std::fs::write(&path, experiment).map_err(|error| ValidateError::Io {
                 path: path.display().to_string(),
                 error,
             })?;
@@ -1020,7 +970,7 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
             c.row.to_string(),
             c.line.to_string(),
             c.source.clone(),
-            c.framework.name().to_string(),
+            c.framework.clone(),
             c.gpu.clone(),
             c.gpus.to_string(),
             c.unit.name().to_string(),
@@ -1050,7 +1000,13 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
         let mut row = identity(&f.case);
         // Nothing predicted.
         row.extend(std::iter::repeat_n(String::new(), 10));
-        row.extend([case_file_name(&f.case), f.reason.clone()]);
+        // No case file when the row's framework is unknown.
+        let case = if f.case.experiment.is_ok() {
+            case_file_name(&f.case)
+        } else {
+            String::new()
+        };
+        row.extend([case, f.reason.clone()]);
         table.row(row);
     }
     table.finish()
@@ -1078,19 +1034,31 @@ pub fn parity_svg(outcomes: &[Outcome]) -> Result<String, PlotError> {
 mod tests {
     use super::*;
 
-    const HEADER: &str = "source,gpu,gpus,layers,hidden,ffn_hidden,heads,seq_len,vocab,tp,pp,dp,cp,vp,micro_batch,global_batch,recompute,sequence_parallel,precision,measured,unit,notes";
+    const HEADER: &str = "source,gpu,gpus,layers,hidden,ffn_hidden,heads,seq_len,vocab,tp,pp,dp,cp,vp,micro_batch,global_batch,recompute,sequence_parallel,precision,measured,unit,notes,framework";
+
+    fn frameworks() -> Frameworks {
+        Frameworks::shipped().expect("the shipped framework table")
+    }
+
+    fn parse(text: &str) -> Result<Vec<Case>, ValidateError> {
+        parse_cases(text, "t.csv", &frameworks())
+    }
 
     fn one(row: &str) -> Result<Vec<Case>, ValidateError> {
-        parse_cases(&format!("{HEADER}\n{row}\n"), "t.csv")
+        parse(&format!("{HEADER}\n{row}\n"))
+    }
+
+    fn experiment(case: &Case) -> &str {
+        case.experiment.as_deref().expect("an experiment")
     }
 
     #[test]
     fn a_row_becomes_an_experiment_with_its_framework_and_cluster() {
-        let cases = one("korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,no grad-reduce overlap")
+        let cases = one("korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,no grad-reduce overlap,megatron-lm-2022")
             .expect("parses");
         let c = &cases[0];
         assert_eq!(c.line, 2);
-        assert_eq!(c.framework, Framework::MegatronLm2022);
+        assert_eq!(c.framework, "megatron-lm-2022");
         assert_eq!(c.unit, Unit::SecondsPerIteration);
         for want in [
             "nic_gbps = 200",
@@ -1101,15 +1069,15 @@ mod tests {
             "recompute = \"selective\"",
             "sequence_parallel = true",
         ] {
-            assert!(c.experiment.contains(want), "{want} in\n{}", c.experiment);
+            assert!(experiment(c).contains(want), "{want} in\n{}", experiment(c));
         }
     }
 
     #[test]
     fn blanks_take_the_framework_defaults() {
-        let cases = one("megatron-readme-h100,H100-SXM,96,30,4096,16384,32,4096,131072,2,1,48,1,,,192,,,bf16,465.9,tflops_per_gpu,")
+        let cases = one("megatron-readme-h100,H100-SXM,96,30,4096,16384,32,4096,131072,2,1,48,1,,,192,,,bf16,465.9,tflops_per_gpu,,megatron-core-0.8")
             .expect("parses");
-        let e = &cases[0].experiment;
+        let e = experiment(&cases[0]);
         for want in [
             "nic_gbps = 400",
             "vp = 1",
@@ -1120,6 +1088,8 @@ mod tests {
             "tp_comm_overlap = true",
             // Megatron-LM's `--attention-dropout` default.
             "attention_dropout = 0.1",
+            // The README's runs untied the output layer.
+            "tied_embeddings = false",
         ] {
             assert!(e.contains(want), "{want} in\n{e}");
         }
@@ -1129,27 +1099,23 @@ mod tests {
     fn bad_rows_name_their_line_and_column() {
         let bad = [
             (
-                "x,H100-SXM,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,",
-                "framework",
-            ),
-            (
-                "korthikanti2022,A100-SXM-80GB,eight,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,",
+                "korthikanti2022,A100-SXM-80GB,eight,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,,megatron-lm-2022",
                 "`gpus`",
             ),
             (
-                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,hours,",
+                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,hours,,megatron-lm-2022",
                 "`unit`",
             ),
             (
-                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,-1,s_per_iter,",
+                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,-1,s_per_iter,,megatron-lm-2022",
                 "`measured`",
             ),
             (
-                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,some,,bf16,1,s_per_iter,",
+                "korthikanti2022,A100-SXM-80GB,8,1,1,1,1,1,1,1,1,1,1,,,8,some,,bf16,1,s_per_iter,,megatron-lm-2022",
                 "`recompute`",
             ),
             (
-                "korthikanti2022,TPU-v5,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,",
+                "korthikanti2022,TPU-v5,8,1,1,1,1,1,1,1,1,1,1,,,8,,,bf16,1,s_per_iter,,megatron-lm-2022",
                 "default cluster",
             ),
             ("korthikanti2022,A100-SXM-80GB,8,1,1", "fields"),
@@ -1159,16 +1125,58 @@ mod tests {
             assert!(e.starts_with("t.csv:2: "), "{e}");
             assert!(e.contains(needle), "{needle} in {e}");
         }
-        let e = parse_cases("source,gpu,speed\n", "t.csv").expect_err("bad header");
+        let e = parse("source,gpu,speed\n").expect_err("bad header");
         assert!(e.to_string().contains("unknown column `speed`"), "{e}");
+    }
+
+    /// The `framework` column alone names the release; the `source` text is a free label.
+    /// An unknown or empty release is that row's failure, listing the known ones.
+    #[test]
+    fn the_framework_column_alone_decides_and_an_unknown_one_fails_the_row() {
+        let row = |source: &str, framework: &str| {
+            format!(
+                "{source},H100-SXM,8,2,256,1024,4,128,1000,1,1,8,1,1,1,8,none,,bf16,1,s_per_iter,,{framework}"
+            )
+        };
+        // A source that looks like Megatron-LM's README, labelled NeMo 24.05: NeMo's facts.
+        let cases = one(&row("megatron-readme-h100", "nemo-24.05")).expect("parses");
+        let e = experiment(&cases[0]);
+        assert!(e.contains("attention_backend = \"flash2\""), "{e}");
+        assert!(e.contains("tied_embeddings = true"), "{e}");
+        assert!(e.contains("# Framework nemo-24.05:"), "{e}");
+        for (framework, want) in [("deepspeed", "unknown `deepspeed`"), ("", "empty; name")] {
+            let cases = one(&row("x", framework)).expect("the table still reads");
+            let why = cases[0]
+                .experiment
+                .as_ref()
+                .expect_err(framework)
+                .to_string();
+            assert!(why.contains(want), "{why}");
+            assert!(
+                why.contains("configs/frameworks.toml")
+                    && why.contains("megatron-lm-2022")
+                    && why.contains("nemo-25.02"),
+                "{why}"
+            );
+            let out =
+                std::env::temp_dir().join(format!("fleetsim-unknown-fw-{}", std::process::id()));
+            let prepared = prepare(&out, &cases, &[], "t.csv").expect("prepared");
+            let failure = prepared[0].1.as_ref().expect_err("a row failure");
+            assert!(
+                RowFailure::new(cases[0].clone(), failure)
+                    .reason
+                    .starts_with("column `framework`")
+            );
+            let _ = std::fs::remove_dir_all(&out);
+        }
     }
 
     #[test]
     fn settings_are_written_into_the_case_file() {
-        let header = format!("{HEADER},kv_heads,framework,settings");
-        let row = "bridge-25.11-b200,B200,8,32,4096,14336,32,8192,128256,1,1,8,1,1,2,128,none,false,fp8,1576,tflops_per_gpu,Llama3-8B; 30624 tok/s/GPU,8,megatron-core-0.8,\"model.activation=swiglu;model.norm=rmsnorm;training.fp8_recipe=current;parallel.first_stage_layers=15\"";
-        let cases = parse_cases(&format!("{header}\n{row}\n"), "t.csv").expect("parses");
-        let e = &cases[0].experiment;
+        let header = format!("{HEADER},kv_heads,settings");
+        let row = "bridge-25.11-b200,B200,8,32,4096,14336,32,8192,128256,1,1,8,1,1,2,128,none,false,fp8,1576,tflops_per_gpu,Llama3-8B; 30624 tok/s/GPU,megatron-bridge-25.11,8,\"model.activation=swiglu;model.norm=rmsnorm;training.fp8_recipe=current;parallel.first_stage_layers=15\"";
+        let cases = parse(&format!("{header}\n{row}\n")).expect("parses");
+        let e = experiment(&cases[0]);
         // Replaced where the defaults had the key, added where they had not, bare words quoted.
         for want in [
             "activation = \"swiglu\"",
@@ -1190,30 +1198,24 @@ mod tests {
 
     #[test]
     fn nemo_launcher_rows_of_2024_run_flash_attention_2() {
-        assert_eq!(nemo_release("nemo-24.03-longseq-h100"), Some((24, 3)));
-        assert_eq!(nemo_release("nemo-24.03.01-h100"), Some((24, 3)));
-        assert_eq!(nemo_release("nemo-25.02-b200"), Some((25, 2)));
-        assert_eq!(nemo_release("bridge-25.11-b200"), None);
-        assert_eq!(nemo_release("nemo-long"), None);
-        assert_eq!(
-            attention_backend("nemo-24.03-longseq-h100"),
-            Some("\"flash2\"")
-        );
-        assert_eq!(attention_backend("nemo-24.07-h100"), Some("\"flash2\""));
-        assert_eq!(attention_backend("nemo-24.09-h100"), None);
-        assert_eq!(attention_backend("nemo-25.02-b200"), None);
-        assert_eq!(attention_backend("megatron-readme-h100"), None);
-        let header = format!("{HEADER},kv_heads,framework,settings");
-        for (source, want) in [
-            ("nemo-24.03-longseq-h100", true),
-            ("nemo-25.02-h100", false),
+        let header = format!("{HEADER},kv_heads,settings");
+        for (framework, want) in [
+            ("nemo-24.03", true),
+            ("nemo-24.05", true),
+            ("nemo-24.07", true),
+            ("nemo-25.02", false),
+            ("megatron-bridge-25.11", false),
         ] {
             let row = format!(
-                "{source},H100-SXM,16,32,4096,11008,32,16384,32000,2,1,8,1,1,1,256,none,true,fp8,660,tflops_per_gpu,Llama2-7B,32,megatron-core-0.8,"
+                "x,H100-SXM,16,32,4096,11008,32,16384,32000,2,1,8,1,1,1,256,none,true,fp8,660,tflops_per_gpu,Llama2-7B,{framework},32,"
             );
-            let cases = parse_cases(&format!("{header}\n{row}\n"), "t.csv").expect("parses");
-            let e = &cases[0].experiment;
-            assert_eq!(e.contains("attention_backend = \"flash2\""), want, "{e}");
+            let cases = parse(&format!("{header}\n{row}\n")).expect("parses");
+            let e = experiment(&cases[0]);
+            assert_eq!(
+                e.contains("attention_backend = \"flash2\""),
+                want,
+                "{framework}: {e}"
+            );
         }
     }
 
@@ -1254,7 +1256,7 @@ mod tests {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("configs/validation")
                 .join(table);
-            let cases = read_cases(&path).expect(table);
+            let cases = read_cases(&path, &frameworks()).expect(table);
             assert_eq!(cases.len(), rows, "{table}");
             let out = std::env::temp_dir().join(format!("fleetsim-{table}-{}", std::process::id()));
             let prepared = prepare(&out, &cases, &[], table).expect(table);
@@ -1274,19 +1276,19 @@ mod tests {
     /// Lines as an editor numbers them, comments and blank lines included.
     #[test]
     fn a_row_is_named_by_its_line_in_the_file() {
-        let row = "korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,";
+        let row = "korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,,megatron-lm-2022";
         let text = format!("# a comment\n{HEADER}\n\n# another\n{row}\n");
-        let cases = parse_cases(&text, "t.csv").expect("parses");
+        let cases = parse(&text).expect("parses");
         assert_eq!((cases[0].row, cases[0].line), (1, 5));
     }
 
     #[test]
     fn quoted_fields_keep_their_commas_quotes_and_line_breaks() {
-        let cases = one("korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,\"say \"\"hi\"\", twice\nthen stop\"")
+        let cases = one("korthikanti2022-text,A100-SXM-80GB,2240,105,20480,81920,128,2048,51200,8,35,8,1,3,1,2240,selective,true,bf16,39.15,s_per_iter,\"say \"\"hi\"\", twice\nthen stop\",megatron-lm-2022")
             .expect("parses");
         assert_eq!(cases[0].notes, "say \"hi\", twice\nthen stop");
         // The notes become one comment line; the file is TOML an experiment loads.
-        let experiment = &cases[0].experiment;
+        let experiment = experiment(&cases[0]);
         assert!(
             experiment.contains("# Measured: 39.15 s_per_iter. say \"hi\", twice then stop\n"),
             "{experiment}"
@@ -1297,9 +1299,11 @@ mod tests {
 
     #[test]
     fn a_gpu_name_with_a_quote_stays_one_toml_string() {
-        let cases = one("korthikanti2022-text,\"A100 \"\"odd\"\"\",8,2,256,1024,4,128,1000,1,1,8,1,1,1,8,none,false,bf16,1.0,s_per_iter,")
+        let cases = one("korthikanti2022-text,\"A100 \"\"odd\"\"\",8,2,256,1024,4,128,1000,1,1,8,1,1,1,8,none,false,bf16,1.0,s_per_iter,,megatron-lm-2022")
             .expect("parses");
-        let parsed: toml::Table = cases[0].experiment.parse().expect("the case file is TOML");
+        let parsed: toml::Table = experiment(&cases[0])
+            .parse()
+            .expect("the case file is TOML");
         assert_eq!(parsed["cluster"]["gpu"].as_str(), Some("A100 \"odd\""));
     }
 
@@ -1315,7 +1319,7 @@ mod tests {
             let path = entry.expect("an entry").path();
             let bytes = std::fs::read(&path).expect("an input");
             if let Ok(text) = std::str::from_utf8(&bytes) {
-                let _ = parse_cases(text, &path.display().to_string());
+                let _ = parse_cases(text, &path.display().to_string(), &frameworks());
             }
             seen += 1;
         }

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use source::{
-    Located, Origin, PathSegment, Value, parse_path, parse_text, parse_typed, set_value,
+    Located, MAX_EXPERIMENT_BYTES, Origin, PathSegment, Value, parse_path, parse_text, parse_typed,
+    set_value,
 };
 
 /// One clear error about the configuration: where, which key, what is wrong and how to fix it.
@@ -653,6 +654,15 @@ pub enum Fp8Recipe {
     #[default]
     Delayed,
     Current,
+}
+
+impl Fp8Recipe {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Recipe::Delayed => "delayed",
+            Fp8Recipe::Current => "current",
+        }
+    }
 }
 
 impl Default for TrainingConfig {
