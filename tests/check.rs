@@ -58,6 +58,40 @@ fn json_report_has_the_derived_numbers() {
     );
 }
 
+/// `check` says what selective recompute re-runs, in text and JSON, and its activations
+/// fall when a module is added.
+#[test]
+fn check_shows_the_recomputed_modules() {
+    let mixtral = "configs/experiments/mixtral-8x7b-h100-256.toml";
+    let (ok, stdout, stderr) = check(&[mixtral]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("training    precision bf16, recompute selective (core_attn)"),
+        "{stdout}"
+    );
+    let modules = "training.recompute_modules=[\"core_attn\", \"moe_act\", \"layernorm\"]";
+    let (ok, stdout, stderr) = check(&[mixtral, "--set", modules]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("recompute selective (core_attn, moe_act, layernorm)"),
+        "{stdout}"
+    );
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![mixtral, "--json"];
+        args.extend_from_slice(extra);
+        let (ok, stdout, stderr) = check(&args);
+        assert!(ok, "{stderr}");
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let (plain, more) = (json(&[]), json(&["--set", modules]));
+    assert_eq!(
+        more["training"]["recompute_modules"],
+        serde_json::json!(["core_attn", "moe_act", "layernorm"])
+    );
+    let activations = |v: &serde_json::Value| v["memory"][0]["activations_gb"].as_f64().unwrap();
+    assert!(activations(&more) < activations(&plain));
+}
+
 #[test]
 fn set_overrides_win_and_change_the_derivation() {
     let (ok, stdout, stderr) = check(&[

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::config::{
     self, ConfigError, FaultKind, LoadedConfig, Located, MemoryCheck, NetworkModel, Origin,
-    Precision, TensorClass, TopologyKind, Value,
+    Precision, Recompute, RecomputeModule, TensorClass, TopologyKind, Value,
 };
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
@@ -500,6 +500,19 @@ impl Experiment {
                 ));
             }
         }
+        let mut warnings = Vec::new();
+        if let Some(modules) = &t.recompute_modules {
+            if t.recompute != Recompute::Selective {
+                // Megatron-Core reads `recompute_modules` only under selective granularity.
+                warnings.push(format!(
+                    "training.recompute_modules is ignored with recompute = \"{}\": Megatron-Core reads --recompute-modules only with --recompute-granularity selective",
+                    if t.recompute == Recompute::Full { "full" } else { "none" }
+                ));
+            } else {
+                check_recompute_modules(modules, model.as_ref(), t)
+                    .map_err(|m| err("training.recompute_modules", m))?;
+            }
+        }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
         let known = [
             "auto",
@@ -551,7 +564,6 @@ impl Experiment {
             let g = &gpu_types[usize::from(host_gpu_type[(rank / gph) as usize])];
             stage_hbm[stage] = stage_hbm[stage].min(g.hbm_bytes());
         }
-        let mut warnings = Vec::new();
         let cxl_tensors = place_tensors(&loaded, &memory, &stage_hbm)?;
         if let Some((m, hbm)) = memory
             .iter()
@@ -863,11 +875,85 @@ fn place_tensors(
     Ok(classes)
 }
 
+/// `training.recompute_modules` under selective recompute: no module twice, and each one a
+/// module the model has, as Megatron-Core's `TransformerConfig.__post_init__` checks them
+/// (`mla_up_proj` only with multi-latent attention; `moe_act` and `layernorm` not under FP8
+/// delayed scaling), plus what Megatron-Core accepts but leaves without effect (`layernorm`
+/// where Transformer Engine fuses both norms into the next linear, `mlp` without dense layers,
+/// the MoE modules on a dense model).
+fn check_recompute_modules(
+    modules: &[RecomputeModule],
+    model: Option<&ModelSpec>,
+    t: &config::TrainingConfig,
+) -> Result<(), String> {
+    let valid = RecomputeModule::names();
+    for (i, m) in modules.iter().enumerate() {
+        if modules[..i].contains(m) {
+            return Err(format!(
+                "`{}` is listed twice; give each module once, from: {valid}",
+                m.name()
+            ));
+        }
+    }
+    if let Some(model) = model {
+        let applies = |m: RecomputeModule| -> Result<(), &'static str> {
+            let moe = model.moe.as_ref();
+            let has_dense = moe.is_none_or(|m| m.dense_layers > 0);
+            match m {
+                RecomputeModule::CoreAttn => Ok(()),
+                RecomputeModule::MlaUpProj if model.mla.is_none() => {
+                    Err("needs multi-latent attention ([model.mla])")
+                }
+                RecomputeModule::MoeAct | RecomputeModule::Moe if moe.is_none() => {
+                    Err("needs a mixture-of-experts model ([model.moe])")
+                }
+                RecomputeModule::SharedExperts if moe.is_none_or(|m| m.shared_experts == 0) => Err(
+                    "needs a mixture-of-experts model with shared experts (model.moe.shared_experts > 0)",
+                ),
+                RecomputeModule::Mlp if !has_dense => Err(
+                    "needs dense MLP layers; every layer of this model is a MoE layer (use moe, moe_act or shared_experts)",
+                ),
+                RecomputeModule::Layernorm if model.mla.is_none() && moe.is_none() => Err(
+                    "has nothing to recompute here: without MLA or MoE, Transformer Engine fuses both norms into the QKV and fc1 linears (Megatron-Core's layer spec makes them IdentityOp)",
+                ),
+                _ => Ok(()),
+            }
+        };
+        for &m in modules {
+            if let Err(why) = applies(m) {
+                let fits: Vec<&str> = RecomputeModule::ALL
+                    .into_iter()
+                    .filter(|&m| applies(m).is_ok())
+                    .map(RecomputeModule::name)
+                    .collect();
+                return Err(format!(
+                    "`{}` {why}; valid for this model: {}",
+                    m.name(),
+                    fits.join(", ")
+                ));
+            }
+        }
+    }
+    if t.precision == Precision::Fp8
+        && t.fp8_recipe == config::Fp8Recipe::Delayed
+        && let Some(m) = modules
+            .iter()
+            .find(|m| matches!(m, RecomputeModule::MoeAct | RecomputeModule::Layernorm))
+    {
+        return Err(format!(
+            "`{}` cannot be recomputed under FP8 delayed scaling (Megatron-Core: \"Delayed scaling does not support moe_act and layernorm recompute for fp8\"); set training.fp8_recipe = \"current\" or drop it",
+            m.name()
+        ));
+    }
+    Ok(())
+}
+
 fn memory_inputs(cfg: &config::ExperimentConfig, micro_batches: u64) -> MemoryInputs {
     MemoryInputs {
         precision: cfg.training.precision,
         zero: cfg.parallel.zero,
         recompute: cfg.training.recompute,
+        recompute_modules: cfg.training.recomputed_modules(),
         sequence_parallel: cfg.parallel.sequence_parallel,
         flash_attention: cfg.training.flash_attention,
         micro_batch: u64::from(cfg.parallel.micro_batch),

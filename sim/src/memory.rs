@@ -17,7 +17,9 @@
 //!   (`megatron/core/pipeline_parallel/schedules.py`); interleaved:
 //!   `2(pp − s − 1) + (vp − 1)·pp` warm-up model chunks plus one.
 
-use crate::config::{Fp8Recipe, Precision, Recompute, TensorClass};
+use crate::config::{
+    Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules, TensorClass,
+};
 use crate::layout::ParallelLayout;
 use crate::model::{Activation, ModelSpec};
 
@@ -27,6 +29,9 @@ pub struct MemoryInputs {
     pub precision: Precision,
     pub zero: u32,
     pub recompute: Recompute,
+    /// What selective recompute re-runs (`TrainingConfig::recomputed_modules`; empty unless
+    /// `recompute` is `Selective`).
+    pub recompute_modules: RecomputeModules,
     pub sequence_parallel: bool,
     pub flash_attention: bool,
     pub micro_batch: u64,
@@ -217,11 +222,33 @@ pub fn layer_activation_bytes(
     // attention keeps in BF16 anyway (Megatron-Core avoids it for other recipes with
     // `save_original_input`).
     let fp8 = inputs.precision == Precision::Fp8;
+    let modules = inputs.recompute_modules;
+    let moe_layer = model.is_moe_layer(layer);
+    // Bytes per element of a stashed GEMM input: FP8 under FP8.
+    let gemm_input = if fp8 { 1.0 } else { 2.0 };
     // Kept whole on every TP rank unless sequence parallel: the inputs of QKV and of the MLP,
     // two dropout masks and two norm inputs.
     let replicated = if fp8 { 8.0 } else { 10.0 } * sb * h;
-    let core = match (inputs.recompute, inputs.flash_attention) {
-        (Recompute::Selective, _) => 0.0,
+    // Selective recompute drops a norm's output, the input of the GEMM after it, where the
+    // norm is a module of its own (`layernorm`: the input norm under MLA, the pre-MLP norm of
+    // MoE layers; elsewhere Transformer Engine fuses it into the QKV / fc1 linear and
+    // Megatron-Core has nothing to recompute), and fc1's input with the dense MLP (`mlp`, whose
+    // checkpoint keeps the norm's input). Under FP8 Megatron-Core then makes the linear keep
+    // its BF16 input (`set_save_original_input`), which the checkpoint frees: the FP8 copy
+    // goes.
+    let norm_outputs = u8::from(modules.has(RecomputeModule::Layernorm) && model.mla.is_some())
+        + u8::from(modules.has(RecomputeModule::Layernorm) && moe_layer)
+        + u8::from(modules.has(RecomputeModule::Mlp) && !moe_layer);
+    let replicated = if norm_outputs > 0 {
+        replicated - f64::from(norm_outputs) * gemm_input * sb * h
+    } else {
+        replicated
+    };
+    let core = match (
+        modules.has(RecomputeModule::CoreAttn),
+        inputs.flash_attention,
+    ) {
+        (true, _) => 0.0,
         (_, true) => 4.0 * model.heads as f64 * sb,
         (_, false) => 5.0 * model.heads as f64 * s * sb,
     };
@@ -231,7 +258,13 @@ pub fn layer_activation_bytes(
     } else {
         0.0
     };
-    let attention = 2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + out_proj_copy + core;
+    let attention = if modules.has(RecomputeModule::MlaUpProj) && model.mla.is_some() {
+        // `mla_up_proj` drops the up-projections' outputs after RoPE, Q, K and V, and
+        // rebuilds them from the latents when core attention's backward starts.
+        2.0 * sb * q + out_proj_copy + core
+    } else {
+        2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + out_proj_copy + core
+    };
     // The activation's input (fc1's output) in BF16 and its output (fc2's input), FP8 under
     // FP8.
     let fc2_input = if fp8 { 1.0 } else { 2.0 };
@@ -242,12 +275,38 @@ pub fn layer_activation_bytes(
         Activation::Swiglu => (4.0 + fc2_input) * sb * f,
     };
     let mlp = match model.moe {
-        Some(m) if model.is_moe_layer(layer) => {
+        // The whole MoE layer is recomputed from its input (`moe`).
+        Some(_) if moe_layer && modules.has(RecomputeModule::Moe) => 0.0,
+        Some(m)
+            if moe_layer
+                && (modules.has(RecomputeModule::MoeAct)
+                    || modules.has(RecomputeModule::SharedExperts)) =>
+        {
+            let f = m.ffn_hidden as f64;
+            // `moe_act` drops the routed experts' activation output, fc2's input;
+            // `shared_experts` keeps nothing of the shared experts but their input, which is
+            // the MoE layer's.
+            let routed_inner = if modules.has(RecomputeModule::MoeAct) {
+                mlp_inner(f) - fc2_input * sb * f
+            } else {
+                mlp_inner(f)
+            };
+            let routed = m.top_k as f64 * (2.0 * sb * h + routed_inner);
+            let shared = if modules.has(RecomputeModule::SharedExperts) {
+                0.0
+            } else {
+                m.shared_experts as f64 * (2.0 * sb * h + mlp_inner(f))
+            };
+            routed + shared
+        }
+        Some(m) if moe_layer => {
             // Each token is copied to top_k routed experts (their inputs and inner
             // activations) and runs through the shared experts.
             let copies = (m.top_k + m.shared_experts) as f64;
             copies * (2.0 * sb * h + mlp_inner(m.ffn_hidden as f64))
         }
+        // The dense MLP is recomputed from its input (`mlp`).
+        _ if modules.has(RecomputeModule::Mlp) => 0.0,
         _ => mlp_inner(model.ffn_hidden as f64),
     };
     if sp {
@@ -417,6 +476,7 @@ mod tests {
             precision: Precision::Bf16,
             zero: 1,
             recompute: Recompute::None,
+            recompute_modules: RecomputeModules::NONE,
             sequence_parallel: true,
             flash_attention: true,
             micro_batch: 1,
@@ -476,6 +536,7 @@ mod tests {
                 precision: Precision::Bf16,
                 zero,
                 recompute: Recompute::Full,
+                recompute_modules: RecomputeModules::NONE,
                 sequence_parallel: true,
                 flash_attention: true,
                 micro_batch: 1,
@@ -499,6 +560,11 @@ mod tests {
                 precision: Precision::Bf16,
                 zero: 0,
                 recompute,
+                recompute_modules: crate::config::TrainingConfig {
+                    recompute,
+                    ..Default::default()
+                }
+                .recomputed_modules(),
                 sequence_parallel: false,
                 flash_attention: false,
                 micro_batch: 1,

@@ -539,6 +539,89 @@ pub enum Recompute {
     Full,
 }
 
+/// A submodule that selective recompute checkpoints (Megatron-Core's `--recompute-modules`,
+/// `TransformerConfig.recompute_modules`): its output is dropped after the forward pass and
+/// its forward runs again in the backward pass, right before the backward that needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecomputeModule {
+    /// Core attention (`attention.py`, `_checkpointed_attention_forward`): Megatron's default.
+    CoreAttn,
+    /// MLA's q and kv up-projections and RoPE (`multi_latent_attention.py`,
+    /// `qkv_up_checkpoint`, `CheckpointWithoutOutput`), recomputed when core attention's
+    /// backward starts.
+    MlaUpProj,
+    /// The experts' activation function (`moe/experts.py`, `activation_checkpoint`), recomputed
+    /// before fc2's backward.
+    MoeAct,
+    /// The input and pre-MLP norms where they are modules of their own
+    /// (`transformer_layer.py`, `input_layernorm_checkpoint`, `pre_mlp_norm_checkpoint`).
+    Layernorm,
+    /// The dense MLP of non-MoE layers, whole (`transformer_layer.py`, `recompute_mlp`).
+    Mlp,
+    /// The MoE layer, whole: router, dispatch, experts, combine (`moe/moe_layer.py`,
+    /// `moe_layer_recompute`).
+    Moe,
+    /// The shared experts of MoE layers (`moe/moe_layer.py`, `shared_experts_recompute`).
+    SharedExperts,
+}
+
+impl RecomputeModule {
+    pub const ALL: [RecomputeModule; 7] = [
+        RecomputeModule::CoreAttn,
+        RecomputeModule::MlaUpProj,
+        RecomputeModule::MoeAct,
+        RecomputeModule::Layernorm,
+        RecomputeModule::Mlp,
+        RecomputeModule::Moe,
+        RecomputeModule::SharedExperts,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RecomputeModule::CoreAttn => "core_attn",
+            RecomputeModule::MlaUpProj => "mla_up_proj",
+            RecomputeModule::MoeAct => "moe_act",
+            RecomputeModule::Layernorm => "layernorm",
+            RecomputeModule::Mlp => "mlp",
+            RecomputeModule::Moe => "moe",
+            RecomputeModule::SharedExperts => "shared_experts",
+        }
+    }
+
+    /// Every valid name, for error messages.
+    pub fn names() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
+}
+
+/// The set of modules selective recompute re-runs (empty outside `recompute = "selective"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RecomputeModules(u8);
+
+impl RecomputeModules {
+    pub const NONE: RecomputeModules = RecomputeModules(0);
+
+    pub fn of(modules: &[RecomputeModule]) -> Self {
+        RecomputeModules(modules.iter().fold(0, |bits, &m| bits | 1 << m as u8))
+    }
+
+    pub fn has(self, module: RecomputeModule) -> bool {
+        self.0 & (1 << module as u8) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The modules, in `RecomputeModule::ALL`'s order.
+    pub fn iter(self) -> impl Iterator<Item = RecomputeModule> {
+        RecomputeModule::ALL
+            .into_iter()
+            .filter(move |&m| self.has(m))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MemoryCheck {
@@ -555,6 +638,10 @@ pub struct TrainingConfig {
     pub precision: Precision,
     #[serde(default = "defaults::recompute")]
     pub recompute: Recompute,
+    /// What `recompute = "selective"` re-runs (Megatron-Core's `--recompute-modules`; default
+    /// `["core_attn"]`). Like Megatron, ignored under `none` and `full` (with a warning).
+    #[serde(default)]
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     #[serde(default = "defaults::one")]
     pub iterations: u32,
     #[serde(default = "defaults::memory_check")]
@@ -646,11 +733,27 @@ pub enum Fp8Recipe {
     Current,
 }
 
+impl TrainingConfig {
+    /// The modules selective recompute re-runs: `recompute_modules` (default `core_attn`)
+    /// under `selective`, none otherwise (Megatron-Core reads `recompute_modules` only with
+    /// `recompute_granularity = "selective"`).
+    pub fn recomputed_modules(&self) -> RecomputeModules {
+        match self.recompute {
+            Recompute::Selective => match &self.recompute_modules {
+                Some(modules) => RecomputeModules::of(modules),
+                None => RecomputeModules::of(&[RecomputeModule::CoreAttn]),
+            },
+            Recompute::None | Recompute::Full => RecomputeModules::NONE,
+        }
+    }
+}
+
 impl Default for TrainingConfig {
     fn default() -> Self {
         TrainingConfig {
             precision: defaults::precision(),
             recompute: defaults::recompute(),
+            recompute_modules: None,
             iterations: 1,
             memory_check: defaults::memory_check(),
             flash_attention: true,

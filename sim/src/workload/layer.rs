@@ -23,9 +23,16 @@
 //!   `all-gather` flavour gathers KV first and reduce-scatters dKV.
 //! - Recomputation (`transformer/transformer_block.py` `_checkpointed_forward`, uniform, one
 //!   layer per checkpoint): full recompute re-runs each layer's forward right before its
-//!   backward; selective recomputes only core attention (Korthikanti et al., MLSys'23 §5).
+//!   backward; selective recomputes the modules of `training.recompute_modules` (Megatron-Core's
+//!   `--recompute-modules`, default core attention: Korthikanti et al., MLSys'23 §5), each
+//!   right before the backward that needs its output, where Megatron-Core's checkpoint or its
+//!   `CheckpointWithoutOutput` gradient hook runs it: `layernorm` when the attention's or the
+//!   MLP's output gradient arrives (`transformer_layer.py`), `mla_up_proj` and `core_attn`
+//!   before core attention's backward (`multi_latent_attention.py`, `attention.py`),
+//!   `moe_act` before fc2's backward (`moe/experts.py`), `mlp`, `moe` and `shared_experts`
+//!   before their module's backward (`transformer_layer.py`, `moe/moe_layer.py`).
 
-use crate::config::{CpComm, Fp8Recipe, Precision, Recompute};
+use crate::config::{CpComm, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules};
 use crate::layout::GroupKind;
 use crate::model::{Activation, ModelSpec, Norm, Position};
 
@@ -47,6 +54,8 @@ pub struct Dims {
     pub sequence_parallel: bool,
     pub precision: Precision,
     pub recompute: Recompute,
+    /// What selective recompute re-runs (empty unless `recompute` is `Selective`).
+    pub recompute_modules: RecomputeModules,
     pub flash: bool,
     pub tp_comm_overlap: bool,
     pub cp_comm: CpComm,
@@ -351,7 +360,34 @@ pub struct LayerEmitter<'m> {
     pub dims: Dims,
 }
 
+/// Emits `body` as recomputation (`Phase::Recompute`).
+fn recomputing(b: &mut Builder, body: impl FnOnce(&mut Builder)) {
+    let phase = b.label.phase;
+    b.label.phase = Phase::Recompute;
+    body(b);
+    b.label.phase = phase;
+}
+
 impl LayerEmitter<'_> {
+    /// Whether selective recompute re-runs `module`.
+    fn recomputes(&self, module: RecomputeModule) -> bool {
+        self.dims.recompute_modules.has(module)
+    }
+
+    /// Whether `layernorm` recompute re-runs the input norm: only where it is a module of its
+    /// own (MLA's layer spec); Transformer Engine fuses it into the QKV linear otherwise
+    /// (`gpt_layer_specs.py`: `input_layernorm = IdentityOp`).
+    fn recomputes_input_norm(&self) -> bool {
+        self.recomputes(RecomputeModule::Layernorm) && self.model.mla.is_some()
+    }
+
+    /// Under FP8, a linear whose BF16 input a checkpoint dropped keeps that input instead of
+    /// its FP8 copy (`set_save_original_input`) and quantizes it again in the backward pass
+    /// for its wgrad.
+    fn requantize_input(&self, b: &mut Builder, l: &Linear, elements: u64) {
+        recomputing(b, |b| self.cast(b, l, Pass::Backward, elements));
+    }
+
     fn tp_group_active(&self) -> bool {
         self.dims.tp > 1
     }
@@ -595,6 +631,37 @@ impl LayerEmitter<'_> {
         Some((q, kv))
     }
 
+    /// MLA's up-projections, q (with a q LoRA rank) and kv, column-parallel, then RoPE: what
+    /// `mla_up_proj` recomputes (`MLASelfAttention.get_query_key_value_tensors` under
+    /// `qkv_up_checkpoint`). In the forward they are part of the QKV GEMM ([`Self::qkv`],
+    /// whose FLOPs equal all the projections').
+    fn mla_up_projections(&self, b: &mut Builder) {
+        let Some(m) = &self.model.mla else {
+            return;
+        };
+        let d = self.dims;
+        let heads = self.model.heads;
+        let up = |k_in: u64, width: u64| Linear {
+            name: KernelName::QkvProj,
+            tokens: d.tokens(),
+            k_in,
+            n_out: heads * width / d.tp,
+            batch: 1,
+        };
+        let mut ups = Vec::with_capacity(2);
+        if m.q_lora_rank > 0 {
+            ups.push(up(m.q_lora_rank, m.qk_nope_head_dim + m.qk_rope_head_dim));
+        }
+        ups.push(up(m.kv_lora_rank, m.qk_nope_head_dim + m.v_head_dim));
+        for l in &ups {
+            self.cast(b, l, Pass::Forward, l.input_elements());
+            b.compute(l.forward(&d));
+        }
+        if let Some(r) = self.rope() {
+            b.compute(r.forward(&d));
+        }
+    }
+
     fn out_proj(&self) -> Linear {
         let q = match &self.model.mla {
             Some(m) => self.model.heads * m.v_head_dim,
@@ -766,16 +833,25 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         b.label.module = Module::Attention;
         b.compute(self.residual(KernelName::AttnResidual).backward(&d));
+        if self.recomputes_input_norm() {
+            recomputing(b, |b| {
+                b.compute(self.norm(KernelName::InputNorm).forward(&d));
+            });
+        }
         self.row_backward(b, &self.out_proj(), self.hidden_bytes());
-        if d.recompute == Recompute::Selective {
-            let phase = b.label.phase;
-            b.label.phase = Phase::Recompute;
-            self.core_attention_forward(b);
-            b.label.phase = phase;
+        if self.recomputes(RecomputeModule::MlaUpProj) {
+            recomputing(b, |b| self.mla_up_projections(b));
+        }
+        if self.recomputes(RecomputeModule::CoreAttn) {
+            recomputing(b, |b| self.core_attention_forward(b));
         }
         self.core_attention_backward(b);
         if let Some(r) = self.rope() {
             b.compute(r.backward(&d));
+        }
+        if self.recomputes_input_norm() {
+            let qkv = self.qkv();
+            self.requantize_input(b, &qkv, self.local_input(&qkv));
         }
         self.column_backward(b, &self.qkv(), self.hidden_bytes());
         b.compute(self.norm(KernelName::InputNorm).backward(&d));
@@ -892,12 +968,54 @@ impl LayerEmitter<'_> {
         b.compute(self.residual(KernelName::MlpResidual).backward(&d));
         match self.model.moe {
             Some(moe) if self.model.is_moe_layer(layer) => {
-                if moe.shared_experts > 0 {
-                    self.dense_mlp_backward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
+                // The pre-MLP norm of a MoE layer is a module of its own (`layernorm`).
+                let norm = self.recomputes(RecomputeModule::Layernorm);
+                let whole = self.recomputes(RecomputeModule::Moe);
+                if norm {
+                    recomputing(b, |b| {
+                        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+                    });
                 }
-                self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden);
+                if whole {
+                    // The MoE layer's forward again, shared experts included; the modules
+                    // inside it are not recomputed a second time.
+                    recomputing(b, |b| {
+                        self.moe_forward(b, moe.experts, moe.top_k, moe.ffn_hidden);
+                        if moe.shared_experts > 0 {
+                            let ffn = moe.shared_experts * moe.ffn_hidden;
+                            self.dense_mlp_forward(b, ffn, Self::SHARED);
+                        }
+                    });
+                }
+                if moe.shared_experts > 0 {
+                    let ffn = moe.shared_experts * moe.ffn_hidden;
+                    if !whole && self.recomputes(RecomputeModule::SharedExperts) {
+                        recomputing(b, |b| self.dense_mlp_forward(b, ffn, Self::SHARED));
+                    } else if norm {
+                        // The shared experts' fc1 kept the dropped norm output in BF16 and
+                        // quantizes it again for its wgrad (the router is not a TE module).
+                        let [up, _] = self.mlp_linears(
+                            d.tokens(),
+                            ffn,
+                            1,
+                            [Self::SHARED[0], Self::SHARED[2]],
+                        );
+                        self.requantize_input(b, &up, self.local_input(&up));
+                    }
+                    self.dense_mlp_backward(b, ffn, Self::SHARED);
+                }
+                let act = !whole && self.recomputes(RecomputeModule::MoeAct);
+                self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden, act);
             }
             _ => {
+                if self.recomputes(RecomputeModule::Mlp) {
+                    // The dense MLP's checkpoint starts at the norm Transformer Engine fuses
+                    // into fc1 (`TELayerNormColumnParallelLinear`).
+                    recomputing(b, |b| {
+                        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+                        self.dense_mlp_forward(b, self.model.ffn_hidden, Self::MLP);
+                    });
+                }
                 self.dense_mlp_backward(b, self.model.ffn_hidden, Self::MLP);
             }
         }
@@ -984,7 +1102,17 @@ impl LayerEmitter<'_> {
         b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
     }
 
-    fn moe_backward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
+    /// The MoE layer's backward; `recompute_act` (`moe_act`) runs the experts' activation again
+    /// when fc2's output gradient arrives, and under FP8 quantizes its output again for fc2's
+    /// wgrad.
+    fn moe_backward(
+        &self,
+        b: &mut Builder,
+        experts: u64,
+        top_k: u64,
+        ffn: u64,
+        recompute_act: bool,
+    ) {
         let d = self.dims;
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
@@ -992,6 +1120,12 @@ impl LayerEmitter<'_> {
         let [up, down] =
             self.mlp_linears(per_expert, ffn, local, [Self::EXPERT[0], Self::EXPERT[2]]);
         let act = self.activation(Self::EXPERT[1], per_expert, ffn, local);
+        if recompute_act {
+            recomputing(b, |b| {
+                b.compute(act.forward(&d));
+            });
+            self.requantize_input(b, &down, down.input_elements());
+        }
         self.cast(b, &down, Pass::Backward, down.output_elements());
         b.compute(down.dgrad(&d));
         b.compute(down.wgrad(&d));
@@ -1017,10 +1151,7 @@ impl LayerEmitter<'_> {
     pub fn layer_backward(&self, b: &mut Builder, layer: u64) {
         b.label.layer = layer as u32;
         if self.dims.recompute == Recompute::Full {
-            let phase = b.label.phase;
-            b.label.phase = Phase::Recompute;
-            self.layer_forward(b, layer);
-            b.label.phase = phase;
+            recomputing(b, |b| self.layer_forward(b, layer));
         }
         self.mlp_backward(b, layer);
         self.attention_backward(b);
