@@ -92,6 +92,39 @@ fn check_shows_the_recomputed_modules() {
     assert!(activations(&more) < activations(&plain));
 }
 
+/// `check` names the GEMM precision and FP8 recipe; Megatron-Core's `--fp8-recipe mxfp8`
+/// spelling is the `mxfp8` precision.
+#[test]
+fn check_shows_the_precision_and_recipe() {
+    let quickstart = "configs/experiments/quickstart.toml";
+    for (sets, want) in [
+        (
+            &["training.precision=fp8", "training.fp8_recipe=tensorwise"][..],
+            "precision fp8 (current scaling)",
+        ),
+        (
+            &[
+                "cluster.gpu=B200",
+                "training.precision=fp8",
+                "training.fp8_recipe=mxfp8",
+            ][..],
+            "precision mxfp8, recompute none",
+        ),
+        (
+            &["cluster.gpu=B200", "training.precision=nvfp4"][..],
+            "precision nvfp4, recompute none",
+        ),
+    ] {
+        let mut args = vec![quickstart];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let (ok, stdout, stderr) = check(&args);
+        assert!(ok, "{sets:?}: {stderr}");
+        assert!(stdout.contains(want), "{sets:?}: {stdout}");
+    }
+}
+
 #[test]
 fn set_overrides_win_and_change_the_derivation() {
     let (ok, stdout, stderr) = check(&[

@@ -64,9 +64,15 @@ impl MemoryInputs {
     ///   caches across micro-batches (`is_first_microbatch`); with `fp8_param_gather` the
     ///   weights are FP8 (data and transpose) and gather as 1 byte.
     /// - `grad_reduce_in_bf16` halves the gradient buffer.
+    /// - MXFP8 / NVFP4 (Transformer Engine `MXFP8BlockScaling`, `NVFP4BlockScaling`): the
+    ///   bf16 weights plus the cached quantized copies TE computes from them, rowwise and
+    ///   columnwise, each with its scales: 2 × (1 + 1/32) bytes for MXFP8, 2 × (1/2 + 1/16)
+    ///   for NVFP4; parameters gather in bf16.
     pub fn param_bytes(&self) -> ParamBytes {
         let (weights, gathered, gradients, optimizer) = match self.precision {
             Precision::Bf16 => (2.0, 2.0, 4.0, 12.0),
+            Precision::Mxfp8 => (2.0 + 2.0 * (1.0 + 1.0 / 32.0), 2.0, 4.0, 12.0),
+            Precision::Nvfp4 => (2.0 + 2.0 * (0.5 + 1.0 / 16.0), 2.0, 4.0, 12.0),
             Precision::Fp8 if self.fp8_param_gather => (2.0, 1.0, 4.0, 12.0),
             Precision::Fp8 => (4.0, 2.0, 4.0, 12.0),
             Precision::Fp16 => (2.0, 2.0, 2.0, 16.0),
@@ -224,11 +230,25 @@ pub fn layer_activation_bytes(
     let fp8 = inputs.precision == Precision::Fp8;
     let modules = inputs.recompute_modules;
     let moe_layer = model.is_moe_layer(layer);
-    // Bytes per element of a stashed GEMM input: FP8 under FP8.
-    let gemm_input = if fp8 { 1.0 } else { 2.0 };
+    // Bytes per element of a stashed GEMM input: the quantized copy wgrad reads. FP8: 1; under
+    // block scaling that copy is the columnwise one with its scales (`blockwise`: an FP32
+    // scale per 128, MXFP8: an E8M0 byte per 32, NVFP4: half a byte and an E4M3 byte per 16).
+    let gemm_input = match (inputs.precision, inputs.fp8_recipe) {
+        (Precision::Fp8, Fp8Recipe::Blockwise) => 1.0 + 4.0 / 128.0,
+        (Precision::Fp8, _) => 1.0,
+        (Precision::Mxfp8, _) => 1.0 + 1.0 / 32.0,
+        (Precision::Nvfp4, _) => 0.5 + 1.0 / 16.0,
+        _ => 2.0,
+    };
     // Kept whole on every TP rank unless sequence parallel: the inputs of QKV and of the MLP,
     // two dropout masks and two norm inputs.
-    let replicated = if fp8 { 8.0 } else { 10.0 } * sb * h;
+    let replicated = if fp8 {
+        8.0 * sb * h
+    } else if inputs.precision.is_quantized() {
+        (6.0 + 2.0 * gemm_input) * sb * h
+    } else {
+        10.0 * sb * h
+    };
     // Selective recompute drops a norm's output, the input of the GEMM after it, where the
     // norm is a module of its own (`layernorm`: the input norm under MLA, the pre-MLP norm of
     // MoE layers; elsewhere Transformer Engine fuses it into the QKV / fc1 linear and
@@ -265,9 +285,9 @@ pub fn layer_activation_bytes(
     } else {
         2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + out_proj_copy + core
     };
-    // The activation's input (fc1's output) in BF16 and its output (fc2's input), FP8 under
-    // FP8.
-    let fc2_input = if fp8 { 1.0 } else { 2.0 };
+    // The activation's input (fc1's output) in BF16 and its output (fc2's input), quantized
+    // under FP8, MXFP8 and NVFP4.
+    let fc2_input = gemm_input;
     let mlp_inner = |f: f64| match model.activation {
         // GELU keeps its input; squared ReLU keeps relu's output, which both relu's and the
         // square's backward read: one tensor of fc1's width either way.

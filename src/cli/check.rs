@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
-use sim::config::{Recompute, RecomputeModule, TrainingConfig};
+use sim::config::{Precision, Recompute, RecomputeModule, TrainingConfig};
 use sim::engine::host_memory::{self, HostMemory};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
@@ -267,6 +267,7 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
         },
         "training": {
             "precision": exp.loaded.config.training.precision.name(),
+            "fp8_recipe": fp8_recipe(&exp.loaded.config.training),
             "recompute": recompute_text(&exp.loaded.config.training),
             "recompute_modules": exp
                 .loaded
@@ -305,11 +306,20 @@ fn recompute_text(t: &TrainingConfig) -> String {
     }
 }
 
-/// `check`'s training line: GEMM precision and what is recomputed.
+/// The FP8 recipe in effect, under FP8 and MXFP8.
+fn fp8_recipe(t: &TrainingConfig) -> Option<&'static str> {
+    matches!(t.precision, Precision::Fp8 | Precision::Mxfp8).then(|| t.fp8_recipe().name())
+}
+
+/// `check`'s training line: GEMM precision (and FP8 recipe) and what is recomputed.
 fn training_text(exp: &Experiment) -> String {
     let t = &exp.loaded.config.training;
+    let recipe = match t.precision {
+        Precision::Fp8 => format!(" ({} scaling)", t.fp8_recipe().name()),
+        _ => String::new(),
+    };
     format!(
-        "precision {}, recompute {}",
+        "precision {}{recipe}, recompute {}",
         t.precision.name(),
         recompute_text(t)
     )

@@ -93,38 +93,70 @@ impl Dims {
         self.precision.gemm_operand_bytes()
     }
 
-    pub fn fp8(&self) -> bool {
-        self.precision == Precision::Fp8
+    /// Whether Transformer Engine's GEMMs run quantized (FP8, MXFP8 or NVFP4).
+    pub fn quantizes(&self) -> bool {
+        self.precision.is_quantized()
     }
 
-    /// The data type of work Transformer Engine does not run in FP8 (`fp8_autocast` only
+    /// The data type of work Transformer Engine does not quantize (`fp8_autocast` only
     /// affects TE modules): activations, and GEMMs of Megatron's own modules.
     pub fn unquantized(&self) -> Precision {
-        if self.fp8() {
+        if self.quantizes() {
             Precision::Bf16
         } else {
             self.precision
         }
     }
 
-    /// Core attention's data type: BF16 under FP8 unless FP8 attention is on (Transformer
-    /// Engine's `fp8_dpa` defaults to off).
+    /// Core attention's data type: BF16 under FP8 and MXFP8 unless FP8 attention is on
+    /// (Transformer Engine's `fp8_dpa` defaults to off; its FP8 attention is per-tensor FP8
+    /// whatever the GEMM recipe); `NVFP4BlockScaling` never quantizes attention.
     pub fn attention_precision(&self) -> Precision {
-        if self.fp8_attention {
-            self.precision
+        if self.fp8_attention && self.quantizes() {
+            Precision::Fp8
         } else {
             self.unquantized()
         }
     }
 
-    /// Bytes per element of quantizing one BF16 tensor for an FP8 GEMM as Transformer Engine
-    /// does: a fused cast + transpose reads 2 and writes the FP8 tensor and its transpose
-    /// (1 + 1; the transpose feeds the other backward GEMM, `cast_transpose`); current scaling
-    /// first reads the tensor once more for its amax (`Float8CurrentScaling`).
-    pub fn cast_bytes(&self) -> u64 {
-        match self.fp8_recipe {
-            Fp8Recipe::Delayed => 4,
-            Fp8Recipe::Current => 6,
+    /// Bytes of `elements` of one quantized copy of a GEMM operand with its scales (FP8 under
+    /// `blockwise`: an FP32 scale per 1x128 block).
+    pub fn quantized_bytes(&self, elements: u64) -> u64 {
+        match (self.precision, self.fp8_recipe) {
+            (Precision::Fp8, Fp8Recipe::Blockwise) => elements + elements / 32,
+            (p, _) => p.quantized_bytes(elements),
+        }
+    }
+
+    /// Whether each quantized tensor needs its amax first, over the whole tensor (an extra
+    /// read, and under SP an all-reduce over TP): FP8 current scaling, and NVFP4's per-tensor
+    /// FP32 scale. Delayed scaling takes it from the history; MXFP8 and `blockwise` scale
+    /// each block from its own values, in the quantizing kernel.
+    pub fn tensor_amax(&self) -> bool {
+        match self.precision {
+            Precision::Fp8 => self.fp8_recipe == Fp8Recipe::Current,
+            Precision::Nvfp4 => true,
+            _ => false,
+        }
+    }
+
+    /// Bytes moved quantizing `elements` of one BF16 tensor for a GEMM as Transformer Engine
+    /// does: the tensor is read (2 bytes each) and two copies are written, one per operand
+    /// layout the forward and backward GEMMs need (FP8: the tensor and its transpose, TE's
+    /// `cast_transpose`; the block-scaled recipes quantize the rowwise and the columnwise copy
+    /// each from the BF16 input, `MXFP8BlockScaling`, `Float8BlockScaling`,
+    /// `NVFP4BlockScaling`), each with its scales ([`Self::quantized_bytes`]); a per-tensor
+    /// amax ([`Self::tensor_amax`]) reads the tensor once more first (NVFP4: one pass for the
+    /// amaxes of the tensor and of its Hadamard transform).
+    pub fn cast_bytes(&self, elements: u64) -> u64 {
+        match (self.precision, self.fp8_recipe) {
+            // Kept as whole bytes per element, as fitted and recorded.
+            (Precision::Fp8, Fp8Recipe::Delayed) => elements * 4,
+            (Precision::Fp8, Fp8Recipe::Current) => elements * 6,
+            _ => {
+                let amax = if self.tensor_amax() { 2 * elements } else { 0 };
+                amax + 2 * elements + 2 * self.quantized_bytes(elements)
+            }
         }
     }
 }
@@ -254,13 +286,17 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
     } else {
         d.unquantized()
     };
-    let e = dtype.gemm_operand_bytes();
+    let operands = if dtype == d.precision {
+        d.quantized_bytes(batch * (m * k + k * n))
+    } else {
+        batch * (m * k + k * n) * dtype.gemm_operand_bytes()
+    };
     Kernel {
         name,
         pass,
         shape: Shape::Gemm { m, n, k, batch },
         flops: 2 * m * n * k * batch,
-        bytes: batch * (m * k + k * n) * e + batch * m * n * d.act_bytes(),
+        bytes: operands + batch * m * n * d.act_bytes(),
         dtype,
     }
 }
@@ -425,22 +461,27 @@ impl LayerEmitter<'_> {
         self.dims.tokens() * self.model.hidden * self.dims.act_bytes()
     }
 
-    /// Whether `l`'s operands are quantized to FP8.
+    /// Whether `l`'s operands are quantized (FP8, MXFP8, NVFP4).
     fn quantized(&self, l: &Linear) -> bool {
-        self.dims.fp8() && runs_in_te(l.name)
+        self.dims.quantizes() && runs_in_te(l.name)
     }
 
-    /// Bytes per element of the SP all-gathers around `l`: Transformer Engine quantizes the
-    /// local shard first and gathers FP8 (`_all_gather_fp8`); reduce-scatters stay BF16.
-    fn gather_element_bytes(&self, l: &Linear) -> u64 {
+    /// Bytes of `elements` in the SP all-gathers around `l`: Transformer Engine quantizes the
+    /// local shard first and gathers the quantized copy with its scales (`_all_gather_fp8`,
+    /// `_all_gather_mxfp8`, `_all_gather_nvfp4`); reduce-scatters stay BF16.
+    fn gather_bytes(&self, l: &Linear, elements: u64) -> u64 {
         if self.quantized(l) {
-            1
+            self.dims.quantized_bytes(elements)
         } else {
-            self.dims.act_bytes()
+            elements * self.dims.act_bytes()
         }
     }
 
-    /// Quantizing `elements` of a BF16 tensor for `l`'s FP8 GEMMs (none outside FP8).
+    /// Quantizing `elements` of a BF16 tensor (an input or an output gradient) for `l`'s
+    /// quantized GEMMs (none in higher precision). NVFP4 applies a 16-point random Hadamard
+    /// transform to the columnwise copy of inputs and gradients, the one wgrad reads
+    /// (`NVFP4BlockScaling`: `fp4_quant_fwd_inp`, `fp4_quant_bwd_grad`): 32 more FLOPs per
+    /// element, inside the memory-bound kernel.
     fn cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
         if !self.quantized(l) || elements == 0 {
             return;
@@ -450,9 +491,12 @@ impl LayerEmitter<'_> {
             KernelName::Fp8Cast,
             pass,
             elements,
-            elements * d.cast_bytes(),
+            d.cast_bytes(elements),
             d,
         );
+        if d.precision == Precision::Nvfp4 {
+            k.flops += 32 * elements;
+        }
         k.dtype = d.precision;
         b.compute(k);
     }
@@ -462,7 +506,7 @@ impl LayerEmitter<'_> {
     /// (`Float8CurrentScalingQuantizer` with `with_amax_reduction`).
     fn gathered_cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
         let d = &self.dims;
-        if self.quantized(l) && d.sp() && d.fp8_recipe == Fp8Recipe::Current {
+        if self.quantized(l) && d.sp() && d.tensor_amax() {
             b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, 4);
         }
         self.cast(b, l, pass, elements);
@@ -510,7 +554,7 @@ impl LayerEmitter<'_> {
         self.gathered_cast(b, l, Pass::Forward, self.local_input(l));
         let linear = l.forward(&self.dims);
         if self.dims.sp() {
-            let bytes = l.input_elements() * self.gather_element_bytes(l);
+            let bytes = self.gather_bytes(l, l.input_elements());
             let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             if self.dims.tp_comm_overlap {
                 // Transformer Engine's userbuffers ring exchange: one GEMM per TP rank's
@@ -556,7 +600,7 @@ impl LayerEmitter<'_> {
         if self.dims.sp() {
             self.gathered_cast(b, l, Pass::Backward, l.output_elements() / self.dims.tp);
             let bytes = if self.quantized(l) {
-                bytes / self.dims.act_bytes()
+                self.dims.quantized_bytes(bytes / self.dims.act_bytes())
             } else {
                 bytes
             };
@@ -581,7 +625,7 @@ impl LayerEmitter<'_> {
     fn column_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
         let regather = if self.dims.sp() {
             // The input is kept as its local shard (FP8 under FP8) and gathered again.
-            let gathered = l.input_elements() * self.gather_element_bytes(l);
+            let gathered = self.gather_bytes(l, l.input_elements());
             Some(b.collective(CollectiveOp::AllGather, GroupKind::Tp, gathered))
         } else {
             None
