@@ -58,6 +58,73 @@ fn json_report_has_the_derived_numbers() {
     );
 }
 
+/// `check` says what selective recompute re-runs, in text and JSON, and its activations
+/// fall when a module is added.
+#[test]
+fn check_shows_the_recomputed_modules() {
+    let mixtral = "configs/experiments/mixtral-8x7b-h100-256.toml";
+    let (ok, stdout, stderr) = check(&[mixtral]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("training    precision bf16, recompute selective (core_attn)"),
+        "{stdout}"
+    );
+    let modules = "training.recompute_modules=[\"core_attn\", \"moe_act\", \"layernorm\"]";
+    let (ok, stdout, stderr) = check(&[mixtral, "--set", modules]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("recompute selective (core_attn, moe_act, layernorm)"),
+        "{stdout}"
+    );
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![mixtral, "--json"];
+        args.extend_from_slice(extra);
+        let (ok, stdout, stderr) = check(&args);
+        assert!(ok, "{stderr}");
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let (plain, more) = (json(&[]), json(&["--set", modules]));
+    assert_eq!(
+        more["training"]["recompute_modules"],
+        serde_json::json!(["core_attn", "moe_act", "layernorm"])
+    );
+    let activations = |v: &serde_json::Value| v["memory"][0]["activations_gb"].as_f64().unwrap();
+    assert!(activations(&more) < activations(&plain));
+}
+
+/// `check` names the GEMM precision and FP8 recipe; Megatron-Core's `--fp8-recipe mxfp8`
+/// spelling is the `mxfp8` precision.
+#[test]
+fn check_shows_the_precision_and_recipe() {
+    let quickstart = "configs/experiments/quickstart.toml";
+    for (sets, want) in [
+        (
+            &["training.precision=fp8", "training.fp8_recipe=tensorwise"][..],
+            "precision fp8 (current scaling)",
+        ),
+        (
+            &[
+                "cluster.gpu=B200",
+                "training.precision=fp8",
+                "training.fp8_recipe=mxfp8",
+            ][..],
+            "precision mxfp8, recompute none",
+        ),
+        (
+            &["cluster.gpu=B200", "training.precision=nvfp4"][..],
+            "precision nvfp4, recompute none",
+        ),
+    ] {
+        let mut args = vec![quickstart];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let (ok, stdout, stderr) = check(&args);
+        assert!(ok, "{sets:?}: {stderr}");
+        assert!(stdout.contains(want), "{sets:?}: {stdout}");
+    }
+}
+
 #[test]
 fn set_overrides_win_and_change_the_derivation() {
     let (ok, stdout, stderr) = check(&[

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use crate::config::{
-    self, ConfigError, FaultKind, LoadedConfig, Located, MemoryCheck, NetworkModel, Origin,
-    Precision, TensorClass, TopologyKind, Value,
+    self, ConfigError, FaultKind, Fp8Recipe, LoadedConfig, Located, MemoryCheck, NetworkModel,
+    Origin, Precision, Recompute, RecomputeModule, TensorClass, TopologyKind, Value,
 };
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
@@ -244,6 +244,12 @@ impl Experiment {
             loaded.config.parallel = Default::default();
             loaded.config.training = Default::default();
         }
+        // Megatron-Core's spelling of MXFP8 (`--fp8-format e4m3 --fp8-recipe mxfp8`) is the
+        // `mxfp8` precision.
+        let training = &mut loaded.config.training;
+        if training.precision == Precision::Fp8 && training.fp8_recipe == Some(Fp8Recipe::Mxfp8) {
+            training.precision = Precision::Mxfp8;
+        }
         let cfg = &loaded.config;
         let c = &cfg.cluster;
         let err = |key: &str, msg: String| loaded.error(key, msg);
@@ -465,19 +471,14 @@ impl Experiment {
                 ),
             ));
         }
+        check_quantization(t).map_err(|(key, m)| err(key, m))?;
         for g in &gpu_types {
             if g.peak_flops(t.precision) <= 0.0 {
-                let supported: Vec<&str> = [
-                    Precision::Fp32,
-                    Precision::Tf32,
-                    Precision::Bf16,
-                    Precision::Fp16,
-                    Precision::Fp8,
-                ]
-                .into_iter()
-                .filter(|&p| g.peak_flops(p) > 0.0)
-                .map(Precision::name)
-                .collect();
+                let supported: Vec<&str> = Precision::ALL
+                    .into_iter()
+                    .filter(|&p| g.peak_flops(p) > 0.0)
+                    .map(Precision::name)
+                    .collect();
                 return Err(err(
                     "training.precision",
                     format!(
@@ -487,6 +488,19 @@ impl Experiment {
                         supported.join(", ")
                     ),
                 ));
+            }
+        }
+        let mut warnings = Vec::new();
+        if let Some(modules) = &t.recompute_modules {
+            if t.recompute != Recompute::Selective {
+                // Megatron-Core reads `recompute_modules` only under selective granularity.
+                warnings.push(format!(
+                    "training.recompute_modules is ignored with recompute = \"{}\": Megatron-Core reads --recompute-modules only with --recompute-granularity selective",
+                    if t.recompute == Recompute::Full { "full" } else { "none" }
+                ));
+            } else {
+                check_recompute_modules(modules, model.as_ref(), t)
+                    .map_err(|m| err("training.recompute_modules", m))?;
             }
         }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
@@ -540,7 +554,6 @@ impl Experiment {
             let g = &gpu_types[usize::from(host_gpu_type[(rank / gph) as usize])];
             stage_hbm[stage] = stage_hbm[stage].min(g.hbm_bytes());
         }
-        let mut warnings = Vec::new();
         let cxl_tensors = place_tensors(&loaded, &memory, &stage_hbm)?;
         if let Some((m, hbm)) = memory
             .iter()
@@ -923,16 +936,145 @@ fn place_tensors(
     Ok(classes)
 }
 
+/// The quantization keys against `training.precision`, as Megatron-Core and Transformer
+/// Engine accept them: an FP8 recipe only with FP8 (`mxfp8` is both the precision and the
+/// recipe; NVFP4 is Megatron's `--fp4-recipe`, which cannot be combined with `--fp8-format`),
+/// no FP8 attention under NVFP4 (`NVFP4BlockScaling.fp8_dpa = False`), and FP8 parameters
+/// only where fleetsim models them (FP8).
+fn check_quantization(t: &config::TrainingConfig) -> Result<(), (&'static str, String)> {
+    let precision = t.precision.name();
+    if let Some(recipe) = t.fp8_recipe {
+        let r = recipe.name();
+        match t.precision {
+            Precision::Fp8 => {}
+            Precision::Mxfp8 if recipe == Fp8Recipe::Mxfp8 => {}
+            Precision::Mxfp8 => {
+                return Err((
+                    "training.fp8_recipe",
+                    format!(
+                        "`{r}` contradicts training.precision = \"mxfp8\", which is MXFP8 block scaling; leave fp8_recipe out or set \"mxfp8\""
+                    ),
+                ));
+            }
+            Precision::Nvfp4 => {
+                return Err((
+                    "training.fp8_recipe",
+                    format!(
+                        "`{r}` is an FP8 recipe, but training.precision = \"nvfp4\" is NVFP4 block scaling (Megatron-Core: --fp4-format and --fp8-format cannot be used together); leave fp8_recipe out"
+                    ),
+                ));
+            }
+            _ => {
+                return Err((
+                    "training.fp8_recipe",
+                    format!(
+                        "`{r}` applies to FP8 training only, but training.precision = \"{precision}\"; set precision = \"fp8\" (recipes: delayed, current or tensorwise, blockwise, mxfp8) or \"mxfp8\", or leave fp8_recipe out"
+                    ),
+                ));
+            }
+        }
+    }
+    if t.fp8_attention && t.precision == Precision::Nvfp4 {
+        return Err((
+            "training.fp8_attention",
+            "Transformer Engine's NVFP4 recipe does not quantize attention (NVFP4BlockScaling.fp8_dpa = False); leave it out".into(),
+        ));
+    }
+    if t.fp8_param_gather && matches!(t.precision, Precision::Mxfp8 | Precision::Nvfp4) {
+        return Err((
+            "training.fp8_param_gather",
+            format!(
+                "FP8 weights gathered in FP8 are modelled with precision = \"fp8\" only, not \"{precision}\" (under mxfp8 and nvfp4 fleetsim keeps BF16 weights with cached quantized copies)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `training.recompute_modules` under selective recompute: no module twice, and each one a
+/// module the model has, as Megatron-Core's `TransformerConfig.__post_init__` checks them
+/// (`mla_up_proj` only with multi-latent attention; `moe_act` and `layernorm` not under FP8
+/// delayed scaling), plus what Megatron-Core accepts but leaves without effect (`layernorm`
+/// where Transformer Engine fuses both norms into the next linear, `mlp` without dense layers,
+/// the MoE modules on a dense model).
+fn check_recompute_modules(
+    modules: &[RecomputeModule],
+    model: Option<&ModelSpec>,
+    t: &config::TrainingConfig,
+) -> Result<(), String> {
+    let valid = RecomputeModule::names();
+    for (i, m) in modules.iter().enumerate() {
+        if modules[..i].contains(m) {
+            return Err(format!(
+                "`{}` is listed twice; give each module once, from: {valid}",
+                m.name()
+            ));
+        }
+    }
+    if let Some(model) = model {
+        let applies = |m: RecomputeModule| -> Result<(), &'static str> {
+            let moe = model.moe.as_ref();
+            let has_dense = moe.is_none_or(|m| m.dense_layers > 0);
+            match m {
+                RecomputeModule::CoreAttn => Ok(()),
+                RecomputeModule::MlaUpProj if model.mla.is_none() => {
+                    Err("needs multi-latent attention ([model.mla])")
+                }
+                RecomputeModule::MoeAct | RecomputeModule::Moe if moe.is_none() => {
+                    Err("needs a mixture-of-experts model ([model.moe])")
+                }
+                RecomputeModule::SharedExperts if moe.is_none_or(|m| m.shared_experts == 0) => Err(
+                    "needs a mixture-of-experts model with shared experts (model.moe.shared_experts > 0)",
+                ),
+                RecomputeModule::Mlp if !has_dense => Err(
+                    "needs dense MLP layers; every layer of this model is a MoE layer (use moe, moe_act or shared_experts)",
+                ),
+                RecomputeModule::Layernorm if model.mla.is_none() && moe.is_none() => Err(
+                    "has nothing to recompute here: without MLA or MoE, Transformer Engine fuses both norms into the QKV and fc1 linears (Megatron-Core's layer spec makes them IdentityOp)",
+                ),
+                _ => Ok(()),
+            }
+        };
+        for &m in modules {
+            if let Err(why) = applies(m) {
+                let fits: Vec<&str> = RecomputeModule::ALL
+                    .into_iter()
+                    .filter(|&m| applies(m).is_ok())
+                    .map(RecomputeModule::name)
+                    .collect();
+                return Err(format!(
+                    "`{}` {why}; valid for this model: {}",
+                    m.name(),
+                    fits.join(", ")
+                ));
+            }
+        }
+    }
+    if t.precision == Precision::Fp8
+        && t.fp8_recipe() == config::Fp8Recipe::Delayed
+        && let Some(m) = modules
+            .iter()
+            .find(|m| matches!(m, RecomputeModule::MoeAct | RecomputeModule::Layernorm))
+    {
+        return Err(format!(
+            "`{}` cannot be recomputed under FP8 delayed scaling (Megatron-Core: \"Delayed scaling does not support moe_act and layernorm recompute for fp8\"); set training.fp8_recipe = \"current\" or drop it",
+            m.name()
+        ));
+    }
+    Ok(())
+}
+
 fn memory_inputs(cfg: &config::ExperimentConfig, micro_batches: u64) -> MemoryInputs {
     MemoryInputs {
         precision: cfg.training.precision,
         zero: cfg.parallel.zero,
         recompute: cfg.training.recompute,
+        recompute_modules: cfg.training.recomputed_modules(),
         sequence_parallel: cfg.parallel.sequence_parallel,
         flash_attention: cfg.training.flash_attention,
         micro_batch: u64::from(cfg.parallel.micro_batch),
         micro_batches,
-        fp8_recipe: cfg.training.fp8_recipe,
+        fp8_recipe: cfg.training.fp8_recipe(),
         fp8_param_gather: cfg.training.fp8_param_gather,
         grad_reduce_in_bf16: cfg.training.grad_reduce_in_bf16,
     }

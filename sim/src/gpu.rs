@@ -54,7 +54,9 @@ pub struct Clocks {
     /// The clock held under sustained compute-bound load at the power limit, as in training.
     pub sustained_mhz: f64,
     /// The same under sustained FP8 tensor work, which draws more power per clock (an H100
-    /// holds 1,275 MHz under FP8 GEMMs, 1,380 under BF16); default `sustained_mhz`.
+    /// holds 1,275 MHz under FP8 GEMMs, 1,380 under BF16); default `sustained_mhz`. MXFP8 and
+    /// NVFP4 GEMMs run at it too: they use the same tensor-core datapath, and no clock under
+    /// them is published.
     #[serde(default)]
     pub sustained_fp8_mhz: Option<f64>,
     pub power_limit_w: f64,
@@ -98,6 +100,13 @@ pub struct DenseTflops {
     pub bf16: f64,
     pub fp16: f64,
     pub fp8: f64,
+    /// MXFP8 GEMMs (32-element blocks, E8M0 scales); 0 (the default) without hardware
+    /// block scaling, as before Blackwell.
+    #[serde(default)]
+    pub mxfp8: f64,
+    /// NVFP4 GEMMs (16-element blocks, E4M3 scales); 0 (the default) without FP4 tensor cores.
+    #[serde(default)]
+    pub nvfp4: f64,
     pub source: String,
 }
 
@@ -157,6 +166,8 @@ impl GpuSpec {
             Precision::Bf16 => t.bf16,
             Precision::Fp16 => t.fp16,
             Precision::Fp8 => t.fp8,
+            Precision::Mxfp8 => t.mxfp8,
+            Precision::Nvfp4 => t.nvfp4,
         };
         tflops * 1e12
     }
@@ -174,7 +185,7 @@ impl GpuSpec {
     pub fn clock_fraction(&self, state: ClockState, dtype: Precision) -> Option<f64> {
         self.clocks.as_ref().map(|c| {
             let mhz = match state {
-                ClockState::Sustained if dtype == Precision::Fp8 => c.sustained_fp8(),
+                ClockState::Sustained if dtype.uses_fp8_clock() => c.sustained_fp8(),
                 ClockState::Sustained => c.sustained_mhz,
                 ClockState::Burst => c.burst_mhz,
             };
@@ -184,12 +195,14 @@ impl GpuSpec {
 
     fn validate(&self, file: &str) -> Result<(), ConfigError> {
         let t = &self.dense_tflops;
-        let checks: [(&str, f64, bool); 9] = [
+        let checks: [(&str, f64, bool); 11] = [
             ("dense_tflops.fp32", t.fp32, false),
             ("dense_tflops.tf32", t.tf32, true),
             ("dense_tflops.bf16", t.bf16, true),
             ("dense_tflops.fp16", t.fp16, false),
             ("dense_tflops.fp8", t.fp8, true),
+            ("dense_tflops.mxfp8", t.mxfp8, true),
+            ("dense_tflops.nvfp4", t.nvfp4, true),
             ("hbm.capacity_gb", self.hbm.capacity_gb, false),
             ("hbm.bandwidth_tb_s", self.hbm.bandwidth_tb_s, false),
             ("nvlink.bandwidth_gb_s", self.nvlink.bandwidth_gb_s, true),

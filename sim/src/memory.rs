@@ -17,7 +17,9 @@
 //!   (`megatron/core/pipeline_parallel/schedules.py`); interleaved:
 //!   `2(pp − s − 1) + (vp − 1)·pp` warm-up model chunks plus one.
 
-use crate::config::{Fp8Recipe, Precision, Recompute, TensorClass};
+use crate::config::{
+    Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules, TensorClass,
+};
 use crate::layout::ParallelLayout;
 use crate::model::{Activation, ModelSpec};
 
@@ -27,6 +29,9 @@ pub struct MemoryInputs {
     pub precision: Precision,
     pub zero: u32,
     pub recompute: Recompute,
+    /// What selective recompute re-runs (`TrainingConfig::recomputed_modules`; empty unless
+    /// `recompute` is `Selective`).
+    pub recompute_modules: RecomputeModules,
     pub sequence_parallel: bool,
     pub flash_attention: bool,
     pub micro_batch: u64,
@@ -59,9 +64,15 @@ impl MemoryInputs {
     ///   caches across micro-batches (`is_first_microbatch`); with `fp8_param_gather` the
     ///   weights are FP8 (data and transpose) and gather as 1 byte.
     /// - `grad_reduce_in_bf16` halves the gradient buffer.
+    /// - MXFP8 / NVFP4 (Transformer Engine `MXFP8BlockScaling`, `NVFP4BlockScaling`): the
+    ///   bf16 weights plus the cached quantized copies TE computes from them, rowwise and
+    ///   columnwise, each with its scales: 2 × (1 + 1/32) bytes for MXFP8, 2 × (1/2 + 1/16)
+    ///   for NVFP4; parameters gather in bf16.
     pub fn param_bytes(&self) -> ParamBytes {
         let (weights, gathered, gradients, optimizer) = match self.precision {
             Precision::Bf16 => (2.0, 2.0, 4.0, 12.0),
+            Precision::Mxfp8 => (2.0 + 2.0 * (1.0 + 1.0 / 32.0), 2.0, 4.0, 12.0),
+            Precision::Nvfp4 => (2.0 + 2.0 * (0.5 + 1.0 / 16.0), 2.0, 4.0, 12.0),
             Precision::Fp8 if self.fp8_param_gather => (2.0, 1.0, 4.0, 12.0),
             Precision::Fp8 => (4.0, 2.0, 4.0, 12.0),
             Precision::Fp16 => (2.0, 2.0, 2.0, 16.0),
@@ -221,11 +232,47 @@ pub fn layer_activation_bytes(
     // attention keeps in BF16 anyway (Megatron-Core avoids it for other recipes with
     // `save_original_input`).
     let fp8 = inputs.precision == Precision::Fp8;
+    let modules = inputs.recompute_modules;
+    let moe_layer = model.is_moe_layer(layer);
+    // Bytes per element of a stashed GEMM input: the quantized copy wgrad reads. FP8: 1; under
+    // block scaling that copy is the columnwise one with its scales (`blockwise`: an FP32
+    // scale per 128, MXFP8: an E8M0 byte per 32, NVFP4: half a byte and an E4M3 byte per 16).
+    let gemm_input = match (inputs.precision, inputs.fp8_recipe) {
+        (Precision::Fp8, Fp8Recipe::Blockwise) => 1.0 + 4.0 / 128.0,
+        (Precision::Fp8, _) => 1.0,
+        (Precision::Mxfp8, _) => 1.0 + 1.0 / 32.0,
+        (Precision::Nvfp4, _) => 0.5 + 1.0 / 16.0,
+        _ => 2.0,
+    };
     // Kept whole on every TP rank unless sequence parallel: the inputs of QKV and of the MLP,
     // two dropout masks and two norm inputs.
-    let replicated = if fp8 { 8.0 } else { 10.0 } * sb * h;
-    let core = match (inputs.recompute, inputs.flash_attention) {
-        (Recompute::Selective, _) => 0.0,
+    let replicated = if fp8 {
+        8.0 * sb * h
+    } else if inputs.precision.is_quantized() {
+        (6.0 + 2.0 * gemm_input) * sb * h
+    } else {
+        10.0 * sb * h
+    };
+    // Selective recompute drops a norm's output, the input of the GEMM after it, where the
+    // norm is a module of its own (`layernorm`: the input norm under MLA, the pre-MLP norm of
+    // MoE layers; elsewhere Transformer Engine fuses it into the QKV / fc1 linear and
+    // Megatron-Core has nothing to recompute), and fc1's input with the dense MLP (`mlp`, whose
+    // checkpoint keeps the norm's input). Under FP8 Megatron-Core then makes the linear keep
+    // its BF16 input (`set_save_original_input`), which the checkpoint frees: the FP8 copy
+    // goes.
+    let norm_outputs = u8::from(modules.has(RecomputeModule::Layernorm) && model.mla.is_some())
+        + u8::from(modules.has(RecomputeModule::Layernorm) && moe_layer)
+        + u8::from(modules.has(RecomputeModule::Mlp) && !moe_layer);
+    let replicated = if norm_outputs > 0 {
+        replicated - f64::from(norm_outputs) * gemm_input * sb * h
+    } else {
+        replicated
+    };
+    let core = match (
+        modules.has(RecomputeModule::CoreAttn),
+        inputs.flash_attention,
+    ) {
+        (true, _) => 0.0,
         (_, true) => 4.0 * model.heads as f64 * sb,
         (_, false) => 5.0 * model.heads as f64 * s * sb,
     };
@@ -235,10 +282,16 @@ pub fn layer_activation_bytes(
     } else {
         0.0
     };
-    let attention = 2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + out_proj_copy + core;
-    // The activation's input (fc1's output) in BF16 and its output (fc2's input), FP8 under
-    // FP8.
-    let fc2_input = if fp8 { 1.0 } else { 2.0 };
+    let attention = if modules.has(RecomputeModule::MlaUpProj) && model.mla.is_some() {
+        // `mla_up_proj` drops the up-projections' outputs after RoPE, Q, K and V, and
+        // rebuilds them from the latents when core attention's backward starts.
+        2.0 * sb * q + out_proj_copy + core
+    } else {
+        2.0 * sb * (q + kv) + 2.0 * sb * kv + 2.0 * sb * q + out_proj_copy + core
+    };
+    // The activation's input (fc1's output) in BF16 and its output (fc2's input), quantized
+    // under FP8, MXFP8 and NVFP4.
+    let fc2_input = gemm_input;
     // Bytes per token of an MLP's inner activations at fc1 width `f` (per TP shard).
     let mlp_inner = |f: f64| match model.activation {
         // GELU keeps its input; squared ReLU keeps relu's output, which both relu's and the
@@ -247,16 +300,33 @@ pub fn layer_activation_bytes(
         Activation::Swiglu => (4.0 + fc2_input) * f,
     };
     let (mlp, experts) = match model.moe {
-        Some(m) if model.is_moe_layer(layer) => {
-            // Shared experts run on every token like a dense MLP; the routed experts keep
-            // fc1's input and their inner activations for the tokens this rank computes.
-            let shared =
-                m.shared_experts as f64 * (2.0 * sb * h + sb * mlp_inner(m.ffn_hidden as f64));
+        // The whole MoE layer is recomputed from its input (`moe`).
+        Some(_) if moe_layer && modules.has(RecomputeModule::Moe) => (0.0, 0.0),
+        Some(m) if moe_layer => {
+            let f = m.ffn_hidden as f64;
+            // `moe_act` drops the routed experts' activation output, fc2's input.
+            let routed_inner = |width: f64| {
+                if modules.has(RecomputeModule::MoeAct) {
+                    mlp_inner(width) - fc2_input * width
+                } else {
+                    mlp_inner(width)
+                }
+            };
+            // The routed experts keep fc1's input and their inner activations for the
+            // tokens this rank's experts compute.
             let tokens = expert_tokens(layout, sp, sb, m.top_k);
-            let etp = f64::from(layout.etp);
-            let routed = tokens * (fc2_input * h + mlp_inner(m.ffn_hidden as f64 / etp));
+            let routed = tokens * (fc2_input * h + routed_inner(f / f64::from(layout.etp)));
+            // Shared experts run on every token like a dense MLP; `shared_experts` keeps
+            // nothing of them but their input, which is the MoE layer's.
+            let shared = if modules.has(RecomputeModule::SharedExperts) {
+                0.0
+            } else {
+                m.shared_experts as f64 * (2.0 * sb * h + sb * mlp_inner(f))
+            };
             (shared, routed)
         }
+        // The dense MLP is recomputed from its input (`mlp`).
+        _ if modules.has(RecomputeModule::Mlp) => (0.0, 0.0),
         _ => (sb * mlp_inner(model.ffn_hidden as f64), 0.0),
     };
     experts
@@ -437,6 +507,7 @@ mod tests {
             precision: Precision::Bf16,
             zero: 1,
             recompute: Recompute::None,
+            recompute_modules: RecomputeModules::NONE,
             sequence_parallel: true,
             flash_attention: true,
             micro_batch: 1,
@@ -501,6 +572,7 @@ mod tests {
                 precision: Precision::Bf16,
                 zero,
                 recompute: Recompute::Full,
+                recompute_modules: RecomputeModules::NONE,
                 sequence_parallel: true,
                 flash_attention: true,
                 micro_batch: 1,
@@ -530,6 +602,11 @@ mod tests {
                 precision: Precision::Bf16,
                 zero: 0,
                 recompute,
+                recompute_modules: crate::config::TrainingConfig {
+                    recompute,
+                    ..Default::default()
+                }
+                .recomputed_modules(),
                 sequence_parallel: false,
                 flash_attention: false,
                 micro_batch: 1,

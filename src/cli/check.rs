@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
+use sim::config::{Precision, Recompute, RecomputeModule, TrainingConfig};
 use sim::engine::host_memory::{self, HostMemory};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
@@ -266,6 +267,19 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
             "micro_batches_per_replica": exp.micro_batches,
             "tokens_per_iteration": exp.model.as_ref().map(|m| exp.global_batch * m.seq_len),
         },
+        "training": {
+            "precision": exp.loaded.config.training.precision.name(),
+            "fp8_recipe": fp8_recipe(&exp.loaded.config.training),
+            "recompute": recompute_text(&exp.loaded.config.training),
+            "recompute_modules": exp
+                .loaded
+                .config
+                .training
+                .recomputed_modules()
+                .iter()
+                .map(RecomputeModule::name)
+                .collect::<Vec<_>>(),
+        },
         "ops_per_rank": summaries.iter().map(|w| json!({
             "stage": w.stage,
             "class": w.class,
@@ -312,6 +326,41 @@ fn stage_chunks_text(model: &sim::model::ModelSpec, chunks: &[Vec<Vec<u64>>]) ->
         ""
     };
     format!("per stage{note} {}", runs.join(" | "))
+}
+
+/// The recompute setting as `check` shows it: `selective (core_attn, moe_act)`.
+fn recompute_text(t: &TrainingConfig) -> String {
+    match t.recompute {
+        Recompute::None => "none".into(),
+        Recompute::Full => "full".into(),
+        Recompute::Selective => {
+            let modules: Vec<&str> = t
+                .recomputed_modules()
+                .iter()
+                .map(RecomputeModule::name)
+                .collect();
+            format!("selective ({})", modules.join(", "))
+        }
+    }
+}
+
+/// The FP8 recipe in effect, under FP8 and MXFP8.
+fn fp8_recipe(t: &TrainingConfig) -> Option<&'static str> {
+    matches!(t.precision, Precision::Fp8 | Precision::Mxfp8).then(|| t.fp8_recipe().name())
+}
+
+/// `check`'s training line: GEMM precision (and FP8 recipe) and what is recomputed.
+fn training_text(exp: &Experiment) -> String {
+    let t = &exp.loaded.config.training;
+    let recipe = match t.precision {
+        Precision::Fp8 => format!(" ({} scaling)", t.fp8_recipe().name()),
+        _ => String::new(),
+    };
+    format!(
+        "precision {}{recipe}, recompute {}",
+        t.precision.name(),
+        recompute_text(t)
+    )
 }
 
 /// `check`'s lines on a job's model, layout, groups, batch and ops.
@@ -374,6 +423,7 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
         "batch       global {} = micro-batch {} x DP {} x {} micro-batches per replica",
         exp.global_batch, exp.micro_batch, exp.layout.dp, exp.micro_batches
     );
+    let _ = writeln!(s, "training    {}", training_text(exp));
     let ops: Vec<String> = workload.iter().map(|w| format!("{}", w.ops)).collect();
     if !ops.is_empty() {
         let _ = writeln!(

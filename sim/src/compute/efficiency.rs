@@ -104,7 +104,9 @@ impl PeakFraction {
             Precision::Tf32 => self.tf32,
             Precision::Bf16 => self.bf16,
             Precision::Fp16 => self.fp16,
-            Precision::Fp8 => self.fp8,
+            // The block-scaled formats run on the FP8 tiles' per-clock efficiency (no MXFP8
+            // or NVFP4 GEMM is measured in the fit); their own peak sets the rate.
+            Precision::Fp8 | Precision::Mxfp8 | Precision::Nvfp4 => self.fp8,
         }
     }
 }

@@ -365,7 +365,7 @@ pub fn clock_fraction(
     dtype: Precision,
 ) -> f64 {
     gpu.clock_fraction(state, dtype).unwrap_or(match state {
-        ClockState::Sustained if dtype == Precision::Fp8 => eff.clock.sustained_fp8,
+        ClockState::Sustained if dtype.uses_fp8_clock() => eff.clock.sustained_fp8,
         ClockState::Sustained => eff.clock.sustained,
         ClockState::Burst => eff.clock.burst,
     })

@@ -497,28 +497,63 @@ pub enum Precision {
     Bf16,
     Fp16,
     Fp8,
+    /// MXFP8 (OCP microscaling): FP8 E4M3 elements with an E8M0 scale per 32 consecutive
+    /// elements (Transformer Engine's `MXFP8BlockScaling`, Megatron-Core's `--fp8-recipe
+    /// mxfp8`); Blackwell's tensor cores apply the scales, at the FP8 rate.
+    Mxfp8,
+    /// NVFP4: FP4 E2M1 elements with an E4M3 scale per 16 consecutive elements and an FP32
+    /// scale per tensor (Transformer Engine's `NVFP4BlockScaling`, Megatron-Core's
+    /// `--fp4-format e2m1 --fp4-recipe nvfp4`).
+    Nvfp4,
 }
 
 impl Precision {
-    pub const ALL: [Precision; 5] = [
+    pub const ALL: [Precision; 7] = [
         Precision::Fp32,
         Precision::Tf32,
         Precision::Bf16,
         Precision::Fp16,
         Precision::Fp8,
+        Precision::Mxfp8,
+        Precision::Nvfp4,
     ];
 
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    /// Bytes of a GEMM operand element.
+    /// Bytes of a GEMM operand element (whole bytes: NVFP4's half byte counts as 1 here;
+    /// [`Self::quantized_bytes`] counts packed elements and scales).
     pub fn gemm_operand_bytes(self) -> u64 {
         match self {
             Precision::Fp32 | Precision::Tf32 => 4,
-            Precision::Fp8 => 1,
+            Precision::Fp8 | Precision::Mxfp8 | Precision::Nvfp4 => 1,
             Precision::Bf16 | Precision::Fp16 => 2,
         }
+    }
+
+    /// Whether Transformer Engine quantizes GEMM operands from BF16 (FP8, MXFP8, NVFP4).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, Precision::Fp8 | Precision::Mxfp8 | Precision::Nvfp4)
+    }
+
+    /// Bytes of `elements` of one quantized copy with its scales: MXFP8 1 byte each and an
+    /// E8M0 byte per 32; NVFP4 half a byte each and an E4M3 byte per 16 (the per-tensor FP32
+    /// scale is negligible); FP8 1 byte each (its per-tensor scale, or under `blockwise` an
+    /// FP32 scale per 128, is added by the caller). Other precisions: their element size.
+    pub fn quantized_bytes(self, elements: u64) -> u64 {
+        match self {
+            Precision::Mxfp8 => elements + elements / 32,
+            Precision::Nvfp4 => elements / 2 + elements / 16,
+            p => elements * p.gemm_operand_bytes(),
+        }
+    }
+
+    /// Whether tensor work of this type runs at the FP8 sustained clock (`sustained_fp8_mhz`):
+    /// FP8 and the block-scaled formats, which use the same tensor-core datapath at a power
+    /// draw no GPU file measures separately.
+    pub fn uses_fp8_clock(self) -> bool {
+        self.is_quantized()
     }
 
     /// Bytes of an activation element: FP8 training keeps activations in BF16
@@ -537,6 +572,8 @@ impl Precision {
             Precision::Bf16 => "bf16",
             Precision::Fp16 => "fp16",
             Precision::Fp8 => "fp8",
+            Precision::Mxfp8 => "mxfp8",
+            Precision::Nvfp4 => "nvfp4",
         }
     }
 }
@@ -547,6 +584,89 @@ pub enum Recompute {
     None,
     Selective,
     Full,
+}
+
+/// A submodule that selective recompute checkpoints (Megatron-Core's `--recompute-modules`,
+/// `TransformerConfig.recompute_modules`): its output is dropped after the forward pass and
+/// its forward runs again in the backward pass, right before the backward that needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecomputeModule {
+    /// Core attention (`attention.py`, `_checkpointed_attention_forward`): Megatron's default.
+    CoreAttn,
+    /// MLA's q and kv up-projections and RoPE (`multi_latent_attention.py`,
+    /// `qkv_up_checkpoint`, `CheckpointWithoutOutput`), recomputed when core attention's
+    /// backward starts.
+    MlaUpProj,
+    /// The experts' activation function (`moe/experts.py`, `activation_checkpoint`), recomputed
+    /// before fc2's backward.
+    MoeAct,
+    /// The input and pre-MLP norms where they are modules of their own
+    /// (`transformer_layer.py`, `input_layernorm_checkpoint`, `pre_mlp_norm_checkpoint`).
+    Layernorm,
+    /// The dense MLP of non-MoE layers, whole (`transformer_layer.py`, `recompute_mlp`).
+    Mlp,
+    /// The MoE layer, whole: router, dispatch, experts, combine (`moe/moe_layer.py`,
+    /// `moe_layer_recompute`).
+    Moe,
+    /// The shared experts of MoE layers (`moe/moe_layer.py`, `shared_experts_recompute`).
+    SharedExperts,
+}
+
+impl RecomputeModule {
+    pub const ALL: [RecomputeModule; 7] = [
+        RecomputeModule::CoreAttn,
+        RecomputeModule::MlaUpProj,
+        RecomputeModule::MoeAct,
+        RecomputeModule::Layernorm,
+        RecomputeModule::Mlp,
+        RecomputeModule::Moe,
+        RecomputeModule::SharedExperts,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RecomputeModule::CoreAttn => "core_attn",
+            RecomputeModule::MlaUpProj => "mla_up_proj",
+            RecomputeModule::MoeAct => "moe_act",
+            RecomputeModule::Layernorm => "layernorm",
+            RecomputeModule::Mlp => "mlp",
+            RecomputeModule::Moe => "moe",
+            RecomputeModule::SharedExperts => "shared_experts",
+        }
+    }
+
+    /// Every valid name, for error messages.
+    pub fn names() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
+}
+
+/// The set of modules selective recompute re-runs (empty outside `recompute = "selective"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RecomputeModules(u8);
+
+impl RecomputeModules {
+    pub const NONE: RecomputeModules = RecomputeModules(0);
+
+    pub fn of(modules: &[RecomputeModule]) -> Self {
+        RecomputeModules(modules.iter().fold(0, |bits, &m| bits | 1 << m as u8))
+    }
+
+    pub fn has(self, module: RecomputeModule) -> bool {
+        self.0 & (1 << module as u8) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The modules, in `RecomputeModule::ALL`'s order.
+    pub fn iter(self) -> impl Iterator<Item = RecomputeModule> {
+        RecomputeModule::ALL
+            .into_iter()
+            .filter(move |&m| self.has(m))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -565,6 +685,10 @@ pub struct TrainingConfig {
     pub precision: Precision,
     #[serde(default = "defaults::recompute")]
     pub recompute: Recompute,
+    /// What `recompute = "selective"` re-runs (Megatron-Core's `--recompute-modules`; default
+    /// `["core_attn"]`). Like Megatron, ignored under `none` and `full` (with a warning).
+    #[serde(default)]
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     #[serde(default = "defaults::one")]
     pub iterations: u32,
     #[serde(default = "defaults::memory_check")]
@@ -604,11 +728,12 @@ pub struct TrainingConfig {
     /// attention in BF16.
     #[serde(default)]
     pub fp8_attention: bool,
-    /// How Transformer Engine scales FP8 tensors: `delayed` (`DelayedScaling`, amax history,
-    /// one amax all-reduce per model chunk's forward and backward) or `current`
-    /// (`Float8CurrentScaling`, NeMo's `fp8-cs`: an amax pass over every tensor before its cast).
+    /// How Transformer Engine scales FP8 tensors, by Megatron-Core's `--fp8-recipe` names:
+    /// `delayed` (the default), `current` or `tensorwise`, `blockwise`, `mxfp8` (the same as
+    /// `precision = "mxfp8"`). Only with `precision = "fp8"` or `"mxfp8"`; read it through
+    /// [`TrainingConfig::fp8_recipe`].
     #[serde(default)]
-    pub fp8_recipe: Fp8Recipe,
+    pub fp8_recipe: Option<Fp8Recipe>,
     /// Weights live in FP8 and the distributed optimizer gathers them in FP8 (Megatron-Core
     /// `--fp8-param-gather`, NeMo's `fp8_params`): 1 byte per weight, no per-step weight cast.
     #[serde(default)]
@@ -647,13 +772,24 @@ impl AttentionBackend {
     }
 }
 
-/// Transformer Engine's FP8 scaling recipe (`transformer_engine/common/recipe`).
+/// Transformer Engine's FP8 scaling recipe (`transformer_engine/common/recipe`), by
+/// Megatron-Core's names (`megatron/core/enums.py` `Fp8Recipe`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Fp8Recipe {
+    /// `DelayedScaling`: a per-tensor scale from the amax history, one amax all-reduce per
+    /// model chunk's forward and backward.
     #[default]
     Delayed,
+    /// `Float8CurrentScaling` (Megatron-Core's `tensorwise`, NeMo's `fp8-cs`): an amax pass over
+    /// every tensor before its cast.
+    #[serde(alias = "tensorwise")]
     Current,
+    /// `Float8BlockScaling` (`blockwise`): an FP32 scale per 1x128 block of activations and
+    /// gradients and per 128x128 block of weights (Hopper and newer).
+    Blockwise,
+    /// `MXFP8BlockScaling`: the `mxfp8` precision.
+    Mxfp8,
 }
 
 impl Fp8Recipe {
@@ -661,6 +797,32 @@ impl Fp8Recipe {
         match self {
             Fp8Recipe::Delayed => "delayed",
             Fp8Recipe::Current => "current",
+            Fp8Recipe::Blockwise => "blockwise",
+            Fp8Recipe::Mxfp8 => "mxfp8",
+        }
+    }
+}
+
+impl TrainingConfig {
+    /// The FP8 recipe in effect: MXFP8 block scaling under `precision = "mxfp8"`, else
+    /// `fp8_recipe` (default `delayed`; it matters only under `fp8`).
+    pub fn fp8_recipe(&self) -> Fp8Recipe {
+        match self.precision {
+            Precision::Mxfp8 => Fp8Recipe::Mxfp8,
+            _ => self.fp8_recipe.unwrap_or_default(),
+        }
+    }
+
+    /// The modules selective recompute re-runs: `recompute_modules` (default `core_attn`)
+    /// under `selective`, none otherwise (Megatron-Core reads `recompute_modules` only with
+    /// `recompute_granularity = "selective"`).
+    pub fn recomputed_modules(&self) -> RecomputeModules {
+        match self.recompute {
+            Recompute::Selective => match &self.recompute_modules {
+                Some(modules) => RecomputeModules::of(modules),
+                None => RecomputeModules::of(&[RecomputeModule::CoreAttn]),
+            },
+            Recompute::None | Recompute::Full => RecomputeModules::NONE,
         }
     }
 }
@@ -670,6 +832,7 @@ impl Default for TrainingConfig {
         TrainingConfig {
             precision: defaults::precision(),
             recompute: defaults::recompute(),
+            recompute_modules: None,
             iterations: 1,
             memory_check: defaults::memory_check(),
             flash_attention: true,
@@ -680,7 +843,7 @@ impl Default for TrainingConfig {
             overlap_p2p_comm: true,
             p2p_scatter_gather: false,
             fp8_attention: false,
-            fp8_recipe: Fp8Recipe::Delayed,
+            fp8_recipe: None,
             fp8_param_gather: false,
             grad_reduce_in_bf16: false,
             attention_backend: AttentionBackend::Auto,

@@ -25,6 +25,8 @@ fn spec(name: &str, vendor: Vendor, nvlink_gb_s: f64, pcie_gen: u32) -> GpuSpec 
             bf16: 1.0,
             fp16: 1.0,
             fp8: 1.0,
+            mxfp8: 0.0,
+            nvfp4: 0.0,
             source: String::new(),
         },
         hbm: Hbm {

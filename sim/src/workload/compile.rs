@@ -23,7 +23,7 @@
 //!   ZeRO-3 / FSDP also gathers each layer's parameters before its forward and backward,
 //!   prefetching one layer ahead.
 
-use crate::config::{ConfigError, TensorClass};
+use crate::config::{ConfigError, Precision, TensorClass};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
 use crate::memory::{MemoryInputs, ParamBytes, layer_params_per_rank, output_params_per_rank};
@@ -113,11 +113,12 @@ impl CompileOptions {
                 sequence_parallel: p.sequence_parallel,
                 precision: t.precision,
                 recompute: t.recompute,
+                recompute_modules: t.recomputed_modules(),
                 flash: t.flash_attention,
                 tp_comm_overlap: t.tp_comm_overlap,
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,
-                fp8_recipe: t.fp8_recipe,
+                fp8_recipe: t.fp8_recipe(),
             },
             zero: p.zero,
             overlap_grad_reduce: t.overlap_grad_reduce,
@@ -140,6 +141,7 @@ impl CompileOptions {
             precision: self.dims.precision,
             zero: self.zero,
             recompute: self.dims.recompute,
+            recompute_modules: self.dims.recompute_modules,
             sequence_parallel: self.dims.sequence_parallel,
             flash_attention: self.dims.flash,
             micro_batch: self.micro_batch,
@@ -589,7 +591,7 @@ impl<'a> StageCompiler<'a> {
     /// the DP × CP group, whose inter-node latency dominates; the intra-node TP hop is left out.
     fn amax_reduction(&self, b: &mut Builder, chunk: u32, phase: Phase) {
         let d = &self.options.dims;
-        if !d.fp8() || d.fp8_recipe != crate::config::Fp8Recipe::Delayed {
+        if d.precision != Precision::Fp8 || d.fp8_recipe != crate::config::Fp8Recipe::Delayed {
             return;
         }
         if self.layout.group_size(GroupKind::DpCp) <= 1 {

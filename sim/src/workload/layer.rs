@@ -23,9 +23,16 @@
 //!   `all-gather` flavour gathers KV first and reduce-scatters dKV.
 //! - Recomputation (`transformer/transformer_block.py` `_checkpointed_forward`, uniform, one
 //!   layer per checkpoint): full recompute re-runs each layer's forward right before its
-//!   backward; selective recomputes only core attention (Korthikanti et al., MLSys'23 §5).
+//!   backward; selective recomputes the modules of `training.recompute_modules` (Megatron-Core's
+//!   `--recompute-modules`, default core attention: Korthikanti et al., MLSys'23 §5), each
+//!   right before the backward that needs its output, where Megatron-Core's checkpoint or its
+//!   `CheckpointWithoutOutput` gradient hook runs it: `layernorm` when the attention's or the
+//!   MLP's output gradient arrives (`transformer_layer.py`), `mla_up_proj` and `core_attn`
+//!   before core attention's backward (`multi_latent_attention.py`, `attention.py`),
+//!   `moe_act` before fc2's backward (`moe/experts.py`), `mlp`, `moe` and `shared_experts`
+//!   before their module's backward (`transformer_layer.py`, `moe/moe_layer.py`).
 
-use crate::config::{CpComm, Fp8Recipe, Precision, Recompute};
+use crate::config::{CpComm, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules};
 use crate::layout::GroupKind;
 use crate::model::{Activation, ModelSpec, Norm, Position};
 
@@ -52,6 +59,8 @@ pub struct Dims {
     pub sequence_parallel: bool,
     pub precision: Precision,
     pub recompute: Recompute,
+    /// What selective recompute re-runs (empty unless `recompute` is `Selective`).
+    pub recompute_modules: RecomputeModules,
     pub flash: bool,
     pub tp_comm_overlap: bool,
     pub cp_comm: CpComm,
@@ -99,38 +108,70 @@ impl Dims {
         self.precision.gemm_operand_bytes()
     }
 
-    pub fn fp8(&self) -> bool {
-        self.precision == Precision::Fp8
+    /// Whether Transformer Engine's GEMMs run quantized (FP8, MXFP8 or NVFP4).
+    pub fn quantizes(&self) -> bool {
+        self.precision.is_quantized()
     }
 
-    /// The data type of work Transformer Engine does not run in FP8 (`fp8_autocast` only
+    /// The data type of work Transformer Engine does not quantize (`fp8_autocast` only
     /// affects TE modules): activations, and GEMMs of Megatron's own modules.
     pub fn unquantized(&self) -> Precision {
-        if self.fp8() {
+        if self.quantizes() {
             Precision::Bf16
         } else {
             self.precision
         }
     }
 
-    /// Core attention's data type: BF16 under FP8 unless FP8 attention is on (Transformer
-    /// Engine's `fp8_dpa` defaults to off).
+    /// Core attention's data type: BF16 under FP8 and MXFP8 unless FP8 attention is on
+    /// (Transformer Engine's `fp8_dpa` defaults to off; its FP8 attention is per-tensor FP8
+    /// whatever the GEMM recipe); `NVFP4BlockScaling` never quantizes attention.
     pub fn attention_precision(&self) -> Precision {
-        if self.fp8_attention {
-            self.precision
+        if self.fp8_attention && self.quantizes() {
+            Precision::Fp8
         } else {
             self.unquantized()
         }
     }
 
-    /// Bytes per element of quantizing one BF16 tensor for an FP8 GEMM as Transformer Engine
-    /// does: a fused cast + transpose reads 2 and writes the FP8 tensor and its transpose
-    /// (1 + 1; the transpose feeds the other backward GEMM, `cast_transpose`); current scaling
-    /// first reads the tensor once more for its amax (`Float8CurrentScaling`).
-    pub fn cast_bytes(&self) -> u64 {
-        match self.fp8_recipe {
-            Fp8Recipe::Delayed => 4,
-            Fp8Recipe::Current => 6,
+    /// Bytes of `elements` of one quantized copy of a GEMM operand with its scales (FP8 under
+    /// `blockwise`: an FP32 scale per 1x128 block).
+    pub fn quantized_bytes(&self, elements: u64) -> u64 {
+        match (self.precision, self.fp8_recipe) {
+            (Precision::Fp8, Fp8Recipe::Blockwise) => elements + elements / 32,
+            (p, _) => p.quantized_bytes(elements),
+        }
+    }
+
+    /// Whether each quantized tensor needs its amax first, over the whole tensor (an extra
+    /// read, and under SP an all-reduce over TP): FP8 current scaling, and NVFP4's per-tensor
+    /// FP32 scale. Delayed scaling takes it from the history; MXFP8 and `blockwise` scale
+    /// each block from its own values, in the quantizing kernel.
+    pub fn tensor_amax(&self) -> bool {
+        match self.precision {
+            Precision::Fp8 => self.fp8_recipe == Fp8Recipe::Current,
+            Precision::Nvfp4 => true,
+            _ => false,
+        }
+    }
+
+    /// Bytes moved quantizing `elements` of one BF16 tensor for a GEMM as Transformer Engine
+    /// does: the tensor is read (2 bytes each) and two copies are written, one per operand
+    /// layout the forward and backward GEMMs need (FP8: the tensor and its transpose, TE's
+    /// `cast_transpose`; the block-scaled recipes quantize the rowwise and the columnwise copy
+    /// each from the BF16 input, `MXFP8BlockScaling`, `Float8BlockScaling`,
+    /// `NVFP4BlockScaling`), each with its scales ([`Self::quantized_bytes`]); a per-tensor
+    /// amax ([`Self::tensor_amax`]) reads the tensor once more first (NVFP4: one pass for the
+    /// amaxes of the tensor and of its Hadamard transform).
+    pub fn cast_bytes(&self, elements: u64) -> u64 {
+        match (self.precision, self.fp8_recipe) {
+            // Kept as whole bytes per element, as fitted and recorded.
+            (Precision::Fp8, Fp8Recipe::Delayed) => elements * 4,
+            (Precision::Fp8, Fp8Recipe::Current) => elements * 6,
+            _ => {
+                let amax = if self.tensor_amax() { 2 * elements } else { 0 };
+                amax + 2 * elements + 2 * self.quantized_bytes(elements)
+            }
         }
     }
 }
@@ -254,13 +295,17 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
     } else {
         d.unquantized()
     };
-    let e = dtype.gemm_operand_bytes();
+    let operands = if dtype == d.precision {
+        d.quantized_bytes(batch * (m * k + k * n))
+    } else {
+        batch * (m * k + k * n) * dtype.gemm_operand_bytes()
+    };
     Kernel {
         name,
         pass,
         shape: Shape::Gemm { m, n, k, batch },
         flops: 2 * m * n * k * batch,
-        bytes: batch * (m * k + k * n) * e + batch * m * n * d.act_bytes(),
+        bytes: operands + batch * m * n * d.act_bytes(),
         dtype,
     }
 }
@@ -360,7 +405,34 @@ pub struct LayerEmitter<'m> {
     pub dims: Dims,
 }
 
+/// Emits `body` as recomputation (`Phase::Recompute`).
+fn recomputing(b: &mut Builder, body: impl FnOnce(&mut Builder)) {
+    let phase = b.label.phase;
+    b.label.phase = Phase::Recompute;
+    body(b);
+    b.label.phase = phase;
+}
+
 impl LayerEmitter<'_> {
+    /// Whether selective recompute re-runs `module`.
+    fn recomputes(&self, module: RecomputeModule) -> bool {
+        self.dims.recompute_modules.has(module)
+    }
+
+    /// Whether `layernorm` recompute re-runs the input norm: only where it is a module of its
+    /// own (MLA's layer spec); Transformer Engine fuses it into the QKV linear otherwise
+    /// (`gpt_layer_specs.py`: `input_layernorm = IdentityOp`).
+    fn recomputes_input_norm(&self) -> bool {
+        self.recomputes(RecomputeModule::Layernorm) && self.model.mla.is_some()
+    }
+
+    /// Under FP8, a linear whose BF16 input a checkpoint dropped keeps that input instead of
+    /// its FP8 copy (`set_save_original_input`) and quantizes it again in the backward pass
+    /// for its wgrad.
+    fn requantize_input(&self, b: &mut Builder, l: &Linear, elements: u64) {
+        recomputing(b, |b| self.cast(b, l, Pass::Backward, elements));
+    }
+
     fn tp_group_active(&self) -> bool {
         self.dims.tp > 1
     }
@@ -398,22 +470,27 @@ impl LayerEmitter<'_> {
         self.dims.tokens() * self.model.hidden * self.dims.act_bytes()
     }
 
-    /// Whether `l`'s operands are quantized to FP8.
+    /// Whether `l`'s operands are quantized (FP8, MXFP8, NVFP4).
     fn quantized(&self, l: &Linear) -> bool {
-        self.dims.fp8() && runs_in_te(l.name)
+        self.dims.quantizes() && runs_in_te(l.name)
     }
 
-    /// Bytes per element of the SP all-gathers around `l`: Transformer Engine quantizes the
-    /// local shard first and gathers FP8 (`_all_gather_fp8`); reduce-scatters stay BF16.
-    fn gather_element_bytes(&self, l: &Linear) -> u64 {
+    /// Bytes of `elements` in the SP all-gathers around `l`: Transformer Engine quantizes the
+    /// local shard first and gathers the quantized copy with its scales (`_all_gather_fp8`,
+    /// `_all_gather_mxfp8`, `_all_gather_nvfp4`); reduce-scatters stay BF16.
+    fn gather_bytes(&self, l: &Linear, elements: u64) -> u64 {
         if self.quantized(l) {
-            1
+            self.dims.quantized_bytes(elements)
         } else {
-            self.dims.act_bytes()
+            elements * self.dims.act_bytes()
         }
     }
 
-    /// Quantizing `elements` of a BF16 tensor for `l`'s FP8 GEMMs (none outside FP8).
+    /// Quantizing `elements` of a BF16 tensor (an input or an output gradient) for `l`'s
+    /// quantized GEMMs (none in higher precision). NVFP4 applies a 16-point random Hadamard
+    /// transform to the columnwise copy of inputs and gradients, the one wgrad reads
+    /// (`NVFP4BlockScaling`: `fp4_quant_fwd_inp`, `fp4_quant_bwd_grad`): 32 more FLOPs per
+    /// element, inside the memory-bound kernel.
     fn cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
         if !self.quantized(l) || elements == 0 {
             return;
@@ -423,9 +500,12 @@ impl LayerEmitter<'_> {
             KernelName::Fp8Cast,
             pass,
             elements,
-            elements * d.cast_bytes(),
+            d.cast_bytes(elements),
             d,
         );
+        if d.precision == Precision::Nvfp4 {
+            k.flops += 32 * elements;
+        }
         k.dtype = d.precision;
         b.compute(k);
     }
@@ -435,7 +515,7 @@ impl LayerEmitter<'_> {
     /// (`Float8CurrentScalingQuantizer` with `with_amax_reduction`).
     fn gathered_cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
         let d = &self.dims;
-        if self.quantized(l) && d.sp() && d.fp8_recipe == Fp8Recipe::Current {
+        if self.quantized(l) && d.sp() && d.tensor_amax() {
             b.blocking(CollectiveOp::AllReduce, GroupKind::Tp, 4);
         }
         self.cast(b, l, pass, elements);
@@ -483,7 +563,7 @@ impl LayerEmitter<'_> {
         self.gathered_cast(b, l, Pass::Forward, self.local_input(l));
         let linear = l.forward(&self.dims);
         if self.dims.sp() {
-            let bytes = l.input_elements() * self.gather_element_bytes(l);
+            let bytes = self.gather_bytes(l, l.input_elements());
             let ag = b.collective(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             if self.dims.tp_comm_overlap {
                 // Transformer Engine's userbuffers ring exchange: one GEMM per TP rank's
@@ -529,7 +609,7 @@ impl LayerEmitter<'_> {
         if self.dims.sp() {
             self.gathered_cast(b, l, Pass::Backward, l.output_elements() / self.dims.tp);
             let bytes = if self.quantized(l) {
-                bytes / self.dims.act_bytes()
+                self.dims.quantized_bytes(bytes / self.dims.act_bytes())
             } else {
                 bytes
             };
@@ -554,7 +634,7 @@ impl LayerEmitter<'_> {
     fn column_backward(&self, b: &mut Builder, l: &Linear, bytes: u64) {
         let regather = if self.dims.sp() {
             // The input is kept as its local shard (FP8 under FP8) and gathered again.
-            let gathered = l.input_elements() * self.gather_element_bytes(l);
+            let gathered = self.gather_bytes(l, l.input_elements());
             Some(b.collective(CollectiveOp::AllGather, GroupKind::Tp, gathered))
         } else {
             None
@@ -602,6 +682,37 @@ impl LayerEmitter<'_> {
         // Spread the remaining projection parameters over q + 2kv.
         let kv = (proj / h).saturating_sub(q) / 2;
         Some((q, kv))
+    }
+
+    /// MLA's up-projections, q (with a q LoRA rank) and kv, column-parallel, then RoPE: what
+    /// `mla_up_proj` recomputes (`MLASelfAttention.get_query_key_value_tensors` under
+    /// `qkv_up_checkpoint`). In the forward they are part of the QKV GEMM ([`Self::qkv`],
+    /// whose FLOPs equal all the projections').
+    fn mla_up_projections(&self, b: &mut Builder) {
+        let Some(m) = &self.model.mla else {
+            return;
+        };
+        let d = self.dims;
+        let heads = self.model.heads;
+        let up = |k_in: u64, width: u64| Linear {
+            name: KernelName::QkvProj,
+            tokens: d.tokens(),
+            k_in,
+            n_out: heads * width / d.tp,
+            batch: 1,
+        };
+        let mut ups = Vec::with_capacity(2);
+        if m.q_lora_rank > 0 {
+            ups.push(up(m.q_lora_rank, m.qk_nope_head_dim + m.qk_rope_head_dim));
+        }
+        ups.push(up(m.kv_lora_rank, m.qk_nope_head_dim + m.v_head_dim));
+        for l in &ups {
+            self.cast(b, l, Pass::Forward, l.input_elements());
+            b.compute(l.forward(&d));
+        }
+        if let Some(r) = self.rope() {
+            b.compute(r.forward(&d));
+        }
     }
 
     fn out_proj(&self) -> Linear {
@@ -775,16 +886,25 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         b.label.module = Module::Attention;
         b.compute(self.residual(KernelName::AttnResidual).backward(&d));
+        if self.recomputes_input_norm() {
+            recomputing(b, |b| {
+                b.compute(self.norm(KernelName::InputNorm).forward(&d));
+            });
+        }
         self.row_backward(b, &self.out_proj(), self.hidden_bytes());
-        if d.recompute == Recompute::Selective {
-            let phase = b.label.phase;
-            b.label.phase = Phase::Recompute;
-            self.core_attention_forward(b);
-            b.label.phase = phase;
+        if self.recomputes(RecomputeModule::MlaUpProj) {
+            recomputing(b, |b| self.mla_up_projections(b));
+        }
+        if self.recomputes(RecomputeModule::CoreAttn) {
+            recomputing(b, |b| self.core_attention_forward(b));
         }
         self.core_attention_backward(b);
         if let Some(r) = self.rope() {
             b.compute(r.backward(&d));
+        }
+        if self.recomputes_input_norm() {
+            let qkv = self.qkv();
+            self.requantize_input(b, &qkv, self.local_input(&qkv));
         }
         self.column_backward(b, &self.qkv(), self.hidden_bytes());
         b.compute(self.norm(KernelName::InputNorm).backward(&d));
@@ -917,12 +1037,55 @@ impl LayerEmitter<'_> {
         b.compute(self.residual(KernelName::MlpResidual).backward(&d));
         match self.model.moe {
             Some(moe) if self.model.is_moe_layer(layer) => {
-                if moe.shared_experts > 0 {
-                    self.dense_mlp_backward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
+                // The pre-MLP norm of a MoE layer is a module of its own (`layernorm`).
+                let norm = self.recomputes(RecomputeModule::Layernorm);
+                let whole = self.recomputes(RecomputeModule::Moe);
+                if norm {
+                    recomputing(b, |b| {
+                        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+                    });
                 }
-                self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden);
+                if whole {
+                    // The MoE layer's forward again, shared experts included; the modules
+                    // inside it are not recomputed a second time.
+                    recomputing(b, |b| {
+                        self.moe_forward(b, moe.experts, moe.top_k, moe.ffn_hidden);
+                        if moe.shared_experts > 0 {
+                            let ffn = moe.shared_experts * moe.ffn_hidden;
+                            self.dense_mlp_forward(b, ffn, Self::SHARED);
+                        }
+                    });
+                }
+                if moe.shared_experts > 0 {
+                    let ffn = moe.shared_experts * moe.ffn_hidden;
+                    if !whole && self.recomputes(RecomputeModule::SharedExperts) {
+                        recomputing(b, |b| self.dense_mlp_forward(b, ffn, Self::SHARED));
+                    } else if norm {
+                        // The shared experts' fc1 kept the dropped norm output in BF16 and
+                        // quantizes it again for its wgrad (the router is not a TE module).
+                        let [up, _] = self.mlp_linears(
+                            d.tokens(),
+                            ffn,
+                            d.tp,
+                            1,
+                            [Self::SHARED[0], Self::SHARED[2]],
+                        );
+                        self.requantize_input(b, &up, self.local_input(&up));
+                    }
+                    self.dense_mlp_backward(b, ffn, Self::SHARED);
+                }
+                let act = !whole && self.recomputes(RecomputeModule::MoeAct);
+                self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden, act);
             }
             _ => {
+                if self.recomputes(RecomputeModule::Mlp) {
+                    // The dense MLP's checkpoint starts at the norm Transformer Engine fuses
+                    // into fc1 (`TELayerNormColumnParallelLinear`).
+                    recomputing(b, |b| {
+                        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+                        self.dense_mlp_forward(b, self.model.ffn_hidden, Self::MLP);
+                    });
+                }
                 self.dense_mlp_backward(b, self.model.ffn_hidden, Self::MLP);
             }
         }
@@ -1021,7 +1184,17 @@ impl LayerEmitter<'_> {
         b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
     }
 
-    fn moe_backward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
+    /// The MoE layer's backward; `recompute_act` (`moe_act`) runs the experts' activation again
+    /// when fc2's output gradient arrives, and under FP8 quantizes its output again for fc2's
+    /// wgrad.
+    fn moe_backward(
+        &self,
+        b: &mut Builder,
+        experts: u64,
+        top_k: u64,
+        ffn: u64,
+        recompute_act: bool,
+    ) {
         let d = self.dims;
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
@@ -1034,6 +1207,12 @@ impl LayerEmitter<'_> {
             [Self::EXPERT[0], Self::EXPERT[2]],
         );
         let act = self.activation(Self::EXPERT[1], per_expert, ffn, d.etp, local);
+        if recompute_act {
+            recomputing(b, |b| {
+                b.compute(act.forward(&d));
+            });
+            self.requantize_input(b, &down, down.input_elements());
+        }
         self.cast(b, &down, Pass::Backward, down.output_elements());
         b.compute(down.dgrad(&d));
         b.compute(down.wgrad(&d));
@@ -1076,10 +1255,7 @@ impl LayerEmitter<'_> {
     fn transformer_backward(&self, b: &mut Builder, layer: u64) {
         b.label.layer = layer as u32;
         if self.dims.recompute == Recompute::Full {
-            let phase = b.label.phase;
-            b.label.phase = Phase::Recompute;
-            self.transformer_forward(b, layer);
-            b.label.phase = phase;
+            recomputing(b, |b| self.transformer_forward(b, layer));
         }
         self.mlp_backward(b, layer);
         self.attention_backward(b);

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use super::{MemoryEvent, Module, NO_LAYER, OpKind, Phase, Program, Stream};
-use crate::config::{Recompute, TensorClass};
+use crate::config::{Recompute, RecomputeModules, TensorClass};
 use crate::layout::ParallelLayout;
 use crate::memory::{self, MemoryInputs};
 use crate::model::ModelSpec;
@@ -70,6 +70,7 @@ pub fn annotate(
         |layer: u32| memory::layer_activation_bytes(model, layout, inputs, u64::from(layer)) as u64;
     let full_inputs = MemoryInputs {
         recompute: Recompute::None,
+        recompute_modules: RecomputeModules::NONE,
         ..*inputs
     };
     let full = |layer: u32| {

@@ -1,0 +1,246 @@
+//! `training.recompute_modules` (issue 16, item 3), Megatron-Core's `--recompute-modules`:
+//! each module's forward kernels run again in the backward pass (`Phase::Recompute`), its
+//! stashed activations leave the memory estimate, and what Megatron-Core rejects, or what a
+//! model does not have, is one error naming the key.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use sim::experiment::Experiment;
+use sim::workload::{KernelName, OpKind, Phase, Program, compile};
+
+/// A small Llama (dense, GQA), Mixtral (MoE, no shared experts) or DeepSeek-V3 (MLA, MoE with a
+/// shared expert and dense first layers) on 16 H100s.
+fn body(model: &str, training: &str) -> String {
+    let (preset, extra, ep) = match model {
+        "llama" => ("llama2-7b", "layers = 4", 1),
+        "mixtral" => ("mixtral-8x7b", "layers = 4", 8),
+        _ => ("deepseek-v3", "layers = 4\nexperts = 16", 8),
+    };
+    format!(
+        r#"
+[cluster]
+gpus = 16
+gpu = "H100-SXM"
+gpus_per_host = 8
+[model]
+preset = "{preset}"
+{extra}
+[parallel]
+tp = 2
+ep = {ep}
+sequence_parallel = true
+global_batch = 16
+[training]
+memory_check = "off"
+{training}
+"#
+    )
+}
+
+fn load(model: &str, training: &str) -> Result<Experiment, String> {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("recompute-modules");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let name: String = format!("{model}-{training}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, format!("name = \"x\"\n{}", body(model, training))).expect("write");
+    Experiment::load(&path, &[]).map_err(|e| e.to_string())
+}
+
+fn selective(model: &str, modules: &[&str]) -> Experiment {
+    let list: Vec<String> = modules.iter().map(|m| format!("\"{m}\"")).collect();
+    let training = format!(
+        "recompute = \"selective\"\nrecompute_modules = [{}]",
+        list.join(", ")
+    );
+    load(model, &training).unwrap_or_else(|e| panic!("{model} {modules:?}: {e}"))
+}
+
+/// Names of the kernels the first stage runs as recomputation.
+fn recomputed(p: &Program) -> BTreeSet<KernelName> {
+    p.ops
+        .iter()
+        .filter(|op| op.label.phase == Phase::Recompute)
+        .filter_map(|op| match op.kind {
+            OpKind::Compute { kernel } => Some(p.kernels[kernel as usize].name),
+            _ => None,
+        })
+        .collect()
+}
+
+fn recomputed_of(exp: &Experiment) -> BTreeSet<KernelName> {
+    recomputed(compile(exp).expect("compile").program(0, 0))
+}
+
+/// Activation bytes per GPU of the first stage.
+fn activations(exp: &Experiment) -> f64 {
+    exp.memory[0].activations
+}
+
+#[test]
+fn selective_alone_keeps_its_meaning_core_attention() {
+    let plain = load("llama", "recompute = \"selective\"").expect("selective");
+    let explicit = selective("llama", &["core_attn"]);
+    assert_eq!(
+        recomputed_of(&plain),
+        BTreeSet::from([KernelName::CoreAttention])
+    );
+    let (a, b) = (compile(&plain).expect("a"), compile(&explicit).expect("b"));
+    assert_eq!(a.program(0, 0).ops.len(), b.program(0, 0).ops.len());
+    assert_eq!(activations(&plain), activations(&explicit));
+}
+
+#[test]
+fn each_module_recomputes_its_own_forward_kernels() {
+    use KernelName::*;
+    let cases: [(&str, &[&str], &[KernelName]); 7] = [
+        (
+            "llama",
+            &["mlp"],
+            &[PreMlpNorm, MlpUp, MlpActivation, MlpDown],
+        ),
+        ("mixtral", &["moe_act"], &[ExpertActivation]),
+        ("mixtral", &["layernorm"], &[PreMlpNorm]),
+        (
+            "mixtral",
+            &["moe"],
+            &[
+                Router,
+                Permute,
+                ExpertUp,
+                ExpertActivation,
+                ExpertDown,
+                Unpermute,
+            ],
+        ),
+        ("deepseek", &["mla_up_proj"], &[QkvProj, Rope]),
+        ("deepseek", &["layernorm"], &[InputNorm, PreMlpNorm]),
+        (
+            "deepseek",
+            &["shared_experts"],
+            &[SharedUp, SharedActivation, SharedDown],
+        ),
+    ];
+    for (model, modules, want) in cases {
+        let got = recomputed_of(&selective(model, modules));
+        assert_eq!(
+            got,
+            want.iter().copied().collect::<BTreeSet<_>>(),
+            "{model} {modules:?}"
+        );
+    }
+    // Nothing is recomputed without recompute, and a selective list adds up its modules.
+    assert!(recomputed_of(&load("mixtral", "").expect("none")).is_empty());
+    let both = recomputed_of(&selective("mixtral", &["core_attn", "moe_act"]));
+    assert_eq!(both, BTreeSet::from([CoreAttention, ExpertActivation]));
+}
+
+/// DeepSeek-V3's up-projections are recomputed at their own shapes: the kv up-projection
+/// from the 512-wide latent, the q one from the 1,536-wide one, split over TP.
+#[test]
+fn mla_up_projection_recompute_runs_the_up_projection_gemms() {
+    let exp = selective("deepseek", &["mla_up_proj"]);
+    let w = compile(&exp).expect("compile");
+    let p = w.program(0, 0);
+    let mut ks: Vec<u64> = p
+        .ops
+        .iter()
+        .filter(|op| op.label.phase == Phase::Recompute)
+        .filter_map(|op| match op.kind {
+            OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
+            _ => None,
+        })
+        .filter(|k| k.name == KernelName::QkvProj)
+        .map(|k| match k.shape {
+            sim::workload::Shape::Gemm { k, n, .. } => {
+                assert_eq!(n, 128 * if k == 1536 { 192 } else { 256 } / 2);
+                k
+            }
+            _ => panic!("a GEMM"),
+        })
+        .collect();
+    ks.sort_unstable();
+    ks.dedup();
+    assert_eq!(ks, vec![512, 1536]);
+}
+
+#[test]
+fn activation_memory_falls_as_modules_are_added() {
+    let ladders: [(&str, &[&[&str]]); 3] = [
+        ("llama", &[&[], &["core_attn"], &["core_attn", "mlp"]]),
+        (
+            "mixtral",
+            &[
+                &[],
+                &["core_attn"],
+                &["core_attn", "moe_act"],
+                &["core_attn", "moe_act", "layernorm"],
+                &["core_attn", "moe", "layernorm"],
+            ],
+        ),
+        (
+            "deepseek",
+            &[
+                &[],
+                &["core_attn"],
+                &["core_attn", "mla_up_proj"],
+                &["core_attn", "mla_up_proj", "shared_experts"],
+                &["core_attn", "mla_up_proj", "moe", "layernorm", "mlp"],
+            ],
+        ),
+    ];
+    for (model, ladder) in ladders {
+        let mut last = f64::INFINITY;
+        for modules in ladder {
+            let a = activations(&selective(model, modules));
+            assert!(a < last, "{model} {modules:?}: {a} not below {last}");
+            last = a;
+        }
+        // Full recompute keeps only each layer's input: less than any selective set.
+        let full = load(model, "recompute = \"full\"").expect("full");
+        assert!(activations(&full) < last, "{model}: full");
+    }
+}
+
+#[test]
+fn bad_module_lists_are_one_error_naming_the_key() {
+    let cases = [
+        ("llama", "[\"attn\"]", "unknown value `attn`"),
+        ("llama", "[\"mlp\", \"mlp\"]", "`mlp` is listed twice"),
+        ("llama", "[\"mla_up_proj\"]", "needs multi-latent attention"),
+        ("llama", "[\"moe_act\"]", "needs a mixture-of-experts model"),
+        ("llama", "[\"layernorm\"]", "fuses both norms"),
+        ("mixtral", "[\"shared_experts\"]", "with shared experts"),
+    ];
+    for (model, list, want) in cases {
+        let e = load(
+            model,
+            &format!("recompute = \"selective\"\nrecompute_modules = {list}"),
+        )
+        .expect_err(list);
+        assert!(e.contains("training.recompute_modules"), "{list}: {e}");
+        assert!(e.contains(want), "{list}: {e}");
+        assert!(!e.contains('\n'), "{list}: one line: {e}");
+    }
+    let e = load(
+        "mixtral",
+        "precision = \"fp8\"\nrecompute = \"selective\"\nrecompute_modules = [\"moe_act\"]",
+    )
+    .expect_err("delayed");
+    assert!(e.contains("delayed scaling"), "{e}");
+    // Megatron-Core ignores the list outside selective recompute: so does fleetsim, saying so.
+    let full = load(
+        "llama",
+        "recompute = \"full\"\nrecompute_modules = [\"mlp\"]",
+    )
+    .expect("full");
+    assert!(full.warnings.iter().any(|w| w.contains("ignored")));
+    assert_eq!(
+        recomputed_of(&full),
+        recomputed_of(&load("llama", "recompute = \"full\"").expect("full"))
+    );
+}
