@@ -117,6 +117,15 @@ pub struct LaunchKey<'a> {
     pub source: &'a str,
 }
 
+impl LaunchKey<'_> {
+    /// Whether the key takes effect only in FP8 runs: Megatron reads `--fp8-recipe` and
+    /// `--fp8-param-gather` only with `--fp8-format` (`arguments.py`), so a release's FP8
+    /// launch options say nothing about its BF16, MXFP8 or NVFP4 runs.
+    pub fn fp8_only(&self) -> bool {
+        matches!(self.key, "fp8_recipe" | "fp8_param_gather")
+    }
+}
+
 /// A fact fleetsim cannot apply yet, in words.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingFact<'a> {

@@ -633,7 +633,11 @@ fn case_of_row(
     ] {
         put("model", k, literal(v));
     }
-    let launch = framework.launch_keys();
+    let launch: Vec<_> = framework
+        .launch_keys()
+        .into_iter()
+        .filter(|k| precision == "fp8" || !k.fp8_only())
+        .collect();
     let put_launch = |put: &mut dyn FnMut(&str, &str, toml::Value), section: &str| {
         for k in launch.iter().filter(|k| k.section == section) {
             put(k.section, k.key, k.value.clone());
@@ -1169,6 +1173,22 @@ mod tests {
             );
             let _ = std::fs::remove_dir_all(&out);
         }
+    }
+
+    /// A release's FP8 launch options reach its FP8 rows only: MLPerf v5.1's
+    /// `FP8_PARAM_GATHER=True` says nothing about its NVFP4 runs (Megatron reads
+    /// `--fp8-param-gather` only with `--fp8-format`).
+    #[test]
+    fn fp8_launch_options_apply_to_fp8_rows_only() {
+        let row = |precision: &str| {
+            format!(
+                "mlperf,GB200,512,126,16384,53248,128,8192,32768,4,8,,2,8,1,256,none,true,{precision},3.0,s_per_iter,,mlperf-training-5.1-nvidia"
+            )
+        };
+        let fp8 = one(&row("fp8")).expect("parses");
+        assert!(experiment(&fp8[0]).contains("fp8_param_gather = true"));
+        let nvfp4 = one(&row("nvfp4")).expect("parses");
+        assert!(!experiment(&nvfp4[0]).contains("fp8_param_gather"));
     }
 
     #[test]
