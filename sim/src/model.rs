@@ -582,7 +582,7 @@ impl ModelSpec {
 
     /// Whether layer id `layer` is a multi-token prediction module (ids `layers..layers + mtp`).
     pub fn is_mtp_layer(&self, layer: u64) -> bool {
-        layer >= self.layers
+        (self.layers..self.layers + self.mtp_layers).contains(&layer)
     }
 
     /// Parameters an MTP module adds to its transformer layer: the norms of the embedding and

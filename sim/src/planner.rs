@@ -371,7 +371,8 @@ pub fn balance_layers(exp: &Experiment, compute: &ComputeModel) -> Option<Vec<u3
     }
     let inputs = exp.memory_inputs();
     let fits = |s: usize, layers: u64| {
-        let chunks = memory::split_chunks(l.vp, &vec![layers; pp], model.mtp_layers);
+        // Stage s holding `layers` transformer layers (MTP modules are not moved by the split).
+        let chunks = memory::split_chunks(l.vp, &vec![layers; pp], 0);
         let m = memory::stage_memory(model, l, &chunks, &inputs, s as u32);
         m.in_hbm(&exp.cxl_tensors) <= stage_cost[s].2
     };
