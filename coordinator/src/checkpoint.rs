@@ -23,8 +23,9 @@ use worker::checkpoint::{part_file_name, window_dir, write_atomically};
 /// The manifest's file name inside a checkpoint directory.
 pub const MANIFEST: &str = "checkpoint.json";
 /// Bumped whenever an LP's checkpointed state changes shape: 2 since GPUs count analytical
-/// bytes per link crossed (`GpuLp::analytical_link_bytes`).
-const FORMAT: u32 = 2;
+/// bytes per link crossed (`GpuLp::analytical_link_bytes`); 3 since a GPU's tables by group
+/// kind hold the expert-TP kind (`GroupKind::COUNT`).
+const FORMAT: u32 = 3;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:

@@ -169,9 +169,66 @@ fn the_digest_is_the_same_for_cases_that_once_failed() {
     }
 }
 
+/// MoE parallel folding with expert TP below TP (its own expert-TP groups), a multi-token
+/// prediction module and a pipeline layout, at the packet and flow models: the group kinds
+/// and layers of issue 16 split like the others.
+#[test]
+fn folded_experts_and_mtp_give_one_digest_however_split() {
+    for network in ["packet", "flow"] {
+        let toml = format!(
+            r#"
+name = "determinism-moe"
+[cluster]
+gpus = 16
+gpus_per_host = 4
+gpu = "H100-SXM"
+topology = "rail-optimized"
+nics_per_host = 4
+nic_gbps = 400
+hosts_per_segment = 2
+[model]
+layers = 4
+hidden = 256
+ffn_hidden = 512
+heads = 4
+kv_heads = 4
+seq_len = 256
+vocab = 2048
+experts = 8
+top_k = 2
+mtp_layers = 1
+[parallel]
+tp = 4
+pp = 2
+ep = 2
+etp = 2
+sequence_parallel = true
+micro_batch = 1
+global_batch = 8
+pipeline_layout = "Et|t*3mL"
+[network]
+model = "{network}"
+segment_bytes = 65536
+[engine]
+seed = 7
+"#
+        );
+        if let Err(e) = same_digest_for(&toml, 7, 11, network) {
+            panic!("{network}: {e}");
+        }
+    }
+}
+
 fn same_digest_however_split(case: &Case, map_seed: u64) -> Result<(), TestCaseError> {
+    same_digest_for(&case.toml(), case.seed, map_seed, &format!("{case:?}"))
+}
+
+/// Runs the experiment `toml` whole, then split every way, and checks one digest;
+/// `what` names the case in failures.
+fn same_digest_for(toml: &str, seed: u64, map_seed: u64, what: &str) -> Result<(), TestCaseError> {
+    let case = what;
     {
-        let exp = experiment(&case.toml());
+        let exp = experiment(toml);
         let m = model(&exp);
         let topo = &m.topology;
         let nodes = topo.nodes().len();
@@ -193,7 +250,7 @@ fn same_digest_however_split(case: &Case, map_seed: u64) -> Result<(), TestCaseE
         let load = partitioner::Load::estimate(topo, &m.workload, &m.net);
         for strategy in partitioner::names() {
             for parts in [0, 3] {
-                match partitioner::partition(topo, strategy, parts, &load, case.seed) {
+                match partitioner::partition(topo, strategy, parts, &load, seed) {
                     Ok(a) => splits.push((format!("{strategy} k={parts}"), a.partition_of, 2, 2)),
                     // by-rail on a fabric without rails says so.
                     Err(e) => prop_assert!(strategy == "by-rail", "{}: {}", strategy, e),
@@ -210,13 +267,7 @@ fn same_digest_however_split(case: &Case, map_seed: u64) -> Result<(), TestCaseE
         }
         for (name, map, workers, threads) in splits {
             let (_, r) = run_with(model(&exp), map, workers, threads);
-            prop_assert_eq!(
-                r.digest(),
-                digest.clone(),
-                "{} differs for {:?}",
-                name,
-                case
-            );
+            prop_assert_eq!(r.digest(), digest.clone(), "{} differs for {}", name, case);
             prop_assert_eq!(r.iteration_ps(), Ok(iteration));
         }
         // Asynchronous scheduling: windows wider than the lookahead on one worker (threads
@@ -239,7 +290,7 @@ fn same_digest_however_split(case: &Case, map_seed: u64) -> Result<(), TestCaseE
             prop_assert_eq!(
                 r.digest(),
                 digest.clone(),
-                "asynchronous {} {}x{} differs for {:?}",
+                "asynchronous {} {}x{} differs for {}",
                 name,
                 workers,
                 threads,

@@ -109,6 +109,10 @@ impl GroupKind {
         GroupKind::ExpertTp,
     ];
 
+    /// How many kinds there are, [`GroupKind::Embedding`] included: the length of a table
+    /// indexed by `kind as usize`.
+    pub const COUNT: usize = Self::ALL.len() + 1;
+
     /// The kind whose discriminant is `index` (as `kind as u8` wrote it), including
     /// [`GroupKind::Embedding`], which [`GroupKind::ALL`] leaves out.
     pub fn from_index(index: u8) -> Option<GroupKind> {

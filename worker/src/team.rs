@@ -448,6 +448,10 @@ impl Shared {
                     res.wait_s += since.elapsed().as_secs_f64();
                 }
                 break;
+            } else if self.stop.load(Ordering::Acquire) {
+                // The team is being dropped (its lead unwound from a panic): the promises this
+                // thread waits for will never come.
+                break;
             } else {
                 waiting.get_or_insert_with(Instant::now);
                 relax(oversubscribed);

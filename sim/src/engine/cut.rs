@@ -18,7 +18,7 @@ use crate::layout::GroupKind;
 use crate::topology::{HOST_NONE, LinkClass, LinkId, NodeId, NodeKind};
 
 /// Group kinds by discriminant ([`GroupKind::from_index`]), [`GroupKind::Embedding`] included.
-const GROUP_KINDS: usize = GroupKind::ALL.len() + 1;
+const GROUP_KINDS: usize = GroupKind::COUNT;
 
 /// Groups larger than this are not searched member by member: what their ops do is bounded
 /// by the GPU's distance to the cut alone. Keeps building a cut linear at 131,072 GPUs.

@@ -36,6 +36,7 @@ use super::net::Ports;
 use super::results::{GpuReport, LpReport, Span};
 use super::{Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, SimModel, Tag};
 use crate::hash::{mix, splitmix64};
+use crate::layout::GroupKind;
 use crate::time::SimTime;
 use crate::topology::NodeId;
 use crate::workload::Stream;
@@ -85,7 +86,7 @@ pub struct GpuLp {
     chain_slowed: bool,
     done: [u32; STREAMS],
     /// Collectives started per group kind: the sequence number of the next one.
-    group_seq: [u32; 9],
+    group_seq: [u32; GroupKind::COUNT],
     memory_cursor: u32,
     /// Live HBM bytes and their peak; the next of the program's memory events is
     /// `memory_cursor`.
@@ -95,7 +96,7 @@ pub struct GpuLp {
     /// starting and finishing communication ops does not allocate: not part of a checkpoint.
     #[serde(skip)]
     spare_run: Option<Box<CommRun>>,
-    groups: [Option<Box<GroupInfo>>; 9],
+    groups: [Option<Box<GroupInfo>>; GroupKind::COUNT],
     running: [Running; STREAMS],
     /// Messages and clear-to-sends that arrived before the op they belong to started, with
     /// their counts. A short list searched in place: a map would allocate a node for the
@@ -161,7 +162,7 @@ impl GpuLp {
             paths: PathCache::default(),
             link_free_ps: vec![0; out],
             groups: std::array::from_fn(|_| None),
-            group_seq: [0; 9],
+            group_seq: [0; GroupKind::COUNT],
             comm_active: 0,
             // Accounting (and the cut promise's "as of") begin when the job starts.
             accounted_to_ps: w.start_of(rank).as_ps(),
