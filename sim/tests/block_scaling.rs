@@ -5,6 +5,8 @@
 
 mod support;
 
+use support::{kernels, kernels_named};
+
 use sim::compute::ComputeModel;
 use sim::config::Precision;
 use sim::experiment::Experiment;
@@ -41,23 +43,6 @@ fn b200(name: &str, precision: &str) -> Experiment {
     llama("B200", name, &format!("precision = \"{precision}\""))
 }
 
-fn kernels(p: &Program) -> Vec<(Kernel, u64)> {
-    let mut counts = vec![0u64; p.kernels.len()];
-    for op in &p.ops {
-        if let OpKind::Compute { kernel } = op.kind {
-            counts[kernel as usize] += 1;
-        }
-    }
-    p.kernels.iter().copied().zip(counts).collect()
-}
-
-fn of(p: &Program, name: KernelName) -> Vec<(Kernel, u64)> {
-    kernels(p)
-        .into_iter()
-        .filter(|(k, _)| k.name == name)
-        .collect()
-}
-
 fn elements(k: &Kernel) -> u64 {
     match k.shape {
         Shape::Elementwise { elements } => elements,
@@ -78,13 +63,15 @@ fn te_gemms_run_block_scaled_and_the_rest_stays_bf16() {
             KernelName::MlpUp,
             KernelName::MlpDown,
         ] {
-            let ks = of(p, gemm);
+            let ks = kernels_named(p, gemm);
             assert_eq!(ks.len(), 3, "{name} {gemm:?}: forward, dgrad, wgrad");
             assert!(ks.iter().all(|(k, _)| k.dtype == precision), "{name}");
         }
         for high in [KernelName::Logits, KernelName::CoreAttention] {
             assert!(
-                of(p, high).iter().all(|(k, _)| k.dtype == Precision::Bf16),
+                kernels_named(p, high)
+                    .iter()
+                    .all(|(k, _)| k.dtype == Precision::Bf16),
                 "{name} {high:?}"
             );
         }
@@ -120,7 +107,7 @@ fn casts_write_both_copies_with_their_scales() {
         let w = compile(&exp).expect("compile");
         let p = w.program(0, 0);
         let (mut fwd, mut bwd) = (0, 0);
-        for (k, n) in of(p, KernelName::Fp8Cast) {
+        for (k, n) in kernels_named(p, KernelName::Fp8Cast) {
             let e = elements(&k);
             assert_eq!(k.bytes, bytes_of(e), "{name}: {k:?}");
             let rht = if name == "cast-nvfp4" { 32 * e } else { 0 };

@@ -4,11 +4,13 @@
 
 mod support;
 
+use support::kernels_named;
+
 use sim::compute::ComputeModel;
 use sim::config::Precision;
 use sim::engine::chip_slowdown;
 use sim::experiment::Experiment;
-use sim::workload::{Kernel, KernelName, OpKind, Pass, Program, Shape, compile};
+use sim::workload::{Kernel, KernelName, Pass, Shape, compile};
 
 fn experiment(name: &str, body: &str) -> Experiment {
     support::experiment("fp8-tests", name, body)
@@ -37,24 +39,6 @@ global_batch = 8
     )
 }
 
-/// Compute kernels of the first stage's program, with how often each runs.
-fn kernels(p: &Program) -> Vec<(Kernel, u64)> {
-    let mut counts = vec![0u64; p.kernels.len()];
-    for op in &p.ops {
-        if let OpKind::Compute { kernel } = op.kind {
-            counts[kernel as usize] += 1;
-        }
-    }
-    p.kernels.iter().copied().zip(counts).collect()
-}
-
-fn of(p: &Program, name: KernelName) -> Vec<(Kernel, u64)> {
-    kernels(p)
-        .into_iter()
-        .filter(|(k, _)| k.name == name)
-        .collect()
-}
-
 /// Transformer Engine's `fp8_dpa` is off by default: FP8 training runs core attention in BF16,
 /// at exactly the BF16 run's kernel time; with `training.fp8_attention` it runs in FP8.
 #[test]
@@ -69,7 +53,8 @@ fn fp8_attention_runs_at_the_bf16_rate_by_default() {
     let model = ComputeModel::embedded().expect("model");
     let db = sim::gpu::GpuDatabase::embedded().expect("gpus");
     let h100 = db.get("H100-SXM").expect("H100");
-    let attention = |w: &sim::workload::Workload| of(w.program(0, 0), KernelName::CoreAttention);
+    let attention =
+        |w: &sim::workload::Workload| kernels_named(w.program(0, 0), KernelName::CoreAttention);
     let (b, f, d) = (attention(&bf16), attention(&fp8), attention(&fp8_dpa));
     assert_eq!(b.len(), 2);
     for ((kb, _), ((kf, _), (kd, _))) in b.iter().zip(f.iter().zip(&d)) {
@@ -98,7 +83,7 @@ fn fp8_gemms_are_preceded_by_casts_as_transformer_engine_issues_them() {
         let micro_batches = exp.micro_batches;
         let w = compile(&exp).expect("fp8");
         let p = w.program(0, 0);
-        let casts = of(p, KernelName::Fp8Cast);
+        let casts = kernels_named(p, KernelName::Fp8Cast);
         let layers = 32;
         let (fwd, bwd): (u64, u64) = casts.iter().fold((0, 0), |(f, b), (k, n)| {
             assert_eq!(k.bytes, per_element * elements(k), "{k:?}");
@@ -110,15 +95,15 @@ fn fp8_gemms_are_preceded_by_casts_as_transformer_engine_issues_them() {
         });
         assert_eq!(fwd, 4 * layers * micro_batches, "{recipe} forward casts");
         assert_eq!(bwd, 4 * layers * micro_batches, "{recipe} backward casts");
-        for (k, _) in of(p, KernelName::Logits) {
+        for (k, _) in kernels_named(p, KernelName::Logits) {
             assert_eq!(k.dtype, Precision::Bf16);
         }
-        for (k, _) in of(p, KernelName::MlpUp) {
+        for (k, _) in kernels_named(p, KernelName::MlpUp) {
             assert_eq!(k.dtype, Precision::Fp8);
         }
     }
     let bf16 = compile(&llama("bf16-nocast", "precision = \"bf16\"")).expect("bf16");
-    assert!(of(bf16.program(0, 0), KernelName::Fp8Cast).is_empty());
+    assert!(kernels_named(bf16.program(0, 0), KernelName::Fp8Cast).is_empty());
 }
 
 fn elements(k: &Kernel) -> u64 {

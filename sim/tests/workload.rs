@@ -538,11 +538,10 @@ memory_check = "off"
     assert_eq!(with_mtp.chunk_layers[1][1], (24..33).collect::<Vec<u64>>());
     let w = compile(&with_mtp).expect("compile");
     let kernels = |w: &Workload, stage: u32, name: KernelName| {
-        let p = &w.programs[stage as usize];
-        p.ops
+        support::kernels_named(&w.programs[stage as usize], name)
             .iter()
-            .filter(|op| p.kernel_of(op).is_some_and(|k| k.name == name))
-            .count()
+            .map(|&(_, runs)| runs)
+            .sum::<u64>()
     };
     let micro_batches = 16 / 4; // global batch over DP 4
     assert_eq!(

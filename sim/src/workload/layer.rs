@@ -1161,20 +1161,28 @@ impl LayerEmitter<'_> {
         }
     }
 
+    /// fc1, fc2 and the activation of this rank's `local` experts, `per_expert` tokens each,
+    /// their FFN split over expert TP.
+    fn expert_kernels(&self, per_expert: u64, ffn: u64, local: u64) -> ([Linear; 2], Pointwise) {
+        let etp = self.dims.etp;
+        let linears = self.mlp_linears(
+            per_expert,
+            ffn,
+            etp,
+            local,
+            [Self::EXPERT[0], Self::EXPERT[2]],
+        );
+        let act = self.activation(Self::EXPERT[1], per_expert, ffn, etp, local);
+        (linears, act)
+    }
+
     fn moe_forward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
         let d = self.dims;
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.router(experts).forward(&d));
         b.compute(self.permute(KernelName::Permute, routed).forward(&d));
         self.moe_dispatch(b, routed);
-        let [up, down] = self.mlp_linears(
-            per_expert,
-            ffn,
-            d.etp,
-            local,
-            [Self::EXPERT[0], Self::EXPERT[2]],
-        );
-        let act = self.activation(Self::EXPERT[1], per_expert, ffn, d.etp, local);
+        let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
@@ -1199,14 +1207,7 @@ impl LayerEmitter<'_> {
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
         self.moe_dispatch(b, routed);
-        let [up, down] = self.mlp_linears(
-            per_expert,
-            ffn,
-            d.etp,
-            local,
-            [Self::EXPERT[0], Self::EXPERT[2]],
-        );
-        let act = self.activation(Self::EXPERT[1], per_expert, ffn, d.etp, local);
+        let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         if recompute_act {
             recomputing(b, |b| {
                 b.compute(act.forward(&d));

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use sim::experiment::Experiment;
+use sim::workload::{Kernel, KernelName, OpKind, Program};
 
 /// The `include` line of the shipped rail-optimised H100 cluster, for experiments written
 /// outside `configs/`.
@@ -20,4 +21,23 @@ pub fn experiment(dir: &str, name: &str, body: &str) -> Experiment {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, format!("name = \"{name}\"\n{body}")).expect("write experiment");
     Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A program's distinct compute kernels, with how often each runs.
+pub fn kernels(p: &Program) -> Vec<(Kernel, u64)> {
+    let mut counts = vec![0u64; p.kernels.len()];
+    for op in &p.ops {
+        if let OpKind::Compute { kernel } = op.kind {
+            counts[kernel as usize] += 1;
+        }
+    }
+    p.kernels.iter().copied().zip(counts).collect()
+}
+
+/// [`kernels`] named `name`.
+pub fn kernels_named(p: &Program, name: KernelName) -> Vec<(Kernel, u64)> {
+    kernels(p)
+        .into_iter()
+        .filter(|(k, _)| k.name == name)
+        .collect()
 }
