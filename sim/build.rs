@@ -1,5 +1,6 @@
-//! Embeds `configs/{gpus,models,compute,clusters}/*.toml` and `configs/frameworks.toml` so
-//! the binary works from any directory, without the source tree beside it.
+//! Embeds `configs/{gpus,models,compute,clusters}/*.toml`, `configs/frameworks.toml` and
+//! `configs/hosts.toml` so the binary works from any directory, without the source tree
+//! beside it.
 use std::{env, fs, path::Path};
 
 fn main() {
@@ -32,14 +33,17 @@ fn main() {
         }
         out.push_str("];\n");
     }
-    // One file, not a folder: the table of training frameworks (`sim::framework`).
-    let frameworks = configs.join("frameworks.toml");
-    println!("cargo:rerun-if-changed={}", frameworks.display());
-    let abs = fs::canonicalize(&frameworks).expect("configs/frameworks.toml exists");
-    out.push_str(&format!(
-        "pub static FRAMEWORKS: &str = include_str!({:?});\n",
-        abs.display().to_string()
-    ));
+    // Single files, not folders: the table of training frameworks (`sim::framework`) and the
+    // host CPUs' dispatch costs (`sim::compute::host`).
+    for (name, file) in [("FRAMEWORKS", "frameworks.toml"), ("HOSTS", "hosts.toml")] {
+        let path = configs.join(file);
+        println!("cargo:rerun-if-changed={}", path.display());
+        let abs = fs::canonicalize(&path).expect("the embedded config file exists");
+        out.push_str(&format!(
+            "pub static {name}: &str = include_str!({:?});\n",
+            abs.display().to_string()
+        ));
+    }
     let dest =
         Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("embedded_configs.rs");
     fs::write(dest, out).expect("write embedded_configs.rs");

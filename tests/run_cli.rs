@@ -471,3 +471,50 @@ fn log_flags_change_what_a_run_shows() {
         String::from_utf8_lossy(&quiet.stderr)
     );
 }
+
+/// Host dispatch (`sim::compute::host`): with layers this short the Grace host of a GB200
+/// issues kernels slower than the GPU runs them (NVIDIA/TransformerEngine#2053: a TE Linear
+/// costs 99.7 µs of Grace CPU time), so the iteration takes what the host can issue; CUDA
+/// graphs take the host out. An x86 host (2.75× faster per op there) stays ahead of an H100.
+#[test]
+fn short_layers_wait_for_a_grace_host_unless_cuda_graphs_issue_them() {
+    const TINY: [&str; 14] = [
+        "--set",
+        "model.hidden=1024",
+        "--set",
+        "model.ffn_hidden=4096",
+        "--set",
+        "model.heads=8",
+        "--set",
+        "model.kv_heads=8",
+        "--set",
+        "model.seq_len=1024",
+        "--set",
+        "network.model=\"analytical\"",
+        "--set",
+        "cluster.gpus_per_host=4",
+    ];
+    let iteration = |name: &str, gpu: &str, graphs: &str| -> (f64, f64) {
+        let gpu = format!("cluster.gpu=\"{gpu}\"");
+        let graphs = format!("training.cuda_graphs=\"{graphs}\"");
+        let mut extra: Vec<&str> = TINY.to_vec();
+        extra.extend(["--set", &gpu, "--set", &graphs]);
+        let s = run(&scratch(name), &extra);
+        let bubble = s["breakdown_s"]["bubble"].as_f64().expect("bubble");
+        (s["iteration_time_s"].as_f64().expect("time"), bubble)
+    };
+    let (grace_eager, grace_bubble) = iteration("host-gb200-eager", "GB200", "none");
+    let (grace_graphs, graphs_bubble) = iteration("host-gb200-graphs", "GB200", "full-iteration");
+    assert!(
+        grace_eager > 1.5 * grace_graphs,
+        "GB200: {grace_eager} s eager, {grace_graphs} s with graphs"
+    );
+    // The GPU waiting for its host is idle time, not compute.
+    assert!(grace_bubble > graphs_bubble + 0.5 * (grace_eager - grace_graphs));
+    let (x86_eager, _) = iteration("host-h100-eager", "H100-SXM", "none");
+    let (x86_graphs, _) = iteration("host-h100-graphs", "H100-SXM", "full-iteration");
+    assert!(
+        (x86_eager / x86_graphs - 1.0).abs() < 0.02,
+        "H100: {x86_eager} s eager, {x86_graphs} s with graphs"
+    );
+}

@@ -3,14 +3,14 @@
 //! keys fleetsim has, each fact with its source. `fleetsim validate` fills what a row of a
 //! measurement table leaves out from the release its `framework` column names.
 //!
-//! Facts fleetsim has no experiment key for yet (CUDA graphs, Apex's bucket size in MB) are
-//! kept typed under `not_yet_applied`, with their sources, and applied to nothing.
+//! Facts fleetsim has no experiment key for yet (Apex's bucket size in MB) are kept typed
+//! under `not_yet_applied`, with their sources, and applied to nothing.
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{AttentionBackend, Fp8Recipe};
+use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe};
 
 /// Where the shipped table lives in the source tree (named in its errors).
 pub const SHIPPED_FILE: &str = "configs/frameworks.toml";
@@ -73,39 +73,16 @@ pub struct TrainingFacts {
     pub fp8_param_gather: Option<Fact<bool>>,
     pub grad_reduce_in_bf16: Option<Fact<bool>>,
     pub bucket_params: Option<Fact<u64>>,
+    pub cuda_graphs: Option<Fact<CudaGraphs>>,
 }
 
 /// Facts with no experiment key yet: recorded, applied to nothing.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PendingFacts {
-    /// Which CUDA graphs the launch captured (issue 17 adds `training.cuda_graphs`).
-    pub cuda_graphs: Option<Fact<CudaGraphs>>,
     /// Apex `DistributedFusedAdam`'s `bucket_cap_mb` (NeMo 1.0's `optim.bucket_cap_mb`): a size
     /// in MB of a dtype fleetsim does not model, so not converted to `training.bucket_params`.
     pub bucket_cap_mb: Option<Fact<f64>>,
-}
-
-/// CUDA graph capture scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CudaGraphs {
-    None,
-    /// Transformer Engine's per-layer graphs (Megatron-Core `--enable-cuda-graph`).
-    Layers,
-    /// The whole forward-backward step (Megatron-Core `--external-cuda-graph` /
-    /// MLPerf's full-iteration graphs).
-    FullIteration,
-}
-
-impl CudaGraphs {
-    pub fn name(self) -> &'static str {
-        match self {
-            CudaGraphs::None => "none",
-            CudaGraphs::Layers => "layers",
-            CudaGraphs::FullIteration => "full-iteration",
-        }
-    }
 }
 
 /// One experiment key a framework sets: `section.key = value`, and its source.
@@ -191,6 +168,11 @@ impl Framework {
                 keys.push(key("training", name, f, boolean));
             }
         }
+        if let Some(f) = &t.cuda_graphs {
+            keys.push(key("training", "cuda_graphs", f, |v| {
+                toml::Value::String(v.name().into())
+            }));
+        }
         if let Some(f) = &t.bucket_params {
             // Bounded by the loader to what TOML's integers hold.
             keys.push(key("training", "bucket_params", f, |v| {
@@ -204,13 +186,6 @@ impl Framework {
     pub fn pending(&self) -> Vec<PendingFact<'_>> {
         let n = &self.not_yet_applied;
         let mut facts = Vec::new();
-        if let Some(f) = &n.cuda_graphs {
-            facts.push(PendingFact {
-                name: "cuda_graphs",
-                value: f.value.name().into(),
-                source: &f.source,
-            });
-        }
         if let Some(f) = &n.bucket_cap_mb {
             facts.push(PendingFact {
                 name: "bucket_cap_mb",
@@ -578,24 +553,26 @@ mod tests {
     }
 
     #[test]
-    fn pending_facts_are_listed_not_applied() {
+    fn cuda_graphs_are_applied_and_bucket_megabytes_pending() {
         let table = shipped();
-        let mlperf = table
-            .get("mlperf-training-5.1-nvidia")
-            .expect("the MLPerf framework");
-        let pending = mlperf.pending();
+        let of = |name: &str| table.get(name).expect(name);
+        let graphs = |f: &Framework| {
+            f.launch_keys()
+                .into_iter()
+                .find(|k| k.key == "cuda_graphs")
+                .map(|k| k.value.to_string())
+        };
+        assert_eq!(
+            graphs(of("mlperf-training-5.1-nvidia")).as_deref(),
+            Some("\"full-iteration\"")
+        );
+        assert_eq!(graphs(of("nemo-25.04")).as_deref(), Some("\"none\""));
+        let pending = of("nemo-24.05").pending();
         assert!(
-            pending
-                .iter()
-                .any(|p| p.name == "cuda_graphs" && p.value == "full-iteration"),
+            pending.iter().any(|p| p.name == "bucket_cap_mb"),
             "{pending:?}"
         );
-        assert!(
-            mlperf
-                .launch_keys()
-                .iter()
-                .all(|k| !k.key.contains("cuda_graph"))
-        );
+        assert!(pending.iter().all(|p| p.name != "cuda_graphs"));
     }
 
     /// Every malformed table in tests/fixtures/bad-frameworks/ fails with one line naming the

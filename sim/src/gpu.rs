@@ -36,6 +36,30 @@ pub struct GpuSpec {
     /// `[clock]`).
     #[serde(default)]
     pub clocks: Option<Clocks>,
+    /// The CPU that issues this GPU's work (`configs/hosts.toml`): `x86` (an HGX/DGX host,
+    /// the default) or `grace` (a Grace Hopper or Grace Blackwell superchip's own CPU).
+    #[serde(default)]
+    pub host_cpu: HostCpu,
+}
+
+/// A host CPU family with its own dispatch costs ([`crate::compute::host`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostCpu {
+    #[default]
+    X86,
+    Grace,
+}
+
+impl HostCpu {
+    pub const ALL: [HostCpu; 2] = [HostCpu::X86, HostCpu::Grace];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HostCpu::X86 => "x86",
+            HostCpu::Grace => "grace",
+        }
+    }
 }
 
 /// The SM clock a GPU runs its tensor work at, MHz, and the power limit that sets it. A

@@ -806,3 +806,58 @@ overlap_param_gather = true
         "one bucket per forward unit here"
     );
 }
+
+/// A dropless MoE layer's forward reads its tokens per expert on the host before the EP
+/// all-to-all (Megatron-Core `token_dispatcher.py`: `cuda_sync_point = "before_ep_alltoall"`):
+/// one host sync per MoE layer and micro-batch forward, each on that all-to-all; the backward
+/// reuses the sizes, and a dense model has none.
+#[test]
+fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
+    let moe = |name: &str, preset: &str, ep: u32| {
+        let exp = experiment(
+            name,
+            &format!(
+                r#"
+[cluster]
+gpus = 64
+[model]
+preset = "{preset}"
+layers = 8
+[parallel]
+tp = 2
+pp = 2
+ep = {ep}
+sequence_parallel = true
+micro_batch = 1
+global_batch = 32
+[training]
+memory_check = "off"
+"#
+            ),
+        );
+        compile(&exp).expect("compile")
+    };
+    let w = moe("host-sync-moe", "mixtral-8x7b", 8);
+    for p in &w.programs {
+        // 4 layers per stage, 32 / DP 16 = 2 micro-batches each.
+        assert_eq!(p.host_syncs.len(), 4 * p.micro_batches as usize);
+        assert!(p.host_syncs.windows(2).all(|w| w[0] < w[1]));
+        for &s in &p.host_syncs {
+            let op = &p.ops[s as usize];
+            assert!(
+                matches!(
+                    op.kind,
+                    OpKind::Collective {
+                        op: CollectiveOp::AllToAll,
+                        group: GroupKind::Ep,
+                        ..
+                    }
+                ) && op.label.phase == Phase::Forward
+                    && op.label.module == Module::Moe,
+                "{op:?}"
+            );
+        }
+    }
+    let dense = moe("host-sync-dense", "llama3-8b", 1);
+    assert!(dense.programs.iter().all(|p| p.host_syncs.is_empty()));
+}

@@ -13,6 +13,7 @@
 #[cfg(any(test, feature = "calibration"))]
 pub mod calibration;
 pub mod efficiency;
+pub mod host;
 pub mod interference;
 pub mod table;
 

@@ -746,6 +746,44 @@ pub struct TrainingConfig {
     /// Transformer Engine picks for the GPU), `cudnn` or `flash2`.
     #[serde(default)]
     pub attention_backend: AttentionBackend,
+    /// What CUDA graphs capture (Megatron-Core `--cuda-graph-impl` / `--cuda-graph-scope`):
+    /// `none` (eager, Megatron's default), `attn`, `layers` or `full-iteration`. Ops inside
+    /// a graph cost the host nothing to issue; the others cost the host CPU's dispatch time
+    /// ([`crate::compute::host`]).
+    #[serde(default)]
+    pub cuda_graphs: CudaGraphs,
+}
+
+/// CUDA graph capture scope (`training.cuda_graphs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CudaGraphs {
+    /// Eager: every kernel and communication call is issued by Python (Megatron-Core's
+    /// default, `--cuda-graph-impl none`).
+    #[default]
+    None,
+    /// The attention part of each transformer layer (`--cuda-graph-scope attn`, what
+    /// Megatron-Core captures in MoE models, whose dropless token dispatch needs the host).
+    Attn,
+    /// Whole transformer layers, forward and backward (Transformer Engine's
+    /// `make_graphed_callables` per layer, `--enable-cuda-graph`); a dropless MoE layer's
+    /// expert part stays eager.
+    Layers,
+    /// The whole forward-backward step (`--cuda-graph-impl full_iteration`, MLPerf's
+    /// `FULL_CUDA_GRAPH`).
+    #[serde(alias = "full_iteration")]
+    FullIteration,
+}
+
+impl CudaGraphs {
+    pub fn name(self) -> &'static str {
+        match self {
+            CudaGraphs::None => "none",
+            CudaGraphs::Attn => "attn",
+            CudaGraphs::Layers => "layers",
+            CudaGraphs::FullIteration => "full-iteration",
+        }
+    }
 }
 
 /// Which fused-attention kernels run (`training.attention_backend`).
@@ -847,6 +885,7 @@ impl Default for TrainingConfig {
             fp8_param_gather: false,
             grad_reduce_in_bf16: false,
             attention_backend: AttentionBackend::Auto,
+            cuda_graphs: CudaGraphs::None,
         }
     }
 }

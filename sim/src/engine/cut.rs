@@ -509,7 +509,7 @@ impl Cut {
     ) -> u64 {
         if matches!(
             body,
-            Body::ComputeDone { .. } | Body::TxDone { .. } | Body::Pace { .. }
+            Body::ComputeDone { .. } | Body::TxDone { .. } | Body::Pace { .. } | Body::HostIssued
         ) {
             return u64::MAX;
         }
@@ -537,7 +537,13 @@ impl Cut {
         let generic = self.distances[node as usize];
         Some(match (body, gpu) {
             // A job's start: what it starts is the GPU's state bound, as of its start.
-            (Body::ComputeDone { .. } | Body::SendDone { .. } | Body::JobStart, _) => return None,
+            (
+                Body::ComputeDone { .. }
+                | Body::SendDone { .. }
+                | Body::JobStart
+                | Body::HostIssued,
+                _,
+            ) => return None,
             // The next segments of the flow, or of any other (its own is among them): the
             // transport serves all of the GPU's flows, and an acknowledgement that frees
             // one's window may send another's (so may a `TxDone` below).

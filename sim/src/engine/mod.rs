@@ -213,6 +213,8 @@ pub enum Body {
     },
     /// To a GPU whose job starts later (`[[jobs]] start_s`): start the program now.
     JobStart,
+    /// The host has issued an op a stream of this GPU waits for ([`crate::compute::host`]).
+    HostIssued,
 }
 
 impl Body {
@@ -239,6 +241,7 @@ impl Body {
             Body::FlowTick => "FlowTick",
             Body::FlowDone { .. } => "FlowDone",
             Body::JobStart => "JobStart",
+            Body::HostIssued => "HostIssued",
         }
     }
 }
@@ -318,6 +321,8 @@ pub struct ProgramIndex {
     pub collective_slot: Vec<u16>,
     /// The program's distinct collectives, (group kind, operation, bytes), sorted.
     pub collective_keys: Vec<CollectiveKey>,
+    /// [`Program::host_syncs`]: the ops before which the host waits for the GPU.
+    pub host_syncs: Vec<u32>,
 }
 
 /// "Not a collective" in [`ProgramIndex::collective_slot`].
@@ -345,8 +350,13 @@ impl ProgramIndex {
                     return false;
                 };
                 let this = compute[p];
+                // A host sync between them: the host issues `next` only once it is resolved.
+                let syncs = &program.host_syncs;
+                let first_after = syncs.partition_point(|&op| op < this);
+                let synced = syncs.get(first_after).is_some_and(|&op| op <= next);
                 is_kernel(this)
                     && is_kernel(next)
+                    && !synced
                     && dependent_streams[this as usize] & !only_compute == 0
                     && program
                         .deps(next as usize)
@@ -379,6 +389,7 @@ impl ProgramIndex {
             chains_into_next,
             collective_slot,
             collective_keys,
+            host_syncs: program.host_syncs.clone(),
         }
     }
 }
@@ -393,6 +404,11 @@ pub struct SimModel {
     pub kernel_ps: Vec<Vec<u64>>,
     /// Whether each of those kernels is compute-bound (follows the GPU's own clock).
     pub kernel_clocked: Vec<Vec<bool>>,
+    /// When the host has issued each op if it never waits for the GPU, ps from the rank's
+    /// start: the running sum of [`crate::compute::host::issue_costs`], indexed as
+    /// `kernel_ps`. Empty where issuing costs nothing (every op in a CUDA graph, or a
+    /// collective benchmark's C loop).
+    pub host_issue_ps: Vec<Vec<u64>>,
     /// Chip-to-chip spread of the sustained clock, per GPU type.
     pub clock_spread: Vec<f64>,
     pub gpu_types: usize,
@@ -570,6 +586,17 @@ impl SimModel {
             }
             _ => workload_tables(exp, &workload, |_| compute),
         };
+        let host_issue_ps = match &workload.jobs {
+            Some(set) if exp.jobs.len() == set.jobs.len() => host_tables(exp, &workload, |p| {
+                exp.jobs[set.job_of_program(p)]
+                    .exp
+                    .loaded
+                    .config
+                    .training
+                    .cuda_graphs
+            })?,
+            _ => host_tables(exp, &workload, |_| exp.loaded.config.training.cuda_graphs)?,
+        };
         let gpu_types = exp.gpu_types.len();
         check_slow_gpus(exp, &workload, |rank| {
             let program = workload.program_index(rank);
@@ -584,6 +611,7 @@ impl SimModel {
             programs,
             kernel_ps,
             kernel_clocked,
+            host_issue_ps,
             clock_spread: exp
                 .gpu_types
                 .iter()
@@ -623,6 +651,8 @@ impl SimModel {
     ) -> SimModel {
         (self.programs, self.kernel_ps, self.kernel_clocked) =
             workload_tables(exp, &workload, |_| compute);
+        // nccl-tests-style benchmarks issue from a C loop: no Python host in the way.
+        self.host_issue_ps = vec![Vec::new(); self.kernel_ps.len()];
         self.workload = workload;
         self
     }
@@ -721,6 +751,39 @@ fn workload_tables<'c>(
         })
         .unzip();
     (programs, kernel_ps, clocked)
+}
+
+/// [`SimModel::host_issue_ps`] of every program on every GPU type, program `i` with the CUDA
+/// graphs of `graphs_of(i)`; a table whose ops all cost nothing is left empty.
+fn host_tables(
+    exp: &Experiment,
+    workload: &Workload,
+    graphs_of: impl Fn(usize) -> crate::config::CudaGraphs,
+) -> Result<Vec<Vec<u64>>, crate::config::ConfigError> {
+    use crate::compute::host::{HostCosts, issue_costs};
+    let costs = exp
+        .gpu_types
+        .iter()
+        .map(|g| HostCosts::of(g.host_cpu))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tables = Vec::with_capacity(workload.programs.len() * costs.len());
+    for (i, p) in workload.programs.iter().enumerate() {
+        for c in &costs {
+            let mut issued = 0u64;
+            let mut prefix: Vec<u64> = issue_costs(p, c, graphs_of(i))
+                .into_iter()
+                .map(|cost| {
+                    issued += cost;
+                    issued
+                })
+                .collect();
+            if issued == 0 {
+                prefix = Vec::new();
+            }
+            tables.push(prefix);
+        }
+    }
+    Ok(tables)
 }
 
 /// How much longer GPU `gpu`'s compute-bound kernels take than the part's nominal ones: its

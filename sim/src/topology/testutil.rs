@@ -46,6 +46,7 @@ fn spec(name: &str, vendor: Vendor, nvlink_gb_s: f64, pcie_gen: u32) -> GpuSpec 
             source: String::new(),
         },
         clocks: None,
+        host_cpu: crate::gpu::HostCpu::X86,
     }
 }
 

@@ -1128,11 +1128,19 @@ impl LayerEmitter<'_> {
 
     /// Tokens to their experts: all-to-all over EP, then a gather over expert-TP of the tokens
     /// the other expert-TP ranks routed. Also the backward of [`Self::moe_combine`].
-    fn moe_dispatch(&self, b: &mut Builder, routed: u64) {
+    ///
+    /// In the forward (`forward`) the host waits for the GPU before the all-to-all: a
+    /// dropless dispatcher reads the tokens per expert on the host to size it
+    /// (Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.preprocess`:
+    /// `cuda_sync_point = "before_ep_alltoall"`). The backward reuses those sizes.
+    fn moe_dispatch(&self, b: &mut Builder, routed: u64, forward: bool) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
         if d.ep > 1 {
-            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+            let all_to_all = b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+            if forward {
+                b.program.host_syncs.push(all_to_all);
+            }
         }
         let gather = d.expert_tp_gather();
         if gather > 1 {
@@ -1181,7 +1189,7 @@ impl LayerEmitter<'_> {
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.router(experts).forward(&d));
         b.compute(self.permute(KernelName::Permute, routed).forward(&d));
-        self.moe_dispatch(b, routed);
+        self.moe_dispatch(b, routed, true);
         let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
@@ -1206,7 +1214,7 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
-        self.moe_dispatch(b, routed);
+        self.moe_dispatch(b, routed, false);
         let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         if recompute_act {
             recomputing(b, |b| {

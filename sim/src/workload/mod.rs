@@ -587,6 +587,11 @@ pub struct Program {
     pub resident_bytes: u64,
     /// Activation allocations and frees on compute ops, in op order ([`live_memory`]).
     pub memory_events: Vec<MemoryEvent>,
+    /// Ops, ascending, before whose issue the host waits for the GPU: the op's dependencies
+    /// produce a value the framework reads on the host (a dropless MoE layer's tokens per
+    /// expert, `.cpu()` then a stream synchronize), so nothing after it is issued until they
+    /// are done ([`crate::compute::host`]).
+    pub host_syncs: Vec<u32>,
 }
 
 /// Bytes a compute op allocates when it starts and frees when it ends.
@@ -658,6 +663,7 @@ impl Program {
             + self.deps.capacity() * 4
             + self.kernels.capacity() * std::mem::size_of::<Kernel>()
             + self.memory_events.capacity() * std::mem::size_of::<MemoryEvent>()
+            + self.host_syncs.capacity() * 4
     }
 }
 

@@ -88,6 +88,16 @@ pub struct GpuLp {
     /// Collectives started per group kind: the sequence number of the next one.
     group_seq: [u32; GroupKind::COUNT],
     memory_cursor: u32,
+    /// The host issuing this rank's ops ([`crate::compute::host`]): an op at or after
+    /// `host_settled` is issued at `host_anchor_ps` plus the issue costs since the op whose
+    /// running sum is `host_anchor_prefix`; the ones before are issued. The program's host
+    /// sync `host_sync_cursor` is the next the host waits at.
+    host_anchor_ps: u64,
+    host_anchor_prefix: u64,
+    host_settled: u32,
+    host_sync_cursor: u32,
+    /// When the pending [`Body::HostIssued`] fires (0: none pending).
+    host_wake_ps: u64,
     /// Live HBM bytes and their peak; the next of the program's memory events is
     /// `memory_cursor`.
     live_bytes: u64,
@@ -193,6 +203,11 @@ impl GpuLp {
             live_bytes: w.programs[program as usize].resident_bytes,
             peak_bytes: w.programs[program as usize].resident_bytes,
             memory_cursor: 0,
+            host_anchor_ps: w.start_of(rank).as_ps(),
+            host_anchor_prefix: 0,
+            host_settled: 0,
+            host_sync_cursor: 0,
+            host_wake_ps: 0,
         }
     }
 
@@ -217,8 +232,9 @@ impl GpuLp {
     }
 
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
-        self.account(ctx.now.as_ps());
+        // The chain's kernels that ended first (each accounted up to its end), then the rest.
         self.settle_chain(model, ctx.now.as_ps());
+        self.account(ctx.now.as_ps());
         match body {
             Body::ComputeDone { chain } if chain == self.chain_gen => {
                 self.complete(model, COMPUTE, ctx)
@@ -260,6 +276,10 @@ impl GpuLp {
             Body::ConnectionFree { connection } => self.connection_free(model, connection, ctx),
             Body::Pace { flow } => self.paced(model, flow, ctx),
             Body::JobStart => {}
+            Body::HostIssued => {
+                self.host_wake_ps = 0;
+                self.pump_streams = (1 << STREAMS) - 1;
+            }
             other => self.ports.handle(model, &other, ctx),
         }
         self.pump(model, ctx);

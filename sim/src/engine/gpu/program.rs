@@ -105,29 +105,76 @@ impl GpuLp {
     }
 
     /// When the chain's last kernel ends if the ones not started yet start at the running
-    /// one's end, one after another, slowed as the GPU is now.
+    /// one's end (or when the host has issued them, if later), one after another, slowed as
+    /// the GPU is now.
     fn chain_end_ps(&self, model: &SimModel) -> u64 {
         let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
         let next = self.done[COMPUTE] as usize + 1;
-        let after: u64 = ops[next..=self.chain_last as usize]
+        ops[next..=self.chain_last as usize]
             .iter()
-            .map(|&op| self.kernel_ps(model, op))
-            .sum();
-        self.kernel_end_ps + after
+            .fold(self.kernel_end_ps, |end, &op| {
+                end.max(self.issued_ps(model, op)) + self.kernel_ps(model, op)
+            })
     }
 
     /// Completes the chain's kernels that ended by `now` (before the event at `now`), each
-    /// followed at once by the next.
+    /// followed by the next as soon as the host has issued it; the time up to each end is
+    /// accounted as the state then was.
     pub(super) fn settle_chain(&mut self, model: &SimModel, now: u64) {
         while self.done[COMPUTE] < self.chain_last
             && self.kernel_end_ps <= now
             && matches!(self.running[COMPUTE], Running::Compute { .. })
         {
             let at = self.kernel_end_ps;
+            self.account(at);
             self.complete_at(model, COMPUTE, at);
             let op = model.programs[self.program as usize].stream_ops[COMPUTE]
                 [self.done[COMPUTE] as usize];
-            self.start_kernel(model, op, at);
+            let start = at.max(self.issued_ps(model, op));
+            self.start_kernel(model, op, start);
+        }
+    }
+
+    /// When the host has issued `op`, which no unresolved host sync precedes (a kernel of a
+    /// chain: [`crate::engine::ProgramIndex::chains_into_next`] stops at syncs).
+    fn issued_ps(&self, model: &SimModel, op: u32) -> u64 {
+        let issued = &model.host_issue_ps[self.kernel_table as usize];
+        if issued.is_empty() || op < self.host_settled {
+            return 0;
+        }
+        self.host_anchor_ps + issued[op as usize] - self.host_anchor_prefix
+    }
+
+    /// When the host issues `op`, or `None` while it waits at an earlier host sync. At the
+    /// next sync itself, once the op's dependencies are done (`now`): the host, having
+    /// reached it, waited for them, and goes on from `now` ([`crate::compute::host`]); if it
+    /// has not reached it yet, the answer is when it will.
+    fn host_issue(&mut self, model: &SimModel, op: u32, now: u64) -> Option<u64> {
+        let issued = &model.host_issue_ps[self.kernel_table as usize];
+        if issued.is_empty() || op < self.host_settled {
+            return Some(0);
+        }
+        let syncs = &model.programs[self.program as usize].host_syncs;
+        match syncs.get(self.host_sync_cursor as usize) {
+            Some(&sync) if op > sync => None,
+            Some(&sync) if op == sync => {
+                let before = match sync {
+                    0 => 0,
+                    s => issued[s as usize - 1],
+                };
+                let reached = self.host_anchor_ps + before - self.host_anchor_prefix;
+                if reached > now {
+                    return Some(reached);
+                }
+                self.host_anchor_ps = now + (issued[sync as usize] - before);
+                self.host_anchor_prefix = issued[sync as usize];
+                self.host_settled = sync;
+                self.host_sync_cursor += 1;
+                // Ops after the sync on other streams may go now.
+                self.pump_streams = (1 << STREAMS) - 1;
+                Some(self.host_anchor_ps)
+            }
+            _ => Some(self.host_anchor_ps + issued[op as usize] - self.host_anchor_prefix),
         }
     }
 
@@ -152,7 +199,22 @@ impl GpuLp {
         if self.finish_ps.is_some() || dt == 0 {
             return;
         }
-        let dt = SimTime::from_ps(dt);
+        // A chained kernel the host had not issued when the one before ended starts later:
+        // the gap is not compute.
+        let (gap, dt) = match self.running[COMPUTE] {
+            Running::Compute { start_ps, .. } if start_ps > now - dt => {
+                let gap = (start_ps - (now - dt)).min(dt);
+                (SimTime::from_ps(gap), SimTime::from_ps(dt - gap))
+            }
+            _ => (SimTime::ZERO, SimTime::from_ps(dt)),
+        };
+        if gap > SimTime::ZERO {
+            if self.comm_active > 0 {
+                self.exposed_comm_ps += gap;
+            } else {
+                self.bubble_ps += gap;
+            }
+        }
         if matches!(self.running[COMPUTE], Running::Compute { .. }) {
             self.compute_ps += dt;
         } else if self.comm_active > 0 || matches!(self.running[MEMORY], Running::Memory { .. }) {
@@ -191,8 +253,14 @@ impl GpuLp {
                 let ds = program.ops[d as usize].stream.index();
                 self.done[ds] > index.position[d as usize]
             });
-            if ready {
-                self.start_op(model, s, op, ctx);
+            if !ready {
+                continue;
+            }
+            match self.host_issue(model, op, ctx.now.as_ps()) {
+                Some(at) if at <= ctx.now.as_ps() => self.start_op(model, s, op, ctx),
+                Some(at) => self.wake_when_issued(at, ctx),
+                // Woken when the host sync before it resolves.
+                None => {}
             }
         }
         if self.finish_ps.is_none()
@@ -201,6 +269,16 @@ impl GpuLp {
             self.finish_ps = Some(ctx.now);
             self.digest = mix(self.digest, u64::MAX, ctx.now.as_ps());
         }
+    }
+
+    /// Plans a [`Body::HostIssued`] at `at` unless one comes as early.
+    fn wake_when_issued(&mut self, at: u64, ctx: &mut Ctx) {
+        if self.host_wake_ps != 0 && self.host_wake_ps <= at && self.host_wake_ps > ctx.now.as_ps()
+        {
+            return;
+        }
+        self.host_wake_ps = at;
+        ctx.emit(self.node, SimTime::from_ps(at), Body::HostIssued);
     }
 
     /// Starts op `op` on stream `s`: a kernel, a CXL read, or a communication op, which
