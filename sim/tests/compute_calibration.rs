@@ -649,3 +649,75 @@ fn h200_runs_gemms_at_h100_speed_and_large_memory_bound_kernels_at_its_hbm_bandw
         "H200/H100 memory time {memory}, HBM {bandwidth}"
     );
 }
+
+/// Blackwell's fused attention against cuDNN 9.13's own B200 benchmark
+/// (`b200-cudnn/sdpa-bf16-cudnn913.csv`): each measured time is a fixed cost per call of the
+/// benchmark's PyTorch path plus the kernel. Fitted as such, the kernel's rate at long
+/// sequences is what `configs/compute/blackwell.toml` holds; here the model (burst clock, as
+/// a benchmark loop runs) plus the smallest fixed cost that fits must come within 8% of every
+/// row from 4,096 tokens, and the model alone must be slower than Hopper's per-clock
+/// attention would make a B200 (the exponential units and shared memory did not double).
+#[test]
+fn b200_cudnn_attention_follows_cudnn_913_from_4k_tokens() {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    let b200 = db.get("B200").expect("B200");
+    let families = EfficiencyTable::embedded().expect("families");
+    let (blackwell, fitted) = families.for_architecture("blackwell");
+    let (hopper, _) = families.for_architecture("hopper");
+    let rows: Vec<Vec<f64>> = calibration("b200-cudnn/sdpa-bf16-cudnn913.csv")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("seq"))
+        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
+        .collect();
+    assert_eq!(rows.len(), 8);
+    for (pass, column) in [
+        (sim::workload::Pass::Forward, 1),
+        (sim::workload::Pass::Dgrad, 2),
+    ] {
+        let kernel = |seq: u64| Kernel {
+            name: sim::workload::KernelName::CoreAttention,
+            pass,
+            shape: Shape::Attention {
+                batch: 1,
+                heads: 128,
+                kv_heads: 8,
+                seq_q: seq,
+                seq_kv: seq,
+                head_dim: 128,
+                causal: true,
+                flash: true,
+                dropout: false,
+            },
+            flops: 0,
+            bytes: 0,
+            dtype: Precision::Bf16,
+        };
+        let ms = |eff, seq| {
+            model_time_at(&kernel(seq), b200, eff, fitted, ClockState::Burst).seconds() * 1e3
+        };
+        let long: Vec<&Vec<f64>> = rows.iter().filter(|r| r[0] >= 4096.0).collect();
+        // The fixed cost: the least-squares constant of measured minus modelled, relative.
+        let weights: Vec<f64> = long.iter().map(|r| 1.0 / (r[column] * r[column])).collect();
+        let fixed = long
+            .iter()
+            .zip(&weights)
+            .map(|(r, w)| w * (r[column] - ms(blackwell, r[0] as u64)))
+            .sum::<f64>()
+            / weights.iter().sum::<f64>();
+        assert!(
+            (0.0..1.0).contains(&fixed),
+            "{pass:?}: fixed cost {fixed} ms"
+        );
+        for r in &long {
+            let predicted = fixed + ms(blackwell, r[0] as u64);
+            let error = predicted / r[column] - 1.0;
+            assert!(
+                error.abs() <= 0.08,
+                "{pass:?} at {} tokens: measured {} ms, predicted {predicted:.3} ms",
+                r[0],
+                r[column]
+            );
+            assert!(ms(hopper, r[0] as u64) < ms(blackwell, r[0] as u64));
+        }
+    }
+}
