@@ -112,7 +112,7 @@ fn in_graph(op: &Op, graphs: CudaGraphs) -> bool {
 /// attention whose kernel name differs from the previous kernel's, an op for any other
 /// kernel or communication call, a launch for a kernel repeating the previous one's name (the
 /// next chunk of an overlapped GEMM, the wgrad after its dgrad); nothing for a CXL transfer
-/// (the driver's copy engine) or an op inside a CUDA graph.
+/// (the driver's copy engine), an op inside a CUDA graph or an imported trace's op.
 pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> Vec<u64> {
     let mut previous = None;
     program
@@ -136,7 +136,12 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                     costs.op_ps
                 }
             };
-            if in_graph(op, graphs) { 0 } else { cost }
+            // An imported trace's ops carry the times it recorded; nothing issues them.
+            if in_graph(op, graphs) || op.label.module == Module::Imported {
+                0
+            } else {
+                cost
+            }
         })
         .collect()
 }
