@@ -733,6 +733,17 @@ fn case_of_row(
             one_line(&settings.join("; "))
         );
     }
+    // What issue 17's host model does with the row, said where a reader of the case looks.
+    let graphs = entries
+        .iter()
+        .find(|(s, k, _)| s == "training" && k == "cuda_graphs")
+        .map_or_else(
+            || "none (fleetsim's default, Megatron-Core's)".to_string(),
+            |(_, _, v)| v.to_string(),
+        );
+    toml += &format!(
+        "# Host dispatch on: the GPU file's host CPU issues each op (configs/hosts.toml); CUDA graphs: {graphs}\n"
+    );
     let mut document = toml::Table::new();
     for (section, key, value) in entries {
         let table = if section.is_empty() {
