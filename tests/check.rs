@@ -308,3 +308,31 @@ fn the_host_memory_estimate_bounds_the_runs_peak() {
         );
     }
 }
+
+/// `check` names the CPU that issues the GPUs' work and the CUDA graphs in use, in text and
+/// JSON: x86 for an H100 cluster, Grace for GB200.
+#[test]
+fn check_names_the_host_and_the_cuda_graphs() {
+    let quickstart = "configs/experiments/quickstart.toml";
+    let (ok, stdout, stderr) = check(&[quickstart]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("issued by x86 host(s), CUDA graphs none"),
+        "{stdout}"
+    );
+    let grace = [
+        quickstart,
+        "--set",
+        "cluster.gpu=\"GB200\"",
+        "--set",
+        "cluster.gpus_per_host=4",
+        "--set",
+        "training.cuda_graphs=\"layers\"",
+        "--json",
+    ];
+    let (ok, stdout, stderr) = check(&grace);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(json["training"]["host_cpus"], serde_json::json!(["grace"]));
+    assert_eq!(json["training"]["cuda_graphs"], "layers");
+}

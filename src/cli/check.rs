@@ -279,6 +279,8 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
                 .iter()
                 .map(RecomputeModule::name)
                 .collect::<Vec<_>>(),
+            "host_cpus": host_cpus(exp),
+            "cuda_graphs": exp.loaded.config.training.cuda_graphs.name(),
         },
         "ops_per_rank": summaries.iter().map(|w| json!({
             "stage": w.stage,
@@ -357,10 +359,20 @@ fn training_text(exp: &Experiment) -> String {
         _ => String::new(),
     };
     format!(
-        "precision {}{recipe}, recompute {}",
+        "precision {}{recipe}, recompute {}; issued by {} host(s), CUDA graphs {}",
         t.precision.name(),
-        recompute_text(t)
+        recompute_text(t),
+        host_cpus(exp).join(" and "),
+        t.cuda_graphs.name()
     )
+}
+
+/// The CPUs that issue the experiment's GPUs' work (`configs/hosts.toml`), once each.
+fn host_cpus(exp: &Experiment) -> Vec<&'static str> {
+    let mut cpus: Vec<&'static str> = exp.gpu_types.iter().map(|g| g.host_cpu.name()).collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
 }
 
 /// `check`'s lines on a job's model, layout, groups, batch and ops.
