@@ -321,8 +321,6 @@ pub struct ProgramIndex {
     pub collective_slot: Vec<u16>,
     /// The program's distinct collectives, (group kind, operation, bytes), sorted.
     pub collective_keys: Vec<CollectiveKey>,
-    /// [`Program::host_syncs`]: the ops before which the host waits for the GPU.
-    pub host_syncs: Vec<u32>,
 }
 
 /// "Not a collective" in [`ProgramIndex::collective_slot`].
@@ -389,7 +387,6 @@ impl ProgramIndex {
             chains_into_next,
             collective_slot,
             collective_keys,
-            host_syncs: program.host_syncs.clone(),
         }
     }
 }
@@ -574,28 +571,26 @@ impl SimModel {
         let net = NetworkParams::from_experiment(exp, &topology)?;
         let collectives = CollectiveModel::from_experiment(exp, &topology)?;
         // With [[jobs]], each job's kernels are timed by its own compute model (its
-        // training.attention_backend).
+        // training.attention_backend) and issued under its own CUDA graphs.
         let job_computes = exp
             .jobs
             .iter()
             .map(|job| ComputeModel::from_experiment(&job.exp))
             .collect::<Result<Vec<_>, _>>()?;
-        let (programs, kernel_ps, kernel_clocked) = match &workload.jobs {
+        let ((programs, kernel_ps, kernel_clocked), host_issue_ps) = match &workload.jobs {
             Some(set) if job_computes.len() == set.jobs.len() => {
-                workload_tables(exp, &workload, |p| &job_computes[set.job_of_program(p)])
+                let job = |p: usize| set.job_of_program(p);
+                (
+                    workload_tables(exp, &workload, |p| &job_computes[job(p)]),
+                    host_tables(exp, &workload, |p| {
+                        exp.jobs[job(p)].exp.loaded.config.training.cuda_graphs
+                    })?,
+                )
             }
-            _ => workload_tables(exp, &workload, |_| compute),
-        };
-        let host_issue_ps = match &workload.jobs {
-            Some(set) if exp.jobs.len() == set.jobs.len() => host_tables(exp, &workload, |p| {
-                exp.jobs[set.job_of_program(p)]
-                    .exp
-                    .loaded
-                    .config
-                    .training
-                    .cuda_graphs
-            })?,
-            _ => host_tables(exp, &workload, |_| exp.loaded.config.training.cuda_graphs)?,
+            _ => (
+                workload_tables(exp, &workload, |_| compute),
+                host_tables(exp, &workload, |_| exp.loaded.config.training.cuda_graphs)?,
+            ),
         };
         let gpu_types = exp.gpu_types.len();
         check_slow_gpus(exp, &workload, |rank| {

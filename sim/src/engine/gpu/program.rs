@@ -151,10 +151,10 @@ impl GpuLp {
     /// has not reached it yet, the answer is when it will.
     fn host_issue(&mut self, model: &SimModel, op: u32, now: u64) -> Option<u64> {
         let issued = &model.host_issue_ps[self.kernel_table as usize];
-        if issued.is_empty() || op < self.host_settled {
+        if issued.is_empty() {
             return Some(0);
         }
-        let syncs = &model.programs[self.program as usize].host_syncs;
+        let syncs = &model.workload.programs[self.program as usize].host_syncs;
         match syncs.get(self.host_sync_cursor as usize) {
             Some(&sync) if op > sync => None,
             Some(&sync) if op == sync => {
@@ -174,7 +174,7 @@ impl GpuLp {
                 self.pump_streams = (1 << STREAMS) - 1;
                 Some(self.host_anchor_ps)
             }
-            _ => Some(self.host_anchor_ps + issued[op as usize] - self.host_anchor_prefix),
+            _ => Some(self.issued_ps(model, op)),
         }
     }
 
