@@ -26,7 +26,7 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// bytes per link crossed (`GpuLp::analytical_link_bytes`); 3 since a GPU's tables by group
 /// kind hold the expert-TP kind (`GroupKind::COUNT`); 4 since a GPU tracks its host's issue
 /// (`GpuLp::host_anchor_ps` and the rest).
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:

@@ -605,7 +605,7 @@ impl Cut {
     ) -> u64 {
         match tag.group {
             P2P => p2p(),
-            g => match GroupKind::from_index(g) {
+            g => match super::communicator_group(g) {
                 Some(kind) => self.group_reach_ps(rank, kind),
                 None => self.distances[node as usize],
             },

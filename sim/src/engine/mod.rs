@@ -26,6 +26,7 @@ use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;
 use crate::experiment::Experiment;
 use crate::hash::splitmix64;
+use crate::layout::GroupKind;
 use crate::time::SimTime;
 use crate::topology::{LinkId, NodeId, NodeKind, Topology};
 use crate::workload::{Op, OpKind, Program, Stream, Workload};
@@ -48,6 +49,28 @@ pub struct Tag {
 /// [`Tag::group`] of point-to-point sends and receives: their sequence is the op's position
 /// on its stream (the k-th send to the next stage matches its k-th receive from the previous).
 pub const P2P: u8 = u8::MAX;
+
+/// [`Tag::group`] of a collective: its communicator. A group kind's collectives share one
+/// (NCCL runs a process group's collectives in order), except those on [`Stream::Amax`],
+/// whose process group is its own: they match among themselves, numbered apart.
+pub fn communicator(group: GroupKind, stream: Stream) -> u8 {
+    match stream {
+        Stream::Amax => group as u8 + GroupKind::COUNT as u8,
+        _ => group as u8,
+    }
+}
+
+/// How many communicators [`communicator`] numbers.
+pub const COMMUNICATORS: usize = 2 * GroupKind::COUNT;
+
+/// The group kind of communicator `comm` ([`communicator`]); `None` for [`P2P`] and the
+/// other tags that are not collectives'.
+pub fn communicator_group(comm: u8) -> Option<GroupKind> {
+    if usize::from(comm) >= COMMUNICATORS {
+        return None;
+    }
+    GroupKind::from_index(comm % GroupKind::COUNT as u8)
+}
 
 /// [`Tag::group`] of injected flows ([`SimModel::flows`]); `seq` is the flow's index.
 pub const INJECTED: u8 = u8::MAX - 1;

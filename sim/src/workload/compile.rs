@@ -589,6 +589,8 @@ impl<'a> StageCompiler<'a> {
     /// context- and tensor-parallel ranks, waited on before the next kernel. Each layer has
     /// four TE modules with three forward and two backward amaxes of 4 bytes. Modelled over
     /// the DP × CP group, whose inter-node latency dominates; the intra-node TP hop is left out.
+    /// It runs on its own stream ([`Stream::Amax`]): a chunk's last backward does not wait
+    /// for the gradient buckets reducing beside it.
     fn amax_reduction(&self, b: &mut Builder, chunk: u32, phase: Phase) {
         let d = &self.options.dims;
         if d.precision != Precision::Fp8 || d.fp8_recipe != crate::config::Fp8Recipe::Delayed {
@@ -605,11 +607,15 @@ impl<'a> StageCompiler<'a> {
         };
         let label = b.label;
         b.label.module = Module::GradSync;
-        b.blocking(
+        let deps: Vec<u32> = b.last_compute().into_iter().collect();
+        let reduction = b.collective_on(
+            Stream::Amax,
             CollectiveOp::AllReduce,
             GroupKind::DpCp,
             per_layer * layers.max(1),
+            &deps,
         );
+        b.wait(reduction);
         b.label = label;
     }
 

@@ -249,7 +249,18 @@ impl<'a> Builder<'a> {
         bytes: u64,
         deps: &[u32],
     ) -> u32 {
-        let stream = Stream::of_group(group);
+        self.collective_on(Stream::of_group(group), op, group, bytes, deps)
+    }
+
+    /// A collective on `stream` instead of its group's: one whose process group is its own.
+    pub fn collective_on(
+        &mut self,
+        stream: Stream,
+        op: CollectiveOp,
+        group: GroupKind,
+        bytes: u64,
+        deps: &[u32],
+    ) -> u32 {
         self.program.push(
             OpKind::Collective { op, group, bytes },
             stream,

@@ -139,6 +139,10 @@ pub enum Stream {
     CpRecvPrev,
     /// Reads from CXL memory (a copy engine's queue): HCSim's remote operands.
     Memory,
+    /// FP8 amax reductions. Megatron-Core gives them their own process group
+    /// (`parallel_state.get_amax_reduction_group`), so their NCCL stream never queues them
+    /// behind the data-parallel group's gradient buckets.
+    Amax,
 }
 
 impl Stream {
@@ -153,7 +157,7 @@ impl Stream {
         }
     }
 
-    pub const ALL: [Stream; 13] = [
+    pub const ALL: [Stream; 14] = [
         Stream::Compute,
         Stream::Tp,
         Stream::Cp,
@@ -167,6 +171,7 @@ impl Stream {
         Stream::CpSendNext,
         Stream::CpRecvPrev,
         Stream::Memory,
+        Stream::Amax,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -189,6 +194,7 @@ impl Stream {
             Stream::CpSendNext => "cp-send-next",
             Stream::CpRecvPrev => "cp-recv-prev",
             Stream::Memory => "memory",
+            Stream::Amax => "amax",
         }
     }
 }

@@ -85,8 +85,8 @@ pub struct GpuLp {
     chain_gen: u32,
     chain_slowed: bool,
     done: [u32; STREAMS],
-    /// Collectives started per group kind: the sequence number of the next one.
-    group_seq: [u32; GroupKind::COUNT],
+    /// Collectives started per communicator (`engine::communicator`): the next one's number.
+    group_seq: [u32; crate::engine::COMMUNICATORS],
     memory_cursor: u32,
     /// The host issuing this rank's ops ([`crate::compute::host`]): an op at or after
     /// `host_settled` is issued at `host_anchor_ps` plus the issue costs since the op whose
@@ -172,7 +172,7 @@ impl GpuLp {
             paths: PathCache::default(),
             link_free_ps: vec![0; out],
             groups: std::array::from_fn(|_| None),
-            group_seq: [0; GroupKind::COUNT],
+            group_seq: [0; crate::engine::COMMUNICATORS],
             comm_active: 0,
             // Accounting (and the cut promise's "as of") begin when the job starts.
             accounted_to_ps: w.start_of(rank).as_ps(),

@@ -32,7 +32,7 @@ pub(super) enum Running {
 pub(super) fn is_collective_stream(s: usize) -> bool {
     matches!(
         Stream::ALL[s],
-        Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp | Stream::Pp
+        Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp | Stream::Pp | Stream::Amax
     )
 }
 
@@ -289,9 +289,10 @@ impl GpuLp {
         let o = program.ops[op as usize];
         let (comm_group, seq) = match o.kind {
             OpKind::Collective { group, .. } => {
-                let g = &mut self.group_seq[group as usize];
+                let comm = crate::engine::communicator(group, Stream::ALL[s]);
+                let g = &mut self.group_seq[usize::from(comm)];
                 *g += 1;
-                (group as u8, *g - 1)
+                (comm, *g - 1)
             }
             _ => (P2P, self.done[s]),
         };
