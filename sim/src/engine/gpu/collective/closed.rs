@@ -62,8 +62,8 @@ impl Schedule for Closed {
             return;
         };
         let (ring, group, seq) = (run.ring, run.group, run.seq);
-        let ready = ctx.now.as_ps().max(gpu.link_free_toward(model, ring.next));
         let moved = bytes as f64 * collective::bus_factor(cop, ring.n) * protocol.wire_factor();
+        let ready = gpu.link_start_toward(model, ring.next, ctx.now.as_ps(), moved as u64);
         gpu.account_analytical(model, ring.next, moved as u64);
         if let Running::Comm(run) = &mut gpu.running[s] {
             run.ready_ps = ready;
