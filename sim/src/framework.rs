@@ -549,7 +549,7 @@ mod tests {
                 used += 1;
             }
         }
-        assert!(used >= 59, "{used} rows");
+        assert!(used >= 62, "{used} rows");
     }
 
     #[test]
