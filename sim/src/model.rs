@@ -84,13 +84,18 @@ pub struct ModelConfig {
     pub moe_ffn_hidden: Option<u64>,
     pub shared_experts: Option<u64>,
     pub dense_layers: Option<u64>,
+    /// Token drop: each expert takes at most `factor` × its balanced share of a rank's routed
+    /// tokens (Megatron-Core `--moe-expert-capacity-factor`); unset, MoE layers are dropless.
+    pub moe_capacity_factor: Option<f64>,
+    /// Pad every expert's input to its capacity (`--moe-pad-expert-input-to-capacity`).
+    pub moe_pad_to_capacity: Option<bool>,
     pub mla: Option<Mla>,
     /// Multi-token prediction depth (DeepSeek-V3 §2.2; Megatron-Core `--mtp-num-layers`).
     pub mtp_layers: Option<u64>,
 }
 
 /// Mixture-of-experts layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Moe {
     pub experts: u64,
     pub top_k: u64,
@@ -98,6 +103,20 @@ pub struct Moe {
     pub shared_experts: u64,
     /// The first `dense_layers` layers have a dense MLP instead.
     pub dense_layers: u64,
+    /// Token drop; `None` is dropless.
+    pub capacity: Option<ExpertCapacity>,
+}
+
+/// Megatron-Core's token drop (`token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.preprocess`):
+/// an expert takes at most `capacity = ceil(tokens × top_k / experts × factor)` of a rank's
+/// routed tokens (`moe_utils.get_capacity`). Padded (`pad`), every expert takes exactly that
+/// many, so the dispatcher knows every size without asking the GPU (`cuda_sync_point =
+/// "no_sync"`); unpadded, the host reads the kept count before the first permutation
+/// (`"before_permutation_1"`). NeMo's `MegatronTokenDropCallback` sets a factor of 1.0, padded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExpertCapacity {
+    pub factor: f64,
+    pub pad: bool,
 }
 
 /// A validated model.
@@ -394,6 +413,37 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     })
 }
 
+/// `model.moe_capacity_factor` and `model.moe_pad_to_capacity`, checked as Megatron-Core
+/// checks them (`TransformerConfig.__post_init__`: padding needs a capacity factor).
+fn expert_capacity(
+    cfg: &ModelConfig,
+    error: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Option<ExpertCapacity>, ConfigError> {
+    let pad = cfg.moe_pad_to_capacity.unwrap_or(false);
+    let Some(factor) = cfg.moe_capacity_factor else {
+        if pad {
+            return Err(error(
+                "model.moe_pad_to_capacity",
+                "pads each expert's input to its capacity, so it needs model.moe_capacity_factor (NeMo's token drop uses 1.0)".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if !(factor.is_finite() && factor > 0.0 && factor <= MAX_CAPACITY_FACTOR) {
+        return Err(error(
+            "model.moe_capacity_factor",
+            format!(
+                "must be a factor in (0, {MAX_CAPACITY_FACTOR}] of an expert's balanced share (NeMo's token drop uses 1.0), got {factor}; remove it for dropless MoE"
+            ),
+        ));
+    }
+    Ok(Some(ExpertCapacity { factor, pad }))
+}
+
+/// A capacity factor above this keeps every token an expert could get from a rank; fleetsim
+/// refuses more, which only pads.
+const MAX_CAPACITY_FACTOR: f64 = 64.0;
+
 impl ModelSpec {
     /// Checks the `[model]` table; `error` locates a key for messages.
     pub fn resolve(
@@ -491,9 +541,22 @@ impl ModelSpec {
                     ffn_hidden: cfg.moe_ffn_hidden.unwrap_or(ffn_hidden),
                     shared_experts: cfg.shared_experts.unwrap_or(0),
                     dense_layers,
+                    capacity: expert_capacity(cfg, error)?,
                 })
             }
         };
+        if moe.is_none() && (cfg.moe_capacity_factor.is_some() || cfg.moe_pad_to_capacity.is_some())
+        {
+            let key = if cfg.moe_capacity_factor.is_some() {
+                "model.moe_capacity_factor"
+            } else {
+                "model.moe_pad_to_capacity"
+            };
+            return Err(error(
+                key,
+                "applies to mixture-of-experts layers; set model.experts and model.top_k, or remove it".to_string(),
+            ));
+        }
         let mtp_layers = cfg.mtp_layers.unwrap_or(0);
         if mtp_layers > MAX_MTP_LAYERS {
             return Err(error(

@@ -289,5 +289,10 @@ overlap_param_gather = true
     assert_eq!(on(Stream::Amax, CollectiveOp::ReduceScatter, false), 0);
     // BF16 has no amaxes to reduce.
     let bf16 = compile(&experiment("amax-stream-bf16", &body("bf16"))).expect("compiles");
-    assert!(bf16.program(0, 0).ops.iter().all(|o| o.stream != Stream::Amax));
+    assert!(
+        bf16.program(0, 0)
+            .ops
+            .iter()
+            .all(|o| o.stream != Stream::Amax)
+    );
 }

@@ -8,7 +8,8 @@ use sim::layout::GroupKind;
 use sim::workload::evaluate::evaluate;
 use sim::workload::summary::{summarize, total_hardware_flops, total_model_flops};
 use sim::workload::{
-    CollectiveOp, KernelName, Module, OpKind, Phase, Program, Shape, Stream, Workload, compile,
+    CollectiveOp, KernelName, Module, OpKind, Pass, Phase, Program, Shape, Stream, Workload,
+    compile,
 };
 
 /// Loads `body` as an experiment on the shipped rail-optimised H100 cluster.
@@ -860,4 +861,92 @@ memory_check = "off"
     }
     let dense = moe("host-sync-dense", "llama3-8b", 1);
     assert!(dense.programs.iter().all(|p| p.host_syncs.is_empty()));
+}
+
+/// Token drop as NeMo's `MegatronTokenDropCallback` sets it (capacity factor 1.0, padded) and
+/// Megatron-Core runs it (`moe_utils.get_capacity`: ceil(tokens × top_k / experts × factor),
+/// at least 4; `MoEAlltoAllTokenDispatcher.preprocess`). Mixtral's 8 experts, top 2, at TP 2
+/// with SP: 2,048 of a micro-batch's 4,096 tokens per rank, 512 copies per expert. Each of
+/// the 8 EP ranks' one local expert takes capacity tokens from each of the 8, and at expert
+/// TP 2 (the TP size) gathers its TP peer's too: 16 × capacity, 8,192 at factor 1.0 (as
+/// dropless), 10,240 padded at 1.25, and never more than routed unpadded. Padded, the dispatcher knows
+/// every size and the host never waits; unpadded it reads the kept count before the first
+/// permutation; dropless, before the all-to-all.
+#[test]
+fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
+    let moe = |name: &str, capacity: &str| {
+        let exp = experiment(
+            name,
+            &format!(
+                r#"
+[cluster]
+gpus = 64
+[model]
+preset = "mixtral-8x7b"
+layers = 8
+{capacity}
+[parallel]
+tp = 2
+pp = 2
+ep = 8
+sequence_parallel = true
+micro_batch = 1
+global_batch = 32
+[training]
+memory_check = "off"
+"#
+            ),
+        );
+        compile(&exp).expect("compile")
+    };
+    // Tokens of the first expert GEMM's forward, and what each host sync waits before.
+    let look = |w: &Workload| {
+        let p = w.program(0, 0);
+        let tokens = p
+            .ops
+            .iter()
+            .find_map(|o| match o.kind {
+                OpKind::Compute { kernel } => {
+                    let k = &p.kernels[kernel as usize];
+                    (k.name == KernelName::ExpertUp && k.pass == Pass::Forward).then(|| {
+                        match k.shape {
+                            Shape::Gemm { m, .. } => m,
+                            _ => panic!("a GEMM"),
+                        }
+                    })
+                }
+                _ => None,
+            })
+            .expect("an expert GEMM");
+        let syncs: Vec<String> = p
+            .host_syncs
+            .iter()
+            .map(|&s| match p.ops[s as usize].kind {
+                OpKind::Collective { op, .. } => op.name().to_string(),
+                OpKind::Compute { kernel } => p.kernels[kernel as usize].name.name().to_string(),
+                ref other => format!("{other:?}"),
+            })
+            .collect();
+        (tokens, syncs)
+    };
+    let (dropless, syncs) = look(&moe("drop-none", ""));
+    assert_eq!(dropless, 8192);
+    assert!(
+        !syncs.is_empty() && syncs.iter().all(|s| s == "all-to-all"),
+        "{syncs:?}"
+    );
+    let padded = "moe_capacity_factor = 1.0\nmoe_pad_to_capacity = true";
+    let (tokens, syncs) = look(&moe("drop-pad-1", padded));
+    assert_eq!(tokens, 8192);
+    assert!(syncs.is_empty(), "{syncs:?}");
+    let (tokens, _) = look(&moe("drop-pad-125", &padded.replace("1.0", "1.25")));
+    assert_eq!(tokens, 10240);
+    let (tokens, syncs) = look(&moe("drop-125", "moe_capacity_factor = 1.25"));
+    assert_eq!(tokens, 8192);
+    assert!(
+        !syncs.is_empty() && syncs.iter().all(|s| s == "moe_permute"),
+        "{syncs:?}"
+    );
+    let (tokens, _) = look(&moe("drop-half", "moe_capacity_factor = 0.5"));
+    assert_eq!(tokens, 4096);
 }

@@ -395,6 +395,22 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
                 m.hidden,
                 m.seq_len
             );
+            if let Some(moe) = &m.moe {
+                let _ = writeln!(
+                    s,
+                    "  moe       {} experts, top {}, {}",
+                    moe.experts,
+                    moe.top_k,
+                    match moe.capacity {
+                        None => "dropless".to_string(),
+                        Some(c) => format!(
+                            "token drop at capacity factor {}{}",
+                            c.factor,
+                            if c.pad { ", padded to capacity" } else { "" }
+                        ),
+                    }
+                );
+            }
         }
         None => {
             let _ = writeln!(

@@ -286,6 +286,23 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// `moe_utils.get_capacity`'s `min_capacity`: an expert's capacity is never below 4 tokens.
+const MIN_EXPERT_CAPACITY: u64 = 4;
+
+/// Where a MoE layer's forward makes the host wait for the GPU ([`LayerEmitter::moe_host_sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MoeHostSync {
+    /// Dropless with EP: the all-to-all's splits (`"before_ep_alltoall"`).
+    BeforeAllToAll,
+    /// Token drop without padding: the kept count, before the first permutation
+    /// (`"before_permutation_1"`).
+    BeforePermute,
+    /// Padded to capacity: every size is known on the host (`"no_sync"`). Also dropless
+    /// without EP, where Megatron-Core still reads the tokens per expert before the grouped
+    /// GEMM; fleetsim leaves that sync out.
+    Never,
+}
+
 /// Chunks of a GEMM whose reduce-scatter userbuffers pipelines (`initialize_ub`'s default
 /// `num_splits` for the `pipeline` method).
 const UB_PIPELINE_SPLITS: u64 = 4;
@@ -1105,16 +1122,41 @@ impl LayerEmitter<'_> {
 
     // ----- MoE -----
 
-    /// Tokens routed by this rank, copies per token, local experts and tokens per local
-    /// expert after dispatch (balanced routing).
+    /// Token copies this rank sends to the experts (routed, less what token drop drops, plus
+    /// its padding), local experts and tokens per local expert after dispatch (balanced
+    /// routing).
     fn moe_sizes(&self, experts: u64, top_k: u64) -> (u64, u64, u64) {
         let d = self.dims;
         let routed = d.sp_tokens() * top_k;
+        let sent = match self.model.moe.and_then(|m| m.capacity) {
+            None => routed,
+            Some(c) => {
+                // `moe_utils.get_capacity`: ceil(tokens / experts × factor), at least 4.
+                let capacity = ((routed as f64 / experts as f64) * c.factor).ceil() as u64;
+                let capacity = capacity.max(MIN_EXPERT_CAPACITY);
+                if c.pad {
+                    capacity * experts
+                } else {
+                    routed.min(capacity * experts)
+                }
+            }
+        };
         let local_experts = experts / d.ep;
         // All-to-all brings back as many copies as were sent (balanced), then expert-TP
         // gathers those of the other expert-TP ranks when theirs differ.
-        let gathered = routed * d.expert_tp_gather();
-        (routed, local_experts, gathered / local_experts)
+        let gathered = sent * d.expert_tp_gather();
+        (sent, local_experts, gathered / local_experts)
+    }
+
+    /// Where the forward's dispatcher waits on the host for the GPU's token counts
+    /// (`MoEAlltoAllTokenDispatcher.preprocess`'s `cuda_sync_point`).
+    fn moe_host_sync(&self) -> MoeHostSync {
+        match self.model.moe.and_then(|m| m.capacity) {
+            None if self.dims.ep > 1 => MoeHostSync::BeforeAllToAll,
+            None => MoeHostSync::Never,
+            Some(c) if c.pad => MoeHostSync::Never,
+            Some(_) => MoeHostSync::BeforePermute,
+        }
     }
 
     fn router(&self, experts: u64) -> Linear {
@@ -1149,7 +1191,7 @@ impl LayerEmitter<'_> {
         let bytes = routed * self.model.hidden * d.act_bytes();
         if d.ep > 1 {
             let all_to_all = b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
-            if forward {
+            if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
                 b.program.host_syncs.push(all_to_all);
             }
         }
@@ -1199,7 +1241,10 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.router(experts).forward(&d));
-        b.compute(self.permute(KernelName::Permute, routed).forward(&d));
+        let permute = b.compute(self.permute(KernelName::Permute, routed).forward(&d));
+        if self.moe_host_sync() == MoeHostSync::BeforePermute {
+            b.program.host_syncs.push(permute);
+        }
         self.moe_dispatch(b, routed, true);
         let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         self.cast(b, &up, Pass::Forward, up.input_elements());
