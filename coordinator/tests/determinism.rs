@@ -219,6 +219,57 @@ seed = 7
     }
 }
 
+/// FP8 delayed scaling's amax all-reduces run on their own communicator beside the DP
+/// group's gradient buckets: two collectives of one group at once, with different channel
+/// counts (a 1-channel LL all-reduce beside an 8-channel bucket). Their lane rings and trees
+/// are kept per lane count; when one cache served both, the bucket's ring lost its lanes
+/// and every rank deadlocked at the packet model. Packet and flow, split every way.
+#[test]
+fn fp8_amaxes_beside_gradient_buckets_give_one_digest_however_split() {
+    for network in ["packet", "flow"] {
+        let toml = format!(
+            r#"
+name = "determinism-amax"
+[cluster]
+gpus = 16
+gpus_per_host = 4
+gpu = "H100-SXM"
+topology = "rail-optimized"
+nics_per_host = 4
+nic_gbps = 400
+hosts_per_segment = 2
+[model]
+layers = 4
+hidden = 512
+ffn_hidden = 2048
+heads = 8
+kv_heads = 8
+seq_len = 512
+vocab = 4096
+[parallel]
+tp = 2
+pp = 2
+vp = 2
+sequence_parallel = true
+micro_batch = 1
+global_batch = 16
+[training]
+precision = "fp8"
+overlap_grad_reduce = true
+overlap_param_gather = true
+[network]
+model = "{network}"
+segment_bytes = 65536
+[engine]
+seed = 5
+"#
+        );
+        if let Err(e) = same_digest_for(&toml, 5, 13, network) {
+            panic!("{network}: {e}");
+        }
+    }
+}
+
 fn same_digest_however_split(case: &Case, map_seed: u64) -> Result<(), TestCaseError> {
     same_digest_for(&case.toml(), case.seed, map_seed, &format!("{case:?}"))
 }

@@ -67,7 +67,7 @@ impl Schedule for Fluid {
         };
         let lanes = (0..self.lanes)
             .map(|lane| {
-                let (next, _, via) = gpu.lane(kind, lane);
+                let (next, _, via) = gpu.lane(kind, self.lanes, lane);
                 let first = Tag {
                     step: (lane * self.steps) as u16,
                     ..tag

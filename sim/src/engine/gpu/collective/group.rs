@@ -13,6 +13,12 @@ use crate::engine::gpu::transport::{PathCache, PathInfo};
 use crate::layout::GroupKind;
 use crate::topology::{LinkClass, NodeId};
 
+/// One lane ring's neighbours of this rank: (next, prev, PXN relay).
+pub(super) type LaneLinks = (NodeId, NodeId, NodeId);
+
+/// Which trees: (lanes, NVLS-tree).
+pub(super) type TreesOf = (u32, bool);
+
 /// A rank's view of one of its groups, computed once.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(in crate::engine::gpu) struct GroupInfo {
@@ -22,11 +28,12 @@ pub(in crate::engine::gpu) struct GroupInfo {
     pub(in crate::engine::gpu) closed: bool,
     /// The group's first member, by which the flow LP knows a fluid ring.
     pub(super) leader: NodeId,
-    /// Lane rings for the last lane count asked for: (next, prev, PXN relay).
-    pub(super) lanes: Vec<(NodeId, NodeId, NodeId)>,
-    /// Both trees of every lane, for the last (lanes, NVLS-tree) asked for.
-    pub(super) trees: Vec<[TreeHop; 2]>,
-    pub(super) trees_for: (u32, bool),
+    /// Lane rings per lane count asked for: (count, (next, prev, PXN relay) per lane). Two
+    /// collectives of one group may run at once on different communicators (an FP8 amax
+    /// reduction beside a gradient bucket) with different lane counts.
+    pub(super) lanes: Vec<(u32, Vec<LaneLinks>)>,
+    /// Both trees of every lane, per (lanes, NVLS-tree) asked for.
+    pub(super) trees: Vec<(TreesOf, Vec<[TreeHop; 2]>)>,
     /// PAT's peers at distance 2^k: (position − 2^k, position + 2^k).
     pub(super) pat: Vec<(NodeId, NodeId)>,
     /// One-way latency to a member on this host and to one on another host, ps.
@@ -202,7 +209,6 @@ impl GpuLp {
             leader,
             lanes: Vec::new(),
             trees: Vec::new(),
-            trees_for: (0, false),
             pat: Vec::new(),
             hop_ps,
             closed_peers,

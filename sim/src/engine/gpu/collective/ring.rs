@@ -47,7 +47,7 @@ impl Schedule for Ring {
         };
         let (kind, step_bytes) = (run.group_kind(), run.step_bytes);
         for lane in 0..self.lanes {
-            let (next, _, via) = gpu.lane(kind, lane);
+            let (next, _, via) = gpu.lane(kind, self.lanes, lane);
             let step = (lane * self.steps) as u16;
             gpu.send(model, s, (next, via), step_bytes, s, step, ctx);
         }
@@ -69,7 +69,7 @@ impl Schedule for Ring {
         let (lane, k) = (u32::from(step) / self.steps, u32::from(step) % self.steps);
         if k + 1 < self.steps {
             let (kind, step_bytes) = (run.group_kind(), run.step_bytes);
-            let (next, _, via) = gpu.lane(kind, lane);
+            let (next, _, via) = gpu.lane(kind, self.lanes, lane);
             gpu.send(model, s, (next, via), step_bytes, s, step + 1, ctx);
         }
     }
@@ -125,12 +125,12 @@ impl GpuLp {
             return 1;
         };
         let lanes = ring::lane_count(g.shape.nodes, g.shape.ranks_per_node, channels);
-        if g.lanes.len() != lanes as usize {
+        if !g.lanes.iter().any(|(count, _)| *count == lanes) {
             let topo = &model.topology;
             let node = |r: u32| topo.nccl_node(r);
             let members = model.workload.group(kind, self.rank);
             let pxn = model.collectives.settings.rail_aligned_rings();
-            g.lanes = ring::lane_links(&members, node, lanes, pxn, self.rank)
+            let links = ring::lane_links(&members, node, lanes, pxn, self.rank)
                 .into_iter()
                 .map(|l| {
                     (
@@ -140,15 +140,18 @@ impl GpuLp {
                     )
                 })
                 .collect();
+            g.lanes.push((lanes, links));
         }
         lanes
     }
 
-    /// (next, prev, relay) of lane `lane` of group `kind`, built by [`Self::lanes`].
-    pub(super) fn lane(&self, kind: GroupKind, lane: u32) -> (NodeId, NodeId, NodeId) {
+    /// (next, prev, relay) of lane `lane` of group `kind`'s `lanes`-lane rings, built by
+    /// [`Self::lanes`].
+    pub(super) fn lane(&self, kind: GroupKind, lanes: u32, lane: u32) -> (NodeId, NodeId, NodeId) {
         self.groups[kind as usize]
             .as_ref()
-            .and_then(|g| g.lanes.get(lane as usize).copied())
+            .and_then(|g| g.lanes.iter().find(|(count, _)| *count == lanes))
+            .and_then(|(_, links)| links.get(lane as usize).copied())
             .unwrap_or((self.node, self.node, NO_NODE))
     }
 }

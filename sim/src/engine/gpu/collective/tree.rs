@@ -39,6 +39,11 @@ impl TreeHop {
 }
 
 impl Tree {
+    /// Which of its group's trees this all-reduce runs on: (lanes, NVLS-tree).
+    fn of(self) -> (u32, bool) {
+        (self.lanes, self.intra_chunk_ps > 0)
+    }
+
     /// Plans the all-reduce of `call` on trees (NVLS-tree's when the plan says so), building
     /// this rank's tree links; `None` after a failure.
     pub(super) fn start(gpu: &mut GpuLp, model: &SimModel, call: &Call) -> Option<Start> {
@@ -78,7 +83,7 @@ impl Tree {
         } else {
             0
         };
-        let needed = gpu.tree_receives(call.kind, chunks, nvls);
+        let needed = gpu.tree_receives(call.kind, lanes, chunks, nvls);
         let algo = Algo::Tree(Tree {
             lanes,
             chunks,
@@ -142,7 +147,7 @@ impl Schedule for Tree {
                     let at = ctx.now.as_ps() + u64::from(c + 1) * intra_chunk_ps;
                     ctx.emit(gpu.node, SimTime::from_ps(at), Body::Message { tag });
                 }
-            } else if gpu.tree_hop(kind, lt).count == 0 {
+            } else if gpu.tree_hop(kind, self.of(), lt).count == 0 {
                 for c in 0..chunks {
                     gpu.tree_chunk_reduced(model, s, lt, c, ctx);
                 }
@@ -166,6 +171,7 @@ impl Schedule for Tree {
             intra_chunk_ps,
             ..
         } = self;
+        let of = self.of();
         let Running::Comm(run) = &mut gpu.running[s] else {
             return;
         };
@@ -173,7 +179,7 @@ impl Schedule for Tree {
         let kind = run.group_kind();
         let (lt, c, down) = tree_unstep(step, chunks);
         if down {
-            let hop = gpu.tree_hop(kind, lt);
+            let hop = gpu.tree_hop(kind, of, lt);
             for &child in hop.children() {
                 let step = tree_step(lt, c, chunks, true);
                 gpu.send_serial(model, s, child, step, (2 * lt + 1) as u16, ctx);
@@ -182,7 +188,7 @@ impl Schedule for Tree {
             let got = &mut run.arrivals[(lt * chunks + c) as usize];
             *got += 1;
             let got = *got;
-            let needed = gpu.tree_hop(kind, lt).count + u8::from(intra_chunk_ps > 0);
+            let needed = gpu.tree_hop(kind, of, lt).count + u8::from(intra_chunk_ps > 0);
             if got == needed {
                 gpu.tree_chunk_reduced(model, s, lt, c, ctx);
             }
@@ -197,7 +203,7 @@ impl GpuLp {
         let Some(g) = self.groups[kind as usize].as_mut() else {
             return false;
         };
-        if g.trees_for != (lanes, nvls) || g.trees.is_empty() {
+        if !g.trees.iter().any(|(of, _)| *of == (lanes, nvls)) {
             let topo = &model.topology;
             let node = |r: u32| topo.nccl_node(r);
             let members = model.workload.group(kind, self.rank);
@@ -212,7 +218,7 @@ impl GpuLp {
                     count: l.children.len().min(3) as u8,
                 }
             };
-            g.trees = if nvls {
+            let trees = if nvls {
                 vec![
                     tree::nvls_tree_links(&members, node, self.rank)
                         .each_ref()
@@ -224,33 +230,35 @@ impl GpuLp {
                     .map(|t| t.each_ref().map(hop))
                     .collect()
             };
-            g.trees_for = (lanes, nvls);
+            g.trees.push(((lanes, nvls), trees));
         }
         true
     }
 
-    /// Tree `lt % 2` of lane `lt / 2` of group `kind`, built by [`Self::trees`].
-    fn tree_hop(&self, kind: GroupKind, lt: u32) -> TreeHop {
+    /// The trees of group `kind` for `of` = (lanes, NVLS-tree), built by [`Self::trees`].
+    fn trees_of(&self, kind: GroupKind, of: (u32, bool)) -> &[[TreeHop; 2]] {
         self.groups[kind as usize]
             .as_ref()
-            .and_then(|g| g.trees.get((lt / 2) as usize))
-            .map_or(
-                TreeHop {
-                    parent: NO_NODE,
-                    children: [NO_NODE; 3],
-                    count: 0,
-                },
-                |t| t[(lt % 2) as usize],
-            )
+            .and_then(|g| g.trees.iter().find(|(built, _)| *built == of))
+            .map_or(&[], |(_, trees)| trees.as_slice())
+    }
+
+    /// Tree `lt % 2` of lane `lt / 2` of group `kind`'s trees for `of` ([`Self::trees_of`]).
+    fn tree_hop(&self, kind: GroupKind, of: (u32, bool), lt: u32) -> TreeHop {
+        self.trees_of(kind, of).get((lt / 2) as usize).map_or(
+            TreeHop {
+                parent: NO_NODE,
+                children: [NO_NODE; 3],
+                count: 0,
+            },
+            |t| t[(lt % 2) as usize],
+        )
     }
 
     /// Chunks this rank receives in a tree all-reduce: from each child going up (and from
     /// the NVSwitch under NVLS-tree), from the parent coming down.
-    fn tree_receives(&self, kind: GroupKind, chunks: u32, nvls: bool) -> u32 {
-        let Some(g) = self.groups[kind as usize].as_ref() else {
-            return 0;
-        };
-        g.trees
+    fn tree_receives(&self, kind: GroupKind, lanes: u32, chunks: u32, nvls: bool) -> u32 {
+        self.trees_of(kind, (lanes, nvls))
             .iter()
             .flatten()
             .map(|t| {
@@ -266,11 +274,12 @@ impl GpuLp {
         let Running::Comm(run) = &self.running[s] else {
             return;
         };
-        let Algo::Tree(Tree { chunks, .. }) = run.algo else {
+        let Algo::Tree(tree) = run.algo else {
             return;
         };
+        let (chunks, of) = (tree.chunks, tree.of());
         let kind = run.group_kind();
-        let hop = self.tree_hop(kind, lt);
+        let hop = self.tree_hop(kind, of, lt);
         if hop.parent != NO_NODE {
             let step = tree_step(lt, c, chunks, false);
             self.send_serial(model, s, hop.parent, step, (2 * lt) as u16, ctx);
