@@ -808,22 +808,19 @@ overlap_param_gather = true
     );
 }
 
-/// A dropless MoE layer's forward reads its tokens per expert on the host before the EP
-/// all-to-all (Megatron-Core `token_dispatcher.py`: `cuda_sync_point = "before_ep_alltoall"`):
-/// one host sync per MoE layer and micro-batch forward, each on that all-to-all; the backward
-/// reuses the sizes, and a dense model has none.
-#[test]
-fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
-    let moe = |name: &str, preset: &str, ep: u32| {
-        let exp = experiment(
-            name,
-            &format!(
-                r#"
+/// `preset` on 64 GPUs with 8 of its layers, TP 2 and PP 2 with SP, EP `ep`, 32 sequences a
+/// step, and `model` added to its `[model]` table.
+fn moe_workload(name: &str, preset: &str, ep: u32, model: &str) -> Workload {
+    let exp = experiment(
+        name,
+        &format!(
+            r#"
 [cluster]
 gpus = 64
 [model]
 preset = "{preset}"
 layers = 8
+{model}
 [parallel]
 tp = 2
 pp = 2
@@ -834,11 +831,18 @@ global_batch = 32
 [training]
 memory_check = "off"
 "#
-            ),
-        );
-        compile(&exp).expect("compile")
-    };
-    let w = moe("host-sync-moe", "mixtral-8x7b", 8);
+        ),
+    );
+    compile(&exp).expect("compile")
+}
+
+/// A dropless MoE layer's forward reads its tokens per expert on the host before the EP
+/// all-to-all (Megatron-Core `token_dispatcher.py`: `cuda_sync_point = "before_ep_alltoall"`):
+/// one host sync per MoE layer and micro-batch forward, each on that all-to-all; the backward
+/// reuses the sizes, and a dense model has none.
+#[test]
+fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
+    let w = moe_workload("host-sync-moe", "mixtral-8x7b", 8, "");
     for p in &w.programs {
         // 4 layers per stage, 32 / DP 16 = 2 micro-batches each.
         assert_eq!(p.host_syncs.len(), 4 * p.micro_batches as usize);
@@ -859,7 +863,7 @@ memory_check = "off"
             );
         }
     }
-    let dense = moe("host-sync-dense", "llama3-8b", 1);
+    let dense = moe_workload("host-sync-dense", "llama3-8b", 1, "");
     assert!(dense.programs.iter().all(|p| p.host_syncs.is_empty()));
 }
 
@@ -874,31 +878,7 @@ memory_check = "off"
 /// permutation; dropless, before the all-to-all.
 #[test]
 fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
-    let moe = |name: &str, capacity: &str| {
-        let exp = experiment(
-            name,
-            &format!(
-                r#"
-[cluster]
-gpus = 64
-[model]
-preset = "mixtral-8x7b"
-layers = 8
-{capacity}
-[parallel]
-tp = 2
-pp = 2
-ep = 8
-sequence_parallel = true
-micro_batch = 1
-global_batch = 32
-[training]
-memory_check = "off"
-"#
-            ),
-        );
-        compile(&exp).expect("compile")
-    };
+    let moe = |name: &str, capacity: &str| moe_workload(name, "mixtral-8x7b", 8, capacity);
     // Tokens of the first expert GEMM's forward, and what each host sync waits before.
     let look = |w: &Workload| {
         let p = w.program(0, 0);

@@ -607,15 +607,12 @@ impl<'a> StageCompiler<'a> {
         };
         let label = b.label;
         b.label.module = Module::GradSync;
-        let deps: Vec<u32> = b.last_compute().into_iter().collect();
-        let reduction = b.collective_on(
+        b.blocking_on(
             Stream::Amax,
             CollectiveOp::AllReduce,
             GroupKind::DpCp,
             per_layer * layers.max(1),
-            &deps,
         );
-        b.wait(reduction);
         b.label = label;
     }
 

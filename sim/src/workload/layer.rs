@@ -238,8 +238,20 @@ impl<'a> Builder<'a> {
 
     /// Issues a collective whose input is what the last compute op produced.
     pub fn collective(&mut self, op: CollectiveOp, group: GroupKind, bytes: u64) -> u32 {
+        self.collective_on(Stream::of_group(group), op, group, bytes)
+    }
+
+    /// [`Self::collective`] on `stream` instead of its group's: one whose process group is
+    /// its own.
+    pub fn collective_on(
+        &mut self,
+        stream: Stream,
+        op: CollectiveOp,
+        group: GroupKind,
+        bytes: u64,
+    ) -> u32 {
         let deps: Vec<u32> = self.last_compute.into_iter().collect();
-        self.collective_after(op, group, bytes, &deps)
+        self.push_collective(stream, op, group, bytes, &deps)
     }
 
     pub fn collective_after(
@@ -249,11 +261,10 @@ impl<'a> Builder<'a> {
         bytes: u64,
         deps: &[u32],
     ) -> u32 {
-        self.collective_on(Stream::of_group(group), op, group, bytes, deps)
+        self.push_collective(Stream::of_group(group), op, group, bytes, deps)
     }
 
-    /// A collective on `stream` instead of its group's: one whose process group is its own.
-    pub fn collective_on(
+    fn push_collective(
         &mut self,
         stream: Stream,
         op: CollectiveOp,
@@ -271,7 +282,18 @@ impl<'a> Builder<'a> {
 
     /// A collective on the critical path: the next kernel waits for it.
     pub fn blocking(&mut self, op: CollectiveOp, group: GroupKind, bytes: u64) -> u32 {
-        let c = self.collective(op, group, bytes);
+        self.blocking_on(Stream::of_group(group), op, group, bytes)
+    }
+
+    /// [`Self::blocking`] on `stream` ([`Self::collective_on`]).
+    pub fn blocking_on(
+        &mut self,
+        stream: Stream,
+        op: CollectiveOp,
+        group: GroupKind,
+        bytes: u64,
+    ) -> u32 {
+        let c = self.collective_on(stream, op, group, bytes);
         self.wait(c);
         c
     }

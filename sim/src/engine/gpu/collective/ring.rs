@@ -3,13 +3,13 @@
 //! `doc/PERFORMANCE.md`). A lane sends step k+1 once step k arrived from its ring
 //! predecessor. The lane rings (with PXN relays) are built here for the fluid ring too.
 
+use super::group::LaneLinks;
 use super::{Algo, Call, Schedule, Start};
 use crate::collective::{self, Algorithm, Plan, Protocol, Settings, ring};
 use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::program::Running;
 use crate::engine::{Ctx, NO_NODE, SimModel};
 use crate::layout::GroupKind;
-use crate::topology::NodeId;
 use crate::workload::CollectiveOp;
 
 /// [`Algo::Ring`]: `steps` steps on each of `lanes` parallel rings (channels grouped by
@@ -147,7 +147,7 @@ impl GpuLp {
 
     /// (next, prev, relay) of lane `lane` of group `kind`'s `lanes`-lane rings, built by
     /// [`Self::lanes`].
-    pub(super) fn lane(&self, kind: GroupKind, lanes: u32, lane: u32) -> (NodeId, NodeId, NodeId) {
+    pub(super) fn lane(&self, kind: GroupKind, lanes: u32, lane: u32) -> LaneLinks {
         self.groups[kind as usize]
             .as_ref()
             .and_then(|g| g.lanes.iter().find(|(count, _)| *count == lanes))

@@ -4,6 +4,7 @@
 //! NVSwitch's in-node reduction, as one more child that delivers a chunk every
 //! `intra_chunk_ps`.
 
+use super::group::TreesOf;
 use super::{Algo, Call, Schedule, Start};
 use crate::collective::{self, Algorithm, Plan, Protocol, Settings, ring, tree};
 use crate::engine::gpu::GpuLp;
@@ -40,7 +41,7 @@ impl TreeHop {
 
 impl Tree {
     /// Which of its group's trees this all-reduce runs on: (lanes, NVLS-tree).
-    fn of(self) -> (u32, bool) {
+    fn of(self) -> TreesOf {
         (self.lanes, self.intra_chunk_ps > 0)
     }
 
@@ -236,7 +237,7 @@ impl GpuLp {
     }
 
     /// The trees of group `kind` for `of` = (lanes, NVLS-tree), built by [`Self::trees`].
-    fn trees_of(&self, kind: GroupKind, of: (u32, bool)) -> &[[TreeHop; 2]] {
+    fn trees_of(&self, kind: GroupKind, of: TreesOf) -> &[[TreeHop; 2]] {
         self.groups[kind as usize]
             .as_ref()
             .and_then(|g| g.trees.iter().find(|(built, _)| *built == of))
@@ -244,7 +245,7 @@ impl GpuLp {
     }
 
     /// Tree `lt % 2` of lane `lt / 2` of group `kind`'s trees for `of` ([`Self::trees_of`]).
-    fn tree_hop(&self, kind: GroupKind, of: (u32, bool), lt: u32) -> TreeHop {
+    fn tree_hop(&self, kind: GroupKind, of: TreesOf, lt: u32) -> TreeHop {
         self.trees_of(kind, of).get((lt / 2) as usize).map_or(
             TreeHop {
                 parent: NO_NODE,
