@@ -241,6 +241,67 @@ fn sustained_fp8_gemms_run_at_the_fp8_clock() {
     assert!((tflops / 680.0 - 1.0).abs() < 0.08, "{tflops}");
 }
 
+/// Blackwell's sustained clocks from the power cap. Under a power limit a GPU's tensor power
+/// grows as SMs × energy per SM-clock × clock³ (P = C·V²·f, V rising with f), so:
+/// - B200's FP8 clock is the one at which its 8192³ FP8 GEMM gives the 2,377 TFLOP/s
+///   Transformer Engine measured over 200 back-to-back calls on HGX B200
+///   (NVIDIA/TransformerEngine#1747);
+/// - its BF16 clock keeps the FP8-to-BF16 ratio measured on the H100 (1,275 / 1,380 MHz:
+///   both generations run FP8 at twice the BF16 rate on one datapath, so FP8 costs the same
+///   extra energy per clock);
+/// - GB200 holds (1,200 W / 1,000 W × 148 / 152 SMs)^(1/3) of B200's clocks.
+///
+/// A published BF16 sweep on a B200 (vllm-project/vllm#19566, cuBLAS through torch,
+/// triton's 100 ms `do_bench`) lies between the modelled sustained and burst rates at
+/// 16384×6144×4096 (1,513 TFLOP/s); the clock fleetsim had before (1,415 MHz, stas00's best
+/// shape of a sweep scaled by the H100's sustained-to-burst ratio) put sustained above it.
+#[test]
+fn blackwell_sustained_clocks_follow_the_power_cap_from_measured_fp8() {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    let clocks = |name: &str| {
+        let gpu = db.get(name).expect(name);
+        (gpu.clocks.clone().expect("clocks"), gpu.sms, gpu)
+    };
+    let (h100, _, _) = clocks("H100-SXM");
+    let (b200, b200_sms, b200_gpu) = clocks("B200");
+    let (gb200, gb200_sms, _) = clocks("GB200");
+    let m = model();
+    let tflops = |gpu: &GpuSpec, k: &Kernel, state| {
+        let (e, fitted) = m.efficiency_of(gpu);
+        k.flops as f64 / model_time_at(k, gpu, e, fitted, state).seconds() / 1e12
+    };
+    let fp8 = sim::compute::calibration::gemm_kernel(8192, 8192, 8192, Precision::Fp8);
+    let sustained_fp8 = tflops(b200_gpu, &fp8, ClockState::Sustained);
+    assert!(
+        (sustained_fp8 / 2377.0 - 1.0).abs() < 0.02,
+        "B200 FP8 8192³ sustained {sustained_fp8:.0} TFLOP/s"
+    );
+    let hopper_ratio = h100.sustained_mhz / h100.sustained_fp8();
+    let b200_ratio = b200.sustained_mhz / b200.sustained_fp8();
+    assert!(
+        (b200_ratio / hopper_ratio - 1.0).abs() < 0.005,
+        "B200 BF16/FP8 {b200_ratio:.4}, H100 {hopper_ratio:.4}"
+    );
+    let power = gb200.power_limit_w / b200.power_limit_w;
+    let cube = (power * f64::from(b200_sms) / f64::from(gb200_sms)).cbrt();
+    for (gb, b) in [
+        (gb200.sustained_mhz, b200.sustained_mhz),
+        (gb200.sustained_fp8(), b200.sustained_fp8()),
+    ] {
+        assert!(
+            (gb / b / cube - 1.0).abs() < 0.005,
+            "GB200 {gb} MHz, B200 {b}"
+        );
+    }
+    let bf16 = sim::compute::calibration::gemm_kernel(16384, 6144, 4096, Precision::Bf16);
+    let sustained = tflops(b200_gpu, &bf16, ClockState::Sustained);
+    let burst = tflops(b200_gpu, &bf16, ClockState::Burst);
+    assert!(
+        sustained < 1513.0 && 1513.0 < burst,
+        "B200 BF16 16384×6144×4096: sustained {sustained:.0}, measured 1,513, burst {burst:.0}"
+    );
+}
+
 /// A row of `layer_times_22b.csv`: one variant's measured layer times.
 #[derive(Debug, serde::Deserialize)]
 struct LayerTimes {
