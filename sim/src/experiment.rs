@@ -503,6 +503,17 @@ impl Experiment {
                     .map_err(|m| err("training.recompute_modules", m))?;
             }
         }
+        if t.moe_shared_expert_overlap
+            && model
+                .as_ref()
+                .and_then(|m| m.moe)
+                .is_none_or(|m| m.shared_experts == 0)
+        {
+            return Err(err(
+                "training.moe_shared_expert_overlap",
+                "runs shared experts beside the MoE all-to-alls (Megatron-Core --moe-shared-expert-overlap), but the model has no shared experts; set model.shared_experts (with model.experts) or leave it out".into(),
+            ));
+        }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
         let known = [
             "auto",

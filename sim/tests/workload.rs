@@ -810,7 +810,7 @@ overlap_param_gather = true
 
 /// `preset` on 64 GPUs with 8 of its layers, TP 2 and PP 2 with SP, EP `ep`, 32 sequences a
 /// step, and `model` added to its `[model]` table.
-fn moe_workload(name: &str, preset: &str, ep: u32, model: &str) -> Workload {
+fn moe_workload(name: &str, preset: &str, ep: u32, model: &str, training: &str) -> Workload {
     let exp = experiment(
         name,
         &format!(
@@ -830,6 +830,7 @@ micro_batch = 1
 global_batch = 32
 [training]
 memory_check = "off"
+{training}
 "#
         ),
     );
@@ -842,7 +843,7 @@ memory_check = "off"
 /// reuses the sizes, and a dense model has none.
 #[test]
 fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
-    let w = moe_workload("host-sync-moe", "mixtral-8x7b", 8, "");
+    let w = moe_workload("host-sync-moe", "mixtral-8x7b", 8, "", "");
     for p in &w.programs {
         // 4 layers per stage, 32 / DP 16 = 2 micro-batches each.
         assert_eq!(p.host_syncs.len(), 4 * p.micro_batches as usize);
@@ -863,7 +864,7 @@ fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
             );
         }
     }
-    let dense = moe_workload("host-sync-dense", "llama3-8b", 1, "");
+    let dense = moe_workload("host-sync-dense", "llama3-8b", 1, "", "");
     assert!(dense.programs.iter().all(|p| p.host_syncs.is_empty()));
 }
 
@@ -878,7 +879,7 @@ fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
 /// permutation; dropless, before the all-to-all.
 #[test]
 fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
-    let moe = |name: &str, capacity: &str| moe_workload(name, "mixtral-8x7b", 8, capacity);
+    let moe = |name: &str, capacity: &str| moe_workload(name, "mixtral-8x7b", 8, capacity, "");
     // Tokens of the first expert GEMM's forward, and what each host sync waits before.
     let look = |w: &Workload| {
         let p = w.program(0, 0);
@@ -929,4 +930,103 @@ fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
     );
     let (tokens, _) = look(&moe("drop-half", "moe_capacity_factor = 0.5"));
     assert_eq!(tokens, 4096);
+}
+
+/// Megatron-Core's `--moe-shared-expert-overlap` (`moe_layer.py`, `shared_experts.py`): the
+/// shared experts' fc1 and activation run while the dispatch all-to-all is in flight and fc2
+/// while the combine's is, not after the routed experts. In the program the shared fc1 is
+/// issued after the dispatch without waiting for it, the routed experts wait for it; timed
+/// with all-to-alls of a fixed 1 ms, the iteration is shorter, by at most what the shared
+/// experts' forwards cost on the pipeline's stages together (its critical path crosses each op
+/// once).
+#[test]
+fn shared_experts_run_beside_the_moe_all_to_alls_when_overlapped() {
+    let workload = |overlap: bool| {
+        moe_workload(
+            &format!("shared-overlap-{overlap}"),
+            "mixtral-8x7b",
+            8,
+            "shared_experts = 1",
+            &format!("moe_shared_expert_overlap = {overlap}"),
+        )
+    };
+    let first = |p: &Program, name: KernelName| {
+        (0..p.ops.len())
+            .find(|&i| match p.ops[i].kind {
+                OpKind::Compute { kernel } => {
+                    let k = &p.kernels[kernel as usize];
+                    k.name == name && k.pass == Pass::Forward
+                }
+                _ => false,
+            })
+            .unwrap_or_else(|| panic!("a forward {name:?}"))
+    };
+    let dispatch = |p: &Program| {
+        (0..p.ops.len())
+            .find(|&i| {
+                matches!(
+                    p.ops[i].kind,
+                    OpKind::Collective {
+                        op: CollectiveOp::AllToAll,
+                        ..
+                    }
+                )
+            })
+            .expect("an all-to-all")
+    };
+    let (overlapped, plain) = (workload(true), workload(false));
+    let p = overlapped.program(0, 0);
+    let (a2a, shared, expert) = (
+        dispatch(p),
+        first(p, KernelName::SharedUp),
+        first(p, KernelName::ExpertUp),
+    );
+    assert!(a2a < shared && shared < expert, "{a2a} {shared} {expert}");
+    assert!(!p.deps(shared).contains(&(a2a as u32)));
+    assert!(p.deps(expert).contains(&(a2a as u32)));
+    let q = plain.program(0, 0);
+    assert!(first(q, KernelName::SharedUp) > first(q, KernelName::Unpermute));
+
+    let cost = |p: &Program, op: &sim::workload::Op| match op.kind {
+        OpKind::Collective {
+            op: CollectiveOp::AllToAll,
+            ..
+        } => 1_000_000_000,
+        // Every GEMM at its FLOPs (`layer_flops_cost` leaves the MoE module out).
+        OpKind::Compute { kernel } => match p.kernels[kernel as usize] {
+            ref k if matches!(k.shape, Shape::Gemm { .. }) => k.flops / 1_000_000,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    let time = |w: &Workload| evaluate(w, 0, &cost).expect("no deadlock").iteration_ps;
+    let shared_forward: u64 = plain
+        .programs
+        .iter()
+        .map(|p| {
+            p.ops
+                .iter()
+                .filter(|op| match op.kind {
+                    OpKind::Compute { kernel } => {
+                        let k = &p.kernels[kernel as usize];
+                        k.pass == Pass::Forward
+                            && matches!(
+                                k.name,
+                                KernelName::SharedUp
+                                    | KernelName::SharedActivation
+                                    | KernelName::SharedDown
+                            )
+                    }
+                    _ => false,
+                })
+                .map(|op| cost(p, op))
+                .sum::<u64>()
+        })
+        .sum();
+    let (with, without) = (time(&overlapped), time(&plain));
+    assert!(with < without, "{with} vs {without}");
+    assert!(
+        without - with <= shared_forward,
+        "{without} - {with} > {shared_forward}"
+    );
 }

@@ -154,7 +154,10 @@ mod tests {
     fn the_shipped_table_has_every_cpu_with_a_source() {
         let table = shipped().expect("configs/hosts.toml parses");
         for cpu in HostCpu::ALL {
-            let e = table.iter().find(|e| e.cpu == cpu).unwrap_or_else(|| panic!("{}", cpu.name()));
+            let e = table
+                .iter()
+                .find(|e| e.cpu == cpu)
+                .unwrap_or_else(|| panic!("{}", cpu.name()));
             assert!(e.source.len() > 40, "{}", cpu.name());
         }
     }

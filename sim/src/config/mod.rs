@@ -702,6 +702,12 @@ pub struct TrainingConfig {
     /// path.
     #[serde(default)]
     pub tp_comm_overlap: bool,
+    /// Run the shared experts of a MoE layer's forward beside its token all-to-alls, fc1
+    /// during the dispatch and fc2 during the combine (Megatron-Core
+    /// `--moe-shared-expert-overlap`, off by default; NeMo's DeepSeek configs turn it on).
+    /// Needs shared experts.
+    #[serde(default)]
+    pub moe_shared_expert_overlap: bool,
     /// Launch each gradient bucket's reduction as soon as its gradients are complete in the
     /// last micro-batch's backward (Megatron-LM `--overlap-grad-reduce`).
     #[serde(default = "defaults::yes")]
@@ -875,6 +881,7 @@ impl Default for TrainingConfig {
             memory_check: defaults::memory_check(),
             flash_attention: true,
             tp_comm_overlap: false,
+            moe_shared_expert_overlap: false,
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             bucket_params: None,

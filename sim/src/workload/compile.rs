@@ -116,6 +116,7 @@ impl CompileOptions {
                 recompute_modules: t.recomputed_modules(),
                 flash: t.flash_attention,
                 tp_comm_overlap: t.tp_comm_overlap,
+                moe_shared_expert_overlap: t.moe_shared_expert_overlap,
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,
                 fp8_recipe: t.fp8_recipe(),

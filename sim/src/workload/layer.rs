@@ -34,7 +34,7 @@
 
 use crate::config::{CpComm, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules};
 use crate::layout::GroupKind;
-use crate::model::{Activation, ModelSpec, Norm, Position};
+use crate::model::{Activation, ModelSpec, Moe, Norm, Position};
 
 use super::{
     CollectiveOp, Kernel, KernelName, Label, Module, NO_LAYER, OpKind, Pass, Peer, Phase, Program,
@@ -63,6 +63,8 @@ pub struct Dims {
     pub recompute_modules: RecomputeModules,
     pub flash: bool,
     pub tp_comm_overlap: bool,
+    /// Shared experts run beside the MoE all-to-alls (`training.moe_shared_expert_overlap`).
+    pub moe_shared_expert_overlap: bool,
     pub cp_comm: CpComm,
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
@@ -1018,13 +1020,25 @@ impl LayerEmitter<'_> {
 
     /// A TP-split MLP on this CP rank's tokens (dense MLP or shared experts).
     fn dense_mlp_forward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
+        self.dense_mlp_up_forward(b, ffn, names);
+        self.dense_mlp_down_forward(b, ffn, names);
+    }
+
+    /// A dense MLP's fc1 (its input gathered over TP under SP) and activation.
+    fn dense_mlp_up_forward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
         let d = self.dims;
-        let [up, down] = self.mlp_linears(d.tokens(), ffn, d.tp, 1, [names[0], names[2]]);
+        let [up, _] = self.mlp_linears(d.tokens(), ffn, d.tp, 1, [names[0], names[2]]);
         self.column_forward(b, &up);
         b.compute(
             self.activation(names[1], d.tokens(), ffn, d.tp, 1)
                 .forward(&d),
         );
+    }
+
+    /// A dense MLP's fc2 and the reduction of its output over TP.
+    fn dense_mlp_down_forward(&self, b: &mut Builder, ffn: u64, names: [KernelName; 3]) {
+        let d = self.dims;
+        let [_, down] = self.mlp_linears(d.tokens(), ffn, d.tp, 1, [names[0], names[2]]);
         self.row_forward(b, &down, self.hidden_bytes());
     }
 
@@ -1069,10 +1083,7 @@ impl LayerEmitter<'_> {
         b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
         match self.model.moe {
             Some(moe) if self.model.is_moe_layer(layer) => {
-                self.moe_forward(b, moe.experts, moe.top_k, moe.ffn_hidden);
-                if moe.shared_experts > 0 {
-                    self.dense_mlp_forward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
-                }
+                self.moe_forward_with_shared(b, moe);
             }
             _ => {
                 self.dense_mlp_forward(b, self.model.ffn_hidden, Self::MLP);
@@ -1098,13 +1109,7 @@ impl LayerEmitter<'_> {
                 if whole {
                     // The MoE layer's forward again, shared experts included; the modules
                     // inside it are not recomputed a second time.
-                    recomputing(b, |b| {
-                        self.moe_forward(b, moe.experts, moe.top_k, moe.ffn_hidden);
-                        if moe.shared_experts > 0 {
-                            let ffn = moe.shared_experts * moe.ffn_hidden;
-                            self.dense_mlp_forward(b, ffn, Self::SHARED);
-                        }
-                    });
+                    recomputing(b, |b| self.moe_forward_with_shared(b, moe));
                 }
                 if moe.shared_experts > 0 {
                     let ffn = moe.shared_experts * moe.ffn_hidden;
@@ -1208,14 +1213,22 @@ impl LayerEmitter<'_> {
     /// dropless dispatcher reads the tokens per expert on the host to size it
     /// (Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.preprocess`:
     /// `cuda_sync_point = "before_ep_alltoall"`). The backward reuses those sizes.
-    fn moe_dispatch(&self, b: &mut Builder, routed: u64, forward: bool) {
+    fn moe_dispatch(
+        &self,
+        b: &mut Builder,
+        routed: u64,
+        forward: bool,
+        beside: &mut dyn FnMut(&mut Builder),
+    ) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
         if d.ep > 1 {
-            let all_to_all = b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+            let all_to_all = b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
             if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
                 b.program.host_syncs.push(all_to_all);
             }
+            beside(b);
+            b.wait(all_to_all);
         }
         let gather = d.expert_tp_gather();
         if gather > 1 {
@@ -1226,7 +1239,7 @@ impl LayerEmitter<'_> {
     /// Expert outputs back to their tokens: reduce over expert-TP (scattered back to the ranks
     /// that routed them, or all-reduced when they routed the same tokens), then all-to-all over
     /// EP. Also the backward of [`Self::moe_dispatch`].
-    fn moe_combine(&self, b: &mut Builder, routed: u64) {
+    fn moe_combine(&self, b: &mut Builder, routed: u64, beside: &mut dyn FnMut(&mut Builder)) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
         let gather = d.expert_tp_gather();
@@ -1240,7 +1253,9 @@ impl LayerEmitter<'_> {
             b.blocking(CollectiveOp::AllReduce, d.expert_tp_group, bytes);
         }
         if d.ep > 1 {
-            b.blocking(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+            let all_to_all = b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+            beside(b);
+            b.wait(all_to_all);
         }
     }
 
@@ -1259,22 +1274,47 @@ impl LayerEmitter<'_> {
         (linears, act)
     }
 
-    fn moe_forward(&self, b: &mut Builder, experts: u64, top_k: u64, ffn: u64) {
+    /// A MoE layer's forward with its shared experts: after the routed experts, or beside the
+    /// all-to-alls under `moe_shared_expert_overlap` (Megatron-Core `moe_layer.py` with
+    /// `shared_experts.py`: fc1 and the activation while the dispatch runs, fc2 while the
+    /// combine runs, on a stream of their own; the backward is autograd's and not overlapped).
+    fn moe_forward_with_shared(&self, b: &mut Builder, moe: Moe) {
+        let shared = moe.shared_experts * moe.ffn_hidden;
+        if shared > 0 && self.dims.moe_shared_expert_overlap && self.dims.ep > 1 {
+            let mut up = |b: &mut Builder| self.dense_mlp_up_forward(b, shared, Self::SHARED);
+            let mut down = |b: &mut Builder| self.dense_mlp_down_forward(b, shared, Self::SHARED);
+            self.moe_forward(b, moe, [&mut up, &mut down]);
+            return;
+        }
+        self.moe_forward(
+            b,
+            moe,
+            [&mut |_: &mut Builder| {}, &mut |_: &mut Builder| {}],
+        );
+        if shared > 0 {
+            self.dense_mlp_forward(b, shared, Self::SHARED);
+        }
+    }
+
+    /// The routed experts' forward; `beside[0]` is issued while the dispatch all-to-all runs,
+    /// `beside[1]` while the combine does.
+    fn moe_forward(&self, b: &mut Builder, moe: Moe, beside: [&mut dyn FnMut(&mut Builder); 2]) {
         let d = self.dims;
-        let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
-        b.compute(self.router(experts).forward(&d));
+        let [during_dispatch, during_combine] = beside;
+        let (routed, local, per_expert) = self.moe_sizes(moe.experts, moe.top_k);
+        b.compute(self.router(moe.experts).forward(&d));
         let permute = b.compute(self.permute(KernelName::Permute, routed).forward(&d));
         if self.moe_host_sync() == MoeHostSync::BeforePermute {
             b.program.host_syncs.push(permute);
         }
-        self.moe_dispatch(b, routed, true);
-        let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
+        self.moe_dispatch(b, routed, true, during_dispatch);
+        let ([up, down], act) = self.expert_kernels(per_expert, moe.ffn_hidden, local);
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
         self.cast(b, &down, Pass::Forward, down.input_elements());
         b.compute(down.forward(&d));
-        self.moe_combine(b, routed);
+        self.moe_combine(b, routed, during_combine);
         b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
     }
 
@@ -1292,7 +1332,7 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
         b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
-        self.moe_dispatch(b, routed, false);
+        self.moe_dispatch(b, routed, false, &mut |_| {});
         let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         if recompute_act {
             recomputing(b, |b| {
@@ -1307,7 +1347,7 @@ impl LayerEmitter<'_> {
         self.cast(b, &up, Pass::Backward, up.output_elements());
         b.compute(up.dgrad(&d));
         b.compute(up.wgrad(&d));
-        self.moe_combine(b, routed);
+        self.moe_combine(b, routed, &mut |_| {});
         b.compute(self.permute(KernelName::Permute, routed).backward(&d));
         let router = self.router(experts);
         b.compute(router.dgrad(&d));
