@@ -1030,3 +1030,31 @@ fn shared_experts_run_beside_the_moe_all_to_alls_when_overlapped() {
         "{without} - {with} > {shared_forward}"
     );
 }
+
+/// Megatron-Core's all-to-all dispatcher (`token_dispatcher.py`) gathers over expert TP what
+/// the EP all-to-all delivered, and the combine's all-to-all sends what the expert-TP
+/// reduce-scatter produced: each waits for the other, not only for the last kernel. Mixtral
+/// at TP 2 with SP gathers its TP peer's tokens (expert TP = TP).
+#[test]
+fn expert_tp_collectives_follow_the_all_to_alls_that_feed_them() {
+    let w = moe_workload("etp-order", "mixtral-8x7b", 8, "", "");
+    let p = w.program(0, 0);
+    let collective = |i: usize| match p.ops[i].kind {
+        OpKind::Collective { op, group, .. } => Some((op, group)),
+        _ => None,
+    };
+    let a2a = (0..p.ops.len())
+        .find(|&i| collective(i) == Some((CollectiveOp::AllToAll, GroupKind::Ep)))
+        .expect("a dispatch all-to-all");
+    let gather = (a2a..p.ops.len())
+        .find(|&i| matches!(collective(i), Some((CollectiveOp::AllGather, _))))
+        .expect("an expert-TP all-gather");
+    assert_eq!(p.deps(gather), &[a2a as u32]);
+    let scatter = (gather..p.ops.len())
+        .find(|&i| matches!(collective(i), Some((CollectiveOp::ReduceScatter, _))))
+        .expect("an expert-TP reduce-scatter");
+    let combine = (scatter..p.ops.len())
+        .find(|&i| collective(i) == Some((CollectiveOp::AllToAll, GroupKind::Ep)))
+        .expect("a combine all-to-all");
+    assert_eq!(p.deps(combine), &[scatter as u32]);
+}

@@ -1222,6 +1222,8 @@ impl LayerEmitter<'_> {
     ) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
+        // The expert-TP gather takes the all-to-all's output, so it starts after it.
+        let mut tokens_from = b.last_compute();
         if d.ep > 1 {
             let all_to_all = b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
             if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
@@ -1229,10 +1231,20 @@ impl LayerEmitter<'_> {
             }
             beside(b);
             b.wait(all_to_all);
+            tokens_from = Some(all_to_all);
+        } else {
+            beside(b);
         }
         let gather = d.expert_tp_gather();
         if gather > 1 {
-            b.blocking(CollectiveOp::AllGather, d.expert_tp_group, gather * bytes);
+            let deps: Vec<u32> = tokens_from.into_iter().collect();
+            let all_gather = b.collective_after(
+                CollectiveOp::AllGather,
+                d.expert_tp_group,
+                gather * bytes,
+                &deps,
+            );
+            b.wait(all_gather);
         }
     }
 
@@ -1243,17 +1255,27 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
         let gather = d.expert_tp_gather();
-        if gather > 1 {
-            b.blocking(
+        // The all-to-all sends what the expert-TP reduction produced, so it starts after it.
+        let reduced = if gather > 1 {
+            Some(b.collective(
                 CollectiveOp::ReduceScatter,
                 d.expert_tp_group,
                 gather * bytes,
-            );
+            ))
         } else if d.etp > 1 {
-            b.blocking(CollectiveOp::AllReduce, d.expert_tp_group, bytes);
-        }
-        if d.ep > 1 {
-            let all_to_all = b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
+            Some(b.collective(CollectiveOp::AllReduce, d.expert_tp_group, bytes))
+        } else {
+            None
+        };
+        if d.ep == 1 {
+            beside(b);
+            if let Some(r) = reduced {
+                b.wait(r);
+            }
+        } else {
+            let deps: Vec<u32> = reduced.or(b.last_compute()).into_iter().collect();
+            let all_to_all =
+                b.collective_after(CollectiveOp::AllToAll, GroupKind::Ep, bytes, &deps);
             beside(b);
             b.wait(all_to_all);
         }
