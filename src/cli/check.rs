@@ -396,9 +396,16 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
                 m.seq_len
             );
             if let Some(moe) = &m.moe {
+                let shared = match moe.shared_experts {
+                    0 => String::new(),
+                    n if exp.loaded.config.training.moe_shared_expert_overlap => {
+                        format!(", {n} shared beside the all-to-alls")
+                    }
+                    n => format!(", {n} shared"),
+                };
                 let _ = writeln!(
                     s,
-                    "  moe       {} experts, top {}, {}",
+                    "  moe       {} experts, top {}{shared}, {}",
                     moe.experts,
                     moe.top_k,
                     match moe.capacity {
