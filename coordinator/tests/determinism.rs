@@ -174,18 +174,9 @@ fn the_digest_is_the_same_for_cases_that_once_failed() {
 /// and layers of issue 16 split like the others.
 #[test]
 fn folded_experts_and_mtp_give_one_digest_however_split() {
-    for network in ["packet", "flow"] {
-        let toml = format!(
-            r#"
-name = "determinism-moe"
-[cluster]
-gpus = 16
-gpus_per_host = 4
-gpu = "H100-SXM"
-topology = "rail-optimized"
-nics_per_host = 4
-nic_gbps = 400
-hosts_per_segment = 2
+    same_digest_at_packet_and_flow(
+        "determinism-moe",
+        r#"
 [model]
 layers = 4
 hidden = 256
@@ -206,17 +197,10 @@ sequence_parallel = true
 micro_batch = 1
 global_batch = 8
 pipeline_layout = "Et|t*3mL"
-[network]
-model = "{network}"
-segment_bytes = 65536
-[engine]
-seed = 7
-"#
-        );
-        if let Err(e) = same_digest_for(&toml, 7, 11, network) {
-            panic!("{network}: {e}");
-        }
-    }
+"#,
+        7,
+        11,
+    );
 }
 
 /// FP8 delayed scaling's amax all-reduces run on their own communicator beside the DP
@@ -226,18 +210,9 @@ seed = 7
 /// and every rank deadlocked at the packet model. Packet and flow, split every way.
 #[test]
 fn fp8_amaxes_beside_gradient_buckets_give_one_digest_however_split() {
-    for network in ["packet", "flow"] {
-        let toml = format!(
-            r#"
-name = "determinism-amax"
-[cluster]
-gpus = 16
-gpus_per_host = 4
-gpu = "H100-SXM"
-topology = "rail-optimized"
-nics_per_host = 4
-nic_gbps = 400
-hosts_per_segment = 2
+    same_digest_at_packet_and_flow(
+        "determinism-amax",
+        r#"
 [model]
 layers = 4
 hidden = 512
@@ -257,14 +232,37 @@ global_batch = 16
 precision = "fp8"
 overlap_grad_reduce = true
 overlap_param_gather = true
+"#,
+        5,
+        13,
+    );
+}
+
+/// An experiment `name` of `body` (its model, parallel and training tables) on 16 H100s in
+/// four hosts of a rail-optimized fabric, at the packet and the flow models: one digest
+/// whole and split every way.
+fn same_digest_at_packet_and_flow(name: &str, body: &str, seed: u64, map_seed: u64) {
+    for network in ["packet", "flow"] {
+        let toml = format!(
+            r#"
+name = "{name}"
+[cluster]
+gpus = 16
+gpus_per_host = 4
+gpu = "H100-SXM"
+topology = "rail-optimized"
+nics_per_host = 4
+nic_gbps = 400
+hosts_per_segment = 2
+{body}
 [network]
 model = "{network}"
 segment_bytes = 65536
 [engine]
-seed = 5
+seed = {seed}
 "#
         );
-        if let Err(e) = same_digest_for(&toml, 5, 13, network) {
+        if let Err(e) = same_digest_for(&toml, seed, map_seed, network) {
             panic!("{network}: {e}");
         }
     }

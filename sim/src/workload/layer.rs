@@ -1222,27 +1222,24 @@ impl LayerEmitter<'_> {
     ) {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
+        let all_to_all =
+            (d.ep > 1).then(|| b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes));
+        if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
+            b.program.host_syncs.extend(all_to_all);
+        }
         // The expert-TP gather takes the all-to-all's output, so it starts after it.
-        let mut tokens_from = b.last_compute();
-        if d.ep > 1 {
-            let all_to_all = b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes);
-            if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
-                b.program.host_syncs.push(all_to_all);
-            }
-            beside(b);
-            b.wait(all_to_all);
-            tokens_from = Some(all_to_all);
-        } else {
-            beside(b);
+        let tokens_from = all_to_all.or(b.last_compute());
+        beside(b);
+        if let Some(a) = all_to_all {
+            b.wait(a);
         }
         let gather = d.expert_tp_gather();
         if gather > 1 {
-            let deps: Vec<u32> = tokens_from.into_iter().collect();
             let all_gather = b.collective_after(
                 CollectiveOp::AllGather,
                 d.expert_tp_group,
                 gather * bytes,
-                &deps,
+                tokens_from.as_slice(),
             );
             b.wait(all_gather);
         }
@@ -1267,17 +1264,19 @@ impl LayerEmitter<'_> {
         } else {
             None
         };
-        if d.ep == 1 {
-            beside(b);
-            if let Some(r) = reduced {
-                b.wait(r);
-            }
-        } else {
-            let deps: Vec<u32> = reduced.or(b.last_compute()).into_iter().collect();
-            let all_to_all =
-                b.collective_after(CollectiveOp::AllToAll, GroupKind::Ep, bytes, &deps);
-            beside(b);
-            b.wait(all_to_all);
+        let all_to_all = (d.ep > 1).then(|| {
+            let input = reduced.or(b.last_compute());
+            b.collective_after(
+                CollectiveOp::AllToAll,
+                GroupKind::Ep,
+                bytes,
+                input.as_slice(),
+            )
+        });
+        beside(b);
+        // The next kernel takes the all-to-all's output, or the reduction's without EP.
+        if let Some(done) = all_to_all.or(reduced) {
+            b.wait(done);
         }
     }
 
