@@ -89,6 +89,12 @@ pub struct ModelConfig {
     pub moe_capacity_factor: Option<f64>,
     /// Pad every expert's input to its capacity (`--moe-pad-expert-input-to-capacity`).
     pub moe_pad_to_capacity: Option<bool>,
+    /// Group-limited routing: experts fall into this many equal groups
+    /// (Megatron-Core `--moe-router-num-groups`; DeepSeek-V3 `n_group` = 8).
+    pub moe_router_num_groups: Option<u64>,
+    /// A token's experts come from this many of the groups (`--moe-router-group-topk`;
+    /// DeepSeek-V3 `topk_group` = 4).
+    pub moe_router_group_topk: Option<u64>,
     pub mla: Option<Mla>,
     /// Multi-token prediction depth (DeepSeek-V3 §2.2; Megatron-Core `--mtp-num-layers`).
     pub mtp_layers: Option<u64>,
@@ -105,6 +111,26 @@ pub struct Moe {
     pub dense_layers: u64,
     /// Token drop; `None` is dropless.
     pub capacity: Option<ExpertCapacity>,
+    /// Group-limited routing (one group of every expert when not limited).
+    pub router_groups: RouterGroups,
+}
+
+/// Group-limited routing (DeepSeek-V3, arXiv 2412.19437 §2.1.2, "node-limited routing";
+/// Megatron-Core `moe_utils.group_limited_topk`): the experts are split into `groups` equal
+/// groups of consecutive experts, a token picks `group_topk` of them and its `top_k`
+/// experts among theirs. Laid over expert parallelism, a group is a node's experts, which
+/// bounds the nodes a token travels to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouterGroups {
+    pub groups: u64,
+    pub group_topk: u64,
+}
+
+impl RouterGroups {
+    pub const UNLIMITED: RouterGroups = RouterGroups {
+        groups: 1,
+        group_topk: 1,
+    };
 }
 
 /// Megatron-Core's token drop (`token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.preprocess`):
@@ -302,6 +328,8 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     put_int("moe_ffn_hidden", &["moe_intermediate_size"], &mut out)?;
     put_int("shared_experts", &["n_shared_experts"], &mut out)?;
     put_int("dense_layers", &["first_k_dense_replace"], &mut out)?;
+    put_int("moe_router_num_groups", &["n_group"], &mut out)?;
+    put_int("moe_router_group_topk", &["topk_group"], &mut out)?;
     put_int("mtp_layers", &["num_nextn_predict_layers"], &mut out)?;
     put_int("head_dim", &["head_dim"], &mut out)?;
     put_int(
@@ -440,6 +468,58 @@ fn expert_capacity(
     Ok(Some(ExpertCapacity { factor, pad }))
 }
 
+/// `model.moe_router_num_groups` and `model.moe_router_group_topk`, checked as Megatron-Core
+/// checks them (`moe_utils.group_limited_topk` reshapes the scores into equal groups and
+/// takes `top_k` experts among `group_topk` groups' experts).
+fn router_groups(
+    cfg: &ModelConfig,
+    experts: u64,
+    top_k: u64,
+    error: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<RouterGroups, ConfigError> {
+    let (groups, group_topk) = match (cfg.moe_router_num_groups, cfg.moe_router_group_topk) {
+        (None, None) => return Ok(RouterGroups::UNLIMITED),
+        (Some(g), Some(t)) => (g, t),
+        (Some(_), None) => {
+            return Err(error(
+                "model.moe_router_group_topk",
+                "missing: group-limited routing needs both model.moe_router_num_groups and model.moe_router_group_topk (DeepSeek-V3: 8 and 4)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(error(
+                "model.moe_router_num_groups",
+                "missing: group-limited routing needs both model.moe_router_num_groups and model.moe_router_group_topk (DeepSeek-V3: 8 and 4)".into(),
+            ));
+        }
+    };
+    if groups == 0 || !experts.is_multiple_of(groups) {
+        return Err(error(
+            "model.moe_router_num_groups",
+            format!("must divide model.experts ({experts}) into equal groups, got {groups}"),
+        ));
+    }
+    if group_topk == 0 || group_topk > groups {
+        return Err(error(
+            "model.moe_router_group_topk",
+            format!(
+                "must be between 1 and model.moe_router_num_groups ({groups}), got {group_topk}"
+            ),
+        ));
+    }
+    let pool = group_topk * (experts / groups);
+    if top_k > pool {
+        return Err(error(
+            "model.moe_router_group_topk",
+            format!(
+                "{group_topk} groups of {} experts hold {pool} experts, fewer than model.top_k ({top_k}); choose more groups per token",
+                experts / groups
+            ),
+        ));
+    }
+    Ok(RouterGroups { groups, group_topk })
+}
+
 /// A capacity factor above this keeps every token an expert could get from a rank; fleetsim
 /// refuses more, which only pads.
 const MAX_CAPACITY_FACTOR: f64 = 64.0;
@@ -542,16 +622,29 @@ impl ModelSpec {
                     shared_experts: cfg.shared_experts.unwrap_or(0),
                     dense_layers,
                     capacity: expert_capacity(cfg, error)?,
+                    router_groups: router_groups(cfg, experts, top_k, error)?,
                 })
             }
         };
-        if moe.is_none() && (cfg.moe_capacity_factor.is_some() || cfg.moe_pad_to_capacity.is_some())
-        {
-            let key = if cfg.moe_capacity_factor.is_some() {
-                "model.moe_capacity_factor"
-            } else {
-                "model.moe_pad_to_capacity"
-            };
+        let moe_only = [
+            (
+                "model.moe_capacity_factor",
+                cfg.moe_capacity_factor.is_some(),
+            ),
+            (
+                "model.moe_pad_to_capacity",
+                cfg.moe_pad_to_capacity.is_some(),
+            ),
+            (
+                "model.moe_router_num_groups",
+                cfg.moe_router_num_groups.is_some(),
+            ),
+            (
+                "model.moe_router_group_topk",
+                cfg.moe_router_group_topk.is_some(),
+            ),
+        ];
+        if let (None, Some((key, _))) = (moe, moe_only.iter().find(|(_, set)| *set)) {
             return Err(error(
                 key,
                 "applies to mixture-of-experts layers; set model.experts and model.top_k, or remove it".to_string(),
