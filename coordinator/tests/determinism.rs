@@ -203,6 +203,41 @@ pipeline_layout = "Et|t*3mL"
     );
 }
 
+/// DeepEP's dispatch and combine with group-limited routing, EP 8 over the four hosts:
+/// sends of two sizes, to the host's members and to one rail peer per other host, split
+/// every way at the packet and flow models.
+#[test]
+fn deepep_dispatch_gives_one_digest_however_split() {
+    same_digest_at_packet_and_flow(
+        "determinism-deepep",
+        r#"
+[model]
+layers = 2
+hidden = 256
+ffn_hidden = 512
+heads = 4
+kv_heads = 4
+seq_len = 256
+vocab = 2048
+experts = 16
+top_k = 4
+moe_router_num_groups = 4
+moe_router_group_topk = 2
+[parallel]
+tp = 2
+pp = 1
+ep = 8
+micro_batch = 1
+global_batch = 8
+sequence_parallel = true
+[training]
+moe_token_dispatcher = "deepep"
+"#,
+        3,
+        17,
+    );
+}
+
 /// FP8 delayed scaling's amax all-reduces run on their own communicator beside the DP
 /// group's gradient buckets: two collectives of one group at once, with different channel
 /// counts (a 1-channel LL all-reduce beside an 8-channel bucket). Their lane rings and trees

@@ -403,11 +403,18 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
                     }
                     n => format!(", {n} shared"),
                 };
+                let groups = match moe.router_groups {
+                    g if g.groups > 1 => {
+                        format!(" from {} of {} groups", g.group_topk, g.groups)
+                    }
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     s,
-                    "  moe       {} experts, top {}{shared}, {}",
+                    "  moe       {} experts, top {}{groups}{shared}, {} dispatcher, {}",
                     moe.experts,
                     moe.top_k,
+                    exp.loaded.config.training.moe_token_dispatcher.name(),
                     match moe.capacity {
                         None => "dropless".to_string(),
                         Some(c) => format!(

@@ -21,6 +21,7 @@
 //! arrives; a group with packet-level links runs the algorithm's transfers ([`ring`]) over the
 //! real fabric and adds only the latency part.
 
+pub mod deepep;
 pub mod pat;
 pub mod ring;
 pub mod tree;
@@ -50,6 +51,10 @@ pub enum Algorithm {
     /// N−1 steps instead of 2(N−1): every rank then reads the reduced slices it needs from
     /// their owners' memory in place instead of receiving copies.
     CoherentRing,
+    /// DeepEP's dispatch and combine for MoE layers ([`deepep`]): not NCCL's, so never in
+    /// [`Algorithm::ALL`]; the expert-parallel all-to-alls run it when the experiment's
+    /// dispatcher is DeepEP.
+    DeepEp,
 }
 
 impl Algorithm {
@@ -73,6 +78,7 @@ impl Algorithm {
             Algorithm::Pat => "pat",
             Algorithm::Direct => "direct",
             Algorithm::CoherentRing => "coherent-ring",
+            Algorithm::DeepEp => "deepep",
         }
     }
 }
@@ -328,6 +334,9 @@ pub struct Settings {
     pub split_data_on_qps: bool,
     /// Offer the coherent ring where the fabric is coherent.
     pub coherent_ring: bool,
+    /// The MoE layers' routing when DeepEP dispatches their tokens: expert-parallel
+    /// all-to-alls then run [`Algorithm::DeepEp`].
+    pub deepep: Option<deepep::MoeRouting>,
 }
 
 impl Default for Settings {
@@ -365,6 +374,7 @@ impl Settings {
             qps_per_connection: c.ib_qps_per_connection.max(1),
             split_data_on_qps: c.ib_split_data_on_qps == 1,
             coherent_ring: c.coherent_ring,
+            deepep: None,
         }
     }
 

@@ -451,6 +451,30 @@ pub struct ParallelConfig {
     pub cp_comm: CpComm,
 }
 
+/// Megatron-Core's MoE token dispatcher (`--moe-token-dispatcher-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoeTokenDispatcher {
+    /// `alltoall` (`token_dispatcher.py`, `MoEAlltoAllTokenDispatcher`): one NCCL all-to-all
+    /// of every (token, expert) copy, so a token routed to two experts of one rank, or to
+    /// several ranks of one node, crosses the network once per expert.
+    #[default]
+    Alltoall,
+    /// `flex` with `--moe-enable-deepep` (`MoEFlexTokenDispatcher` over DeepEP's normal
+    /// kernels, deepseek-ai/DeepEP): a token crosses the network once per node it goes to,
+    /// to the GPU on its own rail there, which forwards it over NVLink once per rank.
+    Deepep,
+}
+
+impl MoeTokenDispatcher {
+    pub fn name(self) -> &'static str {
+        match self {
+            MoeTokenDispatcher::Alltoall => "alltoall",
+            MoeTokenDispatcher::Deepep => "deepep",
+        }
+    }
+}
+
 /// Transformer Engine's `cp_comm_type` (`transformer_engine/pytorch/attention.py`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -708,6 +732,9 @@ pub struct TrainingConfig {
     /// Needs shared experts.
     #[serde(default)]
     pub moe_shared_expert_overlap: bool,
+    /// How MoE layers move tokens to their experts and back over expert parallelism.
+    #[serde(default)]
+    pub moe_token_dispatcher: MoeTokenDispatcher,
     /// Launch each gradient bucket's reduction as soon as its gradients are complete in the
     /// last micro-batch's backward (Megatron-LM `--overlap-grad-reduce`).
     #[serde(default = "defaults::yes")]
@@ -882,6 +909,7 @@ impl Default for TrainingConfig {
             flash_attention: true,
             tp_comm_overlap: false,
             moe_shared_expert_overlap: false,
+            moe_token_dispatcher: MoeTokenDispatcher::default(),
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             bucket_params: None,

@@ -473,6 +473,17 @@ impl CollectiveModel {
     ) -> Result<CollectiveModel, crate::config::ConfigError> {
         let c = &exp.loaded.config.collectives;
         let mut settings = crate::collective::Settings::from_config(c);
+        if exp.loaded.config.training.moe_token_dispatcher
+            == crate::config::MoeTokenDispatcher::Deepep
+        {
+            settings.deepep = exp.model.as_ref().and_then(|m| m.moe).map(|moe| {
+                crate::collective::deepep::MoeRouting {
+                    experts: moe.experts,
+                    top_k: moe.top_k,
+                    groups: moe.router_groups,
+                }
+            });
+        }
         // The coherent ring needs cache-coherent memory; a non-coherent CXL tier only moves data.
         if exp.cxl_coherent() == Some(false) {
             if settings.algorithm == Some(crate::collective::Algorithm::CoherentRing) {

@@ -332,14 +332,17 @@ fn closed_form_least_ps(
         .collective_keys
         .iter()
         .map(|&(kind, cop, bytes)| {
-            let group = GroupKind::from_index(kind).and_then(|k| groups[k as usize].as_ref());
-            let (Some(g), Some(&cop)) = (group, CollectiveOp::ALL.get(usize::from(cop))) else {
+            let kind = GroupKind::from_index(kind);
+            let group = kind.and_then(|k| groups[k as usize].as_ref());
+            let (Some(kind), Some(g), Some(&cop)) =
+                (kind, group, CollectiveOp::ALL.get(usize::from(cop)))
+            else {
                 return 0;
             };
             if !g.closed || g.ring.n <= 1 {
                 return 0;
             }
-            plan_for(model, &g.shape, true, cop, bytes).map_or(0, |plan| {
+            plan_for(model, &g.shape, true, (kind, cop), bytes).map_or(0, |plan| {
                 plan.time_ps().saturating_sub(model.longest_link_ps)
             })
         })

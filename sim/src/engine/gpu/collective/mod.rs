@@ -7,12 +7,13 @@
 //! One file per algorithm, each with the struct its arm holds, a `start` that plans it and
 //! its [`Schedule`]: `ring.rs`, `fluid.rs` (the ring run by the flow LP), `closed.rs`
 //! (closed form), `tree.rs` (double binary tree and NVLS-tree), `pat.rs`, `chain.rs`
-//! (broadcast), `direct.rs` (all-to-all) and `p2p.rs` (send and receive). A new algorithm
+//! (broadcast), `direct.rs` (all-to-all), `deepep.rs` (DeepEP's all-to-all) and `p2p.rs` (send and receive). A new algorithm
 //! is a file, an arm of [`Algo`] (and of `with_algo!`) and the arm of
 //! [`GpuLp::start_collective`] that picks it. `group.rs` holds a rank's view of its groups.
 
 mod chain;
 mod closed;
+mod deepep;
 mod direct;
 mod fluid;
 mod group;
@@ -35,6 +36,7 @@ use crate::topology::NodeId;
 use crate::workload::CollectiveOp;
 use chain::Chain;
 use closed::Closed;
+use deepep::DeepEp;
 use direct::Direct;
 use fluid::Fluid;
 use p2p::{Receiver, Sender};
@@ -69,6 +71,8 @@ enum Algo {
     Chain(Chain),
     /// All-to-all as direct sends, or a group of one.
     Direct(Direct),
+    /// DeepEP's dispatch or combine: RDMA to rail peers, NVLink within the node.
+    DeepEp(DeepEp),
     /// A send to a pipeline or context-parallel peer.
     Send(Sender),
     /// A receive from one.
@@ -87,6 +91,7 @@ macro_rules! with_algo {
             Algo::Pat($a) => $body,
             Algo::Chain($a) => $body,
             Algo::Direct($a) => $body,
+            Algo::DeepEp($a) => $body,
             Algo::Send($a) => $body,
             Algo::Recv($a) => $body,
         }
@@ -291,6 +296,9 @@ impl GpuLp {
                     _,
                     CollectiveOp::AllReduce | CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
                 ) => Ring::start(self, model, &call),
+                (Algorithm::DeepEp, CollectiveOp::AllToAll) => {
+                    Some(DeepEp::start(self, model, &call))
+                }
                 (_, CollectiveOp::AllToAll) => Some(Direct::start(&call)),
                 (_, CollectiveOp::Broadcast) => Some(Chain::start(&call)),
             }
@@ -424,7 +432,7 @@ impl GpuLp {
         let Some(g) = self.groups[kind as usize].as_ref() else {
             return Err(PlanError::NoGroup(kind));
         };
-        let plan = plan_for(model, &g.shape, g.closed, cop, bytes)?;
+        let plan = plan_for(model, &g.shape, g.closed, (kind, cop), bytes)?;
         self.collective_slot(model, op).plan = Some(plan);
         Ok(plan)
     }
@@ -552,15 +560,19 @@ pub(super) enum PlanError {
 /// The plan of a collective: NCCL's choice. Where the group's links are analytical it runs
 /// in closed form; where packet-level links are involved the engine runs its transfers, so
 /// the choice is among the algorithms it runs transfer by transfer (all but single-node NVLS,
-/// whose reduction happens inside the switch). `Err` says why no plan fits.
+/// whose reduction happens inside the switch). `Err` says why no plan fits. The
+/// expert-parallel all-to-alls run DeepEP instead where the experiment dispatches with it.
 pub(super) fn plan_for(
     model: &SimModel,
     shape: &CommShape,
     closed: bool,
-    op: CollectiveOp,
+    (kind, op): (GroupKind, CollectiveOp),
     bytes: u64,
 ) -> Result<Plan, PlanError> {
     let settings = model.collectives.settings;
+    if let (Some(routing), GroupKind::Ep, CollectiveOp::AllToAll) = (settings.deepep, kind, op) {
+        return Ok(shape.deepep_plan(bytes, &routing));
+    }
     let stepped: &[Algorithm] = match op {
         CollectiveOp::AllToAll => &[Algorithm::Direct],
         CollectiveOp::Broadcast => &[Algorithm::Ring],

@@ -1,0 +1,355 @@
+//! DeepEP's normal (high-throughput) dispatch and combine (deepseek-ai/DeepEP; DeepSeek-V3
+//! technical report, arXiv 2412.19437 §3.2.2), as Megatron-Core's `flex` token dispatcher runs
+//! them (`--moe-enable-deepep`).
+//!
+//! An NCCL all-to-all sends every (token, expert) copy to the expert's rank: a token with
+//! eight experts on three remote nodes crosses the network eight times. DeepEP sends a token
+//! once to each node it goes to, over RDMA to the GPU on its own rail there, which forwards it
+//! over NVLink once to each rank holding its experts; the combine returns the same way,
+//! reducing on the way. With group-limited routing ([`RouterGroups`]) a token reaches at most
+//! `group_topk` groups, so with a group per node at most that many nodes: DeepSeek-V3's 8
+//! experts reach at most 4 nodes, about 3.6 on average, instead of 8 copies.
+//!
+//! The volumes follow from the routing alone under balanced routing (every expert equally
+//! likely, as `moe_router_force_load_balancing` benchmarks run): the probability that a token
+//! goes to a given rank or node ([`MoeRouting::hit_probability`]). The rates are the shares of
+//! the links DeepEP's kernels reach on their 20-24 SMs, from its published benchmark
+//! (`docs/legacy.md`, normal kernels on H800 with CX7 400 Gb/s InfiniBand, DeepSeek-V3's
+//! routing): [`DEEPEP_NVLINK_SHARE`] from the intranode EP 8 row, [`DEEPEP_RDMA_SHARE`] from the
+//! internode EP 64 row; the EP 16 and EP 32 rows check them
+//! (`deepep_plans_reach_the_bandwidths_deepep_published`).
+
+use super::{CommShape, Plan, Protocol};
+use crate::model::RouterGroups;
+
+/// What the dispatcher knows about routing: experts, experts per token and their groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeRouting {
+    pub experts: u64,
+    pub top_k: u64,
+    pub groups: RouterGroups,
+}
+
+/// Share of a GPU's NVLink line rate DeepEP's normal kernels move: EP 8 on H800 (200 GB/s per
+/// direction) dispatches at 153 and combines at 158 GB/s by DeepEP's measure, which counts
+/// the rank's own tokens too; the NVLink carries 7 of 8 of them: 155.5 × 7/8 / 200.
+pub const DEEPEP_NVLINK_SHARE: f64 = 155.5 * 7.0 / 8.0 / 200.0;
+
+/// Share of a NIC's line rate DeepEP's RDMA reaches: EP 64 (8 nodes) at 51 and 50 GB/s by
+/// DeepEP's measure, which counts tokens for the own node as RDMA tokens too (7 of 8 cross
+/// the network), over CX7's 50 GB/s: 50.5 × 7/8 / 50.
+pub const DEEPEP_RDMA_SHARE: f64 = 50.5 * 7.0 / 8.0 / 50.0;
+
+/// Streaming multiprocessors DeepEP's kernels take (Megatron-Core `moe_deepep_num_sms`,
+/// default 20): shown as the plan's channels.
+const DEEPEP_SMS: u32 = 20;
+
+/// Per-rank bytes of one DeepEP dispatch or combine on a group of `nodes` × `ranks_per_node`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeepEpVolumes {
+    /// To the GPU on this rank's rail in each other node, over RDMA.
+    pub per_remote_node: f64,
+    /// To each other rank of this node over NVLink: this rank's own tokens for it and those
+    /// that arrived over RDMA for it.
+    pub per_local_peer: f64,
+}
+
+impl MoeRouting {
+    /// Probability that one token's experts include at least one of a unit (a rank or a
+    /// node) of `unit_experts` consecutive experts, under balanced group-limited routing: the
+    /// token picks `group_topk` of the groups uniformly, then `top_k` experts uniformly among
+    /// theirs. Exact where units and groups nest (a unit inside one group, or a unit of whole
+    /// groups, as expert parallelism lays them out); otherwise the unit's expected share of
+    /// the chosen groups stands in for its actual overlap.
+    pub fn hit_probability(&self, unit_experts: u64) -> f64 {
+        let (e, k) = (self.experts, self.top_k);
+        let (g_all, g_pick) = (self.groups.groups, self.groups.group_topk);
+        let group = e / g_all;
+        let pool = g_pick * group;
+        let unit = unit_experts.min(e);
+        let miss = if unit <= group && group.is_multiple_of(unit.max(1)) {
+            // The unit lies in one group, chosen with probability g_pick / g_all.
+            let chosen = g_pick as f64 / g_all as f64;
+            (1.0 - chosen) + chosen * none_drawn(pool, unit, k)
+        } else if unit > group && unit.is_multiple_of(group) {
+            // The unit holds `c` whole groups; `j` of them are chosen (hypergeometric).
+            let c = unit / group;
+            (0..=c.min(g_pick))
+                .map(|j| hypergeometric(g_all, c, g_pick, j) * none_drawn(pool, j * group, k))
+                .sum()
+        } else {
+            let expected = (unit as f64 * g_pick as f64 / g_all as f64).round() as u64;
+            none_drawn(pool, expected, k)
+        };
+        (1.0 - miss).clamp(0.0, 1.0)
+    }
+
+    /// DeepEP's per-rank volumes for a buffer of `routed_bytes` (every (token, expert) copy,
+    /// as the alltoall dispatcher sends them) on a group of `shape.ranks` ranks,
+    /// `shape.ranks_per_node` per node, experts spread evenly in rank order.
+    pub fn volumes(&self, routed_bytes: f64, shape: &CommShape) -> DeepEpVolumes {
+        let ranks = u64::from(shape.ranks.max(1));
+        let per_node = u64::from(shape.ranks_per_node.clamp(1, shape.ranks.max(1)));
+        let nodes = ranks.div_ceil(per_node);
+        let token_bytes = routed_bytes / self.top_k.max(1) as f64;
+        let rank_experts = (self.experts / ranks).max(1);
+        let p_rank = self.hit_probability(rank_experts);
+        let p_node = self.hit_probability(rank_experts * per_node);
+        DeepEpVolumes {
+            per_remote_node: token_bytes * p_node,
+            per_local_peer: nodes as f64 * token_bytes * p_rank,
+        }
+    }
+}
+
+/// Probability that `k` draws without replacement from `pool` miss `marked` of them.
+fn none_drawn(pool: u64, marked: u64, k: u64) -> f64 {
+    if marked == 0 {
+        return 1.0;
+    }
+    if pool < marked + k {
+        return 0.0;
+    }
+    (0..k)
+        .map(|i| (pool - marked - i) as f64 / (pool - i) as f64)
+        .product()
+}
+
+/// P(j of the `marked` among `population` are in a uniform draw of `draws`).
+fn hypergeometric(population: u64, marked: u64, draws: u64, j: u64) -> f64 {
+    if j > marked || j > draws || draws - j > population - marked {
+        return 0.0;
+    }
+    choose(marked, j) * choose(population - marked, draws - j) / choose(population, draws)
+}
+
+fn choose(n: u64, k: u64) -> f64 {
+    if k > n {
+        return 0.0;
+    }
+    (0..k.min(n - k)).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+impl CommShape {
+    /// DeepEP's dispatch or combine of `bytes` routed copies: RDMA to each other node's rail
+    /// GPU through this node's NICs, one per GPU of the group, beside the NVLink forwarding,
+    /// in one pipelined kernel; the slower of the two sets the time.
+    pub fn deepep_plan(&self, bytes: u64, routing: &MoeRouting) -> Plan {
+        let p = self.arch.params();
+        let v = routing.volumes(bytes as f64, self);
+        let per_node = f64::from(self.ranks_per_node.max(1));
+        let remote_nodes = f64::from(self.nodes.saturating_sub(1));
+        let intra = if per_node > 1.0 {
+            let gbs = self.intra_bytes_per_s * 1e-9 * DEEPEP_NVLINK_SHARE;
+            (per_node - 1.0) * v.per_local_peer / (gbs * 1e3)
+        } else {
+            0.0
+        };
+        let inter = if self.nodes > 1 {
+            // Every GPU of the group sends through the NIC on its own rail.
+            let nics = f64::from(self.nics_per_node.min(self.ranks_per_node).max(1));
+            let gbs = nics * self.nic_bytes_per_s * 1e-9 * DEEPEP_RDMA_SHARE;
+            per_node * remote_nodes * v.per_remote_node / (gbs * 1e3)
+        } else {
+            0.0
+        };
+        let hw = if self.nodes > 1 {
+            super::HW_LAT_NET[1][Protocol::Simple.index()]
+        } else {
+            super::HW_LAT_NVLINK[1][Protocol::Simple.index()] * p.step_scale
+        };
+        Plan {
+            algorithm: super::Algorithm::DeepEp,
+            protocol: Protocol::Simple,
+            channels: DEEPEP_SMS,
+            latency_us: p.call_us + hw,
+            transfer_us: intra.max(inter),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEEPSEEK_V3: MoeRouting = MoeRouting {
+        experts: 256,
+        top_k: 8,
+        groups: RouterGroups {
+            groups: 8,
+            group_topk: 4,
+        },
+    };
+
+    #[test]
+    fn without_groups_a_unit_is_missed_by_all_k_draws() {
+        let r = MoeRouting {
+            experts: 8,
+            top_k: 2,
+            groups: RouterGroups::UNLIMITED,
+        };
+        // Mixtral on EP 8: a rank holds one of 8 experts; 2 of 8 drawn → 1 − 7/8 · 6/7.
+        assert!((r.hit_probability(1) - 0.25).abs() < 1e-12);
+        // Experts per token add up over the ranks: Σ P(hit) = expected distinct ranks ≤ k.
+        assert!((8.0 * r.hit_probability(1) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn deepseek_v3_reaches_about_three_and_a_half_of_eight_nodes() {
+        // EP 64 over 8 nodes of 8 GPUs: a node holds 32 experts, one routing group.
+        let nodes = 8.0 * DEEPSEEK_V3.hit_probability(32);
+        // 4 groups chosen, each then missed by 8 draws from 128 experts with prob C(96,8)/C(128,8).
+        let miss: f64 = (0..8).map(|i| (96 - i) as f64 / (128 - i) as f64).product();
+        assert!((nodes - 4.0 * (1.0 - miss)).abs() < 1e-9, "{nodes}");
+        assert!(nodes > 3.5 && nodes < 3.7, "{nodes}");
+        // Never more than group_topk nodes, never more than the k copies the alltoall sends.
+        assert!(nodes <= 4.0);
+    }
+
+    /// Routes `tokens` tokens as `moe_utils.group_limited_topk` does under random scores
+    /// and returns the share that reaches unit 0 (experts `0..unit`).
+    fn sampled_hit(r: &MoeRouting, unit: u64, tokens: u64) -> f64 {
+        let mut state = 0x5eed_u64;
+        let mut next = |n: u64| {
+            state = crate::hash::splitmix64(state);
+            state % n
+        };
+        let group = r.experts / r.groups.groups;
+        let mut hits = 0;
+        for _ in 0..tokens {
+            let mut groups: Vec<u64> = (0..r.groups.groups).collect();
+            for i in 0..r.groups.group_topk as usize {
+                let j = i + next(groups.len() as u64 - i as u64) as usize;
+                groups.swap(i, j);
+            }
+            let mut pool: Vec<u64> = groups[..r.groups.group_topk as usize]
+                .iter()
+                .flat_map(|g| g * group..(g + 1) * group)
+                .collect();
+            for i in 0..r.top_k as usize {
+                let j = i + next(pool.len() as u64 - i as u64) as usize;
+                pool.swap(i, j);
+            }
+            if pool[..r.top_k as usize].iter().any(|&e| e < unit) {
+                hits += 1;
+            }
+        }
+        hits as f64 / tokens as f64
+    }
+
+    #[test]
+    fn hit_probabilities_match_routing_sampled_token_by_token() {
+        // A rank inside a group (EP 64: 4 experts), a node of one group (32), a node of two
+        // groups (64), and without groups (Mixtral-like).
+        let mixtral = MoeRouting {
+            experts: 8,
+            top_k: 2,
+            groups: RouterGroups::UNLIMITED,
+        };
+        for (r, unit) in [
+            (DEEPSEEK_V3, 4),
+            (DEEPSEEK_V3, 32),
+            (DEEPSEEK_V3, 64),
+            (mixtral, 2),
+        ] {
+            let exact = r.hit_probability(unit);
+            let sampled = sampled_hit(&r, unit, 200_000);
+            assert!(
+                (exact - sampled).abs() < 0.005,
+                "{unit}: {exact} vs {sampled}"
+            );
+        }
+    }
+
+    #[test]
+    fn deepep_sends_fewer_bytes_across_nodes_than_the_alltoall() {
+        // DeepSeek-V3 on EP 64 over 8 H100 nodes: the alltoall sends 7/8 of 8 copies off
+        // node; DeepEP about 3.2 (3.6 nodes less the token's own).
+        let shape = CommShape {
+            ranks: 64,
+            nodes: 8,
+            ranks_per_node: 8,
+            arch: super::super::Arch::Hopper,
+            nvlink: true,
+            nvswitch: true,
+            intra_bytes_per_s: 450e9,
+            nic_bytes_per_s: 50e9,
+            nics_per_node: 8,
+            coherent: false,
+            coherent_hop_us: 0.0,
+        };
+        let routed = 8.0 * 4096.0 * 7168.0 * 2.0;
+        let v = DEEPSEEK_V3.volumes(routed, &shape);
+        let token_copies_off_node = 7.0 * v.per_remote_node / (routed / 8.0);
+        assert!(
+            token_copies_off_node > 3.0 && token_copies_off_node < 3.3,
+            "{token_copies_off_node}"
+        );
+    }
+
+    /// An H800 group as DeepEP's README measured it: `nodes` nodes of 8 GPUs (NVLink 200 GB/s
+    /// per direction, `configs/gpus/h800.toml`), one CX7 400 Gb/s NIC per GPU.
+    fn h800(nodes: u32) -> CommShape {
+        CommShape {
+            ranks: 8 * nodes,
+            nodes,
+            ranks_per_node: 8,
+            arch: super::super::Arch::Hopper,
+            nvlink: true,
+            nvswitch: true,
+            intra_bytes_per_s: 200e9,
+            nic_bytes_per_s: 50e9,
+            nics_per_node: 8,
+            coherent: false,
+            coherent_hop_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn deepep_plans_reach_the_bandwidths_deepep_published() {
+        // deepseek-ai/DeepEP docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding":
+        // H800, CX7 400 Gb/s, 4,096 tokens, hidden 7,168, top-8 of 256 experts, FP8 dispatch
+        // (7,168 bytes and a 4-byte scale per 128), BF16 combine. Its tests/test_internode.py
+        // routes over one group per node, a token's experts from min(4, nodes) of them, and
+        // measures the tokens per distinct node (the own node included) over RDMA, and
+        // tests/test_intranode.py the tokens each rank receives (its own included) over
+        // NVLink. EP 8 and EP 64 set the two link shares; EP 16 and 32 are checks.
+        let tokens = 4096.0;
+        for (ep, dispatch_gbs, combine_gbs) in [
+            (8, 153.0, 158.0),
+            (16, 43.0, 43.0),
+            (32, 58.0, 57.0),
+            (64, 51.0, 50.0),
+        ] {
+            let shape = h800(ep / 8);
+            let nodes = u64::from(shape.nodes);
+            let routing = MoeRouting {
+                experts: 256,
+                top_k: 8,
+                groups: RouterGroups {
+                    groups: nodes,
+                    group_topk: nodes.min(4),
+                },
+            };
+            for (token_bytes, published) in [
+                (7168.0 + 7168.0 / 128.0 * 4.0, dispatch_gbs),
+                (2.0 * 7168.0, combine_gbs),
+            ] {
+                let routed = tokens * 8.0 * token_bytes;
+                let plan = shape.deepep_plan(routed as u64, &routing);
+                let measured_bytes = if ep == 8 {
+                    8.0 * tokens * token_bytes * routing.hit_probability(256 / 8)
+                } else {
+                    nodes as f64 * tokens * token_bytes * routing.hit_probability(256 / nodes)
+                };
+                let gbs = measured_bytes / (plan.time_us() * 1e3);
+                let error = gbs / published - 1.0;
+                assert!(
+                    error.abs() < 0.12,
+                    "EP {ep}: {gbs:.1} GB/s against DeepEP's {published} ({:+.0}%)",
+                    100.0 * error
+                );
+            }
+        }
+    }
+}
