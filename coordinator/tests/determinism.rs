@@ -169,6 +169,15 @@ fn the_digest_is_the_same_for_cases_that_once_failed() {
     }
 }
 
+/// The layer shape of the small MoE cases: four heads of 64, a 512-wide FFN, 256 tokens.
+const SMALL_TRANSFORMER: &str = "hidden = 256
+ffn_hidden = 512
+heads = 4
+kv_heads = 4
+seq_len = 256
+vocab = 2048
+";
+
 /// MoE parallel folding with expert TP below TP (its own expert-TP groups), a multi-token
 /// prediction module and a pipeline layout, at the packet and flow models: the group kinds
 /// and layers of issue 16 split like the others.
@@ -176,16 +185,11 @@ fn the_digest_is_the_same_for_cases_that_once_failed() {
 fn folded_experts_and_mtp_give_one_digest_however_split() {
     same_digest_at_packet_and_flow(
         "determinism-moe",
-        r#"
+        &format!(
+            r#"
 [model]
 layers = 4
-hidden = 256
-ffn_hidden = 512
-heads = 4
-kv_heads = 4
-seq_len = 256
-vocab = 2048
-experts = 8
+{SMALL_TRANSFORMER}experts = 8
 top_k = 2
 mtp_layers = 1
 [parallel]
@@ -197,7 +201,8 @@ sequence_parallel = true
 micro_batch = 1
 global_batch = 8
 pipeline_layout = "Et|t*3mL"
-"#,
+"#
+        ),
         7,
         11,
     );
@@ -210,16 +215,11 @@ pipeline_layout = "Et|t*3mL"
 fn deepep_dispatch_gives_one_digest_however_split() {
     same_digest_at_packet_and_flow(
         "determinism-deepep",
-        r#"
+        &format!(
+            r#"
 [model]
 layers = 2
-hidden = 256
-ffn_hidden = 512
-heads = 4
-kv_heads = 4
-seq_len = 256
-vocab = 2048
-experts = 16
+{SMALL_TRANSFORMER}experts = 16
 top_k = 4
 moe_router_num_groups = 4
 moe_router_group_topk = 2
@@ -232,7 +232,8 @@ global_batch = 8
 sequence_parallel = true
 [training]
 moe_token_dispatcher = "deepep"
-"#,
+"#
+        ),
         3,
         17,
     );
