@@ -96,6 +96,29 @@ fn small_rows_are_within_twelve_percent() {
     assert_success(&fleetsim().arg("check").arg(&case).output().expect("check"));
 }
 
+/// Rows run side by side (`--jobs`) give what they give one at a time: the same table on
+/// stdout, in the table's order, and the same validation.csv, byte for byte.
+#[test]
+fn rows_side_by_side_match_rows_one_at_a_time() {
+    let mut seen = Vec::new();
+    for jobs in ["1", "3"] {
+        let out = scratch(&format!("validate-jobs-{jobs}"));
+        let run = fleetsim()
+            .args(["validate", TABLE, "--rows", "3,1,2"])
+            .args(["--set", "network.model=\"analytical\""])
+            .args(["--jobs", jobs, "--out"])
+            .arg(&out)
+            .output()
+            .expect("run fleetsim");
+        let stdout = String::from_utf8_lossy(&run.stdout).replace(&*out.to_string_lossy(), "OUT");
+        let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
+        seen.push((run.status.code(), stdout, csv));
+    }
+    assert_eq!(seen[0], seen[1]);
+    let (_, rows) = csv_table(&seen[0].2);
+    assert_eq!(rows.len(), 3, "{}", seen[0].2);
+}
+
 /// NeMo 24.03's 16K Llama2-7B row: its launcher ran FlashAttention-2 (`NVTE_FUSED_ATTN=0`),
 /// and so does its case; on cuDNN it was 31% too fast.
 #[test]

@@ -39,6 +39,12 @@ pub struct Args {
     /// Threads per run (0 = the cores other processes leave idle).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Rows simulated at once (rows are independent: each gives the same result whatever
+    /// runs beside it). Default: as many as the machine has cores, at most one per row, each
+    /// run then taking the cores left to it unless --threads says otherwise. Memory grows
+    /// with it; --jobs 1 runs one row at a time.
+    #[arg(long)]
+    pub jobs: Option<usize>,
     /// Exit with status 1 when the MAPE (percent) is above this.
     #[arg(long, value_name = "PERCENT", value_parser = percent)]
     pub max_mape: Option<f64>,
@@ -70,6 +76,7 @@ impl Args {
             rows,
             sets,
             threads,
+            jobs,
             max_mape,
             max_error,
             frameworks,
@@ -91,8 +98,12 @@ impl Args {
             PathBuf::from("runs").join(format!("validate-{stem}"))
         });
         let prepared = prepare(&out, &selected, sets, &file)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let jobs = jobs.unwrap_or(cores).clamp(1, prepared.len().max(1));
         let options = RunOptions {
-            threads,
+            // Rows beside each other share the cores; a run's threads beyond its share would
+            // only wait on each other at every window.
+            threads: threads.or(Some((cores / jobs).max(1))),
             ..Default::default()
         };
         // validation.csv holds every finished row before its line is printed, so a reader of
@@ -101,16 +112,14 @@ impl Args {
         outln!("{}", table_header());
         let mut outcomes = Vec::new();
         let mut failures = Vec::new();
-        for (case, exp) in prepared {
-            // A row that cannot be built or run is that row's failure; the others go on.
-            let line = match exp.and_then(|exp| run_case(case.clone(), &exp, &options, &file)) {
+        run_rows(prepared, jobs, &options, &file, |row| {
+            let line = match row {
                 Ok(outcome) => {
                     let line = table_line(&outcome);
                     outcomes.push(outcome);
                     line
                 }
-                Err(error) => {
-                    let failure = RowFailure::new(case, &error);
+                Err(failure) => {
                     let line = failure_line(&failure);
                     failures.push(failure);
                     line
@@ -119,7 +128,8 @@ impl Args {
             std::fs::write(&csv, to_csv(&outcomes, &failures))
                 .with_context(|| format!("writing {}", csv.display()))?;
             outln!("{line}");
-        }
+            Ok(())
+        })?;
         let verdict = verdict(&outcomes, &failures);
         let svg = out.join("parity.svg");
         std::fs::write(&svg, parity_svg(&outcomes)?)
@@ -150,6 +160,50 @@ impl Args {
         }
         Ok(())
     }
+}
+
+/// Simulates the prepared rows, `jobs` at once on a rayon pool, and hands each row's outcome
+/// (or its failure: a row that cannot be built or run fails alone) to `finished` in table
+/// order, each as soon as it and every row before it are done. Each run is its own
+/// simulation, whole on its thread: rayon spreads rows, never a run's events.
+fn run_rows(
+    prepared: Vec<PreparedCase>,
+    jobs: usize,
+    options: &RunOptions,
+    file: &str,
+    mut finished: impl FnMut(Result<Outcome, RowFailure>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(|i| format!("validate-row-{i}"))
+        .build()
+        .context("starting the threads that run the rows")?;
+    let rows = prepared.len();
+    let (done, results) = std::sync::mpsc::channel();
+    pool.in_place_scope(|scope| {
+        for (i, (case, exp)) in prepared.into_iter().enumerate() {
+            let done = done.clone();
+            scope.spawn(move |_| {
+                let row = exp
+                    .and_then(|exp| run_case(case.clone(), &exp, options, file))
+                    .map_err(|error| RowFailure::new(case, &error));
+                // The receiver outlives every row: it drains the channel below.
+                let _ = done.send((i, row));
+            });
+        }
+        drop(done);
+        let mut waiting: Vec<Option<Result<Outcome, RowFailure>>> = Vec::new();
+        waiting.resize_with(rows, || None);
+        let mut next = 0;
+        for (i, row) in results {
+            waiting[i] = Some(row);
+            while let Some(row) = waiting.get_mut(next).and_then(Option::take) {
+                finished(row)?;
+                next += 1;
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Columns every table has (`../shared/calibration/e2e_iterations.csv`'s, and `framework`).
