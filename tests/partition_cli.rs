@@ -359,3 +359,63 @@ fn a_sweep_without_out_writes_under_runs() {
     let csv = dir.join("runs/quickstart-gpt3-13b-h100-128-sweep/sweep.csv");
     assert!(csv.exists(), "no {}", csv.display());
 }
+
+/// Points run side by side (`--jobs`) give the digests and times they give one at a time,
+/// in the points' order.
+#[test]
+fn sweep_points_side_by_side_match_one_at_a_time() {
+    let mut seen = Vec::new();
+    for jobs in ["1", "3"] {
+        let out = scratch(&format!("sweep-jobs-{jobs}"));
+        stdout_ok(
+            fleetsim()
+                .args(["sweep", QUICKSTART, "--vary", "parallel.tp=1,2,4"])
+                .args([
+                    "--set",
+                    "network.model=\"analytical\"",
+                    "--jobs",
+                    jobs,
+                    "--out",
+                ])
+                .arg(&out)
+                .args(SMALL),
+        );
+        let csv = std::fs::read_to_string(out.join("sweep.csv")).expect("sweep.csv");
+        let (header, rows) = csv_table(&csv);
+        let column = |name: &str| header.iter().position(|h| h == name).expect(name);
+        let (tp, digest, time) = (
+            column("parallel.tp"),
+            column("result_digest"),
+            column("iteration_time_s"),
+        );
+        let kept: Vec<[String; 3]> = rows
+            .iter()
+            .map(|r| [r[tp].clone(), r[digest].clone(), r[time].clone()])
+            .collect();
+        seen.push(kept);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].len(), 3);
+}
+
+/// Points of a sweep over an engine.* key are compared by wall time: side by side they
+/// would change it, so `--jobs` above 1 is refused with one clear line.
+#[test]
+fn jobs_with_a_varied_engine_key_is_one_clear_error() {
+    let out = scratch("sweep-jobs-engine");
+    let error = one_clear_error(
+        fleetsim()
+            .args([
+                "sweep",
+                QUICKSTART,
+                "--vary",
+                "engine.workers=1,2",
+                "--jobs",
+                "2",
+            ])
+            .arg("--out")
+            .arg(&out),
+        "sweep --jobs over engine.workers",
+    );
+    assert!(error.contains("an engine.* key varies"), "{error}");
+}

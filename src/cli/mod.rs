@@ -20,6 +20,7 @@ pub mod partition;
 pub mod plan;
 pub mod progress;
 pub mod run;
+pub mod side_by_side;
 #[cfg(feature = "server")]
 pub mod slurm;
 pub mod sweep;

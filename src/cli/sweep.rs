@@ -21,6 +21,8 @@ use coordinator::output::summary::Summary;
 use coordinator::output::table::CsvTable;
 use coordinator::run::{RunError, RunOptions, RunOutput, load_checked_varied, run_embedded};
 
+use crate::cli::side_by_side;
+
 /// `fleetsim sweep`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -69,6 +71,12 @@ pub struct Args {
     /// (the job.NAME.alone_iteration_time_s and slowdown columns stay empty).
     #[arg(long, conflicts_with_all = ["collect", "point"])]
     pub no_alone: bool,
+    /// Points simulated at once, each on its share of the cores (points are independent:
+    /// each gives the same result whatever runs beside it, but not the same wall time).
+    /// Default: the machine's cores, at most one per point; one at a time when an engine.*
+    /// key varies, whose points are compared by wall time and run with their own threads.
+    #[arg(long, conflicts_with_all = ["collect", "point", "slurm"])]
+    pub jobs: Option<usize>,
 }
 
 impl Args {
@@ -131,7 +139,17 @@ impl Args {
         // sweep.csv holds every finished row before its line is printed: a reader of the
         // pipe finds what it was told of, and one that has gone stops nothing.
         let csv = out.join("sweep.csv");
-        let rows = run_sweep(points, alone, |rows| {
+        let engine_varies = vary
+            .iter()
+            .any(|v| v.key.split('+').any(|k| k.trim().starts_with("engine.")));
+        let jobs = match (self.jobs, engine_varies) {
+            (Some(j), true) if j > 1 => anyhow::bail!(
+                "--jobs {j}: an engine.* key varies, and its points are compared by wall time and threads, which points run side by side would change; leave --jobs out (one point at a time) or vary no engine.* key"
+            ),
+            (_, true) => Some(1),
+            (jobs, false) => jobs,
+        };
+        let rows = run_sweep(points, alone, jobs, |rows| {
             std::fs::write(&csv, to_csv(&vary, rows))
                 .with_context(|| format!("writing {}", csv.display()))?;
             if let Some(r) = rows.last() {
@@ -330,22 +348,31 @@ fn run_point_embedded(
     Ok(output)
 }
 
-/// Runs every point ([`load_points`]); `on_rows` sees the rows done so far each time one
-/// is added.
+/// Runs every point ([`load_points`]), `jobs` at once ([`side_by_side`]); `on_rows` sees
+/// the rows done so far, in the points' order, each time one is added.
 pub fn run_sweep(
     points: Vec<(Settings, Experiment)>,
     alone: bool,
+    jobs: Option<usize>,
     mut on_rows: impl FnMut(&[SweepRow]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<SweepRow>> {
-    let mut rows = Vec::new();
-    for (combo, exp) in points {
-        let output = run_point_embedded(&exp, &RunOptions::default(), alone)?;
-        rows.push(SweepRow {
-            settings: combo,
+    let (jobs, threads) = side_by_side::shares(points.len(), jobs, None);
+    let options = RunOptions {
+        // One point at a time keeps each point's own engine.threads.
+        threads: (jobs > 1).then_some(threads),
+        ..Default::default()
+    };
+    let run_point = |(settings, exp): (Settings, Experiment)| {
+        run_point_embedded(&exp, &options, alone).map(|output| SweepRow {
+            settings,
             summary: output.summary,
-        });
-        on_rows(&rows)?;
-    }
+        })
+    };
+    let mut rows = Vec::new();
+    side_by_side::in_order(points, jobs, run_point, |row| {
+        rows.push(row?);
+        on_rows(&rows)
+    })?;
     Ok(rows)
 }
 

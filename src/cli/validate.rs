@@ -22,6 +22,8 @@ use coordinator::output::summary::Summary;
 use coordinator::output::table::CsvTable;
 use coordinator::run::{RunError, RunOptions, load_checked, run_embedded};
 
+use crate::cli::side_by_side;
+
 /// `fleetsim validate`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -98,12 +100,11 @@ impl Args {
             PathBuf::from("runs").join(format!("validate-{stem}"))
         });
         let prepared = prepare(&out, &selected, sets, &file)?;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let jobs = jobs.unwrap_or(cores).clamp(1, prepared.len().max(1));
+        // Rows beside each other share the cores; a run's threads beyond its share would
+        // only wait on each other at every window.
+        let (jobs, threads) = side_by_side::shares(prepared.len(), jobs, threads);
         let options = RunOptions {
-            // Rows beside each other share the cores; a run's threads beyond its share would
-            // only wait on each other at every window.
-            threads: threads.or(Some((cores / jobs).max(1))),
+            threads: Some(threads),
             ..Default::default()
         };
         // validation.csv holds every finished row before its line is printed, so a reader of
@@ -112,7 +113,12 @@ impl Args {
         outln!("{}", table_header());
         let mut outcomes = Vec::new();
         let mut failures = Vec::new();
-        run_rows(prepared, jobs, &options, &file, |row| {
+        // Boxed: a failure carries its whole case across the pool's channel.
+        let run_row = |(case, exp): PreparedCase| {
+            exp.and_then(|exp| run_case(case.clone(), &exp, &options, &file))
+                .map_err(|error| Box::new(RowFailure::new(case, &error)))
+        };
+        side_by_side::in_order(prepared, jobs, run_row, |row| {
             let line = match row {
                 Ok(outcome) => {
                     let line = table_line(&outcome);
@@ -121,7 +127,7 @@ impl Args {
                 }
                 Err(failure) => {
                     let line = failure_line(&failure);
-                    failures.push(failure);
+                    failures.push(*failure);
                     line
                 }
             };
@@ -160,50 +166,6 @@ impl Args {
         }
         Ok(())
     }
-}
-
-/// Simulates the prepared rows, `jobs` at once on a rayon pool, and hands each row's outcome
-/// (or its failure: a row that cannot be built or run fails alone) to `finished` in table
-/// order, each as soon as it and every row before it are done. Each run is its own
-/// simulation, whole on its thread: rayon spreads rows, never a run's events.
-fn run_rows(
-    prepared: Vec<PreparedCase>,
-    jobs: usize,
-    options: &RunOptions,
-    file: &str,
-    mut finished: impl FnMut(Result<Outcome, RowFailure>) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .thread_name(|i| format!("validate-row-{i}"))
-        .build()
-        .context("starting the threads that run the rows")?;
-    let rows = prepared.len();
-    let (done, results) = std::sync::mpsc::channel();
-    pool.in_place_scope(|scope| {
-        for (i, (case, exp)) in prepared.into_iter().enumerate() {
-            let done = done.clone();
-            scope.spawn(move |_| {
-                let row = exp
-                    .and_then(|exp| run_case(case.clone(), &exp, options, file))
-                    .map_err(|error| RowFailure::new(case, &error));
-                // The receiver outlives every row: it drains the channel below.
-                let _ = done.send((i, row));
-            });
-        }
-        drop(done);
-        let mut waiting: Vec<Option<Result<Outcome, RowFailure>>> = Vec::new();
-        waiting.resize_with(rows, || None);
-        let mut next = 0;
-        for (i, row) in results {
-            waiting[i] = Some(row);
-            while let Some(row) = waiting.get_mut(next).and_then(Option::take) {
-                finished(row)?;
-                next += 1;
-            }
-        }
-        Ok(())
-    })
 }
 
 /// Columns every table has (`../shared/calibration/e2e_iterations.csv`'s, and `framework`).
