@@ -38,22 +38,14 @@ fn by_node(model: &SimModel, kind: GroupKind, rank: u32) -> (usize, usize, Vec<V
 }
 
 impl DeepEp {
-    /// Plans the op of `call`: the per-destination bytes, and how many transfers arrive here,
-    /// from this node's other members and from the members of other nodes whose rail peer
-    /// this rank is.
-    pub(super) fn start(gpu: &GpuLp, model: &SimModel, call: &Call) -> Start {
+    /// Plans the op of `call`: the bytes to each member of this node and to each rail peer.
+    /// How many transfers arrive here follows from the group's layout, which
+    /// [`Schedule::begin`] reads once for its sends and the count alike.
+    pub(super) fn start(model: &SimModel, call: &Call) -> Start {
         let Some(routing) = model.collectives.settings.deepep else {
             return super::Direct::start(call);
         };
         let v = routing.volumes(call.bytes as f64, &call.shape);
-        let (pos, mine, nodes) = by_node(model, call.kind, gpu.rank);
-        let here = nodes[mine].len();
-        let from_rails: usize = nodes
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != mine)
-            .map(|(_, ms)| (0..ms.len()).filter(|j| j % here == pos).count())
-            .sum();
         let wire = |b: f64| call.wire((b.round() as u64).max(1));
         Start {
             algo: Algo::DeepEp(DeepEp {
@@ -61,7 +53,7 @@ impl DeepEp {
                 remote_bytes: wire(v.per_remote_node),
             }),
             step_bytes: 0,
-            recv_needed: (here - 1 + from_rails) as u32,
+            recv_needed: 0,
         }
     }
 }
@@ -79,6 +71,18 @@ impl Schedule for DeepEp {
         let (kind, step) = (run.group_kind(), run.ring.pos as u16);
         let me = gpu.rank;
         let (pos, mine, nodes) = by_node(model, kind, me);
+        // From this node's other members, and from the members of other nodes whose rail
+        // peer this rank is; set before any send, so nothing completes the op early.
+        let here = nodes[mine].len();
+        let from_rails: usize = nodes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != mine)
+            .map(|(_, ms)| (0..ms.len()).filter(|j| j % here == pos).count())
+            .sum();
+        if let Running::Comm(run) = &mut gpu.running[s] {
+            run.recv_needed = (here - 1 + from_rails) as u32;
+        }
         for (i, members) in nodes.iter().enumerate() {
             if i == mine {
                 for &m in members.iter().filter(|&&m| m != me) {

@@ -296,9 +296,7 @@ impl GpuLp {
                     _,
                     CollectiveOp::AllReduce | CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
                 ) => Ring::start(self, model, &call),
-                (Algorithm::DeepEp, CollectiveOp::AllToAll) => {
-                    Some(DeepEp::start(self, model, &call))
-                }
+                (Algorithm::DeepEp, CollectiveOp::AllToAll) => Some(DeepEp::start(model, &call)),
                 (_, CollectiveOp::AllToAll) => Some(Direct::start(&call)),
                 (_, CollectiveOp::Broadcast) => Some(Chain::start(&call)),
             }
