@@ -336,3 +336,45 @@ fn check_names_the_host_and_the_cuda_graphs() {
     assert_eq!(json["training"]["host_cpus"], serde_json::json!(["grace"]));
     assert_eq!(json["training"]["cuda_graphs"], "layers");
 }
+
+/// `check` says which attention kernels train the heads: DeepSeek-V3's MLA heads (192/128)
+/// on GB200 train unfused with Transformer Engine 2.4 and with cuDNN from 2.5 (TE PR #1797);
+/// on H100 with cuDNN either way.
+#[test]
+fn check_names_the_attention_kernels_transformer_engine_can_train_with() {
+    let dsv3 = |gpu: &str, per_host: &str, te: &str| {
+        let (ok, stdout, stderr) = check(&[
+            "configs/experiments/quickstart.toml",
+            "--set",
+            "model.preset=\"deepseek-v3\"",
+            "--set",
+            &format!("cluster.gpu=\"{gpu}\""),
+            "--set",
+            &format!("cluster.gpus_per_host={per_host}"),
+            "--set",
+            "cluster.gpus=64",
+            "--set",
+            "parallel.ep=64",
+            "--set",
+            "parallel.pp=1",
+            "--set",
+            "parallel.tp=1",
+            "--set",
+            "parallel.global_batch=64",
+            "--set",
+            &format!("training.transformer_engine=\"{te}\""),
+            "--set",
+            "training.memory_check=\"off\"",
+            "--json",
+        ]);
+        assert!(ok, "{stderr}");
+        let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        json["training"]["attention"][0]["kernels"]
+            .as_str()
+            .expect("kernels")
+            .to_string()
+    };
+    assert_eq!(dsv3("GB200", "4", "2.4"), "unfused");
+    assert_eq!(dsv3("GB200", "4", "2.5"), "cudnn");
+    assert_eq!(dsv3("H100-SXM", "8", "2.4"), "cudnn");
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe};
+use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe, TeRelease};
 
 /// Where the shipped table lives in the source tree (named in its errors).
 pub const SHIPPED_FILE: &str = "configs/frameworks.toml";
@@ -74,6 +74,7 @@ pub struct TrainingFacts {
     pub grad_reduce_in_bf16: Option<Fact<bool>>,
     pub bucket_params: Option<Fact<u64>>,
     pub cuda_graphs: Option<Fact<CudaGraphs>>,
+    pub transformer_engine: Option<Fact<TeRelease>>,
 }
 
 /// Facts with no experiment key yet: recorded, applied to nothing.
@@ -171,6 +172,11 @@ impl Framework {
         if let Some(f) = &t.cuda_graphs {
             keys.push(key("training", "cuda_graphs", f, |v| {
                 toml::Value::String(v.name().into())
+            }));
+        }
+        if let Some(f) = &t.transformer_engine {
+            keys.push(key("training", "transformer_engine", f, |v| {
+                toml::Value::String(v.to_string())
             }));
         }
         if let Some(f) = &t.bucket_params {

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use sim::compute::ComputeModel;
+use sim::compute::attention_backend::{self, AttentionKernels, HeadSizes};
 use sim::config::{Precision, Recompute, RecomputeModule, TrainingConfig};
 use sim::engine::host_memory::{self, HostMemory};
 use sim::experiment::Experiment;
@@ -281,6 +282,10 @@ fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>)
                 .collect::<Vec<_>>(),
             "host_cpus": host_cpus(exp),
             "cuda_graphs": exp.loaded.config.training.cuda_graphs.name(),
+            "attention": attention_kernels(exp).map(|(_, per_type)| per_type
+                .iter()
+                .map(|(gpu, kernels)| json!({ "gpu": gpu, "kernels": kernels.name() }))
+                .collect::<Vec<_>>()),
         },
         "ops_per_rank": summaries.iter().map(|w| json!({
             "stage": w.stage,
@@ -359,11 +364,66 @@ fn training_text(exp: &Experiment) -> String {
         _ => String::new(),
     };
     format!(
-        "precision {}{recipe}, recompute {}; issued by {} host(s), CUDA graphs {}",
+        "precision {}{recipe}, recompute {}; issued by {} host(s), CUDA graphs {}{}",
         t.precision.name(),
         recompute_text(t),
         host_cpus(exp).join(" and "),
-        t.cuda_graphs.name()
+        t.cuda_graphs.name(),
+        attention_text(exp)
+    )
+}
+
+/// The attention kernels Transformer Engine trains the model's heads with, per GPU type
+/// (`sim::compute::attention_backend`); none without a model, without flash attention or on
+/// families its rules do not cover.
+fn attention_kernels(exp: &Experiment) -> Option<(HeadSizes, Vec<(&str, AttentionKernels)>)> {
+    let t = &exp.loaded.config.training;
+    let model = exp.model.as_ref().filter(|_| t.flash_attention)?;
+    let heads = HeadSizes::of(model);
+    let per_type: Vec<(&str, AttentionKernels)> = exp
+        .gpu_types
+        .iter()
+        .filter_map(|g| {
+            let kernels = attention_backend::select(
+                t.attention_backend,
+                &g.architecture,
+                heads,
+                t.transformer_engine,
+            )?;
+            Some((g.name.as_str(), kernels))
+        })
+        .collect();
+    (!per_type.is_empty()).then_some((heads, per_type))
+}
+
+/// `check`'s words for [`attention_kernels`].
+fn attention_text(exp: &Experiment) -> String {
+    let Some((heads, per_type)) = attention_kernels(exp) else {
+        return String::new();
+    };
+    let te = exp
+        .loaded
+        .config
+        .training
+        .transformer_engine
+        .map(|r| format!(", Transformer Engine {r}"))
+        .unwrap_or_default();
+    let per_type: Vec<String> = per_type
+        .iter()
+        .map(|(gpu, kernels)| {
+            let name = match kernels {
+                AttentionKernels::Cudnn => "cuDNN fused",
+                AttentionKernels::Flash2 => "FlashAttention-2",
+                AttentionKernels::Unfused => "unfused (no fused kernel trains these heads)",
+            };
+            format!("{name} on {gpu}")
+        })
+        .collect();
+    format!(
+        "; attention (heads {}/{}{te}) {}",
+        heads.qk,
+        heads.v,
+        per_type.join(", ")
     )
 }
 

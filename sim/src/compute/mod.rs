@@ -10,6 +10,7 @@
 
 // The comparisons with measurements use the model, never the reverse; unit tests borrow its
 // benchmark kernels.
+pub mod attention_backend;
 #[cfg(any(test, feature = "calibration"))]
 pub mod calibration;
 pub mod efficiency;
@@ -19,7 +20,7 @@ pub mod table;
 
 use std::fmt;
 
-use crate::config::{ConfigError, Precision};
+use crate::config::{AttentionBackend, ConfigError, Precision};
 use crate::gpu::{ClockState, GpuDatabase, GpuSpec};
 use crate::time::SimTime;
 use crate::workload::{Kernel, Pass, Program, Shape};
@@ -195,15 +196,32 @@ impl ComputeModel {
                 .cloned()
         };
         let tables = KernelTables::load(&paths, &named)?;
-        let backend = loaded.config.training.attention_backend;
-        let in_use: Vec<&str> = exp
-            .gpu_types
-            .iter()
-            .map(|g| g.architecture.as_str())
-            .collect();
-        let efficiency = EfficiencyTable::embedded()?
-            .with_attention(backend, &in_use)
-            .map_err(|e| loaded.error("training.attention_backend", e.to_string()))?;
+        let t = &loaded.config.training;
+        let heads = exp.model.as_ref().map(attention_backend::HeadSizes::of);
+        let mut efficiency = EfficiencyTable::embedded()?;
+        for g in &exp.gpu_types {
+            // The kernels Transformer Engine picks for this family and these heads; a family
+            // its rules do not cover (or an imported trace, which has no heads) takes what
+            // the run asked for.
+            let picked = heads.and_then(|h| {
+                attention_backend::select(
+                    t.attention_backend,
+                    &g.architecture,
+                    h,
+                    t.transformer_engine,
+                )
+            });
+            let backend = match picked {
+                Some(attention_backend::AttentionKernels::Cudnn) => AttentionBackend::Cudnn,
+                Some(attention_backend::AttentionKernels::Flash2) => AttentionBackend::Flash2,
+                // Unfused attention is compiled as such and uses no fused-attention fit.
+                Some(attention_backend::AttentionKernels::Unfused) => continue,
+                None => t.attention_backend,
+            };
+            efficiency = efficiency
+                .with_attention(backend, &[g.architecture.as_str()])
+                .map_err(|e| loaded.error("training.attention_backend", e.to_string()))?;
+        }
         let mut model = Self::new(efficiency, tables);
         model.clock_spread = c.clock_spread;
         Ok(model)

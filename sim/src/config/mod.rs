@@ -779,6 +779,11 @@ pub struct TrainingConfig {
     /// Transformer Engine picks for the GPU), `cudnn` or `flash2`.
     #[serde(default)]
     pub attention_backend: AttentionBackend,
+    /// The Transformer Engine release the run uses, as a quoted `"MAJOR.MINOR"` (`"2.4"`):
+    /// which attention kernels it can train a head size with depends on it
+    /// ([`crate::compute::attention_backend`]). Unset: today's releases.
+    #[serde(default)]
+    pub transformer_engine: Option<TeRelease>,
     /// What CUDA graphs capture (Megatron-Core `--cuda-graph-impl` / `--cuda-graph-scope`):
     /// `none` (eager, Megatron's default), `attn`, `layers` or `full-iteration`. Ops inside
     /// a graph cost the host nothing to issue; the others cost the host CPU's dispatch time
@@ -840,6 +845,69 @@ impl AttentionBackend {
             AttentionBackend::Cudnn => "cudnn",
             AttentionBackend::Flash2 => "flash2",
         }
+    }
+}
+
+/// A Transformer Engine release, `MAJOR.MINOR` (`training.transformer_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TeRelease {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl TeRelease {
+    pub const fn new(major: u32, minor: u32) -> Self {
+        TeRelease { major, minor }
+    }
+}
+
+impl std::fmt::Display for TeRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for TeRelease {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            format!("`{s}` is not a Transformer Engine release; write MAJOR.MINOR, e.g. \"2.4\"")
+        };
+        let mut parts = s.trim().trim_start_matches('v').split('.');
+        let major = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let minor = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        // A patch level (`2.2.1`) changes no kernel selection rule.
+        if parts.next().is_some_and(|p| p.parse::<u32>().is_err()) || parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(TeRelease { major, minor })
+    }
+}
+
+impl<'de> Deserialize<'de> for TeRelease {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TeRelease;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a quoted Transformer Engine release such as \"2.4\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TeRelease, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<TeRelease, E> {
+                Err(E::custom(format!(
+                    "write the release as a quoted string, e.g. \"{v}\" (as a number, 2.10 would read as 2.1)"
+                )))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<TeRelease, E> {
+                Err(E::custom(format!(
+                    "write the release as a quoted MAJOR.MINOR string, e.g. \"{v}.0\""
+                )))
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 
@@ -920,6 +988,7 @@ impl Default for TrainingConfig {
             fp8_param_gather: false,
             grad_reduce_in_bf16: false,
             attention_backend: AttentionBackend::Auto,
+            transformer_engine: None,
             cuda_graphs: CudaGraphs::None,
         }
     }

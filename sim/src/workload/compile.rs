@@ -23,6 +23,7 @@
 //!   ZeRO-3 / FSDP also gathers each layer's parameters before its forward and backward,
 //!   prefetching one layer ahead.
 
+use crate::compute::attention_backend::{self, HeadSizes};
 use crate::config::{ConfigError, Precision, TensorClass};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
@@ -90,6 +91,14 @@ impl CompileOptions {
         let t = &cfg.training;
         let p = &cfg.parallel;
         let layout = exp.layout;
+        // Where Transformer Engine has no fused kernel that trains these heads on a GPU in
+        // use, it runs the unfused path (compute::attention_backend).
+        let unfused = attention_backend::unfused_somewhere(
+            t.attention_backend,
+            &exp.gpu_types,
+            HeadSizes::of(model),
+            t.transformer_engine,
+        );
         let bucket_params = t
             .bucket_params
             .unwrap_or_else(|| 40_000_000u64.max(1_000_000 * u64::from(layout.dp)));
@@ -114,7 +123,7 @@ impl CompileOptions {
                 precision: t.precision,
                 recompute: t.recompute,
                 recompute_modules: t.recomputed_modules(),
-                flash: t.flash_attention,
+                flash: t.flash_attention && !unfused,
                 tp_comm_overlap: t.tp_comm_overlap,
                 moe_shared_expert_overlap: t.moe_shared_expert_overlap,
                 cp_comm: p.cp_comm,
