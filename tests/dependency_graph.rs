@@ -56,3 +56,29 @@ fn only_the_server_feature_brings_tokio() {
     let with = crates(&["-p", "fleetsim"]);
     assert!(network_runtimes(&with).contains(&"tokio"), "{with:?}");
 }
+
+/// The partitioner never knows the engine (ARCHITECTURE.md, `partitioner/`): what it needs of
+/// how transfers are cut comes from `sim::segments`, so no source file of it names
+/// `sim::engine`.
+#[test]
+fn the_partitioner_does_not_import_the_engine() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("partitioner/src");
+    let mut files = vec![dir];
+    let mut checked = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("partitioner/src is readable") {
+                files.push(entry.expect("entry").path());
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("source is readable");
+            assert!(
+                !text.contains("sim::engine"),
+                "{} imports the engine",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "found {checked} partitioner sources");
+}

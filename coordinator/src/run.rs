@@ -347,7 +347,8 @@ pub fn partition(
     placement: Placement,
 ) -> Result<Partition, RunError> {
     let engine_cfg = &exp.loaded.config.engine;
-    let load = partitioner::Load::estimate(&model.topology, &model.workload, &model.net);
+    let load =
+        partitioner::Load::estimate(&model.topology, &model.workload, &model.net.segmenting());
     let split = |parts| {
         partitioner::partition(
             &model.topology,

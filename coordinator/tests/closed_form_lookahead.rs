@@ -13,7 +13,7 @@ fn closed_form_reductions_across_workers_keep_the_windows_few_and_the_result() {
     // On the analytical network every data-parallel gradient reduction is closed form.
     let exp = experiment(&pipelines("analytical", 16));
     let m = model(&exp);
-    let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net);
+    let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net.segmenting());
     let split = partitioner::partition(&m.topology, "metis", 4, &load, 0).expect("metis");
     let (_, one, _) = run_measured(model(&exp), split.partition_of.clone(), Split::new(1, 1));
     let (_, four, stats) = run_measured(m, split.partition_of, Split::new(4, 1));

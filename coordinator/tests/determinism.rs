@@ -332,7 +332,7 @@ fn same_digest_for(toml: &str, seed: u64, map_seed: u64, what: &str) -> Result<(
                 threads,
             ));
         }
-        let load = partitioner::Load::estimate(topo, &m.workload, &m.net);
+        let load = partitioner::Load::estimate(topo, &m.workload, &m.net.segmenting());
         for strategy in partitioner::names() {
             for parts in [0, 3] {
                 match partitioner::partition(topo, strategy, parts, &load, seed) {

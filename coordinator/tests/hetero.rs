@@ -129,7 +129,7 @@ fn a_planned_workload_gives_the_same_digest_on_any_partition() {
     let digest = one.digest();
     for (strategy, workers, threads) in [("random", 2, 1), ("metis", 3, 2), ("by-rail", 2, 2)] {
         let m = model(&exp);
-        let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net);
+        let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net.segmenting());
         let parts = partitioner::partition(&m.topology, strategy, 5, &load, 7)
             .expect("partition")
             .partition_of;
@@ -314,7 +314,7 @@ fn cxl_transfers_give_the_same_digest_on_any_partition() {
         let digest = one.digest();
         for (strategy, workers, threads) in [("random", 2, 2), ("round-robin", 3, 1)] {
             let m = model(&exp);
-            let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net);
+            let load = partitioner::Load::estimate(&m.topology, &m.workload, &m.net.segmenting());
             let parts = partitioner::partition(&m.topology, strategy, 4, &load, 3)
                 .expect("partition")
                 .partition_of;

@@ -15,11 +15,12 @@ fn metis_gives_each_partition_whole_pipelines_and_a_share_of_every_stage() {
         let exp = experiment(&pipelines(network, 16));
         let m = model(&exp);
         let topo = &m.topology;
-        let load = partitioner::Load::estimate(topo, &m.workload, &m.net);
+        let load = partitioner::Load::estimate(topo, &m.workload, &m.net.segmenting());
         assert_eq!(load.phases, 4, "one phase per stage");
         // 64 micro-batches: 3/67, not worth cutting the data-parallel groups for.
         let long = model(&experiment(&pipelines(network, 256)));
-        let long_load = partitioner::Load::estimate(&long.topology, &long.workload, &long.net);
+        let long_load =
+            partitioner::Load::estimate(&long.topology, &long.workload, &long.net.segmenting());
         assert_eq!(
             long_load.phases, 1,
             "a long pipeline balances its total only"

@@ -10,7 +10,7 @@
 //!   traffic spreads over the group.
 //! - Events, as the engine makes them (`sim/src/engine/net.rs`, `gpu/`): a GPU handles two
 //!   per op. A flow whose path has a queued link is cut into segments, each transfer as the
-//!   engine cuts it (`sim::engine::gpu::segment_size`); each segment is sent and
+//!   engine cuts it (`sim::segments::segment_size`); each segment is sent and
 //!   acknowledged at its source, arrives at every other node that queues it (the near end of
 //!   each queued link) and at its destination, and ends a transmission (about once per queued
 //!   link); a node that only passes it on across analytical links gets no event. A flow that
@@ -30,9 +30,8 @@
 use std::collections::BTreeMap;
 
 use sim::collective::bus_factor;
-use sim::engine::NetworkParams;
-use sim::engine::gpu::segment_size;
 use sim::layout::GroupKind;
+use sim::segments::Segmenting;
 use sim::topology::{NodeId, Topology};
 use sim::workload::{OpKind, Peer, Workload};
 
@@ -146,7 +145,7 @@ impl Load {
     }
 
     /// The load `workload` puts on `topology` under the network model `net`.
-    pub fn estimate(topology: &Topology, workload: &Workload, net: &NetworkParams) -> Load {
+    pub fn estimate(topology: &Topology, workload: &Workload, net: &Segmenting) -> Load {
         let layout = &workload.layout;
         let traffic: Vec<ProgramTraffic> = workload
             .programs
@@ -245,7 +244,7 @@ impl Load {
             }
             // Cut as the engine cuts each transfer.
             let per_transfer = (f.bytes / f.transfers).ceil() as u64;
-            let size = segment_size(per_transfer, net.segment_bytes) as f64;
+            let size = net.segment_size(per_transfer) as f64;
             let segments = f.transfers * (per_transfer as f64 / size).ceil();
             // Sent and acknowledged at the source, arriving at the destination.
             events.add(src, 2.0 * segments);

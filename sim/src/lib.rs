@@ -24,6 +24,7 @@ pub mod memory;
 pub mod model;
 pub mod pipeline_layout;
 pub mod planner;
+pub mod segments;
 pub mod slab;
 pub mod time;
 pub mod topology;

@@ -99,7 +99,7 @@ pub fn compare(
     let topology = exp.build_topology()?;
     let workload = sim::workload::load_or_compile(exp, None)?;
     let net = sim::engine::NetworkParams::from_experiment(exp, &topology)?;
-    let load = Load::estimate(&topology, &workload, &net);
+    let load = Load::estimate(&topology, &workload, &net.segmenting());
     let atoms = partitioner::Atoms::new(&topology).count;
     let setup_s = started.elapsed().as_secs_f64();
     let names: Vec<String> = if strategies.iter().any(|s| s == "all") {

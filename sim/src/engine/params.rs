@@ -3,6 +3,7 @@
 use super::results::class_index;
 use crate::config::{ConfigError, CongestionControl, NetworkModel};
 use crate::experiment::Experiment;
+use crate::segments::Segmenting;
 use crate::time::SimTime;
 use crate::topology::{LinkClass, Topology};
 
@@ -64,6 +65,14 @@ impl NetworkParams {
     /// `network.model = "analytical"`.
     pub fn is_queued(&self, class: LinkClass) -> bool {
         self.queued[class_index(class)]
+    }
+
+    /// What the partitioner reads of these: queued classes and the largest segment.
+    pub fn segmenting(&self) -> Segmenting {
+        Segmenting {
+            queued: self.queued,
+            segment_bytes: self.segment_bytes,
+        }
     }
 
     /// Whether flows over links of `class` share them max-min fairly

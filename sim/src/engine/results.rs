@@ -10,15 +10,7 @@ use crate::hash::mix;
 use crate::time::SimTime;
 use crate::topology::{LinkClass, LinkId, NodeId};
 
-/// Index of a link class in per-class arrays.
-pub fn class_index(class: LinkClass) -> usize {
-    match class {
-        LinkClass::NvLink => 0,
-        LinkClass::Pcie => 1,
-        LinkClass::Network => 2,
-        LinkClass::Cxl => 3,
-    }
-}
+pub use crate::segments::class_index;
 
 pub const CLASSES: [LinkClass; 4] = [
     LinkClass::NvLink,

@@ -11,7 +11,7 @@ mod fluid;
 mod packet;
 mod serial;
 
-pub use packet::segment_size;
+pub use crate::segments::segment_size;
 pub(super) use serial::SerialConnection;
 
 use super::GpuLp;

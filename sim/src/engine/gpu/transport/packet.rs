@@ -188,28 +188,8 @@ impl GpuLp {
     }
 }
 
-/// Fewest segments a flow is cut into, and the smallest segment that rule makes.
-const MIN_SEGMENTS: u64 = 8;
-const MIN_SEGMENT_BYTES: u64 = 4 << 10;
-
-/// Bytes per segment of a flow of `bytes`: `network.segment_bytes`, but small enough for
-/// [`MIN_SEGMENTS`] segments (not below [`MIN_SEGMENT_BYTES`]), so that flows sharing a
-/// port interleave at no coarser than an eighth of a flow, as MTU-sized packets would.
-/// `largest` is `network.segment_bytes`.
-///
-/// The segments are equal but the last, which also carries the remainder (fewer bytes than
-/// there are segments). A short last segment would overtake its predecessors across links
-/// that run without a queue and end the message before they arrive.
-pub fn segment_size(bytes: u64, largest: u64) -> u64 {
-    let most = (bytes / MIN_SEGMENTS)
-        .max(MIN_SEGMENT_BYTES)
-        .min(largest)
-        .max(1);
-    (bytes / bytes.div_ceil(most).max(1)).max(1)
-}
-
 /// Bytes of a flow's next segment with `rest` bytes left to send: the last takes all
-/// that is left ([`segment_size`]).
+/// that is left ([`crate::segments::segment_size`]).
 fn next_segment(rest: u64, segment: u64) -> u64 {
     if rest >= 2 * segment { segment } else { rest }
 }
