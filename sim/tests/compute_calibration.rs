@@ -711,6 +711,81 @@ fn h200_runs_gemms_at_h100_speed_and_large_memory_bound_kernels_at_its_hbm_bandw
     );
 }
 
+/// The SDPA benchmark's causal attention (batch 1, 128 query and 8 KV heads, head 128, BF16)
+/// over `seq` tokens, as fleetsim times a kernel.
+fn sdpa_kernel(pass: sim::workload::Pass, seq: u64) -> Kernel {
+    Kernel {
+        name: sim::workload::KernelName::CoreAttention,
+        pass,
+        shape: Shape::Attention {
+            batch: 1,
+            heads: 128,
+            kv_heads: 8,
+            seq_q: seq,
+            seq_kv: seq,
+            head_dim: 128,
+            causal: true,
+            flash: true,
+            dropout: false,
+        },
+        flops: 0,
+        bytes: 0,
+        dtype: Precision::Bf16,
+    }
+}
+
+/// Rows `seq, forward_ms, backward_ms` of an SDPA benchmark file.
+fn sdpa_rows(file: &str, expected: usize) -> Vec<Vec<f64>> {
+    let rows: Vec<Vec<f64>> = calibration(file)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("seq"))
+        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
+        .collect();
+    assert_eq!(rows.len(), expected, "{file}");
+    rows
+}
+
+/// Checks a benchmark's rows from 4,096 tokens against `modelled` (ms per call for a pass
+/// and a sequence) plus the smallest fixed cost per call that fits (each measured time is
+/// the benchmark's PyTorch path plus the kernel): within 8% of every row. `also` checks each
+/// of those rows besides.
+fn sdpa_rows_follow(
+    rows: &[Vec<f64>],
+    fixed_range: std::ops::Range<f64>,
+    modelled: impl Fn(sim::workload::Pass, u64) -> f64,
+    also: impl Fn(sim::workload::Pass, u64),
+) {
+    for (pass, column) in [
+        (sim::workload::Pass::Forward, 1),
+        (sim::workload::Pass::Dgrad, 2),
+    ] {
+        let long: Vec<&Vec<f64>> = rows.iter().filter(|r| r[0] >= 4096.0).collect();
+        // The fixed cost: the least-squares constant of measured minus modelled, relative.
+        let weights: Vec<f64> = long.iter().map(|r| 1.0 / (r[column] * r[column])).collect();
+        let fixed = long
+            .iter()
+            .zip(&weights)
+            .map(|(r, w)| w * (r[column] - modelled(pass, r[0] as u64)))
+            .sum::<f64>()
+            / weights.iter().sum::<f64>();
+        assert!(
+            fixed_range.contains(&fixed),
+            "{pass:?}: fixed cost {fixed} ms"
+        );
+        for r in &long {
+            let predicted = fixed + modelled(pass, r[0] as u64);
+            let error = predicted / r[column] - 1.0;
+            assert!(
+                error.abs() <= 0.08,
+                "{pass:?} at {} tokens: measured {} ms, predicted {predicted:.3} ms",
+                r[0],
+                r[column]
+            );
+            also(pass, r[0] as u64);
+        }
+    }
+}
+
 /// Blackwell's fused attention against cuDNN 9.13's own B200 benchmark
 /// (`b200-cudnn/sdpa-bf16-cudnn913.csv`): each measured time is a fixed cost per call of the
 /// benchmark's PyTorch path plus the kernel. Fitted as such, the kernel's rate at long
@@ -725,62 +800,23 @@ fn b200_cudnn_attention_follows_cudnn_913_from_4k_tokens() {
     let families = EfficiencyTable::embedded().expect("families");
     let (blackwell, fitted) = families.for_architecture("blackwell");
     let (hopper, _) = families.for_architecture("hopper");
-    let rows: Vec<Vec<f64>> = calibration("b200-cudnn/sdpa-bf16-cudnn913.csv")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with("seq"))
-        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
-        .collect();
-    assert_eq!(rows.len(), 8);
-    for (pass, column) in [
-        (sim::workload::Pass::Forward, 1),
-        (sim::workload::Pass::Dgrad, 2),
-    ] {
-        let kernel = |seq: u64| Kernel {
-            name: sim::workload::KernelName::CoreAttention,
-            pass,
-            shape: Shape::Attention {
-                batch: 1,
-                heads: 128,
-                kv_heads: 8,
-                seq_q: seq,
-                seq_kv: seq,
-                head_dim: 128,
-                causal: true,
-                flash: true,
-                dropout: false,
-            },
-            flops: 0,
-            bytes: 0,
-            dtype: Precision::Bf16,
-        };
-        let ms = |eff, seq| {
-            model_time_at(&kernel(seq), b200, eff, fitted, ClockState::Burst).seconds() * 1e3
-        };
-        let long: Vec<&Vec<f64>> = rows.iter().filter(|r| r[0] >= 4096.0).collect();
-        // The fixed cost: the least-squares constant of measured minus modelled, relative.
-        let weights: Vec<f64> = long.iter().map(|r| 1.0 / (r[column] * r[column])).collect();
-        let fixed = long
-            .iter()
-            .zip(&weights)
-            .map(|(r, w)| w * (r[column] - ms(blackwell, r[0] as u64)))
-            .sum::<f64>()
-            / weights.iter().sum::<f64>();
-        assert!(
-            (0.0..1.0).contains(&fixed),
-            "{pass:?}: fixed cost {fixed} ms"
-        );
-        for r in &long {
-            let predicted = fixed + ms(blackwell, r[0] as u64);
-            let error = predicted / r[column] - 1.0;
-            assert!(
-                error.abs() <= 0.08,
-                "{pass:?} at {} tokens: measured {} ms, predicted {predicted:.3} ms",
-                r[0],
-                r[column]
-            );
-            assert!(ms(hopper, r[0] as u64) < ms(blackwell, r[0] as u64));
-        }
-    }
+    let ms = |eff, pass, seq| {
+        model_time_at(
+            &sdpa_kernel(pass, seq),
+            b200,
+            eff,
+            fitted,
+            ClockState::Burst,
+        )
+        .seconds()
+            * 1e3
+    };
+    sdpa_rows_follow(
+        &sdpa_rows("b200-cudnn/sdpa-bf16-cudnn913.csv", 8),
+        0.0..1.0,
+        |pass, seq| ms(blackwell, pass, seq),
+        |pass, seq| assert!(ms(hopper, pass, seq) < ms(blackwell, pass, seq)),
+    );
 }
 
 /// Blackwell's FlashAttention-2 against PyTorch SDPA's flash backend on a GB200
@@ -801,64 +837,27 @@ fn gb200_flash_attention_2_follows_sdpa_flash_backend_from_4k_tokens() {
         .expect("a Blackwell FlashAttention-2 fit");
     let (flash2, fitted) = flash2.for_architecture("blackwell");
     assert_eq!(flash2.attention.backend, AttentionBackend::Flash2);
-    let rows: Vec<Vec<f64>> = calibration("gb200-sdpa/sdpa-bf16-flash2.csv")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with("seq"))
-        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
-        .collect();
-    assert_eq!(rows.len(), 9);
-    for (pass, column) in [
-        (sim::workload::Pass::Forward, 1),
-        (sim::workload::Pass::Dgrad, 2),
-    ] {
-        let kernel = |seq: u64| Kernel {
-            name: sim::workload::KernelName::CoreAttention,
-            pass,
-            shape: Shape::Attention {
-                batch: 1,
-                heads: 128,
-                kv_heads: 8,
-                seq_q: seq,
-                seq_kv: seq,
-                head_dim: 128,
-                causal: true,
-                flash: true,
-                dropout: false,
-            },
-            flops: 0,
-            bytes: 0,
-            dtype: Precision::Bf16,
-        };
-        let ms = |eff, seq| {
-            model_time_at(&kernel(seq), gb200, eff, fitted, ClockState::Burst).seconds() * 1e3
-        };
-        let long: Vec<&Vec<f64>> = rows.iter().filter(|r| r[0] >= 4096.0).collect();
-        let weights: Vec<f64> = long.iter().map(|r| 1.0 / (r[column] * r[column])).collect();
-        let fixed = long
-            .iter()
-            .zip(&weights)
-            .map(|(r, w)| w * (r[column] - ms(flash2, r[0] as u64)))
-            .sum::<f64>()
-            / weights.iter().sum::<f64>();
-        assert!(
-            (-0.1..1.0).contains(&fixed),
-            "{pass:?}: fixed cost {fixed} ms"
-        );
-        for r in &long {
-            let predicted = fixed + ms(flash2, r[0] as u64);
-            let error = predicted / r[column] - 1.0;
-            assert!(
-                error.abs() <= 0.08,
-                "{pass:?} at {} tokens: measured {} ms, predicted {predicted:.3} ms",
-                r[0],
-                r[column]
-            );
-            let slower = ms(flash2, r[0] as u64) / ms(&cudnn, r[0] as u64);
+    let ms = |eff, pass, seq| {
+        model_time_at(
+            &sdpa_kernel(pass, seq),
+            gb200,
+            eff,
+            fitted,
+            ClockState::Burst,
+        )
+        .seconds()
+            * 1e3
+    };
+    sdpa_rows_follow(
+        &sdpa_rows("gb200-sdpa/sdpa-bf16-flash2.csv", 9),
+        -0.1..1.0,
+        |pass, seq| ms(flash2, pass, seq),
+        |pass, seq| {
+            let slower = ms(flash2, pass, seq) / ms(&cudnn, pass, seq);
             assert!(
                 (2.5..4.5).contains(&slower),
-                "{pass:?} at {} tokens: FlashAttention-2 {slower:.2}x cuDNN's time",
-                r[0]
+                "{pass:?} at {seq} tokens: FlashAttention-2 {slower:.2}x cuDNN's time"
             );
-        }
-    }
+        },
+    );
 }
