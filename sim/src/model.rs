@@ -698,12 +698,25 @@ impl ModelSpec {
         (self.heads * self.head_dim, self.kv_heads * self.head_dim)
     }
 
+    /// Width of one query/key head: under MLA its compressed part and its rotary part.
+    pub fn qk_head_dim(&self) -> u64 {
+        match &self.mla {
+            Some(m) => m.qk_nope_head_dim + m.qk_rope_head_dim,
+            None => self.head_dim,
+        }
+    }
+
+    /// Width of one value head.
+    pub fn v_head_dim(&self) -> u64 {
+        self.mla.as_ref().map_or(self.head_dim, |m| m.v_head_dim)
+    }
+
     /// Self-attention parameters of one layer: QKV and output projections (GQA-aware), or
     /// MLA's down- and up-projections with the decoupled RoPE key (arXiv 2412.19437 eq. 1-11).
     pub fn attention_params(&self) -> u64 {
         let h = self.hidden;
         if let Some(m) = &self.mla {
-            let qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            let qk_head = self.qk_head_dim();
             let q = if m.q_lora_rank > 0 {
                 h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * self.heads * qk_head
             } else {

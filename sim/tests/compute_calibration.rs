@@ -734,6 +734,17 @@ fn sdpa_kernel(pass: sim::workload::Pass, seq: u64) -> Kernel {
     }
 }
 
+/// [`sdpa_kernel`]'s milliseconds on `gpu` at the burst clock, as a benchmark loop runs it.
+fn sdpa_ms(
+    gpu: &GpuSpec,
+    eff: &sim::compute::efficiency::ArchEfficiency,
+    fitted: bool,
+    pass: sim::workload::Pass,
+    seq: u64,
+) -> f64 {
+    model_time_at(&sdpa_kernel(pass, seq), gpu, eff, fitted, ClockState::Burst).seconds() * 1e3
+}
+
 /// Rows `seq, forward_ms, backward_ms` of an SDPA benchmark file.
 fn sdpa_rows(file: &str, expected: usize) -> Vec<Vec<f64>> {
     let rows: Vec<Vec<f64>> = calibration(file)
@@ -800,17 +811,7 @@ fn b200_cudnn_attention_follows_cudnn_913_from_4k_tokens() {
     let families = EfficiencyTable::embedded().expect("families");
     let (blackwell, fitted) = families.for_architecture("blackwell");
     let (hopper, _) = families.for_architecture("hopper");
-    let ms = |eff, pass, seq| {
-        model_time_at(
-            &sdpa_kernel(pass, seq),
-            b200,
-            eff,
-            fitted,
-            ClockState::Burst,
-        )
-        .seconds()
-            * 1e3
-    };
+    let ms = |eff, pass, seq| sdpa_ms(b200, eff, fitted, pass, seq);
     sdpa_rows_follow(
         &sdpa_rows("b200-cudnn/sdpa-bf16-cudnn913.csv", 8),
         0.0..1.0,
@@ -837,17 +838,7 @@ fn gb200_flash_attention_2_follows_sdpa_flash_backend_from_4k_tokens() {
         .expect("a Blackwell FlashAttention-2 fit");
     let (flash2, fitted) = flash2.for_architecture("blackwell");
     assert_eq!(flash2.attention.backend, AttentionBackend::Flash2);
-    let ms = |eff, pass, seq| {
-        model_time_at(
-            &sdpa_kernel(pass, seq),
-            gb200,
-            eff,
-            fitted,
-            ClockState::Burst,
-        )
-        .seconds()
-            * 1e3
-    };
+    let ms = |eff, pass, seq| sdpa_ms(gb200, eff, fitted, pass, seq);
     sdpa_rows_follow(
         &sdpa_rows("gb200-sdpa/sdpa-bf16-flash2.csv", 9),
         -0.1..1.0,

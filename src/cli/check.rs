@@ -379,21 +379,12 @@ fn training_text(exp: &Experiment) -> String {
 fn attention_kernels(exp: &Experiment) -> Option<(HeadSizes, Vec<(&str, AttentionKernels)>)> {
     let t = &exp.loaded.config.training;
     let model = exp.model.as_ref().filter(|_| t.flash_attention)?;
-    let heads = HeadSizes::of(model);
-    let per_type: Vec<(&str, AttentionKernels)> = exp
-        .gpu_types
-        .iter()
-        .filter_map(|g| {
-            let kernels = attention_backend::select(
-                t.attention_backend,
-                &g.architecture,
-                heads,
-                t.transformer_engine,
-            )?;
-            Some((g.name.as_str(), kernels))
-        })
-        .collect();
-    (!per_type.is_empty()).then_some((heads, per_type))
+    let per_type: Vec<(&str, AttentionKernels)> =
+        attention_backend::per_gpu_type(t, Some(model), &exp.gpu_types)
+            .into_iter()
+            .filter_map(|(g, kernels)| Some((g.name.as_str(), kernels?)))
+            .collect();
+    (!per_type.is_empty()).then_some((HeadSizes::of(model), per_type))
 }
 
 /// `check`'s words for [`attention_kernels`].

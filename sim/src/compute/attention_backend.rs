@@ -18,7 +18,7 @@
 //! Only NVIDIA's Ampere, Hopper and Blackwell families follow these rules; others keep their
 //! family's default kernels.
 
-use crate::config::{AttentionBackend, TeRelease};
+use crate::config::{AttentionBackend, TeRelease, TrainingConfig};
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
 
@@ -55,32 +55,37 @@ pub struct HeadSizes {
 }
 
 impl HeadSizes {
-    /// MLA's query/key heads carry the rotary part beside the compressed one.
     pub fn of(model: &ModelSpec) -> Self {
-        match &model.mla {
-            Some(m) => HeadSizes {
-                qk: m.qk_nope_head_dim + m.qk_rope_head_dim,
-                v: m.v_head_dim,
-            },
-            None => HeadSizes {
-                qk: model.head_dim,
-                v: model.head_dim,
-            },
+        HeadSizes {
+            qk: model.qk_head_dim(),
+            v: model.v_head_dim(),
         }
     }
 }
 
-/// Whether some GPU type of the run can train these heads only through the unfused path;
-/// then the whole run compiles unfused attention (its workload is one for every type).
-pub fn unfused_somewhere(
-    requested: AttentionBackend,
-    gpu_types: &[GpuSpec],
-    heads: HeadSizes,
-    te: Option<TeRelease>,
-) -> bool {
+/// The kernels each GPU type of a run trains its heads with, by [`select`] with the run's
+/// `training.attention_backend` and `training.transformer_engine`; `None` for a family TE's
+/// rules do not cover, or for every type without a model (an imported trace has no heads).
+pub fn per_gpu_type<'a>(
+    training: &TrainingConfig,
+    model: Option<&ModelSpec>,
+    gpu_types: &'a [GpuSpec],
+) -> Vec<(&'a GpuSpec, Option<AttentionKernels>)> {
+    let heads = model.map(HeadSizes::of);
     gpu_types
         .iter()
-        .any(|g| select(requested, &g.architecture, heads, te) == Some(AttentionKernels::Unfused))
+        .map(|g| {
+            let kernels = heads.and_then(|h| {
+                select(
+                    training.attention_backend,
+                    &g.architecture,
+                    h,
+                    training.transformer_engine,
+                )
+            });
+            (g, kernels)
+        })
+        .collect()
 }
 
 /// The kernels TE trains `heads` with on a GPU of `architecture` when the run asks for

@@ -197,20 +197,10 @@ impl ComputeModel {
         };
         let tables = KernelTables::load(&paths, &named)?;
         let t = &loaded.config.training;
-        let heads = exp.model.as_ref().map(attention_backend::HeadSizes::of);
         let mut efficiency = EfficiencyTable::embedded()?;
-        for g in &exp.gpu_types {
-            // The kernels Transformer Engine picks for this family and these heads; a family
-            // its rules do not cover (or an imported trace, which has no heads) takes what
-            // the run asked for.
-            let picked = heads.and_then(|h| {
-                attention_backend::select(
-                    t.attention_backend,
-                    &g.architecture,
-                    h,
-                    t.transformer_engine,
-                )
-            });
+        for (g, picked) in attention_backend::per_gpu_type(t, exp.model.as_ref(), &exp.gpu_types) {
+            // The fit of the kernels Transformer Engine picks for this family and these heads;
+            // a family its rules do not cover takes what the run asked for.
             let backend = match picked {
                 Some(attention_backend::AttentionKernels::Cudnn) => AttentionBackend::Cudnn,
                 Some(attention_backend::AttentionKernels::Flash2) => AttentionBackend::Flash2,

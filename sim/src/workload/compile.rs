@@ -23,7 +23,7 @@
 //!   ZeRO-3 / FSDP also gathers each layer's parameters before its forward and backward,
 //!   prefetching one layer ahead.
 
-use crate::compute::attention_backend::{self, HeadSizes};
+use crate::compute::attention_backend::{self, AttentionKernels};
 use crate::config::{ConfigError, Precision, TensorClass};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
@@ -93,12 +93,10 @@ impl CompileOptions {
         let layout = exp.layout;
         // Where Transformer Engine has no fused kernel that trains these heads on a GPU in
         // use, it runs the unfused path (compute::attention_backend).
-        let unfused = attention_backend::unfused_somewhere(
-            t.attention_backend,
-            &exp.gpu_types,
-            HeadSizes::of(model),
-            t.transformer_engine,
-        );
+        // The whole run compiles unfused attention then (its workload is one for every type).
+        let unfused = attention_backend::per_gpu_type(t, Some(model), &exp.gpu_types)
+            .iter()
+            .any(|(_, k)| *k == Some(AttentionKernels::Unfused));
         let bucket_params = t
             .bucket_params
             .unwrap_or_else(|| 40_000_000u64.max(1_000_000 * u64::from(layout.dp)));

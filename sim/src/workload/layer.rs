@@ -782,10 +782,7 @@ impl LayerEmitter<'_> {
     }
 
     fn head_dim(&self) -> u64 {
-        match &self.model.mla {
-            Some(m) => m.qk_nope_head_dim + m.qk_rope_head_dim,
-            None => self.model.head_dim,
-        }
+        self.model.qk_head_dim()
     }
 
     /// Core attention over `seq_kv` keys for this rank's queries, scaled by `share` (1/cp per
