@@ -491,6 +491,18 @@ impl Experiment {
                 ));
             }
         }
+        for (name, sms) in t.tp_comm_overlap_sms.entries() {
+            let Some(sms) = sms else { continue };
+            if let Some(g) = gpu_types.iter().find(|g| sms >= g.sms) {
+                return Err(err(
+                    &format!("training.tp_comm_overlap_sms.{name}"),
+                    format!(
+                        "{sms} SMs held back for communication leave the GEMM none of {}'s {}; Transformer Engine's recipes hold 1-32",
+                        g.name, g.sms
+                    ),
+                ));
+            }
+        }
         let mut warnings = Vec::new();
         if let Some(modules) = &t.recompute_modules {
             if t.recompute != Recompute::Selective {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe, TeRelease};
+use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe, TeRelease, TpOverlapSms};
 
 /// Where the shipped table lives in the source tree (named in its errors).
 pub const SHIPPED_FILE: &str = "configs/frameworks.toml";
@@ -75,6 +75,8 @@ pub struct TrainingFacts {
     pub bucket_params: Option<Fact<u64>>,
     pub cuda_graphs: Option<Fact<CudaGraphs>>,
     pub transformer_engine: Option<Fact<TeRelease>>,
+    /// The launcher's userbuffers settings, where one recipe is all the framework runs.
+    pub tp_comm_overlap_sms: Option<Fact<TpOverlapSms>>,
 }
 
 /// Facts with no experiment key yet: recorded, applied to nothing.
@@ -177,6 +179,18 @@ impl Framework {
         if let Some(f) = &t.transformer_engine {
             keys.push(key("training", "transformer_engine", f, |v| {
                 toml::Value::String(v.to_string())
+            }));
+        }
+        if let Some(f) = &t.tp_comm_overlap_sms {
+            keys.push(key("training", "tp_comm_overlap_sms", f, |v| {
+                toml::Value::Table(
+                    v.entries()
+                        .into_iter()
+                        .filter_map(|(name, sms)| {
+                            sms.map(|s| (name.to_string(), toml::Value::Integer(i64::from(s))))
+                        })
+                        .collect(),
+                )
             }));
         }
         if let Some(f) = &t.bucket_params {

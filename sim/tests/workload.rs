@@ -1058,3 +1058,65 @@ fn expert_tp_collectives_follow_the_all_to_alls_that_feed_them() {
         .expect("a combine all-to-all");
     assert_eq!(p.deps(combine), &[scatter as u32]);
 }
+
+/// Transformer Engine's userbuffers hold SMs back from the GEMMs they overlap: the counts of
+/// a recipe (NeMo's GPT-3 175B H100 configuration, as dgxc-benchmarking v24.11.1's
+/// `gpt3_175b_hydra.yaml` sets it: output projection and fc2 forward 24 and 20, bulk 0), TE
+/// 2.x's defaults where a recipe states none (16 for the pipeline and bulk overlaps), TE 1.x's
+/// (none), and nothing without TP communication overlap or sequence parallelism.
+#[test]
+fn userbuffer_overlaps_hold_sms_back_from_their_gemms_as_the_recipe_and_te_release_say() {
+    let held = |training: &str, sp: bool| {
+        let exp = experiment(
+            &format!("ub-sms-{}", training.len()),
+            &tp4_pp4_on_64(1, sp, training),
+        );
+        let w = compile(&exp).expect("compile");
+        let mut by_gemm = std::collections::BTreeMap::new();
+        for k in &w.program(0, 0).kernels {
+            if let Shape::Gemm { comm_sms, .. } = k.shape {
+                let seen = by_gemm.entry((k.name, k.pass)).or_insert(comm_sms);
+                assert_eq!(
+                    *seen, comm_sms,
+                    "{:?} {:?} differs between layers",
+                    k.name, k.pass
+                );
+            }
+        }
+        by_gemm
+    };
+    let recipe = held(
+        "tp_comm_overlap = true\ntransformer_engine = \"1.7\"\n\
+         tp_comm_overlap_sms = { qkv_dgrad = 0, qkv_wgrad = 0, fc1_dgrad = 0, fc1_wgrad = 0, proj_fprop = 24, fc2_fprop = 20 }",
+        true,
+    );
+    assert_eq!(recipe[&(KernelName::OutProj, Pass::Forward)], 24);
+    assert_eq!(recipe[&(KernelName::MlpDown, Pass::Forward)], 20);
+    for gemm in [
+        (KernelName::QkvProj, Pass::Forward),
+        (KernelName::QkvProj, Pass::Dgrad),
+        (KernelName::QkvProj, Pass::Wgrad),
+        (KernelName::MlpUp, Pass::Wgrad),
+        (KernelName::OutProj, Pass::Wgrad),
+        (KernelName::MlpDown, Pass::Dgrad),
+    ] {
+        assert_eq!(recipe[&gemm], 0, "{gemm:?}");
+    }
+    let te2 = held("tp_comm_overlap = true\ntransformer_engine = \"2.0\"", true);
+    assert_eq!(te2[&(KernelName::QkvProj, Pass::Wgrad)], 16);
+    assert_eq!(te2[&(KernelName::MlpUp, Pass::Dgrad)], 16);
+    assert_eq!(te2[&(KernelName::OutProj, Pass::Forward)], 16);
+    assert_eq!(te2[&(KernelName::MlpUp, Pass::Forward)], 0);
+    let te1 = held(
+        "tp_comm_overlap = true\ntransformer_engine = \"1.13\"",
+        true,
+    );
+    assert!(te1.values().all(|&s| s == 0), "{te1:?}");
+    let no_overlap = held("transformer_engine = \"2.0\"", true);
+    assert!(no_overlap.values().all(|&s| s == 0), "{no_overlap:?}");
+    let no_sp = held(
+        "tp_comm_overlap = true\ntransformer_engine = \"2.0\"",
+        false,
+    );
+    assert!(no_sp.values().all(|&s| s == 0), "{no_sp:?}");
+}

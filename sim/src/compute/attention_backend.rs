@@ -23,7 +23,7 @@ use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
 
 /// The release whose rules apply when `training.transformer_engine` is unset.
-pub const NEWEST_RULES: TeRelease = TeRelease::new(2, 18);
+pub const NEWEST_RULES: TeRelease = TeRelease::NEWEST;
 
 /// What runs the core attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

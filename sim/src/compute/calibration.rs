@@ -119,7 +119,13 @@ pub fn gemm_kernel(m: u64, n: u64, k: u64, dtype: Precision) -> Kernel {
     Kernel {
         name: KernelName::MlpUp,
         pass: Pass::Forward,
-        shape: Shape::Gemm { m, n, k, batch: 1 },
+        shape: Shape::Gemm {
+            m,
+            n,
+            k,
+            batch: 1,
+            comm_sms: 0,
+        },
         flops: 2 * m * n * k,
         bytes: (m * k + k * n) * e + m * n * dtype.activation_bytes(),
         dtype,

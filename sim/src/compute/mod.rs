@@ -404,8 +404,14 @@ pub fn model_time_at(
     let launch_s = eff.launch_us * 1e-6;
     let memory_s = kernel.bytes as f64 / (hbm_bytes_per_s(gpu) * eff.memory_efficiency);
     let (work_s, bound) = match kernel.shape {
-        Shape::Gemm { m, n, k, batch } => slower(
-            gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff) / clock,
+        Shape::Gemm {
+            m,
+            n,
+            k,
+            batch,
+            comm_sms,
+        } => slower(
+            gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff, comm_sms) / clock,
             memory_s,
         ),
         Shape::Attention {
@@ -466,8 +472,8 @@ pub fn model_time_at(
             // dV, dP, dQ, dK) plus softmax / mask / dropout through HBM, one after another.
             let b = batch * heads;
             let (dt, hd) = (kernel.dtype, head_dim);
-            let scores = gemm_seconds(seq_q, seq_kv, hd, b, dt, gpu, eff) / clock;
-            let mix = gemm_seconds(seq_q, hd, seq_kv, b, dt, gpu, eff) / clock;
+            let scores = gemm_seconds(seq_q, seq_kv, hd, b, dt, gpu, eff, 0) / clock;
+            let mix = gemm_seconds(seq_q, hd, seq_kv, b, dt, gpu, eff, 0) / clock;
             let (gemm_s, kernels) = if kernel.pass == Pass::Forward {
                 (scores + mix, 4.0)
             } else {
@@ -535,9 +541,12 @@ fn wave_utilisation(blocks: u64, sms: u64) -> f64 {
     blocks as f64 / (waves * sms) as f64
 }
 
-/// Tensor-core time of `batch` GEMMs (m × k)·(k × n) at the datasheet clock: the fastest of
-/// the family's tiles, each taking `⌈tiles / SMs⌉` waves of one tile's time (see
-/// [`efficiency`]). Divide by the clock fraction for the time at another clock.
+/// Tensor-core time of `batch` GEMMs (m × k)·(k × n) at the datasheet clock, on the GPU's
+/// SMs less `comm_sms` (Transformer Engine's `set_sm_margin`; 0: all): the fastest of the
+/// family's tiles, each taking `⌈tiles / SMs⌉` waves of one tile's time (see [`efficiency`]),
+/// each SM at its usual rate. The clock is left as it is; the SMs the GEMM gives up run the
+/// communication. Divide by the clock fraction for the time at another clock.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm_seconds(
     m: u64,
     n: u64,
@@ -546,14 +555,15 @@ pub fn gemm_seconds(
     dtype: Precision,
     gpu: &GpuSpec,
     eff: &ArchEfficiency,
+    comm_sms: u32,
 ) -> f64 {
     let g = &eff.gemm;
     let peak = gpu.peak_flops(dtype) * g.peak_fraction.get(dtype);
     if peak <= 0.0 || m == 0 || n == 0 || k == 0 || batch == 0 {
         return 0.0;
     }
-    let sms = u64::from(gpu.sms);
-    let per_sm = peak / sms as f64;
+    let per_sm = peak / f64::from(gpu.sms.max(1));
+    let sms = u64::from(gpu.sms.saturating_sub(comm_sms).max(1));
     let intensity = |tm: u64, tn: u64| (tm * tn) as f64 / (tm + tn) as f64;
     let reuse = |i: f64| i / (i + g.tile_intensity_half);
     // `peak_fraction` is what the family's best tile reaches; smaller tiles relative to it.
@@ -588,6 +598,30 @@ mod tests {
     use crate::gpu::GpuDatabase;
     use crate::workload::KernelName;
 
+    /// Transformer Engine launches a userbuffers-overlapped GEMM on `sm_count - num_comm_sm`
+    /// SMs (`comm_gemm_overlap.cpp`, `_math_sms`): it takes what it takes on a GPU of that many
+    /// SMs at the same rate per SM, never less than on the whole GPU.
+    #[test]
+    fn a_gemm_with_sms_held_back_runs_as_on_a_gpu_of_the_rest() {
+        let db = GpuDatabase::embedded().unwrap();
+        let h100 = db.get("H100-SXM").unwrap();
+        let model = ComputeModel::embedded().unwrap();
+        let (eff, _) = model.efficiency_of(h100);
+        let mut smaller = h100.clone();
+        smaller.sms = h100.sms - 20;
+        smaller.dense_tflops.bf16 *= f64::from(smaller.sms) / f64::from(h100.sms);
+        // GPT-3 175B's fc2 forward chunk at TP 4 (NeMo: 20 SMs held) and a square GEMM.
+        for (m, n, k) in [(512, 12288, 12288), (8192, 8192, 8192)] {
+            let all = gemm_seconds(m, n, k, 1, Precision::Bf16, h100, eff, 0);
+            let held = gemm_seconds(m, n, k, 1, Precision::Bf16, h100, eff, 20);
+            let on_rest = gemm_seconds(m, n, k, 1, Precision::Bf16, &smaller, eff, 0);
+            assert!((held - on_rest).abs() / on_rest < 1e-12, "{m}x{n}x{k}");
+            assert!(held > all, "{m}x{n}x{k}: {held} vs {all}");
+        }
+        // Holding every SM leaves one, not a division by zero.
+        assert!(gemm_seconds(512, 512, 512, 1, Precision::Bf16, h100, eff, 500).is_finite());
+    }
+
     #[test]
     fn big_gemm_is_compute_bound_norm_memory_bound_and_imports_keep_their_time() {
         let db = GpuDatabase::embedded().unwrap();
@@ -603,7 +637,7 @@ mod tests {
         // At the sustained clock: the datasheet-clock time over the clock fraction.
         let clock = clock_fraction(h100, eff, ClockState::Sustained, Precision::Bf16);
         assert!((clock - 1380.0 / 1830.0).abs() < 1e-9);
-        let want = gemm_seconds(m, n, k, 1, Precision::Bf16, h100, eff) / clock + launch_s;
+        let want = gemm_seconds(m, n, k, 1, Precision::Bf16, h100, eff, 0) / clock + launch_s;
         assert!((t.seconds() - want).abs() / want < 1e-9);
         // Below the roofline, at most the best tile's fraction of the clocked peak.
         let roofline = 2.0 * (m * n * k) as f64 / h100.peak_flops(Precision::Bf16);

@@ -75,7 +75,21 @@ pub struct KernelTables {
 /// The canonical text of a shape, as the table's `shape` column writes it.
 pub fn shape_key(shape: &Shape) -> String {
     match *shape {
-        Shape::Gemm { m, n, k, batch } => format!("gemm:m={m};n={n};k={k};batch={batch}"),
+        Shape::Gemm {
+            m,
+            n,
+            k,
+            batch,
+            comm_sms,
+        } => format!(
+            "gemm:m={m};n={n};k={k};batch={batch}{}",
+            // Written only when set, so tables of GEMMs on every SM keep their keys.
+            if comm_sms > 0 {
+                format!(";comm_sms={comm_sms}")
+            } else {
+                String::new()
+            }
+        ),
         Shape::Attention {
             batch,
             heads,
@@ -138,11 +152,15 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
         .map(|f| f.split_once('=').unwrap_or((f, "")))
         .collect();
     let mut names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
-    // Attention's `dropout` is optional, last, and false when absent.
-    let has_dropout = kind == "attention"
-        && names.len() == expected.len() + 1
-        && names.last() == Some(&"dropout");
-    if has_dropout {
+    // Attention's `dropout` and a GEMM's `comm_sms` are optional, last, and off when absent.
+    let optional = match kind {
+        "attention" => "dropout",
+        _ => "comm_sms",
+    };
+    let has_optional = names.len() == expected.len() + 1
+        && names.last() == Some(&optional)
+        && kind != "elementwise";
+    if has_optional {
         names.pop();
     }
     if names != expected {
@@ -156,10 +174,10 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
                     .map(|f| format!("{f}=…"))
                     .collect::<Vec<_>>()
                     .join(";"),
-                if kind == "attention" {
-                    ", then optionally ;dropout=true"
-                } else {
-                    ""
+                match kind {
+                    "attention" => ", then optionally ;dropout=true",
+                    "gemm" => ", then optionally ;comm_sms=…",
+                    _ => "",
                 }
             ),
         });
@@ -187,6 +205,14 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
             n: num(1)?,
             k: num(2)?,
             batch: num(3)?,
+            comm_sms: if has_optional {
+                u32::try_from(num(4)?).map_err(|_| ShapeError::NotPositive {
+                    name: "comm_sms".into(),
+                    value: pairs[4].1.into(),
+                })?
+            } else {
+                0
+            },
         },
         "attention" => Shape::Attention {
             batch: num(0)?,
@@ -197,7 +223,7 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
             head_dim: num(5)?,
             causal: flag(6)?,
             flash: flag(7)?,
-            dropout: has_dropout && flag(8)?,
+            dropout: has_optional && flag(8)?,
         },
         _ => Shape::Elementwise { elements: num(0)? },
     })
@@ -596,9 +622,25 @@ mod tests {
                 flash: true,
                 dropout: true,
             },
+            Shape::Gemm {
+                m: 512,
+                n: 12288,
+                k: 12288,
+                batch: 1,
+                comm_sms: 20,
+            },
         ] {
             assert_eq!(parse_shape(&shape_key(&shape)).unwrap(), shape);
         }
+        assert_eq!(
+            shape_key(&gemm().shape),
+            "gemm:m=8192;n=8192;k=8192;batch=1",
+            "a GEMM on every SM keeps the key tables were written with"
+        );
+        assert!(matches!(
+            parse_shape("gemm:m=1;n=1;k=1;batch=1;dropout=true"),
+            Err(ShapeError::Fields { .. })
+        ));
         assert_eq!(
             parse_shape("gemm:m=1;n=0;k=1;batch=1")
                 .unwrap_err()
@@ -661,6 +703,7 @@ mod tests {
             n: 8192,
             k: 4096,
             batch: 1,
+            comm_sms: 0,
         };
         assert_eq!(t.lookup(&other, h100), None);
         // The model falls back to the calibrated roofline and says so.

@@ -784,6 +784,11 @@ pub struct TrainingConfig {
     /// ([`crate::compute::attention_backend`]). Unset: today's releases.
     #[serde(default)]
     pub transformer_engine: Option<TeRelease>,
+    /// SMs each userbuffers overlap holds back from its GEMM (Transformer Engine's `ub_cfgs`:
+    /// `num_sm` with `set_sm_margin`), e.g. `{ proj_fprop = 24, fc2_fprop = 20 }`; keys left
+    /// out take TE's default for the release.
+    #[serde(default)]
+    pub tp_comm_overlap_sms: TpOverlapSms,
     /// What CUDA graphs capture (Megatron-Core `--cuda-graph-impl` / `--cuda-graph-scope`):
     /// `none` (eager, Megatron's default), `attn`, `layers` or `full-iteration`. Ops inside
     /// a graph cost the host nothing to issue; the others cost the host CPU's dispatch time
@@ -856,8 +861,50 @@ pub struct TeRelease {
 }
 
 impl TeRelease {
+    /// The release whose rules apply when `training.transformer_engine` is unset.
+    pub const NEWEST: TeRelease = TeRelease::new(2, 18);
+
     pub const fn new(major: u32, minor: u32) -> Self {
         TeRelease { major, minor }
+    }
+}
+
+/// `training.tp_comm_overlap_sms`: for each GEMM Transformer Engine's userbuffers overlaps
+/// with tensor-parallel communication, the SMs its communication kernel holds back from it
+/// (`num_sm` where the overlap sets `set_sm_margin`, else 0), by TE's `ub_cfgs` names. A key
+/// left out takes TE's default for `training.transformer_engine`
+/// ([`crate::workload::userbuffers`]). Read only with `tp_comm_overlap` and sequence
+/// parallelism.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TpOverlapSms {
+    pub qkv_fprop: Option<u32>,
+    pub qkv_dgrad: Option<u32>,
+    pub qkv_wgrad: Option<u32>,
+    pub proj_fprop: Option<u32>,
+    pub proj_dgrad: Option<u32>,
+    pub fc1_fprop: Option<u32>,
+    pub fc1_dgrad: Option<u32>,
+    pub fc1_wgrad: Option<u32>,
+    pub fc2_fprop: Option<u32>,
+    pub fc2_dgrad: Option<u32>,
+}
+
+impl TpOverlapSms {
+    /// Every key with its value, in TE's order.
+    pub fn entries(&self) -> [(&'static str, Option<u32>); 10] {
+        [
+            ("qkv_fprop", self.qkv_fprop),
+            ("qkv_dgrad", self.qkv_dgrad),
+            ("qkv_wgrad", self.qkv_wgrad),
+            ("proj_fprop", self.proj_fprop),
+            ("proj_dgrad", self.proj_dgrad),
+            ("fc1_fprop", self.fc1_fprop),
+            ("fc1_dgrad", self.fc1_dgrad),
+            ("fc1_wgrad", self.fc1_wgrad),
+            ("fc2_fprop", self.fc2_fprop),
+            ("fc2_dgrad", self.fc2_dgrad),
+        ]
     }
 }
 
@@ -989,6 +1036,7 @@ impl Default for TrainingConfig {
             grad_reduce_in_bf16: false,
             attention_backend: AttentionBackend::Auto,
             transformer_engine: None,
+            tp_comm_overlap_sms: TpOverlapSms::default(),
             cuda_graphs: CudaGraphs::None,
         }
     }

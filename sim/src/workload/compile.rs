@@ -24,11 +24,12 @@
 //!   prefetching one layer ahead.
 
 use crate::compute::attention_backend::{self, AttentionKernels};
-use crate::config::{ConfigError, Precision, TensorClass};
+use crate::config::{ConfigError, Precision, TeRelease, TensorClass};
 use crate::experiment::Experiment;
 use crate::layout::{GroupKind, ParallelLayout};
 use crate::memory::{MemoryInputs, ParamBytes, layer_params_per_rank, output_params_per_rank};
 use crate::model::ModelSpec;
+use crate::workload::userbuffers::UserbufferSms;
 
 use super::layer::{Builder, Dims, LayerEmitter};
 use super::live_memory;
@@ -123,6 +124,10 @@ impl CompileOptions {
                 recompute_modules: t.recomputed_modules(),
                 flash: t.flash_attention && !unfused,
                 tp_comm_overlap: t.tp_comm_overlap,
+                userbuffer_sms: UserbufferSms::resolve(
+                    &t.tp_comm_overlap_sms,
+                    t.transformer_engine.unwrap_or(TeRelease::NEWEST),
+                ),
                 moe_shared_expert_overlap: t.moe_shared_expert_overlap,
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,

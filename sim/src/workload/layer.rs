@@ -35,6 +35,7 @@
 use crate::config::{CpComm, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules};
 use crate::layout::GroupKind;
 use crate::model::{Activation, ModelSpec, Moe, Norm, Position};
+use crate::workload::userbuffers::UserbufferSms;
 
 use super::{
     CollectiveOp, Kernel, KernelName, Label, Module, NO_LAYER, OpKind, Pass, Peer, Phase, Program,
@@ -63,6 +64,8 @@ pub struct Dims {
     pub recompute_modules: RecomputeModules,
     pub flash: bool,
     pub tp_comm_overlap: bool,
+    /// SMs Transformer Engine's userbuffers hold back from the GEMMs they overlap.
+    pub userbuffer_sms: UserbufferSms,
     /// Shared experts run beside the MoE all-to-alls (`training.moe_shared_expert_overlap`).
     pub moe_shared_expert_overlap: bool,
     pub cp_comm: CpComm,
@@ -72,6 +75,12 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// Whether Transformer Engine's userbuffers overlap the TP communication (SP over a TP
+    /// group of more than one rank, `tp_comm_overlap`).
+    pub fn userbuffers_active(&self) -> bool {
+        self.tp_comm_overlap && self.sp()
+    }
+
     /// Tokens of one micro-batch on this CP rank (what TP GEMMs see).
     pub fn tokens(&self) -> u64 {
         self.batch * self.seq / self.cp
@@ -355,7 +364,17 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
     Kernel {
         name,
         pass,
-        shape: Shape::Gemm { m, n, k, batch },
+        shape: Shape::Gemm {
+            m,
+            n,
+            k,
+            batch,
+            comm_sms: if d.userbuffers_active() {
+                d.userbuffer_sms.of(name, pass)
+            } else {
+                0
+            },
+        },
         flops: 2 * m * n * k * batch,
         bytes: operands + batch * m * n * d.act_bytes(),
         dtype,

@@ -31,6 +31,7 @@ pub mod live_memory;
 pub mod schedule;
 
 pub mod summary;
+pub mod userbuffers;
 
 use crate::config::Precision;
 use crate::layout::{GroupKind, ParallelLayout};
@@ -391,8 +392,15 @@ pub struct Op {
 /// What a kernel computes, with the shape the compute model needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Shape {
-    /// `batch` GEMMs of (m × k) · (k × n).
-    Gemm { m: u64, n: u64, k: u64, batch: u64 },
+    /// `batch` GEMMs of (m × k) · (k × n), on the GPU's SMs less `comm_sms` held back for
+    /// communication overlapped with it ([`userbuffers`]; 0: all of them).
+    Gemm {
+        m: u64,
+        n: u64,
+        k: u64,
+        batch: u64,
+        comm_sms: u32,
+    },
     /// Fused (flash) attention of `batch × heads` query heads of `seq_q` tokens over `seq_kv`
     /// keys, with `kv_heads` key/value heads (GQA).
     Attention {
