@@ -142,7 +142,7 @@ impl RunOptions {
             workers,
             threads,
             scheduling: worker::Scheduling::for_run(
-                &exp.loaded.config.engine.scheduling,
+                exp.loaded.config.engine.scheduling,
                 workers,
                 embedded::oversubscribed(workers, threads),
             ),
@@ -168,7 +168,7 @@ impl Placement {
             workers,
             threads: 0,
             scheduling: worker::Scheduling::for_run(
-                &exp.loaded.config.engine.scheduling,
+                exp.loaded.config.engine.scheduling,
                 workers,
                 false,
             ),

@@ -569,17 +569,6 @@ impl Experiment {
             ));
         }
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
-        if !["auto", "asynchronous", "load-adaptive", "static"]
-            .contains(&cfg.engine.scheduling.as_str())
-        {
-            return Err(err(
-                "engine.scheduling",
-                format!(
-                    "unknown scheduling `{}`; use auto (the default: asynchronous on one worker, load-adaptive on several), asynchronous (each thread runs its own partitions, no barrier inside a window), load-adaptive (UNISON's: longest partition first, work stealing) or static (each partition on one thread, no stealing)",
-                    cfg.engine.scheduling
-                ),
-            ));
-        }
 
         // --- memory ---
         let inputs = memory_inputs(cfg, micro_batches);

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use sim::config::SchedulingChoice;
 use sim::engine::{Event, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::topology::NodeId;
@@ -167,13 +168,13 @@ impl Scheduling {
     /// `auto` is load-adaptive too when the worker's threads outnumber the cores
     /// (`oversubscribed`): threads that wait for each other's promises all the time need a
     /// core each (quickstart, 2 cores: 1.43 s on 3 threads against 0.60 s load-adaptive).
-    pub fn for_run(name: &str, workers: u32, oversubscribed: bool) -> Scheduling {
-        match name {
-            "asynchronous" => Scheduling::Asynchronous,
-            "load-adaptive" => Scheduling::LoadAdaptive,
-            "static" => Scheduling::Static,
-            _ if workers <= 1 && !oversubscribed => Scheduling::Asynchronous,
-            _ => Scheduling::LoadAdaptive,
+    pub fn for_run(choice: SchedulingChoice, workers: u32, oversubscribed: bool) -> Scheduling {
+        match choice {
+            SchedulingChoice::Asynchronous => Scheduling::Asynchronous,
+            SchedulingChoice::LoadAdaptive => Scheduling::LoadAdaptive,
+            SchedulingChoice::Static => Scheduling::Static,
+            SchedulingChoice::Auto if workers <= 1 && !oversubscribed => Scheduling::Asynchronous,
+            SchedulingChoice::Auto => Scheduling::LoadAdaptive,
         }
     }
 
@@ -738,11 +739,26 @@ mod tests {
     #[test]
     fn auto_is_asynchronous_only_on_a_lone_worker_with_a_core_per_thread() {
         use Scheduling::*;
-        assert_eq!(Scheduling::for_run("auto", 1, false), Asynchronous);
-        assert_eq!(Scheduling::for_run("auto", 1, true), LoadAdaptive);
-        assert_eq!(Scheduling::for_run("auto", 2, false), LoadAdaptive);
-        assert_eq!(Scheduling::for_run("asynchronous", 3, true), Asynchronous);
-        assert_eq!(Scheduling::for_run("static", 1, false), Static);
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Auto, 1, false),
+            Asynchronous
+        );
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Auto, 1, true),
+            LoadAdaptive
+        );
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Auto, 2, false),
+            LoadAdaptive
+        );
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Asynchronous, 3, true),
+            Asynchronous
+        );
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Static, 1, false),
+            Static
+        );
         // Only a lone asynchronous worker may be granted windows wider than the lookahead.
         assert!(Asynchronous.wide_windows(1));
         assert!(!Asynchronous.wide_windows(2));

@@ -77,7 +77,7 @@ pub fn run_coordinator(
                 let rounds = CombiningBarrier::new(workers, lookahead, progress)
                     .with_checkpoints(checkpoints.schedule);
                 let scheduling = worker::Scheduling::for_run(
-                    &exp.loaded.config.engine.scheduling,
+                    exp.loaded.config.engine.scheduling,
                     workers,
                     false,
                 );

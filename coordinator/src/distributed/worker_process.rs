@@ -181,7 +181,7 @@ pub fn run_worker_process(
             .then(|| reply.resume_parts.iter().map(PathBuf::from).collect()),
         stop_requested: Some(stop_requested),
         scheduling: worker::Scheduling::for_run(
-            &exp.loaded.config.engine.scheduling,
+            exp.loaded.config.engine.scheduling,
             workers,
             oversubscribed,
         ),

@@ -1281,8 +1281,8 @@ pub struct EngineConfig {
     /// window), `load-adaptive` (every window longest first by last window's events, with
     /// stealing, then a barrier), `static`, or `auto` (asynchronous on one worker,
     /// load-adaptive on several).
-    #[serde(default = "defaults::scheduling")]
-    pub scheduling: String,
+    #[serde(default)]
+    pub scheduling: SchedulingChoice,
     /// Windows between barriers end at the least promise of any partition: from each pending
     /// event's distance to the cut and each GPU's program (a model-derived lookahead).
     /// `false`: one lookahead (the cut's smallest link latency) after a window's start.
@@ -1293,6 +1293,62 @@ pub struct EngineConfig {
     /// (`fleetsim plan`'s search, then the best plan is simulated).
     #[serde(default)]
     pub planner: Planner,
+}
+
+/// `engine.scheduling`: how a worker runs its partitions on its threads (the worker resolves
+/// `auto` for the run, `worker::Scheduling::for_run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SchedulingChoice {
+    /// Asynchronous on one worker, load-adaptive on several.
+    #[default]
+    Auto,
+    /// Each thread runs its own partitions, no barrier inside a window.
+    Asynchronous,
+    /// UNISON's: longest partition first, work stealing, a barrier every window.
+    LoadAdaptive,
+    /// Each partition on one thread, no stealing, a barrier every window.
+    Static,
+}
+
+impl SchedulingChoice {
+    pub const ALL: [SchedulingChoice; 4] = [
+        SchedulingChoice::Auto,
+        SchedulingChoice::Asynchronous,
+        SchedulingChoice::LoadAdaptive,
+        SchedulingChoice::Static,
+    ];
+
+    /// The name the experiment file writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedulingChoice::Auto => "auto",
+            SchedulingChoice::Asynchronous => "asynchronous",
+            SchedulingChoice::LoadAdaptive => "load-adaptive",
+            SchedulingChoice::Static => "static",
+        }
+    }
+}
+
+impl std::str::FromStr for SchedulingChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SchedulingChoice::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown scheduling `{s}`; use auto (the default: asynchronous on one worker, load-adaptive on several), asynchronous (each thread runs its own partitions, no barrier inside a window), load-adaptive (UNISON's: longest partition first, work stealing) or static (each partition on one thread, no stealing)"
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for SchedulingChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// `engine.planner`.
@@ -1314,7 +1370,7 @@ impl Default for EngineConfig {
             workers: 1,
             threads: 0,
             partitions: 0,
-            scheduling: defaults::scheduling(),
+            scheduling: SchedulingChoice::Auto,
             promises: true,
             planner: Planner::Naive,
         }
@@ -1495,9 +1551,6 @@ pub mod defaults {
         2
     }
     pub fn partition() -> String {
-        "auto".into()
-    }
-    pub fn scheduling() -> String {
         "auto".into()
     }
     pub fn seed() -> u64 {
