@@ -250,7 +250,7 @@ pub struct Manifest {
 /// (topology, programs, kernel times). A checkpoint resumes only into the same fingerprint.
 pub fn fingerprint(exp: &Experiment, model: &SimModel) -> String {
     let mut config = exp.loaded.config.clone();
-    config.engine.partition.clear();
+    config.engine.partition = sim::config::PartitionStrategy::Auto;
     config.engine.workers = 0;
     config.engine.threads = 0;
     let mut h = sim::hash::Fnv64::default();

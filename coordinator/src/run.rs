@@ -42,7 +42,7 @@ pub enum RunError {
     TooManyWorkers {
         workers: u32,
         partitions: u32,
-        strategy: String,
+        strategy: sim::config::PartitionStrategy,
     },
     /// The simulation ran, but a rank failed or never finished. Not a `#[source]`: the
     /// message holds it, and `{:#}` would print it twice.
@@ -315,7 +315,7 @@ pub fn run_jobs_alone(
 /// lookahead it allows. Depends on the topology only.
 #[derive(Debug, Clone)]
 pub struct Partition {
-    pub strategy: String,
+    pub strategy: sim::config::PartitionStrategy,
     /// The workers, threads and scheduling it was cut for.
     pub placement: Placement,
     pub partition_of: Vec<u32>,
@@ -352,7 +352,7 @@ pub fn partition(
     let split = |parts| {
         partitioner::partition(
             &model.topology,
-            &engine_cfg.partition,
+            engine_cfg.partition.name(),
             parts,
             &load,
             engine_cfg.seed,
@@ -379,7 +379,7 @@ pub fn partition(
             return Err(RunError::TooManyWorkers {
                 workers: placement.workers,
                 partitions: assignment.partitions,
-                strategy: engine_cfg.partition.clone(),
+                strategy: engine_cfg.partition,
             });
         }
         warnings.push(format!(
@@ -409,7 +409,7 @@ pub fn partition(
         )));
     }
     Ok(Partition {
-        strategy: engine_cfg.partition.clone(),
+        strategy: engine_cfg.partition,
         placement,
         lookahead_ps,
         partition_of: assignment.partition_of,
@@ -469,7 +469,7 @@ pub fn simulate(
     let engine = EngineInfo {
         mode: "embedded",
         warnings: partition.warnings.clone(),
-        strategy: partition.strategy.clone(),
+        strategy: partition.strategy,
         stats,
         peak_rss_bytes: peak_rss_bytes(),
     };

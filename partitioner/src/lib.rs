@@ -14,6 +14,7 @@ pub mod atoms;
 pub mod load;
 pub mod quality;
 
+pub use sim::config::PartitionStrategy;
 use sim::hash::splitmix64;
 use sim::topology::{LinkClass, NodeKind, Topology};
 
@@ -69,49 +70,40 @@ pub enum PartitionError {
     },
 }
 
-/// A way to cut a topology into partitions.
+/// A way to cut a topology into partitions; [`PartitionStrategy`] names each.
 pub trait Strategy: Sync {
-    /// The name `engine.partition`, `--partition` and `--strategy` take.
-    fn name(&self) -> &'static str;
     /// One line for `fleetsim partition`'s table and the docs.
     fn describe(&self) -> &'static str;
     /// The partition of every atom.
     fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError>;
 }
 
-/// Every strategy, in the order reports list them.
-pub fn strategies() -> Vec<Box<dyn Strategy>> {
-    vec![
-        Box::new(ByHost),
-        Box::new(RoundRobin),
-        Box::new(Linear),
-        Box::new(Random),
-        Box::new(BySegment),
-        Box::new(ByPod),
-        Box::new(ByRail),
-        Box::new(LatencyAware),
-        Box::new(Metis),
-        Box::new(Auto),
-    ]
+/// The code of a strategy.
+pub fn implementation(strategy: PartitionStrategy) -> Box<dyn Strategy> {
+    match strategy {
+        PartitionStrategy::ByHost => Box::new(ByHost),
+        PartitionStrategy::RoundRobin => Box::new(RoundRobin),
+        PartitionStrategy::Linear => Box::new(Linear),
+        PartitionStrategy::Random => Box::new(Random),
+        PartitionStrategy::BySegment => Box::new(BySegment),
+        PartitionStrategy::ByPod => Box::new(ByPod),
+        PartitionStrategy::ByRail => Box::new(ByRail),
+        PartitionStrategy::LatencyAware => Box::new(LatencyAware),
+        PartitionStrategy::Metis => Box::new(Metis),
+        PartitionStrategy::Auto => Box::new(Auto),
+    }
 }
 
-/// The names [`strategies`] answer to (`by-rack` is `by-segment`).
+/// Every strategy's name, in the order reports list them (`by-rack` is `by-segment`).
 pub fn names() -> Vec<&'static str> {
-    strategies().iter().map(|s| s.name()).collect()
+    PartitionStrategy::ALL.iter().map(|s| s.name()).collect()
 }
 
 /// What the named strategy does, in one line.
 pub fn describe(name: &str) -> Option<&'static str> {
-    find(name).map(|s| s.describe())
-}
-
-fn find(name: &str) -> Option<Box<dyn Strategy>> {
-    let name = if name == "by-rack" {
-        "by-segment"
-    } else {
-        name
-    };
-    strategies().into_iter().find(|s| s.name() == name)
+    name.parse::<PartitionStrategy>()
+        .ok()
+        .map(|s| implementation(s).describe())
 }
 
 /// `partition_of[node]` for every topology node.
@@ -130,9 +122,13 @@ pub fn partition(
     load: &Load,
     seed: u64,
 ) -> Result<Assignment, PartitionError> {
-    let s = find(strategy).ok_or_else(|| PartitionError::UnknownStrategy {
-        name: strategy.into(),
-    })?;
+    let s = implementation(
+        strategy
+            .parse()
+            .map_err(|_| PartitionError::UnknownStrategy {
+                name: strategy.into(),
+            })?,
+    );
     let atoms = Atoms::new(topology);
     let input = Input {
         topology,
@@ -193,9 +189,6 @@ pub fn lookahead_ps(topology: &Topology, assignment: &Assignment) -> Option<u64>
 struct ByHost;
 
 impl Strategy for ByHost {
-    fn name(&self) -> &'static str {
-        "by-host"
-    }
     fn describe(&self) -> &'static str {
         "one partition per host and per switch; with --parts, consecutive atoms packed by load"
     }
@@ -209,9 +202,6 @@ impl Strategy for ByHost {
 struct RoundRobin;
 
 impl Strategy for RoundRobin {
-    fn name(&self) -> &'static str {
-        "round-robin"
-    }
     fn describe(&self) -> &'static str {
         "atom i (hosts, then switches) to partition i mod K"
     }
@@ -225,9 +215,6 @@ impl Strategy for RoundRobin {
 struct Linear;
 
 impl Strategy for Linear {
-    fn name(&self) -> &'static str {
-        "linear"
-    }
     fn describe(&self) -> &'static str {
         "contiguous ranges of atoms (hosts, then switches), equal counts"
     }
@@ -242,9 +229,6 @@ impl Strategy for Linear {
 struct Random;
 
 impl Strategy for Random {
-    fn name(&self) -> &'static str {
-        "random"
-    }
     fn describe(&self) -> &'static str {
         "each atom to a partition drawn from (seed, atom): a baseline"
     }
@@ -270,9 +254,6 @@ fn host_to_edge(a: Option<NodeKind>, b: Option<NodeKind>) -> bool {
 struct BySegment;
 
 impl Strategy for BySegment {
-    fn name(&self) -> &'static str {
-        "by-segment"
-    }
     fn describe(&self) -> &'static str {
         "hosts sharing leaves (a segment or rack) with their leaves; spines and cores alone"
     }
@@ -288,9 +269,6 @@ impl Strategy for BySegment {
 struct ByPod;
 
 impl Strategy for ByPod {
-    fn name(&self) -> &'static str {
-        "by-pod"
-    }
     fn describe(&self) -> &'static str {
         "segments with the spines that join them (a pod); cores alone"
     }
@@ -312,9 +290,6 @@ impl Strategy for ByPod {
 struct ByRail;
 
 impl Strategy for ByRail {
-    fn name(&self) -> &'static str {
-        "by-rail"
-    }
     fn describe(&self) -> &'static str {
         "each rail's leaves (and spines only they reach) apart from the hosts, hosts by segment"
     }
@@ -393,9 +368,6 @@ impl Strategy for ByRail {
 struct LatencyAware;
 
 impl Strategy for LatencyAware {
-    fn name(&self) -> &'static str {
-        "latency-aware"
-    }
     fn describe(&self) -> &'static str {
         "joins atoms over links faster than the slowest link class, packs the groups by load"
     }
@@ -432,9 +404,6 @@ const MULTI_CONSTRAINT_IMBALANCE: metis::Real = 1.05;
 pub const METIS_DEFAULT_PARTS: u32 = 256;
 
 impl Strategy for Metis {
-    fn name(&self) -> &'static str {
-        "metis"
-    }
     fn describe(&self) -> &'static str {
         "METIS k-way on the atom graph: balances expected events, minimises expected cut bytes"
     }
@@ -539,9 +508,6 @@ impl Strategy for Metis {
 struct Auto;
 
 impl Strategy for Auto {
-    fn name(&self) -> &'static str {
-        "auto"
-    }
     fn describe(&self) -> &'static str {
         "by-host by default; metis for fewer partitions than atoms (by-segment without a workload)"
     }

@@ -545,29 +545,6 @@ impl Experiment {
             }
         }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
-        let known = [
-            "auto",
-            "by-host",
-            "random",
-            "round-robin",
-            "linear",
-            "by-rack",
-            "by-segment",
-            "by-pod",
-            "by-rail",
-            "metis",
-            "latency-aware",
-        ];
-        if !known.contains(&cfg.engine.partition.as_str()) {
-            return Err(err(
-                "engine.partition",
-                format!(
-                    "unknown strategy `{}`; valid: {}",
-                    cfg.engine.partition,
-                    known.join(", ")
-                ),
-            ));
-        }
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
 
         // --- memory ---

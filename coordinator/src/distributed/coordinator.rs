@@ -181,7 +181,7 @@ pub fn run_coordinator(
     let engine = EngineInfo {
         mode: "distributed",
         warnings: partition.warnings.clone(),
-        strategy: exp.loaded.config.engine.partition.clone(),
+        strategy: exp.loaded.config.engine.partition,
         stats,
         peak_rss_bytes: peak_rss_bytes(),
     };

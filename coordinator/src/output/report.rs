@@ -27,7 +27,7 @@ pub struct EngineInfo {
     pub mode: &'static str,
     /// What the run should say about how it was placed.
     pub warnings: Vec<String>,
-    pub strategy: String,
+    pub strategy: sim::config::PartitionStrategy,
     pub stats: EngineStats,
     pub peak_rss_bytes: u64,
 }
@@ -281,7 +281,7 @@ pub fn summarize_run(
             mode: engine.mode.to_string(),
             workers: s.workers,
             partitions: s.partitions,
-            strategy: engine.strategy.clone(),
+            strategy: engine.strategy.name().to_string(),
             threads: s.threads,
             events: s.events,
             windows: s.windows,

@@ -1261,8 +1261,9 @@ impl Default for CollectivesConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineConfig {
-    #[serde(default = "defaults::partition")]
-    pub partition: String,
+    /// How the topology is cut into logical processes (the `partitioner` crate).
+    #[serde(default)]
+    pub partition: PartitionStrategy,
     #[serde(default = "defaults::seed")]
     pub seed: u64,
     /// In-process workers of an embedded run.
@@ -1293,6 +1294,88 @@ pub struct EngineConfig {
     /// (`fleetsim plan`'s search, then the best plan is simulated).
     #[serde(default)]
     pub planner: Planner,
+}
+
+/// `engine.partition`: the partitioner's strategies (`partitioner::implementation` gives each
+/// its code), in the order reports list them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PartitionStrategy {
+    ByHost,
+    RoundRobin,
+    Linear,
+    Random,
+    /// Also written `by-rack`.
+    BySegment,
+    ByPod,
+    ByRail,
+    LatencyAware,
+    Metis,
+    #[default]
+    Auto,
+}
+
+impl PartitionStrategy {
+    pub const ALL: [PartitionStrategy; 10] = [
+        PartitionStrategy::ByHost,
+        PartitionStrategy::RoundRobin,
+        PartitionStrategy::Linear,
+        PartitionStrategy::Random,
+        PartitionStrategy::BySegment,
+        PartitionStrategy::ByPod,
+        PartitionStrategy::ByRail,
+        PartitionStrategy::LatencyAware,
+        PartitionStrategy::Metis,
+        PartitionStrategy::Auto,
+    ];
+
+    /// The name `engine.partition`, `--partition` and `--strategy` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            PartitionStrategy::ByHost => "by-host",
+            PartitionStrategy::RoundRobin => "round-robin",
+            PartitionStrategy::Linear => "linear",
+            PartitionStrategy::Random => "random",
+            PartitionStrategy::BySegment => "by-segment",
+            PartitionStrategy::ByPod => "by-pod",
+            PartitionStrategy::ByRail => "by-rail",
+            PartitionStrategy::LatencyAware => "latency-aware",
+            PartitionStrategy::Metis => "metis",
+            PartitionStrategy::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for PartitionStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for PartitionStrategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "by-rack" {
+            return Ok(PartitionStrategy::BySegment);
+        }
+        PartitionStrategy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = PartitionStrategy::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown strategy `{s}`; valid: {} (by-rack is by-segment)",
+                    valid.join(", ")
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for PartitionStrategy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// `engine.scheduling`: how a worker runs its partitions on its threads (the worker resolves
@@ -1365,7 +1448,7 @@ pub enum Planner {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            partition: defaults::partition(),
+            partition: PartitionStrategy::Auto,
             seed: defaults::seed(),
             workers: 1,
             threads: 0,
@@ -1549,9 +1632,6 @@ pub mod defaults {
     }
     pub fn cross_nic() -> u8 {
         2
-    }
-    pub fn partition() -> String {
-        "auto".into()
     }
     pub fn seed() -> u64 {
         1
