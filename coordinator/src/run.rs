@@ -33,8 +33,13 @@ pub enum RunError {
     /// Not a `#[source]`: the message already holds the engine's, and `{:#}` would repeat it.
     #[error("simulation failed: {0}")]
     Engine(worker::EngineError),
+    /// A distributed run's processes could not serve, reach each other or finish.
+    #[cfg(feature = "server")]
     #[error("simulation did not complete: {0}")]
-    Incomplete(String),
+    Transport(#[from] crate::distributed::TransportError),
+    /// The run's model was still held elsewhere when its results were assembled (a bug).
+    #[error("simulation did not complete: the simulation model is still shared after the run")]
+    ModelStillShared,
     /// More workers than partitions: a worker would have nothing to simulate.
     #[error(
         "{workers} workers, but engine.partition = \"{strategy}\" cuts this experiment into {partitions} partition(s) when asked for {workers} (hosts are never cut), and a worker needs at least one; start {partitions} workers or fewer"
@@ -463,9 +468,7 @@ pub fn simulate(
         },
         other => RunError::Engine(other),
     })?;
-    let model = Arc::try_unwrap(model).map_err(|_| {
-        RunError::Incomplete("the simulation model is still shared after the run".into())
-    })?;
+    let model = Arc::try_unwrap(model).map_err(|_| RunError::ModelStillShared)?;
     let engine = EngineInfo {
         mode: "embedded",
         warnings: partition.warnings.clone(),

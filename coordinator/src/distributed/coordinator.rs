@@ -101,15 +101,18 @@ pub fn run_coordinator(
         .worker_threads(1)
         .enable_all()
         .build()
-        .map_err(|e| {
-            RunError::Incomplete(format!("cannot start the coordinator's runtime: {e}"))
+        .map_err(|error| TransportError::Runtime {
+            role: "coordinator",
+            error,
         })?;
-    let addr: std::net::SocketAddr = options.listen.parse().map_err(|e| {
-        RunError::Incomplete(format!(
-            "--listen {}: not a HOST:PORT address ({e})",
-            options.listen
-        ))
-    })?;
+    let addr: std::net::SocketAddr =
+        options
+            .listen
+            .parse()
+            .map_err(|error| TransportError::ListenAddress {
+                address: options.listen.clone(),
+                error,
+            })?;
     let served = runtime.block_on(async {
         // Windows are short and back to back: no Nagle delay on the replies.
         let bound = match TcpIncoming::bind(addr) {
@@ -119,11 +122,14 @@ pub fn run_coordinator(
             other => other,
         };
         let incoming = bound
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?
+            .map_err(|e| TransportError::Listen {
+                address: addr,
+                error: e.to_string(),
+            })?
             .with_nodelay(Some(true));
         let local = incoming
             .local_addr()
-            .map_err(|e| format!("cannot read the bound address: {e}"))?;
+            .map_err(|e| TransportError::BoundAddress(e.to_string()))?;
         on_listening(local);
         let watchdog = service.clone();
         let (listening, patience) = (Instant::now(), options.registration_patience);
@@ -140,8 +146,7 @@ pub fn run_coordinator(
                 .wait_until(|hub| (hub.submitted == hub.expected).then_some(()))
                 .await;
         };
-        server(options.tls.as_ref())
-            .map_err(|e| e.to_string())?
+        server(options.tls.as_ref())?
             .add_service(
                 CoordinatorServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -149,12 +154,12 @@ pub fn run_coordinator(
             )
             .serve_with_incoming_shutdown(incoming, all_in)
             .await
-            .map_err(|e| format!("the coordinator's server failed: {e}"))
+            .map_err(|e| TransportError::Server(e.to_string()))
     });
-    served.map_err(RunError::Incomplete)?;
+    served?;
     let mut hub = service.hub.lock();
     if let Some(why) = hub.failed.take() {
-        return Err(RunError::Incomplete(why));
+        return Err(TransportError::Stopped(why).into());
     }
     if let Some(mark) = hub.rounds.driver.stopped {
         return Err(RunError::Stopped {

@@ -84,6 +84,7 @@ pub fn host_name() -> String {
 mod auth;
 mod coordinator;
 mod coordinator_service;
+mod failure;
 mod heartbeat;
 mod results;
 mod worker_client;
@@ -92,6 +93,7 @@ mod worker_service;
 
 pub use auth::{SetupError, TlsFiles, new_token, read_token};
 pub use coordinator::{CoordinatorOptions, run_coordinator};
+pub use failure::TransportError;
 pub use worker_process::{WorkerSummary, run_worker_process};
 
 use auth::{check_token, endpoint, error_chain, not_listening_yet, server, with_token};

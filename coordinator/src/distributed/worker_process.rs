@@ -24,23 +24,32 @@ pub fn run_worker_process(
     tls: Option<&TlsFiles>,
     stop_requested: Arc<AtomicBool>,
 ) -> Result<WorkerSummary, RunError> {
-    let fail = |what: String| RunError::Incomplete(what);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .map_err(|e| fail(format!("cannot start the worker's runtime: {e}")))?;
-    let addr: std::net::SocketAddr = listen
-        .parse()
-        .map_err(|e| fail(format!("--listen {listen}: not a HOST:PORT address ({e})")))?;
+        .map_err(|error| TransportError::Runtime {
+            role: "worker",
+            error,
+        })?;
+    let addr: std::net::SocketAddr =
+        listen
+            .parse()
+            .map_err(|error| TransportError::ListenAddress {
+                address: listen.to_string(),
+                error,
+            })?;
     let inbox = Arc::new(Inbox::default());
     let incoming = runtime
         .block_on(async { TcpIncoming::bind(addr) })
-        .map_err(|e| fail(format!("cannot listen on {addr}: {e}")))?
+        .map_err(|e| TransportError::Listen {
+            address: addr,
+            error: e.to_string(),
+        })?
         .with_nodelay(Some(true));
     let local = incoming
         .local_addr()
-        .map_err(|e| fail(format!("cannot read the bound address: {e}")))?;
+        .map_err(|e| TransportError::BoundAddress(e.to_string()))?;
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let service = WorkerService {
         inbox: Arc::clone(&inbox),
@@ -64,23 +73,23 @@ pub fn run_worker_process(
         match runtime.block_on(endpoint.connect()) {
             Ok(c) => break (c, coordinator),
             Err(e) if !not_listening_yet(&e) => {
-                return Err(fail(format!(
-                    "cannot talk to the coordinator at {coordinator}: {} (do both use --tls-dir, or neither?)",
-                    error_chain(&e)
-                )));
+                return Err(TransportError::Handshake {
+                    coordinator,
+                    error: error_chain(&e),
+                }
+                .into());
             }
             Err(e) if Instant::now() >= deadline => {
-                return Err(fail(format!(
-                    "cannot reach the coordinator at {coordinator} within {} s: {}",
-                    CONNECT_PATIENCE.as_secs(),
-                    error_chain(&e)
-                )));
+                return Err(TransportError::Unreachable {
+                    coordinator,
+                    seconds: CONNECT_PATIENCE.as_secs(),
+                    error: error_chain(&e),
+                }
+                .into());
             }
             // SIGTERM or SIGUSR1 before registering: nothing ran, nothing to checkpoint.
             Err(_) if stop_requested.load(Ordering::Relaxed) => {
-                return Err(fail(format!(
-                    "asked to stop while waiting for the coordinator at {coordinator}; nothing ran"
-                )));
+                return Err(TransportError::StoppedBeforeRegistering { coordinator }.into());
             }
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
@@ -115,10 +124,11 @@ pub fn run_worker_process(
             } else {
                 " (do both sides use --tls-dir, or neither?)"
             };
-            fail(format!(
-                "the coordinator at {coordinator} refused to register this worker: {}{hint}",
-                e.message()
-            ))
+            TransportError::Refused {
+                coordinator: coordinator.clone(),
+                message: e.message().to_string(),
+                hint,
+            }
         })?
         .into_inner();
     tracing::info!(
@@ -142,7 +152,7 @@ pub fn run_worker_process(
         &coordinator,
     );
     let exp = Experiment::load(Path::new(&reply.experiment_path), &reply.sets)
-        .map_err(|e| fail(format!("cannot load the run's experiment: {e}")))?;
+        .map_err(TransportError::Experiment)?;
     let model = SimModel::from_experiment(&exp, false)?;
     let partition_of: Vec<u32> = reply
         .partition_runs
@@ -151,17 +161,19 @@ pub fn run_worker_process(
         .collect();
     let fingerprint = crate::checkpoint::fingerprint(&exp, &model);
     if fingerprint != reply.fingerprint {
-        return Err(fail(format!(
-            "this worker's copy of {} builds another model than the coordinator's (fingerprint {fingerprint}, the coordinator's {}): every process must read the same experiment files, at the same path, with the same --set",
-            reply.experiment_path, reply.fingerprint
-        )));
+        return Err(TransportError::OtherModel {
+            path: reply.experiment_path.clone(),
+            ours: fingerprint,
+            theirs: reply.fingerprint.clone(),
+        }
+        .into());
     }
     if partition_of.len() != model.topology.nodes().len() {
-        return Err(fail(format!(
-            "the coordinator partitioned {} LPs, this worker's topology has {}: do both read the same experiment file?",
-            partition_of.len(),
-            model.topology.nodes().len()
-        )));
+        return Err(TransportError::OtherTopology {
+            theirs: partition_of.len(),
+            ours: model.topology.nodes().len(),
+        }
+        .into());
     }
     let map = LpMap::new(partition_of);
     let workers = reply.peer_addresses.len() as u32;
@@ -221,8 +233,8 @@ pub fn run_worker_process(
         stopped: outcome.stopped,
     };
     for part in results_parts(outcome.reports, outcome.stats, REPORTS_PER_PART) {
-        let payload = bitcode::serialize(&part)
-            .map_err(|e| fail(format!("cannot encode this worker's results: {e}")))?;
+        let payload =
+            bitcode::serialize(&part).map_err(|e| TransportError::Encode(e.to_string()))?;
         let request = with_token(
             pb::ResultsChunk {
                 worker_id: reply.worker_id,
@@ -232,11 +244,7 @@ pub fn run_worker_process(
         )?;
         runtime
             .block_on(client.submit_results(request))
-            .map_err(|e| {
-                fail(format!(
-                    "the coordinator did not take this worker's results: {e}"
-                ))
-            })?;
+            .map_err(TransportError::Submit)?;
     }
     let _ = stop_server.send(());
     let _ = runtime.block_on(server);

@@ -1,0 +1,71 @@
+//! Why a distributed run ends without results: each failure of the transport, typed where it
+//! happens (the run's setup, its token and TLS, are [`super::SetupError`]).
+
+use std::net::{AddrParseError, SocketAddr};
+
+use sim::config::ConfigError;
+
+/// A process of a distributed run could not serve, reach its peers or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("cannot start the {role}'s runtime: {error}")]
+    Runtime {
+        role: &'static str,
+        error: std::io::Error,
+    },
+    #[error("--listen {address}: not a HOST:PORT address ({error})")]
+    ListenAddress {
+        address: String,
+        error: AddrParseError,
+    },
+    #[error("cannot listen on {address}: {error}")]
+    Listen { address: SocketAddr, error: String },
+    #[error("cannot read the bound address: {0}")]
+    BoundAddress(String),
+    #[error("the coordinator's server failed: {0}")]
+    Server(String),
+    /// Its TLS files, found unusable once the server is built.
+    #[error(transparent)]
+    Setup(#[from] super::SetupError),
+    #[error(
+        "cannot talk to the coordinator at {coordinator}: {error} (do both use --tls-dir, or neither?)"
+    )]
+    Handshake { coordinator: String, error: String },
+    #[error("cannot reach the coordinator at {coordinator} within {seconds} s: {error}")]
+    Unreachable {
+        coordinator: String,
+        seconds: u64,
+        error: String,
+    },
+    /// SIGTERM or SIGUSR1 before registering: nothing ran, nothing to checkpoint.
+    #[error("asked to stop while waiting for the coordinator at {coordinator}; nothing ran")]
+    StoppedBeforeRegistering { coordinator: String },
+    #[error("the coordinator at {coordinator} refused to register this worker: {message}{hint}")]
+    Refused {
+        coordinator: String,
+        message: String,
+        hint: &'static str,
+    },
+    #[error("cannot load the run's experiment: {0}")]
+    Experiment(ConfigError),
+    #[error(
+        "this worker's copy of {path} builds another model than the coordinator's (fingerprint {ours}, the coordinator's {theirs}): every process must read the same experiment files, at the same path, with the same --set"
+    )]
+    OtherModel {
+        path: String,
+        ours: String,
+        theirs: String,
+    },
+    #[error(
+        "the coordinator partitioned {theirs} LPs, this worker's topology has {ours}: do both read the same experiment file?"
+    )]
+    OtherTopology { theirs: usize, ours: usize },
+    #[error("cannot encode this worker's results: {0}")]
+    Encode(String),
+    #[error("the coordinator did not take this worker's results: {0}")]
+    Submit(tonic::Status),
+    /// Why the run stopped, as a worker or the coordinator's watchdog said it: it travels
+    /// between processes as text.
+    #[error("{0}")]
+    Stopped(String),
+}
