@@ -104,7 +104,7 @@ impl Args {
             jobs: &job_summaries,
         };
         if !kernels {
-            return print_report(json, || report.to_json(), || report.to_text());
+            return print_report(json, || Ok(report.to_json()), || report.to_text());
         }
         if workload.jobs.is_none() {
             let stages = kernel_report::stage_kernels(&workload, &model, &exp.stage_gpus());
@@ -112,8 +112,8 @@ impl Args {
                 json,
                 || {
                     let mut v = report.to_json();
-                    v["kernels"] = kernel_report::to_json(&stages, top);
-                    v
+                    v["kernels"] = serde_json::to_value(kernel_report::to_json(&stages, top))?;
+                    Ok(v)
                 },
                 || report.to_text() + &kernel_report::to_text(&stages, top),
             );
@@ -137,9 +137,10 @@ impl Args {
             || {
                 let mut v = report.to_json();
                 for (j, (_, stages)) in per_job.iter().enumerate() {
-                    v["jobs"][j]["kernels"] = kernel_report::to_json(stages, top);
+                    v["jobs"][j]["kernels"] =
+                        serde_json::to_value(kernel_report::to_json(stages, top))?;
                 }
-                v
+                Ok(v)
             },
             || {
                 let mut text = report.to_text();

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use sim::compute::{ClockSummary, ComputeModel, KernelTime, table::shape_key};
 use sim::gpu::GpuSpec;
 use sim::time::SimTime;
@@ -156,41 +156,86 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
     s
 }
 
-pub fn to_json(stages: &[StageKernels], top: usize) -> Value {
-    json!(
-        stages
-            .iter()
-            .map(|st| json!({
-                "stage": st.stage,
-                "class": st.class,
-                "gpu": st.gpu,
-                "compute_s": SimTime::from_ps(st.compute_ps).as_secs_f64(),
-                "clock": {
-                    "sustained_fraction": st.clock.sustained,
-                    "sustained_fp8_fraction": st.clock.sustained_fp8,
-                    "burst_fraction": st.clock.burst,
-                    "sustained_mhz": st.clock.mhz(st.clock.sustained),
-                    "sustained_fp8_mhz": st.clock.mhz(st.clock.sustained_fp8),
-                    "burst_mhz": st.clock.mhz(st.clock.burst),
-                    "power_limit_w": st.clock.power_limit_w,
-                    "spread": st.clock.spread,
-                },
-                "sources": st.sources(),
-                "top": st.rows.iter().take(top).map(|r| json!({
-                    "kernel": r.kernel.name.name(),
-                    "pass": r.kernel.pass.name(),
-                    "dtype": r.kernel.dtype.name(),
-                    "shape": shape_key(&r.kernel.shape),
-                    "count": r.count,
-                    "time_s": r.time.seconds(),
-                    "total_s": SimTime::from_ps(r.total_ps()).as_secs_f64(),
-                    "bound": r.time.bound.name(),
-                    "efficiency": r.time.efficiency,
-                    "source": r.time.source.to_string(),
-                })).collect::<Vec<_>>(),
-            }))
-            .collect::<Vec<_>>()
-    )
+/// `check --kernels N --json`: each stage's clocks and its `top` kernels by total time.
+pub fn to_json(stages: &[StageKernels], top: usize) -> Vec<StageJson<'_>> {
+    stages
+        .iter()
+        .map(|st| StageJson {
+            stage: st.stage,
+            class: st.class,
+            gpu: &st.gpu,
+            compute_s: SimTime::from_ps(st.compute_ps).as_secs_f64(),
+            clock: ClockJson {
+                sustained_fraction: st.clock.sustained,
+                sustained_fp8_fraction: st.clock.sustained_fp8,
+                burst_fraction: st.clock.burst,
+                sustained_mhz: st.clock.mhz(st.clock.sustained),
+                sustained_fp8_mhz: st.clock.mhz(st.clock.sustained_fp8),
+                burst_mhz: st.clock.mhz(st.clock.burst),
+                power_limit_w: st.clock.power_limit_w,
+                spread: st.clock.spread,
+            },
+            sources: st.sources(),
+            top: st
+                .rows
+                .iter()
+                .take(top)
+                .map(|r| KernelJson {
+                    kernel: r.kernel.name.name(),
+                    pass: r.kernel.pass.name(),
+                    dtype: r.kernel.dtype.name(),
+                    shape: shape_key(&r.kernel.shape),
+                    count: r.count,
+                    time_s: r.time.seconds(),
+                    total_s: SimTime::from_ps(r.total_ps()).as_secs_f64(),
+                    bound: r.time.bound.name(),
+                    efficiency: r.time.efficiency,
+                    source: r.time.source.to_string(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// One stage of [`to_json`].
+#[derive(Debug, Serialize)]
+pub struct StageJson<'a> {
+    stage: u32,
+    class: usize,
+    gpu: &'a str,
+    compute_s: f64,
+    clock: ClockJson,
+    /// Kernels per source of their time (model, measured, imported).
+    sources: BTreeMap<String, usize>,
+    top: Vec<KernelJson>,
+}
+
+/// The clocks a stage's kernels run at, as fractions of the spec clock and in MHz.
+#[derive(Debug, Serialize)]
+struct ClockJson {
+    sustained_fraction: f64,
+    sustained_fp8_fraction: f64,
+    burst_fraction: f64,
+    sustained_mhz: Option<f64>,
+    sustained_fp8_mhz: Option<f64>,
+    burst_mhz: Option<f64>,
+    power_limit_w: Option<f64>,
+    spread: f64,
+}
+
+/// One kernel of a stage's top list.
+#[derive(Debug, Serialize)]
+struct KernelJson {
+    kernel: &'static str,
+    pass: &'static str,
+    dtype: &'static str,
+    shape: String,
+    count: u64,
+    time_s: f64,
+    total_s: f64,
+    bound: &'static str,
+    efficiency: f64,
+    source: String,
 }
 
 /// `fleetsim workload --export kernels`: every distinct kernel of every stage, on the stage's

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde::Serialize;
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::planner::{self, Estimated, Placement};
@@ -162,39 +162,86 @@ impl PlanReport {
         s
     }
 
-    pub fn to_json(&self) -> Value {
-        let candidate = |e: &Estimated| {
-            let c = &e.candidate;
-            json!({
-                "placement": c.placement.name(),
-                "tp": c.tp, "pp": c.pp, "vp": c.vp, "micro_batch": c.micro_batch,
-                "order": c.order,
-                "dp": e.experiment.layout.dp,
-                "stage_layers": e.experiment.stage_layers,
-                "replica_micro_batches": e.experiment.replica_micro_batches,
-                "estimate_s": e.estimate_s,
-            })
+    pub fn to_json<'r>(&'r self) -> PlanJson<'r> {
+        let candidate = |e: &'r Estimated| CandidateJson {
+            placement: e.candidate.placement.name(),
+            tp: e.candidate.tp,
+            pp: e.candidate.pp,
+            vp: e.candidate.vp,
+            micro_batch: e.candidate.micro_batch,
+            order: &e.candidate.order,
+            dp: e.experiment.layout.dp,
+            stage_layers: &e.experiment.stage_layers,
+            replica_micro_batches: &e.experiment.replica_micro_batches,
+            estimate_s: e.estimate_s,
         };
-        json!({
-            "name": self.name,
-            "candidates": self.candidates.len(),
-            "search_s": self.search_s,
-            "confirm_s": self.confirm_s,
-            "confirmed": self.confirmed.iter().map(|c| {
-                let mut v = candidate(&self.candidates[c.candidate]);
-                v["iteration_time_s"] = json!(c.iteration_s);
-                v["result_digest"] = json!(c.result_digest);
-                v
-            }).collect::<Vec<_>>(),
-            "naive_iteration_time_s": self.confirmed[0].iteration_s,
-            "plan_iteration_time_s": self.confirmed[self.best].iteration_s,
-            "gain": self.gain(),
-            "uniform_iteration_time_s": self.confirmed[self.best_uniform].iteration_s,
-            "placement_gain": self.placement_gain(),
-            "plan": candidate(&self.candidates[self.confirmed[self.best].candidate]),
-            "sets": self.best_sets(),
-        })
+        PlanJson {
+            name: &self.name,
+            candidates: self.candidates.len(),
+            search_s: self.search_s,
+            confirm_s: self.confirm_s,
+            confirmed: self
+                .confirmed
+                .iter()
+                .map(|c| ConfirmedJson {
+                    candidate: candidate(&self.candidates[c.candidate]),
+                    iteration_time_s: c.iteration_s,
+                    result_digest: &c.result_digest,
+                })
+                .collect(),
+            naive_iteration_time_s: self.confirmed[0].iteration_s,
+            plan_iteration_time_s: self.confirmed[self.best].iteration_s,
+            gain: self.gain(),
+            uniform_iteration_time_s: self.confirmed[self.best_uniform].iteration_s,
+            placement_gain: self.placement_gain(),
+            plan: candidate(&self.candidates[self.confirmed[self.best].candidate]),
+            sets: self.best_sets(),
+        }
     }
+}
+
+/// `plan.json` and `plan --json`.
+#[derive(Debug, Serialize)]
+pub struct PlanJson<'a> {
+    name: &'a str,
+    /// Candidates the search estimated.
+    candidates: usize,
+    search_s: f64,
+    confirm_s: f64,
+    /// The candidates the engine ran, the experiment as written first.
+    confirmed: Vec<ConfirmedJson<'a>>,
+    naive_iteration_time_s: f64,
+    plan_iteration_time_s: f64,
+    gain: f64,
+    uniform_iteration_time_s: f64,
+    placement_gain: f64,
+    plan: CandidateJson<'a>,
+    /// The `--set` overrides that run the plan.
+    sets: Vec<String>,
+}
+
+/// One candidate layout and its estimate.
+#[derive(Debug, Serialize)]
+struct CandidateJson<'a> {
+    placement: &'static str,
+    tp: u32,
+    pp: u32,
+    vp: u32,
+    micro_batch: u32,
+    order: &'a str,
+    dp: u32,
+    stage_layers: &'a [u64],
+    replica_micro_batches: &'a [u64],
+    estimate_s: f64,
+}
+
+/// A candidate the engine ran.
+#[derive(Debug, Serialize)]
+struct ConfirmedJson<'a> {
+    #[serde(flatten)]
+    candidate: CandidateJson<'a>,
+    iteration_time_s: f64,
+    result_digest: &'a str,
 }
 
 /// Searches `path` (with `sets`) and confirms the best estimates with the engine.

@@ -39,15 +39,15 @@ macro_rules! outln {
 }
 
 /// Prints a report as pretty JSON or as text.
-pub fn print_report(
+pub fn print_report<T: serde::Serialize>(
     json: bool,
-    to_json: impl FnOnce() -> serde_json::Value,
+    to_json: impl FnOnce() -> anyhow::Result<T>,
     to_text: impl FnOnce() -> String,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     if json {
         let text =
-            serde_json::to_string_pretty(&to_json()).context("rendering the report as JSON")?;
+            serde_json::to_string_pretty(&to_json()?).context("rendering the report as JSON")?;
         outln!("{text}");
     } else {
         out!("{}", to_text());

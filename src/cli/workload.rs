@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde::Serialize;
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::gpu::GpuSpec;
@@ -109,7 +109,11 @@ impl Args {
             .collect::<Result<Vec<_>, sim::config::ConfigError>>()?;
         print_report(
             self.json,
-            || json!({ "jobs": reports.iter().map(WorkloadReport::to_json).collect::<Vec<_>>() }),
+            || {
+                Ok(JobsJson {
+                    jobs: reports.iter().map(WorkloadReport::to_json).collect(),
+                })
+            },
             || {
                 reports
                     .iter()
@@ -157,7 +161,7 @@ impl Args {
             return Ok(());
         }
         let report = WorkloadReport::new(exp.name(), workload, &stage_gpus, &model, compile_s);
-        print_report(self.json, || report.to_json(), || report.to_text())
+        print_report(self.json, || Ok(report.to_json()), || report.to_text())
     }
 }
 
@@ -206,76 +210,75 @@ impl WorkloadReport {
         bubble_fraction(l.pp, l.vp, m)
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> WorkloadJson<'_> {
         let w = &self.workload;
-        let stages: Vec<Value> = self
+        let stages = self
             .stages
             .iter()
-            .map(|s| {
-                let collectives: Vec<Value> = s
+            .map(|s| StageJson {
+                stage: s.stage,
+                class: s.class,
+                ranks: s.ranks,
+                micro_batches: s.micro_batches,
+                layers: w.stage_layers.get(s.stage as usize).copied(),
+                ops: OpsJson {
+                    total: s.ops,
+                    compute: s.compute_ops,
+                    collective: s.collective_ops,
+                    p2p: s.p2p_ops,
+                    distinct_kernels: s.distinct_kernels,
+                },
+                flops_per_rank: FlopsJson {
+                    model: s.model_flops,
+                    recompute: s.recompute_flops,
+                    other: s.other_flops,
+                },
+                collectives: s
                     .collectives
                     .iter()
-                    .map(|((op, group), t)| {
-                        json!({
-                            "op": op.name(),
-                            "group": group.name(),
-                            "count": t.count,
-                            "bytes": t.bytes,
-                            "wire_bytes": t.wire_bytes,
-                        })
+                    .map(|((op, group), t)| CollectiveJson {
+                        op: op.name(),
+                        group: group.name(),
+                        count: t.count,
+                        bytes: t.bytes,
+                        wire_bytes: t.wire_bytes,
                     })
-                    .collect();
-                json!({
-                    "stage": s.stage,
-                    "class": s.class,
-                    "ranks": s.ranks,
-                    "micro_batches": s.micro_batches,
-                    "layers": w.stage_layers.get(s.stage as usize),
-                    "ops": {
-                        "total": s.ops,
-                        "compute": s.compute_ops,
-                        "collective": s.collective_ops,
-                        "p2p": s.p2p_ops,
-                        "distinct_kernels": s.distinct_kernels,
-                    },
-                    "flops_per_rank": {
-                        "model": s.model_flops,
-                        "recompute": s.recompute_flops,
-                        "other": s.other_flops,
-                    },
-                    "collectives": collectives,
-                    "send_bytes": s.send_bytes,
-                    "recv_bytes": s.recv_bytes,
-                    "cxl_bytes": s.memory_bytes,
-                })
+                    .collect(),
+                send_bytes: s.send_bytes,
+                recv_bytes: s.recv_bytes,
+                cxl_bytes: s.memory_bytes,
             })
             .collect();
         let evaluated = match &self.timing {
-            Ok(t) => json!({
-                "bubble_fraction": t.bubble_fraction(),
-                "iteration_s": SimTime::from_ps(t.iteration_ps).as_secs_f64(),
-            }),
-            Err(e) => json!({ "error": e }),
+            Ok(t) => EvaluatedJson::Timed {
+                bubble_fraction: t.bubble_fraction(),
+                iteration_s: SimTime::from_ps(t.iteration_ps).as_secs_f64(),
+            },
+            Err(e) => EvaluatedJson::Failed { error: e },
         };
-        json!({
-            "name": self.name,
-            "source": w.source,
-            "parallel": {
-                "tp": w.layout.tp, "cp": w.layout.cp, "ep": w.layout.ep,
-                "dp": w.layout.dp, "pp": w.layout.pp, "vp": w.layout.vp,
+        WorkloadJson {
+            name: &self.name,
+            source: &w.source,
+            parallel: ParallelJson {
+                tp: w.layout.tp,
+                cp: w.layout.cp,
+                ep: w.layout.ep,
+                dp: w.layout.dp,
+                pp: w.layout.pp,
+                vp: w.layout.vp,
             },
-            "programs": w.programs.len(),
-            "program_bytes": w.heap_bytes(),
-            "compile_s": self.compile_s,
-            "tokens_per_iteration": w.tokens,
-            "model_flops_per_iteration": total_model_flops(&self.stages),
-            "hardware_flops_per_iteration": total_hardware_flops(&self.stages),
-            "bubble_fraction": {
-                "analytical": self.analytical_bubble(),
-                "roofline_no_communication": evaluated,
+            programs: w.programs.len(),
+            program_bytes: w.heap_bytes(),
+            compile_s: self.compile_s,
+            tokens_per_iteration: w.tokens,
+            model_flops_per_iteration: total_model_flops(&self.stages),
+            hardware_flops_per_iteration: total_hardware_flops(&self.stages),
+            bubble_fraction: BubbleJson {
+                analytical: self.analytical_bubble(),
+                roofline_no_communication: evaluated,
             },
-            "stages": stages,
-        })
+            stages,
+        }
     }
 
     pub fn to_text(&self) -> String {
@@ -386,4 +389,96 @@ fn check_chakra_prefix(prefix: &std::path::Path) -> anyhow::Result<()> {
         ),
         None => Ok(()),
     }
+}
+
+/// `fleetsim workload --json`: one workload (or one job's).
+#[derive(Debug, Serialize)]
+pub struct WorkloadJson<'a> {
+    name: &'a str,
+    source: &'a str,
+    parallel: ParallelJson,
+    programs: usize,
+    program_bytes: usize,
+    compile_s: f64,
+    tokens_per_iteration: u64,
+    model_flops_per_iteration: f64,
+    hardware_flops_per_iteration: f64,
+    bubble_fraction: BubbleJson<'a>,
+    stages: Vec<StageJson>,
+}
+
+/// The jobs of a `[[jobs]]` experiment.
+#[derive(Debug, Serialize)]
+pub struct JobsJson<'a> {
+    jobs: Vec<WorkloadJson<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ParallelJson {
+    tp: u32,
+    cp: u32,
+    ep: u32,
+    dp: u32,
+    pp: u32,
+    vp: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct BubbleJson<'a> {
+    /// `(pp - 1) / (vp * m)`.
+    analytical: f64,
+    /// The compiled schedule's, with kernels at the roofline and no communication.
+    roofline_no_communication: EvaluatedJson<'a>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum EvaluatedJson<'a> {
+    Timed {
+        bubble_fraction: f64,
+        iteration_s: f64,
+    },
+    Failed {
+        error: &'a str,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct StageJson {
+    stage: u32,
+    class: usize,
+    ranks: u64,
+    micro_batches: u32,
+    layers: Option<u64>,
+    ops: OpsJson,
+    flops_per_rank: FlopsJson,
+    collectives: Vec<CollectiveJson>,
+    send_bytes: u64,
+    recv_bytes: u64,
+    cxl_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct OpsJson {
+    total: u64,
+    compute: u64,
+    collective: u64,
+    p2p: u64,
+    distinct_kernels: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct FlopsJson {
+    model: f64,
+    recompute: f64,
+    other: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct CollectiveJson {
+    op: &'static str,
+    group: &'static str,
+    count: u64,
+    bytes: u64,
+    wire_bytes: f64,
 }
