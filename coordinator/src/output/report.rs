@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use serde_json::json;
 use sim::engine::results::{CLASSES, class_index};
 use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
@@ -777,6 +776,13 @@ struct LinkEvent {
     ts: f64,
 }
 
+/// `metrics.json`: the engine's final metrics, as the Prometheus endpoint last showed them.
+#[derive(Debug, serde::Serialize)]
+struct MetricsJson<'a> {
+    simulated_s: f64,
+    engine: &'a crate::output::summary::EngineSummary,
+}
+
 /// Writes the output directory.
 pub fn write_outputs(
     dir: &Path,
@@ -787,11 +793,11 @@ pub fn write_outputs(
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("summary.json"), summary.to_json_text() + "\n")?;
     // The engine's final metrics, as the Prometheus endpoint last showed them.
-    let metrics = json!({
-        "simulated_s": summary.iteration_time_s,
-        "engine": summary.engine,
-    });
-    let pretty = serde_json::to_string_pretty(&metrics).unwrap_or_default();
+    let metrics = MetricsJson {
+        simulated_s: summary.iteration_time_s,
+        engine: &summary.engine,
+    };
+    let pretty = serde_json::to_string_pretty(&metrics).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("metrics.json"), pretty + "\n")?;
     std::fs::write(
         dir.join("ranks.csv"),
