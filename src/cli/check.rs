@@ -1,10 +1,11 @@
 //! `fleetsim check`: what an experiment derives, as text for people and JSON for scripts.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use sim::compute::ComputeModel;
 use sim::compute::attention_backend::{self, AttentionKernels, HeadSizes};
 use sim::config::{Precision, Recompute, RecomputeModule, TrainingConfig};
@@ -112,7 +113,9 @@ impl Args {
                 json,
                 || {
                     let mut v = report.to_json();
-                    v["kernels"] = serde_json::to_value(kernel_report::to_json(&stages, top))?;
+                    if let JobsJson::One(job) = &mut v.jobs {
+                        job.kernels = Some(kernel_report::to_json(&stages, top));
+                    }
                     Ok(v)
                 },
                 || report.to_text() + &kernel_report::to_text(&stages, top),
@@ -136,9 +139,10 @@ impl Args {
             json,
             || {
                 let mut v = report.to_json();
-                for (j, (_, stages)) in per_job.iter().enumerate() {
-                    v["jobs"][j]["kernels"] =
-                        serde_json::to_value(kernel_report::to_json(stages, top))?;
+                if let JobsJson::Several { jobs } = &mut v.jobs {
+                    for (job, (_, stages)) in jobs.iter_mut().zip(&per_job) {
+                        job.job.kernels = Some(kernel_report::to_json(stages, top));
+                    }
                 }
                 Ok(v)
             },
@@ -190,114 +194,301 @@ fn gb(bytes: f64) -> f64 {
     (bytes / 1e9 * 100.0).round() / 100.0
 }
 
-/// Adds `more`'s keys to the object `v`.
-fn merge(v: &mut Value, more: Value) {
-    if let (Value::Object(v), Value::Object(more)) = (v, more) {
-        v.extend(more);
-    }
-}
-
 /// What `check --json` says about one job: model, layout, batch, ops and memory.
 /// `hosts`: a job's hosts in rank order (its rank r runs on `hosts[r / gpus_per_host]`);
 /// `None` for one job on hosts 0, 1, …
-fn job_json(exp: &Experiment, summaries: &[StageSummary], hosts: Option<&[u32]>) -> Value {
+fn job_json<'a>(
+    exp: &'a Experiment,
+    summaries: &'a [StageSummary],
+    hosts: Option<&[u32]>,
+) -> JobJson<'a> {
     let c = &exp.loaded.config.cluster;
-    let groups: Vec<Value> = GroupKind::ALL
+    let groups = GroupKind::ALL
         .iter()
-        .map(|&k| {
-            json!({
-                "kind": k.name(),
-                "size": exp.layout.group_size(k),
-                "count": exp.layout.group_count(k),
-                "first": exp.layout.nth_group(k, 0),
-                "max_hosts_spanned": group_span(exp, k),
-            })
+        .map(|&k| GroupJson {
+            kind: k.name(),
+            size: exp.layout.group_size(k),
+            count: exp.layout.group_count(k),
+            first: exp.layout.nth_group(k, 0),
+            max_hosts_spanned: group_span(exp, k),
         })
         .collect();
-    let placement: Vec<Value> = (0..exp.layout.world().min(16))
+    let placement = (0..exp.layout.world().min(16))
         .map(|r| {
             let co = exp.layout.coords(r);
-            json!({
-                "rank": r, "host": hosts.map_or(r / c.gpus_per_host, |h| h[(r / c.gpus_per_host) as usize]),
-                "local_gpu": r % c.gpus_per_host,
-                "tp": co.tp, "cp": co.cp, "dp": co.dp, "pp": co.pp, "ep": co.ep,
-                "expert_tp": co.expert_tp, "expert_dp": co.expert_dp,
-            })
+            RankJson {
+                rank: r,
+                host: hosts.map_or(r / c.gpus_per_host, |h| h[(r / c.gpus_per_host) as usize]),
+                local_gpu: r % c.gpus_per_host,
+                tp: co.tp,
+                cp: co.cp,
+                dp: co.dp,
+                pp: co.pp,
+                ep: co.ep,
+                expert_tp: co.expert_tp,
+                expert_dp: co.expert_dp,
+            }
         })
         .collect();
-    let memory: Vec<Value> = exp
+    let memory = exp
         .memory
         .iter()
         .zip(&exp.stage_hbm)
-        .map(|(m, hbm)| {
-            json!({
-                "stage": m.stage,
-                "params_per_gpu": m.params,
-                "weights_gb": gb(m.weights),
-                "gradients_gb": gb(m.gradients),
-                "optimizer_gb": gb(m.optimizer),
-                "activations_gb": gb(m.activations),
-                "total_gb": gb(m.total()),
-                "in_hbm_gb": gb(m.in_hbm(&exp.cxl_tensors)),
-                "hbm_gb": gb(*hbm),
-                "fits": m.in_hbm(&exp.cxl_tensors) <= *hbm,
-            })
+        .map(|(m, hbm)| MemoryJson {
+            stage: m.stage,
+            params_per_gpu: m.params,
+            weights_gb: gb(m.weights),
+            gradients_gb: gb(m.gradients),
+            optimizer_gb: gb(m.optimizer),
+            activations_gb: gb(m.activations),
+            total_gb: gb(m.total()),
+            in_hbm_gb: gb(m.in_hbm(&exp.cxl_tensors)),
+            hbm_gb: gb(*hbm),
+            fits: m.in_hbm(&exp.cxl_tensors) <= *hbm,
         })
         .collect();
     let l = &exp.layout;
-    json!({
-        // null without a [model]: an imported workload_file brings its own kernels.
-        "model": exp.model.as_ref().map(|m| json!({
-            "name": m.name,
-            "params": m.total_params(),
-            "active_params": m.active_params(),
-            "layers": m.layers,
-            "hidden": m.hidden,
-            "seq_len": m.seq_len,
-        })),
-        "parallel": {
-            "tp": l.tp, "cp": l.cp, "ep": l.ep, "etp": l.etp, "expert_dp": l.expert_dp(),
-            "dp": l.dp, "pp": l.pp, "vp": l.vp,
-            "chunk_layers": exp.chunk_layers,
-            "order": exp.loaded.config.parallel.order,
-            "groups": groups,
-            "placement": placement,
+    let t = &exp.loaded.config.training;
+    JobJson {
+        model: exp.model.as_ref().map(|m| ModelJson {
+            name: &m.name,
+            params: m.total_params(),
+            active_params: m.active_params(),
+            layers: m.layers,
+            hidden: m.hidden,
+            seq_len: m.seq_len,
+        }),
+        parallel: ParallelJson {
+            tp: l.tp,
+            cp: l.cp,
+            ep: l.ep,
+            etp: l.etp,
+            expert_dp: l.expert_dp(),
+            dp: l.dp,
+            pp: l.pp,
+            vp: l.vp,
+            chunk_layers: &exp.chunk_layers,
+            order: &exp.loaded.config.parallel.order,
+            groups,
+            placement,
         },
-        "batch": {
-            "global_batch": exp.global_batch,
-            "micro_batch": exp.micro_batch,
-            "micro_batches_per_replica": exp.micro_batches,
-            "tokens_per_iteration": exp.model.as_ref().map(|m| exp.global_batch * m.seq_len),
+        batch: BatchJson {
+            global_batch: exp.global_batch,
+            micro_batch: exp.micro_batch,
+            micro_batches_per_replica: exp.micro_batches,
+            tokens_per_iteration: exp.model.as_ref().map(|m| exp.global_batch * m.seq_len),
         },
-        "training": {
-            "precision": exp.loaded.config.training.precision.name(),
-            "fp8_recipe": fp8_recipe(&exp.loaded.config.training),
-            "recompute": recompute_text(&exp.loaded.config.training),
-            "recompute_modules": exp
-                .loaded
-                .config
-                .training
+        training: TrainingJson {
+            precision: t.precision.name(),
+            fp8_recipe: fp8_recipe(t),
+            recompute: recompute_text(t),
+            recompute_modules: t
                 .recomputed_modules()
                 .iter()
                 .map(RecomputeModule::name)
-                .collect::<Vec<_>>(),
-            "host_cpus": host_cpus(exp),
-            "cuda_graphs": exp.loaded.config.training.cuda_graphs.name(),
-            "attention": attention_kernels(exp).map(|(_, per_type)| per_type
-                .iter()
-                .map(|(gpu, kernels)| json!({ "gpu": gpu, "kernels": kernels.name() }))
-                .collect::<Vec<_>>()),
+                .collect(),
+            host_cpus: host_cpus(exp),
+            cuda_graphs: t.cuda_graphs.name(),
+            attention: attention_kernels(exp).map(|(_, per_type)| {
+                per_type
+                    .into_iter()
+                    .map(|(gpu, kernels)| AttentionJson {
+                        gpu,
+                        kernels: kernels.name(),
+                    })
+                    .collect()
+            }),
         },
-        "ops_per_rank": summaries.iter().map(|w| json!({
-            "stage": w.stage,
-            "class": w.class,
-            "total": w.ops,
-            "compute": w.compute_ops,
-            "collective": w.collective_ops,
-            "p2p": w.p2p_ops,
-        })).collect::<Vec<_>>(),
-        "memory": exp.model.as_ref().map(|_| memory),
-    })
+        ops_per_rank: summaries
+            .iter()
+            .map(|w| OpsJson {
+                stage: w.stage,
+                class: w.class,
+                total: w.ops,
+                compute: w.compute_ops,
+                collective: w.collective_ops,
+                p2p: w.p2p_ops,
+            })
+            .collect(),
+        // null without a [model]: an imported workload_file brings its own kernels.
+        memory: exp.model.as_ref().map(|_| memory),
+        kernels: None,
+    }
+}
+
+/// `check --json`.
+#[derive(Debug, Serialize)]
+pub struct CheckJson<'a> {
+    name: &'a str,
+    file: String,
+    cluster: ClusterJson,
+    lookahead_s: Option<f64>,
+    faults: Vec<String>,
+    host_memory: HostMemoryJson,
+    warnings: &'a [String],
+    /// One job's keys at the top, or `jobs`.
+    #[serde(flatten)]
+    pub jobs: JobsJson<'a>,
+}
+
+/// The experiment's one job, or its `[[jobs]]`.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum JobsJson<'a> {
+    One(Box<JobJson<'a>>),
+    Several { jobs: Vec<NamedJobJson<'a>> },
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterJson {
+    gpus: u32,
+    hosts: u32,
+    gpus_per_host: u32,
+    topology: &'static str,
+    /// Hosts of each GPU type.
+    gpu_types: BTreeMap<String, usize>,
+    nodes: BTreeMap<String, u32>,
+    links: BTreeMap<String, LinksJson>,
+    build_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct LinksJson {
+    links: u32,
+    total_gbytes_per_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct HostMemoryJson {
+    run_estimate_bytes: u64,
+    model_bytes: u64,
+    state_bytes: u64,
+    in_flight_bytes: u64,
+    margin: f64,
+}
+
+/// A job of `[[jobs]]`: where it runs, then what [`JobJson`] says.
+#[derive(Debug, Serialize)]
+pub struct NamedJobJson<'a> {
+    name: &'a str,
+    gpus: u32,
+    hosts: &'a [u32],
+    placement: &'a str,
+    warnings: &'a [String],
+    #[serde(flatten)]
+    pub job: JobJson<'a>,
+}
+
+/// One job: model, layout, batch, training, ops and memory (and kernels with `--kernels`).
+#[derive(Debug, Serialize)]
+pub struct JobJson<'a> {
+    model: Option<ModelJson<'a>>,
+    parallel: ParallelJson<'a>,
+    batch: BatchJson,
+    training: TrainingJson<'a>,
+    ops_per_rank: Vec<OpsJson>,
+    memory: Option<Vec<MemoryJson>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<Vec<kernel_report::StageJson<'a>>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ModelJson<'a> {
+    name: &'a str,
+    params: u64,
+    active_params: u64,
+    layers: u64,
+    hidden: u64,
+    seq_len: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct ParallelJson<'a> {
+    tp: u32,
+    cp: u32,
+    ep: u32,
+    etp: u32,
+    expert_dp: u32,
+    dp: u32,
+    pp: u32,
+    vp: u32,
+    chunk_layers: &'a sim::memory::ChunkLayers,
+    order: &'a str,
+    groups: Vec<GroupJson>,
+    /// The first 16 ranks.
+    placement: Vec<RankJson>,
+}
+
+#[derive(Debug, Serialize)]
+struct GroupJson {
+    kind: &'static str,
+    size: u32,
+    count: u32,
+    first: Vec<u32>,
+    max_hosts_spanned: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct RankJson {
+    rank: u32,
+    host: u32,
+    local_gpu: u32,
+    tp: u32,
+    cp: u32,
+    dp: u32,
+    pp: u32,
+    ep: u32,
+    expert_tp: u32,
+    expert_dp: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct BatchJson {
+    global_batch: u64,
+    micro_batch: u64,
+    micro_batches_per_replica: u64,
+    tokens_per_iteration: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct TrainingJson<'a> {
+    precision: &'static str,
+    fp8_recipe: Option<&'static str>,
+    recompute: String,
+    recompute_modules: Vec<&'static str>,
+    host_cpus: Vec<&'static str>,
+    cuda_graphs: &'static str,
+    attention: Option<Vec<AttentionJson<'a>>>,
+}
+
+#[derive(Debug, Serialize)]
+struct AttentionJson<'a> {
+    gpu: &'a str,
+    kernels: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct OpsJson {
+    stage: u32,
+    class: usize,
+    total: u64,
+    compute: u64,
+    collective: u64,
+    p2p: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct MemoryJson {
+    stage: u32,
+    params_per_gpu: f64,
+    weights_gb: f64,
+    gradients_gb: f64,
+    optimizer_gb: f64,
+    activations_gb: f64,
+    total_gb: f64,
+    in_hbm_gb: f64,
+    hbm_gb: f64,
+    fits: bool,
 }
 
 /// Layers of every model chunk, stage by stage (`3 | 4 | ... | 2+1m`; chunks of a stage
@@ -599,82 +790,93 @@ fn job_text_memory(s: &mut String, exp: &Experiment) {
 }
 
 impl CheckReport<'_> {
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> CheckJson<'_> {
         let exp = self.experiment;
         let topo = self.topology;
         let c = &exp.loaded.config.cluster;
-        let mut gpu_hosts = serde_json::Map::new();
-        for (i, g) in exp.gpu_types.iter().enumerate() {
-            let n = exp
-                .host_gpu_type
-                .iter()
-                .filter(|&&t| usize::from(t) == i)
-                .count();
-            gpu_hosts.insert(g.name.clone(), json!(n));
-        }
-        let nodes: serde_json::Map<String, Value> = topo
+        let gpu_types = exp
+            .gpu_types
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let hosts = exp
+                    .host_gpu_type
+                    .iter()
+                    .filter(|&&t| usize::from(t) == i)
+                    .count();
+                (g.name.clone(), hosts)
+            })
+            .collect();
+        let nodes = topo
             .count_by_kind()
             .into_iter()
-            .map(|(k, n)| (format!("{k:?}").to_lowercase(), json!(n)))
+            .map(|(k, n)| (format!("{k:?}").to_lowercase(), n))
             .collect();
-        let links: serde_json::Map<String, Value> = topo
+        let links = topo
             .links_by_class()
             .into_iter()
             .map(|(k, (n, bw))| {
                 (
                     format!("{k:?}").to_lowercase(),
-                    json!({ "links": n, "total_gbytes_per_s": bw / 1e9 }),
+                    LinksJson {
+                        links: n,
+                        total_gbytes_per_s: bw / 1e9,
+                    },
                 )
             })
             .collect();
-        let mut v = json!({
-            "name": exp.name(),
-            "file": exp.loaded.path.display().to_string(),
-            "cluster": {
-                "gpus": topo.gpu_count(),
-                "hosts": topo.host_count(),
-                "gpus_per_host": c.gpus_per_host,
-                "topology": c.topology.name(),
-                "gpu_types": gpu_hosts,
-                "nodes": nodes,
-                "links": links,
-                "build_s": self.build_s,
-            },
-            "lookahead_s": topo
-                .host_preserving_lookahead_ps()
-                .map(|ps| SimTime::from_ps(ps).as_secs_f64()),
-            "faults": exp.loaded.config.faults.iter().map(sim::fault::describe).collect::<Vec<_>>(),
-            "host_memory": {
-                "run_estimate_bytes": self.host_memory.total_bytes(),
-                "model_bytes": self.host_memory.model_bytes,
-                "state_bytes": self.host_memory.state_bytes,
-                "in_flight_bytes": self.host_memory.in_flight_bytes,
-                "margin": host_memory::MARGIN,
-            },
-            "warnings": exp.warnings,
-        });
-        match exp.jobs.is_empty() {
-            true => merge(&mut v, job_json(exp, self.workload, None)),
-            false => {
-                v["jobs"] = exp
+        let jobs = if exp.jobs.is_empty() {
+            JobsJson::One(Box::new(job_json(exp, self.workload, None)))
+        } else {
+            JobsJson::Several {
+                jobs: exp
                     .jobs
                     .iter()
                     .zip(self.jobs)
-                    .map(|(job, summaries)| {
-                        let mut j = json!({
-                            "name": job.name,
-                            "gpus": job.exp.loaded.config.cluster.gpus,
-                            "hosts": job.hosts,
-                            "placement": job.placement,
-                            "warnings": job.exp.warnings,
-                        });
-                        merge(&mut j, job_json(&job.exp, summaries, Some(&job.hosts)));
-                        j
+                    .map(|(job, summaries)| NamedJobJson {
+                        name: &job.name,
+                        gpus: job.exp.loaded.config.cluster.gpus,
+                        hosts: &job.hosts,
+                        placement: &job.placement,
+                        warnings: &job.exp.warnings,
+                        job: job_json(&job.exp, summaries, Some(&job.hosts)),
                     })
-                    .collect();
+                    .collect(),
             }
+        };
+        CheckJson {
+            name: exp.name(),
+            file: exp.loaded.path.display().to_string(),
+            cluster: ClusterJson {
+                gpus: topo.gpu_count(),
+                hosts: topo.host_count(),
+                gpus_per_host: c.gpus_per_host,
+                topology: c.topology.name(),
+                gpu_types,
+                nodes,
+                links,
+                build_s: self.build_s,
+            },
+            lookahead_s: topo
+                .host_preserving_lookahead_ps()
+                .map(|ps| SimTime::from_ps(ps).as_secs_f64()),
+            faults: exp
+                .loaded
+                .config
+                .faults
+                .iter()
+                .map(sim::fault::describe)
+                .collect(),
+            host_memory: HostMemoryJson {
+                run_estimate_bytes: self.host_memory.total_bytes(),
+                model_bytes: self.host_memory.model_bytes,
+                state_bytes: self.host_memory.state_bytes,
+                in_flight_bytes: self.host_memory.in_flight_bytes,
+                margin: host_memory::MARGIN,
+            },
+            warnings: &exp.warnings,
+            jobs,
         }
-        v
     }
 
     pub fn to_text(&self) -> String {
