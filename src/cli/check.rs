@@ -190,6 +190,18 @@ fn group_span(exp: &Experiment, kind: GroupKind) -> u32 {
         .unwrap_or(0)
 }
 
+/// Each GPU type of the cluster with the number of hosts that carry it.
+fn hosts_per_gpu_type(exp: &Experiment) -> impl Iterator<Item = (&str, usize)> {
+    exp.gpu_types.iter().enumerate().map(|(i, g)| {
+        let hosts = exp
+            .host_gpu_type
+            .iter()
+            .filter(|&&t| usize::from(t) == i)
+            .count();
+        (g.name.as_str(), hosts)
+    })
+}
+
 fn gb(bytes: f64) -> f64 {
     (bytes / 1e9 * 100.0).round() / 100.0
 }
@@ -794,18 +806,8 @@ impl CheckReport<'_> {
         let exp = self.experiment;
         let topo = self.topology;
         let c = &exp.loaded.config.cluster;
-        let gpu_types = exp
-            .gpu_types
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                let hosts = exp
-                    .host_gpu_type
-                    .iter()
-                    .filter(|&&t| usize::from(t) == i)
-                    .count();
-                (g.name.clone(), hosts)
-            })
+        let gpu_types = hosts_per_gpu_type(exp)
+            .map(|(name, hosts)| (name.to_string(), hosts))
             .collect();
         let nodes = topo
             .count_by_kind()
@@ -890,18 +892,8 @@ impl CheckReport<'_> {
             exp.name(),
             exp.loaded.path.display()
         );
-        let types: Vec<String> = exp
-            .gpu_types
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                let n = exp
-                    .host_gpu_type
-                    .iter()
-                    .filter(|&&t| usize::from(t) == i)
-                    .count();
-                format!("{} x {} hosts", g.name, n)
-            })
+        let types: Vec<String> = hosts_per_gpu_type(exp)
+            .map(|(name, hosts)| format!("{name} x {hosts} hosts"))
             .collect();
         let _ = writeln!(
             s,

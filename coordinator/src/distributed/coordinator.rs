@@ -97,22 +97,8 @@ pub fn run_coordinator(
         token: Arc::from(options.token.as_str()),
         last_seen: Arc::new(DashMap::new()),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|error| TransportError::Runtime {
-            role: "coordinator",
-            error,
-        })?;
-    let addr: std::net::SocketAddr =
-        options
-            .listen
-            .parse()
-            .map_err(|error| TransportError::ListenAddress {
-                address: options.listen.clone(),
-                error,
-            })?;
+    let runtime = rpc_runtime("coordinator")?;
+    let addr = listen_address(&options.listen)?;
     let served = runtime.block_on(async {
         // Windows are short and back to back: no Nagle delay on the replies.
         let bound = match TcpIncoming::bind(addr) {

@@ -3,6 +3,8 @@
 
 use std::net::{AddrParseError, SocketAddr};
 
+use tokio::runtime::Runtime;
+
 use sim::config::ConfigError;
 
 /// A process of a distributed run could not serve, reach its peers or finish.
@@ -68,4 +70,22 @@ pub enum TransportError {
     /// between processes as text.
     #[error("{0}")]
     Stopped(String),
+}
+
+/// The small runtime a coordinator or worker serves its RPCs on (the window loop runs on
+/// plain threads).
+pub(super) fn rpc_runtime(role: &'static str) -> Result<Runtime, TransportError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|error| TransportError::Runtime { role, error })
+}
+
+/// `--listen HOST:PORT`.
+pub(super) fn listen_address(text: &str) -> Result<SocketAddr, TransportError> {
+    text.parse().map_err(|error| TransportError::ListenAddress {
+        address: text.to_string(),
+        error,
+    })
 }

@@ -94,6 +94,7 @@ mod worker_service;
 pub use auth::{SetupError, TlsFiles, new_token, read_token};
 pub use coordinator::{CoordinatorOptions, run_coordinator};
 pub use failure::TransportError;
+use failure::{listen_address, rpc_runtime};
 pub use worker_process::{WorkerSummary, run_worker_process};
 
 use auth::{check_token, endpoint, error_chain, not_listening_yet, server, with_token};

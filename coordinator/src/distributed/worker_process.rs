@@ -24,21 +24,8 @@ pub fn run_worker_process(
     tls: Option<&TlsFiles>,
     stop_requested: Arc<AtomicBool>,
 ) -> Result<WorkerSummary, RunError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|error| TransportError::Runtime {
-            role: "worker",
-            error,
-        })?;
-    let addr: std::net::SocketAddr =
-        listen
-            .parse()
-            .map_err(|error| TransportError::ListenAddress {
-                address: listen.to_string(),
-                error,
-            })?;
+    let runtime = rpc_runtime("worker")?;
+    let addr = listen_address(listen)?;
     let inbox = Arc::new(Inbox::default());
     let incoming = runtime
         .block_on(async { TcpIncoming::bind(addr) })

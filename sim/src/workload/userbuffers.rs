@@ -31,22 +31,53 @@ enum Method {
 /// The SMs TE's userbuffers hold back from each overlapped GEMM, resolved for one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UserbufferSms {
-    /// By TE's `ub_cfgs` order (see [`TpOverlapSms::entries`]).
-    held: [u32; 10],
+    /// By [`GEMMS`]' order.
+    held: [u32; GEMMS.len()],
 }
 
-/// TE's layer names in [`TpOverlapSms::entries`]'s order, with their default method.
-const METHODS: [Method; 10] = [
-    Method::RingExchange, // qkv_fprop
-    Method::Bulk,         // qkv_dgrad
-    Method::Bulk,         // qkv_wgrad
-    Method::Pipeline,     // proj_fprop
-    Method::RingExchange, // proj_dgrad
-    Method::RingExchange, // fc1_fprop
-    Method::Bulk,         // fc1_dgrad
-    Method::Bulk,         // fc1_wgrad
-    Method::Pipeline,     // fc2_fprop
-    Method::RingExchange, // fc2_dgrad
+/// Every GEMM TE's userbuffers overlap: its `ub_cfgs` name, the kernel and pass fleetsim
+/// compiles it as, and TE's default method for it (`initialize_ub`'s `methods`).
+const GEMMS: [(&str, KernelName, Pass, Method); 10] = [
+    (
+        "qkv_fprop",
+        KernelName::QkvProj,
+        Pass::Forward,
+        Method::RingExchange,
+    ),
+    ("qkv_dgrad", KernelName::QkvProj, Pass::Dgrad, Method::Bulk),
+    ("qkv_wgrad", KernelName::QkvProj, Pass::Wgrad, Method::Bulk),
+    (
+        "proj_fprop",
+        KernelName::OutProj,
+        Pass::Forward,
+        Method::Pipeline,
+    ),
+    (
+        "proj_dgrad",
+        KernelName::OutProj,
+        Pass::Dgrad,
+        Method::RingExchange,
+    ),
+    (
+        "fc1_fprop",
+        KernelName::MlpUp,
+        Pass::Forward,
+        Method::RingExchange,
+    ),
+    ("fc1_dgrad", KernelName::MlpUp, Pass::Dgrad, Method::Bulk),
+    ("fc1_wgrad", KernelName::MlpUp, Pass::Wgrad, Method::Bulk),
+    (
+        "fc2_fprop",
+        KernelName::MlpDown,
+        Pass::Forward,
+        Method::Pipeline,
+    ),
+    (
+        "fc2_dgrad",
+        KernelName::MlpDown,
+        Pass::Dgrad,
+        Method::RingExchange,
+    ),
 ];
 
 /// TE's default `num_sm` for `pipeline` and `bulk` overlaps.
@@ -59,32 +90,26 @@ impl UserbufferSms {
     /// What a run of TE `release` with the recipe's `overrides` holds back.
     pub fn resolve(overrides: &TpOverlapSms, release: TeRelease) -> Self {
         let margin_by_default = release >= MARGIN_BY_DEFAULT_FROM;
-        let mut held = [0; 10];
-        for (i, (_, value)) in overrides.entries().into_iter().enumerate() {
-            held[i] = value.unwrap_or(match METHODS[i] {
+        let stated = overrides.entries();
+        let held = GEMMS.map(|(name, _, _, method)| {
+            let value = stated
+                .iter()
+                .find(|(key, _)| *key == name)
+                .and_then(|e| e.1);
+            value.unwrap_or(match method {
                 Method::Pipeline | Method::Bulk if margin_by_default => DEFAULT_COMM_SMS,
                 _ => 0,
-            });
-        }
+            })
+        });
         UserbufferSms { held }
     }
 
     /// SMs held back from the GEMM `name` runs in `pass`, when TE overlaps it (0 otherwise).
     pub fn of(&self, name: KernelName, pass: Pass) -> u32 {
-        let index = match (name, pass) {
-            (KernelName::QkvProj, Pass::Forward) => 0,
-            (KernelName::QkvProj, Pass::Dgrad) => 1,
-            (KernelName::QkvProj, Pass::Wgrad) => 2,
-            (KernelName::OutProj, Pass::Forward) => 3,
-            (KernelName::OutProj, Pass::Dgrad) => 4,
-            (KernelName::MlpUp, Pass::Forward) => 5,
-            (KernelName::MlpUp, Pass::Dgrad) => 6,
-            (KernelName::MlpUp, Pass::Wgrad) => 7,
-            (KernelName::MlpDown, Pass::Forward) => 8,
-            (KernelName::MlpDown, Pass::Dgrad) => 9,
-            _ => return 0,
-        };
-        self.held[index]
+        GEMMS
+            .iter()
+            .position(|&(_, n, p, _)| n == name && p == pass)
+            .map_or(0, |i| self.held[i])
     }
 
     /// The largest value, for checking it against a GPU's SMs.
@@ -100,6 +125,9 @@ mod tests {
     #[test]
     fn te_2_holds_16_sms_from_pipeline_and_bulk_gemms_te_1_none_and_recipes_override() {
         let none = TpOverlapSms::default();
+        // Every key of the experiment file names one of TE's overlapped GEMMs.
+        let names: Vec<&str> = none.entries().iter().map(|e| e.0).collect();
+        assert_eq!(names, GEMMS.map(|g| g.0));
         let te2 = UserbufferSms::resolve(&none, TeRelease::new(2, 0));
         assert_eq!(te2.of(KernelName::OutProj, Pass::Forward), 16);
         assert_eq!(te2.of(KernelName::MlpDown, Pass::Forward), 16);
