@@ -9,7 +9,8 @@
 //! before the test fails, so one report lists every failure.
 //!
 //! - **Reduced** (the default, in `cargo test` and `.ci/run`): two jobs interleaved on one
-//!   fabric, a spine-leaf fabric and the quickstart cut to 32 GPUs; every strategy once,
+//!   fabric, a spine-leaf fabric and the quickstart cut to 32 GPUs, once as it is and once
+//!   analytical without clock spread (one replica simulated); every strategy once,
 //!   dealt over the three experiments and over 2 and 3 workers, and one sampled case each
 //!   (workers x threads at most 3; over gRPC, `auto` on the analytical network). About 35 s
 //!   in a debug build on 2 cores.
@@ -323,8 +324,17 @@ fn experiments(form: &Form) -> Vec<(PathBuf, Vec<String>)> {
     let mut found = Vec::new();
     if !form.full {
         found.extend(REDUCED.iter().map(|f| (PathBuf::from(f), Vec::new())));
-        let small = common::SMALL.iter().map(|s| s.to_string()).collect();
-        found.push((PathBuf::from(common::QUICKSTART), small));
+        let small: Vec<String> = common::SMALL.iter().map(|s| s.to_string()).collect();
+        found.push((PathBuf::from(common::QUICKSTART), small.clone()));
+        // One replica standing for the others (sim::engine::symmetry).
+        let symmetric = ["network.model=analytical", "compute.clock_spread=0"];
+        let sets = symmetric
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.to_string()]);
+        found.push((
+            PathBuf::from(common::QUICKSTART),
+            small.into_iter().chain(sets).collect(),
+        ));
     }
     let dirs = match form.full {
         true => &[

@@ -410,8 +410,22 @@ impl Strategy for Metis {
     fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
         // METIS wants several vertices per part (it prints complaints, and makes fewer
         // parts, when asked for nearly one per vertex).
+        // Nor can it balance more parts than atoms with events beyond what every node costs
+        // (it bisects empty graphs): with symmetry (one replica simulated for all) only one
+        // replica's hosts have any.
         let n = input.atoms.count as usize;
-        let most = (input.atoms.count / 4).max(1);
+        let phases = input.load.phases.max(1) as usize;
+        let per_phase = input
+            .load
+            .phase_events_by(&input.atoms.atom_of, input.atoms.count);
+        let atom_of = &input.atoms.atom_of;
+        let mut nodes_in = vec![0u32; n];
+        for &a in atom_of {
+            nodes_in[a as usize] += 1;
+        }
+        let busy = |a: usize, p: usize| per_phase[a * phases + p] > f64::from(nodes_in[a]) + 1.0;
+        let busy_atoms = (0..n).filter(|&a| (0..phases).any(|p| busy(a, p))).count() as u32;
+        let most = (input.atoms.count / 4).min(busy_atoms).max(1);
         let k = input.parts_or(METIS_DEFAULT_PARTS).min(most);
         if k <= 1 || n <= 1 {
             return Ok(vec![0; n]);
@@ -420,7 +434,6 @@ impl Strategy for Metis {
         // and a byte on every cable (so that atoms no flow joins still hang together).
         // Weights are scaled so their totals stay far below METIS's 32-bit sums.
         const TOTAL: f64 = 1e8;
-        let atom_of = &input.atoms.atom_of;
         let mut between: std::collections::BTreeMap<(u32, u32), f64> = Default::default();
         for &(a, b, _) in &input.atoms.edges {
             *between.entry((a, b)).or_default() += 1.0;
@@ -449,17 +462,20 @@ impl Strategy for Metis {
             xadj.push(adjncy.len() as metis::Idx);
         }
         // Vertex weights: each atom's events per phase, each phase scaled on its own.
-        // One constraint per phase where each part can hold a host of each; otherwise one
-        // (METIS then finds no balance, and bisects empty graphs).
-        let phases = input.load.phases.max(1) as usize;
-        let ncon = if input.atoms.hosts as usize >= k as usize * phases {
+        // One constraint per phase where each part can hold a host busy in each; otherwise
+        // one (METIS then finds no balance, and bisects empty graphs).
+        let busy_hosts = |p: usize| {
+            (0..input.atoms.hosts as usize)
+                .filter(|&a| busy(a, p))
+                .count()
+        };
+        let fewest_busy = (0..phases).map(busy_hosts).min().unwrap_or(0);
+        let ncon = if fewest_busy >= k as usize && input.atoms.hosts as usize >= k as usize * phases
+        {
             phases
         } else {
             1
         };
-        let per_phase = input
-            .load
-            .phase_events_by(&input.atoms.atom_of, input.atoms.count);
         let mut weights = vec![0.0; n * ncon];
         for (i, w) in per_phase.iter().enumerate() {
             let (atom, phase) = (i / phases, i % phases);

@@ -585,6 +585,7 @@ pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Worklo
             job_of_gpu,
             local_of_gpu,
         })),
+        one_replica: false,
     }
 }
 

@@ -188,6 +188,13 @@ impl ParallelLayout {
         (self.stride(Dim::Pp, false), self.stride(Dim::Pp, true))
     }
 
+    /// The rank of data-parallel replica `replica` at `rank`'s tensor, context and pipeline
+    /// coordinates (the same rank with its `dp` coordinate replaced).
+    pub fn in_replica(&self, rank: u32, replica: u32) -> u32 {
+        let stride = self.stride(Dim::Dp, false);
+        rank - self.coord(rank, Dim::Dp, false) * stride + replica * stride
+    }
+
     fn size(&self, d: Dim, expert: bool) -> u32 {
         match (d, expert) {
             (Dim::Tp, false) => self.tp,

@@ -222,6 +222,7 @@ pub fn report_run(exp: &Experiment, output: &RunOutput, dir: &Path) -> anyhow::R
         net.intra_host,
     );
     let e = &s.engine;
+    outln!("symmetry: {}", e.symmetry);
     // After a resume, this process ran only the events past its checkpoint.
     let events = if e.resumed_events > 0 {
         format!(

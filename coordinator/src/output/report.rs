@@ -76,13 +76,17 @@ fn job_figures(
     let t = (end - start).as_secs_f64();
     let world = workload.layout.world().max(1);
     let (mut compute, mut comm, mut bubble, mut idle) = (0.0, 0.0, 0.0, 0.0);
+    let mut simulated = 0u32;
     for g in results.gpus().filter(|g| in_job(g.rank)) {
         compute += g.compute_ps.as_secs_f64();
         comm += g.exposed_comm_ps.as_secs_f64();
         bubble += g.bubble_ps.as_secs_f64();
         idle += (end - g.finish_ps.unwrap_or(end)).as_secs_f64();
+        simulated += 1;
     }
     let ranks = f64::from(world);
+    // With symmetry only one replica's ranks ran, and they stand for all.
+    let simulated = f64::from(simulated.max(1));
     let model_flops = total_model_flops(&summarize(workload));
     let precision = exp.loaded.config.training.precision;
     let peak: f64 = (0..world)
@@ -109,10 +113,10 @@ fn job_figures(
             }
         }),
         breakdown: Breakdown {
-            compute: compute / ranks,
-            exposed_comm: comm / ranks,
-            bubble: bubble / ranks,
-            idle: idle / ranks,
+            compute: compute / simulated,
+            exposed_comm: comm / simulated,
+            bubble: bubble / simulated,
+            idle: idle / simulated,
         },
         ranks: world,
     }
@@ -278,6 +282,8 @@ pub fn summarize_run(
         },
         engine: EngineSummary {
             mode: engine.mode.to_string(),
+            replicas_per_simulated: model.symmetry.replicas(),
+            symmetry: model.symmetry.describe(),
             workers: s.workers,
             partitions: s.partitions,
             strategy: engine.strategy.name().to_string(),
@@ -455,7 +461,9 @@ pub fn ranks_csv(
 
 /// collectives.csv: one row per group kind, operation, size and group size (with
 /// `[[jobs]]`, jobs whose groups differ in size keep their own rows).
-pub fn collectives_csv(results: &RunResults) -> String {
+/// Collectives by group, op and size; with symmetry ([`sim::engine::symmetry`]) the counts
+/// include the mirrored replicas' calls (`replicas` per simulated one).
+pub fn collectives_csv(results: &RunResults, replicas: u64) -> String {
     let mut merged = std::collections::BTreeMap::new();
     for (_, r) in &results.reports {
         for (k, v) in &r.collectives {
@@ -492,7 +500,7 @@ pub fn collectives_csv(results: &RunResults) -> String {
             bytes.to_string(),
             s.group_size.to_string(),
             if s.plan.is_empty() { "-" } else { &s.plan }.to_string(),
-            s.count.to_string(),
+            (s.count * replicas).to_string(),
             format!("{mean:.9}"),
             format!("{:.9}", s.min_ps.as_secs_f64()),
             format!("{:.9}", s.max_ps.as_secs_f64()),
@@ -527,6 +535,7 @@ pub fn links_csv(model: &SimModel, results: &RunResults, iteration_ps: SimTime) 
     let mut analytical = [0u64; 4];
     let mut analytical_link_bytes = [0u64; 4];
     let mut ports = Vec::new();
+    // With symmetry each GPU that ran counted its mirrors' traffic too.
     for (_, r) in &results.reports {
         for (c, b) in r.analytical_bytes.iter().enumerate() {
             analytical[c] += b;
@@ -803,7 +812,10 @@ pub fn write_outputs(
         dir.join("ranks.csv"),
         ranks_csv(exp, model, results, output.iteration_ps),
     )?;
-    std::fs::write(dir.join("collectives.csv"), collectives_csv(results))?;
+    std::fs::write(
+        dir.join("collectives.csv"),
+        collectives_csv(results, u64::from(model.symmetry.replicas())),
+    )?;
     std::fs::write(
         dir.join("links.csv"),
         links_csv(model, results, output.iteration_ps),

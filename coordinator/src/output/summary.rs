@@ -103,6 +103,13 @@ pub struct FlowSummary {
 pub struct EngineSummary {
     /// `embedded` or `distributed`.
     pub mode: String,
+    /// Data-parallel replicas each simulated one stands for: 1 when every rank ran, the
+    /// replica count when one replica ran for all (`sim::engine::symmetry`).
+    #[serde(default = "one_replica")]
+    pub replicas_per_simulated: u32,
+    /// Which ranks ran, and why not one replica for all when every rank did.
+    #[serde(default)]
+    pub symmetry: String,
     pub workers: u32,
     pub partitions: u32,
     pub strategy: String,
@@ -176,4 +183,8 @@ impl Summary {
     pub fn from_json_text(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
     }
+}
+
+fn one_replica() -> u32 {
+    1
 }

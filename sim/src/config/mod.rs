@@ -1294,6 +1294,21 @@ pub struct EngineConfig {
     /// (`fleetsim plan`'s search, then the best plan is simulated).
     #[serde(default)]
     pub planner: Planner,
+    /// Whether a run whose data-parallel replicas are all alike simulates one replica and
+    /// mirrors the rest (`sim::engine::symmetry`): `auto` (when it is exact) or `off`.
+    #[serde(default)]
+    pub symmetry: SymmetryChoice,
+}
+
+/// `engine.symmetry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SymmetryChoice {
+    /// One replica when every replica is the same (`sim::engine::symmetry`), else all.
+    #[default]
+    Auto,
+    /// Every rank, always.
+    Off,
 }
 
 /// `engine.partition`: the partitioner's strategies (`partitioner::implementation` gives each
@@ -1456,6 +1471,7 @@ impl Default for EngineConfig {
             scheduling: SchedulingChoice::Auto,
             promises: true,
             planner: Planner::Naive,
+            symmetry: SymmetryChoice::Auto,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod host_memory;
 pub mod net;
 pub mod params;
 pub mod results;
+pub mod symmetry;
 
 use serde::{Deserialize, Serialize};
 
@@ -452,6 +453,9 @@ pub struct SimModel {
     pub longest_link_ps: u64,
     /// `[[faults]]` on GPUs and the job: slow GPUs, kernel jitter, parts that go down.
     pub faults: crate::fault::Faults,
+    /// Whether one data-parallel replica stands for all ([`symmetry::Symmetry`]); the
+    /// workload's `one_replica` follows it.
+    pub symmetry: symmetry::Symmetry,
 }
 
 /// What the collective model needs beyond the topology.
@@ -634,6 +638,14 @@ impl SimModel {
         })?;
         let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
         let longest_link_ps = topology.links().map(|l| l.latency_ps).max().unwrap_or(0);
+        let clock_spread: Vec<f64> = exp
+            .gpu_types
+            .iter()
+            .map(|g| compute.clock_spread(g))
+            .collect();
+        let symmetry = symmetry::Symmetry::decide(exp, &workload, &topology, &net, &clock_spread);
+        let mut workload = workload;
+        workload.one_replica = matches!(symmetry, symmetry::Symmetry::OneReplica { .. });
         Ok(SimModel {
             topology,
             workload,
@@ -641,11 +653,7 @@ impl SimModel {
             kernel_ps,
             kernel_clocked,
             host_issue_ps,
-            clock_spread: exp
-                .gpu_types
-                .iter()
-                .map(|g| compute.clock_spread(g))
-                .collect(),
+            clock_spread,
             gpu_types,
             net,
             interference: Interference::from_config(&exp.loaded.config.compute),
@@ -657,6 +665,7 @@ impl SimModel {
             flow_delay_ps,
             longest_link_ps,
             faults: exp.faults.clone().with_timed_links(timed_link_faults),
+            symmetry,
         })
     }
 
@@ -683,6 +692,9 @@ impl SimModel {
         // nccl-tests-style benchmarks issue from a C loop: no Python host in the way.
         self.host_issue_ps = vec![Vec::new(); self.kernel_ps.len()];
         self.workload = workload;
+        self.symmetry = symmetry::Symmetry::Full {
+            why: "a benchmark's workload runs on every rank".into(),
+        };
         self
     }
 
@@ -699,6 +711,10 @@ impl SimModel {
             .map(ProgramIndex::new)
             .collect();
         self.flows = flows;
+        self.workload.one_replica = false;
+        self.symmetry = symmetry::Symmetry::Full {
+            why: "injected flows run between any ranks".into(),
+        };
         self
     }
 

@@ -716,6 +716,7 @@ pub fn import(path: &Path, ctx: &ImportContext) -> Result<Workload, ConfigError>
         source: path.display().to_string(),
         line_names: Vec::new(),
         jobs: None,
+        one_replica: false,
     })
 }
 

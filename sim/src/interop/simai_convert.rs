@@ -254,6 +254,7 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
         source: file.to_string(),
         line_names: names,
         jobs: None,
+        one_replica: false,
     })
 }
 

@@ -140,6 +140,7 @@ pub fn workload(op: BenchOp, ranks: u32, bytes: u64) -> Workload {
         source: format!("fleetsim collective: {} of {bytes} B", op.name()),
         line_names: Vec::new(),
         jobs: None,
+        one_replica: false,
     }
 }
 

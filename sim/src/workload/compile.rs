@@ -229,6 +229,7 @@ pub fn compile_with(
         source: source.to_string(),
         line_names: Vec::new(),
         jobs: None,
+        one_replica: false,
     }
 }
 

@@ -704,12 +704,18 @@ pub struct Workload {
     /// GPU's global index; read ranks, groups and programs through the methods below, not
     /// through `layout` (which is then the first job's).
     pub jobs: Option<Box<crate::jobs::JobSet>>,
+    /// Only data-parallel replica 0 runs; the others mirror it
+    /// ([`crate::engine::symmetry::Symmetry`]). Set by the engine, never by a compiler.
+    pub one_replica: bool,
 }
 
 impl Workload {
     /// Whether GPU `gpu` runs a rank.
     pub fn is_rank(&self, gpu: u32) -> bool {
         match &self.jobs {
+            None if self.one_replica => {
+                gpu < self.layout.world() && self.layout.coords(gpu).dp == 0
+            }
             None => gpu < self.layout.world(),
             Some(jobs) => jobs.job_of(gpu).is_some(),
         }

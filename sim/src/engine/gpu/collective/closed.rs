@@ -33,11 +33,20 @@ fn gathers(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
     groups[kind as usize].as_ref().is_some_and(|g| g.gathers)
 }
 
+/// Whether group `kind`'s other members mirror this rank ([`GroupInfo::mirror`]).
+fn mirrored(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
+    groups[kind as usize]
+        .as_ref()
+        .is_some_and(|g| g.mirror.is_some())
+}
+
 impl Closed {
     /// Plans `call` in closed form: the gatherer waits for every other member, the others
     /// for its answer.
     pub(super) fn start(gpu: &GpuLp, call: &Call) -> Start {
-        let needed = if gathers(&gpu.groups, call.kind) {
+        let needed = if mirrored(&gpu.groups, call.kind) {
+            0
+        } else if gathers(&gpu.groups, call.kind) {
             call.ring.n - 1
         } else {
             1
@@ -63,7 +72,31 @@ impl Schedule for Closed {
         };
         let (ring, group, seq) = (run.ring, run.group, run.seq);
         let moved = bytes as f64 * collective::bus_factor(cop, ring.n) * protocol.wire_factor();
-        let ready = gpu.link_start_toward(model, ring.next, ctx.now.as_ps(), moved as u64);
+        let now = ctx.now.as_ps();
+        if let Some(mirror) = gpu.groups[kind as usize]
+            .as_mut()
+            .and_then(|g| g.mirror.take())
+        {
+            // Every member started now; each is ready when its first link is, whose state
+            // this rank's link of the same kind mirrors. The last member hears the
+            // gatherer's answer after both latencies.
+            let mut ready = now;
+            for &to in &mirror.probes {
+                ready = ready.max(gpu.link_start_toward(model, to, now, moved as u64));
+            }
+            let per_class = (&mirror.crosses, &mirror.link_hops);
+            gpu.account_mirrored(model, moved as u64, per_class, mirror.members);
+            let end = (ready + self.duration_ps).max(now + mirror.latency_ps);
+            if let Some(g) = gpu.groups[kind as usize].as_mut() {
+                g.mirror = Some(mirror);
+            }
+            if let Running::Comm(run) = &mut gpu.running[s] {
+                run.analytical_sends_until = run.analytical_sends_until.max(end);
+            }
+            gpu.check_done(model, s, ctx);
+            return;
+        }
+        let ready = gpu.link_start_toward(model, ring.next, now, moved as u64);
         gpu.account_analytical(model, ring.next, moved as u64);
         if let Running::Comm(run) = &mut gpu.running[s] {
             run.ready_ps = ready;

@@ -44,6 +44,27 @@ pub(in crate::engine::gpu) struct GroupInfo {
     /// This rank gathers the group's arrivals when a collective completes in closed form
     /// ([`closed_leader`]).
     pub(super) gathers: bool,
+    /// The group reaches into mirrored replicas ([`crate::engine::symmetry`]).
+    pub(super) mirror: Option<Box<Mirror>>,
+}
+
+/// A group whose other members mirror this rank ([`crate::engine::symmetry`]): a closed-form
+/// collective ends here, with no message, as it ends for the group's last member in the
+/// full run.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(in crate::engine::gpu) struct Mirror {
+    /// The longest member-to-gatherer latency plus the longest gatherer-to-member latency:
+    /// the last member hears the answer no earlier than that after the start.
+    pub(super) latency_ps: u64,
+    /// A GPU this rank reaches over the same kind of first link as each kind of ring hop in
+    /// the group: every member is ready when its first link is, whose state this rank's
+    /// link of that kind mirrors.
+    pub(super) probes: Vec<NodeId>,
+    pub(super) members: u32,
+    /// Per link class: how many members' paths to their ring neighbour cross it, and over
+    /// how many links of it in all (what the full run counts of the group's traffic).
+    pub(super) crosses: [u32; 4],
+    pub(super) link_hops: [u32; 4],
 }
 
 impl GpuLp {
@@ -187,9 +208,57 @@ impl GpuLp {
         }
         let leader = topo.gpu(members[0]);
         let gatherer = members[closed_leader(&members)];
-        let is_gatherer = gatherer == self.rank;
+        let mirrored = members.iter().any(|&m| !model.workload.is_rank(m));
+        let mut mirror = None;
+        if mirrored {
+            if !closed {
+                return self.fail_none(format!(
+                    "the {} group reaches mirrored replicas over links that are not analytical (engine.symmetry = \"off\" runs every rank)",
+                    kind.name()
+                ));
+            }
+            let (mut crosses, mut link_hops) = ([0u32; 4], [0u32; 4]);
+            for (i, &m) in members.iter().enumerate() {
+                let next = members[(i + 1) % members.len()];
+                match self.paths.once(model, topo.gpu(m), topo.gpu(next)) {
+                    Ok(p) => {
+                        for (c, &h) in p.class_hops.iter().enumerate() {
+                            crosses[c] += u32::from(h > 0);
+                            link_hops[c] += u32::from(h);
+                        }
+                    }
+                    Err(e) => return self.fail_none(e),
+                }
+            }
+            let (mut to_gatherer, mut from_gatherer) = (0, 0);
+            for &m in members.iter().filter(|&&m| m != gatherer) {
+                let (a, b) = (topo.gpu(m), topo.gpu(gatherer));
+                match (self.paths.once(model, a, b), self.paths.once(model, b, a)) {
+                    (Ok(there), Ok(back)) => {
+                        to_gatherer = to_gatherer.max(there.latency_ps);
+                        from_gatherer = from_gatherer.max(back.latency_ps);
+                    }
+                    (Err(e), _) | (_, Err(e)) => return self.fail_none(e),
+                }
+            }
+            let Some(hops) = crate::engine::symmetry::mirror_hops(&members, self.rank, node) else {
+                return self.fail_none(format!(
+                    "rank {} cannot stand for its mirrors' {} ring hops",
+                    self.rank,
+                    kind.name()
+                ));
+            };
+            mirror = Some(Box::new(Mirror {
+                latency_ps: to_gatherer + from_gatherer,
+                probes: hops.into_iter().map(|(m, _)| topo.gpu(m)).collect(),
+                members: n,
+                crosses,
+                link_hops,
+            }));
+        }
+        let is_gatherer = gatherer == self.rank && !mirrored;
         let mut closed_peers = Vec::new();
-        if closed {
+        if closed && !mirrored {
             let peers: Vec<u32> = if is_gatherer {
                 members.iter().copied().filter(|&m| m != gatherer).collect()
             } else {
@@ -213,6 +282,7 @@ impl GpuLp {
             hop_ps,
             closed_peers,
             gathers: is_gatherer,
+            mirror,
         }));
         Some((ring, shape, closed))
     }

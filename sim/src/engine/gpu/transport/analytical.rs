@@ -37,7 +37,7 @@ impl GpuLp {
         let start = fair_start(now, self.link_free_ps[i], ser);
         self.link_free_ps[i] = now.max(self.link_free_ps[i]) + ser;
         let arrive = start + ser + path.latency_ps;
-        self.account_path(path, t.bytes);
+        self.account_path(model, path, t.bytes);
         ctx.emit(
             t.dst,
             SimTime::from_ps(arrive),
@@ -84,13 +84,33 @@ impl GpuLp {
         bytes: u64,
     ) {
         if let Ok(p) = self.paths.get(model, self.node, dst, 0) {
-            self.account_path(&p, bytes);
+            self.account_path(model, &p, bytes);
+        }
+    }
+
+    /// Counts a mirrored group's closed-form traffic ([`crate::engine::symmetry`]): each of
+    /// its `members` moves `bytes` to its ring neighbour, `crosses[c]` of those paths cross
+    /// link class `c` over `hops[c]` links in all; the replicas hold `replicas / members`
+    /// such groups for this rank's place, and this rank counts them all.
+    pub(in crate::engine::gpu) fn account_mirrored(
+        &mut self,
+        model: &SimModel,
+        bytes: u64,
+        (crosses, hops): (&[u32; 4], &[u32; 4]),
+        members: u32,
+    ) {
+        let groups = u64::from(model.symmetry.replicas() / members.max(1));
+        for c in 0..4 {
+            self.analytical_bytes[c] += bytes * u64::from(crosses[c]) * groups;
+            self.analytical_link_bytes[c] += bytes * u64::from(hops[c]) * groups;
         }
     }
 
     /// Counts `bytes` sent analytically along `path`: once per link class it crosses, and
     /// once per link it crosses (what links.csv's utilisation needs).
-    fn account_path(&mut self, path: &PathInfo, bytes: u64) {
+    /// With symmetry this rank sends for its mirrors too ([`crate::engine::symmetry`]).
+    fn account_path(&mut self, model: &SimModel, path: &PathInfo, bytes: u64) {
+        let bytes = bytes * u64::from(model.symmetry.replicas());
         for (c, hops) in path.class_hops.iter().enumerate() {
             if *hops > 0 {
                 self.analytical_bytes[c] += bytes;

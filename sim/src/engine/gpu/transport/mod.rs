@@ -220,6 +220,33 @@ impl PathCache {
         if let Some(i) = self.fixed_pairs.iter().position(|&k| k == (src, dst)) {
             return Ok(self.fixed_paths[i]);
         }
+        let (info, single_choice) = self.route(model, src, dst, hash)?;
+        if single_choice {
+            self.fixed_pairs.push((src, dst));
+            self.fixed_paths.push(info);
+        }
+        Ok(info)
+    }
+
+    /// The path from `src` to `dst` for ECMP hash 0, kept out of the cache: for a pair this
+    /// rank asks about once (a mirrored group's members, [`crate::engine::symmetry`]).
+    pub(super) fn once(
+        &mut self,
+        model: &SimModel,
+        src: NodeId,
+        dst: NodeId,
+    ) -> Result<PathInfo, NoRoute> {
+        self.route(model, src, dst, 0).map(|(info, _)| info)
+    }
+
+    /// Routes `src` to `dst` for ECMP hash `hash`: the path, and whether it is the only one.
+    fn route(
+        &mut self,
+        model: &SimModel,
+        src: NodeId,
+        dst: NodeId,
+        hash: u64,
+    ) -> Result<(PathInfo, bool), NoRoute> {
         let single_choice = model
             .topology
             .path_into(src, dst, hash, &mut self.path, &mut self.hops)
@@ -250,11 +277,7 @@ impl PathCache {
             let hops = &mut info.class_hops[class_index(lk.class)];
             *hops = hops.saturating_add(1);
         }
-        if single_choice {
-            self.fixed_pairs.push((src, dst));
-            self.fixed_paths.push(info);
-        }
-        Ok(info)
+        Ok((info, single_choice))
     }
 }
 
