@@ -101,5 +101,6 @@ if ((scale_limit > 0)); then
         configs/experiments/llama3-405b-h100-131072.toml --threads 2 --set network.model=flow
     # The setting: 1 MiB segments (the preset itself uses 16 MiB).
     bench llama3-405b-h100-131072 "$scale_limit" \
-        configs/experiments/llama3-405b-h100-131072.toml --set network.segment_bytes=1048576
+        configs/experiments/llama3-405b-h100-131072.toml --set network.model=packet \
+        --set network.segment_bytes=1048576
 fi

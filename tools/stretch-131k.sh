@@ -21,7 +21,7 @@ for _round in 1 2 3; do
     for bin in "$@"; do
         # The braces keep the shell's "Killed" notice out of the output.
         { timeout -s KILL "${LIMIT:-100}" "$bin" run "$experiment" \
-            --set network.segment_bytes=1048576 --threads "${THREADS:-1}" \
+            --set network.model=packet --set network.segment_bytes=1048576 --threads "${THREADS:-1}" \
             ${RESUME:+--resume "$RESUME"} --out "$out/run" >"$out/log" 2>&1 || true; } 2>/dev/null
         # Progress lines: "simulated S s, wall W s"; interpolate W at S = FROM and TO.
         sed -nE 's/.*simulated ([0-9.e-]+) s, wall ([0-9.]+) s.*/\1 \2/p' "$out/log" |

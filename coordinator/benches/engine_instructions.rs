@@ -25,6 +25,27 @@ fn quickstart() -> Arc<SimModel> {
     Arc::new(model("configs/experiments/quickstart.toml", &[]))
 }
 
+/// The quickstart on the analytical network without clock spread: one data-parallel
+/// replica of 16 simulated for all (`engine.symmetry`).
+fn quickstart_symmetric() -> Arc<SimModel> {
+    Arc::new(model(
+        "configs/experiments/quickstart.toml",
+        &["network.model=analytical", "compute.clock_spread=0"],
+    ))
+}
+
+/// The same, every rank simulated: the yardstick of the symmetric case.
+fn quickstart_analytical() -> Arc<SimModel> {
+    Arc::new(model(
+        "configs/experiments/quickstart.toml",
+        &[
+            "network.model=analytical",
+            "compute.clock_spread=0",
+            "engine.symmetry=off",
+        ],
+    ))
+}
+
 /// 128 GPUs sending 1 MiB each to the GPU one host over, at 4 KiB segments: the
 /// segment-level network alone.
 fn permutation() -> Arc<SimModel> {
@@ -33,6 +54,8 @@ fn permutation() -> Arc<SimModel> {
 
 #[library_benchmark]
 #[bench::quickstart(setup = quickstart)]
+#[bench::quickstart_analytical(setup = quickstart_analytical)]
+#[bench::quickstart_symmetric(setup = quickstart_symmetric)]
 #[bench::permutation_1mib_128gpu_4k(setup = permutation)]
 fn one_thread(model: Arc<SimModel>) -> u64 {
     black_box(run(&model, 1))

@@ -217,9 +217,10 @@ pub fn report_run(exp: &Experiment, output: &RunOutput, dir: &Path) -> anyhow::R
         )
     });
     outln!(
-        "network: {} (intra-host {}){flow}",
+        "network: {} (intra-host {}){flow}; {}",
         net.model,
         net.intra_host,
+        other_network_models(&net.model)
     );
     let e = &s.engine;
     outln!("symmetry: {}", e.symmetry);
@@ -268,5 +269,18 @@ pub fn with_metrics(
             Ok(Some(coordinator::metrics::window_hook(progress)))
         }
         None => Ok(progress),
+    }
+}
+
+/// How to get the other fidelities than `model` (docs/engine.md, "Which network model").
+fn other_network_models(model: &str) -> &'static str {
+    match model {
+        "packet" => {
+            "faster: --set network.model=flow (shared links as fluid flows) or analytical (no congestion)"
+        }
+        "flow" => {
+            "segment by segment: --set network.model=packet; faster, without congestion: analytical"
+        }
+        _ => "with congestion: --set network.model=flow or packet",
     }
 }

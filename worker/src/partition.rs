@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sim::engine::{Ctx, Event, Lp, LpReport, SimModel};
+use sim::engine::{Body, Ctx, Event, Lp, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::time::SimTime;
 use sim::topology::{LinkId, NodeId};
@@ -122,6 +122,8 @@ pub struct Partition {
     hops: Vec<LinkId>,
     /// Events processed in the last window: the cost estimate for longest-first scheduling.
     pub last_window_events: u64,
+    /// Events processed, by kind ([`Body::kind_index`]): where a run's events go.
+    pub events_by_kind: [u64; Body::KINDS],
     pub error: Option<PartitionError>,
     /// The run's lookahead, the unit of `slack`.
     pub lookahead_ps: u64,
@@ -179,6 +181,7 @@ impl Partition {
             emitted: Vec::new(),
             hops: Vec::with_capacity(8),
             last_window_events: 0,
+            events_by_kind: [0; Body::KINDS],
             error: None,
             lookahead_ps: u64::MAX,
             slack: CrossPartitionSlack::default(),
@@ -316,6 +319,7 @@ impl Partition {
                 p.handled(model, &event);
             }
             let cause = event.body.kind_name();
+            self.events_by_kind[event.body.kind_index()] += 1;
             self.lps[i].handle(model, event.body, &mut ctx);
             if let Some(p) = &mut self.promises
                 && p.watches(target)

@@ -258,6 +258,9 @@ pub struct WorkerStats {
     /// coordinator (in-process workers) or the system does not say.
     #[serde(default)]
     pub peak_rss_bytes: u64,
+    /// Events processed, by kind ([`sim::engine::Body::KIND_NAMES`] order).
+    #[serde(default)]
+    pub events_by_kind: Vec<u64>,
 }
 
 /// Thread counts for which [`WindowParallelism`] bounds the speed-up.
@@ -573,8 +576,12 @@ pub fn run_worker(
     // Asynchronous threads wait for each other inside a window: that is synchronisation,
     // not processing, as the time between windows is.
     stats.busy_s = (stats.busy_s - stats.thread_wait_s / threads as f64).max(0.0);
+    stats.events_by_kind = vec![0; sim::engine::Body::KINDS];
     for p in parts {
         stats.cross_partition_slack.add(&p.lock().slack);
+        for (sum, n) in stats.events_by_kind.iter_mut().zip(p.lock().events_by_kind) {
+            *sum += n;
+        }
     }
     let reports = if stopped {
         Vec::new()

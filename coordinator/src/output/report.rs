@@ -284,6 +284,7 @@ pub fn summarize_run(
             mode: engine.mode.to_string(),
             replicas_per_simulated: model.symmetry.replicas(),
             symmetry: model.symmetry.describe(),
+            events_by_kind: events_by_kind(&s.per_worker),
             workers: s.workers,
             partitions: s.partitions,
             strategy: engine.strategy.name().to_string(),
@@ -325,6 +326,22 @@ pub fn summarize_run(
         },
         warnings,
     }
+}
+
+/// The workers' events by kind, named, the kinds that ran only.
+fn events_by_kind(workers: &[worker::WorkerStats]) -> BTreeMap<String, u64> {
+    let mut sum = [0u64; sim::engine::Body::KINDS];
+    for w in workers {
+        for (total, n) in sum.iter_mut().zip(&w.events_by_kind) {
+            *total += n;
+        }
+    }
+    sim::engine::Body::KIND_NAMES
+        .iter()
+        .zip(sum)
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| (name.to_string(), n))
+        .collect()
 }
 
 /// How the workers ran their partitions on their threads: one name when all agree (every

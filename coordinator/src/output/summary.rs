@@ -110,6 +110,9 @@ pub struct EngineSummary {
     /// Which ranks ran, and why not one replica for all when every rank did.
     #[serde(default)]
     pub symmetry: String,
+    /// Events this process's workers ran, by kind (those that ran at all).
+    #[serde(default)]
+    pub events_by_kind: BTreeMap<String, u64>,
     pub workers: u32,
     pub partitions: u32,
     pub strategy: String,

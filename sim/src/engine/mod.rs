@@ -242,30 +242,64 @@ pub enum Body {
 }
 
 impl Body {
-    /// The event kind's name, for diagnostics (a causality error names what crossed).
+    /// How many kinds of event there are: the length of a table by [`Body::kind_index`].
+    pub const KINDS: usize = 21;
+
+    /// Every kind's name, indexed by [`Body::kind_index`].
+    pub const KIND_NAMES: [&'static str; Body::KINDS] = [
+        "ComputeDone",
+        "Segment",
+        "TxDone",
+        "Pause",
+        "Resume",
+        "Ack",
+        "Message",
+        "Arrived",
+        "SendDone",
+        "ClearToSend",
+        "Pace",
+        "ConnectionFree",
+        "StartFlow",
+        "MemoryRead",
+        "MemoryTick",
+        "FlowStart",
+        "RingJoin",
+        "FlowTick",
+        "FlowDone",
+        "JobStart",
+        "HostIssued",
+    ];
+
+    /// The event kind's name, for diagnostics (a causality error names what crossed) and the
+    /// count of events by kind.
     pub fn kind_name(&self) -> &'static str {
+        Body::KIND_NAMES[self.kind_index()]
+    }
+
+    /// The event kind's place in [`Body::KIND_NAMES`].
+    pub fn kind_index(&self) -> usize {
         match self {
-            Body::ComputeDone { .. } => "ComputeDone",
-            Body::Segment(_) => "Segment",
-            Body::TxDone { .. } => "TxDone",
-            Body::Pause { .. } => "Pause",
-            Body::Resume { .. } => "Resume",
-            Body::Ack { .. } => "Ack",
-            Body::Message { .. } => "Message",
-            Body::Arrived { .. } => "Arrived",
-            Body::SendDone { .. } => "SendDone",
-            Body::ClearToSend { .. } => "ClearToSend",
-            Body::Pace { .. } => "Pace",
-            Body::ConnectionFree { .. } => "ConnectionFree",
-            Body::StartFlow { .. } => "StartFlow",
-            Body::MemoryRead { .. } => "MemoryRead",
-            Body::MemoryTick => "MemoryTick",
-            Body::FlowStart(_) => "FlowStart",
-            Body::RingJoin(_) => "RingJoin",
-            Body::FlowTick => "FlowTick",
-            Body::FlowDone { .. } => "FlowDone",
-            Body::JobStart => "JobStart",
-            Body::HostIssued => "HostIssued",
+            Body::ComputeDone { .. } => 0,
+            Body::Segment(_) => 1,
+            Body::TxDone { .. } => 2,
+            Body::Pause { .. } => 3,
+            Body::Resume { .. } => 4,
+            Body::Ack { .. } => 5,
+            Body::Message { .. } => 6,
+            Body::Arrived { .. } => 7,
+            Body::SendDone { .. } => 8,
+            Body::ClearToSend { .. } => 9,
+            Body::Pace { .. } => 10,
+            Body::ConnectionFree { .. } => 11,
+            Body::StartFlow { .. } => 12,
+            Body::MemoryRead { .. } => 13,
+            Body::MemoryTick => 14,
+            Body::FlowStart(_) => 15,
+            Body::RingJoin(_) => 16,
+            Body::FlowTick => 17,
+            Body::FlowDone { .. } => 18,
+            Body::JobStart => 19,
+            Body::HostIssued => 20,
         }
     }
 }

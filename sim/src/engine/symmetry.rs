@@ -83,6 +83,20 @@ fn why_not(
     if workload.layout.dp <= 1 {
         return Some("one data-parallel replica".into());
     }
+    if let Some(l) = topology
+        .links()
+        .find(|l| net.is_queued(l.class) || net.is_shared(l.class))
+    {
+        return Some(format!(
+            "{} links are simulated {} and replicas contend on them; network.model = \"analytical\" mirrors replicas",
+            l.class.name(),
+            if net.is_shared(l.class) {
+                "as shared flows"
+            } else {
+                "packet by packet"
+            }
+        ));
+    }
     if workload.jobs.is_some() || !exp.jobs.is_empty() {
         return Some("[[jobs]] share the cluster".into());
     }
@@ -96,20 +110,6 @@ fn why_not(
         return Some(format!(
             "each GPU draws its own sustained clock (chip-to-chip spread {:.1}%); set compute.clock_spread = 0 to simulate one replica",
             100.0 * spread
-        ));
-    }
-    if let Some(l) = topology
-        .links()
-        .find(|l| net.is_queued(l.class) || net.is_shared(l.class))
-    {
-        return Some(format!(
-            "{} links are simulated {} and replicas contend on them; network.model = \"analytical\" mirrors replicas",
-            l.class.name(),
-            if net.is_shared(l.class) {
-                "as shared flows"
-            } else {
-                "packet by packet"
-            }
         ));
     }
     if topology
