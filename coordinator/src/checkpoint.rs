@@ -25,8 +25,9 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// Bumped whenever an LP's checkpointed state changes shape: 2 since GPUs count analytical
 /// bytes per link crossed (`GpuLp::analytical_link_bytes`); 3 since a GPU's tables by group
 /// kind hold the expert-TP kind (`GroupKind::COUNT`); 4 since a GPU tracks its host's issue
-/// (`GpuLp::host_anchor_ps` and the rest).
-const FORMAT: u32 = 5;
+/// (`GpuLp::host_anchor_ps` and the rest); 6 since one GPU per stage keeps its timeline
+/// (`GpuLp::timeline`).
+const FORMAT: u32 = 6;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:

@@ -19,6 +19,7 @@ pub mod kernel_report;
 pub mod partition;
 pub mod plan;
 pub mod progress;
+pub mod report;
 pub mod run;
 pub mod side_by_side;
 #[cfg(feature = "server")]
@@ -97,6 +98,10 @@ pub enum Command {
     /// nccl-tests' performance table for one operation over N GPUs of a cluster: size, count,
     /// type, time, algbw, busbw, and the algorithm, protocol and channels NCCL would choose.
     Collective(collective::Args),
+    /// One self-contained HTML page of where a run's time went (headline, stages, timeline,
+    /// links by tier, collectives), of several runs side by side, or of a sweep's or
+    /// validation's folder: report.html.
+    Report(report::Args),
 }
 
 impl Command {
@@ -117,6 +122,7 @@ impl Command {
             Command::Plan(args) => args.execute(),
             Command::Validate(args) => args.execute(),
             Command::Collective(args) => args.execute(),
+            Command::Report(args) => args.execute(),
         }
     }
 

@@ -46,6 +46,9 @@ pub struct Args {
     /// With [[jobs]]: skip running each job alone on its hosts, which gives its slowdown.
     #[arg(long)]
     pub no_alone: bool,
+    /// Also write report.html beside the other outputs (`fleetsim report`).
+    #[arg(long)]
+    pub report: bool,
     #[command(flatten)]
     pub checkpoints: CheckpointArgs,
 }
@@ -63,6 +66,7 @@ impl Args {
             quiet,
             metrics_listen,
             no_alone,
+            report,
             checkpoints,
         } = self;
         if let Some(p) = partition {
@@ -94,7 +98,13 @@ impl Args {
         if !no_alone {
             coordinator::run::run_jobs_alone(&exp, &options, &mut output)?;
         }
-        report_run(&exp, &output, &out)
+        report_run(&exp, &output, &out)?;
+        if report {
+            let html = crate::cli::report::render(std::slice::from_ref(&out))?;
+            let path = out.join("report.html");
+            std::fs::write(&path, html).with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
     }
 }
 

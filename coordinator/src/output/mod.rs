@@ -2,6 +2,7 @@
 //! files of the output directory, and the SVG charts that the commands draw.
 
 pub mod plot;
+pub mod records;
 pub mod report;
 pub mod summary;
 pub mod table;

@@ -325,7 +325,65 @@ pub fn summarize_run(
                 .collect(),
         },
         warnings,
+        settings: key_settings(exp, model),
     }
+}
+
+/// The settings a person compares runs by, by experiment key.
+fn key_settings(exp: &Experiment, model: &SimModel) -> BTreeMap<String, String> {
+    let c = &exp.loaded.config;
+    let layout = &model.workload.layout;
+    let gpu_types: Vec<&str> = exp.gpu_types.iter().map(|g| g.name.as_str()).collect();
+    let mut settings: Vec<(&str, String)> = vec![
+        ("cluster.gpus", c.cluster.gpus.to_string()),
+        ("cluster.gpu", gpu_types.join("+")),
+        ("cluster.topology", c.cluster.topology.name().to_string()),
+        ("cluster.nic_gbps", c.cluster.nic_gbps.to_string()),
+        ("parallel.tp", layout.tp.to_string()),
+        ("parallel.cp", layout.cp.to_string()),
+        ("parallel.pp", layout.pp.to_string()),
+        ("parallel.dp", layout.dp.to_string()),
+        ("parallel.ep", layout.ep.to_string()),
+        ("parallel.vp", c.parallel.vp.to_string()),
+        ("parallel.micro_batch", c.parallel.micro_batch.to_string()),
+        (
+            "training.precision",
+            c.training.precision.name().to_string(),
+        ),
+        (
+            "training.recompute",
+            format!("{:?}", c.training.recompute).to_lowercase(),
+        ),
+        ("network.model", c.network.model.name().to_string()),
+        (
+            "network.intra_host",
+            format!("{:?}", c.network.intra_host).to_lowercase(),
+        ),
+        ("engine.partition", c.engine.partition.name().to_string()),
+        ("jobs", exp.jobs.len().to_string()),
+        ("faults", c.faults.len().to_string()),
+    ];
+    if let Some(m) = &exp.model {
+        settings.push(("model", m.name.clone()));
+    }
+    if let Some(b) = c.parallel.global_batch {
+        settings.push(("parallel.global_batch", b.to_string()));
+    }
+    let mut settings: BTreeMap<String, String> = settings
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    for job in &exp.jobs {
+        settings.insert(
+            format!("jobs.{}.placement", job.name),
+            job.placement.clone(),
+        );
+        settings.insert(
+            format!("jobs.{}.gpus", job.name),
+            job.gpus(c.cluster.gpus_per_host).len().to_string(),
+        );
+    }
+    settings
 }
 
 /// The workers' events by kind, named, the kinds that ran only.
@@ -836,6 +894,14 @@ pub fn write_outputs(
     std::fs::write(
         dir.join("links.csv"),
         links_csv(model, results, output.iteration_ps),
+    )?;
+    std::fs::write(
+        dir.join("tiers.csv"),
+        super::records::tiers_csv(model, results, output.iteration_ps),
+    )?;
+    std::fs::write(
+        dir.join("timeline.csv"),
+        super::records::timeline_csv(results, output.iteration_ps),
     )?;
     if model.trace {
         write_trace(

@@ -37,6 +37,10 @@ pub struct Summary {
     pub network: NetworkSummary,
     pub engine: EngineSummary,
     pub warnings: Vec<String>,
+    /// The experiment's key settings by key (`parallel.tp`, `network.model`, ...): what
+    /// `fleetsim report` shows and compares between runs.
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
 }
 
 /// One job of a multi-job run.

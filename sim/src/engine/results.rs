@@ -27,6 +27,35 @@ pub struct Span {
     pub name: u32,
 }
 
+/// One pipeline stage's busy spans over the iteration, `(start, end)` ps, each list merged
+/// where spans touch or overlap: what the report's timeline draws. Kept for one rank per
+/// stage of data-parallel replica 0 (tensor and context rank 0), so its size does not grow
+/// with the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The compute stream's kernels.
+    pub compute: Vec<(u64, u64)>,
+    /// Collectives (and context-parallel ring transfers and CXL reads).
+    pub comm: Vec<(u64, u64)>,
+    /// Sends to and receives from the neighbour stages: a receive spans its wait.
+    pub pipeline: Vec<(u64, u64)>,
+}
+
+impl Timeline {
+    /// Adds `[start, end)` to `spans` (sorted by start as ops complete), merging it into the
+    /// last span when they touch. Ops on several streams complete out of start order, so
+    /// a span may start before the last one ends.
+    pub fn add(spans: &mut Vec<(u64, u64)>, start: u64, end: u64) {
+        match spans.last_mut() {
+            Some(last) if start <= last.1 && end >= last.0 => {
+                last.0 = last.0.min(start);
+                last.1 = last.1.max(end);
+            }
+            _ => spans.push((start, end)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PortReport {
     pub link: LinkId,
@@ -125,6 +154,8 @@ pub struct LpReport {
     pub flow: Option<super::flow::FlowStats>,
     /// When and why a segment found no path left at this node (a link fault).
     pub fabric_failure: Option<(SimTime, String)>,
+    /// The stage's timeline, on the one rank per stage that keeps it.
+    pub timeline: Option<Box<Timeline>>,
 }
 
 /// Every LP's report, in LP id order.

@@ -33,7 +33,7 @@ pub use collective::p2p_via;
 pub use transport::{flow_hash, injected_tag, segment_size};
 
 use super::net::Ports;
-use super::results::{GpuReport, LpReport, Span};
+use super::results::{GpuReport, LpReport, Span, Timeline};
 use super::{Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, SimModel, Tag};
 use crate::hash::{mix, splitmix64};
 use crate::layout::GroupKind;
@@ -131,6 +131,9 @@ pub struct GpuLp {
     analytical_bytes: [u64; 4],
     analytical_link_bytes: [u64; 4],
     spans: Vec<Vec<Span>>,
+    /// The stage's busy spans, on the one rank per stage that keeps them
+    /// ([`crate::engine::results::Timeline`]).
+    timeline: Option<Box<Timeline>>,
     error: Option<String>,
     /// Injected flows ([`SimModel::flows`]) that arrived here: (index, time).
     flow_arrivals: Vec<(u32, SimTime)>,
@@ -145,6 +148,16 @@ pub struct GpuLp {
     /// send or receive group becomes known: not part of a checkpoint.
     #[serde(skip)]
     crossing: Option<Crossing>,
+}
+
+/// Whether `rank` keeps its stage's timeline: tensor, context and data-parallel rank 0 of a
+/// one-job workload, one rank per pipeline stage.
+fn keeps_timeline(workload: &crate::workload::Workload, rank: u32) -> bool {
+    if workload.jobs.is_some() {
+        return false;
+    }
+    let c = workload.layout.coords(rank);
+    c.tp == 0 && c.cp == 0 && c.dp == 0
 }
 
 impl GpuLp {
@@ -195,6 +208,7 @@ impl GpuLp {
             } else {
                 Vec::new()
             },
+            timeline: keeps_timeline(w, rank).then(Box::default),
             error: None,
             flow_arrivals: Vec::new(),
             parts_seen: Vec::new(),
@@ -387,6 +401,7 @@ impl GpuLp {
                 .filter(|(_, c)| c.stats.count > 0)
                 .map(|(k, c)| (*k, c.stats.clone()))
                 .collect(),
+            timeline: self.timeline.clone(),
             op_spans: self
                 .spans
                 .iter()

@@ -6,7 +6,7 @@
 
 use super::collective::CommRun;
 use super::{COMPUTE, GpuLp, MEMORY, STREAMS};
-use crate::engine::results::Span;
+use crate::engine::results::{Span, Timeline};
 use crate::engine::{Body, Ctx, MEMORY_GROUP, P2P, SimModel, Tag};
 use crate::hash::mix;
 use crate::time::SimTime;
@@ -410,6 +410,16 @@ impl GpuLp {
         self.pump_streams |=
             (1 << s) | model.programs[self.program as usize].dependent_streams[op as usize];
         self.digest = mix(self.digest, u64::from(op), at);
+        if let Some(t) = &mut self.timeline {
+            let spans = match Stream::ALL[s] {
+                Stream::Compute => &mut t.compute,
+                Stream::SendNext | Stream::SendPrev | Stream::RecvPrev | Stream::RecvNext => {
+                    &mut t.pipeline
+                }
+                _ => &mut t.comm,
+            };
+            Timeline::add(spans, start, at);
+        }
         if model.trace {
             self.spans[s].push(Span {
                 start_ps: start,

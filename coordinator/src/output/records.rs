@@ -1,0 +1,280 @@
+//! The aggregate records `fleetsim report` draws (issue 20): `timeline.csv`, one
+//! data-parallel replica's stages over the iteration in a fixed number of bins, and
+//! `tiers.csv`, link load by fabric tier as a distribution. Both stay the same size
+//! whatever the cluster: never one row per rank or per link.
+
+use sim::engine::{RunResults, SimModel};
+use sim::segments::class_index;
+use sim::time::SimTime;
+use sim::topology::{LinkClass, NodeKind};
+
+use super::table::CsvTable;
+
+/// Bins per stage in `timeline.csv`: finer than a report's timeline is wide in pixels.
+pub const TIMELINE_BINS: usize = 400;
+
+/// `timeline.csv`: per pipeline stage of replica 0 (its tensor and context rank 0), the share
+/// of each bin of the iteration its compute stream ran, its collectives ran with no compute
+/// beside them (exposed), it sent to or waited for a neighbour stage with neither (pipeline),
+/// and nothing ran (idle: the host, the start and the end).
+pub fn timeline_csv(results: &RunResults, iteration_ps: SimTime) -> String {
+    let mut table = CsvTable::new([
+        "stage",
+        "rank",
+        "bin",
+        "start_s",
+        "end_s",
+        "compute",
+        "exposed_comm",
+        "pipeline",
+        "idle",
+    ]);
+    let end = iteration_ps.as_ps().max(1);
+    let width = end as f64 / TIMELINE_BINS as f64;
+    let mut stages: Vec<_> = results
+        .reports
+        .iter()
+        .filter_map(|(_, r)| Some((r.gpu.as_ref()?, r.timeline.as_deref()?)))
+        .collect();
+    stages.sort_by_key(|(g, _)| (g.stage, g.rank));
+    for (gpu, timeline) in stages {
+        let compute = merged(&timeline.compute);
+        let exposed = minus(&merged(&timeline.comm), &compute);
+        let busy = merged(&[compute.as_slice(), exposed.as_slice()].concat());
+        let pipeline = minus(&merged(&timeline.pipeline), &busy);
+        let shares = [&compute, &exposed, &pipeline].map(|spans| binned(spans, width));
+        for bin in 0..TIMELINE_BINS {
+            let [c, e, p] = shares.each_ref().map(|s| s[bin].clamp(0.0, 1.0));
+            table.row([
+                gpu.stage.to_string(),
+                gpu.rank.to_string(),
+                bin.to_string(),
+                format!("{:.9}", bin as f64 * width * 1e-12),
+                format!("{:.9}", (bin + 1) as f64 * width * 1e-12),
+                format!("{c:.4}"),
+                format!("{e:.4}"),
+                format!("{p:.4}"),
+                format!("{:.4}", (1.0 - c - e - p).max(0.0)),
+            ]);
+        }
+    }
+    table.finish()
+}
+
+/// `spans` sorted and merged where they touch.
+fn merged(spans: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut sorted = spans.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for (start, end) in sorted {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// The parts of sorted, disjoint `a` that no span of sorted, disjoint `b` covers.
+fn minus(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for &(start, end) in a {
+        let mut at = start;
+        while j < b.len() && b[j].1 <= at {
+            j += 1;
+        }
+        let mut k = j;
+        while at < end {
+            match b.get(k) {
+                Some(&(bs, be)) if bs < end => {
+                    if bs > at {
+                        out.push((at, bs));
+                    }
+                    at = at.max(be);
+                    k += 1;
+                }
+                _ => {
+                    out.push((at, end));
+                    at = end;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The share of each of [`TIMELINE_BINS`] bins of `width` ps that sorted, disjoint `spans`
+/// cover.
+fn binned(spans: &[(u64, u64)], width: f64) -> Vec<f64> {
+    let mut bins = vec![0.0; TIMELINE_BINS];
+    for &(start, end) in spans {
+        let (s, e) = (start as f64, end as f64);
+        let first = ((s / width) as usize).min(TIMELINE_BINS - 1);
+        let last = ((e / width) as usize).min(TIMELINE_BINS - 1);
+        for (b, share) in bins.iter_mut().enumerate().take(last + 1).skip(first) {
+            let (lo, hi) = (b as f64 * width, (b + 1) as f64 * width);
+            *share += (e.min(hi) - s.max(lo)).max(0.0) / width;
+        }
+    }
+    bins
+}
+
+/// A fabric tier: where a link sits, by the kinds of node it joins.
+pub fn tier(class: LinkClass, src: NodeKind, dst: NodeKind) -> &'static str {
+    match class {
+        LinkClass::NvLink => "nvlink",
+        LinkClass::Pcie => "pcie",
+        LinkClass::Cxl => "cxl",
+        LinkClass::Network => {
+            let has = |k: NodeKind| src == k || dst == k;
+            if has(NodeKind::Core) {
+                "spine-core"
+            } else if has(NodeKind::Spine) {
+                "leaf-spine"
+            } else if has(NodeKind::Leaf) {
+                "nic-leaf"
+            } else {
+                "network"
+            }
+        }
+    }
+}
+
+/// The order tiers are listed in, host outwards.
+pub const TIERS: [&str; 7] = [
+    "nvlink",
+    "pcie",
+    "cxl",
+    "nic-leaf",
+    "leaf-spine",
+    "spine-core",
+    "network",
+];
+
+/// `tiers.csv`: per fabric tier, its links, the bytes they carried and the distribution of
+/// their utilisation over the iteration (bytes over capacity × iteration), with the busiest
+/// link. Per link only where the engine saw each link (packet-level and flow-level links);
+/// a class it ran in closed form is one row under the class's name with its mean only
+/// (`per_link` false).
+pub fn tiers_csv(model: &SimModel, results: &RunResults, iteration_ps: SimTime) -> String {
+    let topo = &model.topology;
+    let t = iteration_ps.as_secs_f64().max(f64::MIN_POSITIVE);
+    let nodes = topo.nodes();
+    let tier_of = |l: sim::topology::Link| {
+        tier(
+            l.class,
+            nodes[l.src as usize].kind,
+            nodes[l.dst as usize].kind,
+        )
+    };
+    let mut link_bytes: Vec<u64> = vec![0; topo.link_count()];
+    let mut analytical_link_bytes = [0u64; 4];
+    for (_, r) in &results.reports {
+        for p in &r.ports {
+            link_bytes[p.link as usize] += p.bytes;
+        }
+        for (c, b) in r.analytical_link_bytes.iter().enumerate() {
+            analytical_link_bytes[c] += b;
+        }
+    }
+    let mut table = CsvTable::new([
+        "tier",
+        "links",
+        "per_link",
+        "bytes",
+        "utilisation_mean",
+        "utilisation_p50",
+        "utilisation_p90",
+        "utilisation_p99",
+        "utilisation_max",
+        "busiest_link",
+    ]);
+    let mut closed_classes = Vec::new();
+    for tier in TIERS {
+        let mut utils = Vec::new();
+        let (mut bytes, mut busiest) = (0u64, None::<(f64, u32)>);
+        let mut class = None;
+        for (id, link) in topo.links().enumerate() {
+            if tier_of(link) != tier {
+                continue;
+            }
+            class = Some(link.class);
+            let b = link_bytes[id];
+            bytes += b;
+            let u = b as f64 / (link.bytes_per_s * t);
+            if busiest.is_none_or(|(most, _)| u > most) {
+                busiest = Some((u, id as u32));
+            }
+            utils.push(u);
+        }
+        let Some(class) = class else {
+            continue;
+        };
+        let per_link = model.net.is_queued(class) || model.net.is_shared(class);
+        let n = utils.len();
+        if per_link {
+            utils.sort_by(f64::total_cmp);
+            let q = |f: f64| utils[((n - 1) as f64 * f).round() as usize];
+            let mean = utils.iter().sum::<f64>() / n as f64;
+            let (u, id) = busiest.unwrap_or((0.0, 0));
+            let link = topo.link(id);
+            table.row([
+                tier.to_string(),
+                n.to_string(),
+                "true".to_string(),
+                bytes.to_string(),
+                format!("{mean:.6}"),
+                format!("{:.6}", q(0.5)),
+                format!("{:.6}", q(0.9)),
+                format!("{:.6}", q(0.99)),
+                format!("{u:.6}"),
+                format!(
+                    "{} -> {}",
+                    topo.node_name(link.src),
+                    topo.node_name(link.dst)
+                ),
+            ]);
+        } else if !closed_classes.contains(&class) {
+            // Closed form: the engine saw the class, not its links: one row for the class,
+            // its bytes per link crossed over all its links' capacity.
+            closed_classes.push(class);
+            let c = class_index(class);
+            let (links, capacity) = topo
+                .links()
+                .filter(|l| l.class == class)
+                .fold((0usize, 0.0), |(n, cap), l| (n + 1, cap + l.bytes_per_s));
+            let mean = analytical_link_bytes[c] as f64 / (capacity * t);
+            let empty = String::new;
+            table.row([
+                class.name().to_string(),
+                links.to_string(),
+                "false".to_string(),
+                analytical_link_bytes[c].to_string(),
+                format!("{mean:.6}"),
+                empty(),
+                empty(),
+                empty(),
+                empty(),
+                empty(),
+            ]);
+        }
+    }
+    table.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn communication_under_compute_is_not_exposed() {
+        let compute = merged(&[(0, 10), (20, 30), (5, 12)]);
+        assert_eq!(compute, vec![(0, 12), (20, 30)]);
+        let comm = merged(&[(8, 25), (40, 50)]);
+        assert_eq!(minus(&comm, &compute), vec![(12, 20), (40, 50)]);
+        let bins = binned(&[(0, 50)], 100.0);
+        assert!((bins[0] - 0.5).abs() < 1e-12);
+        assert_eq!(bins[1], 0.0);
+    }
+}
