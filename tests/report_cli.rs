@@ -199,6 +199,55 @@ fn a_report_of_one_run_and_of_two_renders_in_a_browser() {
 }
 
 #[test]
+fn a_sweep_folder_reports_its_table_and_plot() {
+    let dir = scratch("report-sweep");
+    stdout_ok(
+        fleetsim()
+            .args(["sweep", QUICKSTART, "--vary", "parallel.tp=2,4", "--out"])
+            .arg(&dir)
+            .args(SMALL),
+    );
+    let page = dir.join("page.html");
+    stdout_ok(fleetsim().arg("report").arg(&dir).arg("--out").arg(&page));
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert!(html.contains("class=\"sweep\""), "a sweep section");
+    assert!(html.contains("<svg"), "the sweep's plot inline");
+    let table = std::fs::read_to_string(dir.join("sweep.csv")).expect("sweep.csv");
+    let rows = table.lines().count() - 1;
+    assert_eq!(rows, 2);
+    // Each point's iteration from the table is on the page.
+    let header: Vec<&str> = table.lines().next().expect("header").split(',').collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "iteration_time_s")
+        .expect("an iteration column");
+    for line in table.lines().skip(1) {
+        let value = line.split(',').nth(column).expect("a value");
+        assert!(html.contains(value), "{value} on the page");
+    }
+}
+
+#[test]
+fn a_run_with_faults_has_a_faults_section_saying_what_failed() {
+    let dir = scratch("report-faults");
+    let slow = r#"faults=[{kind="gpu-slow",gpu=3,factor=0.8,scope="all"}]"#;
+    stdout_ok(
+        fleetsim()
+            .args([
+                "run",
+                "tests/fixtures/faults/straggler.toml",
+                "--quiet",
+                "--report",
+            ])
+            .args(["--set", slow, "--out"])
+            .arg(&dir),
+    );
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
+    assert!(html.contains("class=\"faults\""), "a faults section");
+    assert!(html.contains("GPU 3 to 0.8"), "names the slow GPU");
+}
+
+#[test]
 fn a_folder_that_is_no_output_is_one_clear_error() {
     let fixtures = Path::new("tests/fixtures/report");
     let line = one_clear_error(

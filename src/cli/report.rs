@@ -739,20 +739,31 @@ fn collectives(page: &mut Page, run: &Run) {
     page.push("</table>\n<p class=\"note\">Counts are per rank call summed over ranks; bus bandwidth is the time-weighted mean of NCCL's busbw.</p>\n</section>\n");
 }
 
-/// Faults and warnings, when the run has them.
+/// Faults, when the run has them: what failed, as `check` describes each.
 fn faults(page: &mut Page, run: &Run) {
     let s = &run.summary;
-    let faults = s.settings.get("faults").map_or("0", String::as_str);
-    if faults == "0" {
+    let faults: Vec<(&String, &String)> = s
+        .settings
+        .iter()
+        .filter(|(k, _)| k.starts_with("faults."))
+        .collect();
+    if faults.is_empty() {
         return;
     }
     let _ = write!(
         page.html,
-        "<section class=\"faults\" id=\"{}\">\n<h2>Faults</h2>\n<p>{} fault entr{} in the experiment (<code>[[faults]]</code>); what they did shows in the split, the stages and the links above.</p>\n</section>\n",
-        id_of(run, "faults"),
-        esc(faults),
-        if faults == "1" { "y" } else { "ies" }
+        "<section class=\"faults\" id=\"{}\">\n<h2>Faults</h2>\n<table><tr><th class=\"l\">entry</th><th class=\"l\">what fails</th></tr>",
+        id_of(run, "faults")
     );
+    for (key, what) in faults {
+        let _ = write!(
+            page.html,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(key),
+            esc(what)
+        );
+    }
+    page.push("</table>\n<p class=\"note\">What they cost shows in the split, the stages and the links above; a job that stopped names the fault in its error instead of a report.</p>\n</section>\n");
 }
 
 /// Every section of one run; under a heading of its own when several runs share the page.

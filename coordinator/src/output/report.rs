@@ -373,6 +373,9 @@ fn key_settings(exp: &Experiment, model: &SimModel) -> BTreeMap<String, String> 
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+    for (i, fault) in c.faults.iter().enumerate() {
+        settings.insert(format!("faults.{i}"), sim::fault::describe(fault));
+    }
     for job in &exp.jobs {
         settings.insert(
             format!("jobs.{}.placement", job.name),

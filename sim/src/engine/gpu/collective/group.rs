@@ -65,6 +65,9 @@ pub(in crate::engine::gpu) struct Mirror {
     /// how many links of it in all (what the full run counts of the group's traffic).
     pub(super) crosses: [u32; 4],
     pub(super) link_hops: [u32; 4],
+    /// A hash of the members: another kind of group with the same members (data-parallel,
+    /// with context parallelism, of the experts, when CP and EP are 1) shares this.
+    members_key: u64,
 }
 
 impl GpuLp {
@@ -210,7 +213,19 @@ impl GpuLp {
         let gatherer = members[closed_leader(&members)];
         let mirrored = members.iter().any(|&m| !model.workload.is_rank(m));
         let mut mirror = None;
-        if mirrored {
+        let members_key = members.iter().fold(members.len() as u64, |h, &m| {
+            crate::hash::mix(h, u64::from(m), 0)
+        });
+        let same_members = self
+            .groups
+            .iter()
+            .flatten()
+            .filter_map(|g| g.mirror.as_ref())
+            .find(|m| m.members_key == members_key)
+            .cloned();
+        if let (true, Some(found)) = (mirrored, same_members) {
+            mirror = Some(found);
+        } else if mirrored {
             if !closed {
                 return self.fail_none(format!(
                     "the {} group reaches mirrored replicas over links that are not analytical (engine.symmetry = \"off\" runs every rank)",
@@ -254,6 +269,7 @@ impl GpuLp {
                 members: n,
                 crosses,
                 link_hops,
+                members_key,
             }));
         }
         let is_gatherer = gatherer == self.rank && !mirrored;
