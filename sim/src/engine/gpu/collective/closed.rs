@@ -1,7 +1,9 @@
 //! Closed form, for a group whose members are all reached over analytical links: the
 //! collective completes in the planned time ([`crate::collective::Plan`]) once the last
 //! member arrived. One member gathers the arrivals ([`closed_leader`]) and releases everyone
-//! at the planned end: 2(n−1) messages instead of a ring's 2n(n−1).
+//! at the planned end: 2(n−1) messages instead of a ring's 2n(n−1). When the other members
+//! are mirrors of this one ([`crate::engine::symmetry`]) there is no message: this member
+//! ends where the full run releases the group's last member.
 
 use super::{Algo, Call, GroupInfo, Schedule, Start};
 use crate::collective;
