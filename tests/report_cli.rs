@@ -248,6 +248,30 @@ fn a_run_with_faults_has_a_faults_section_saying_what_failed() {
 }
 
 #[test]
+fn jobs_have_their_own_bars_and_timelines() {
+    let dir = scratch("report-jobs");
+    stdout_ok(
+        fleetsim()
+            .args([
+                "run",
+                "tests/fixtures/jobs/interleaved.toml",
+                "--quiet",
+                "--report",
+            ])
+            .args(["--no-alone", "--out"])
+            .arg(&dir),
+    );
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
+    for job in ["a", "b"] {
+        assert!(
+            html.contains(&format!(">{job}: stage 0<")),
+            "job {job}'s timeline"
+        );
+    }
+    assert!(html.contains("<h3>Jobs</h3>"), "the jobs table");
+}
+
+#[test]
 fn a_folder_that_is_no_output_is_one_clear_error() {
     let fixtures = Path::new("tests/fixtures/report");
     let line = one_clear_error(

@@ -480,6 +480,11 @@ impl JobSet {
     }
 
     /// The job GPU `gpu` runs, if any.
+    /// GPU `gpu`'s rank within its job, if it runs one.
+    pub fn local_rank(&self, gpu: u32) -> Option<u32> {
+        self.job_of(gpu).map(|_| self.local_of_gpu[gpu as usize])
+    }
+
     pub fn job_of(&self, gpu: u32) -> Option<usize> {
         match self.job_of_gpu.get(gpu as usize) {
             Some(&j) if j != NO_JOB => Some(j as usize),

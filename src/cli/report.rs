@@ -488,6 +488,10 @@ fn stages(page: &mut Page, run: &Run) {
     page.push("</section>\n");
 }
 
+/// A bin of a stage's timeline: start and end (s), and the shares of compute, exposed
+/// collectives, pipeline and idle.
+type TimelineBin = (f64, f64, [f64; 4]);
+
 /// One replica's stages over the iteration (timeline.csv): a row per stage, a column per
 /// bin, stacked by share.
 fn timeline(page: &mut Page, run: &Run) {
@@ -497,12 +501,14 @@ fn timeline(page: &mut Page, run: &Run) {
         id_of(run, "timeline")
     );
     let Some(t) = &run.timeline else {
-        page.push("<p class=\"note\">No timeline.csv in this folder (runs before issue 20, or [[jobs]]).</p>\n</section>\n");
+        page.push("<p class=\"note\">No timeline.csv in this folder (a run before fleetsim report).</p>\n</section>\n");
         return;
     };
-    let mut stages: BTreeMap<u64, Vec<(f64, f64, [f64; 4])>> = BTreeMap::new();
+    // By job (empty for one job), then stage.
+    let mut stages: BTreeMap<(String, u64), Vec<TimelineBin>> = BTreeMap::new();
     for row in &t.rows {
-        stages.entry(t.num(row, "stage") as u64).or_default().push((
+        let key = (t.text(row, "job").to_string(), t.num(row, "stage") as u64);
+        stages.entry(key).or_default().push((
             t.num(row, "start_s"),
             t.num(row, "end_s"),
             [
@@ -518,7 +524,7 @@ fn timeline(page: &mut Page, run: &Run) {
         .flat_map(|bins| bins.iter().map(|b| b.1))
         .fold(0.0, f64::max)
         .max(f64::MIN_POSITIVE);
-    let (label_w, width, row) = (80.0, 980.0, 26.0);
+    let (label_w, width, row) = (110.0, 950.0, 26.0);
     let height = row * stages.len() as f64 + 24.0;
     let _ = writeln!(
         page.html,
@@ -526,13 +532,18 @@ fn timeline(page: &mut Page, run: &Run) {
         label_w + width + 10.0,
         label_w + width + 10.0
     );
-    for (i, (stage, bins)) in stages.iter().enumerate() {
+    for (i, ((job, stage), bins)) in stages.iter().enumerate() {
         let y0 = i as f64 * row + 2.0;
+        let label = match job.as_str() {
+            "" => format!("stage {stage}"),
+            job => format!("{job}: stage {stage}"),
+        };
         let _ = write!(
             page.html,
-            "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">stage {stage}</text>",
+            "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">{}</text>",
             label_w - 6.0,
-            y0 + 15.0
+            y0 + 15.0,
+            esc(&label)
         );
         let h = row - 4.0;
         for &(start, stop, shares) in bins {
@@ -559,7 +570,7 @@ fn timeline(page: &mut Page, run: &Run) {
         height - 4.0
     );
     legend(page, &TIMELINE);
-    page.push("<p class=\"note\">Each stage's tensor- and context-parallel rank 0 of replica 0; a column is a 400th of the iteration, filled by the share of it each activity took (blank: idle).</p>\n</section>\n");
+    page.push("<p class=\"note\">Each stage's tensor- and context-parallel rank 0 of replica 0 (of each job with [[jobs]]); a column is a 400th of the iteration, filled by the share of it each activity took (blank: idle).</p>\n</section>\n");
 }
 
 /// Links by tier (tiers.csv) and the busiest links (links.csv).

@@ -13,12 +13,19 @@ use super::table::CsvTable;
 /// Bins per stage in `timeline.csv`: finer than a report's timeline is wide in pixels.
 pub const TIMELINE_BINS: usize = 400;
 
-/// `timeline.csv`: per pipeline stage of replica 0 (its tensor and context rank 0), the share
+/// `timeline.csv`: per pipeline stage of replica 0 (its tensor and context rank 0; of each
+/// job with `[[jobs]]`, named in the `job` column), the share
 /// of each bin of the iteration its compute stream ran, its collectives ran with no compute
 /// beside them (exposed), it sent to or waited for a neighbour stage with neither (pipeline),
 /// and nothing ran (idle: the host, the start and the end).
-pub fn timeline_csv(results: &RunResults, iteration_ps: SimTime) -> String {
+pub fn timeline_csv(
+    model: &SimModel,
+    job_names: &[&str],
+    results: &RunResults,
+    iteration_ps: SimTime,
+) -> String {
     let mut table = CsvTable::new([
+        "job",
         "stage",
         "rank",
         "bin",
@@ -36,8 +43,18 @@ pub fn timeline_csv(results: &RunResults, iteration_ps: SimTime) -> String {
         .iter()
         .filter_map(|(_, r)| Some((r.gpu.as_ref()?, r.timeline.as_deref()?)))
         .collect();
-    stages.sort_by_key(|(g, _)| (g.stage, g.rank));
+    let job_of = |rank: u32| {
+        model
+            .workload
+            .jobs
+            .as_ref()
+            .and_then(|jobs| jobs.job_of(rank))
+    };
+    stages.sort_by_key(|(g, _)| (job_of(g.rank), g.stage, g.rank));
     for (gpu, timeline) in stages {
+        let job = job_of(gpu.rank)
+            .and_then(|j| job_names.get(j))
+            .map_or(String::new(), |name| name.to_string());
         let compute = merged(&timeline.compute);
         let exposed = minus(&merged(&timeline.comm), &compute);
         let busy = merged(&[compute.as_slice(), exposed.as_slice()].concat());
@@ -46,6 +63,7 @@ pub fn timeline_csv(results: &RunResults, iteration_ps: SimTime) -> String {
         for bin in 0..TIMELINE_BINS {
             let [c, e, p] = shares.each_ref().map(|s| s[bin].clamp(0.0, 1.0));
             table.row([
+                job.clone(),
                 gpu.stage.to_string(),
                 gpu.rank.to_string(),
                 bin.to_string(),

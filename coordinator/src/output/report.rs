@@ -904,7 +904,12 @@ pub fn write_outputs(
     )?;
     std::fs::write(
         dir.join("timeline.csv"),
-        super::records::timeline_csv(results, output.iteration_ps),
+        super::records::timeline_csv(
+            model,
+            &exp.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
+            results,
+            output.iteration_ps,
+        ),
     )?;
     if model.trace {
         write_trace(

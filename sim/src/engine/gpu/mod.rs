@@ -150,13 +150,16 @@ pub struct GpuLp {
     crossing: Option<Crossing>,
 }
 
-/// Whether `rank` keeps its stage's timeline: tensor, context and data-parallel rank 0 of a
-/// one-job workload, one rank per pipeline stage.
+/// Whether `rank` keeps its stage's timeline: tensor, context and data-parallel rank 0 of
+/// its job, one rank per pipeline stage of each job.
 fn keeps_timeline(workload: &crate::workload::Workload, rank: u32) -> bool {
-    if workload.jobs.is_some() {
-        return false;
-    }
-    let c = workload.layout.coords(rank);
+    let c = match &workload.jobs {
+        None => workload.layout.coords(rank),
+        Some(jobs) => match (jobs.job_of(rank), jobs.local_rank(rank)) {
+            (Some(j), Some(local)) => jobs.jobs[j].workload.layout.coords(local),
+            _ => return false,
+        },
+    };
     c.tp == 0 && c.cp == 0 && c.dp == 0
 }
 
