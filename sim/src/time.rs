@@ -153,6 +153,21 @@ impl SimTime {
     }
 }
 
+/// The sorted, disjoint union of `[start, end)` spans (picoseconds), empty ones dropped:
+/// how long something was busy when its spans overlap or come out of order.
+pub fn span_union(spans: impl IntoIterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut sorted: Vec<(u64, u64)> = spans.into_iter().filter(|(a, b)| b > a).collect();
+    sorted.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for (a, b) in sorted {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 /// Picoseconds to move one byte at `bytes_per_s`: the rate the engine's serialisation
 /// arithmetic multiplies byte counts by.
 #[inline]

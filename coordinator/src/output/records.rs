@@ -5,7 +5,7 @@
 
 use sim::engine::{RunResults, SimModel};
 use sim::segments::class_index;
-use sim::time::SimTime;
+use sim::time::{SimTime, span_union};
 use sim::topology::{LinkClass, NodeKind};
 
 use super::table::CsvTable;
@@ -55,10 +55,10 @@ pub fn timeline_csv(
         let job = job_of(gpu.rank)
             .and_then(|j| job_names.get(j))
             .map_or(String::new(), |name| name.to_string());
-        let compute = merged(&timeline.compute);
-        let exposed = minus(&merged(&timeline.comm), &compute);
-        let busy = merged(&[compute.as_slice(), exposed.as_slice()].concat());
-        let pipeline = minus(&merged(&timeline.pipeline), &busy);
+        let compute = span_union(timeline.compute.iter().copied());
+        let exposed = minus(&span_union(timeline.comm.iter().copied()), &compute);
+        let busy = span_union(compute.iter().chain(&exposed).copied());
+        let pipeline = minus(&span_union(timeline.pipeline.iter().copied()), &busy);
         let shares = [&compute, &exposed, &pipeline].map(|spans| binned(spans, width));
         for bin in 0..TIMELINE_BINS {
             let [c, e, p] = shares.each_ref().map(|s| s[bin].clamp(0.0, 1.0));
@@ -77,20 +77,6 @@ pub fn timeline_csv(
         }
     }
     table.finish()
-}
-
-/// `spans` sorted and merged where they touch.
-fn merged(spans: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut sorted = spans.to_vec();
-    sorted.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
-    for (start, end) in sorted {
-        match out.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => out.push((start, end)),
-        }
-    }
-    out
 }
 
 /// The parts of sorted, disjoint `a` that no span of sorted, disjoint `b` covers.
@@ -159,6 +145,16 @@ pub fn tier(class: LinkClass, src: NodeKind, dst: NodeKind) -> &'static str {
     }
 }
 
+/// What a tier's links carried: each link's utilisation, the bytes, the busiest link
+/// (utilisation, id) and the links' class.
+#[derive(Default)]
+struct TierLoad {
+    utils: Vec<f64>,
+    bytes: u64,
+    busiest: Option<(f64, u32)>,
+    class: Option<LinkClass>,
+}
+
 /// The order tiers are listed in, host outwards.
 pub const TIERS: [&str; 7] = [
     "nvlink",
@@ -208,40 +204,46 @@ pub fn tiers_csv(model: &SimModel, results: &RunResults, iteration_ps: SimTime) 
         "utilisation_max",
         "busiest_link",
     ]);
-    let mut closed_classes = Vec::new();
-    for tier in TIERS {
-        let mut utils = Vec::new();
-        let (mut bytes, mut busiest) = (0u64, None::<(f64, u32)>);
-        let mut class = None;
-        for (id, link) in topo.links().enumerate() {
-            if tier_of(link) != tier {
-                continue;
-            }
-            class = Some(link.class);
-            let b = link_bytes[id];
-            bytes += b;
-            let u = b as f64 / (link.bytes_per_s * t);
-            if busiest.is_none_or(|(most, _)| u > most) {
-                busiest = Some((u, id as u32));
-            }
-            utils.push(u);
+    // One pass over the links: per tier, its links' utilisations, bytes, busiest link and
+    // class; per class, its links and capacity (for a class run in closed form).
+    let mut tiers: Vec<TierLoad> = TIERS.iter().map(|_| TierLoad::default()).collect();
+    let mut classes = [(0usize, 0.0f64); 4];
+    for (id, link) in topo.links().enumerate() {
+        let c = class_index(link.class);
+        classes[c].0 += 1;
+        classes[c].1 += link.bytes_per_s;
+        let Some(i) = TIERS.iter().position(|&t| t == tier_of(link)) else {
+            continue;
+        };
+        let load = &mut tiers[i];
+        let b = link_bytes[id];
+        let u = b as f64 / (link.bytes_per_s * t);
+        load.class = Some(link.class);
+        load.bytes += b;
+        if load.busiest.is_none_or(|(most, _)| u > most) {
+            load.busiest = Some((u, id as u32));
         }
-        let Some(class) = class else {
+        load.utils.push(u);
+    }
+    let mut closed_classes = Vec::new();
+    for (tier, load) in TIERS.iter().zip(&mut tiers) {
+        let Some(class) = load.class else {
             continue;
         };
         let per_link = model.net.is_queued(class) || model.net.is_shared(class);
+        let utils = &mut load.utils;
         let n = utils.len();
         if per_link {
             utils.sort_by(f64::total_cmp);
             let q = |f: f64| utils[((n - 1) as f64 * f).round() as usize];
             let mean = utils.iter().sum::<f64>() / n as f64;
-            let (u, id) = busiest.unwrap_or((0.0, 0));
+            let (u, id) = load.busiest.unwrap_or((0.0, 0));
             let link = topo.link(id);
             table.row([
                 tier.to_string(),
                 n.to_string(),
                 "true".to_string(),
-                bytes.to_string(),
+                load.bytes.to_string(),
                 format!("{mean:.6}"),
                 format!("{:.6}", q(0.5)),
                 format!("{:.6}", q(0.9)),
@@ -258,10 +260,7 @@ pub fn tiers_csv(model: &SimModel, results: &RunResults, iteration_ps: SimTime) 
             // its bytes per link crossed over all its links' capacity.
             closed_classes.push(class);
             let c = class_index(class);
-            let (links, capacity) = topo
-                .links()
-                .filter(|l| l.class == class)
-                .fold((0usize, 0.0), |(n, cap), l| (n + 1, cap + l.bytes_per_s));
+            let (links, capacity) = classes[c];
             let mean = analytical_link_bytes[c] as f64 / (capacity * t);
             let empty = String::new;
             table.row([
@@ -287,9 +286,9 @@ mod tests {
 
     #[test]
     fn communication_under_compute_is_not_exposed() {
-        let compute = merged(&[(0, 10), (20, 30), (5, 12)]);
+        let compute = span_union([(0, 10), (20, 30), (5, 12)]);
         assert_eq!(compute, vec![(0, 12), (20, 30)]);
-        let comm = merged(&[(8, 25), (40, 50)]);
+        let comm = span_union([(8, 25), (40, 50)]);
         assert_eq!(minus(&comm, &compute), vec![(12, 20), (40, 50)]);
         let bins = binned(&[(0, 50)], 100.0);
         assert!((bins[0] - 0.5).abs() < 1e-12);

@@ -159,7 +159,7 @@ pub fn evaluate_with_interference(
             };
             let is_compute = |i: usize| matches!(program.ops[i].kind, OpKind::Compute { .. });
             let union = |compute: bool| {
-                merged(
+                crate::time::span_union(
                     (0..program.ops.len())
                         .filter(|&i| is_compute(i) == compute)
                         .map(interval),
@@ -181,20 +181,6 @@ pub fn evaluate_with_interference(
     let stretched =
         |p: &Program, i: u32| cost(p, &p.ops[i as usize]) + delays[p.stage as usize][i as usize];
     run(workload, class, &stretched).map(|(timing, _)| timing)
-}
-
-/// Sorted, disjoint union of intervals.
-fn merged(intervals: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
-    let mut v: Vec<(u64, u64)> = intervals.filter(|(a, b)| b > a).collect();
-    v.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
-    for (a, b) in v {
-        match out.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
 }
 
 /// Length of `[a, b)` covered by the disjoint sorted `union`.
@@ -360,11 +346,12 @@ fn resolve(stages: &mut [StageState], s: usize, op: u32, pp: u32, cost: &IndexCo
 
 #[cfg(test)]
 mod tests {
-    use super::{merged, overlap};
+    use super::overlap;
+    use crate::time::span_union;
 
     #[test]
     fn interval_union_and_overlap() {
-        let u = merged([(5, 8), (0, 2), (1, 3), (7, 10), (4, 4)].into_iter());
+        let u = span_union([(5, 8), (0, 2), (1, 3), (7, 10), (4, 4)]);
         assert_eq!(u, [(0, 3), (5, 10)]);
         assert_eq!(overlap(&u, 2, 6), 2);
         assert_eq!(overlap(&u, 3, 5), 0);
