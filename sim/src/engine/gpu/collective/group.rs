@@ -212,66 +212,14 @@ impl GpuLp {
         let leader = topo.gpu(members[0]);
         let gatherer = members[closed_leader(&members)];
         let mirrored = members.iter().any(|&m| !model.workload.is_rank(m));
-        let mut mirror = None;
-        let members_key = members.iter().fold(members.len() as u64, |h, &m| {
-            crate::hash::mix(h, u64::from(m), 0)
-        });
-        let same_members = self
-            .groups
-            .iter()
-            .flatten()
-            .filter_map(|g| g.mirror.as_ref())
-            .find(|m| m.members_key == members_key)
-            .cloned();
-        if let (true, Some(found)) = (mirrored, same_members) {
-            mirror = Some(found);
-        } else if mirrored {
-            if !closed {
-                return self.fail_none(format!(
-                    "the {} group reaches mirrored replicas over links that are not analytical (engine.symmetry = \"off\" runs every rank)",
-                    kind.name()
-                ));
+        let mirror = if mirrored {
+            match self.mirror_of(model, kind, &members, gatherer, closed) {
+                Ok(m) => Some(m),
+                Err(e) => return self.fail_none(e),
             }
-            let (mut crosses, mut link_hops) = ([0u32; 4], [0u32; 4]);
-            for (i, &m) in members.iter().enumerate() {
-                let next = members[(i + 1) % members.len()];
-                match self.paths.once(model, topo.gpu(m), topo.gpu(next)) {
-                    Ok(p) => {
-                        for (c, &h) in p.class_hops.iter().enumerate() {
-                            crosses[c] += u32::from(h > 0);
-                            link_hops[c] += u32::from(h);
-                        }
-                    }
-                    Err(e) => return self.fail_none(e),
-                }
-            }
-            let (mut to_gatherer, mut from_gatherer) = (0, 0);
-            for &m in members.iter().filter(|&&m| m != gatherer) {
-                let (a, b) = (topo.gpu(m), topo.gpu(gatherer));
-                match (self.paths.once(model, a, b), self.paths.once(model, b, a)) {
-                    (Ok(there), Ok(back)) => {
-                        to_gatherer = to_gatherer.max(there.latency_ps);
-                        from_gatherer = from_gatherer.max(back.latency_ps);
-                    }
-                    (Err(e), _) | (_, Err(e)) => return self.fail_none(e),
-                }
-            }
-            let Some(hops) = crate::engine::symmetry::mirror_hops(&members, self.rank, node) else {
-                return self.fail_none(format!(
-                    "rank {} cannot stand for its mirrors' {} ring hops",
-                    self.rank,
-                    kind.name()
-                ));
-            };
-            mirror = Some(Box::new(Mirror {
-                latency_ps: to_gatherer + from_gatherer,
-                probes: hops.into_iter().map(|(m, _)| topo.gpu(m)).collect(),
-                members: n,
-                crosses,
-                link_hops,
-                members_key,
-            }));
-        }
+        } else {
+            None
+        };
         let is_gatherer = gatherer == self.rank && !mirrored;
         let mut closed_peers = Vec::new();
         if closed && !mirrored {
@@ -301,6 +249,75 @@ impl GpuLp {
             mirror,
         }));
         Some((ring, shape, closed))
+    }
+
+    /// This rank's [`Mirror`] of group `kind` (`members`, gathered by `gatherer` in the full
+    /// run): another kind's when its members are the same, else worked out from the routes
+    /// of every member. `Err` says why the group cannot be mirrored.
+    fn mirror_of(
+        &mut self,
+        model: &SimModel,
+        kind: GroupKind,
+        members: &[u32],
+        gatherer: u32,
+        closed: bool,
+    ) -> Result<Box<Mirror>, String> {
+        let members_key = members.iter().fold(members.len() as u64, |h, &m| {
+            crate::hash::mix(h, u64::from(m), 0)
+        });
+        let same_members = self
+            .groups
+            .iter()
+            .flatten()
+            .filter_map(|g| g.mirror.as_ref())
+            .find(|m| m.members_key == members_key);
+        if let Some(found) = same_members {
+            return Ok(found.clone());
+        }
+        if !closed {
+            return Err(format!(
+                "the {} group reaches mirrored replicas over links that are not analytical (engine.symmetry = \"off\" runs every rank)",
+                kind.name()
+            ));
+        }
+        let topo = &model.topology;
+        let (mut crosses, mut link_hops) = ([0u32; 4], [0u32; 4]);
+        for (i, &m) in members.iter().enumerate() {
+            let next = members[(i + 1) % members.len()];
+            let p = self
+                .paths
+                .once(model, topo.gpu(m), topo.gpu(next))
+                .map_err(|e| e.to_string())?;
+            for (c, &h) in p.class_hops.iter().enumerate() {
+                crosses[c] += u32::from(h > 0);
+                link_hops[c] += u32::from(h);
+            }
+        }
+        let (mut to_gatherer, mut from_gatherer) = (0, 0);
+        for &m in members.iter().filter(|&&m| m != gatherer) {
+            let (a, b) = (topo.gpu(m), topo.gpu(gatherer));
+            let there = self.paths.once(model, a, b).map_err(|e| e.to_string())?;
+            let back = self.paths.once(model, b, a).map_err(|e| e.to_string())?;
+            to_gatherer = to_gatherer.max(there.latency_ps);
+            from_gatherer = from_gatherer.max(back.latency_ps);
+        }
+        let node = |r: u32| topo.nccl_node(r);
+        let hops =
+            crate::engine::symmetry::mirror_hops(members, self.rank, node).ok_or_else(|| {
+                format!(
+                    "rank {} cannot stand for its mirrors' {} ring hops",
+                    self.rank,
+                    kind.name()
+                )
+            })?;
+        Ok(Box::new(Mirror {
+            latency_ps: to_gatherer + from_gatherer,
+            probes: hops.into_iter().map(|(m, _)| topo.gpu(m)).collect(),
+            members: members.len() as u32,
+            crosses,
+            link_hops,
+            members_key,
+        }))
     }
 
     /// One-way latency to a member of group `kind` on this host and on another host, ps.
