@@ -60,29 +60,23 @@ fn render(browser: &Path, page: &Path, screenshot: &Path) -> (String, String) {
         "chromium-profile-{}",
         page.file_stem().unwrap_or_default().to_string_lossy()
     ));
-    let dump = Command::new(browser)
-        .args(headless)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .expect("run chromium");
-    assert!(
-        dump.status.success(),
-        "chromium --dump-dom failed: {dump:?}"
-    );
-    let shot = Command::new(browser)
-        .args(headless)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--window-size=1200,2400")
-        .arg(format!("--screenshot={}", screenshot.display()))
-        .arg(&url)
-        .output()
-        .expect("run chromium");
-    assert!(
-        shot.status.success(),
-        "chromium --screenshot failed: {shot:?}"
-    );
+    // Chromium headless on the page with `what` asked of it; fails the test unless it ran.
+    let chromium = |what: &[String]| {
+        let out = Command::new(browser)
+            .args(headless)
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(what)
+            .arg(&url)
+            .output()
+            .expect("run chromium");
+        assert!(out.status.success(), "chromium {what:?} failed: {out:?}");
+        out
+    };
+    let dump = chromium(&["--dump-dom".to_string()]);
+    let shot = chromium(&[
+        "--window-size=1200,2400".to_string(),
+        format!("--screenshot={}", screenshot.display()),
+    ]);
     let png = std::fs::read(screenshot).expect("screenshot written");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,

@@ -349,6 +349,56 @@ fn headline(page: &mut Page, run: &Run) {
     page.push("</section>\n");
 }
 
+/// An SVG chart of labelled rows: a column of labels `label_w` wide, then the plot, `width`
+/// wide, and an axis under it from `0` to its largest value. Every chart of the page is one.
+struct Chart {
+    label_w: f64,
+    width: f64,
+    height: f64,
+}
+
+impl Chart {
+    /// Opens the SVG: the label column, the plot and `margin` to its right, `height` high,
+    /// with the extra attributes `attrs`.
+    fn open(
+        page: &mut Page,
+        (label_w, width, margin): (f64, f64, f64),
+        height: f64,
+        attrs: &str,
+    ) -> Chart {
+        let total = label_w + width + margin;
+        let _ = writeln!(
+            page.html,
+            "<svg viewBox=\"0 0 {total} {height}\" width=\"{total}\" role=\"img\"{attrs}>"
+        );
+        Chart {
+            label_w,
+            width,
+            height,
+        }
+    }
+
+    /// A row's label, right-aligned against the plot, its baseline at `y`.
+    fn row_label(&self, page: &mut Page, y: f64, text: &str) {
+        let _ = write!(
+            page.html,
+            "<text x=\"{}\" y=\"{y}\" font-size=\"12\" text-anchor=\"end\">{}</text>",
+            self.label_w - 6.0,
+            esc(text)
+        );
+    }
+
+    /// The axis under the plot, `left` at its start and `right` at its end, and the SVG's end.
+    fn close(self, page: &mut Page, left: &str, right: &str) {
+        let (x, y) = (self.label_w, self.height - 4.0);
+        let _ = writeln!(
+            page.html,
+            "<text x=\"{x}\" y=\"{y}\" font-size=\"11\" fill=\"#666\">{left}</text><text x=\"{}\" y=\"{y}\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">{right}</text></svg>",
+            x + self.width
+        );
+    }
+}
+
 /// Horizontal stacked bars of the split, one per `(label, [compute, exposed, bubble, idle])`.
 fn split_bar(page: &mut Page, bars: &[(String, [f64; 4])]) {
     let most = bars
@@ -358,21 +408,10 @@ fn split_bar(page: &mut Page, bars: &[(String, [f64; 4])]) {
         .max(f64::MIN_POSITIVE);
     let (label_w, width, row) = (200.0, 860.0, 22.0);
     let height = row * bars.len() as f64 + 24.0;
-    let _ = writeln!(
-        page.html,
-        "<svg viewBox=\"0 0 {} {height}\" width=\"{}\" role=\"img\">",
-        label_w + width + 10.0,
-        label_w + width + 10.0
-    );
+    let chart = Chart::open(page, (label_w, width, 10.0), height, "");
     for (i, (label, parts)) in bars.iter().enumerate() {
         let y = i as f64 * row + 4.0;
-        let _ = write!(
-            page.html,
-            "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">{}</text>",
-            label_w - 6.0,
-            y + 13.0,
-            esc(label)
-        );
+        chart.row_label(page, y + 13.0, label);
         let mut x = label_w;
         for (part, (name, colour)) in parts.iter().zip(SPLIT) {
             let w = part / most * width;
@@ -386,13 +425,7 @@ fn split_bar(page: &mut Page, bars: &[(String, [f64; 4])]) {
             x += w;
         }
     }
-    let _ = writeln!(
-        page.html,
-        "<text x=\"{label_w}\" y=\"{}\" font-size=\"11\" fill=\"#666\">0</text><text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">{most:.4} s</text></svg>",
-        height - 4.0,
-        label_w + width,
-        height - 4.0
-    );
+    chart.close(page, "0", &format!("{most:.4} s"));
     legend(page, &SPLIT);
 }
 
@@ -526,25 +559,15 @@ fn timeline(page: &mut Page, run: &Run) {
         .max(f64::MIN_POSITIVE);
     let (label_w, width, row) = (110.0, 950.0, 26.0);
     let height = row * stages.len() as f64 + 24.0;
-    let _ = writeln!(
-        page.html,
-        "<svg viewBox=\"0 0 {} {height}\" width=\"{}\" role=\"img\" shape-rendering=\"crispEdges\">",
-        label_w + width + 10.0,
-        label_w + width + 10.0
-    );
+    let crisp = " shape-rendering=\"crispEdges\"";
+    let chart = Chart::open(page, (label_w, width, 10.0), height, crisp);
     for (i, ((job, stage), bins)) in stages.iter().enumerate() {
         let y0 = i as f64 * row + 2.0;
         let label = match job.as_str() {
             "" => format!("stage {stage}"),
             job => format!("{job}: stage {stage}"),
         };
-        let _ = write!(
-            page.html,
-            "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">{}</text>",
-            label_w - 6.0,
-            y0 + 15.0,
-            esc(&label)
-        );
+        chart.row_label(page, y0 + 15.0, &label);
         let h = row - 4.0;
         for &(start, stop, shares) in bins {
             let x = label_w + start / end * width;
@@ -562,13 +585,7 @@ fn timeline(page: &mut Page, run: &Run) {
             }
         }
     }
-    let _ = writeln!(
-        page.html,
-        "<text x=\"{label_w}\" y=\"{}\" font-size=\"11\" fill=\"#666\">0 s</text><text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">{end:.4} s</text></svg>",
-        height - 4.0,
-        label_w + width,
-        height - 4.0
-    );
+    chart.close(page, "0 s", &format!("{end:.4} s"));
     legend(page, &TIMELINE);
     page.push("<p class=\"note\">Each stage's tensor- and context-parallel rank 0 of replica 0 (of each job with [[jobs]]); a column is a 400th of the iteration, filled by the share of it each activity took (blank: idle).</p>\n</section>\n");
 }
@@ -665,20 +682,13 @@ fn utilisation_chart(page: &mut Page, tiers: &[(String, bool, [f64; 5])]) {
         .map(|t| t.2[4].max(t.2[0]))
         .fold(0.0, f64::max)
         .max(0.01);
-    let _ = writeln!(
-        page.html,
-        "<svg viewBox=\"0 0 {} {height}\" width=\"{}\" role=\"img\">",
-        label_w + width + 60.0,
-        label_w + width + 60.0
-    );
+    let chart = Chart::open(page, (label_w, width, 60.0), height, "");
     for (i, (tier, per_link, q)) in tiers.iter().enumerate() {
         let y = i as f64 * row + 3.0;
+        chart.row_label(page, y + 13.0, tier);
         let _ = write!(
             page.html,
-            "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">{}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{:.1}\" height=\"{}\" fill=\"#4e79a7\"><title>mean {:.2}%</title></rect>",
-            label_w - 6.0,
-            y + 13.0,
-            esc(tier),
+            "<rect x=\"{label_w}\" y=\"{y}\" width=\"{:.1}\" height=\"{}\" fill=\"#4e79a7\"><title>mean {:.2}%</title></rect>",
             q[0] / most * width,
             row - 6.0,
             100.0 * q[0]
@@ -695,14 +705,7 @@ fn utilisation_chart(page: &mut Page, tiers: &[(String, bool, [f64; 5])]) {
             }
         }
     }
-    let _ = writeln!(
-        page.html,
-        "<text x=\"{label_w}\" y=\"{}\" font-size=\"11\" fill=\"#666\">0%</text><text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">{:.1}%</text></svg>",
-        height - 4.0,
-        label_w + width,
-        height - 4.0,
-        100.0 * most
-    );
+    chart.close(page, "0%", &format!("{:.1}%", 100.0 * most));
     page.push("<p class=\"note\">Bar: mean utilisation of the tier's links over the iteration; red marks: p50, p90, p99 and the busiest link (a spread between them is ECMP imbalance or a hot spot).</p>\n");
 }
 
