@@ -10,6 +10,7 @@ mod next_times;
 pub mod partition;
 mod prefetch;
 mod promise;
+pub mod protocol;
 pub mod queue;
 mod round_trips;
 mod slack;
@@ -20,9 +21,10 @@ pub use team::wait_briefly;
 pub mod window;
 
 pub use partition::{LpMap, Partition};
+pub use protocol::{Coordination, EngineError, EventBatch, WindowGrant, WindowReport};
 pub use round_trips::RoundTrips;
 pub use slack::{CrossPartitionSlack, SLACK_MULTIPLES};
 pub use window::{
-    BOUND_THREADS, Coordination, EngineError, EventBatch, Scheduling, WindowGrant,
-    WindowParallelism, WindowReport, WorkerOutcome, WorkerSetup, WorkerStats, run_worker,
+    BOUND_THREADS, Scheduling, WindowParallelism, WorkerOutcome, WorkerSetup, WorkerStats,
+    run_worker,
 };

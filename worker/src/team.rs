@@ -39,8 +39,8 @@ use sim::event::EventKey;
 use crate::next_times::NextTimes;
 use crate::partition::{LpMap, Partition, PartitionError};
 use crate::promise::{Cut, Promise};
+use crate::protocol::EngineError;
 use crate::sync;
-use crate::window::EngineError;
 
 /// Rounds a waiting thread spins before it sleeps: windows are short and back to back, so a
 /// sleep and wake-up per window would dominate.
