@@ -12,6 +12,7 @@ pub mod distributed;
 pub mod driver;
 pub mod embedded;
 pub mod metrics;
+pub mod outcome;
 pub mod output;
 pub mod run;
 pub mod slurm;

@@ -23,32 +23,6 @@ pub(super) fn with_token<T>(message: T, token: &str) -> Result<Request<T>, Engin
     Ok(request)
 }
 
-/// What keeps a distributed run from starting: its token, its TLS files, an address.
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    #[error("cannot draw a random run token from the system: {0}")]
-    RandomToken(getrandom::Error),
-    #[error("cannot read the token file {path}: {error}")]
-    TokenFile { path: String, error: std::io::Error },
-    #[error("the token file {path} is empty; write the token on its first line")]
-    EmptyToken { path: String },
-    #[error(
-        "--tls-dir {dir}: cannot read {name} ({error}); it needs ca.pem, and cert.pem and key.pem for the name `{TLS_NAME}` signed by that CA"
-    )]
-    TlsFile {
-        dir: String,
-        name: &'static str,
-        error: std::io::Error,
-    },
-    #[error("the TLS certificate or key cannot be used: {0}")]
-    Tls(tonic::transport::Error),
-    #[error("{address} is not a HOST:PORT address: {error}")]
-    Address {
-        address: String,
-        error: tonic::codegen::http::uri::InvalidUri,
-    },
-}
-
 /// A new token for a run: 128 bits from the operating system's random source, so that no
 /// one who knows when and where the run started can guess it.
 pub fn new_token() -> Result<String, SetupError> {
@@ -56,10 +30,6 @@ pub fn new_token() -> Result<String, SetupError> {
     getrandom::fill(&mut bytes).map_err(SetupError::RandomToken)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
-
-/// The name every process's certificate is issued for: peers check it instead of host
-/// names, so one certificate serves a whole cluster.
-pub const TLS_NAME: &str = "fleetsim";
 
 /// `--tls-dir`: the CA every process trusts and this process's certificate and key, all
 /// PEM. Both ends present their certificate (mutual TLS).

@@ -1,11 +1,41 @@
 //! Why a distributed run ends without results: each failure of the transport, typed where it
-//! happens (the run's setup, its token and TLS, are [`super::SetupError`]).
+//! happens, and what keeps one from starting ([`SetupError`]: its token, TLS files, an address).
 
 use std::net::{AddrParseError, SocketAddr};
 
 use tokio::runtime::Runtime;
 
 use sim::config::ConfigError;
+
+/// The name every process's certificate is issued for: peers check it instead of host
+/// names, so one certificate serves a whole cluster.
+pub const TLS_NAME: &str = "fleetsim";
+
+/// What keeps a distributed run from starting: its token, its TLS files, an address.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot draw a random run token from the system: {0}")]
+    RandomToken(getrandom::Error),
+    #[error("cannot read the token file {path}: {error}")]
+    TokenFile { path: String, error: std::io::Error },
+    #[error("the token file {path} is empty; write the token on its first line")]
+    EmptyToken { path: String },
+    #[error(
+        "--tls-dir {dir}: cannot read {name} ({error}); it needs ca.pem, and cert.pem and key.pem for the name `{TLS_NAME}` signed by that CA"
+    )]
+    TlsFile {
+        dir: String,
+        name: &'static str,
+        error: std::io::Error,
+    },
+    #[error("the TLS certificate or key cannot be used: {0}")]
+    Tls(tonic::transport::Error),
+    #[error("{address} is not a HOST:PORT address: {error}")]
+    Address {
+        address: String,
+        error: tonic::codegen::http::uri::InvalidUri,
+    },
+}
 
 /// A process of a distributed run could not serve, reach its peers or finish.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +58,7 @@ pub enum TransportError {
     Server(String),
     /// Its TLS files, found unusable once the server is built.
     #[error(transparent)]
-    Setup(#[from] super::SetupError),
+    Setup(#[from] SetupError),
     #[error(
         "cannot talk to the coordinator at {coordinator}: {error} (do both use --tls-dir, or neither?)"
     )]

@@ -54,8 +54,8 @@ use worker::{
 use crate::checkpoint::{self, CheckpointOptions};
 use crate::driver::{CombiningBarrier, ProgressHook};
 use crate::embedded::{EngineStats, assign_workers};
-use crate::output::report::EngineInfo;
-use crate::run::{Placement, RunError, RunOutput, partition, peak_rss_bytes};
+use crate::outcome::{EngineInfo, RunError, RunOutput, peak_rss_bytes};
+use crate::run::{Placement, partition};
 
 /// Metadata entry every call carries the run's token in.
 pub const TOKEN_HEADER: &str = "x-fleetsim-token";
@@ -84,16 +84,16 @@ pub fn host_name() -> String {
 mod auth;
 mod coordinator;
 mod coordinator_service;
-mod failure;
+pub mod failure;
 mod heartbeat;
 mod results;
 mod worker_client;
 mod worker_process;
 mod worker_service;
 
-pub use auth::{SetupError, TlsFiles, new_token, read_token};
+pub use auth::{TlsFiles, new_token, read_token};
 pub use coordinator::{CoordinatorOptions, run_coordinator};
-pub use failure::TransportError;
+pub use failure::{SetupError, TLS_NAME, TransportError};
 use failure::{listen_address, rpc_runtime};
 pub use worker_process::{WorkerSummary, run_worker_process};
 

@@ -14,22 +14,12 @@ use sim::workload::summary::{summarize, total_model_flops};
 use sim::workload::{CollectiveOp, OpKind, Stream};
 
 use crate::embedded::EngineStats;
+use crate::outcome::{EngineInfo, RunOutput};
 use crate::output::summary::{
     Breakdown, EngineSummary, FlowSummary, JobSummary, NetworkSummary, RoundTripSummary, Summary,
     WorkerSummary,
 };
 use crate::output::table::CsvTable;
-
-/// How the engine ran, for summary.json.
-#[derive(Debug, Clone)]
-pub struct EngineInfo {
-    pub mode: &'static str,
-    /// What the run should say about how it was placed.
-    pub warnings: Vec<String>,
-    pub strategy: sim::config::PartitionStrategy,
-    pub stats: EngineStats,
-    pub peak_rss_bytes: u64,
-}
 
 fn group_name(g: u8) -> &'static str {
     GroupKind::from_index(g).map_or("?", GroupKind::name)
@@ -871,11 +861,7 @@ struct MetricsJson<'a> {
 }
 
 /// Writes the output directory.
-pub fn write_outputs(
-    dir: &Path,
-    exp: &Experiment,
-    output: &crate::run::RunOutput,
-) -> std::io::Result<()> {
+pub fn write_outputs(dir: &Path, exp: &Experiment, output: &RunOutput) -> std::io::Result<()> {
     let (model, results, summary) = (&output.model, &output.results, &output.summary);
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("summary.json"), summary.to_json_text() + "\n")?;
