@@ -4,6 +4,7 @@
 //! `--set` applied → presets expanded → typed structs. Every error names where the bad value was
 //! written.
 
+pub mod model;
 mod source;
 
 use std::fmt;
@@ -68,7 +69,7 @@ pub struct ExperimentConfig {
     /// The model to compile. Required unless `workload_file` names an imported workload,
     /// which brings its own compute and communication ([`crate::experiment::Experiment`]
     /// refuses an experiment with neither).
-    pub model: Option<crate::model::ModelConfig>,
+    pub model: Option<model::ModelConfig>,
     /// A SimAI workload file to run instead of compiling `model` (`fleetsim workload` imports
     /// it; relative to the experiment file).
     pub workload_file: Option<String>,
@@ -1737,7 +1738,7 @@ pub fn load_text(path: &Path, text: &str, sets: &[String]) -> Result<LoadedConfi
 
 /// Expands presets and reads the typed config out of a located tree.
 pub fn from_tree(mut tree: Located, path: &Path) -> Result<LoadedConfig, ConfigError> {
-    crate::model::expand_model_sources(&mut tree)?;
+    model::expand_model_sources(&mut tree)?;
     let config: ExperimentConfig = source::deserialize(&tree)?;
     Ok(LoadedConfig {
         config,
