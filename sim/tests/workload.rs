@@ -413,6 +413,59 @@ fn blocking_interleaved_transfers_cost_time() {
     );
 }
 
+/// PyTorch starts a point-to-point op only after the compute issued before it
+/// (`ProcessGroupNCCL::pointToPoint`'s `syncStreams`), and Megatron's interleaved schedule
+/// issues each receive right after the kernels of the last step of the same direction
+/// (`send_forward_recv_forward`, `send_backward_recv_backward`; the first backward's after
+/// the last warm-up forward). So every receive after a stage's first waits for the last
+/// kernel of such a step, and never for a kernel of its own step.
+#[test]
+fn interleaved_receives_wait_for_the_step_megatron_posts_them_after() {
+    let w = compile(&experiment("p2p-posting", &four_stage_pipeline(2, 8, ""))).expect("compile");
+    let p = &w.programs[1];
+    let step = |op: &sim::workload::Op| (op.label.phase, op.label.micro_batch, op.label.chunk);
+    let is_compute = |op: &sim::workload::Op| matches!(op.kind, OpKind::Compute { .. });
+    let (mut checked, mut seen_backward_receive) = (0, false);
+    for (i, op) in p.ops.iter().enumerate() {
+        if !matches!(op.stream, Stream::RecvPrev | Stream::RecvNext) {
+            continue;
+        }
+        let deps = p.deps(i);
+        if i == p
+            .ops
+            .iter()
+            .position(|o| matches!(o.stream, Stream::RecvPrev))
+            .unwrap()
+        {
+            assert!(
+                deps.is_empty(),
+                "the first receive waits for nothing: {deps:?}"
+            );
+            continue;
+        }
+        assert_eq!(deps.len(), 1, "op {i}: {deps:?}");
+        let after = &p.ops[deps[0] as usize];
+        assert!(is_compute(after), "op {i} waits for {:?}", after.kind);
+        let want = if op.label.phase == Phase::Backward && !seen_backward_receive {
+            Phase::Forward
+        } else {
+            op.label.phase
+        };
+        seen_backward_receive |= op.label.phase == Phase::Backward;
+        assert_eq!(after.label.phase, want, "op {i}");
+        assert_ne!(step(after), step(op), "op {i} waits for its own step");
+        let later_of_that_step = p.ops[deps[0] as usize + 1..]
+            .iter()
+            .any(|o| is_compute(o) && step(o) == step(after));
+        assert!(
+            !later_of_that_step,
+            "op {i} waits for a kernel before its step's last"
+        );
+        checked += 1;
+    }
+    assert!(checked > 8, "{checked} receives checked");
+}
+
 /// MoE all-to-all: each of dispatch and combine sends every routed token copy's hidden state
 /// once, forward and backward.
 #[test]

@@ -7,7 +7,9 @@
 //!   `p2p_communication.py`. 1F1B's `send_forward_recv_backward` & co. are blocking batched
 //!   isend/irecv: the next kernel waits for every transfer issued since the previous kernel.
 //!   The interleaved schedule overlaps them (`overlap_p2p_comm`, on by default): receives are
-//!   posted ahead and waited on right before use, sends are not waited on.
+//!   posted ahead and waited on right before use, sends are not waited on. Each receive is
+//!   posted right after the kernels of the last step of its direction, and PyTorch starts it
+//!   only once they are done (`ProcessGroupNCCL::pointToPoint`'s `syncStreams`).
 //!   Activations travel as `(s/cp/tp if SP else s/cp) × b × h` tensors (`get_tensor_shapes`).
 //! - Gradient buckets: `megatron/core/distributed/param_and_grad_buffer.py`; parameters in
 //!   reverse order fill buckets of `bucket_size` (`training.py`: max(40M, 1M × DP)). With
@@ -278,6 +280,11 @@ pub fn run_schedule(
     let blocking = pipeline.vp == 1;
     let wait_sends = blocking || !pipeline.overlap_p2p;
     let mut p2p_since_compute: Vec<u32> = Vec::new();
+    // The last kernel of the latest forward and backward step: where Megatron posts the next
+    // receive of that direction (`send_forward_recv_forward` after a forward,
+    // `send_backward_recv_backward` after a backward; the first backward's after the last
+    // warm-up forward).
+    let mut posted_after: [Option<u32>; 2] = [None, None];
     for step in &steps {
         b.label.micro_batch = step.micro_batch;
         b.label.chunk = step.chunk as u16;
@@ -286,7 +293,13 @@ pub fn run_schedule(
         } else {
             Phase::Backward
         };
-        let received = receive(b, pipeline, step, blocking);
+        let direction = usize::from(!step.forward);
+        let after = if blocking {
+            b.last_compute()
+        } else {
+            posted_after[direction].or(b.last_compute())
+        };
+        let received = receive(b, pipeline, step, after);
         if let Some(r) = received {
             p2p_since_compute.push(r);
         }
@@ -301,6 +314,7 @@ pub fn run_schedule(
             b.label.module = module;
         }
         body(b, step);
+        posted_after[direction] = b.last_compute();
         if let Some(s) = send(b, pipeline, step)
             && wait_sends
         {
@@ -352,19 +366,18 @@ fn transfer(
     Some(op)
 }
 
+/// Posts the receive of `step`'s input once kernel `after` is done: PyTorch starts a
+/// point-to-point op only after the work issued before it on the compute stream
+/// (`ProcessGroupNCCL::pointToPoint`: `syncStreams` makes the pair's NCCL stream wait for
+/// the current stream), and Megatron issues each receive right after the kernels of the step
+/// before it (blocking 1F1B) or of the last step of the same direction (interleaved).
 fn receive(
     b: &mut Builder,
     pipeline: &PipelinePosition,
     step: &Step,
-    blocking: bool,
+    after: Option<u32>,
 ) -> Option<u32> {
-    // Blocking: posted once the previous kernel is issued; overlapped: posted as early as its
-    // lane allows.
-    let deps: Vec<u32> = if blocking {
-        b.last_compute().into_iter().collect()
-    } else {
-        Vec::new()
-    };
+    let deps: Vec<u32> = after.into_iter().collect();
     transfer(b, pipeline, step, true, &deps)
 }
 
