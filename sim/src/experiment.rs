@@ -1,18 +1,16 @@
 //! A validated experiment: the config resolved into GPU types, model, parallel layout, batch
 //! schedule and memory estimate. Every check names the key to fix and where it was written.
 
-use std::path::Path;
-
 use crate::config::{
-    self, ConfigError, FaultKind, Fp8Recipe, LoadedConfig, Located, MemoryCheck,
-    MoeTokenDispatcher, NetworkModel, Origin, Precision, Recompute, RecomputeModule, TensorClass,
-    TopologyKind, Value,
+    self, ConfigError, FaultKind, Fp8Recipe, LoadedConfig, MemoryCheck, MoeTokenDispatcher,
+    NetworkModel, Precision, Recompute, RecomputeModule, TensorClass, TopologyKind,
 };
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
 use crate::memory::{self, MemoryInputs, StageMemory};
 use crate::model::ModelSpec;
 use crate::pipeline_layout::PipelineLayout;
+use crate::time::SimTime;
 use crate::topology::{GraphFile, Topology};
 
 /// The error of an experiment with neither `[model]` nor `workload_file`.
@@ -61,31 +59,36 @@ pub struct Experiment {
     /// `[[jobs]]`: several jobs sharing the cluster, each with its own experiment. Empty for
     /// one job; with jobs, the fields above that describe a job (model, layout, batch,
     /// memory) are the cluster's defaults and mean nothing: read the jobs'.
-    pub jobs: Vec<crate::jobs::Job>,
+    pub jobs: Vec<Job>,
+}
+
+/// One job of a `[[jobs]]` experiment: its own validated experiment and its hosts.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub name: String,
+    /// The job's experiment: the cluster's sections with the job's model, layout and
+    /// training, `cluster.gpus` set to the GPUs of its hosts.
+    pub exp: Box<Experiment>,
+    /// Host indices, ascending.
+    pub hosts: Vec<u32>,
+    /// How the hosts were chosen, for reports: `packed`, `spread`, `random`, `hosts`.
+    pub placement: String,
+    /// When the job starts its iteration (`start_s`).
+    pub start: SimTime,
+}
+
+impl Job {
+    /// The job's GPUs by global index, in its rank order: host by host, as Slurm's block
+    /// distribution numbers the ranks of an exclusive allocation.
+    pub fn gpus(&self, gpus_per_host: u32) -> Vec<u32> {
+        self.hosts
+            .iter()
+            .flat_map(|&h| h * gpus_per_host..(h + 1) * gpus_per_host)
+            .collect()
+    }
 }
 
 impl Experiment {
-    /// Reads and validates an experiment file.
-    pub fn load(path: &Path, sets: &[String]) -> Result<Experiment, ConfigError> {
-        let loaded = config::load(path, sets)?;
-        Self::from_loaded(loaded)
-    }
-
-    /// [`Experiment::load`] for the text of an experiment file already in memory (see
-    /// [`config::load_text`]): what the fuzz target `config` reads.
-    pub fn from_text(path: &Path, text: &str, sets: &[String]) -> Result<Experiment, ConfigError> {
-        Self::from_loaded(config::load_text(path, text, sets)?)
-    }
-
-    /// [`Experiment::load`] for a sweep point: its `--vary` values after the `--set`s.
-    pub fn load_varied(
-        path: &Path,
-        sets: &[String],
-        varies: &[String],
-    ) -> Result<Experiment, ConfigError> {
-        Self::from_loaded(config::load_varied(path, sets, varies)?)
-    }
-
     pub fn name(&self) -> &str {
         &self.loaded.config.name
     }
@@ -145,71 +148,14 @@ impl Experiment {
             .collect()
     }
 
-    /// The cluster of an experiment or cluster file, resized to the whole hosts that hold
-    /// `gpus` GPUs, with the model, layout, workload and jobs dropped for a minimal one: what
-    /// `fleetsim collective` runs its one-operation workloads on (their layout is their own).
-    pub fn load_cluster(
-        path: &Path,
-        sets: &[String],
-        gpus: u32,
+    /// Validates a loaded experiment file into an experiment. `jobs_of` reads its
+    /// `[[jobs]]` (each job an experiment of its own: [`crate::jobs::from_loaded`]), once the
+    /// cluster's size and GPU types are known to be sound; the front door
+    /// ([`crate::load`]) passes it, so this file needs not know how jobs are placed.
+    pub fn from_checked(
+        mut loaded: LoadedConfig,
+        jobs_of: &dyn Fn(&LoadedConfig) -> Result<Vec<Job>, ConfigError>,
     ) -> Result<Experiment, ConfigError> {
-        let mut tree = config::load_tree(path, sets)?;
-        for key in ["model", "parallel", "training", "workload_file", "jobs"] {
-            tree.remove(key);
-        }
-        let gpus_per_host = match tree
-            .lookup(&config::parse_path("cluster.gpus_per_host"))
-            .map(|v| &v.value)
-        {
-            Some(Value::Integer(n)) if *n > 0 => u64::try_from(*n).unwrap_or(1),
-            // A bad value is reported by the typed read below.
-            _ => u64::from(config::defaults::gpus_per_host()),
-        };
-        let hosts = u64::from(gpus.max(1)).div_ceil(gpus_per_host);
-        let origin = |what: &str| Origin::Derived(what.to_string());
-        let set = |tree: &mut Located, key: &str, value: Value, why: &str| {
-            let path: Vec<String> = key.split('.').map(str::to_string).collect();
-            tree.set(
-                &path,
-                Located {
-                    value,
-                    origin: origin(why),
-                },
-            )
-            .map_err(|e| ConfigError::new(origin(why), key, e.to_string()))
-        };
-        let cluster_gpus = i64::try_from(hosts * gpus_per_host).unwrap_or(i64::MAX);
-        set(
-            &mut tree,
-            "cluster.gpus",
-            Value::Integer(cluster_gpus),
-            &format!("--gpus {gpus} (whole hosts of {gpus_per_host})"),
-        )?;
-        if tree.lookup(&config::parse_path("name")).is_none() {
-            set(
-                &mut tree,
-                "name",
-                Value::String("collective".into()),
-                "fleetsim collective",
-            )?;
-        }
-        // The model only has to be valid: the workload is the collective alone.
-        set(
-            &mut tree,
-            "model.preset",
-            Value::String("llama2-7b".into()),
-            "fleetsim collective",
-        )?;
-        set(
-            &mut tree,
-            "training.memory_check",
-            Value::String("off".into()),
-            "fleetsim collective",
-        )?;
-        Self::from_loaded(config::from_tree(tree, path)?)
-    }
-
-    pub fn from_loaded(mut loaded: LoadedConfig) -> Result<Experiment, ConfigError> {
         if loaded.config.name.trim().is_empty() {
             return Err(loaded.error("name", "must not be empty"));
         }
@@ -237,7 +183,7 @@ impl Experiment {
         let db = GpuDatabase::embedded()?;
         let (gpu_types, host_gpu_type) = resolve_gpus(&loaded, &db, hosts)?;
 
-        let jobs = crate::jobs::from_loaded(&loaded)?;
+        let jobs = jobs_of(&loaded)?;
         if !jobs.is_empty() {
             // The top-level model, layout and training were the jobs' defaults; the cluster's
             // own checks must not judge them against the whole cluster.

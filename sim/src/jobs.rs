@@ -6,7 +6,8 @@
 //! own (its `[model]`, `[parallel]` and `[training]`, the cluster's other sections) on as
 //! many GPUs as its hosts hold, validated and compiled like a one-job experiment.
 //!
-//! In the simulation a rank is a GPU's global index, whichever job runs it: [`JobSet`] maps
+//! In the simulation a rank is a GPU's global index, whichever job runs it: [`JobSet`]
+//! (beside the workload it describes, in [`crate::workload`]) maps
 //! a GPU to its job and its rank within the job, so that groups, programs and the reports
 //! read through it and the topology needs no renumbering. GPUs no job holds stay idle (no
 //! GPU LP), as GPUs beyond a one-job experiment's world do.
@@ -16,38 +17,11 @@ use std::collections::BTreeSet;
 use crate::config::Origin;
 use crate::config::{self, ConfigError, JobHosts, LoadedConfig, Placement};
 use crate::config::{Located, Value};
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, Job};
 use crate::hash::splitmix64;
 use crate::hostlist::{self, HostListError};
-use crate::layout::GroupKind;
 use crate::time::SimTime;
-use crate::workload::{Program, Workload};
-
-/// One job of a `[[jobs]]` experiment: its own validated experiment and its hosts.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub name: String,
-    /// The job's experiment: the cluster's sections with the job's model, layout and
-    /// training, `cluster.gpus` set to the GPUs of its hosts.
-    pub exp: Box<Experiment>,
-    /// Host indices, ascending.
-    pub hosts: Vec<u32>,
-    /// How the hosts were chosen, for reports: `packed`, `spread`, `random`, `hosts`.
-    pub placement: String,
-    /// When the job starts its iteration (`start_s`).
-    pub start: SimTime,
-}
-
-impl Job {
-    /// The job's GPUs by global index, in its rank order: host by host, as Slurm's block
-    /// distribution numbers the ranks of an exclusive allocation.
-    pub fn gpus(&self, gpus_per_host: u32) -> Vec<u32> {
-        self.hosts
-            .iter()
-            .flat_map(|&h| h * gpus_per_host..(h + 1) * gpus_per_host)
-            .collect()
-    }
-}
+use crate::workload::{JobSet, NO_JOB, PlacedJob, Program, Workload};
 
 /// Reads `[[jobs]]`: places every job's hosts and validates its experiment. Empty when the
 /// experiment has no `[[jobs]]`.
@@ -375,7 +349,7 @@ fn job_experiment(
         }
     };
     let job_loaded = config::from_tree(tree, &loaded.path).map_err(in_job)?;
-    Experiment::from_loaded(job_loaded).map_err(in_job)
+    Experiment::from_checked(job_loaded, &|_| Ok(Vec::new())).map_err(in_job)
 }
 
 /// Hosts as a Slurm host list: `host[0-3,8]`.
@@ -447,104 +421,6 @@ fn job_gpu_mix(loaded: &LoadedConfig, mix: Located, hosts: &[u32], origin: &Orig
     }
 }
 
-/// The jobs of a compiled multi-job workload: which GPU runs which job's rank.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobSet {
-    pub jobs: Vec<PlacedJob>,
-    /// Per GPU: its job, or [`NO_JOB`].
-    job_of_gpu: Vec<u32>,
-    /// Per GPU: its rank within its job.
-    local_of_gpu: Vec<u32>,
-}
-
-/// A GPU that runs no job.
-pub const NO_JOB: u32 = u32::MAX;
-
-/// One job of a [`JobSet`], as the engine needs it: its compiled workload (without its
-/// programs, which the combined workload holds from `program_offset` on), its GPUs in rank
-/// order and its start. Its name, hosts and placement are the experiment's [`Job`]'s.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlacedJob {
-    pub workload: Workload,
-    pub program_offset: u32,
-    pub gpus: Vec<u32>,
-    /// When the job starts its iteration.
-    pub start: SimTime,
-}
-
-impl JobSet {
-    /// When GPU `gpu`'s job starts (zero for an idle GPU).
-    pub fn start_of(&self, gpu: u32) -> SimTime {
-        self.job_of(gpu)
-            .map_or(SimTime::ZERO, |j| self.jobs[j].start)
-    }
-
-    /// The job GPU `gpu` runs, if any.
-    /// GPU `gpu`'s rank within its job, if it runs one.
-    pub fn local_rank(&self, gpu: u32) -> Option<u32> {
-        self.job_of(gpu).map(|_| self.local_of_gpu[gpu as usize])
-    }
-
-    pub fn job_of(&self, gpu: u32) -> Option<usize> {
-        match self.job_of_gpu.get(gpu as usize) {
-            Some(&j) if j != NO_JOB => Some(j as usize),
-            _ => None,
-        }
-    }
-
-    /// GPUs `0..bound` hold every rank.
-    pub fn gpu_bound(&self) -> u32 {
-        self.job_of_gpu.len() as u32
-    }
-
-    /// GPU `gpu`'s group of `kind`, by global GPU index: its job's group.
-    pub fn group(&self, kind: GroupKind, gpu: u32) -> Vec<u32> {
-        let job = &self.jobs[self.job_of_gpu[gpu as usize] as usize];
-        job.workload
-            .layout
-            .group(kind, self.local_of_gpu[gpu as usize])
-            .into_iter()
-            .map(|local| job.gpus[local as usize])
-            .collect()
-    }
-
-    /// The job that runs program `index` of the combined programs.
-    pub fn job_of_program(&self, index: usize) -> usize {
-        self.jobs
-            .iter()
-            .rposition(|j| j.program_offset as usize <= index)
-            .unwrap_or(0)
-    }
-
-    pub fn group_size(&self, kind: GroupKind, gpu: u32) -> u32 {
-        let job = &self.jobs[self.job_of_gpu[gpu as usize] as usize];
-        job.workload.layout.group_size(kind)
-    }
-
-    /// Index into the combined programs of the program GPU `gpu` runs.
-    pub fn program_index(&self, gpu: u32) -> usize {
-        let job = &self.jobs[self.job_of_gpu[gpu as usize] as usize];
-        job.program_offset as usize + job.workload.program_index(self.local_of_gpu[gpu as usize])
-    }
-}
-
-impl Workload {
-    /// Job `j` of a multi-job workload as a one-job workload of its own (its programs
-    /// copied), for what reads a whole job: op counts, FLOPs, reports.
-    pub fn job_workload(&self, j: usize) -> Workload {
-        let jobs = self.jobs.as_ref().expect("a multi-job workload");
-        let job = &jobs.jobs[j];
-        let start = job.program_offset as usize;
-        let end = jobs
-            .jobs
-            .get(j + 1)
-            .map_or(self.programs.len(), |next| next.program_offset as usize);
-        let mut w = job.workload.clone();
-        w.programs = self.programs[start..end].to_vec();
-        w
-    }
-}
-
 /// One workload running every job on its GPUs: the jobs' programs one after another, the
 /// top-level layout and batch fields those of the first job (reports read the jobs').
 pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Workload {
@@ -585,11 +461,7 @@ pub fn combine(jobs: &[Job], workloads: Vec<Workload>, gpu_count: u32) -> Worklo
         tokens: placed.iter().map(|p| p.workload.tokens).sum(),
         source: format!("{} jobs: {}", placed.len(), names.join(", ")),
         line_names: Vec::new(),
-        jobs: Some(Box::new(JobSet {
-            jobs: placed,
-            job_of_gpu,
-            local_of_gpu,
-        })),
+        jobs: Some(Box::new(JobSet::new(placed, job_of_gpu, local_of_gpu))),
         one_replica: false,
     }
 }

@@ -20,6 +20,7 @@ pub mod hostlist;
 pub mod interop;
 pub mod jobs;
 pub mod layout;
+pub mod load;
 pub mod memory;
 pub mod model;
 pub mod pipeline_layout;

@@ -62,7 +62,7 @@ impl Args {
         let net = sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
         let collectives = sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
         let started = Instant::now();
-        let workload = sim::workload::load_or_compile(&exp, None)?;
+        let workload = sim::load::load_or_compile(&exp, None)?;
         tracing::info!(
             programs = workload.programs.len(),
             seconds = started.elapsed().as_secs_f64(),

@@ -97,7 +97,7 @@ pub fn compare(
 ) -> Result<Comparison, RunError> {
     let started = Instant::now();
     let topology = exp.build_topology()?;
-    let workload = sim::workload::load_or_compile(exp, None)?;
+    let workload = sim::load::load_or_compile(exp, None)?;
     let net = sim::engine::NetworkParams::from_experiment(exp, &topology)?;
     let load = Load::estimate(&topology, &workload, &net.segmenting());
     let atoms = partitioner::Atoms::new(&topology).count;

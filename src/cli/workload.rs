@@ -64,7 +64,7 @@ impl Args {
     pub fn execute(self) -> anyhow::Result<()> {
         let exp = Experiment::load(&self.experiment, &self.sets)?;
         let started = Instant::now();
-        let workload = sim::workload::load_or_compile(&exp, self.workload_file.as_deref())?;
+        let workload = sim::load::load_or_compile(&exp, self.workload_file.as_deref())?;
         let compile_s = started.elapsed().as_secs_f64();
         if exp.jobs.is_empty() {
             if let Some(name) = &self.job {

@@ -621,13 +621,13 @@ impl CollectiveModel {
 
 impl SimModel {
     /// The experiment's model as a run simulates it: its workload loaded or compiled
-    /// ([`crate::workload::load_or_compile`]), every kernel timed by the experiment's compute
+    /// ([`crate::load::load_or_compile`]), every kernel timed by the experiment's compute
     /// model, and the topology built.
     pub fn from_experiment(
         exp: &Experiment,
         trace: bool,
     ) -> Result<SimModel, crate::config::ConfigError> {
-        let workload = crate::workload::load_or_compile(exp, None)?;
+        let workload = crate::load::load_or_compile(exp, None)?;
         let compute = ComputeModel::from_experiment(exp)?;
         SimModel::build(exp, workload, &compute, trace)
     }

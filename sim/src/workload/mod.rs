@@ -35,85 +35,9 @@ pub mod userbuffers;
 
 use crate::config::Precision;
 use crate::layout::{GroupKind, ParallelLayout};
+use crate::time::SimTime;
 
 pub use compile::{CompileOptions, compile};
-
-use crate::config::ConfigError;
-use crate::experiment::Experiment;
-
-/// What `workload_file` may name, for errors about a path that is not there.
-const WORKLOAD_FILES: &str = "give the path of a SimAI workload file or of Chakra traces (a .et file, a folder of PREFIX.<rank>.et, or that PREFIX)";
-
-/// The experiment's workload: the SimAI file or Chakra traces named by `workload_file` (or
-/// `override_file`) when there is one, else the model compiled under the parallel layout.
-pub fn load_or_compile(
-    exp: &Experiment,
-    override_file: Option<&std::path::Path>,
-) -> Result<Workload, ConfigError> {
-    if !exp.jobs.is_empty() {
-        if let Some(p) = override_file {
-            return Err(ConfigError::plain(
-                &p.display().to_string(),
-                "",
-                "an experiment with [[jobs]] compiles each job's model; a workload file cannot replace them",
-            ));
-        }
-        let workloads = exp
-            .jobs
-            .iter()
-            .map(|job| compile(&job.exp))
-            .collect::<Result<Vec<_>, _>>()?;
-        return Ok(crate::jobs::combine(
-            &exp.jobs,
-            workloads,
-            exp.loaded.config.cluster.gpus,
-        ));
-    }
-    // `--workload-file` names a path as given; `workload_file` is resolved against the
-    // experiment file, and its error names the key.
-    let (path, from_config) = match (override_file, &exp.loaded.config.workload_file) {
-        (Some(p), _) => (Some(p.to_path_buf()), false),
-        (None, Some(written)) => (
-            Some(exp.loaded.resolve_path("workload_file", written)),
-            true,
-        ),
-        (None, None) => (None, false),
-    };
-    if let Some(path) = &path
-        && !path.is_file()
-        && !crate::interop::chakra::is_chakra(path)
-    {
-        return Err(match from_config {
-            true => exp.loaded.error(
-                "workload_file",
-                format!(
-                    "cannot read `{}` (resolved relative to the experiment file); {WORKLOAD_FILES}",
-                    path.display()
-                ),
-            ),
-            false => ConfigError::plain(
-                &path.display().to_string(),
-                "",
-                format!("does not exist; {WORKLOAD_FILES}"),
-            ),
-        });
-    }
-    match path {
-        Some(path) if crate::interop::chakra::is_chakra(&path) => {
-            let context = crate::interop::chakra_convert::ImportContext::from_experiment(exp);
-            crate::interop::chakra_convert::import(&path, &context)
-        }
-        Some(path) => {
-            let file = crate::interop::simai::load(&path)?;
-            crate::interop::simai_convert::import(
-                &file,
-                &path.display().to_string(),
-                exp.loaded.config.cluster.gpus,
-            )
-        }
-        None => compile(exp),
-    }
-}
 
 /// Streams of a rank. FIFO each; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -703,7 +627,7 @@ pub struct Workload {
     /// for one job, whose ranks are GPUs `0..layout.world()`. With jobs, a rank is still a
     /// GPU's global index; read ranks, groups and programs through the methods below, not
     /// through `layout` (which is then the first job's).
-    pub jobs: Option<Box<crate::jobs::JobSet>>,
+    pub jobs: Option<Box<JobSet>>,
     /// Only data-parallel replica 0 runs; the others mirror it
     /// ([`crate::engine::symmetry::Symmetry`]). Set by the engine, never by a compiler.
     pub one_replica: bool,
@@ -722,9 +646,9 @@ impl Workload {
     }
 
     /// When rank `rank` starts its iteration: its job's `start_s` (zero for one job).
-    pub fn start_of(&self, rank: u32) -> crate::time::SimTime {
+    pub fn start_of(&self, rank: u32) -> SimTime {
         match &self.jobs {
-            None => crate::time::SimTime::ZERO,
+            None => SimTime::ZERO,
             Some(jobs) => jobs.start_of(rank),
         }
     }
@@ -789,5 +713,113 @@ impl Workload {
 
     pub fn heap_bytes(&self) -> usize {
         self.programs.iter().map(Program::heap_bytes).sum::<usize>() + self.replica_class.len() * 2
+    }
+}
+
+/// The jobs of a compiled multi-job workload: which GPU runs which job's rank.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSet {
+    pub jobs: Vec<PlacedJob>,
+    /// Per GPU: its job, or [`NO_JOB`].
+    job_of_gpu: Vec<u32>,
+    /// Per GPU: its rank within its job.
+    local_of_gpu: Vec<u32>,
+}
+
+/// A GPU that runs no job.
+pub const NO_JOB: u32 = u32::MAX;
+
+/// One job of a [`JobSet`], as the engine needs it: its compiled workload (without its
+/// programs, which the combined workload holds from `program_offset` on), its GPUs in rank
+/// order and its start. Its name, hosts and placement are the experiment's [`Job`]'s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacedJob {
+    pub workload: Workload,
+    pub program_offset: u32,
+    pub gpus: Vec<u32>,
+    /// When the job starts its iteration.
+    pub start: SimTime,
+}
+
+impl JobSet {
+    /// Jobs `jobs`, GPU `g` running job `job_of_gpu[g]` ([`NO_JOB`]: none) as its rank
+    /// `local_of_gpu[g]`.
+    pub fn new(jobs: Vec<PlacedJob>, job_of_gpu: Vec<u32>, local_of_gpu: Vec<u32>) -> JobSet {
+        JobSet {
+            jobs,
+            job_of_gpu,
+            local_of_gpu,
+        }
+    }
+
+    /// When GPU `gpu`'s job starts (zero for an idle GPU).
+    pub fn start_of(&self, gpu: u32) -> SimTime {
+        self.job_of(gpu)
+            .map_or(SimTime::ZERO, |j| self.jobs[j].start)
+    }
+
+    /// The job GPU `gpu` runs, if any.
+    /// GPU `gpu`'s rank within its job, if it runs one.
+    pub fn local_rank(&self, gpu: u32) -> Option<u32> {
+        self.job_of(gpu).map(|_| self.local_of_gpu[gpu as usize])
+    }
+
+    pub fn job_of(&self, gpu: u32) -> Option<usize> {
+        match self.job_of_gpu.get(gpu as usize) {
+            Some(&j) if j != NO_JOB => Some(j as usize),
+            _ => None,
+        }
+    }
+
+    /// GPUs `0..bound` hold every rank.
+    pub fn gpu_bound(&self) -> u32 {
+        self.job_of_gpu.len() as u32
+    }
+
+    /// GPU `gpu`'s group of `kind`, by global GPU index: its job's group.
+    pub fn group(&self, kind: GroupKind, gpu: u32) -> Vec<u32> {
+        let job = &self.jobs[self.job_of_gpu[gpu as usize] as usize];
+        job.workload
+            .layout
+            .group(kind, self.local_of_gpu[gpu as usize])
+            .into_iter()
+            .map(|local| job.gpus[local as usize])
+            .collect()
+    }
+
+    /// The job that runs program `index` of the combined programs.
+    pub fn job_of_program(&self, index: usize) -> usize {
+        self.jobs
+            .iter()
+            .rposition(|j| j.program_offset as usize <= index)
+            .unwrap_or(0)
+    }
+
+    pub fn group_size(&self, kind: GroupKind, gpu: u32) -> u32 {
+        let job = &self.jobs[self.job_of_gpu[gpu as usize] as usize];
+        job.workload.layout.group_size(kind)
+    }
+
+    /// Index into the combined programs of the program GPU `gpu` runs.
+    pub fn program_index(&self, gpu: u32) -> usize {
+        let job = &self.jobs[self.job_of_gpu[gpu as usize] as usize];
+        job.program_offset as usize + job.workload.program_index(self.local_of_gpu[gpu as usize])
+    }
+}
+
+impl Workload {
+    /// Job `j` of a multi-job workload as a one-job workload of its own (its programs
+    /// copied), for what reads a whole job: op counts, FLOPs, reports.
+    pub fn job_workload(&self, j: usize) -> Workload {
+        let jobs = self.jobs.as_ref().expect("a multi-job workload");
+        let job = &jobs.jobs[j];
+        let start = job.program_offset as usize;
+        let end = jobs
+            .jobs
+            .get(j + 1)
+            .map_or(self.programs.len(), |next| next.program_offset as usize);
+        let mut w = job.workload.clone();
+        w.programs = self.programs[start..end].to_vec();
+        w
     }
 }
