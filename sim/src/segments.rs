@@ -1,5 +1,5 @@
 //! How a transfer crosses the network: which link classes queue it segment by segment, and
-//! how big its segments are. The engine cuts transfers so (`engine/gpu/transport`); the
+//! how big its segments are, and how long their bytes take on a link. The engine cuts transfers so (`engine/gpu/transport`); the
 //! partitioner estimates the events the cuts make (`partitioner::Load`) from the same rules
 //! without knowing the engine.
 
@@ -55,4 +55,9 @@ impl Segmenting {
     pub fn segment_size(&self, bytes: u64) -> u64 {
         segment_size(bytes, self.segment_bytes)
     }
+}
+
+/// Serialisation time of `bytes` at `ps_per_byte`, integer picoseconds.
+pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
+    crate::time::round_ps(bytes as f64 * ps_per_byte)
 }

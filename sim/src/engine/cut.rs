@@ -11,10 +11,10 @@
 use crate::time::{SimTime, ps_per_byte};
 use std::collections::HashMap;
 
-use super::net::serialisation_ps;
 use super::{Body, Event, Lp, NO_LINK, P2P, Segment, SimModel, Tag};
 use crate::event::EventKey;
 use crate::layout::GroupKind;
+use crate::segments::serialisation_ps;
 use crate::topology::{HOST_NONE, LinkClass, LinkId, NodeId, NodeKind};
 
 /// Group kinds by discriminant ([`GroupKind::from_index`]), [`GroupKind::Embedding`] included.
@@ -1037,11 +1037,12 @@ mod tests {
 mod route_tests {
     use std::collections::BTreeSet;
 
+    use super::super::net::Route;
     use super::super::net::tests::{
         network_queues, quickstart_with, segment, two_hosts_per_leaf, walk,
     };
-    use super::super::net::{Route, serialisation_ps};
     use super::*;
+    use crate::segments::serialisation_ps;
 
     /// Quickstart's fabric with two hosts per leaf, cut so that partition 0 holds hosts 0
     /// and 1 and the leaves their NICs hang from; everything else is partition 1.

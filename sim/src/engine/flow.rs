@@ -25,37 +25,15 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::net::serialisation_ps;
-use super::results::PortReport;
+use super::results::{FlowStats, PortReport};
 use super::{Ctx, SimModel, Tag};
 use crate::hash::splitmix64;
+use crate::segments::{segment_size, serialisation_ps};
 use crate::time::{SimTime, ps_per_byte};
 use crate::topology::{LinkId, NodeId};
 
 /// Relative tolerance for "saturated" and "changed".
 const EPS: f64 = 1e-9;
-
-/// What the run reports about the flow model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct FlowStats {
-    /// Flows started (a transfer split over queue pairs counts each part).
-    pub flows: u64,
-    /// Rate recomputations: one per batch of starts or ends at one picosecond.
-    pub recomputations: u64,
-    /// Flows whose rate was re-solved, summed over recomputations.
-    pub flows_touched: u64,
-    /// Most flows active at once.
-    pub max_active: u64,
-}
-
-impl FlowStats {
-    pub fn merge(&mut self, other: &FlowStats) {
-        self.flows += other.flows;
-        self.recomputations += other.recomputations;
-        self.flows_touched += other.flows_touched;
-        self.max_active = self.max_active.max(other.max_active);
-    }
-}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct SharedLink {
@@ -798,7 +776,7 @@ impl FlowHome {
     /// Starts the parts of a transfer as flows (rates are set by the next recomputation).
     fn launch(&mut self, model: &SimModel, req: FlowRequest, now: u64) {
         let parts = req.parts.max(1);
-        let segment = super::gpu::segment_size(req.bytes, model.net.segment_bytes);
+        let segment = segment_size(req.bytes, model.net.segment_bytes);
         let (mut latency, mut fill) = (0, 0);
         let mut flows = Vec::with_capacity(usize::from(parts));
         for qp in 0..u64::from(parts) {
@@ -856,7 +834,7 @@ impl FlowHome {
     /// steps' latency and fill follow, as they chain along the edges in the packet model.
     pub fn join(&mut self, model: &SimModel, join: RingJoin, ctx: &mut Ctx) {
         let key = (join.leader, join.group, join.seq);
-        let segment = super::gpu::segment_size(join.step_bytes, model.net.segment_bytes);
+        let segment = segment_size(join.step_bytes, model.net.segment_bytes);
         let mut ring = self.rings.remove(&key).unwrap_or_else(|| Ring {
             members: Vec::with_capacity(join.n as usize),
             lanes: vec![(Vec::new(), join.fifo_rate); join.lanes.len()],

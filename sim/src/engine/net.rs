@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use super::results::{LpReport, PortReport, Span};
 use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel, Tag};
 use crate::hash::splitmix64;
+use crate::segments::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
 use crate::topology::{LinkId, NodeId, Topology, ecmp_pick};
 
@@ -80,11 +81,6 @@ impl Port {
             run: RunMemo::default(),
         }
     }
-}
-
-/// Serialisation time of `bytes` at `ps_per_byte`, integer picoseconds.
-pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
-    crate::time::round_ps(bytes as f64 * ps_per_byte)
 }
 
 /// A segment crossing one link, as [`cut_through`] times it.

@@ -151,7 +151,7 @@ pub struct LpReport {
     pub op_spans: Vec<(u8, Vec<Span>)>,
     pub link_spans: Vec<(LinkId, Vec<Span>)>,
     /// The flow LP's counters (flow mode).
-    pub flow: Option<super::flow::FlowStats>,
+    pub flow: Option<FlowStats>,
     /// When and why a segment found no path left at this node (a link fault).
     pub fabric_failure: Option<(SimTime, String)>,
     /// The stage's timeline, on the one rank per stage that keeps it.
@@ -182,7 +182,7 @@ impl RunResults {
     }
 
     /// The flow model's counters, when it ran.
-    pub fn flow_stats(&self) -> Option<super::flow::FlowStats> {
+    pub fn flow_stats(&self) -> Option<FlowStats> {
         self.reports
             .iter()
             .filter_map(|(_, r)| r.flow)
@@ -254,4 +254,26 @@ pub enum Incomplete {
     NoPath(String),
     #[error("{ranks} rank(s) never finished (a deadlock in the workload); first: {first}")]
     Deadlock { ranks: usize, first: String },
+}
+
+/// What the run reports about the flow model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowStats {
+    /// Flows started (a transfer split over queue pairs counts each part).
+    pub flows: u64,
+    /// Rate recomputations: one per batch of starts or ends at one picosecond.
+    pub recomputations: u64,
+    /// Flows whose rate was re-solved, summed over recomputations.
+    pub flows_touched: u64,
+    /// Most flows active at once.
+    pub max_active: u64,
+}
+
+impl FlowStats {
+    pub fn merge(&mut self, other: &FlowStats) {
+        self.flows += other.flows;
+        self.recomputations += other.recomputations;
+        self.flows_touched += other.flows_touched;
+        self.max_active = self.max_active.max(other.max_active);
+    }
 }

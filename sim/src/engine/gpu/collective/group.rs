@@ -5,7 +5,7 @@
 
 use super::RingPos;
 use super::closed::closed_leader;
-use super::tree::TreeHop;
+use super::tree::{TreeHop, TreesOf};
 use crate::collective::{Arch, CommShape, ring};
 use crate::engine::SimModel;
 use crate::engine::gpu::GpuLp;
@@ -15,9 +15,6 @@ use crate::topology::{LinkClass, NodeId};
 
 /// One lane ring's neighbours of this rank: (next, prev, PXN relay).
 pub(super) type LaneLinks = (NodeId, NodeId, NodeId);
-
-/// Which trees: (lanes, NVLS-tree).
-pub(super) type TreesOf = (u32, bool);
 
 /// A rank's view of one of its groups, computed once.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

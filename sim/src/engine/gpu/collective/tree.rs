@@ -4,7 +4,6 @@
 //! NVSwitch's in-node reduction, as one more child that delivers a chunk every
 //! `intra_chunk_ps`.
 
-use super::group::TreesOf;
 use super::{Algo, Call, Schedule, Start};
 use crate::collective::{self, Algorithm, Plan, Protocol, Settings, ring, tree};
 use crate::engine::gpu::GpuLp;
@@ -23,6 +22,9 @@ pub(super) struct Tree {
     chunks: u32,
     intra_chunk_ps: u64,
 }
+
+/// Which trees: (lanes, NVLS-tree).
+pub(super) type TreesOf = (u32, bool);
 
 /// A rank's neighbours in one tree of one lane (GPU nodes, [`NO_NODE`] for none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

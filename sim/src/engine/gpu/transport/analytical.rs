@@ -6,8 +6,8 @@
 use super::{PathInfo, Sent, Transfer};
 use crate::engine::gpu::program::Running;
 use crate::engine::gpu::{COMPUTE, GpuLp};
-use crate::engine::net::serialisation_ps;
 use crate::engine::{Body, Ctx, SimModel};
+use crate::segments::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
 use crate::topology::NodeId;
 
@@ -134,7 +134,7 @@ pub(in crate::engine::gpu) fn fair_start(now: u64, free_ps: u64, ser_ps: u64) ->
 #[cfg(test)]
 mod tests {
     use super::fair_start;
-    use crate::engine::net::serialisation_ps;
+    use crate::segments::serialisation_ps;
     use crate::time::ps_per_byte;
 
     /// A 400 Gb/s NIC (50 GB/s) busy with a pipeline send of 12.6 MB (MLPerf GPT-3's stage

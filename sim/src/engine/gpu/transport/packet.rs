@@ -5,9 +5,10 @@
 //! split flows that end when every queue pair's last segment is in.
 
 use crate::engine::gpu::GpuLp;
-use crate::engine::net::{NO_PORT, Route, serialisation_ps};
+use crate::engine::net::{NO_PORT, Route};
 use crate::engine::{Body, Ctx, INJECTED, NO_LINK, Segment, SimModel};
 use crate::hash::splitmix64;
+use crate::segments::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
 
 impl GpuLp {
