@@ -3,9 +3,7 @@
 //! from the ground up. A file's arrows are the `crate::` and `super::` paths its code names
 //! (in `use` trees and inline), each to the deepest module file the path reaches; a module
 //! naming its own submodules is containment, not an arrow. Comments, string literals and the
-//! trailing `#[cfg(test)]` block are left out. The engine's LPs and their collectives
-//! (`sim/src/engine/`) are the one circle left (issue 18); the test fails if it reaches
-//! beyond that folder or another appears.
+//! trailing `#[cfg(test)]` block are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,9 +17,6 @@ const CRATES: &[&str] = &[
     "worker/src",
     "coordinator/src",
 ];
-
-/// Files of the one circle still allowed, by prefix.
-const KNOWN_CIRCLE: &str = "sim/src/engine/";
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -293,28 +288,15 @@ fn file_graph(root: &Path, krate: &str) -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn no_file_imports_its_way_back_to_itself() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut unexpected = Vec::new();
-    let mut known = 0;
-    let mut engine = Vec::new();
+    let mut found = Vec::new();
     for krate in CRATES {
         let graph = file_graph(root, krate);
         assert!(graph.len() > 3, "{krate}: {} files read", graph.len());
-        for circle in circles(&graph) {
-            if circle.iter().all(|f| f.starts_with(KNOWN_CIRCLE)) {
-                known += 1;
-                engine.push(circle);
-            } else {
-                unexpected.push(circle);
-            }
-        }
+        found.extend(circles(&graph));
     }
     assert!(
-        unexpected.is_empty(),
-        "files that import each other around a loop: {unexpected:#?}"
-    );
-    assert!(
-        known <= 1,
-        "{known} circles inside {KNOWN_CIRCLE}: {engine:#?}"
+        found.is_empty(),
+        "files that import each other around a loop: {found:#?}"
     );
 }
 

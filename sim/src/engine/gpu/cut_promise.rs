@@ -1,8 +1,8 @@
 //! What a GPU promises a distributed run's cut ([`Cut`]): lower bounds on when its program,
 //! its flows, or the op an event belongs to can next send to another partition.
 
+use super::Running;
 use super::collective::{GroupInfo, plan_for};
-use super::program::Running;
 use super::{COMPUTE, GpuLp, STREAMS};
 use crate::engine::cut::Cut;
 use crate::engine::{Body, NO_NODE, ProgramIndex, Segment, SimModel};

@@ -42,12 +42,27 @@ use crate::topology::NodeId;
 use crate::workload::Stream;
 use collective::{CollectiveSlot, CommRun, GroupInfo};
 use cut_promise::Crossing;
-use program::Running;
 use transport::{Flow, PathCache, SerialConnection};
 
 const STREAMS: usize = Stream::COUNT;
 const COMPUTE: usize = 0;
 const MEMORY: usize = Stream::Memory as usize;
+
+/// What a stream is running.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(in crate::engine::gpu) enum Running {
+    Idle,
+    Compute {
+        op: u32,
+        start_ps: u64,
+    },
+    /// A transfer to or from the CXL memory node, waiting for the node's reply.
+    Memory {
+        op: u32,
+        start_ps: u64,
+    },
+    Comm(Box<CommRun>),
+}
 
 /// The leading fields of a [`GpuLp`] that every event reads: up to its running ops.
 const HOT_BYTES: usize = std::mem::offset_of!(GpuLp, running);

@@ -4,37 +4,13 @@
 //! here and run in [`super::collective`]. Completion, the digest, HBM accounting and the split
 //! of a rank's time into compute, exposed communication and bubble are kept here too.
 
-use super::collective::CommRun;
-use super::{COMPUTE, GpuLp, MEMORY, STREAMS};
+use super::collective::is_collective_stream;
+use super::{COMPUTE, GpuLp, MEMORY, Running, STREAMS};
 use crate::engine::results::{Span, Timeline};
 use crate::engine::{Body, Ctx, MEMORY_GROUP, P2P, SimModel, Tag};
 use crate::hash::mix;
 use crate::time::SimTime;
 use crate::workload::{MemoryEvent, OpKind, Stream};
-
-/// What a stream is running.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(super) enum Running {
-    Idle,
-    Compute {
-        op: u32,
-        start_ps: u64,
-    },
-    /// A transfer to or from the CXL memory node, waiting for the node's reply.
-    Memory {
-        op: u32,
-        start_ps: u64,
-    },
-    Comm(Box<CommRun>),
-}
-
-/// Whether stream `s` runs a group's collectives: while one runs, kernels are slowed.
-pub(super) fn is_collective_stream(s: usize) -> bool {
-    matches!(
-        Stream::ALL[s],
-        Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp | Stream::Pp | Stream::Amax
-    )
-}
 
 impl GpuLp {
     /// How long `op`, a kernel starting now, takes on this chip.

@@ -8,7 +8,7 @@
 use super::{Algo, Call, GroupInfo, Schedule, Start};
 use crate::collective;
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Body, Ctx, SimModel, Tag};
 use crate::hash::splitmix64;
 use crate::layout::GroupKind;

@@ -4,7 +4,7 @@
 use super::{Algo, Call, Schedule, Start};
 use crate::collective::{self, Plan, Settings};
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Ctx, NO_NODE, SimModel};
 
 /// [`Algo::Direct`].

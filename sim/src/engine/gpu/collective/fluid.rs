@@ -7,7 +7,7 @@ use super::{Algo, Call, Schedule, Start, ring};
 use crate::collective::{self, CommShape, Plan, Settings};
 use crate::engine::flow::RingJoin;
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Body, Ctx, SimModel, Tag};
 use crate::time::SimTime;
 

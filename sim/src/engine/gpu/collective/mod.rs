@@ -26,14 +26,14 @@ pub(super) use group::GroupInfo;
 pub use p2p::p2p_via;
 
 use super::GpuLp;
-use super::program::{Running, is_collective_stream};
+use super::Running;
 use crate::collective::{self, Algorithm, CommShape, Plan, Settings};
 use crate::engine::results::CollectiveStats;
 use crate::engine::{Body, Ctx, SimModel, Tag};
 use crate::layout::GroupKind;
 use crate::time::SimTime;
 use crate::topology::NodeId;
-use crate::workload::CollectiveOp;
+use crate::workload::{CollectiveOp, Stream};
 use chain::Chain;
 use closed::Closed;
 use deepep::DeepEp;
@@ -43,6 +43,14 @@ use p2p::{Receiver, Sender};
 use pat::Pat;
 use ring::Ring;
 use tree::Tree;
+
+/// Whether stream `s` runs a group's collectives: while one runs, kernels are slowed.
+pub(in crate::engine::gpu) fn is_collective_stream(s: usize) -> bool {
+    matches!(
+        Stream::ALL[s],
+        Stream::Tp | Stream::Cp | Stream::Ep | Stream::Dp | Stream::Pp | Stream::Amax
+    )
+}
 
 /// A rank's place in a group: position, size and ring neighbours (GPU nodes).
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]

@@ -5,7 +5,7 @@
 use super::{Algo, Schedule};
 use crate::collective;
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
 use crate::layout::GroupKind;
 use crate::time::SimTime;

@@ -7,7 +7,7 @@ use super::group::LaneLinks;
 use super::{Algo, Call, Schedule, Start};
 use crate::collective::{self, Algorithm, Plan, Protocol, Settings, ring};
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Ctx, NO_NODE, SimModel};
 use crate::layout::GroupKind;
 use crate::workload::CollectiveOp;

@@ -7,7 +7,7 @@
 use super::{Algo, Call, Schedule, Start};
 use crate::collective::{self, Algorithm, Plan, Protocol, Settings, ring, tree};
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
 use crate::layout::GroupKind;
 use crate::time::SimTime;

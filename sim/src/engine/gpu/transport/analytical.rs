@@ -4,7 +4,7 @@
 //! counted per link class.
 
 use super::{PathInfo, Sent, Transfer};
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::gpu::{COMPUTE, GpuLp};
 use crate::engine::{Body, Ctx, SimModel};
 use crate::segments::serialisation_ps;

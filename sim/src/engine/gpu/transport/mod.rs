@@ -15,7 +15,7 @@ pub use crate::segments::segment_size;
 pub(super) use serial::SerialConnection;
 
 use super::GpuLp;
-use super::program::Running;
+use super::Running;
 use crate::collective;
 use crate::engine::dcqcn::Dcqcn;
 use crate::engine::net::Route;

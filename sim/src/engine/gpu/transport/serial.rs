@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use super::Sent;
 use crate::collective;
 use crate::engine::gpu::GpuLp;
-use crate::engine::gpu::program::Running;
+use crate::engine::gpu::Running;
 use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
 use crate::time::SimTime;
 use crate::topology::NodeId;
