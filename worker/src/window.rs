@@ -32,7 +32,7 @@ use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
 use crate::partition::{LpMap, Partition};
 use crate::promise::{Cut, Promise};
-use crate::protocol::{Coordination, EngineError, EventBatch, WindowReport};
+use crate::protocol::{Coordination, EngineError, EventBatch, WindowGrant, WindowReport};
 use crate::round_trips::RoundTrips;
 use crate::slack::CrossPartitionSlack;
 use crate::team::{Routing, Shared, Team, ThreadPlan};
@@ -216,282 +216,411 @@ pub struct WorkerOutcome {
 /// helpers would cost more than it saves.
 const PARALLEL_MIN_EVENTS: u64 = 12;
 
-/// Runs the worker's partitions to the end of the simulation.
+/// Runs the worker's partitions to the end of the simulation: per window, fold in what the
+/// threads did, send the events bound for peer workers, report and get the next window, take
+/// in the peers' events, checkpoint if asked, and run the window (the module docs).
 pub fn run_worker(
     setup: &WorkerSetup,
     coord: &mut dyn Coordination,
 ) -> Result<WorkerOutcome, EngineError> {
     let started = Instant::now();
-    let model = &*setup.model;
-    let map = &*setup.map;
-    let mine: Vec<u32> = (0..map.partitions)
-        .filter(|&p| setup.owner[p as usize] == setup.id)
-        .collect();
-    let mut slot_of = vec![u32::MAX; map.partitions as usize];
-    for (i, &p) in mine.iter().enumerate() {
-        slot_of[p as usize] = i as u32;
-    }
-    let mut partitions: Vec<Partition> = match &setup.resume {
-        None => mine
-            .iter()
-            .map(|&p| Partition::new(model, map, p))
-            .collect(),
-        Some(files) => restore_partitions(files, map, &mine, &slot_of)?,
-    };
-    for p in &mut partitions {
-        // Before start-up: its events are counted in lookaheads too.
-        p.lookahead_ps = setup.lookahead_ps.unwrap_or(u64::MAX);
-        if setup.resume.is_none() {
-            p.start(model, map);
-        }
-    }
-    let mut next = NextTimes::new(partitions.len());
-    // With a barrier every window, the window ends at the partitions' least promise.
-    // (Asynchronous threads keep their next times apart, and a lone asynchronous worker's
-    // windows are as wide as it likes anyway.)
-    let asynchronous = setup.scheduling == Scheduling::Asynchronous;
-    let cut = (setup.promises && !asynchronous && setup.lookahead_ps.is_some())
-        .then(|| Arc::new(Cut::new(model, &map.partition_of, &mine)));
-    let mut promises = NextTimes::new(partitions.len());
-    let mut waiting = vec![u64::MAX; partitions.len()];
-    let routing = Routing {
-        slot_of,
-        owner: Arc::clone(&setup.owner),
-        workers: setup.workers,
-    };
-    let mut team = Team::new(
-        partitions,
-        Arc::clone(&setup.model),
-        Arc::clone(&setup.map),
-        routing,
-        ThreadPlan {
-            threads: setup.threads,
-            oversubscribed: setup.oversubscribed,
-            worker: setup.id,
-            // At least 1 ps, as the coordinator's windows (a zero one is refused before).
-            asynchronous_lookahead_ps: asynchronous
-                .then(|| setup.lookahead_ps.unwrap_or(u64::MAX).max(1)),
-            cut: cut.clone(),
-        },
-    )?;
-    team.route_start();
-    team.shared.init_next_times();
-    let shared = Arc::clone(&team.shared);
-    let parts = &shared.partitions;
-    let threads = team.threads();
-    let mut stats = WorkerStats {
-        partitions: mine.len() as u32,
-        scheduling: setup.scheduling,
-        promises: cut.is_some(),
-        ..WorkerStats::default()
-    };
-    let mut window = 0u64;
-    let mut outgoing: Vec<Vec<(EventKey, Event)>> = vec![Vec::new(); setup.workers as usize];
-    let mut cost = vec![0u64; parts.len()];
-    // The thread each partition last ran on.
-    let mut home: Vec<usize> = (0..parts.len()).map(|s| s % threads).collect();
-    let mut active: Vec<usize> = Vec::new();
-    let mut lists: Vec<Vec<usize>> = vec![Vec::new(); threads];
-    let mut last_parallel = false;
-    let mut checkpointed = 0u64;
-    // The end of the last window run: no event anywhere is earlier.
-    let mut last_end = 0u64;
+    let mut w = WindowLoop::start(setup)?;
     let stopped = loop {
-        // 1. Fold in what the threads did: partitions that ran first (their queues' next
-        //    events), then deliveries (an incoming box can only lower a partition's next).
+        w.fold_results()?;
+        w.refresh_stale_promises();
+        let sent = w.collect_outgoing();
+        let batches_sent = w.send_batches(coord)?;
+        let grant = w.report(coord, sent, batches_sent)?;
+        if grant.finished {
+            break grant.stop;
+        }
+        w.window = grant.window;
+        w.deliver(coord.receive_batches(grant.window, grant.batches_expected)?)?;
+        if grant.checkpoint {
+            write_part(setup, &w.shared, w.window)?;
+            w.checkpointed = w.window;
+            if grant.stop {
+                continue;
+            }
+        }
+        w.run_window(grant.end_ps);
+    };
+    Ok(w.finish(started, stopped))
+}
+
+/// The earliest event a window sent to a peer worker, and the earliest promise of those
+/// events ([`Cut::event_promise`]; `u64::MAX` without promises).
+struct Sent {
+    earliest_ps: u64,
+    promise_ps: u64,
+}
+
+/// A worker between windows: its partitions on their threads, and what it knows of them.
+struct WindowLoop<'a> {
+    setup: &'a WorkerSetup,
+    team: Team,
+    shared: Arc<Shared>,
+    threads: usize,
+    asynchronous: bool,
+    /// Promises between partitions, with a barrier every window (`engine.promises`).
+    cut: Option<Arc<Cut>>,
+    /// Per partition slot: its next event, promise and waiting distance, and the events it
+    /// processed when it last ran (its predicted cost).
+    next: NextTimes,
+    promises: NextTimes,
+    waiting: Vec<u64>,
+    cost: Vec<u64>,
+    /// The thread each partition last ran on.
+    home: Vec<usize>,
+    active: Vec<usize>,
+    lists: Vec<Vec<usize>>,
+    outgoing: Vec<Vec<(EventKey, Event)>>,
+    stats: WorkerStats,
+    window: u64,
+    last_parallel: bool,
+    checkpointed: u64,
+    /// The end of the last window run: no event anywhere is earlier.
+    last_end: u64,
+}
+
+impl<'a> WindowLoop<'a> {
+    /// Builds (or restores) the worker's partitions, starts them and their threads.
+    fn start(setup: &'a WorkerSetup) -> Result<WindowLoop<'a>, EngineError> {
+        let model = &*setup.model;
+        let map = &*setup.map;
+        let mine: Vec<u32> = (0..map.partitions)
+            .filter(|&p| setup.owner[p as usize] == setup.id)
+            .collect();
+        let mut slot_of = vec![u32::MAX; map.partitions as usize];
+        for (i, &p) in mine.iter().enumerate() {
+            slot_of[p as usize] = i as u32;
+        }
+        let mut partitions: Vec<Partition> = match &setup.resume {
+            None => mine
+                .iter()
+                .map(|&p| Partition::new(model, map, p))
+                .collect(),
+            Some(files) => restore_partitions(files, map, &mine, &slot_of)?,
+        };
+        for p in &mut partitions {
+            // Before start-up: its events are counted in lookaheads too.
+            p.lookahead_ps = setup.lookahead_ps.unwrap_or(u64::MAX);
+            if setup.resume.is_none() {
+                p.start(model, map);
+            }
+        }
+        let slots = partitions.len();
+        // With a barrier every window, the window ends at the partitions' least promise.
+        // (Asynchronous threads keep their next times apart, and a lone asynchronous
+        // worker's windows are as wide as it likes anyway.)
+        let asynchronous = setup.scheduling == Scheduling::Asynchronous;
+        let cut = (setup.promises && !asynchronous && setup.lookahead_ps.is_some())
+            .then(|| Arc::new(Cut::new(model, &map.partition_of, &mine)));
+        let routing = Routing {
+            slot_of,
+            owner: Arc::clone(&setup.owner),
+            workers: setup.workers,
+        };
+        let mut team = Team::new(
+            partitions,
+            Arc::clone(&setup.model),
+            Arc::clone(&setup.map),
+            routing,
+            ThreadPlan {
+                threads: setup.threads,
+                oversubscribed: setup.oversubscribed,
+                worker: setup.id,
+                // At least 1 ps, as the coordinator's windows (a zero one is refused before).
+                asynchronous_lookahead_ps: asynchronous
+                    .then(|| setup.lookahead_ps.unwrap_or(u64::MAX).max(1)),
+                cut: cut.clone(),
+            },
+        )?;
+        team.route_start();
+        team.shared.init_next_times();
+        let shared = Arc::clone(&team.shared);
+        let threads = team.threads();
+        Ok(WindowLoop {
+            setup,
+            team,
+            shared,
+            threads,
+            asynchronous,
+            stats: WorkerStats {
+                partitions: mine.len() as u32,
+                scheduling: setup.scheduling,
+                promises: cut.is_some(),
+                ..WorkerStats::default()
+            },
+            cut,
+            next: NextTimes::new(slots),
+            promises: NextTimes::new(slots),
+            waiting: vec![u64::MAX; slots],
+            cost: vec![0; slots],
+            home: (0..slots).map(|s| s % threads).collect(),
+            active: Vec::new(),
+            lists: vec![Vec::new(); threads],
+            outgoing: vec![Vec::new(); setup.workers as usize],
+            window: 0,
+            last_parallel: false,
+            checkpointed: 0,
+            last_end: 0,
+        })
+    }
+
+    /// Folds in what the threads did: partitions that ran first (their queues' next events),
+    /// then deliveries (an incoming box can only lower a partition's next).
+    fn fold_results(&mut self) -> Result<(), EngineError> {
         let (mut window_events, mut busiest) = (0, 0);
-        for r in &shared.results {
+        for r in &self.shared.results {
             let mut r = r.lock();
             if let Some(e) = r.error.take() {
                 return Err(e.into());
             }
             for ran in r.ran.drain(..) {
-                next.set(ran.slot, ran.next);
-                promises.set(ran.slot, Some(ran.promise.at_ps));
-                waiting[ran.slot] = ran.promise.waiting_distance_ps;
-                cost[ran.slot] = ran.events;
+                self.next.set(ran.slot, ran.next);
+                self.promises.set(ran.slot, Some(ran.promise.at_ps));
+                self.waiting[ran.slot] = ran.promise.waiting_distance_ps;
+                self.cost[ran.slot] = ran.events;
                 busiest = busiest.max(ran.events);
             }
             let events = std::mem::take(&mut r.events);
             window_events += events;
-            stats.events += events;
-            if last_parallel {
-                stats.parallel_events += events;
+            self.stats.events += events;
+            if self.last_parallel {
+                self.stats.parallel_events += events;
             }
-            stats.sub_windows += std::mem::take(&mut r.sub_windows);
-            stats.thread_wait_s += std::mem::take(&mut r.wait_s);
+            self.stats.sub_windows += std::mem::take(&mut r.sub_windows);
+            self.stats.thread_wait_s += std::mem::take(&mut r.wait_s);
         }
-        if !asynchronous {
-            stats.parallelism.add_window(window_events, busiest);
+        if !self.asynchronous {
+            self.stats.parallelism.add_window(window_events, busiest);
         }
-        // A partition that did not run keeps the promise it made when it last did, which a
-        // window end since may have passed: its GPUs then promise from this end instead,
-        // and the events in its inbox (from other workers) from their targets' states.
-        // Before this window's deliveries lower it.
-        if cut.is_some() {
-            for slot in 0..parts.len() {
-                if promises.get(slot) < last_end {
-                    let mut p = parts[slot].lock();
-                    p.absorb(model, &mut shared.incoming[slot].lock());
-                    let promise = p.promise(model, last_end).unwrap_or(Promise::NONE);
-                    promises.set(slot, Some(promise.at_ps));
-                    waiting[slot] = promise.waiting_distance_ps;
-                }
+        Ok(())
+    }
+
+    /// A partition that did not run keeps the promise it made when it last did, which a
+    /// window end since may have passed: its GPUs then promise from this end instead, and
+    /// the events in its inbox (from other workers) from their targets' states. Before this
+    /// window's deliveries lower it.
+    fn refresh_stale_promises(&mut self) {
+        if self.cut.is_none() {
+            return;
+        }
+        let model = &*self.setup.model;
+        for slot in 0..self.shared.partitions.len() {
+            if self.promises.get(slot) < self.last_end {
+                let mut p = self.shared.partitions[slot].lock();
+                p.absorb(model, &mut self.shared.incoming[slot].lock());
+                let promise = p.promise(model, self.last_end).unwrap_or(Promise::NONE);
+                self.promises.set(slot, Some(promise.at_ps));
+                self.waiting[slot] = promise.waiting_distance_ps;
             }
         }
-        let (mut earliest_sent, mut sent_promise) = (u64::MAX, u64::MAX);
-        for r in &shared.results {
+    }
+
+    /// Takes in the threads' deliveries between this worker's partitions and gathers what
+    /// they sent to peer workers.
+    fn collect_outgoing(&mut self) -> Sent {
+        let model = &*self.setup.model;
+        let mut sent = Sent {
+            earliest_ps: u64::MAX,
+            promise_ps: u64::MAX,
+        };
+        for r in &self.shared.results {
             let mut r = r.lock();
             for (slot, t, promise) in r.delivered.drain(..) {
-                next.lower(slot, t);
-                promises.lower(slot, promise);
+                self.next.lower(slot, t);
+                self.promises.lower(slot, promise);
             }
-            stats.cross_partition_events += std::mem::take(&mut r.cross_partition_events);
+            self.stats.cross_partition_events += std::mem::take(&mut r.cross_partition_events);
             for (w, events) in r.outgoing.iter_mut().enumerate() {
                 for (k, e) in events.iter() {
-                    earliest_sent = earliest_sent.min(k.time.as_ps());
-                    if let Some(d) = cut.as_deref() {
-                        sent_promise = sent_promise.min(d.event_promise(model, k, e, None).as_ps());
+                    sent.earliest_ps = sent.earliest_ps.min(k.time.as_ps());
+                    if let Some(d) = self.cut.as_deref() {
+                        let promise = d.event_promise(model, k, e, None).as_ps();
+                        sent.promise_ps = sent.promise_ps.min(promise);
                     }
                 }
-                outgoing[w].append(events);
+                self.outgoing[w].append(events);
             }
         }
-        let mut batches_sent = vec![0u32; setup.workers as usize];
-        for (w, events) in outgoing.iter_mut().enumerate() {
+        sent
+    }
+
+    /// Sends one batch to each peer worker that has events; returns the batches per worker.
+    fn send_batches(&mut self, coord: &mut dyn Coordination) -> Result<Vec<u32>, EngineError> {
+        let mut batches_sent = vec![0u32; self.setup.workers as usize];
+        for (w, events) in self.outgoing.iter_mut().enumerate() {
             if events.is_empty() {
                 continue;
             }
-            stats.cross_worker_events += events.len() as u64;
-            let batch = EventBatch::encode(setup.id, window, events)?;
-            stats.bytes_sent += batch.events.len() as u64;
+            self.stats.cross_worker_events += events.len() as u64;
+            let batch = EventBatch::encode(self.setup.id, self.window, events)?;
+            self.stats.bytes_sent += batch.events.len() as u64;
             coord.send_batch(w as u32, batch)?;
             events.clear();
             batches_sent[w] += 1;
         }
-        // 2. Report; get the next window.
+        Ok(batches_sent)
+    }
+
+    /// Reports the window to the coordinator and waits for the next grant.
+    fn report(
+        &mut self,
+        coord: &mut dyn Coordination,
+        sent: Sent,
+        batches_sent: Vec<u32>,
+    ) -> Result<WindowGrant, EngineError> {
         let reported = Instant::now();
         let grant = coord.exchange(WindowReport {
-            worker: setup.id,
-            window,
-            next_event_ps: shared.async_next_time().unwrap_or_else(|| next.min()),
-            earliest_sent_ps: earliest_sent,
-            promise_ps: if cut.is_some() {
-                promises.min().min(sent_promise)
+            worker: self.setup.id,
+            window: self.window,
+            next_event_ps: self
+                .shared
+                .async_next_time()
+                .unwrap_or_else(|| self.next.min()),
+            earliest_sent_ps: sent.earliest_ps,
+            promise_ps: if self.cut.is_some() {
+                self.promises.min().min(sent.promise_ps)
             } else {
                 0
             },
-            waiting_distance_ps: waiting.iter().copied().min().unwrap_or(u64::MAX),
+            waiting_distance_ps: self.waiting.iter().copied().min().unwrap_or(u64::MAX),
             batches_sent,
-            events_processed: stats.events,
-            checkpointed,
-            stop_requested: setup
+            events_processed: self.stats.events,
+            checkpointed: self.checkpointed,
+            stop_requested: self
+                .setup
                 .stop_requested
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::Relaxed)),
         })?;
-        stats.barrier_round_trips.record(reported.elapsed());
-        if grant.finished {
-            break grant.stop;
-        }
-        window = grant.window;
-        for batch in coord.receive_batches(grant.window, grant.batches_expected)? {
+        self.stats.barrier_round_trips.record(reported.elapsed());
+        Ok(grant)
+    }
+
+    /// Puts the peers' events into the incoming boxes of the partitions they target.
+    fn deliver(&mut self, batches: Vec<EventBatch>) -> Result<(), EngineError> {
+        let model = &*self.setup.model;
+        let map = &*self.setup.map;
+        for batch in batches {
             for (key, event) in batch.decode()? {
                 let target = map.partition_of[event.target as usize];
-                let to = shared.routing.slot_of[target as usize];
+                let to = self.shared.routing.slot_of[target as usize];
                 if to == u32::MAX {
                     return Err(EngineError::Transport(format!(
                         "worker {} received an event for partition {target}, which it does not own",
-                        setup.id
+                        self.setup.id
                     )));
                 }
-                if asynchronous {
-                    shared.async_received(to as usize, key.time.as_ps());
+                if self.asynchronous {
+                    self.shared.async_received(to as usize, key.time.as_ps());
                 } else {
-                    next.lower(to as usize, key.time.as_ps());
+                    self.next.lower(to as usize, key.time.as_ps());
                 }
-                if let Some(d) = cut.as_deref() {
-                    promises.lower(
+                if let Some(d) = self.cut.as_deref() {
+                    self.promises.lower(
                         to as usize,
                         d.event_promise(model, &key, &event, None).as_ps(),
                     );
                 }
-                (shared.incoming[to as usize]).lock().push((key, event));
+                (self.shared.incoming[to as usize])
+                    .lock()
+                    .push((key, event));
             }
         }
-        if grant.checkpoint {
-            write_part(setup, &shared, window)?;
-            checkpointed = window;
-            if grant.stop {
-                continue;
-            }
-        }
-        // 3. Run the window: shared, longest first; or on this thread alone, where order
-        //    does not matter.
+        Ok(())
+    }
+
+    /// Runs the window up to `end`: shared among the threads, longest first; or on this
+    /// thread alone, where order does not matter.
+    fn run_window(&mut self, end: u64) {
         let busy = Instant::now();
-        let end = grant.end_ps;
-        last_end = end;
-        if asynchronous {
+        self.last_end = end;
+        let threads = self.threads;
+        if self.asynchronous {
             // Every thread runs the partitions it owns; promises, not a barrier, keep
             // them in step.
-            let start = shared.async_next_time().unwrap_or(u64::MAX);
-            team.run_async(start, end);
-            last_parallel = threads > 1;
-            if last_parallel {
-                stats.parallel_windows += 1;
+            let start = self.shared.async_next_time().unwrap_or(u64::MAX);
+            self.team.run_async(start, end);
+            self.last_parallel = threads > 1;
+            if self.last_parallel {
+                self.stats.parallel_windows += 1;
             }
         } else {
-            next.take_before(end, &mut active);
-            let predicted: u64 = active.iter().map(|&s| cost[s].max(1)).sum();
-            if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && active.len() > 1 {
-                let steal = if setup.scheduling == Scheduling::LoadAdaptive {
-                    active.sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
-                    assign_longest_first(&active, &cost, predicted, &mut home, &mut lists);
+            self.next.take_before(end, &mut self.active);
+            let cost = &self.cost;
+            let predicted: u64 = self.active.iter().map(|&s| cost[s].max(1)).sum();
+            if threads > 1 && predicted >= PARALLEL_MIN_EVENTS && self.active.len() > 1 {
+                let steal = if self.setup.scheduling == Scheduling::LoadAdaptive {
+                    self.active
+                        .sort_by(|&a, &b| cost[b].cmp(&cost[a]).then(a.cmp(&b)));
+                    assign_longest_first(
+                        &self.active,
+                        cost,
+                        predicted,
+                        &mut self.home,
+                        &mut self.lists,
+                    );
                     true
                 } else {
-                    lists.iter_mut().for_each(Vec::clear);
-                    active.sort_unstable();
-                    for &slot in &active {
-                        lists[slot % threads].push(slot);
+                    self.lists.iter_mut().for_each(Vec::clear);
+                    self.active.sort_unstable();
+                    for &slot in &self.active {
+                        self.lists[slot % threads].push(slot);
                     }
                     false
                 };
-                team.run(end, &lists, steal);
-                stats.parallel_windows += 1;
-                last_parallel = true;
+                self.team.run(end, &self.lists, steal);
+                self.stats.parallel_windows += 1;
+                self.last_parallel = true;
             } else {
-                team.run_inline(end, &active);
-                last_parallel = false;
+                self.team.run_inline(end, &self.active);
+                self.last_parallel = false;
             }
         }
-        stats.windows += 1;
-        stats.busy_s += busy.elapsed().as_secs_f64();
-    };
-    stats.wall_s = started.elapsed().as_secs_f64();
-    // Asynchronous threads wait for each other inside a window: that is synchronisation,
-    // not processing, as the time between windows is.
-    stats.busy_s = (stats.busy_s - stats.thread_wait_s / threads as f64).max(0.0);
-    stats.events_by_kind = vec![0; sim::engine::Body::KINDS];
-    for p in parts {
-        stats.cross_partition_slack.add(&p.lock().slack);
-        for (sum, n) in stats.events_by_kind.iter_mut().zip(p.lock().events_by_kind) {
-            *sum += n;
+        self.stats.windows += 1;
+        self.stats.busy_s += busy.elapsed().as_secs_f64();
+    }
+
+    /// The worker's outcome: its statistics, and every LP's report unless it `stopped` at a
+    /// checkpoint.
+    fn finish(mut self, started: Instant, stopped: bool) -> WorkerOutcome {
+        let model = &*self.setup.model;
+        let parts = &self.shared.partitions;
+        self.stats.wall_s = started.elapsed().as_secs_f64();
+        // Asynchronous threads wait for each other inside a window: that is
+        // synchronisation, not processing, as the time between windows is.
+        self.stats.busy_s =
+            (self.stats.busy_s - self.stats.thread_wait_s / self.threads as f64).max(0.0);
+        self.stats.events_by_kind = vec![0; sim::engine::Body::KINDS];
+        for p in parts {
+            self.stats.cross_partition_slack.add(&p.lock().slack);
+            for (sum, n) in self
+                .stats
+                .events_by_kind
+                .iter_mut()
+                .zip(p.lock().events_by_kind)
+            {
+                *sum += n;
+            }
+        }
+        let reports = if stopped {
+            Vec::new()
+        } else {
+            let mut reports = Vec::with_capacity(parts.iter().map(|p| p.lock().lp_count()).sum());
+            for p in parts {
+                p.lock().take_reports(model, &mut reports);
+            }
+            reports
+        };
+        WorkerOutcome {
+            reports,
+            stats: self.stats,
+            stopped,
         }
     }
-    let reports = if stopped {
-        Vec::new()
-    } else {
-        let mut reports = Vec::with_capacity(parts.iter().map(|p| p.lock().lp_count()).sum());
-        for p in parts {
-            p.lock().take_reports(model, &mut reports);
-        }
-        reports
-    };
-    Ok(WorkerOutcome {
-        reports,
-        stats,
-        stopped,
-    })
 }
 
 /// Writes this worker's checkpoint part for the state before `window`: every LP of its
