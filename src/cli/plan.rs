@@ -13,6 +13,8 @@ use sim::planner::{self, Estimated, Placement};
 
 use coordinator::run::{RunError, RunOptions, load_checked, run_embedded};
 
+use crate::cli::side_by_side;
+
 /// `fleetsim plan`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -245,16 +247,14 @@ struct ConfirmedJson<'a> {
 }
 
 /// Searches `path` (with `sets`) and confirms the best estimates with the engine.
-pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<PlanReport, RunError> {
+pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> anyhow::Result<PlanReport> {
     let base = load_checked(path, &with_naive(sets, &[]))?;
     if !base.jobs.is_empty() {
-        return Err(base
-            .loaded
-            .error(
-                "jobs",
-                "the heterogeneity planner places one job; remove [[jobs]] or plan each job in an experiment of its own",
-            )
-            .into());
+        return Err(RunError::from(base.loaded.error(
+            "jobs",
+            "the heterogeneity planner places one job; remove [[jobs]] or plan each job in an experiment of its own",
+        ))
+        .into());
     }
     let compute = ComputeModel::from_experiment(&base)?;
     let started = std::time::Instant::now();
@@ -276,19 +276,25 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> Result<Plan
             .filter(|&i| i != as_written && Some(i) != uniform)
             .take(CONFIRMED),
     );
+    // The confirmations are independent runs: side by side, each on its share of the cores,
+    // handed back in `order` (their digests do not depend on the threads).
+    let (jobs, threads) = side_by_side::shares(order.len(), None, threads);
     let options = RunOptions {
-        threads,
+        threads: Some(threads),
         ..RunOptions::default()
     };
-    let mut confirmed = Vec::with_capacity(order.len());
-    for i in order {
-        let out = run_embedded(&candidates[i].experiment, &options, None)?;
-        confirmed.push(Confirmed {
+    let confirm = |i: usize| {
+        run_embedded(&candidates[i].experiment, &options, None).map(|out| Confirmed {
             candidate: i,
             iteration_s: out.summary.iteration_time_s,
             result_digest: out.summary.result_digest,
-        });
-    }
+        })
+    };
+    let mut confirmed = Vec::with_capacity(order.len());
+    side_by_side::in_order(order, jobs, confirm, |run| {
+        confirmed.push(run?);
+        Ok(())
+    })?;
     let fastest = |keep: &dyn Fn(&Confirmed) -> bool| {
         (0..confirmed.len())
             .filter(|&i| keep(&confirmed[i]))
