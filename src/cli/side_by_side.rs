@@ -1,6 +1,7 @@
-//! Independent runs side by side: `validate`'s rows, `sweep`'s points and `plan`'s confirmations, each a whole
-//! simulation on one thread of a rayon pool, handed back in their own order. rayon spreads
-//! runs here, never one run's events (ARCHITECTURE.md, "Cross-cutting rules").
+//! Independent runs side by side: `validate`'s rows, `sweep`'s points and `plan`'s
+//! confirmations, each a whole simulation on one thread of a rayon pool, handed back in their
+//! own order. rayon spreads runs here, never one run's events (ARCHITECTURE.md,
+//! "Cross-cutting rules").
 
 use anyhow::Context as _;
 
