@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod host_memory;
 pub mod net;
 pub mod params;
+pub mod reach;
 pub mod results;
 pub mod symmetry;
 
@@ -620,6 +621,19 @@ impl CollectiveModel {
 }
 
 impl SimModel {
+    /// The GPU whose NIC carries rank `rank`'s send to GPU node `peer` (PXN, unless
+    /// `collectives.pxn_disable`: [`crate::topology::Topology::p2p_relay`]), or [`NO_NODE`].
+    pub fn p2p_via(&self, rank: u32, peer: NodeId) -> NodeId {
+        if self.collectives.settings.pxn_disable {
+            return NO_NODE;
+        }
+        let topology = &self.topology;
+        let peer_rank = topology.nodes()[peer as usize].index;
+        topology
+            .p2p_relay(rank, peer_rank)
+            .map_or(NO_NODE, |relay| topology.gpu(relay))
+    }
+
     /// The experiment's model as a run simulates it: its workload loaded or compiled
     /// ([`crate::load::load_or_compile`]), every kernel timed by the experiment's compute
     /// model, and the topology built.

@@ -4,7 +4,7 @@
 use super::Running;
 use super::collective::{GroupInfo, plan_for};
 use super::{COMPUTE, GpuLp, STREAMS};
-use crate::engine::cut::Cut;
+use crate::engine::reach::Cut;
 use crate::engine::{Body, NO_NODE, ProgramIndex, Segment, SimModel};
 use crate::layout::GroupKind;
 use crate::topology::NodeId;

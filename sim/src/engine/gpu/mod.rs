@@ -29,7 +29,6 @@ mod cut_promise;
 mod program;
 mod transport;
 
-pub use collective::p2p_via;
 pub use transport::{flow_hash, injected_tag, segment_size};
 
 use super::net::Ports;

@@ -23,7 +23,6 @@ mod ring;
 mod tree;
 
 pub(super) use group::GroupInfo;
-pub use p2p::p2p_via;
 
 use super::GpuLp;
 use super::Running;

@@ -6,7 +6,7 @@ use super::{Algo, Schedule};
 use crate::collective;
 use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::Running;
-use crate::engine::{Body, Ctx, NO_NODE, SimModel, Tag};
+use crate::engine::{Body, Ctx, SimModel, Tag};
 use crate::layout::GroupKind;
 use crate::time::SimTime;
 use crate::topology::NodeId;
@@ -37,7 +37,7 @@ impl Schedule for Sender {
         run.waiting_clear_to_send = false;
         let (peer, step_bytes) = (run.peer, run.step_bytes);
         let to = mirror(Stream::ALL[s]).index();
-        let via = p2p_via(model, gpu.rank, peer);
+        let via = model.p2p_via(gpu.rank, peer);
         gpu.send(model, s, (peer, via), step_bytes, to, 0, ctx);
     }
 }
@@ -157,17 +157,4 @@ fn mirror(s: Stream) -> Stream {
         Stream::CpRecvPrev => Stream::CpSendNext,
         other => other,
     }
-}
-
-/// The GPU whose NIC carries rank `rank`'s send to GPU node `peer` (PXN, unless
-/// `collectives.pxn_disable`: [`crate::topology::Topology::p2p_relay`]), or [`NO_NODE`].
-pub fn p2p_via(model: &SimModel, rank: u32, peer: NodeId) -> NodeId {
-    if model.collectives.settings.pxn_disable {
-        return NO_NODE;
-    }
-    let topology = &model.topology;
-    let peer_rank = topology.nodes()[peer as usize].index;
-    topology
-        .p2p_relay(rank, peer_rank)
-        .map_or(NO_NODE, |relay| topology.gpu(relay))
 }
