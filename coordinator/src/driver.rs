@@ -166,7 +166,7 @@ impl WindowDriver {
     ) -> Result<Vec<WindowGrant>, crate::checkpoint::CheckpointError> {
         let t = reports
             .iter()
-            .map(|r| SimTime::from_ps(r.next_event_ps.min(r.earliest_sent_ps)))
+            .map(|r| r.next_event.min(r.earliest_sent))
             .min()
             .unwrap_or(SimTime::MAX);
         self.events = self.events_before + reports.iter().map(|r| r.events_processed).sum::<u64>();
@@ -201,10 +201,7 @@ impl WindowDriver {
         // track promises; the window is then one width wide).
         let promised = reports
             .iter()
-            .map(|r| {
-                let waiting = SimTime::from_ps(r.waiting_distance_ps);
-                SimTime::from_ps(r.promise_ps).min(t.saturating_add(waiting))
-            })
+            .map(|r| r.promise.min(t.saturating_add(r.waiting_distance)))
             .min()
             .unwrap_or(SimTime::ZERO);
         let mut end = if promised == SimTime::ZERO || self.widening {
@@ -218,7 +215,7 @@ impl WindowDriver {
         Ok((0..reports.len())
             .map(|w| WindowGrant {
                 window: self.window,
-                end_ps: end.as_ps(),
+                end,
                 batches_expected: reports
                     .iter()
                     .map(|r| r.batches_sent.get(w).copied().unwrap_or(0))
@@ -327,10 +324,10 @@ mod tests {
         WindowReport {
             worker,
             window: 0,
-            next_event_ps: next,
-            earliest_sent_ps: sent,
-            promise_ps: 0,
-            waiting_distance_ps: u64::MAX,
+            next_event: SimTime::from_ps(next),
+            earliest_sent: SimTime::from_ps(sent),
+            promise: SimTime::ZERO,
+            waiting_distance: SimTime::MAX,
             batches_sent: batches,
             events_processed: 0,
             checkpointed: 0,
@@ -341,8 +338,8 @@ mod tests {
     #[test]
     fn a_window_ends_at_the_least_promise_but_at_least_a_lookahead_on() {
         let promising = |worker, next, promise, waiting| WindowReport {
-            promise_ps: promise,
-            waiting_distance_ps: waiting,
+            promise: SimTime::from_ps(promise),
+            waiting_distance: SimTime::from_ps(waiting),
             ..report(worker, next, u64::MAX, vec![0, 0])
         };
         let mut d = WindowDriver::new(Some(SimTime::from_ps(1_000)));
@@ -371,7 +368,7 @@ mod tests {
                 .collect();
             let g = d.grant(&reports).expect("grant");
             assert!(
-                g.iter().all(|g| g.end_ps == end_ps),
+                g.iter().all(|g| g.end.as_ps() == end_ps),
                 "{g:?} against {end_ps}"
             );
         }
@@ -411,7 +408,7 @@ mod tests {
                 report(1, 9_000, 4_200, vec![1, 0]),
             ])
             .expect("no checkpoints to fail");
-        assert_eq!(g[0].end_ps, 5_200);
+        assert_eq!(g[0].end.as_ps(), 5_200);
         assert_eq!(g[0].batches_expected, 1);
         assert_eq!(g[1].batches_expected, 2);
         assert!(!g[0].finished);
@@ -428,7 +425,7 @@ mod tests {
         let mut d = WindowDriver::new(Some(SimTime::from_ps(1000)));
         for i in 0..5 {
             let g = d.grant(&one_worker(i * 1000, 0)).expect("grant");
-            assert_eq!(g[0].end_ps, i * 1000 + 1000);
+            assert_eq!(g[0].end.as_ps(), i * 1000 + 1000);
         }
     }
 
@@ -436,24 +433,24 @@ mod tests {
     fn widening_windows_double_while_sparse_and_halve_when_crowded() {
         let mut d = WindowDriver::new(Some(SimTime::from_ps(1000))).widening();
         let ends: Vec<u64> = (0..4)
-            .map(|_| d.grant(&one_worker(0, 0)).expect("grant")[0].end_ps)
+            .map(|_| d.grant(&one_worker(0, 0)).expect("grant")[0].end.as_ps())
             .collect();
         assert_eq!(ends, [2000, 4000, 8000, 16_000]);
         // A window with more than a million events halves the next one.
         let g = d.grant(&one_worker(0, 2_000_000)).expect("grant");
-        assert_eq!(g[0].end_ps, 8000);
+        assert_eq!(g[0].end.as_ps(), 8000);
         // In between, the width holds.
         let g = d.grant(&one_worker(0, 2_500_000)).expect("grant");
-        assert_eq!(g[0].end_ps, 8000);
+        assert_eq!(g[0].end.as_ps(), 8000);
         // Never narrower than the lookahead.
         let mut events = 2_500_000;
         for _ in 0..10 {
             events += 2_000_000;
             let g = d.grant(&one_worker(0, events)).expect("grant");
-            assert!(g[0].end_ps >= 1000, "{}", g[0].end_ps);
+            assert!(g[0].end.as_ps() >= 1000, "{}", g[0].end.as_ps());
         }
         let g = d.grant(&one_worker(0, events + 2_000_000)).expect("grant");
-        assert_eq!(g[0].end_ps, 1000);
+        assert_eq!(g[0].end.as_ps(), 1000);
     }
 
     /// A resumed driver over a checkpoint taken before window 3, granted 4 lookaheads wide.
@@ -482,13 +479,13 @@ mod tests {
     fn a_resumed_run_goes_on_with_the_width_its_checkpoint_recorded() {
         let mut d = resumed(true);
         let g = d.grant(&one_worker(5000, 0)).expect("grant");
-        assert_eq!((g[0].window, g[0].end_ps), (3, 9000));
+        assert_eq!((g[0].window, g[0].end.as_ps()), (3, 9000));
         let g = d.grant(&one_worker(9000, 0)).expect("grant");
-        assert_eq!(g[0].end_ps, 9000 + 8000, "then widens as before");
+        assert_eq!(g[0].end.as_ps(), 9000 + 8000, "then widens as before");
         // Several workers keep a barrier per lookahead, whatever the checkpoint recorded.
         let mut d = resumed(false);
         let g = d.grant(&one_worker(5000, 0)).expect("grant");
-        assert_eq!(g[0].end_ps, 6000);
+        assert_eq!(g[0].end.as_ps(), 6000);
     }
 
     #[test]

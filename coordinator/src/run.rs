@@ -376,10 +376,10 @@ pub fn simulate(
         checkpoints,
     )
     .map_err(|e| match e {
-        worker::EngineError::Stopped { window, time_ps } => RunError::Stopped {
+        worker::EngineError::Stopped { window, time } => RunError::Stopped {
             mark: Mark {
                 window,
-                time_ps,
+                time_ps: time.as_ps(),
                 events: 0,
                 width_ps: 0,
             },

@@ -6,6 +6,7 @@
 
 use sim::engine::Event;
 use sim::event::EventKey;
+use sim::time::SimTime;
 
 use crate::checkpoint::CheckpointError;
 use crate::partition::PartitionError;
@@ -15,17 +16,18 @@ use crate::partition::PartitionError;
 pub struct WindowReport {
     pub worker: u32,
     pub window: u64,
-    /// Earliest pending event in the worker's partitions, `u64::MAX` when idle.
-    pub next_event_ps: u64,
-    /// Earliest event sent to a peer worker, `u64::MAX` when none.
-    pub earliest_sent_ps: u64,
+    /// Earliest pending event in the worker's partitions, [`SimTime::MAX`] when idle.
+    pub next_event: SimTime,
+    /// Earliest event sent to a peer worker, [`SimTime::MAX`] when none.
+    pub earliest_sent: SimTime,
     /// Nothing this worker's partitions hold or sent can reach another partition before
-    /// this time ([`crate::promise`]); 0 when the worker does not track promises (the
-    /// window then ends one lookahead after its start), `u64::MAX` when idle.
-    pub promise_ps: u64,
+    /// this time ([`crate::promise`]); [`SimTime::ZERO`] when the worker does not track
+    /// promises (the window then ends one lookahead after its start), [`SimTime::MAX`] when
+    /// idle.
+    pub promise: SimTime,
     /// Nor can its GPUs that wait for an event before the next event anywhere plus this
-    /// (`u64::MAX`: none waits).
-    pub waiting_distance_ps: u64,
+    /// ([`SimTime::MAX`]: none waits).
+    pub waiting_distance: SimTime,
     /// Batches sent to each worker, indexed by worker id.
     pub batches_sent: Vec<u32>,
     pub events_processed: u64,
@@ -35,11 +37,11 @@ pub struct WindowReport {
     pub stop_requested: bool,
 }
 
-/// The coordinator's answer: process every event before `end_ps`.
+/// The coordinator's answer: process every event before `end`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowGrant {
     pub window: u64,
-    pub end_ps: u64,
+    pub end: SimTime,
     pub batches_expected: u32,
     pub finished: bool,
     /// Write a checkpoint part before running the window (after its batches arrived).
@@ -96,9 +98,10 @@ pub enum EngineError {
     /// Not a failure of the simulation: it was asked to stop, and stopped at a complete
     /// checkpoint.
     #[error(
-        "stopped on request at the checkpoint before window {window} (simulated time {time_ps} ps)"
+        "stopped on request at the checkpoint before window {window} (simulated time {} ps)",
+        time.as_ps()
     )]
-    Stopped { window: u64, time_ps: u64 },
+    Stopped { window: u64, time: SimTime },
 }
 
 /// The worker's side of the window protocol.

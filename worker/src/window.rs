@@ -26,6 +26,7 @@ use std::time::Instant;
 use sim::config::SchedulingChoice;
 use sim::engine::{Event, LpReport, SimModel};
 use sim::event::EventKey;
+use sim::time::SimTime;
 use sim::topology::NodeId;
 
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
@@ -243,7 +244,7 @@ pub fn run_worker(
                 continue;
             }
         }
-        w.run_window(grant.end_ps);
+        w.run_window(grant.end.as_ps());
     };
     Ok(w.finish(started, stopped))
 }
@@ -476,17 +477,20 @@ impl<'a> WindowLoop<'a> {
         let grant = coord.exchange(WindowReport {
             worker: self.setup.id,
             window: self.window,
-            next_event_ps: self
-                .shared
-                .async_next_time()
-                .unwrap_or_else(|| self.next.min()),
-            earliest_sent_ps: sent.earliest_ps,
-            promise_ps: if self.cut.is_some() {
-                self.promises.min().min(sent.promise_ps)
+            next_event: SimTime::from_ps(
+                self.shared
+                    .async_next_time()
+                    .unwrap_or_else(|| self.next.min()),
+            ),
+            earliest_sent: SimTime::from_ps(sent.earliest_ps),
+            promise: if self.cut.is_some() {
+                SimTime::from_ps(self.promises.min().min(sent.promise_ps))
             } else {
-                0
+                SimTime::ZERO
             },
-            waiting_distance_ps: self.waiting.iter().copied().min().unwrap_or(u64::MAX),
+            waiting_distance: SimTime::from_ps(
+                self.waiting.iter().copied().min().unwrap_or(u64::MAX),
+            ),
             batches_sent,
             events_processed: self.stats.events,
             checkpointed: self.checkpointed,

@@ -142,10 +142,10 @@ impl Coordinator for CoordinatorService {
                 WindowReport {
                     worker: r.worker_id,
                     window: r.window,
-                    next_event_ps: r.next_event_ps,
-                    earliest_sent_ps: r.earliest_sent_ps,
-                    promise_ps: r.promise_ps,
-                    waiting_distance_ps: r.waiting_distance_ps,
+                    next_event: SimTime::from_ps(r.next_event_ps),
+                    earliest_sent: SimTime::from_ps(r.earliest_sent_ps),
+                    promise: SimTime::from_ps(r.promise_ps),
+                    waiting_distance: SimTime::from_ps(r.waiting_distance_ps),
                     batches_sent: r.batches_sent,
                     events_processed: r.events_processed,
                     checkpointed: r.checkpointed,
@@ -163,7 +163,7 @@ impl Coordinator for CoordinatorService {
             .await?;
         let grant = pb::WindowGrant {
             window: grant.window,
-            end_ps: grant.end_ps,
+            end_ps: grant.end.as_ps(),
             batches_expected: grant.batches_expected,
             finished: grant.finished,
             checkpoint: grant.checkpoint,

@@ -86,10 +86,10 @@ impl Coordination for GrpcCoordination<'_> {
             pb::WindowReport {
                 worker_id: self.id,
                 window: report.window,
-                next_event_ps: report.next_event_ps,
-                earliest_sent_ps: report.earliest_sent_ps,
-                promise_ps: report.promise_ps,
-                waiting_distance_ps: report.waiting_distance_ps,
+                next_event_ps: report.next_event.as_ps(),
+                earliest_sent_ps: report.earliest_sent.as_ps(),
+                promise_ps: report.promise.as_ps(),
+                waiting_distance_ps: report.waiting_distance.as_ps(),
                 batches_sent: report.batches_sent,
                 events_processed: report.events_processed,
                 checkpointed: report.checkpointed,
@@ -110,7 +110,7 @@ impl Coordination for GrpcCoordination<'_> {
         crate::metrics::barrier_wait(waiting.elapsed().as_secs_f64());
         Ok(WindowGrant {
             window: g.window,
-            end_ps: g.end_ps,
+            end: SimTime::from_ps(g.end_ps),
             batches_expected: g.batches_expected,
             finished: g.finished,
             checkpoint: g.checkpoint,
