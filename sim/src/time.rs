@@ -90,6 +90,13 @@ impl SimTime {
         SimTime(round_ps(s * 1e12))
     }
 
+    /// `us` microseconds (a configured or fitted cost), rounded to the nearest picosecond;
+    /// saturating like [`SimTime::from_secs_f64`].
+    #[inline]
+    pub fn from_micros_f64(us: f64) -> SimTime {
+        SimTime(round_ps(us * 1e6))
+    }
+
     /// `s` seconds, rounded up to a whole picosecond: the first picosecond at or after it
     /// (a completion is never early). Saturating like [`SimTime::from_secs_f64`].
     #[inline]

@@ -27,6 +27,7 @@ pub mod ring;
 pub mod tree;
 
 use crate::config::{CollectiveAlgorithm, CollectiveProtocol, CollectivesConfig};
+use crate::time::SimTime;
 use crate::workload::CollectiveOp;
 
 /// NCCL's algorithms, plus the direct exchanges NCCL runs as grouped sends and receives.
@@ -403,12 +404,12 @@ impl Plan {
     }
 
     pub fn time_ps(&self) -> u64 {
-        (self.time_us() * 1e6).round() as u64
+        SimTime::from_micros_f64(self.time_us()).as_ps()
     }
 
     /// Picoseconds of latency, added to a transfer the engine ran over the fabric.
     pub fn latency_ps(&self) -> u64 {
-        (self.latency_us * 1e6).round() as u64
+        SimTime::from_micros_f64(self.latency_us).as_ps()
     }
 }
 

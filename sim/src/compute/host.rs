@@ -19,6 +19,7 @@ use serde::Deserialize;
 use crate::config::{ConfigError, CudaGraphs, parse_typed};
 use crate::embedded;
 use crate::gpu::HostCpu;
+use crate::time::SimTime;
 use crate::workload::{Module, NO_LAYER, Op, OpKind, Program, Shape};
 
 /// Where the table lives in the source tree (named in its errors).
@@ -60,7 +61,7 @@ impl HostCosts {
         let e = entries.iter().find(|e| e.cpu == cpu).ok_or_else(|| {
             ConfigError::at_file(SHIPPED_FILE, format!("has no `{}` host", cpu.name()))
         })?;
-        let ps = |us: f64| (us * 1e6).round() as u64;
+        let ps = |us: f64| SimTime::from_micros_f64(us).as_ps();
         Ok(HostCosts {
             module_ps: ps(e.module_us),
             op_ps: ps(e.op_us),

@@ -414,7 +414,7 @@ impl KernelTables {
             let row = Row {
                 flops,
                 bytes,
-                time: SimTime::from_ps((time_us * 1e6).round() as u64),
+                time: SimTime::from_micros_f64(time_us),
             };
             if self.rows.contains_key(&key) {
                 return Err(at(

@@ -255,7 +255,7 @@ fn dcqcn_params(exp: &Experiment) -> Result<DcqcnParams, ConfigError> {
         kmax_bytes: d.kmax_bytes,
         pmax: d.pmax,
         g: d.g,
-        timer_ps: (d.timer_us * 1e6).round() as u64,
+        timer_ps: SimTime::from_micros_f64(d.timer_us).as_ps(),
         byte_counter: d.byte_counter_bytes,
         fast_recovery_steps: d.fast_recovery_steps,
         rate_ai: gbps(d.rate_ai_gbps),

@@ -328,7 +328,7 @@ impl GpuLp {
             let (intra_ps, inter_ps) = self.hop_latencies(kind);
             let simulated =
                 u64::from(steps - inter_steps) * intra_ps + u64::from(inter_steps) * inter_ps;
-            let call_ps = (shape.arch.params().call_us * 1e6) as u64;
+            let call_ps = SimTime::from_micros_f64(shape.arch.params().call_us).as_ps();
             run.tail_ps = plan.latency_ps().saturating_sub(simulated).max(call_ps);
         } else if !closed {
             run.tail_ps = plan.latency_ps();
