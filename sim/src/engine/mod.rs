@@ -16,6 +16,7 @@ pub mod dcqcn;
 pub mod flow;
 pub mod gpu;
 pub mod host_memory;
+mod memory_node;
 pub mod net;
 pub mod params;
 pub mod reach;

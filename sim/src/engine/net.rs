@@ -13,8 +13,9 @@
 
 use std::collections::VecDeque;
 
+use super::memory_node::{MemoryRead, MemoryServer};
 use super::results::{LpReport, PortReport, Span};
-use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel, Tag};
+use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel};
 use crate::hash::splitmix64;
 use crate::segments::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
@@ -870,7 +871,10 @@ impl Route {
     }
 }
 
-/// A node that only forwards: NIC, switch, NVSwitch, PCIe switch, CPU root, memory node.
+/// A node that only forwards: NIC, switch, NVSwitch, PCIe switch, CPU root, memory node. Its
+/// parts: the ports of a switch (`Ports`, this file), a CXL memory node's server
+/// ([`MemoryServer`], `memory_node.rs`) and, on the node [`SimModel::flow_home`] names, the
+/// flow model's home ([`super::flow::FlowHome`]).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct FabricLp {
     pub ports: Ports,
@@ -878,36 +882,6 @@ pub struct FabricLp {
     memory: MemoryServer,
     /// Flow mode: the fabric's flows, on the node [`SimModel::flow_home`] names.
     flows: Option<Box<super::flow::FlowHome>>,
-}
-
-/// A CXL memory node serves its transfers round-robin, one chunk at a time over its link, the
-/// way a memory controller interleaves requests: concurrent transfers share the node's
-/// bandwidth fairly (processor sharing at chunk granularity), and none goes faster than the
-/// bottleneck of its own path to the GPU. A chunk is `network.segment_bytes`, or 1/64 of the
-/// transfer when that is larger: fair to within 1/64 of a transfer, and at most 64 turns
-/// (events) per transfer, however large.
-/// Most turns a CXL transfer takes at its memory node.
-const MEMORY_TURNS: u64 = 64;
-
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
-struct MemoryServer {
-    active: VecDeque<Transfer>,
-    /// A chunk is on the link until this time (a tick is scheduled for it).
-    busy_until: u64,
-}
-
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Transfer {
-    left: u64,
-    gpu: NodeId,
-    tag: Tag,
-    /// The path's bottleneck and one-way latency to the GPU.
-    ps_per_byte: f64,
-    latency_ps: u64,
-    /// Earliest start of its next chunk (its own path's pace).
-    next_ps: u64,
-    /// Bytes per turn.
-    chunk: u64,
 }
 
 impl FabricLp {
@@ -929,24 +903,18 @@ impl FabricLp {
                 tag,
                 latency_ps,
                 bytes_per_s,
-            } => {
-                self.memory.active.push_back(Transfer {
-                    left: bytes,
-                    gpu: reply_to,
+            } => self.memory.read(
+                model,
+                MemoryRead {
+                    bytes,
+                    reply_to,
                     tag,
-                    ps_per_byte: ps_per_byte(bytes_per_s),
                     latency_ps,
-                    next_ps: ctx.now.as_ps(),
-                    chunk: bytes
-                        .div_ceil(MEMORY_TURNS)
-                        .max(model.net.segment_bytes)
-                        .max(1),
-                });
-                if ctx.now.as_ps() >= self.memory.busy_until {
-                    self.serve_chunk(model, ctx);
-                }
-            }
-            Body::MemoryTick => self.serve_chunk(model, ctx),
+                    bytes_per_s,
+                },
+                ctx,
+            ),
+            Body::MemoryTick => self.memory.serve_chunk(model, ctx),
             Body::FlowStart(req) => match self.flows.as_mut() {
                 Some(home) => home.start(model, req, ctx),
                 None => unreachable!("a flow request reached node {}, not the flow LP", ctx.lp),
@@ -964,47 +932,6 @@ impl FabricLp {
         }
     }
 
-    /// Puts the next chunk on the memory node's link: the first transfer in turn whose own
-    /// path is ready, else waits for the earliest one.
-    fn serve_chunk(&mut self, model: &SimModel, ctx: &mut Ctx) {
-        let m = &mut self.memory;
-        if m.active.is_empty() || ctx.now.as_ps() < m.busy_until {
-            return;
-        }
-        let Some(i) = m.active.iter().position(|t| t.next_ps <= ctx.now.as_ps()) else {
-            let at = m
-                .active
-                .iter()
-                .map(|t| t.next_ps)
-                .min()
-                .unwrap_or(ctx.now.as_ps());
-            m.busy_until = at;
-            ctx.emit(ctx.lp, SimTime::from_ps(at), Body::MemoryTick);
-            return;
-        };
-        let Some(mut t) = m.active.remove(i) else {
-            return;
-        };
-        let link = model.topology.out_links(ctx.lp)[0];
-        let own = ps_per_byte(model.topology.link(link).bytes_per_s);
-        let chunk = t.left.min(t.chunk);
-        let done = ctx.now.as_ps() + serialisation_ps(chunk, own);
-        t.left -= chunk;
-        t.next_ps = ctx.now.as_ps() + serialisation_ps(chunk, t.ps_per_byte);
-        if t.left == 0 {
-            let arrive = t.next_ps.max(done) + t.latency_ps.max(1);
-            ctx.emit(
-                t.gpu,
-                SimTime::from_ps(arrive),
-                Body::Message { tag: t.tag },
-            );
-        } else {
-            m.active.push_back(t);
-        }
-        m.busy_until = done;
-        ctx.emit(ctx.lp, SimTime::from_ps(done), Body::MemoryTick);
-    }
-
     pub fn report(&self, model: &SimModel) -> LpReport {
         let mut r = LpReport::default();
         self.ports.report_into(&mut r);
@@ -1019,6 +946,7 @@ impl FabricLp {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::engine::Tag;
     use crate::topology::LinkClass;
     use crate::topology::testutil::{build_toml, h100};
 
