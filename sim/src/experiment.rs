@@ -151,7 +151,7 @@ impl Experiment {
     /// Validates a loaded experiment file into an experiment. `jobs_of` reads its
     /// `[[jobs]]` (each job an experiment of its own: [`crate::jobs::from_loaded`]), once the
     /// cluster's size and GPU types are known to be sound; the front door
-    /// ([`crate::load`]) passes it, so this file needs not know how jobs are placed.
+    /// ([`crate::load`]) passes it, so this file need not know how jobs are placed.
     pub fn from_checked(
         mut loaded: LoadedConfig,
         jobs_of: &dyn Fn(&LoadedConfig) -> Result<Vec<Job>, ConfigError>,
