@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sim::engine::SimModel;
 use sim::experiment::Experiment;
-use sim::time::SimTime;
+use sim::time::{SimTime, round_ps};
 use worker::checkpoint::{part_file_name, window_dir, write_atomically};
 
 /// The manifest's file name inside a checkpoint directory.
@@ -34,7 +34,7 @@ const FORMAT: u32 = 6;
 /// `30s`, `15m`, `1h 30m`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointEvery {
-    SimulatedPs(u64),
+    Simulated(SimTime),
     Wall(Duration),
 }
 
@@ -83,7 +83,9 @@ impl FromStr for CheckpointEvery {
         if !(amount.is_finite() && amount > 0.0) {
             return Err(error("must be a positive duration"));
         }
-        Ok(CheckpointEvery::SimulatedPs(amount.round().max(1.0) as u64))
+        Ok(CheckpointEvery::Simulated(SimTime::from_ps(
+            round_ps(amount).max(1),
+        )))
     }
 }
 
@@ -212,24 +214,20 @@ pub fn stop_on_signals() -> Result<Arc<AtomicBool>, CheckpointError> {
     Ok(flag)
 }
 
-/// The state a checkpoint holds: everything before window `window`, which starts at `time_ps`.
+/// The state a checkpoint holds: everything before window `window`, which starts at `time`.
+/// The manifest keeps the picosecond keys `time_ps` and `width_ps`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mark {
     pub window: u64,
-    pub time_ps: u64,
+    #[serde(rename = "time_ps")]
+    pub time: SimTime,
     /// Events processed before it.
     pub events: u64,
     /// How wide the coordinator granted window `window`, so that a resumed run goes on
-    /// with the same windows; 0 (checkpoints written before it was kept) means a lookahead.
-    #[serde(default)]
-    pub width_ps: u64,
-}
-
-impl Mark {
-    /// When window `window` starts.
-    pub fn time(&self) -> SimTime {
-        SimTime::from_ps(self.time_ps)
-    }
+    /// with the same windows; zero (checkpoints written before it was kept) means a
+    /// lookahead.
+    #[serde(default, rename = "width_ps")]
+    pub width: SimTime,
 }
 
 /// `checkpoint.json`.
@@ -464,7 +462,7 @@ pub fn prepare(
 pub struct Schedule {
     every: Option<CheckpointEvery>,
     stop: Arc<AtomicBool>,
-    last_time_ps: u64,
+    last_time: SimTime,
     last_wall: Instant,
     /// Asked for in the last grant: complete once every worker reports its part.
     pending: Option<(Mark, bool)>,
@@ -493,7 +491,7 @@ impl Schedule {
         Schedule {
             every,
             stop,
-            last_time_ps: resumed.map_or(0, |m| m.time_ps),
+            last_time: resumed.map_or(SimTime::ZERO, |m| m.time),
             last_wall: Instant::now(),
             pending: None,
             on_complete,
@@ -502,11 +500,9 @@ impl Schedule {
     }
 
     /// When the next checkpoint is due in simulated time, if they are taken that way.
-    pub fn next_due_ps(&self) -> Option<u64> {
+    pub fn next_due(&self) -> Option<SimTime> {
         match self.every {
-            Some(CheckpointEvery::SimulatedPs(every)) => {
-                Some(self.last_time_ps.saturating_add(every))
-            }
+            Some(CheckpointEvery::Simulated(every)) => Some(self.last_time.saturating_add(every)),
             _ => None,
         }
     }
@@ -541,15 +537,15 @@ impl Schedule {
         };
         let stop = asked || self.stop.load(Ordering::Relaxed);
         let due = match self.every {
-            Some(CheckpointEvery::SimulatedPs(every)) => {
-                next.time_ps >= self.last_time_ps.saturating_add(every)
+            Some(CheckpointEvery::Simulated(every)) => {
+                next.time >= self.last_time.saturating_add(every)
             }
             Some(CheckpointEvery::Wall(every)) => self.last_wall.elapsed() >= every,
             None => false,
         };
         if stop || due {
             self.pending = Some((next, stop));
-            self.last_time_ps = next.time_ps;
+            self.last_time = next.time;
             self.last_wall = Instant::now();
         }
         Ok(Step::Go {
@@ -577,11 +573,11 @@ mod tests {
     fn durations_parse_with_their_units() {
         assert_eq!(
             "2ms".parse::<CheckpointEvery>(),
-            Ok(CheckpointEvery::SimulatedPs(2_000_000_000))
+            Ok(CheckpointEvery::Simulated(SimTime::from_ps(2_000_000_000)))
         );
         assert_eq!(
             "500us".parse::<CheckpointEvery>(),
-            Ok(CheckpointEvery::SimulatedPs(500_000_000))
+            Ok(CheckpointEvery::Simulated(SimTime::from_ps(500_000_000)))
         );
         assert_eq!(
             "wall:15m".parse::<CheckpointEvery>(),
@@ -609,9 +605,9 @@ mod tests {
     fn mark(window: u64, time_ps: u64) -> Mark {
         Mark {
             window,
-            time_ps,
+            time: SimTime::from_ps(time_ps),
             events: 0,
-            width_ps: 0,
+            width: SimTime::ZERO,
         }
     }
 
@@ -620,7 +616,7 @@ mod tests {
         let completed = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = Arc::clone(&completed);
         let mut s = Schedule::new(
-            Some(CheckpointEvery::SimulatedPs(1000)),
+            Some(CheckpointEvery::Simulated(SimTime::from_ps(1000))),
             Arc::new(AtomicBool::new(false)),
             None,
             Box::new(move |m| {

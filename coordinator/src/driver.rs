@@ -117,11 +117,11 @@ impl WindowDriver {
     pub fn with_checkpoints(mut self, schedule: Schedule) -> Self {
         if let Some(m) = schedule.last {
             self.window = m.window - 1;
-            self.time = SimTime::from_ps(m.time_ps);
+            self.time = m.time;
             self.events_before = m.events;
             self.events = m.events;
             self.events_granted = m.events;
-            self.resumed_width = (m.width_ps > 0).then_some(SimTime::from_ps(m.width_ps));
+            self.resumed_width = (m.width > SimTime::ZERO).then_some(m.width);
         }
         self.checkpoints = Some(schedule);
         self
@@ -175,9 +175,9 @@ impl WindowDriver {
         let mut finished = t == SimTime::MAX;
         let next = (!finished).then(|| Mark {
             window: self.window + 1,
-            time_ps: t.as_ps(),
+            time: t,
             events: self.events,
-            width_ps: self.width.as_ps(),
+            width: self.width,
         });
         let (mut checkpoint, mut stop) = (false, false);
         if let Some(schedule) = self.checkpoints.as_mut() {
@@ -209,8 +209,8 @@ impl WindowDriver {
         } else {
             promised.max(t.saturating_add(self.lookahead))
         };
-        if let Some(due) = self.checkpoints.as_ref().and_then(Schedule::next_due_ps) {
-            end = end.min(SimTime::from_ps(due).max(t.saturating_add(self.lookahead)));
+        if let Some(due) = self.checkpoints.as_ref().and_then(Schedule::next_due) {
+            end = end.min(due.max(t.saturating_add(self.lookahead)));
         }
         Ok((0..reports.len())
             .map(|w| WindowGrant {
@@ -457,9 +457,9 @@ mod tests {
     fn resumed(widening: bool) -> WindowDriver {
         let mark = Mark {
             window: 3,
-            time_ps: 5000,
+            time: SimTime::from_ps(5000),
             events: 10,
-            width_ps: 4000,
+            width: SimTime::from_ps(4000),
         };
         let schedule = Schedule::new(
             None,

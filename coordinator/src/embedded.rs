@@ -356,7 +356,7 @@ pub fn run(
     if let Some(m) = driver.stopped {
         return Err(EngineError::Stopped {
             window: m.window,
-            time: m.time(),
+            time: m.time,
         });
     }
     let engine = EngineStats::from_workers(

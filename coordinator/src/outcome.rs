@@ -68,7 +68,7 @@ pub enum RunError {
     /// Asked to stop (SIGTERM, SIGUSR1), the run wrote a checkpoint and stopped.
     #[error(
         "stopped on request at simulated time {:.6} s (window {}); the checkpoint is in {dir}; continue with `--resume {dir}`",
-        mark.time().as_secs_f64(),
+        mark.time.as_secs_f64(),
         mark.window
     )]
     Stopped { mark: Mark, dir: String },

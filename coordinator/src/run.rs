@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
+use sim::time::SimTime;
 
 use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
@@ -379,9 +380,9 @@ pub fn simulate(
         worker::EngineError::Stopped { window, time } => RunError::Stopped {
             mark: Mark {
                 window,
-                time_ps: time.as_ps(),
+                time,
                 events: 0,
-                width_ps: 0,
+                width: SimTime::ZERO,
             },
             dir: dir.clone().unwrap_or_default(),
         },

@@ -30,7 +30,7 @@ impl Hub {
             Some(m) => format!(
                 "The last checkpoint is in {dir} (window {}, simulated time {:.6} s): go on with `--resume {dir}`",
                 m.window,
-                m.time().as_secs_f64()
+                m.time.as_secs_f64()
             ),
             None => "No checkpoint had completed; start again (with --checkpoint-every to be able to resume)".to_string(),
         }
