@@ -92,13 +92,35 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
+/// A `use` tree without its renames (`a::{b as c}` is `a::{b}`) and without whitespace.
+fn without_renames(tree: &str) -> String {
+    let mut out = String::new();
+    let mut words = tree
+        .split_inclusive(|c: char| c.is_whitespace() || c == ',' || c == '{' || c == '}')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .peekable();
+    while let Some(word) = words.next() {
+        if word == "as" {
+            // The alias, with whatever punctuation closed it.
+            if let Some(alias) = words.next() {
+                out.extend(alias.chars().filter(|c| !is_ident(*c)));
+            }
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
 /// Expands a `use` tree (`a::{b, c::{d, e as f}, *}`) into its paths.
 fn expand_use(tree: &str) -> Vec<String> {
-    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    expand(&without_renames(tree))
+}
+
+fn expand(tree: &str) -> Vec<String> {
     let Some(open) = tree.find('{') else {
-        let path = tree.split(" as ").next().unwrap_or(&tree);
-        let path = path.split("as").next().unwrap_or(path);
-        return vec![path.trim_end_matches("::").to_string()];
+        return vec![tree.trim_end_matches("::").to_string()];
     };
     let prefix = &tree[..open];
     let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
@@ -120,7 +142,7 @@ fn expand_use(tree: &str) -> Vec<String> {
         .into_iter()
         .filter(|p| !p.is_empty())
         .flat_map(|p| {
-            expand_use(p)
+            expand(p)
                 .into_iter()
                 .map(|q| format!("{prefix}{q}"))
                 .collect::<Vec<_>>()
@@ -329,5 +351,23 @@ fn a_planted_circle_is_found() {
         found,
         vec![vec![name("a.rs"), name("b/inner.rs")]],
         "{graph:#?}"
+    );
+}
+
+/// A rename is no part of the path: `base::Thing as Stand` names `base`, not a module `b`.
+#[test]
+fn use_trees_expand_to_their_paths_without_renames() {
+    assert_eq!(
+        expand_use("crate::base::Thing as Stand"),
+        vec!["crate::base::Thing"]
+    );
+    assert_eq!(
+        expand_use("crate::a::{b as c, d::{e, f as g}, *}"),
+        vec![
+            "crate::a::b",
+            "crate::a::d::e",
+            "crate::a::d::f",
+            "crate::a::*"
+        ]
     );
 }
