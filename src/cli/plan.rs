@@ -11,7 +11,7 @@ use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::planner::{self, Estimated, Placement};
 
-use coordinator::run::{RunError, RunOptions, load_checked, run_embedded};
+use coordinator::run::{RunOptions, load_checked, run_embedded};
 
 use crate::cli::side_by_side;
 
@@ -250,11 +250,13 @@ struct ConfirmedJson<'a> {
 pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> anyhow::Result<PlanReport> {
     let base = load_checked(path, &with_naive(sets, &[]))?;
     if !base.jobs.is_empty() {
-        return Err(RunError::from(base.loaded.error(
-            "jobs",
-            "the heterogeneity planner places one job; remove [[jobs]] or plan each job in an experiment of its own",
-        ))
-        .into());
+        return Err(base
+            .loaded
+            .error(
+                "jobs",
+                "the heterogeneity planner places one job; remove [[jobs]] or plan each job in an experiment of its own",
+            )
+            .into());
     }
     let compute = ComputeModel::from_experiment(&base)?;
     let started = std::time::Instant::now();
