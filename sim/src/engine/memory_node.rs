@@ -9,15 +9,6 @@ use crate::segments::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
 use crate::topology::NodeId;
 
-/// A read a GPU asked of the memory node (`Body::MemoryRead`).
-pub(super) struct MemoryRead {
-    pub bytes: u64,
-    pub reply_to: NodeId,
-    pub tag: Tag,
-    pub latency_ps: u64,
-    pub bytes_per_s: f64,
-}
-
 /// Most turns a CXL transfer takes at its memory node.
 const MEMORY_TURNS: u64 = 64;
 
@@ -49,17 +40,27 @@ struct Transfer {
 }
 
 impl MemoryServer {
-    /// Queues read `r` and serves it in turn.
-    pub(super) fn read(&mut self, model: &SimModel, r: MemoryRead, ctx: &mut Ctx) {
+    /// Queues a GPU's read (`Body::MemoryRead`; any other event is not the server's) and
+    /// serves it in turn.
+    pub(super) fn read(&mut self, model: &SimModel, read: Body, ctx: &mut Ctx) {
+        let Body::MemoryRead {
+            bytes,
+            reply_to,
+            tag,
+            latency_ps,
+            bytes_per_s,
+        } = read
+        else {
+            return;
+        };
         self.active.push_back(Transfer {
-            left: r.bytes,
-            gpu: r.reply_to,
-            tag: r.tag,
-            ps_per_byte: ps_per_byte(r.bytes_per_s),
-            latency_ps: r.latency_ps,
+            left: bytes,
+            gpu: reply_to,
+            tag,
+            ps_per_byte: ps_per_byte(bytes_per_s),
+            latency_ps,
             next_ps: ctx.now.as_ps(),
-            chunk: r
-                .bytes
+            chunk: bytes
                 .div_ceil(MEMORY_TURNS)
                 .max(model.net.segment_bytes)
                 .max(1),
@@ -72,22 +73,25 @@ impl MemoryServer {
     /// Puts the next chunk on the memory node's link: the first transfer in turn whose own
     /// path is ready, else waits for the earliest one.
     pub(super) fn serve_chunk(&mut self, model: &SimModel, ctx: &mut Ctx) {
-        let m = self;
-        if m.active.is_empty() || ctx.now.as_ps() < m.busy_until {
+        if self.active.is_empty() || ctx.now.as_ps() < self.busy_until {
             return;
         }
-        let Some(i) = m.active.iter().position(|t| t.next_ps <= ctx.now.as_ps()) else {
-            let at = m
+        let Some(i) = self
+            .active
+            .iter()
+            .position(|t| t.next_ps <= ctx.now.as_ps())
+        else {
+            let at = self
                 .active
                 .iter()
                 .map(|t| t.next_ps)
                 .min()
                 .unwrap_or(ctx.now.as_ps());
-            m.busy_until = at;
+            self.busy_until = at;
             ctx.emit(ctx.lp, SimTime::from_ps(at), Body::MemoryTick);
             return;
         };
-        let Some(mut t) = m.active.remove(i) else {
+        let Some(mut t) = self.active.remove(i) else {
             return;
         };
         let link = model.topology.out_links(ctx.lp)[0];
@@ -104,9 +108,9 @@ impl MemoryServer {
                 Body::Message { tag: t.tag },
             );
         } else {
-            m.active.push_back(t);
+            self.active.push_back(t);
         }
-        m.busy_until = done;
+        self.busy_until = done;
         ctx.emit(ctx.lp, SimTime::from_ps(done), Body::MemoryTick);
     }
 }

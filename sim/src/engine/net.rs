@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use super::memory_node::{MemoryRead, MemoryServer};
+use super::memory_node::MemoryServer;
 use super::results::{LpReport, PortReport, Span};
 use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel};
 use crate::hash::splitmix64;
@@ -897,23 +897,7 @@ impl FabricLp {
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
         match body {
             Body::Segment(seg) if seg.dst != ctx.lp => self.ports.forward(model, seg, ctx),
-            Body::MemoryRead {
-                bytes,
-                reply_to,
-                tag,
-                latency_ps,
-                bytes_per_s,
-            } => self.memory.read(
-                model,
-                MemoryRead {
-                    bytes,
-                    reply_to,
-                    tag,
-                    latency_ps,
-                    bytes_per_s,
-                },
-                ctx,
-            ),
+            read @ Body::MemoryRead { .. } => self.memory.read(model, read, ctx),
             Body::MemoryTick => self.memory.serve_chunk(model, ctx),
             Body::FlowStart(req) => match self.flows.as_mut() {
                 Some(home) => home.start(model, req, ctx),
