@@ -93,8 +93,8 @@ mod worker_service;
 
 pub use auth::{TlsFiles, new_token, read_token};
 pub use coordinator::{CoordinatorOptions, run_coordinator};
-pub use failure::{SetupError, TLS_NAME, TransportError};
-use failure::{listen_address, rpc_runtime};
+pub use failure::{SetupError, TransportError};
+use failure::{TLS_NAME, listen_address, rpc_runtime};
 pub use worker_process::{WorkerSummary, run_worker_process};
 
 use auth::{check_token, endpoint, error_chain, not_listening_yet, server, with_token};
