@@ -19,7 +19,7 @@ pub mod host_memory;
 mod memory_node;
 pub mod net;
 pub mod params;
-pub mod reach;
+pub(crate) mod reach;
 pub mod results;
 pub mod symmetry;
 
