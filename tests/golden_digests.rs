@@ -13,7 +13,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
-        "8d1c1945db9888006a92cd132097ac95",
+        "fef1057b8ea9e1fdcd7bc72d182408a0",
     ),
     (
         "quickstart, flow",
@@ -22,7 +22,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "--set",
             "network.model=\"flow\"",
         ],
-        "9e59a863c630c45ef67c2acc073b56da",
+        "c6020b5a7bdc6f05a120dc43036e3f4e",
     ),
     (
         "quickstart, analytical",
@@ -31,7 +31,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "310262da0743f241f048901f17671288",
+        "80c0171f0b5c6c9e21f861e8ce8a410f",
     ),
     (
         "two jobs interleaved",
@@ -41,7 +41,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
     (
         "jobs of mixed kinds",
         &["tests/fixtures/jobs/mixed.toml"],
-        "8d894e5dd35654705c398eb7a99cf461",
+        "4adc8150c67b1424ed1ab36c9ef85213",
     ),
     (
         "a straggler GPU",
@@ -51,7 +51,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "456c69c9872bcac5b11f72b27516867a",
+        "ab5808ca7bfb7c3544b1d801f463af44",
     ),
     (
         "a Chakra trace",
@@ -61,7 +61,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
     (
         "A100 and H100 in one job",
         &["configs/experiments/hetero-a100-h100-128.toml"],
-        "1ccf3159a37a66f12e8c7bde6f010f45",
+        "f3ef16255c55bcc80344773e2c9208c7",
     ),
     (
         "Mixtral, alltoall dispatcher, analytical",
@@ -70,12 +70,12 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "066ec399c0138995f50e57a0f5fc3482",
+        "0b4138240783c1fca8237eb0a7c89221",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "b4ba83ab4452999164a247ac6fa6dfcd",
+        "6a8e1a8917ffd30f4d46d37b136e8a30",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",
@@ -84,7 +84,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "c9920173304891b6635bb722a19ff0d2",
+        "87587ac005d3767fb256f6deca2b49cf",
     ),
 ];
 

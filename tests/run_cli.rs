@@ -475,7 +475,9 @@ fn log_flags_change_what_a_run_shows() {
 /// Host dispatch (`sim::compute::host`): with layers this short the Grace host of a GB200
 /// issues kernels slower than the GPU runs them (NVIDIA/TransformerEngine#2053: a TE Linear
 /// costs 99.7 µs of Grace CPU time), so the iteration takes what the host can issue; CUDA
-/// graphs take the host out. An x86 host (2.75× faster per op there) stays ahead of an H100.
+/// graphs take the host out. An x86 host (2.75× faster per op there) keeps up with an H100
+/// but for the start of each 1F1B step, where the device synchronise after the step's
+/// transfers took its lead away (`p2p_communication.py` `_communicate`).
 #[test]
 fn short_layers_wait_for_a_grace_host_unless_cuda_graphs_issue_them() {
     const TINY: [&str; 14] = [
@@ -514,7 +516,7 @@ fn short_layers_wait_for_a_grace_host_unless_cuda_graphs_issue_them() {
     let (x86_eager, _) = iteration("host-h100-eager", "H100-SXM", "none");
     let (x86_graphs, _) = iteration("host-h100-graphs", "H100-SXM", "full-iteration");
     assert!(
-        (x86_eager / x86_graphs - 1.0).abs() < 0.02,
+        x86_eager >= x86_graphs && x86_eager < 1.1 * x86_graphs,
         "H100: {x86_eager} s eager, {x86_graphs} s with graphs"
     );
 }

@@ -146,9 +146,10 @@ NORMS = ("input_norm", "pre_mlp_norm", "final_norm")
 ACTIVATIONS = ("mlp_activation", "expert_activation", "shared_expert_activation")
 RESIDUALS = ("attn_bias_dropout_add", "mlp_bias_dropout_add")
 KERNELS = (
-    "embedding", "input_norm", "qkv_proj", "rope", "core_attention", "out_proj",
+    "embedding", "input_norm", "qkv_proj", "mla_q_down_proj", "mla_kv_down_proj",
+    "mla_q_up_proj", "mla_kv_up_proj", "rope", "core_attention", "out_proj",
     "attn_bias_dropout_add", "pre_mlp_norm", "mlp_up", "mlp_activation", "mlp_down",
-    "mlp_bias_dropout_add", "router", "moe_permute", "moe_unpermute", "expert_up",
+    "mlp_bias_dropout_add", "router", "router_topk", "moe_permute", "moe_unpermute", "expert_up",
     "expert_activation", "expert_down", "shared_expert_up", "shared_expert_activation",
     "shared_expert_down", "final_norm", "logits", "cross_entropy", "grad_norm",
     "optimizer_step", "param_copy", "grad_zero", "fp8_cast", IMPORTED,
@@ -240,6 +241,9 @@ class Attention:
 @dataclasses.dataclass(frozen=True)
 class Elementwise:
     elements: int
+    # A chain of small ops (fleetsim writes `;kernels=K` only above 1): an unfused MoE router
+    # or permutation, timed as K launches sharing the traffic.
+    kernels: int = 1
 
 
 Shape = Gemm | Attention | Elementwise
@@ -251,11 +255,11 @@ SHAPE_KINDS: dict[str, tuple[type, tuple[str, ...]]] = {
         Attention,
         ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "flash", "dropout"),
     ),
-    "elementwise": (Elementwise, ("elements",)),
+    "elementwise": (Elementwise, ("elements", "kernels")),
 }
 BOOL_KEYS = ("causal", "flash", "dropout")
-# Keys that may be left out, and are then false.
-OPTIONAL_KEYS = ("dropout",)
+# Keys that may be left out, with the value they then take.
+OPTIONAL_KEYS = {"dropout": False, "kernels": 1}
 
 
 def shape_syntax(kind: str) -> str:
@@ -311,7 +315,7 @@ def shape_text(shape: Shape) -> str:
     parts = []
     for key in SHAPE_KINDS[kind][1]:
         value = getattr(shape, key)
-        if key in OPTIONAL_KEYS and not value:
+        if key in OPTIONAL_KEYS and value == OPTIONAL_KEYS[key]:
             continue
         parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
     return f"{kind}:" + ";".join(parts)
@@ -648,6 +652,8 @@ class ElementwisePlan:
     dtype: str
     # layer_norm: [numel // NORM_WIDTH, NORM_WIDTH]; otherwise [numel].
     numel: int
+    # "add": the traffic split over this many launches (a chain of small ops).
+    launches: int = 1
 
     def describe(self) -> str:
         dt = dtype_note(self.dtype)
@@ -660,7 +666,8 @@ class ElementwisePlan:
             op = f"torch.nn.functional.dropout(x[{n}], p={DROPOUT_P}) + r[{n}]"
         else:
             calls = []
-            for size, count in proxy_calls(n):
+            for size, count in proxy_calls(max(1, n // self.launches)):
+                count *= self.launches
                 repeat = f"{count} x " if count > 1 else ""
                 calls.append(f"{repeat}torch.add(a[{size}], b[{size}], out=c[{size}])")
             return f"{' + '.join(calls)} {dt} (bandwidth proxy)"
@@ -695,8 +702,11 @@ def plan_elementwise(row: Row) -> ElementwisePlan:
     op = elementwise_op(row.kernel)
     e = elem_bytes(row.dtype)
     if op == "add":
-        # a + b -> c moves exactly the row's bytes, whatever the pass.
-        return ElementwisePlan("add", False, row.dtype, max(1, round(row.bytes / (3 * e))))
+        # a + b -> c moves exactly the row's bytes, whatever the pass, in as many launches as
+        # the row's chain of small ops has.
+        launches = row.shape.kernels if isinstance(row.shape, Elementwise) else 1
+        numel = max(1, round(row.bytes / (3 * e)))
+        return ElementwisePlan("add", False, row.dtype, numel, launches)
     backward = row.pass_ != "fwd"
     numel = row.bytes / (FORWARD_TENSORS[op] * (2 if backward else 1) * e)
     if op == "layer_norm":
@@ -1105,13 +1115,14 @@ class Profiler:
         dt = self.dtype(p.dtype)
         n, g = p.numel, p.backward
         if p.op == "add":
-            calls = proxy_calls(n)
+            calls = proxy_calls(max(1, n // p.launches))
             a, b, c = (self.randn(calls[0][0], dtype=dt) for _ in range(3))
 
             def run_proxy():
-                for size, count in calls:
-                    for _ in range(count):
-                        torch.add(a[:size], b[:size], out=c[:size])
+                for _ in range(p.launches):
+                    for size, count in calls:
+                        for _ in range(count):
+                            torch.add(a[:size], b[:size], out=c[:size])
             return run_proxy
         if p.op == "layer_norm":
             x = self.randn(n // NORM_WIDTH, NORM_WIDTH, dtype=dt, grad=g)

@@ -45,7 +45,7 @@ fn b200(name: &str, precision: &str) -> Experiment {
 
 fn elements(k: &Kernel) -> u64 {
     match k.shape {
-        Shape::Elementwise { elements } => elements,
+        Shape::Elementwise { elements, .. } => elements,
         _ => panic!("a cast is elementwise"),
     }
 }

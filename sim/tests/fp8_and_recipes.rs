@@ -109,7 +109,7 @@ fn fp8_gemms_are_preceded_by_casts_as_transformer_engine_issues_them() {
 
 fn elements(k: &Kernel) -> u64 {
     match k.shape {
-        Shape::Elementwise { elements } => elements,
+        Shape::Elementwise { elements, .. } => elements,
         _ => panic!("a cast is elementwise"),
     }
 }

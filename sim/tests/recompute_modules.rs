@@ -110,6 +110,7 @@ fn each_module_recomputes_its_own_forward_kernels() {
             &["moe"],
             &[
                 Router,
+                RouterTopk,
                 Permute,
                 ExpertUp,
                 ExpertActivation,
@@ -117,7 +118,7 @@ fn each_module_recomputes_its_own_forward_kernels() {
                 Unpermute,
             ],
         ),
-        ("deepseek", &["mla_up_proj"], &[QkvProj, Rope]),
+        ("deepseek", &["mla_up_proj"], &[MlaQUp, MlaKvUp, Rope]),
         ("deepseek", &["layernorm"], &[InputNorm, PreMlpNorm]),
         (
             "deepseek",
@@ -154,7 +155,7 @@ fn mla_up_projection_recompute_runs_the_up_projection_gemms() {
             OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
             _ => None,
         })
-        .filter(|k| k.name == KernelName::QkvProj)
+        .filter(|k| matches!(k.name, KernelName::MlaQUp | KernelName::MlaKvUp))
         .map(|k| match k.shape {
             sim::workload::Shape::Gemm { k, n, .. } => {
                 assert_eq!(n, 128 * if k == 1536 { 192 } else { 256 } / 2);
@@ -242,5 +243,46 @@ fn bad_module_lists_are_one_error_naming_the_key() {
     assert_eq!(
         recomputed_of(&full),
         recomputed_of(&load("llama", "recompute = \"full\"").expect("full"))
+    );
+}
+
+/// MLA's four projections do, per TP rank and token, 2 FLOPs per projection parameter over
+/// TP: 2 × (11,010,048 + 37,748,736 + 4,128,768 + 16,777,216) / 2 for DeepSeek-V3 at TP 2
+/// (arXiv 2412.19437 §2.1.1; docs/models.md), not the parameters of a QKV projection as wide
+/// as MLA's heads.
+#[test]
+fn mla_projections_do_two_flops_per_parameter_per_token() {
+    use sim::workload::{Pass, Shape};
+    let exp = load("deepseek", "").expect("deepseek");
+    let w = compile(&exp).expect("compile");
+    let p = w.program(0, 0);
+    let mut forward_flops = 0u64;
+    let mut widths = BTreeSet::new();
+    let mut tokens = 0;
+    for k in p.kernels.iter().filter(|k| k.pass == Pass::Forward) {
+        if let (
+            KernelName::MlaQDown | KernelName::MlaKvDown | KernelName::MlaQUp | KernelName::MlaKvUp,
+            Shape::Gemm { m, n, k: k_in, .. },
+        ) = (k.name, k.shape)
+        {
+            forward_flops += k.flops;
+            widths.insert((k.name, k_in, n));
+            tokens = m;
+        }
+    }
+    let params: u64 = 11_010_048 + 37_748_736 + 4_128_768 + 16_777_216;
+    assert_eq!(forward_flops, 2 * tokens * params / 2, "{widths:?}");
+    assert_eq!(
+        widths,
+        BTreeSet::from([
+            (KernelName::MlaQDown, 7168, 1536 / 2),
+            (KernelName::MlaKvDown, 7168, (512 + 64) / 2),
+            (KernelName::MlaQUp, 1536, 128 * 192 / 2),
+            (KernelName::MlaKvUp, 512, 128 * 256 / 2),
+        ])
+    );
+    assert!(
+        !p.kernels.iter().any(|k| k.name == KernelName::QkvProj),
+        "MLA has no fused QKV projection"
     );
 }

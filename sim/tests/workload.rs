@@ -466,6 +466,61 @@ fn interleaved_receives_wait_for_the_step_megatron_posts_them_after() {
     assert!(checked > 8, "{checked} receives checked");
 }
 
+/// Megatron-Core's 1F1B batches each step's transfers and then calls
+/// `torch.cuda.synchronize()` (`p2p_communication.py` `_communicate`: `batch_p2p_comm` and
+/// `batch_p2p_sync` are on whenever `overlap_p2p_comm` is off, which Megatron-LM forces for a
+/// non-interleaved schedule), so the host issues nothing of the next step before they are
+/// done: every step after a transfer starts with a host sync that waits for it. The
+/// interleaved schedule with `overlap_p2p_comm` never synchronises.
+#[test]
+fn pipeline_transfers_end_in_a_device_synchronize() {
+    let w = compile(&experiment("p2p-sync-1f1b", &tp4_pp4_on_64(1, true, ""))).expect("compile");
+    for p in &w.programs {
+        let transfers = p
+            .ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Send { .. } | OpKind::Recv { .. }))
+            .count();
+        assert!(transfers > 0);
+        // One sync per step after a transfer: every step but the first stage's first; on
+        // the last stage, which sends nothing forward, only the forwards (their receives).
+        let steps = 2 * p.micro_batches as usize;
+        let want = match p.stage {
+            0 => steps - 1,
+            3 => steps / 2,
+            _ => steps,
+        };
+        assert_eq!(
+            p.host_syncs.len(),
+            want,
+            "stage {}: {:?}",
+            p.stage,
+            p.host_syncs
+                .iter()
+                .map(|&s| (
+                    s,
+                    p.ops[s as usize].label.phase,
+                    p.ops[s as usize].label.micro_batch
+                ))
+                .collect::<Vec<_>>()
+        );
+        for &s in &p.host_syncs {
+            let deps = p.deps(s as usize);
+            assert!(
+                deps.iter().any(|&d| matches!(
+                    p.ops[d as usize].kind,
+                    OpKind::Send { .. } | OpKind::Recv { .. }
+                )),
+                "stage {}: sync at op {s} waits for no transfer: {deps:?}",
+                p.stage
+            );
+        }
+    }
+    let interleaved =
+        compile(&experiment("p2p-sync-vp2", &tp4_pp4_on_64(2, true, ""))).expect("compile");
+    assert!(interleaved.programs.iter().all(|p| p.host_syncs.is_empty()));
+}
+
 /// MoE all-to-all: each of dispatch and combine sends every routed token copy's hidden state
 /// once, forward and backward.
 #[test]
@@ -890,6 +945,16 @@ memory_check = "off"
     compile(&exp).expect("compile")
 }
 
+/// Whether op `s` waits for a pipeline transfer (1F1B's synchronise after its transfers).
+fn waits_for_a_transfer(p: &Program, s: u32) -> bool {
+    p.deps(s as usize).iter().any(|&d| {
+        matches!(
+            p.ops[d as usize].kind,
+            OpKind::Send { .. } | OpKind::Recv { .. }
+        )
+    })
+}
+
 /// A dropless MoE layer's forward reads its tokens per expert on the host before the EP
 /// all-to-all (Megatron-Core `token_dispatcher.py`: `cuda_sync_point = "before_ep_alltoall"`):
 /// one host sync per MoE layer and micro-batch forward, each on that all-to-all; the backward
@@ -898,10 +963,18 @@ memory_check = "off"
 fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
     let w = moe_workload("host-sync-moe", "mixtral-8x7b", 8, "", "");
     for p in &w.programs {
-        // 4 layers per stage, 32 / DP 16 = 2 micro-batches each.
-        assert_eq!(p.host_syncs.len(), 4 * p.micro_batches as usize);
         assert!(p.host_syncs.windows(2).all(|w| w[0] < w[1]));
-        for &s in &p.host_syncs {
+        // 1F1B's pipeline transfers are syncs of their own (`pipeline_transfers_end_in_a_
+        // device_synchronize`); the rest are the dispatches.
+        let moe: Vec<u32> = p
+            .host_syncs
+            .iter()
+            .copied()
+            .filter(|&s| !waits_for_a_transfer(p, s))
+            .collect();
+        // 4 layers per stage, 32 / DP 16 = 2 micro-batches each.
+        assert_eq!(moe.len(), 4 * p.micro_batches as usize);
+        for &s in &moe {
             let op = &p.ops[s as usize];
             assert!(
                 matches!(
@@ -918,7 +991,69 @@ fn every_moe_forward_dispatch_is_a_host_sync_and_nothing_else_is() {
         }
     }
     let dense = moe_workload("host-sync-dense", "llama3-8b", 1, "", "");
-    assert!(dense.programs.iter().all(|p| p.host_syncs.is_empty()));
+    assert!(
+        dense
+            .programs
+            .iter()
+            .all(|p| { p.host_syncs.iter().all(|&s| waits_for_a_transfer(p, s)) })
+    );
+}
+
+/// The kernels of `name`'s forward and backward in stage 0's program.
+fn chain_kernels(w: &Workload, name: KernelName) -> (u32, u32) {
+    let p = w.program(0, 0);
+    let of = |pass: Pass| {
+        p.kernels
+            .iter()
+            .find(|k| k.name == name && (k.pass == Pass::Forward) == (pass == Pass::Forward))
+            .map(|k| match k.shape {
+                Shape::Elementwise { kernels, .. } => kernels,
+                _ => panic!("{name:?} is a chain of small ops"),
+            })
+            .unwrap_or_else(|| panic!("no {name:?} {pass:?}"))
+    };
+    (of(Pass::Forward), of(Pass::Backward))
+}
+
+/// Megatron-Core 0.12's router as DeepSeek-V3 configures it (sigmoid scores with an expert
+/// bias, group-limited top-k, token drop padded to capacity, sequence aux loss) issues 48 ops
+/// per forward, its gating GEMM one of them (`router.py`, `moe_utils.py`, counted line by
+/// line; docs/model.md). Without groups or capacity the chain is shorter; the fused router
+/// (`moe_router_fusion`, TE PR #1883) folds scores to routing map and the aux-loss scores into
+/// one kernel each. Unfused permutation: 5 kernels and the regroup of several local experts;
+/// unpermutation 9 and the regroup; fused 3 and 1.
+#[test]
+fn moe_router_and_permutations_issue_megatron_cores_ops() {
+    let dsv3 = "moe_router_num_groups = 8\nmoe_router_group_topk = 4\n\
+                moe_capacity_factor = 1.0\nmoe_pad_to_capacity = true";
+    let w = moe_workload("router-dsv3", "deepseek-v3", 8, dsv3, "");
+    let (forward, backward) = chain_kernels(&w, KernelName::RouterTopk);
+    assert_eq!(1 + forward, 48, "the gating GEMM and its chain");
+    assert_eq!(backward, 22);
+    let fused = moe_workload(
+        "router-dsv3-fused",
+        "deepseek-v3",
+        8,
+        dsv3,
+        "moe_router_fusion = true",
+    );
+    assert_eq!(chain_kernels(&fused, KernelName::RouterTopk), (21, 12));
+    let dropless = moe_workload("router-mixtral", "mixtral-8x7b", 8, "", "");
+    assert_eq!(chain_kernels(&dropless, KernelName::RouterTopk), (33, 21));
+    // DeepSeek-V3's 256 experts over EP 8: 32 local experts, a regroup each way.
+    assert_eq!(chain_kernels(&w, KernelName::Permute), (6, 3));
+    assert_eq!(chain_kernels(&w, KernelName::Unpermute), (10, 6));
+    let permute_fused = moe_workload(
+        "permute-fused",
+        "deepseek-v3",
+        8,
+        dsv3,
+        "moe_permute_fusion = true",
+    );
+    assert_eq!(chain_kernels(&permute_fused, KernelName::Permute), (4, 2));
+    assert_eq!(chain_kernels(&permute_fused, KernelName::Unpermute), (2, 2));
+    // Mixtral's 8 experts over EP 8: one local expert, nothing to regroup.
+    assert_eq!(chain_kernels(&dropless, KernelName::Permute), (5, 2));
 }
 
 /// Token drop as NeMo's `MegatronTokenDropCallback` sets it (capacity factor 1.0, padded) and
@@ -955,6 +1090,7 @@ fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
         let syncs: Vec<String> = p
             .host_syncs
             .iter()
+            .filter(|&&s| !waits_for_a_transfer(p, s))
             .map(|&s| match p.ops[s as usize].kind {
                 OpKind::Collective { op, .. } => op.name().to_string(),
                 OpKind::Compute { kernel } => p.kernels[kernel as usize].name.name().to_string(),

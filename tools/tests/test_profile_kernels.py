@@ -116,6 +116,18 @@ class ShapeTests(unittest.TestCase):
         self.assertEqual(pk.shape_text(with_dropout), ATTN + ";dropout=true")
         self.assertEqual(pk.shape_text(pk.parse_shape(ATTN + ";dropout=false")), ATTN)
 
+    def test_a_chain_of_small_ops_is_timed_as_that_many_launches(self):
+        # fleetsim writes `;kernels=K` only above 1 (an unfused MoE router or permutation).
+        chain = pk.parse_shape("elementwise:elements=9;kernels=47")
+        self.assertEqual(chain, pk.Elementwise(9, 47))
+        self.assertEqual(pk.shape_text(chain), "elementwise:elements=9;kernels=47")
+        self.assertEqual(pk.shape_text(pk.parse_shape("elementwise:elements=9;kernels=1")),
+                         "elementwise:elements=9")
+        plan = pk.plan_row(row("router_topk", "fwd", "elementwise:elements=9;kernels=47",
+                               nbytes=47 * 6 * 1000))
+        self.assertEqual((plan.op, plan.launches, plan.numel), ("add", 47, 47 * 1000))
+        self.assertIn("47 x torch.add", plan.describe())
+
     def test_malformed(self):
         bad = {
             "conv:x=1": "unknown shape kind",

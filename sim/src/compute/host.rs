@@ -111,7 +111,7 @@ fn in_graph(op: &Op, graphs: CudaGraphs) -> bool {
 
 /// The host time to issue each op of `program`, ps: a module call for a GEMM or fused
 /// attention whose kernel name differs from the previous kernel's, an op for any other
-/// kernel or communication call, a launch for a kernel repeating the previous one's name (the
+/// kernel (one per kernel of a chain of small ops) or communication call, a launch for a kernel repeating the previous one's name (the
 /// next chunk of an overlapped GEMM, the wgrad after its dgrad); nothing for a CXL transfer
 /// (the driver's copy engine), an op inside a CUDA graph or an imported trace's op.
 pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> Vec<u64> {
@@ -129,7 +129,9 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                     match k.shape {
                         _ if repeat => costs.launch_ps,
                         Shape::Gemm { .. } | Shape::Attention { .. } => costs.module_ps,
-                        _ => costs.op_ps,
+                        // Each of a chain's small ops is its own call from Python.
+                        Shape::Elementwise { kernels, .. } => costs.op_ps * u64::from(kernels),
+                        Shape::Fixed { .. } => costs.op_ps,
                     }
                 }
                 OpKind::MemoryRead { .. } => 0,
@@ -161,6 +163,39 @@ mod tests {
                 .unwrap_or_else(|| panic!("{}", cpu.name()));
             assert!(e.source.len() > 40, "{}", cpu.name());
         }
+    }
+
+    /// An op standing for a chain of small PyTorch ops (an unfused MoE router) is one call
+    /// from Python per kernel of the chain; a fused kernel is one.
+    #[test]
+    fn a_chain_of_small_ops_costs_one_python_call_per_kernel() {
+        use crate::config::Precision;
+        use crate::workload::{Kernel, KernelName, Label, Pass, Stream};
+        let costs = HostCosts::of(HostCpu::Grace).unwrap();
+        let mut program = Program::new(0, 1);
+        for (name, kernels) in [(KernelName::RouterTopk, 47), (KernelName::Permute, 1)] {
+            let kernel = program.intern(Kernel {
+                name,
+                pass: Pass::Forward,
+                shape: Shape::Elementwise {
+                    elements: 1 << 20,
+                    kernels,
+                },
+                flops: 1 << 20,
+                bytes: 1 << 22,
+                dtype: Precision::Bf16,
+            });
+            let mut label = Label::imported();
+            label.layer = 0;
+            label.module = Module::Moe;
+            program.push(OpKind::Compute { kernel }, Stream::Compute, label, &[]);
+        }
+        let issued = issue_costs(&program, &costs, CudaGraphs::None);
+        assert_eq!(issued, vec![47 * costs.op_ps, costs.op_ps]);
+        assert_eq!(
+            costs.op_ps, 19_200_000,
+            "Grace's op as configs/hosts.toml states it"
+        );
     }
 
     /// NVIDIA/TransformerEngine#2053: a TE Linear forward (BF16, hidden 2048, 8,192 tokens)

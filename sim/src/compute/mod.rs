@@ -487,14 +487,21 @@ pub fn model_time_at(
             };
             (total, bound)
         }
-        Shape::Elementwise { .. } => {
+        Shape::Elementwise { kernels, .. } => {
             let vector_peak = gpu.peak_flops(Precision::Fp32);
             let compute_s = if vector_peak > 0.0 {
                 kernel.flops as f64 / vector_peak
             } else {
                 0.0
             };
-            slower(compute_s, memory_s)
+            // A chain of small ops: each kernel after the first costs its own launch.
+            let (work_s, bound) = slower(compute_s, memory_s);
+            let chained_s = f64::from(kernels.saturating_sub(1)) * launch_s;
+            if chained_s > work_s {
+                (work_s + chained_s, Bound::Launch)
+            } else {
+                (work_s + chained_s, bound)
+            }
         }
         Shape::Fixed { ns } => return recorded(ns),
     };
@@ -646,7 +653,10 @@ mod tests {
         let norm = Kernel {
             name: KernelName::InputNorm,
             pass: Pass::Forward,
-            shape: Shape::Elementwise { elements: m * n },
+            shape: Shape::Elementwise {
+                elements: m * n,
+                kernels: 1,
+            },
             flops: 4 * m * n,
             bytes: 4 * m * n,
             dtype: Precision::Bf16,
@@ -656,6 +666,16 @@ mod tests {
         let want = (4 * m * n) as f64 / (h100.hbm.bandwidth_tb_s * 1e12 * eff.memory_efficiency)
             + launch_s;
         assert!((t.seconds() - want).abs() / want < 1e-6);
+        // The same traffic in a chain of 47 small ops pays 46 more launches.
+        let chain = Kernel {
+            shape: Shape::Elementwise {
+                elements: m * n,
+                kernels: 47,
+            },
+            ..norm
+        };
+        let t = model.kernel_time(&chain, h100);
+        assert!((t.seconds() - (want + 46.0 * launch_s)).abs() / want < 1e-6);
         let imported = Kernel {
             shape: Shape::Fixed { ns: 1234 },
             ..norm

@@ -106,7 +106,11 @@ pub fn shape_key(shape: &Shape) -> String {
             // Written only when set, so tables of kernels without dropout keep their keys.
             if dropout { ";dropout=true" } else { "" }
         ),
-        Shape::Elementwise { elements } => format!("elementwise:elements={elements}"),
+        // `kernels` is written only above 1, so tables of fused kernels keep their keys.
+        Shape::Elementwise { elements, kernels } if kernels > 1 => {
+            format!("elementwise:elements={elements};kernels={kernels}")
+        }
+        Shape::Elementwise { elements, .. } => format!("elementwise:elements={elements}"),
         Shape::Fixed { ns } => format!("fixed:ns={ns}"),
     }
 }
@@ -155,11 +159,10 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
     // Attention's `dropout` and a GEMM's `comm_sms` are optional, last, and off when absent.
     let optional = match kind {
         "attention" => "dropout",
+        "elementwise" => "kernels",
         _ => "comm_sms",
     };
-    let has_optional = names.len() == expected.len() + 1
-        && names.last() == Some(&optional)
-        && kind != "elementwise";
+    let has_optional = names.len() == expected.len() + 1 && names.last() == Some(&optional);
     if has_optional {
         names.pop();
     }
@@ -177,7 +180,7 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
                 match kind {
                     "attention" => ", then optionally ;dropout=true",
                     "gemm" => ", then optionally ;comm_sms=…",
-                    _ => "",
+                    _ => ", then optionally ;kernels=…",
                 }
             ),
         });
@@ -199,20 +202,23 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
             value: v.into(),
         })
     };
+    // The optional last field, a count (`comm_sms`, `kernels`), or `absent` without it.
+    let optional_count = |i: usize, absent: u32| -> Result<u32, ShapeError> {
+        if !has_optional {
+            return Ok(absent);
+        }
+        u32::try_from(num(i)?).map_err(|_| ShapeError::NotPositive {
+            name: pairs[i].0.into(),
+            value: pairs[i].1.into(),
+        })
+    };
     Ok(match kind {
         "gemm" => Shape::Gemm {
             m: num(0)?,
             n: num(1)?,
             k: num(2)?,
             batch: num(3)?,
-            comm_sms: if has_optional {
-                u32::try_from(num(4)?).map_err(|_| ShapeError::NotPositive {
-                    name: "comm_sms".into(),
-                    value: pairs[4].1.into(),
-                })?
-            } else {
-                0
-            },
+            comm_sms: optional_count(4, 0)?,
         },
         "attention" => Shape::Attention {
             batch: num(0)?,
@@ -225,7 +231,10 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
             flash: flag(7)?,
             dropout: has_optional && flag(8)?,
         },
-        _ => Shape::Elementwise { elements: num(0)? },
+        _ => Shape::Elementwise {
+            elements: num(0)?,
+            kernels: optional_count(1, 1)?,
+        },
     })
 }
 
@@ -588,7 +597,10 @@ mod tests {
         Kernel {
             name: KernelName::InputNorm,
             pass: Pass::Forward,
-            shape: Shape::Elementwise { elements: 1 << 26 },
+            shape: Shape::Elementwise {
+                elements: 1 << 26,
+                kernels: 1,
+            },
             flops: 4 << 26,
             bytes: 4 << 26,
             dtype: Precision::Bf16,
@@ -629,9 +641,18 @@ mod tests {
                 batch: 1,
                 comm_sms: 20,
             },
+            Shape::Elementwise {
+                elements: 524_288,
+                kernels: 47,
+            },
         ] {
             assert_eq!(parse_shape(&shape_key(&shape)).unwrap(), shape);
         }
+        assert_eq!(
+            shape_key(&norm().shape),
+            "elementwise:elements=67108864",
+            "a single kernel keeps the key tables were written with"
+        );
         assert_eq!(
             shape_key(&gemm().shape),
             "gemm:m=8192;n=8192;k=8192;batch=1",

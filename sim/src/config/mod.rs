@@ -733,6 +733,16 @@ pub struct TrainingConfig {
     /// Needs shared experts.
     #[serde(default)]
     pub moe_shared_expert_overlap: bool,
+    /// Fuse the MoE router's scores-to-routing-map ops and its aux-loss scores into one
+    /// kernel each (Megatron-Core `--moe-router-fusion` from 0.14, Transformer Engine PR
+    /// #1883; off by default).
+    #[serde(default)]
+    pub moe_router_fusion: bool,
+    /// Fuse the MoE token permutations (Megatron-Core `--moe-permute-fusion`, Transformer
+    /// Engine's `moe_permute` / `moe_unpermute`; off by default, NeMo's DeepSeek-V3 recipe
+    /// turns it on).
+    #[serde(default)]
+    pub moe_permute_fusion: bool,
     /// How MoE layers move tokens to their experts and back over expert parallelism.
     #[serde(default)]
     pub moe_token_dispatcher: MoeTokenDispatcher,
@@ -1025,6 +1035,8 @@ impl Default for TrainingConfig {
             flash_attention: true,
             tp_comm_overlap: false,
             moe_shared_expert_overlap: false,
+            moe_router_fusion: false,
+            moe_permute_fusion: false,
             moe_token_dispatcher: MoeTokenDispatcher::default(),
             overlap_grad_reduce: true,
             overlap_param_gather: true,

@@ -131,6 +131,8 @@ impl CompileOptions {
                     t.transformer_engine.unwrap_or(TeRelease::NEWEST),
                 ),
                 moe_shared_expert_overlap: t.moe_shared_expert_overlap,
+                moe_router_fusion: t.moe_router_fusion,
+                moe_permute_fusion: t.moe_permute_fusion,
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,
                 fp8_recipe: t.fp8_recipe(),
@@ -303,9 +305,17 @@ pub fn run_schedule(
         if let Some(r) = received {
             p2p_since_compute.push(r);
         }
+        // 1F1B's batched transfers end in `torch.cuda.synchronize()` (Megatron-Core
+        // `p2p_communication.py` `_communicate` with `batch_p2p_comm` and `batch_p2p_sync`, both
+        // on unless `overlap_p2p_comm`): the host issues the step's first op only once they
+        // are done. Interleaved without `overlap_p2p_comm` synchronises too, but once per
+        // forward-backward pair of steps (`send_forward_backward_recv_forward_backward`);
+        // a sync per step there would wait on transfers its peer posts only after its own.
+        let host_waits = blocking && !p2p_since_compute.is_empty();
         for op in p2p_since_compute.drain(..) {
             b.wait(op);
         }
+        let first = b.program.ops.len() as u32;
         if let (Some(_), Some(bytes)) = (received, pipeline.gather_bytes) {
             // `gather_split_1d_tensor` on the critical path before the step's first kernel.
             let module = b.label.module;
@@ -314,6 +324,11 @@ pub fn run_schedule(
             b.label.module = module;
         }
         body(b, step);
+        if host_waits && (b.program.ops.len() as u32) > first {
+            let syncs = &mut b.program.host_syncs;
+            let at = syncs.partition_point(|&s| s < first);
+            syncs.insert(at, first);
+        }
         posted_after[direction] = b.last_compute();
         if let Some(s) = send(b, pipeline, step)
             && wait_sends
@@ -894,7 +909,10 @@ impl<'a> StageCompiler<'a> {
         Kernel {
             name,
             pass: Pass::Forward,
-            shape: Shape::Elementwise { elements },
+            shape: Shape::Elementwise {
+                elements,
+                kernels: 1,
+            },
             flops,
             bytes,
             dtype: self.options.dims.precision,
@@ -907,7 +925,10 @@ impl<'a> StageCompiler<'a> {
         Kernel {
             name: KernelName::OptimizerStep,
             pass: Pass::Backward,
-            shape: Shape::Elementwise { elements: params },
+            shape: Shape::Elementwise {
+                elements: params,
+                kernels: 1,
+            },
             flops: 0,
             bytes: 2 * params * self.grad_bytes(),
             dtype: d.precision,

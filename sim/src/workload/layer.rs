@@ -68,6 +68,10 @@ pub struct Dims {
     pub userbuffer_sms: UserbufferSms,
     /// Shared experts run beside the MoE all-to-alls (`training.moe_shared_expert_overlap`).
     pub moe_shared_expert_overlap: bool,
+    /// The MoE router's ops fused (`training.moe_router_fusion`).
+    pub moe_router_fusion: bool,
+    /// The MoE token permutations fused (`training.moe_permute_fusion`).
+    pub moe_permute_fusion: bool,
     pub cp_comm: CpComm,
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
@@ -385,7 +389,10 @@ fn elementwise(name: KernelName, pass: Pass, elements: u64, bytes: u64, d: &Dims
     Kernel {
         name,
         pass,
-        shape: Shape::Elementwise { elements },
+        shape: Shape::Elementwise {
+            elements,
+            kernels: 1,
+        },
         flops: ELEMENTWISE_FLOPS * elements,
         bytes,
         dtype: d.precision,
@@ -446,6 +453,17 @@ impl Linear {
             d,
         )
     }
+}
+
+/// Multi-head latent attention's projections on a rank ([`LayerEmitter::mla`]).
+#[derive(Clone, Copy)]
+struct Mla {
+    /// The query down-projection to its LoRA rank; none without one.
+    q_down: Option<Linear>,
+    /// The key-value down-projection to its latent and the shared RoPE key.
+    kv_down: Linear,
+    q_up: Linear,
+    kv_up: Linear,
 }
 
 /// A memory-bound op: forward reads `read` and writes `write` elements; backward moves twice.
@@ -730,9 +748,9 @@ impl LayerEmitter<'_> {
 
     // ----- attention -----
 
+    /// The fused QKV projection of multi-head (or grouped-query) attention.
     fn qkv(&self) -> Linear {
         let (q, kv) = self.model.qkv_widths();
-        let (q, kv) = self.mla_widths().unwrap_or((q, kv));
         Linear {
             name: KernelName::QkvProj,
             tokens: self.dims.tokens(),
@@ -742,41 +760,99 @@ impl LayerEmitter<'_> {
         }
     }
 
-    /// MLA: the projections' parameter count expressed as equivalent q / kv widths, so that
-    /// GEMM FLOPs equal 2 × tokens × projection parameters (see docs/models.md).
-    fn mla_widths(&self) -> Option<(u64, u64)> {
+    /// MLA's projections as Megatron-Core 0.12 builds them (`gpt_layer_specs.py`, MLA spec;
+    /// `multi_latent_attention.py`, `MLASelfAttention.get_query_key_value_tensors`):
+    /// `linear_q_down_proj` and `linear_kv_down_proj` are column-parallel linears over the
+    /// gathered sequence, `linear_q_up_proj` and `linear_kv_up_proj` column-parallel linears
+    /// (their latent RMSNorms fused in) over the latents. Without a query LoRA rank the
+    /// query has one projection from the hidden state (`linear_q_proj`), put in `q_up`.
+    fn mla(&self) -> Option<Mla> {
         let m = self.model.mla.as_ref()?;
+        let d = &self.dims;
+        let heads = self.model.heads;
+        let linear = |name, k_in: u64, width: u64| Linear {
+            name,
+            tokens: d.tokens(),
+            k_in,
+            n_out: (width / d.tp).max(1),
+            batch: 1,
+        };
+        let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
         let h = self.model.hidden;
-        let o = self.model.heads * m.v_head_dim;
-        let proj = self.model.attention_params() - o * h;
-        let q = self.model.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim);
-        // Spread the remaining projection parameters over q + 2kv.
-        let kv = (proj / h).saturating_sub(q) / 2;
-        Some((q, kv))
+        let (q_down, q_up) = if m.q_lora_rank > 0 {
+            (
+                Some(linear(KernelName::MlaQDown, h, m.q_lora_rank)),
+                linear(KernelName::MlaQUp, m.q_lora_rank, heads * qk),
+            )
+        } else {
+            (None, linear(KernelName::MlaQUp, h, heads * qk))
+        };
+        Some(Mla {
+            q_down,
+            kv_down: linear(
+                KernelName::MlaKvDown,
+                h,
+                m.kv_lora_rank + m.qk_rope_head_dim,
+            ),
+            q_up,
+            kv_up: linear(
+                KernelName::MlaKvUp,
+                m.kv_lora_rank,
+                heads * (m.qk_nope_head_dim + m.v_head_dim),
+            ),
+        })
     }
 
-    /// MLA's up-projections, q (with a q LoRA rank) and kv, column-parallel, then RoPE: what
-    /// `mla_up_proj` recomputes (`MLASelfAttention.get_query_key_value_tensors` under
-    /// `qkv_up_checkpoint`). In the forward they are part of the QKV GEMM ([`Self::qkv`],
-    /// whose FLOPs equal all the projections').
+    /// Bytes of the latents all-gathered over TP between MLA's down- and up-projections: the
+    /// down-projections' outputs are split over TP along their width and gathered back
+    /// (`gather_from_tensor_model_parallel_region`) before the up-projections; in the backward
+    /// the latents' gradients are gathered along the sequence (the backward of
+    /// `scatter_to_sequence_parallel_region`), less the RoPE key's, which stays whole.
+    fn mla_latent_bytes(&self, mla: &Mla, forward: bool) -> u64 {
+        let rope = self.model.mla.as_ref().map_or(0, |m| m.qk_rope_head_dim);
+        let q = mla.q_down.map_or(0, |l| l.n_out * self.dims.tp);
+        let kv = mla.kv_down.n_out * self.dims.tp - if forward { 0 } else { rope };
+        self.dims.tokens() * (q + kv) * self.dims.act_bytes()
+    }
+
+    fn mla_forward(&self, b: &mut Builder, mla: &Mla) {
+        for down in mla.q_down.iter().chain([&mla.kv_down]) {
+            self.column_forward(b, down);
+        }
+        if mla.q_down.is_some() && self.tp_group_active() {
+            let bytes = self.mla_latent_bytes(mla, true);
+            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, bytes);
+        }
+        self.column_forward(b, &mla.q_up);
+        self.column_forward(b, &mla.kv_up);
+    }
+
+    fn mla_backward(&self, b: &mut Builder, mla: &Mla) {
+        let bytes = |l: &Linear| l.input_elements() * self.dims.act_bytes();
+        self.column_backward(b, &mla.kv_up, bytes(&mla.kv_up));
+        self.column_backward(b, &mla.q_up, bytes(&mla.q_up));
+        if mla.q_down.is_some() && self.tp_group_active() {
+            let latents = self.mla_latent_bytes(mla, false);
+            b.blocking(CollectiveOp::AllGather, GroupKind::Tp, latents);
+        }
+        self.column_backward(b, &mla.kv_down, self.hidden_bytes());
+        if let Some(q_down) = &mla.q_down {
+            self.column_backward(b, q_down, self.hidden_bytes());
+        }
+    }
+
+    /// MLA's up-projections, then RoPE: what `mla_up_proj` recomputes
+    /// (`MLASelfAttention.get_query_key_value_tensors` under `qkv_up_checkpoint`).
     fn mla_up_projections(&self, b: &mut Builder) {
-        let Some(m) = &self.model.mla else {
+        let Some(mla) = self.mla() else {
             return;
         };
         let d = self.dims;
-        let heads = self.model.heads;
-        let up = |k_in: u64, width: u64| Linear {
-            name: KernelName::QkvProj,
-            tokens: d.tokens(),
-            k_in,
-            n_out: heads * width / d.tp,
-            batch: 1,
+        let ups = if mla.q_down.is_some() {
+            vec![mla.q_up, mla.kv_up]
+        } else {
+            vec![mla.kv_up]
         };
-        let mut ups = Vec::with_capacity(2);
-        if m.q_lora_rank > 0 {
-            ups.push(up(m.q_lora_rank, m.qk_nope_head_dim + m.qk_rope_head_dim));
-        }
-        ups.push(up(m.kv_lora_rank, m.qk_nope_head_dim + m.v_head_dim));
         for l in &ups {
             self.cast(b, l, Pass::Forward, l.input_elements());
             b.compute(l.forward(&d));
@@ -941,7 +1017,10 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         b.label.module = Module::Attention;
         b.compute(self.norm(KernelName::InputNorm).forward(&d));
-        self.column_forward(b, &self.qkv());
+        match self.mla() {
+            Some(mla) => self.mla_forward(b, &mla),
+            None => self.column_forward(b, &self.qkv()),
+        }
         if let Some(r) = self.rope() {
             b.compute(r.forward(&d));
         }
@@ -970,11 +1049,17 @@ impl LayerEmitter<'_> {
         if let Some(r) = self.rope() {
             b.compute(r.backward(&d));
         }
-        if self.recomputes_input_norm() {
-            let qkv = self.qkv();
-            self.requantize_input(b, &qkv, self.local_input(&qkv));
+        match self.mla() {
+            Some(mla) => {
+                if self.recomputes_input_norm() {
+                    for down in mla.q_down.iter().chain([&mla.kv_down]) {
+                        self.requantize_input(b, down, self.local_input(down));
+                    }
+                }
+                self.mla_backward(b, &mla);
+            }
+            None => self.column_backward(b, &self.qkv(), self.hidden_bytes()),
         }
-        self.column_backward(b, &self.qkv(), self.hidden_bytes());
         b.compute(self.norm(KernelName::InputNorm).backward(&d));
     }
 
@@ -1146,7 +1231,7 @@ impl LayerEmitter<'_> {
                     self.dense_mlp_backward(b, ffn, Self::SHARED);
                 }
                 let act = !whole && self.recomputes(RecomputeModule::MoeAct);
-                self.moe_backward(b, moe.experts, moe.top_k, moe.ffn_hidden, act);
+                self.moe_backward(b, &moe, act);
             }
             _ => {
                 if self.recomputes(RecomputeModule::Mlp) {
@@ -1212,14 +1297,103 @@ impl LayerEmitter<'_> {
         }
     }
 
-    fn permute(&self, name: KernelName, routed: u64) -> Pointwise {
+    /// The router's small ops after its gating GEMM, each a kernel issued from Python, as
+    /// Megatron-Core 0.12 runs them (`router.py` `TopKRouter.routing` and `aux_loss_load_balancing`,
+    /// `moe_utils.py` `topk_softmax_with_capacity`, `group_limited_topk`,
+    /// `sequence_load_balancing_loss_func`), counted line by line for DeepSeek-V3's router:
+    /// - forward: 2 casts to fp32 and back; 15 for scores, bias, top-k, gather, normalisation,
+    ///   scaling, the gates' scatter and routing map (`group_limited_topk` is 10 where a plain
+    ///   top-k is 1); 4 for the capacity's top-k and mask, 1 more to pad; 4 aux-loss scores, 7
+    ///   for the sequence aux loss and 1 for its TP all-gather, 2 for its tracker, 2 for the
+    ///   expert-bias token count: 48 with the GEMM for DeepSeek-V3;
+    /// - backward: one kernel per differentiable forward op (the casts, scores, gather,
+    ///   normalisation, scaling, scatter, aux-loss scores and loss, the pad's multiply).
+    ///
+    /// `training.moe_router_fusion` (Transformer Engine PR #1883, Megatron-Core 0.14) runs
+    /// scores to routing map as one kernel (`fused_topk_with_score_function`) and the aux-loss
+    /// scores as one (`fused_compute_score_for_moe_aux_loss`), forward and backward.
+    /// Megatron-LM's DeepSeek-V3 GB200 guide counted its router falling from 72 kernels to
+    /// 31 this way (`docs/discussions/deepseek-v3-gb200-optimization`, §2.1.4).
+    fn router_ops(&self, moe: &Moe, pass: Pass) -> Kernel {
+        let d = &self.dims;
+        let groups = moe.router_groups.groups > 1;
+        let capacity = moe.capacity;
+        let pad = capacity.is_some_and(|c| c.pad);
+        let fused = d.moe_router_fusion;
+        let top_k_ops: u32 = match (fused, groups) {
+            (true, _) => 1,
+            (false, true) => 24,
+            (false, false) => 15,
+        };
+        let aux_scores: u32 = if fused { 1 } else { 4 };
+        let kernels = match pass {
+            Pass::Forward => {
+                2 + top_k_ops
+                    + if capacity.is_some() { 4 } else { 0 }
+                    + u32::from(pad)
+                    + aux_scores
+                    + 8
+                    + 2
+                    + 2
+            }
+            _ => {
+                // Differentiable: casts 2; scores, gather, normalisation 3, scaling, scatter 2
+                // (1 fused); aux-loss scores; the sequence aux loss 7; the pad's multiply.
+                let routing = if fused { 1 } else { 8 };
+                2 + routing + aux_scores + 7 + u32::from(pad)
+            }
+        };
+        // Each kernel reads and writes a tokens × experts fp32 tensor.
+        let elements = d.sp_tokens() * moe.experts;
+        let mut k = elementwise(
+            KernelName::RouterTopk,
+            pass,
+            elements,
+            u64::from(kernels) * 2 * elements * 4,
+            d,
+        );
+        k.shape = Shape::Elementwise { elements, kernels };
+        k
+    }
+
+    /// Tokens copied in or out of expert order. Unfused (Megatron-Core 0.12 `moe_utils.py`
+    /// `permute` / `unpermute`, drop-and-pad or dropless), the permutation is a chain of
+    /// PyTorch ops: the routing map cast, transposed and sorted, then an `index_select` (5
+    /// kernels; backward 2); unpermuting multiplies by the probabilities and scatter-adds
+    /// back, with casts (9; backward 5). `training.moe_permute_fusion` (Transformer Engine's
+    /// `moe_permute` / `moe_unpermute`) runs the permutation as two row-id-map kernels and
+    /// one copy, the unpermutation as one (1 each backward). With EP and more than one local
+    /// expert the dispatcher also regroups the received tokens by local expert (a second
+    /// copy: `token_dispatcher.py`, the drop-and-pad view-transpose-contiguous or
+    /// `sort_chunks_by_idxs`), after the dispatch and before the combine.
+    fn permute(&self, name: KernelName, routed: u64, local_experts: u64, pass: Pass) -> Kernel {
+        let d = &self.dims;
         let h = self.model.hidden;
-        Pointwise {
+        let forward = pass == Pass::Forward;
+        let chain: u32 = match (name, d.moe_permute_fusion, forward) {
+            (KernelName::Permute, false, true) => 5,
+            (KernelName::Permute, false, false) => 2,
+            (KernelName::Permute, true, true) => 3,
+            (_, false, true) => 9,
+            (_, false, false) => 5,
+            (_, true, _) => 1,
+        };
+        let regroup = d.ep > 1 && local_experts > 1;
+        let copies = 1 + u64::from(regroup);
+        let kernels = chain + u32::from(regroup);
+        let moved = routed * h;
+        let p = Pointwise {
             name,
-            elements: routed * h,
-            read: routed * h,
-            write: routed * h,
-        }
+            elements: moved,
+            read: copies * moved,
+            write: copies * moved,
+        };
+        let mut k = if forward { p.forward(d) } else { p.backward(d) };
+        k.shape = Shape::Elementwise {
+            elements: moved,
+            kernels,
+        };
+        k
     }
 
     /// Tokens to their experts: all-to-all over EP, then a gather over expert-TP of the tokens
@@ -1340,7 +1514,8 @@ impl LayerEmitter<'_> {
         let [during_dispatch, during_combine] = beside;
         let (routed, local, per_expert) = self.moe_sizes(moe.experts, moe.top_k);
         b.compute(self.router(moe.experts).forward(&d));
-        let permute = b.compute(self.permute(KernelName::Permute, routed).forward(&d));
+        b.compute(self.router_ops(&moe, Pass::Forward));
+        let permute = b.compute(self.permute(KernelName::Permute, routed, local, Pass::Forward));
         if self.moe_host_sync() == MoeHostSync::BeforePermute {
             b.program.host_syncs.push(permute);
         }
@@ -1352,23 +1527,17 @@ impl LayerEmitter<'_> {
         self.cast(b, &down, Pass::Forward, down.input_elements());
         b.compute(down.forward(&d));
         self.moe_combine(b, routed, during_combine);
-        b.compute(self.permute(KernelName::Unpermute, routed).forward(&d));
+        b.compute(self.permute(KernelName::Unpermute, routed, local, Pass::Forward));
     }
 
     /// The MoE layer's backward; `recompute_act` (`moe_act`) runs the experts' activation again
     /// when fc2's output gradient arrives, and under FP8 quantizes its output again for fc2's
     /// wgrad.
-    fn moe_backward(
-        &self,
-        b: &mut Builder,
-        experts: u64,
-        top_k: u64,
-        ffn: u64,
-        recompute_act: bool,
-    ) {
+    fn moe_backward(&self, b: &mut Builder, moe: &Moe, recompute_act: bool) {
         let d = self.dims;
-        let (routed, local, per_expert) = self.moe_sizes(experts, top_k);
-        b.compute(self.permute(KernelName::Unpermute, routed).backward(&d));
+        let (experts, ffn) = (moe.experts, moe.ffn_hidden);
+        let (routed, local, per_expert) = self.moe_sizes(experts, moe.top_k);
+        b.compute(self.permute(KernelName::Unpermute, routed, local, Pass::Backward));
         self.moe_dispatch(b, routed, false, &mut |_| {});
         let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
         if recompute_act {
@@ -1385,7 +1554,8 @@ impl LayerEmitter<'_> {
         b.compute(up.dgrad(&d));
         b.compute(up.wgrad(&d));
         self.moe_combine(b, routed, &mut |_| {});
-        b.compute(self.permute(KernelName::Permute, routed).backward(&d));
+        b.compute(self.permute(KernelName::Permute, routed, local, Pass::Backward));
+        b.compute(self.router_ops(moe, Pass::Backward));
         let router = self.router(experts);
         b.compute(router.dgrad(&d));
         b.compute(router.wgrad(&d));

@@ -340,8 +340,10 @@ pub enum Shape {
         /// kernel draws a random number per score, forward and again backward.
         dropout: bool,
     },
-    /// Memory-bound elementwise / reduction work over `elements` values.
-    Elementwise { elements: u64 },
+    /// Memory-bound elementwise / reduction work over `elements` values, in `kernels`
+    /// launches one after another (1: one fused kernel; more: a chain of small PyTorch ops
+    /// such as an unfused MoE router, each issued from Python and launched on its own).
+    Elementwise { elements: u64, kernels: u32 },
     /// A fixed duration from an imported workload (SimAI compute times).
     Fixed { ns: u64 },
 }
@@ -352,6 +354,14 @@ pub enum KernelName {
     Embedding,
     InputNorm,
     QkvProj,
+    /// Multi-head latent attention's query down-projection (to `q_lora_rank`).
+    MlaQDown,
+    /// MLA's key-value down-projection (to `kv_lora_rank` plus the shared RoPE key).
+    MlaKvDown,
+    /// MLA's query up-projection (or its only query projection without a query LoRA rank).
+    MlaQUp,
+    /// MLA's key-value up-projection (per-head keys and values from the latent).
+    MlaKvUp,
     Rope,
     CoreAttention,
     OutProj,
@@ -364,6 +374,8 @@ pub enum KernelName {
     MlpDown,
     MlpResidual,
     Router,
+    /// The router's small ops after its gating GEMM: scores, top-k, routing map, aux loss.
+    RouterTopk,
     Permute,
     Unpermute,
     ExpertUp,
@@ -393,10 +405,14 @@ pub enum KernelName {
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 32] = [
+    pub const ALL: [KernelName; 37] = [
         KernelName::Embedding,
         KernelName::InputNorm,
         KernelName::QkvProj,
+        KernelName::MlaQDown,
+        KernelName::MlaKvDown,
+        KernelName::MlaQUp,
+        KernelName::MlaKvUp,
         KernelName::Rope,
         KernelName::CoreAttention,
         KernelName::OutProj,
@@ -407,6 +423,7 @@ impl KernelName {
         KernelName::MlpDown,
         KernelName::MlpResidual,
         KernelName::Router,
+        KernelName::RouterTopk,
         KernelName::Permute,
         KernelName::Unpermute,
         KernelName::ExpertUp,
@@ -437,6 +454,10 @@ impl KernelName {
             KernelName::Embedding => "embedding",
             KernelName::InputNorm => "input_norm",
             KernelName::QkvProj => "qkv_proj",
+            KernelName::MlaQDown => "mla_q_down_proj",
+            KernelName::MlaKvDown => "mla_kv_down_proj",
+            KernelName::MlaQUp => "mla_q_up_proj",
+            KernelName::MlaKvUp => "mla_kv_up_proj",
             KernelName::Rope => "rope",
             KernelName::CoreAttention => "core_attention",
             KernelName::OutProj => "out_proj",
@@ -447,6 +468,7 @@ impl KernelName {
             KernelName::MlpDown => "mlp_down",
             KernelName::MlpResidual => "mlp_bias_dropout_add",
             KernelName::Router => "router",
+            KernelName::RouterTopk => "router_topk",
             KernelName::Permute => "moe_permute",
             KernelName::Unpermute => "moe_unpermute",
             KernelName::ExpertUp => "expert_up",
