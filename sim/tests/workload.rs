@@ -1024,32 +1024,23 @@ fn chain_kernels(w: &Workload, name: KernelName) -> (u32, u32) {
 /// unpermutation 9 and the regroup; fused 3 and 1.
 #[test]
 fn moe_router_and_permutations_issue_megatron_cores_ops() {
-    let dsv3 = "moe_router_num_groups = 8\nmoe_router_group_topk = 4\n\
-                moe_capacity_factor = 1.0\nmoe_pad_to_capacity = true";
-    let w = moe_workload("router-dsv3", "deepseek-v3", 8, dsv3, "");
+    let dsv3 = |name: &str, training: &str| {
+        let model = "moe_router_num_groups = 8\nmoe_router_group_topk = 4\n\
+                     moe_capacity_factor = 1.0\nmoe_pad_to_capacity = true";
+        moe_workload(name, "deepseek-v3", 8, model, training)
+    };
+    let w = dsv3("router-dsv3", "");
     let (forward, backward) = chain_kernels(&w, KernelName::RouterTopk);
     assert_eq!(1 + forward, 48, "the gating GEMM and its chain");
     assert_eq!(backward, 22);
-    let fused = moe_workload(
-        "router-dsv3-fused",
-        "deepseek-v3",
-        8,
-        dsv3,
-        "moe_router_fusion = true",
-    );
+    let fused = dsv3("router-dsv3-fused", "moe_router_fusion = true");
     assert_eq!(chain_kernels(&fused, KernelName::RouterTopk), (21, 12));
     let dropless = moe_workload("router-mixtral", "mixtral-8x7b", 8, "", "");
     assert_eq!(chain_kernels(&dropless, KernelName::RouterTopk), (33, 21));
     // DeepSeek-V3's 256 experts over EP 8: 32 local experts, a regroup each way.
     assert_eq!(chain_kernels(&w, KernelName::Permute), (6, 3));
     assert_eq!(chain_kernels(&w, KernelName::Unpermute), (10, 6));
-    let permute_fused = moe_workload(
-        "permute-fused",
-        "deepseek-v3",
-        8,
-        dsv3,
-        "moe_permute_fusion = true",
-    );
+    let permute_fused = dsv3("permute-fused", "moe_permute_fusion = true");
     assert_eq!(chain_kernels(&permute_fused, KernelName::Permute), (4, 2));
     assert_eq!(chain_kernels(&permute_fused, KernelName::Unpermute), (2, 2));
     // Mixtral's 8 experts over EP 8: one local expert, nothing to regroup.

@@ -385,6 +385,14 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
     }
 }
 
+/// Elementwise kernel `k` run as a chain of `kernels` small ops instead of one kernel.
+fn chained(mut k: Kernel, kernels: u32) -> Kernel {
+    if let Shape::Elementwise { kernels: n, .. } = &mut k.shape {
+        *n = kernels;
+    }
+    k
+}
+
 fn elementwise(name: KernelName, pass: Pass, elements: u64, bytes: u64, d: &Dims) -> Kernel {
     Kernel {
         name,
@@ -848,12 +856,9 @@ impl LayerEmitter<'_> {
             return;
         };
         let d = self.dims;
-        let ups = if mla.q_down.is_some() {
-            vec![mla.q_up, mla.kv_up]
-        } else {
-            vec![mla.kv_up]
-        };
-        for l in &ups {
+        // Without a query LoRA rank the query projection reads the hidden state: no up.
+        let q_up = mla.q_down.is_some().then_some(&mla.q_up);
+        for l in q_up.into_iter().chain([&mla.kv_up]) {
             self.cast(b, l, Pass::Forward, l.input_elements());
             b.compute(l.forward(&d));
         }
@@ -1345,15 +1350,11 @@ impl LayerEmitter<'_> {
         };
         // Each kernel reads and writes a tokens × experts fp32 tensor.
         let elements = d.sp_tokens() * moe.experts;
-        let mut k = elementwise(
-            KernelName::RouterTopk,
-            pass,
-            elements,
-            u64::from(kernels) * 2 * elements * 4,
-            d,
-        );
-        k.shape = Shape::Elementwise { elements, kernels };
-        k
+        let bytes = u64::from(kernels) * 2 * elements * 4;
+        chained(
+            elementwise(KernelName::RouterTopk, pass, elements, bytes, d),
+            kernels,
+        )
     }
 
     /// Tokens copied in or out of expert order. Unfused (Megatron-Core 0.12 `moe_utils.py`
@@ -1380,7 +1381,6 @@ impl LayerEmitter<'_> {
         };
         let regroup = d.ep > 1 && local_experts > 1;
         let copies = 1 + u64::from(regroup);
-        let kernels = chain + u32::from(regroup);
         let moved = routed * h;
         let p = Pointwise {
             name,
@@ -1388,12 +1388,8 @@ impl LayerEmitter<'_> {
             read: copies * moved,
             write: copies * moved,
         };
-        let mut k = if forward { p.forward(d) } else { p.backward(d) };
-        k.shape = Shape::Elementwise {
-            elements: moved,
-            kernels,
-        };
-        k
+        let k = if forward { p.forward(d) } else { p.backward(d) };
+        chained(k, chain + u32::from(regroup))
     }
 
     /// Tokens to their experts: all-to-all over EP, then a gather over expert-TP of the tokens
