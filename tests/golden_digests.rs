@@ -70,12 +70,12 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "0b4138240783c1fca8237eb0a7c89221",
+        "ab02509b9f249d5ead82907096855470",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "6a8e1a8917ffd30f4d46d37b136e8a30",
+        "0bcfce02231326b65b779d6db0ac33d5",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",
@@ -84,7 +84,7 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "87587ac005d3767fb256f6deca2b49cf",
+        "61f112fe772c30cc59def6967445b570",
     ),
 ];
 

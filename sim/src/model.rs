@@ -3,7 +3,8 @@
 
 use crate::config::ConfigError;
 pub use crate::config::model::{
-    Activation, Mla, ModelConfig, Norm, Position, expand_model_sources, preset, preset_names,
+    Activation, Mla, ModelConfig, Norm, Position, Routing, expand_model_sources, preset,
+    preset_names,
 };
 
 /// The most transformer layers a model may have: tables per layer are sized from it.
@@ -24,6 +25,119 @@ pub struct Moe {
     pub capacity: Option<ExpertCapacity>,
     /// Group-limited routing (one group of every expert when not limited).
     pub router_groups: RouterGroups,
+    pub routing: Routing,
+    /// Balanced by a per-expert bias (auxiliary-loss-free) rather than an auxiliary loss.
+    pub expert_bias: bool,
+}
+
+/// The spread of a trained router's expert loads: MaxVio_global (the most loaded expert's
+/// excess over the mean, over 71 M validation tokens, averaged over layers) of the 3B
+/// DeepSeekMoE model with an auxiliary loss (Wang et al., "Auxiliary-Loss-Free Load Balancing
+/// Strategy for Mixture-of-Experts", arXiv 2408.15664, Table 2: 0.52; 0.72 at 1B).
+pub const AUX_LOSS_MAX_VIOLATION: f64 = 0.52;
+/// The same with their per-expert bias instead (Table 2: 0.04 at 1B and 3B).
+pub const EXPERT_BIAS_MAX_VIOLATION: f64 = 0.04;
+/// The routed experts of the models those figures were measured on (Table 5: 64, top 6).
+pub const MAX_VIOLATION_EXPERTS: u64 = 64;
+
+impl Moe {
+    /// The coefficient of variation of a trained router's expert loads under skewed routing:
+    /// the measured excess of the most loaded of [`MAX_VIOLATION_EXPERTS`] experts over the
+    /// mean, in deviations of normally spread loads (0 when balanced).
+    pub fn learned_load_spread(&self) -> f64 {
+        if self.routing == Routing::Balanced {
+            return 0.0;
+        }
+        let violation = if self.expert_bias {
+            EXPERT_BIAS_MAX_VIOLATION
+        } else {
+            AUX_LOSS_MAX_VIOLATION
+        };
+        violation / expected_max_of_normals(MAX_VIOLATION_EXPERTS)
+    }
+
+    /// The load of the most loaded of `ep` expert-parallel ranks over the mean, when each of
+    /// them routes `tokens` tokens per micro-batch (all of which reach the experts),
+    /// `ep_expected_max` is [`expected_max_of_normals`]`(ep)` and `learned_spread`
+    /// [`Moe::learned_load_spread`]. The all-to-all that returns the experts' outputs waits
+    /// for every rank of the group, so that rank sets the layer's pace.
+    ///
+    /// Every token's `top_k` experts are a draw: balanced routing is Megatron-Core's forced
+    /// balance, which routes on random logits (`moe_router_force_load_balancing`,
+    /// `moe_utils.apply_random_logits`, Megatron-Core 0.13), so every expert is equally
+    /// likely but a micro-batch's counts still vary. A rank holding `experts / ep` experts
+    /// receives a sum over the group's `ep × tokens` tokens of hypergeometric counts, mean
+    /// `tokens × top_k`, variance `tokens × top_k × (1 − 1/ep) × (experts − top_k) /
+    /// (experts − 1)`. Skewed routing adds the trained router's unequal expert popularity,
+    /// `learned_spread / sqrt(experts / ep)` per rank for independently popular experts. The
+    /// largest of `ep` ranks lies `ep_expected_max` standard deviations above the mean
+    /// (normal approximation). Token drop caps a rank at `factor` × its share (each sender
+    /// keeps at most its capacity per expert); padded to capacity every rank receives
+    /// exactly its share.
+    pub fn hottest_rank_share(
+        &self,
+        ep: u64,
+        tokens: u64,
+        ep_expected_max: f64,
+        learned_spread: f64,
+    ) -> f64 {
+        if ep <= 1 || tokens == 0 {
+            return 1.0;
+        }
+        let (e, k) = (self.experts as f64, self.top_k as f64);
+        let copies = tokens as f64 * k;
+        let variance = copies * (1.0 - 1.0 / ep as f64) * (e - k) / (e - 1.0).max(1.0);
+        let sampled = variance.max(0.0).sqrt() / copies;
+        let local_experts = (self.experts / ep).max(1) as f64;
+        let learned = learned_spread / local_experts.sqrt();
+        let share = 1.0 + ep_expected_max * sampled.hypot(learned);
+        match self.capacity {
+            None => share,
+            Some(c) if c.pad => 1.0,
+            Some(c) => share.min(c.factor.max(1.0)),
+        }
+    }
+}
+
+/// The expected largest of `n` independent standard normal draws:
+/// `∫ x n φ(x) Φ(x)^(n−1) dx`, by Simpson's rule over [−8, 9] (0 for `n` ≤ 1).
+pub fn expected_max_of_normals(n: u64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    const STEPS: usize = 3400;
+    let (lo, hi) = (-8.0f64, 9.0f64);
+    let h = (hi - lo) / STEPS as f64;
+    let n_f = n as f64;
+    let integrand = |x: f64| {
+        let density = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        let below = 0.5 * erfc(-x / std::f64::consts::SQRT_2);
+        x * n_f * density * below.powf(n_f - 1.0)
+    };
+    let inner: f64 = (1..STEPS)
+        .map(|i| {
+            let weight = if i % 2 == 1 { 4.0 } else { 2.0 };
+            weight * integrand(lo + i as f64 * h)
+        })
+        .sum();
+    (integrand(lo) + inner + integrand(hi)) * h / 3.0
+}
+
+/// The complementary error function, to a relative error below 1.2e-7 (Chebyshev fit,
+/// Press et al., Numerical Recipes, 2nd ed., §6.2 `erfcc`).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 { r } else { 2.0 - r }
 }
 
 /// Group-limited routing (DeepSeek-V3, arXiv 2412.19437 §2.1.2, "node-limited routing";
@@ -270,6 +384,8 @@ impl ModelSpec {
                     dense_layers,
                     capacity: expert_capacity(cfg, error)?,
                     router_groups: router_groups(cfg, experts, top_k, error)?,
+                    routing: cfg.routing.unwrap_or_default(),
+                    expert_bias: cfg.moe_router_expert_bias.unwrap_or(false),
                 })
             }
         };
@@ -289,6 +405,11 @@ impl ModelSpec {
             (
                 "model.moe_router_group_topk",
                 cfg.moe_router_group_topk.is_some(),
+            ),
+            ("model.routing", cfg.routing.is_some()),
+            (
+                "model.moe_router_expert_bias",
+                cfg.moe_router_expert_bias.is_some(),
             ),
         ];
         if let (None, Some((key, _))) = (moe, moe_only.iter().find(|(_, set)| *set)) {
@@ -487,6 +608,119 @@ mod tests {
     fn spec(name: &str) -> ModelSpec {
         let cfg = preset(name).unwrap();
         ModelSpec::resolve(&cfg, &|k, m| ConfigError::plain("test", k, m)).unwrap()
+    }
+
+    #[test]
+    fn expected_maxima_of_normals_match_their_tables() {
+        // E[max of 2] = 1/sqrt(pi); n = 10 and 100 from Harter's tables (Biometrika 48, 1961).
+        for (n, exact) in [
+            (1, 0.0),
+            (2, 1.0 / std::f64::consts::PI.sqrt()),
+            (10, 1.538_753),
+            (100, 2.507_594),
+        ] {
+            let got = expected_max_of_normals(n);
+            assert!((got - exact).abs() < 2e-5, "n = {n}: {got} against {exact}");
+        }
+    }
+
+    fn moe(experts: u64, top_k: u64, capacity: Option<ExpertCapacity>, routing: Routing) -> Moe {
+        Moe {
+            experts,
+            top_k,
+            ffn_hidden: 1,
+            shared_experts: 0,
+            dense_layers: 0,
+            capacity,
+            router_groups: RouterGroups::UNLIMITED,
+            routing,
+            expert_bias: false,
+        }
+    }
+
+    /// Routes `tokens` tokens on each of `ep` ranks, each to `top_k` distinct experts drawn
+    /// uniformly, and returns the mean over `trials` of the most loaded rank over the mean.
+    fn sampled_hottest_share(experts: u64, top_k: u64, ep: u64, tokens: u64, trials: u64) -> f64 {
+        let per_rank = experts / ep;
+        let mut draw = 0u64;
+        let mut total = 0.0;
+        for _ in 0..trials {
+            let mut load = vec![0u64; ep as usize];
+            for _ in 0..ep * tokens {
+                let mut chosen: Vec<u64> = Vec::with_capacity(top_k as usize);
+                while (chosen.len() as u64) < top_k {
+                    draw += 1;
+                    let e = crate::hash::splitmix64(draw) % experts;
+                    if !chosen.contains(&e) {
+                        chosen.push(e);
+                    }
+                }
+                for e in chosen {
+                    load[(e / per_rank) as usize] += 1;
+                }
+            }
+            let max = *load.iter().max().unwrap() as f64;
+            total += max / (tokens * top_k) as f64;
+        }
+        total / trials as f64
+    }
+
+    #[test]
+    fn forced_balance_matches_routing_sampled_token_by_token_on_random_logits() {
+        for (experts, top_k, ep, tokens) in [(8, 2, 8, 256), (64, 6, 8, 128), (32, 4, 16, 64)] {
+            let m = moe(experts, top_k, None, Routing::Balanced);
+            let spread = m.learned_load_spread();
+            assert_eq!(spread, 0.0);
+            let predicted = m.hottest_rank_share(ep, tokens, expected_max_of_normals(ep), spread);
+            let sampled = sampled_hottest_share(experts, top_k, ep, tokens, 400);
+            assert!(
+                (predicted - sampled).abs() < 0.01 * sampled,
+                "{experts} experts, top-{top_k}, EP {ep}, {tokens} tokens: {predicted} against {sampled} sampled"
+            );
+            assert!(
+                predicted > 1.02,
+                "a micro-batch's counts vary at this size: {predicted}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_trained_routers_hottest_expert_carries_the_load_wang_et_al_measured() {
+        // One expert per rank, so many tokens that sampling adds nothing: the most loaded of
+        // 64 experts is 1 + MaxVio_global over the mean (arXiv 2408.15664 Table 2).
+        let max = expected_max_of_normals(64);
+        for (expert_bias, measured) in [(false, 1.52), (true, 1.04)] {
+            let m = Moe {
+                expert_bias,
+                ..moe(64, 6, None, Routing::Skewed)
+            };
+            let share = m.hottest_rank_share(64, 1 << 40, max, m.learned_load_spread());
+            assert!(
+                (share - measured).abs() < 1e-3,
+                "expert bias {expert_bias}: {share}"
+            );
+        }
+        // Four experts per rank average out: DeepSeek-V3's 256 experts over EP 64.
+        let m = moe(256, 8, None, Routing::Skewed);
+        let share = m.hottest_rank_share(64, 4096, max, m.learned_load_spread());
+        assert!(share > 1.2 && share < 1.3, "{share}");
+    }
+
+    #[test]
+    fn padded_capacity_leaves_every_rank_its_share() {
+        let max = expected_max_of_normals(8);
+        let skewed = moe(8, 2, None, Routing::Skewed);
+        let spread = skewed.learned_load_spread();
+        assert!(skewed.hottest_rank_share(8, 256, max, spread) > 1.3);
+        let with_capacity = |factor: f64, pad: bool| {
+            let capacity = Some(ExpertCapacity { factor, pad });
+            moe(8, 2, capacity, Routing::Skewed).hottest_rank_share(8, 256, max, spread)
+        };
+        assert_eq!(with_capacity(1.0, true), 1.0);
+        // Unpadded token drop caps the hottest rank at its capacity.
+        assert_eq!(with_capacity(1.01, false), 1.01);
+        // Without expert parallelism one rank computes every token.
+        assert_eq!(skewed.hottest_rank_share(1, 256, 0.0, spread), 1.0);
     }
 
     #[test]

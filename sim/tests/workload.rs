@@ -21,8 +21,23 @@ fn experiment(name: &str, body: &str) -> Experiment {
     )
 }
 
-/// Megatron-LM `training.py` `num_floating_point_operations` (3 × 2 × 2 expansion).
-fn megatron_flops(exp: &Experiment) -> f64 {
+/// The most loaded EP rank's tokens over the mean ([`sim::model::Moe::hottest_rank_share`]),
+/// which every rank of the group computes: `routed` tokens per rank, TP ranks' tokens gathered
+/// when expert TP equals TP under SP.
+fn expert_share(exp: &Experiment, routed_tokens: u64) -> f64 {
+    let moe = exp.model.as_ref().and_then(|m| m.moe).expect("a MoE model");
+    let ep = u64::from(exp.layout.ep);
+    moe.hottest_rank_share(
+        ep,
+        routed_tokens,
+        sim::model::expected_max_of_normals(ep),
+        moe.learned_load_spread(),
+    )
+}
+
+/// Megatron-LM `training.py` `num_floating_point_operations` (3 × 2 × 2 expansion), with the
+/// routed experts' term at the most loaded EP rank's tokens (`expert_share`, 1 when dense).
+fn megatron_flops(exp: &Experiment, expert_share: f64) -> f64 {
     let m = exp.model.as_ref().expect("a model");
     let b = exp.global_batch as f64;
     let s = m.seq_len as f64;
@@ -47,7 +62,7 @@ fn megatron_flops(exp: &Experiment) -> f64 {
         * h
         * h
         * ((1.0 + m.kv_heads as f64 / m.heads as f64 + s / h) * q / h
-            + ffn / h * routed * gated
+            + ffn / h * routed * gated * expert_share
             + shared / h * gated
             + m.vocab as f64 / (2.0 * l * h))
 }
@@ -83,7 +98,7 @@ fn gpt3_175b_flops_match_megatron_and_narayanan() {
     let sums = summarize(&w);
     assert_close(
         total_model_flops(&sums),
-        megatron_flops(&exp),
+        megatron_flops(&exp, 1.0),
         0.005,
         "model FLOPs",
     );
@@ -102,7 +117,7 @@ fn gpt3_175b_flops_match_megatron_and_narayanan() {
     assert_close(total_hardware_flops(&sums), paper, 0.005, "hardware FLOPs");
     assert_close(
         total_model_flops(&sums),
-        megatron_flops(&exp),
+        megatron_flops(&exp, 1.0),
         0.005,
         "model FLOPs",
     );
@@ -131,7 +146,7 @@ memory_check = "off"
     let w = compile(&exp).expect("compile");
     assert_close(
         total_model_flops(&summarize(&w)),
-        megatron_flops(&exp),
+        megatron_flops(&exp, 1.0),
         0.005,
         "Llama 3 70B",
     );
@@ -162,7 +177,7 @@ memory_check = "off"
     let sums = summarize(&w);
     assert_close(
         total_model_flops(&sums),
-        megatron_flops(&exp),
+        megatron_flops(&exp, expert_share(&exp, 4096)),
         0.005,
         "Mixtral",
     );
@@ -547,7 +562,12 @@ memory_check = "off"
     let m = exp.model.as_ref().expect("a model");
     let moe = m.moe.expect("moe");
     let tokens_per_rank = m.seq_len / 2; // sequence-parallel share
-    let per_a2a = tokens_per_rank * moe.top_k * m.hidden * 2;
+    // The most loaded rank's copies, which every rank of the group moves; TP 2 = expert TP
+    // gathers the TP peer's tokens, so its count sums twice the tokens.
+    let share = expert_share(&exp, 2 * tokens_per_rank);
+    assert!(share > 1.2, "a trained router's skew: {share}");
+    let moved = ((tokens_per_rank * moe.top_k) as f64 * share).round() as u64;
+    let per_a2a = moved * m.hidden * 2;
     let (count, bytes, wire) = collective(&w, 0, CollectiveOp::AllToAll, GroupKind::Ep);
     let micro_batches = 1;
     assert_eq!(count, micro_batches * m.layers * 4);
@@ -559,7 +579,8 @@ memory_check = "off"
 /// TP 2 the dispatcher gathers routed tokens over the expert-TP group (2 ranks, not the 4 of
 /// TP) after the all-to-all and reduce-scatters them before the way back
 /// (`MoEAlltoAllTokenDispatcher`), and a rank's expert FLOPs stay those of its routed tokens
-/// however EP x ETP splits the experts.
+/// however EP x ETP splits the experts. Padded to capacity 1.0, every expert takes exactly
+/// its share, so routing skew does not enter.
 #[test]
 fn expert_tp_gathers_over_its_own_group() {
     let body = |ep: u32, etp: u32| {
@@ -569,6 +590,8 @@ fn expert_tp_gathers_over_its_own_group() {
 gpus = 64
 [model]
 preset = "mixtral-8x7b"
+moe_capacity_factor = 1.0
+moe_pad_to_capacity = true
 [parallel]
 tp = 4
 pp = 1
@@ -919,7 +942,11 @@ overlap_param_gather = true
 /// `preset` on 64 GPUs with 8 of its layers, TP 2 and PP 2 with SP, EP `ep`, 32 sequences a
 /// step, and `model` added to its `[model]` table.
 fn moe_workload(name: &str, preset: &str, ep: u32, model: &str, training: &str) -> Workload {
-    let exp = experiment(
+    compile(&moe_experiment(name, preset, ep, model, training)).expect("compile")
+}
+
+fn moe_experiment(name: &str, preset: &str, ep: u32, model: &str, training: &str) -> Experiment {
+    experiment(
         name,
         &format!(
             r#"
@@ -941,8 +968,7 @@ memory_check = "off"
 {training}
 "#
         ),
-    );
-    compile(&exp).expect("compile")
+    )
 }
 
 /// Whether op `s` waits for a pipeline transfer (1F1B's synchronise after its transfers).
@@ -1052,10 +1078,11 @@ fn moe_router_and_permutations_issue_megatron_cores_ops() {
 /// at least 4; `MoEAlltoAllTokenDispatcher.preprocess`). Mixtral's 8 experts, top 2, at TP 2
 /// with SP: 2,048 of a micro-batch's 4,096 tokens per rank, 512 copies per expert. Each of
 /// the 8 EP ranks' one local expert takes capacity tokens from each of the 8, and at expert
-/// TP 2 (the TP size) gathers its TP peer's too: 16 × capacity, 8,192 at factor 1.0 (as
-/// dropless), 10,240 padded at 1.25, and never more than routed unpadded. Padded, the dispatcher knows
-/// every size and the host never waits; unpadded it reads the kept count before the first
-/// permutation; dropless, before the all-to-all.
+/// TP 2 (the TP size) gathers its TP peer's too: 16 × capacity, 8,192 at factor 1.0, 10,240
+/// padded at 1.25. Dropless, the most loaded rank's experts take more (`expert_share`, the
+/// skewed default); unpadded token drop caps that at the capacity factor. Padded, the
+/// dispatcher knows every size and the host never waits; unpadded it reads the kept count
+/// before the first permutation; dropless, before the all-to-all.
 #[test]
 fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
     let moe = |name: &str, capacity: &str| moe_workload(name, "mixtral-8x7b", 8, capacity, "");
@@ -1091,7 +1118,12 @@ fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
         (tokens, syncs)
     };
     let (dropless, syncs) = look(&moe("drop-none", ""));
-    assert_eq!(dropless, 8192);
+    let share = expert_share(
+        &moe_experiment("drop-none", "mixtral-8x7b", 8, "", ""),
+        4096,
+    );
+    assert!(share > 1.25, "{share}");
+    assert_eq!(dropless, 2 * (4096.0 * share).round() as u64);
     assert!(
         !syncs.is_empty() && syncs.iter().all(|s| s == "all-to-all"),
         "{syncs:?}"
@@ -1103,7 +1135,7 @@ fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
     let (tokens, _) = look(&moe("drop-pad-125", &padded.replace("1.0", "1.25")));
     assert_eq!(tokens, 10240);
     let (tokens, syncs) = look(&moe("drop-125", "moe_capacity_factor = 1.25"));
-    assert_eq!(tokens, 8192);
+    assert_eq!(tokens, 10240);
     assert!(
         !syncs.is_empty() && syncs.iter().all(|s| s == "moe_permute"),
         "{syncs:?}"

@@ -39,6 +39,19 @@ pub enum Position {
     Rope,
 }
 
+/// How a MoE layer's tokens fall on its experts (`model.routing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// Every expert gets exactly its share (Megatron-Core `moe_router_force_load_balancing`,
+    /// as NVIDIA's benchmark recipes run dropless MoE).
+    Balanced,
+    /// Each token's experts drawn independently by the router, so that expert-parallel ranks
+    /// receive unequal counts and the most loaded sets the pace.
+    #[default]
+    Skewed,
+}
+
 /// Multi-head latent attention (DeepSeek-V2/V3, arXiv 2412.19437 §2.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +97,12 @@ pub struct ModelConfig {
     pub moe_capacity_factor: Option<f64>,
     /// Pad every expert's input to its capacity (`--moe-pad-expert-input-to-capacity`).
     pub moe_pad_to_capacity: Option<bool>,
+    /// How tokens fall on experts: `"skewed"` (default) or `"balanced"`.
+    pub routing: Option<Routing>,
+    /// The router balances its experts with a per-expert bias instead of an auxiliary loss
+    /// (Megatron-Core `--moe-router-enable-expert-bias`; DeepSeek-V3's `topk_method =
+    /// "noaux_tc"`).
+    pub moe_router_expert_bias: Option<bool>,
     /// Group-limited routing: experts fall into this many equal groups
     /// (Megatron-Core `--moe-router-num-groups`; DeepSeek-V3 `n_group` = 8).
     pub moe_router_num_groups: Option<u64>,
@@ -287,6 +306,9 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
             ));
         };
         out.insert("activation".into(), text_value(ours));
+    }
+    if obj.get("topk_method").and_then(serde_json::Value::as_str) == Some("noaux_tc") {
+        out.insert("moe_router_expert_bias".into(), bool_value(true));
     }
     let is_llama_like = obj.contains_key("rms_norm_eps");
     out.insert(

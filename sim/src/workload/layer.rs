@@ -76,6 +76,11 @@ pub struct Dims {
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
     pub fp8_recipe: Fp8Recipe,
+    /// The expected largest of `ep` standard normal draws ([`crate::model::expected_max_of_normals`]):
+    /// how far the most loaded expert-parallel rank lies above the mean, in deviations.
+    pub ep_expected_max: f64,
+    /// [`Moe::learned_load_spread`] (0 without MoE).
+    pub moe_learned_spread: f64,
 }
 
 impl Dims {
@@ -325,6 +330,18 @@ impl<'a> Builder<'a> {
 
 /// `moe_utils.get_capacity`'s `min_capacity`: an expert's capacity is never below 4 tokens.
 const MIN_EXPERT_CAPACITY: u64 = 4;
+
+/// A MoE layer's token counts on one rank ([`LayerEmitter::moe_sizes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MoeSizes {
+    /// Token copies this rank permutes and sends.
+    sent: u64,
+    /// Token copies per rank each all-to-all moves: what the most loaded rank receives.
+    moved: u64,
+    local_experts: u64,
+    /// Tokens each local expert computes on the most loaded rank.
+    per_expert: u64,
+}
 
 /// Where a MoE layer's forward makes the host wait for the GPU ([`LayerEmitter::moe_host_sync`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1256,12 +1273,14 @@ impl LayerEmitter<'_> {
     // ----- MoE -----
 
     /// Token copies this rank sends to the experts (routed, less what token drop drops, plus
-    /// its padding), local experts and tokens per local expert after dispatch (balanced
-    /// routing).
-    fn moe_sizes(&self, experts: u64, top_k: u64) -> (u64, u64, u64) {
+    /// its padding), local experts and tokens per local expert after dispatch, and the copies
+    /// each all-to-all moves per rank: those the most loaded rank of the EP group receives
+    /// ([`Moe::hottest_rank_share`]), whose experts and all-to-alls every rank waits for.
+    fn moe_sizes(&self, moe: &Moe) -> MoeSizes {
         let d = self.dims;
+        let (experts, top_k) = (moe.experts, moe.top_k);
         let routed = d.sp_tokens() * top_k;
-        let sent = match self.model.moe.and_then(|m| m.capacity) {
+        let sent = match moe.capacity {
             None => routed,
             Some(c) => {
                 // `moe_utils.get_capacity`: ceil(tokens / experts × factor), at least 4.
@@ -1275,10 +1294,22 @@ impl LayerEmitter<'_> {
             }
         };
         let local_experts = experts / d.ep;
-        // All-to-all brings back as many copies as were sent (balanced), then expert-TP
-        // gathers those of the other expert-TP ranks when theirs differ.
-        let gathered = sent * d.expert_tp_gather();
-        (sent, local_experts, gathered / local_experts)
+        // Expert-TP gathers the copies of the other expert-TP ranks when theirs differ, so the
+        // hottest rank's count is a sum over that many more tokens.
+        let gather = d.expert_tp_gather();
+        let share = moe.hottest_rank_share(
+            d.ep,
+            d.sp_tokens() * gather,
+            d.ep_expected_max,
+            d.moe_learned_spread,
+        );
+        let moved = (sent as f64 * share).round() as u64;
+        MoeSizes {
+            sent,
+            moved,
+            local_experts,
+            per_expert: moved * gather / local_experts,
+        }
     }
 
     /// Where the forward's dispatcher waits on the host for the GPU's token counts
@@ -1508,22 +1539,24 @@ impl LayerEmitter<'_> {
     fn moe_forward(&self, b: &mut Builder, moe: Moe, beside: [&mut dyn FnMut(&mut Builder); 2]) {
         let d = self.dims;
         let [during_dispatch, during_combine] = beside;
-        let (routed, local, per_expert) = self.moe_sizes(moe.experts, moe.top_k);
+        let sizes = self.moe_sizes(&moe);
+        let local = sizes.local_experts;
         b.compute(self.router(moe.experts).forward(&d));
         b.compute(self.router_ops(&moe, Pass::Forward));
-        let permute = b.compute(self.permute(KernelName::Permute, routed, local, Pass::Forward));
+        let permute =
+            b.compute(self.permute(KernelName::Permute, sizes.sent, local, Pass::Forward));
         if self.moe_host_sync() == MoeHostSync::BeforePermute {
             b.program.host_syncs.push(permute);
         }
-        self.moe_dispatch(b, routed, true, during_dispatch);
-        let ([up, down], act) = self.expert_kernels(per_expert, moe.ffn_hidden, local);
+        self.moe_dispatch(b, sizes.moved, true, during_dispatch);
+        let ([up, down], act) = self.expert_kernels(sizes.per_expert, moe.ffn_hidden, local);
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
         self.cast(b, &down, Pass::Forward, down.input_elements());
         b.compute(down.forward(&d));
-        self.moe_combine(b, routed, during_combine);
-        b.compute(self.permute(KernelName::Unpermute, routed, local, Pass::Forward));
+        self.moe_combine(b, sizes.moved, during_combine);
+        b.compute(self.permute(KernelName::Unpermute, sizes.sent, local, Pass::Forward));
     }
 
     /// The MoE layer's backward; `recompute_act` (`moe_act`) runs the experts' activation again
@@ -1532,10 +1565,11 @@ impl LayerEmitter<'_> {
     fn moe_backward(&self, b: &mut Builder, moe: &Moe, recompute_act: bool) {
         let d = self.dims;
         let (experts, ffn) = (moe.experts, moe.ffn_hidden);
-        let (routed, local, per_expert) = self.moe_sizes(experts, moe.top_k);
-        b.compute(self.permute(KernelName::Unpermute, routed, local, Pass::Backward));
-        self.moe_dispatch(b, routed, false, &mut |_| {});
-        let ([up, down], act) = self.expert_kernels(per_expert, ffn, local);
+        let sizes = self.moe_sizes(moe);
+        let local = sizes.local_experts;
+        b.compute(self.permute(KernelName::Unpermute, sizes.sent, local, Pass::Backward));
+        self.moe_dispatch(b, sizes.moved, false, &mut |_| {});
+        let ([up, down], act) = self.expert_kernels(sizes.per_expert, ffn, local);
         if recompute_act {
             recomputing(b, |b| {
                 b.compute(act.forward(&d));
@@ -1549,8 +1583,8 @@ impl LayerEmitter<'_> {
         self.cast(b, &up, Pass::Backward, up.output_elements());
         b.compute(up.dgrad(&d));
         b.compute(up.wgrad(&d));
-        self.moe_combine(b, routed, &mut |_| {});
-        b.compute(self.permute(KernelName::Permute, routed, local, Pass::Backward));
+        self.moe_combine(b, sizes.moved, &mut |_| {});
+        b.compute(self.permute(KernelName::Permute, sizes.sent, local, Pass::Backward));
         b.compute(self.router_ops(moe, Pass::Backward));
         let router = self.router(experts);
         b.compute(router.dgrad(&d));
