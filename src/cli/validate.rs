@@ -755,11 +755,31 @@ fn case_of_row(
         .find(|(s, k, _)| s == "training" && k == "cuda_graphs")
         .map_or_else(
             || "none (fleetsim's default, Megatron-Core's)".to_string(),
-            |(_, _, v)| v.to_string(),
+            |(_, _, v)| v.to_string().trim_matches('"').to_string(),
         );
     toml += &format!(
         "# Host dispatch on: the GPU file's host CPU issues each op (configs/hosts.toml); CUDA graphs: {graphs}\n"
     );
+    // Issue 17's expert load, for MoE rows: which routing the row runs under.
+    let model_key = |key: &str| {
+        entries
+            .iter()
+            .find(|(s, k, _)| s == "model" && k == key)
+            .map(|(_, _, v)| v.to_string())
+    };
+    if model_key("experts").is_some() {
+        let routing = model_key("routing").map_or_else(
+            || "skewed (fleetsim's default: a trained router's expert spread)".to_string(),
+            |v| v.trim_matches('"').to_string(),
+        );
+        let padded = model_key("moe_pad_to_capacity").is_some_and(|v| v == "true");
+        let note = if padded {
+            "; padded to capacity, so every rank takes its share"
+        } else {
+            ""
+        };
+        toml += &format!("# MoE expert load: routing {routing}{note}\n");
+    }
     let mut document = toml::Table::new();
     for (section, key, value) in entries {
         let table = if section.is_empty() {
@@ -1241,6 +1261,34 @@ mod tests {
         let parsed: toml::Table = e.parse().expect("the case file is TOML");
         assert_eq!(parsed["cluster"]["gpus_per_host"].as_integer(), Some(8));
         assert_eq!(cases[0].tokens_per_gpu_s, Some(30624.0));
+    }
+
+    #[test]
+    fn a_moe_rows_case_says_which_routing_it_runs() {
+        let header = format!("{HEADER},kv_heads,settings");
+        let row = |settings: &str| {
+            format!(
+                "grok,GB200,128,64,6144,32768,48,8192,131072,4,1,32,1,1,1,256,none,true,bf16,7.3,s_per_iter,,nemo-25.04,8,\"model.experts=8;model.top_k=2;parallel.ep=8{settings}\""
+            )
+        };
+        for (settings, want) in [
+            ("", "# MoE expert load: routing skewed (fleetsim's default"),
+            (
+                ";model.routing=balanced",
+                "# MoE expert load: routing balanced\n",
+            ),
+            (
+                ";model.moe_capacity_factor=1.0;model.moe_pad_to_capacity=true",
+                "; padded to capacity, so every rank takes its share",
+            ),
+        ] {
+            let cases = parse(&format!("{header}\n{}\n", row(settings))).expect("parses");
+            let e = experiment(&cases[0]);
+            assert!(e.contains(want), "{want} in\n{e}");
+        }
+        let dense = "llama,H100-SXM,8,32,4096,14336,32,8192,128256,1,1,8,1,1,1,128,none,false,bf16,1.0,s_per_iter,,nemo-25.04,8,";
+        let cases = parse(&format!("{header}\n{dense}\n")).expect("parses");
+        assert!(!experiment(&cases[0]).contains("MoE expert load"));
     }
 
     #[test]
