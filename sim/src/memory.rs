@@ -21,7 +21,7 @@ use crate::config::{
     Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules, TensorClass,
 };
 use crate::layout::ParallelLayout;
-use crate::model::{Activation, ModelSpec};
+use crate::model::{Activation, ModelSpec, Moe};
 
 /// What the memory estimate depends on beyond model and layout.
 #[derive(Debug, Clone, Copy)]
@@ -314,7 +314,7 @@ pub fn layer_activation_bytes(
             };
             // The routed experts keep fc1's input and their inner activations for the
             // tokens this rank's experts compute.
-            let tokens = expert_tokens(layout, sp, sb, m.top_k);
+            let tokens = expert_tokens(layout, sp, sb, &m);
             let routed = tokens * (fc2_input * h + routed_inner(f / f64::from(layout.etp)));
             // Shared experts run on every token like a dense MLP; `shared_experts` keeps
             // nothing of them but their input, which is the MoE layer's.
@@ -338,12 +338,20 @@ pub fn layer_activation_bytes(
 }
 
 /// Tokens the routed experts of one GPU compute per micro-batch: the `sb` tokens of this CP
-/// rank, split over TP when sequence parallel, copied to `top_k` experts, all-to-all over EP
-/// (balanced: as many come back as went out), then gathered over expert-TP
-/// ([`crate::layout::expert_tp_gather`]).
-fn expert_tokens(layout: &ParallelLayout, sp: bool, sb: f64, top_k: u64) -> f64 {
-    let local = if sp { sb / f64::from(layout.tp) } else { sb } * top_k as f64;
-    local * f64::from(crate::layout::expert_tp_gather(layout.tp, layout.etp, sp))
+/// rank, split over TP when sequence parallel, copied to `top_k` experts, all-to-all over EP,
+/// then gathered over expert-TP ([`crate::layout::expert_tp_gather`]); on the most loaded EP
+/// rank ([`Moe::hottest_rank_share`]), the one that runs out of memory first.
+fn expert_tokens(layout: &ParallelLayout, sp: bool, sb: f64, moe: &Moe) -> f64 {
+    let gather = f64::from(crate::layout::expert_tp_gather(layout.tp, layout.etp, sp));
+    let routing = if sp { sb / f64::from(layout.tp) } else { sb };
+    let ep = u64::from(layout.ep);
+    let share = moe.hottest_rank_share(
+        ep,
+        (routing * gather).round() as u64,
+        crate::model::expected_max_of_normals(ep),
+        moe.learned_load_spread(),
+    );
+    routing * moe.top_k as f64 * gather * share
 }
 
 /// Memory of every pipeline stage, its chunks holding `chunks[stage][chunk]` layers.
@@ -493,6 +501,62 @@ mod tests {
             vp: 1,
             order: parse_order("tp-cp-ep-dp-pp").unwrap(),
         }
+    }
+
+    /// The most loaded EP rank holds the activations of the tokens it receives: Mixtral 8x7B
+    /// at EP 8 keeps its routed experts' activations for the skewed share of its tokens.
+    #[test]
+    fn the_hottest_expert_rank_holds_its_share_of_activations() {
+        let cfg = crate::model::preset("mixtral-8x7b").unwrap();
+        let skewed = ModelSpec::resolve(&cfg, &|k, m| ConfigError::plain("t", k, m)).unwrap();
+        let mut balanced = skewed.clone();
+        let moe = balanced.moe.as_mut().unwrap();
+        moe.routing = crate::model::Routing::Balanced;
+        let layout = ParallelLayout {
+            tp: 1,
+            cp: 1,
+            ep: 8,
+            etp: 1,
+            dp: 8,
+            pp: 1,
+            vp: 1,
+            order: parse_order("tp-cp-ep-dp-pp").unwrap(),
+        };
+        let inputs = MemoryInputs {
+            precision: Precision::Bf16,
+            zero: 1,
+            recompute: Recompute::None,
+            recompute_modules: RecomputeModules::NONE,
+            sequence_parallel: false,
+            flash_attention: true,
+            micro_batch: 1,
+            micro_batches: 8,
+            fp8_recipe: Fp8Recipe::Delayed,
+            fp8_param_gather: false,
+            grad_reduce_in_bf16: false,
+        };
+        let layer = |m: &ModelSpec| layer_activation_bytes(m, &layout, &inputs, 0);
+        let expert_bytes = |m: &ModelSpec| {
+            let mut dense = m.clone();
+            dense.moe.as_mut().unwrap().top_k = 0;
+            layer(m) - layer(&dense)
+        };
+        let tokens = skewed.seq_len;
+        let share = |m: &ModelSpec| {
+            let moe = m.moe.unwrap();
+            moe.hottest_rank_share(
+                8,
+                tokens,
+                crate::model::expected_max_of_normals(8),
+                moe.learned_load_spread(),
+            )
+        };
+        let ratio = expert_bytes(&skewed) / expert_bytes(&balanced);
+        assert!(
+            (ratio - share(&skewed) / share(&balanced)).abs() < 1e-9,
+            "{ratio}"
+        );
+        assert!(ratio > 1.2, "{ratio}");
     }
 
     /// GPT-3 175B on 1,024 GPUs, TP 8, PP 8, DP 16, ZeRO-1 (Megatron distributed optimizer),

@@ -81,7 +81,7 @@ impl Moe {
         ep_expected_max: f64,
         learned_spread: f64,
     ) -> f64 {
-        if ep <= 1 || tokens == 0 {
+        if ep <= 1 || tokens == 0 || self.top_k == 0 {
             return 1.0;
         }
         let (e, k) = (self.experts as f64, self.top_k as f64);
