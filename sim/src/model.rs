@@ -100,8 +100,22 @@ impl Moe {
 }
 
 /// The expected largest of `n` independent standard normal draws:
-/// `∫ x n φ(x) Φ(x)^(n−1) dx`, by Simpson's rule over [−8, 9] (0 for `n` ≤ 1).
+/// `∫ x n φ(x) Φ(x)^(n−1) dx`, by Simpson's rule over [−8, 9] (0 for `n` ≤ 1). Each `n`'s
+/// value is computed once per thread: the memory estimate asks per layer.
 pub fn expected_max_of_normals(n: u64) -> f64 {
+    thread_local! {
+        static KNOWN: std::cell::RefCell<std::collections::BTreeMap<u64, f64>> =
+            const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
+    }
+    if let Some(v) = KNOWN.with(|k| k.borrow().get(&n).copied()) {
+        return v;
+    }
+    let v = integrate_expected_max_of_normals(n);
+    KNOWN.with(|k| k.borrow_mut().insert(n, v));
+    v
+}
+
+fn integrate_expected_max_of_normals(n: u64) -> f64 {
     if n <= 1 {
         return 0.0;
     }
