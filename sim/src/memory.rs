@@ -345,12 +345,7 @@ fn expert_tokens(layout: &ParallelLayout, sp: bool, sb: f64, moe: &Moe) -> f64 {
     let gather = f64::from(crate::layout::expert_tp_gather(layout.tp, layout.etp, sp));
     let routing = if sp { sb / f64::from(layout.tp) } else { sb };
     let ep = u64::from(layout.ep);
-    let share = moe.hottest_rank_share(
-        ep,
-        (routing * gather).round() as u64,
-        crate::model::expected_max_of_normals(ep),
-        moe.learned_load_spread(),
-    );
+    let share = moe.hottest_rank_share(ep, (routing * gather).round() as u64);
     routing * moe.top_k as f64 * gather * share
 }
 
@@ -544,12 +539,7 @@ mod tests {
         let tokens = skewed.seq_len;
         let share = |m: &ModelSpec| {
             let moe = m.moe.unwrap();
-            moe.hottest_rank_share(
-                8,
-                tokens,
-                crate::model::expected_max_of_normals(8),
-                moe.learned_load_spread(),
-            )
+            moe.hottest_rank_share(8, tokens)
         };
         let ratio = expert_bytes(&skewed) / expert_bytes(&balanced);
         assert!(

@@ -57,10 +57,9 @@ impl Moe {
     }
 
     /// The load of the most loaded of `ep` expert-parallel ranks over the mean, when each of
-    /// them routes `tokens` tokens per micro-batch (all of which reach the experts),
-    /// `ep_expected_max` is [`expected_max_of_normals`]`(ep)` and `learned_spread`
-    /// [`Moe::learned_load_spread`]. The all-to-all that returns the experts' outputs waits
-    /// for every rank of the group, so that rank sets the layer's pace.
+    /// them routes `tokens` tokens per micro-batch (all of which reach the experts). The
+    /// all-to-all that returns the experts' outputs waits for every rank of the group, so that
+    /// rank sets the layer's pace.
     ///
     /// Every token's `top_k` experts are a draw: balanced routing is Megatron-Core's forced
     /// balance, which routes on random logits (`moe_router_force_load_balancing`,
@@ -69,18 +68,12 @@ impl Moe {
     /// receives a sum over the group's `ep × tokens` tokens of hypergeometric counts, mean
     /// `tokens × top_k`, variance `tokens × top_k × (1 − 1/ep) × (experts − top_k) /
     /// (experts − 1)`. Skewed routing adds the trained router's unequal expert popularity,
-    /// `learned_spread / sqrt(experts / ep)` per rank for independently popular experts. The
-    /// largest of `ep` ranks lies `ep_expected_max` standard deviations above the mean
-    /// (normal approximation). Token drop caps a rank at `factor` × its share (each sender
+    /// [`Moe::learned_load_spread`]` / sqrt(experts / ep)` per rank for independently popular
+    /// experts. The largest of `ep` ranks lies [`expected_max_of_normals`]`(ep)` standard
+    /// deviations above the mean (normal approximation). Token drop caps a rank at `factor` × its share (each sender
     /// keeps at most its capacity per expert); padded to capacity every rank receives
     /// exactly its share.
-    pub fn hottest_rank_share(
-        &self,
-        ep: u64,
-        tokens: u64,
-        ep_expected_max: f64,
-        learned_spread: f64,
-    ) -> f64 {
+    pub fn hottest_rank_share(&self, ep: u64, tokens: u64) -> f64 {
         if ep <= 1 || tokens == 0 || self.top_k == 0 {
             return 1.0;
         }
@@ -89,8 +82,8 @@ impl Moe {
         let variance = copies * (1.0 - 1.0 / ep as f64) * (e - k) / (e - 1.0).max(1.0);
         let sampled = variance.max(0.0).sqrt() / copies;
         let local_experts = (self.experts / ep).max(1) as f64;
-        let learned = learned_spread / local_experts.sqrt();
-        let share = 1.0 + ep_expected_max * sampled.hypot(learned);
+        let learned = self.learned_load_spread() / local_experts.sqrt();
+        let share = 1.0 + expected_max_of_normals(ep) * sampled.hypot(learned);
         match self.capacity {
             None => share,
             Some(c) if c.pad => 1.0,
@@ -683,9 +676,8 @@ mod tests {
     fn forced_balance_matches_routing_sampled_token_by_token_on_random_logits() {
         for (experts, top_k, ep, tokens) in [(8, 2, 8, 256), (64, 6, 8, 128), (32, 4, 16, 64)] {
             let m = moe(experts, top_k, None, Routing::Balanced);
-            let spread = m.learned_load_spread();
-            assert_eq!(spread, 0.0);
-            let predicted = m.hottest_rank_share(ep, tokens, expected_max_of_normals(ep), spread);
+            assert_eq!(m.learned_load_spread(), 0.0);
+            let predicted = m.hottest_rank_share(ep, tokens);
             let sampled = sampled_hottest_share(experts, top_k, ep, tokens, 400);
             assert!(
                 (predicted - sampled).abs() < 0.01 * sampled,
@@ -702,13 +694,12 @@ mod tests {
     fn a_trained_routers_hottest_expert_carries_the_load_wang_et_al_measured() {
         // One expert per rank, so many tokens that sampling adds nothing: the most loaded of
         // 64 experts is 1 + MaxVio_global over the mean (arXiv 2408.15664 Table 2).
-        let max = expected_max_of_normals(64);
         for (expert_bias, measured) in [(false, 1.52), (true, 1.04)] {
             let m = Moe {
                 expert_bias,
                 ..moe(64, 6, None, Routing::Skewed)
             };
-            let share = m.hottest_rank_share(64, 1 << 40, max, m.learned_load_spread());
+            let share = m.hottest_rank_share(64, 1 << 40);
             assert!(
                 (share - measured).abs() < 1e-3,
                 "expert bias {expert_bias}: {share}"
@@ -716,25 +707,23 @@ mod tests {
         }
         // Four experts per rank average out: DeepSeek-V3's 256 experts over EP 64.
         let m = moe(256, 8, None, Routing::Skewed);
-        let share = m.hottest_rank_share(64, 4096, max, m.learned_load_spread());
+        let share = m.hottest_rank_share(64, 4096);
         assert!(share > 1.2 && share < 1.3, "{share}");
     }
 
     #[test]
     fn padded_capacity_leaves_every_rank_its_share() {
-        let max = expected_max_of_normals(8);
         let skewed = moe(8, 2, None, Routing::Skewed);
-        let spread = skewed.learned_load_spread();
-        assert!(skewed.hottest_rank_share(8, 256, max, spread) > 1.3);
+        assert!(skewed.hottest_rank_share(8, 256) > 1.3);
         let with_capacity = |factor: f64, pad: bool| {
             let capacity = Some(ExpertCapacity { factor, pad });
-            moe(8, 2, capacity, Routing::Skewed).hottest_rank_share(8, 256, max, spread)
+            moe(8, 2, capacity, Routing::Skewed).hottest_rank_share(8, 256)
         };
         assert_eq!(with_capacity(1.0, true), 1.0);
         // Unpadded token drop caps the hottest rank at its capacity.
         assert_eq!(with_capacity(1.01, false), 1.01);
         // Without expert parallelism one rank computes every token.
-        assert_eq!(skewed.hottest_rank_share(1, 256, 0.0, spread), 1.0);
+        assert_eq!(skewed.hottest_rank_share(1, 256), 1.0);
     }
 
     #[test]

@@ -27,12 +27,7 @@ fn experiment(name: &str, body: &str) -> Experiment {
 fn expert_share(exp: &Experiment, routed_tokens: u64) -> f64 {
     let moe = exp.model.as_ref().and_then(|m| m.moe).expect("a MoE model");
     let ep = u64::from(exp.layout.ep);
-    moe.hottest_rank_share(
-        ep,
-        routed_tokens,
-        sim::model::expected_max_of_normals(ep),
-        moe.learned_load_spread(),
-    )
+    moe.hottest_rank_share(ep, routed_tokens)
 }
 
 /// Megatron-LM `training.py` `num_floating_point_operations` (3 × 2 × 2 expansion), with the

@@ -749,30 +749,25 @@ fn case_of_row(
             one_line(&settings.join("; "))
         );
     }
+    // A key the case sets, as text (strings without their quotes).
+    let setting = |section: &str, key: &str| {
+        entries
+            .iter()
+            .find(|(s, k, _)| s == section && k == key)
+            .map(|(_, _, v)| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    };
     // What issue 17's host model does with the row, said where a reader of the case looks.
-    let graphs = entries
-        .iter()
-        .find(|(s, k, _)| s == "training" && k == "cuda_graphs")
-        .map_or_else(
-            || "none (fleetsim's default, Megatron-Core's)".to_string(),
-            |(_, _, v)| v.to_string().trim_matches('"').to_string(),
-        );
+    let graphs = setting("training", "cuda_graphs")
+        .unwrap_or_else(|| "none (fleetsim's default, Megatron-Core's)".to_string());
     toml += &format!(
         "# Host dispatch on: the GPU file's host CPU issues each op (configs/hosts.toml); CUDA graphs: {graphs}\n"
     );
     // Issue 17's expert load, for MoE rows: which routing the row runs under.
-    let model_key = |key: &str| {
-        entries
-            .iter()
-            .find(|(s, k, _)| s == "model" && k == key)
-            .map(|(_, _, v)| v.to_string())
-    };
-    if model_key("experts").is_some() {
-        let routing = model_key("routing").map_or_else(
-            || "skewed (fleetsim's default: a trained router's expert spread)".to_string(),
-            |v| v.trim_matches('"').to_string(),
-        );
-        let padded = model_key("moe_pad_to_capacity").is_some_and(|v| v == "true");
+    if setting("model", "experts").is_some() {
+        let routing = setting("model", "routing").unwrap_or_else(|| {
+            "skewed (fleetsim's default: a trained router's expert spread)".to_string()
+        });
+        let padded = setting("model", "moe_pad_to_capacity").is_some_and(|v| v == "true");
         let note = if padded {
             "; padded to capacity, so every rank takes its share"
         } else {

@@ -43,11 +43,12 @@ pub enum Position {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Routing {
-    /// Every expert gets exactly its share (Megatron-Core `moe_router_force_load_balancing`,
-    /// as NVIDIA's benchmark recipes run dropless MoE).
+    /// Megatron-Core's forced balance (`moe_router_force_load_balancing`, as NVIDIA's
+    /// benchmark recipes run dropless MoE): routing on random logits, so every expert is
+    /// equally likely and only a micro-batch's sampling spread is left.
     Balanced,
-    /// Each token's experts drawn independently by the router, so that expert-parallel ranks
-    /// receive unequal counts and the most loaded sets the pace.
+    /// As a trained router sends tokens: its experts unequally popular on top of the
+    /// sampling spread ([`crate::model::Moe::learned_load_spread`]).
     #[default]
     Skewed,
 }

@@ -136,8 +136,6 @@ impl CompileOptions {
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,
                 fp8_recipe: t.fp8_recipe(),
-                ep_expected_max: crate::model::expected_max_of_normals(u64::from(layout.ep)),
-                moe_learned_spread: model.moe.map_or(0.0, |m| m.learned_load_spread()),
             },
             zero: p.zero,
             overlap_grad_reduce: t.overlap_grad_reduce,

@@ -76,11 +76,6 @@ pub struct Dims {
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
     pub fp8_recipe: Fp8Recipe,
-    /// The expected largest of `ep` standard normal draws ([`crate::model::expected_max_of_normals`]):
-    /// how far the most loaded expert-parallel rank lies above the mean, in deviations.
-    pub ep_expected_max: f64,
-    /// [`Moe::learned_load_spread`] (0 without MoE).
-    pub moe_learned_spread: f64,
 }
 
 impl Dims {
@@ -1297,12 +1292,7 @@ impl LayerEmitter<'_> {
         // Expert-TP gathers the copies of the other expert-TP ranks when theirs differ, so the
         // hottest rank's count is a sum over that many more tokens.
         let gather = d.expert_tp_gather();
-        let share = moe.hottest_rank_share(
-            d.ep,
-            d.sp_tokens() * gather,
-            d.ep_expected_max,
-            d.moe_learned_spread,
-        );
+        let share = moe.hottest_rank_share(d.ep, d.sp_tokens() * gather);
         let moved = (sent as f64 * share).round() as u64;
         MoeSizes {
             sent,
