@@ -134,7 +134,7 @@ pub struct EngineStats {
     /// started at time zero): `wall_s` and the per-worker figures cover only the rest.
     pub resumed_events: u64,
     pub cross_partition_events: u64,
-    pub lookahead_ps: Option<u64>,
+    pub lookahead: Option<SimTime>,
     pub wall_s: f64,
     /// Share of the workers' time spent outside window processing.
     pub sync_fraction: f64,
@@ -162,7 +162,7 @@ impl EngineStats {
         threads: usize,
         partitions: u32,
         driver: &WindowDriver,
-        lookahead_ps: Option<u64>,
+        lookahead: Option<SimTime>,
         wall_s: f64,
     ) -> EngineStats {
         let wall: f64 = stats.iter().map(|s| s.wall_s).sum();
@@ -177,7 +177,7 @@ impl EngineStats {
                 .events
                 .saturating_sub(stats.iter().map(|s| s.events).sum()),
             cross_partition_events: stats.iter().map(|s| s.cross_partition_events).sum(),
-            lookahead_ps,
+            lookahead,
             wall_s,
             parallel_windows: stats.iter().map(|s| s.parallel_windows).sum(),
             parallel_events: stats.iter().map(|s| s.parallel_events).sum(),
@@ -248,7 +248,7 @@ impl Split {
 pub fn run(
     model: Arc<SimModel>,
     partition_of: Vec<u32>,
-    lookahead_ps: Option<u64>,
+    lookahead: Option<SimTime>,
     split: Split,
     progress: Option<ProgressHook>,
     checkpoints: Option<Prepared>,
@@ -265,7 +265,7 @@ pub fn run(
     let map = Arc::new(LpMap::new(partition_of));
     let owner = Arc::new(assign_workers(map.partitions, workers, &partition_weights));
     let oversubscribed = oversubscribed(workers, threads);
-    let mut rounds = CombiningBarrier::new(workers, lookahead_ps.map(SimTime::from_ps), progress);
+    let mut rounds = CombiningBarrier::new(workers, lookahead, progress);
     if scheduling.wide_windows(workers) {
         rounds = rounds.widening();
     }
@@ -301,7 +301,7 @@ pub fn run(
                     resume: resume.clone(),
                     stop_requested: None,
                     scheduling,
-                    lookahead_ps,
+                    lookahead,
                     promises,
                 };
                 let shared = Arc::clone(&shared);
@@ -364,7 +364,7 @@ pub fn run(
         threads,
         map.partitions,
         driver,
-        lookahead_ps,
+        lookahead,
         started.elapsed().as_secs_f64(),
     );
     Ok((RunResults::assemble(reports), engine))

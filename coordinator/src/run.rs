@@ -186,7 +186,7 @@ pub fn run_embedded(
         workers = placement.workers,
         threads = placement.threads,
         scheduling = placement.scheduling.name(),
-        lookahead_ps = partition.lookahead_ps,
+        lookahead_ps = partition.lookahead.map(SimTime::as_ps),
         seconds = started.elapsed().as_secs_f64(),
         "partitioned"
     );
@@ -244,7 +244,7 @@ pub struct Partition {
     /// The workers, threads and scheduling it was cut for.
     pub placement: Placement,
     pub partition_of: Vec<u32>,
-    pub lookahead_ps: Option<u64>,
+    pub lookahead: Option<SimTime>,
     /// Expected events of each partition (from the workload), to balance workers by.
     pub weights: Vec<f64>,
     /// What the run should say about its placement (workers capped at the partitions).
@@ -314,8 +314,8 @@ pub fn partition(
         placement.workers = assignment.partitions;
     }
     let weights = load.events_by(&assignment.partition_of, assignment.partitions);
-    let lookahead_ps = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &assignment));
-    if lookahead_ps == Some(0) {
+    let lookahead = model.lookahead(partitioner::lookahead(&model.topology, &assignment));
+    if lookahead == Some(SimTime::ZERO) {
         // A zero lookahead leaves conservative synchronisation no safe window at all.
         let cut = model
             .topology
@@ -336,7 +336,7 @@ pub fn partition(
     Ok(Partition {
         strategy: engine_cfg.partition,
         placement,
-        lookahead_ps,
+        lookahead,
         partition_of: assignment.partition_of,
         weights,
         warnings,
@@ -365,7 +365,7 @@ pub fn simulate(
     let (results, stats) = embedded::run(
         Arc::clone(&model),
         partition.partition_of.clone(),
-        partition.lookahead_ps,
+        partition.lookahead,
         embedded::Split {
             workers,
             threads,

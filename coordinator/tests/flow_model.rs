@@ -140,7 +140,7 @@ fn a_late_flow_takes_half_from_then_on() {
     let (model, results) = run(flow_model(&exp, flows));
     let got = arrivals(&results);
     // The first sends half alone, then shares: its other half at half the rate.
-    let delay = model.flow_delay_ps as f64;
+    let delay = model.flow_delay.as_ps() as f64;
     let first = 1.5 * bytes as f64 / NIC * 1e12 + path_overhead_ps(&exp, 1, 0, 0, bytes);
     assert!(
         (got[&0] as f64 - first).abs() <= delay + 2.0,

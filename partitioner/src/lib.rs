@@ -16,6 +16,7 @@ pub mod quality;
 
 pub use sim::config::PartitionStrategy;
 use sim::hash::splitmix64;
+use sim::time::SimTime;
 use sim::topology::{LinkClass, NodeKind, Topology};
 
 pub use atoms::Atoms;
@@ -173,15 +174,15 @@ pub fn by_host(topology: &Topology) -> Assignment {
     }
 }
 
-/// Lookahead of an assignment: the smallest latency of any link between two partitions, in
-/// picoseconds (DESIGN.md, "Windows and mailboxes"). `None` when no link is cut.
-pub fn lookahead_ps(topology: &Topology, assignment: &Assignment) -> Option<u64> {
+/// Lookahead of an assignment: the smallest latency of any link between two partitions
+/// (DESIGN.md, "Windows and mailboxes"). `None` when no link is cut.
+pub fn lookahead(topology: &Topology, assignment: &Assignment) -> Option<SimTime> {
     topology
         .links()
         .filter(|l| {
             assignment.partition_of[l.src as usize] != assignment.partition_of[l.dst as usize]
         })
-        .map(|l| l.latency_ps)
+        .map(|l| SimTime::from_ps(l.latency_ps))
         .min()
 }
 
@@ -556,7 +557,7 @@ mod tests {
     fn by_host_lookahead_matches_the_topology_host_preserving_lookahead() {
         let topo = topology("");
         let a = by_host(&topo);
-        assert_eq!(lookahead_ps(&topo, &a), topo.host_preserving_lookahead_ps());
+        assert_eq!(lookahead(&topo, &a), topo.host_preserving_lookahead());
         assert!(a.partitions > topo.host_count());
     }
 
@@ -571,8 +572,8 @@ mod tests {
                     assert!(a.partitions <= parts, "{s} {parts}: {}", a.partitions);
                 }
                 assert!(
-                    lookahead_ps(&topo, &a).unwrap_or(u64::MAX)
-                        >= topo.host_preserving_lookahead_ps().unwrap_or(0),
+                    lookahead(&topo, &a).unwrap_or(SimTime::MAX)
+                        >= topo.host_preserving_lookahead().unwrap_or(SimTime::ZERO),
                     "{s} cuts inside a host"
                 );
                 for (node, n) in topo.nodes().iter().enumerate() {

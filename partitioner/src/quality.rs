@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use sim::time::SimTime;
 use sim::topology::{LinkClass, Topology};
 
-use crate::{Assignment, Load, lookahead_ps};
+use crate::{Assignment, Load, lookahead};
 
 /// Static quality of one assignment.
 #[derive(Debug, Clone, Serialize)]
@@ -20,7 +21,7 @@ pub struct Quality {
     pub imbalance: f64,
     /// Cut links (one per direction) by class name.
     pub cut_links: BTreeMap<&'static str, u32>,
-    pub lookahead_ps: Option<u64>,
+    pub lookahead: Option<SimTime>,
     /// Expected bytes on cut links, and their share of the bytes on all links.
     pub cut_bytes: f64,
     pub cut_traffic_share: f64,
@@ -60,7 +61,7 @@ impl Quality {
                 1.0
             },
             cut_links,
-            lookahead_ps: lookahead_ps(topology, assignment),
+            lookahead: lookahead(topology, assignment),
             cut_bytes,
             cut_traffic_share: if all_bytes > 0.0 {
                 cut_bytes / all_bytes

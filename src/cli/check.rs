@@ -734,12 +734,12 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
 /// `check`'s lines on the cut's lookahead and the faults.
 fn look_faults(topo: &Topology, exp: &Experiment) -> String {
     let mut s = String::new();
-    match topo.host_preserving_lookahead_ps() {
-        Some(ps) => {
+    match topo.host_preserving_lookahead() {
+        Some(lookahead) => {
             let _ = writeln!(
                 s,
                 "lookahead   {:.3} us (host-preserving partition)",
-                ps as f64 / 1e6
+                lookahead.as_ps() as f64 / 1e6
             );
         }
         None => {
@@ -859,9 +859,7 @@ impl CheckReport<'_> {
                 links,
                 build_s: self.build_s,
             },
-            lookahead_s: topo
-                .host_preserving_lookahead_ps()
-                .map(|ps| SimTime::from_ps(ps).as_secs_f64()),
+            lookahead_s: topo.host_preserving_lookahead().map(SimTime::as_secs_f64),
             faults: exp
                 .loaded
                 .config

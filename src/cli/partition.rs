@@ -141,8 +141,8 @@ pub fn compare(
 }
 
 fn lookahead_ns(q: &Quality) -> String {
-    q.lookahead_ps
-        .map_or_else(|| "-".into(), |l| format!("{:.0}", l as f64 / 1e3))
+    q.lookahead
+        .map_or_else(|| "-".into(), |l| format!("{:.0}", l.as_ps() as f64 / 1e3))
 }
 
 fn cut(q: &Quality) -> String {
@@ -257,8 +257,8 @@ pub fn to_csv(c: &Comparison) -> String {
                     format!("{:.3}", q.lps_mean),
                     q.lps_max.to_string(),
                     format!("{:.4}", q.imbalance),
-                    q.lookahead_ps
-                        .map_or_else(String::new, |l| format!("{:.1}", l as f64 / 1e3)),
+                    q.lookahead
+                        .map_or_else(String::new, |l| format!("{:.1}", l.as_ps() as f64 / 1e3)),
                     format!("{:.0}", q.cut_bytes),
                     format!("{:.6}", q.cut_traffic_share),
                     format!("{:.3}", q.latency_weighted_cut),

@@ -33,7 +33,9 @@ fn delay(r: u64) -> u64 {
 fn hold(queue: &mut EventQueue<Payload>, size: usize, rng: &mut u64, seq: &mut u64) -> u64 {
     let mut now = 0;
     for _ in 0..HOLDS {
-        let (key, payload) = queue.pop_before(u64::MAX).expect("steady size");
+        let (key, payload) = queue
+            .pop_before(sim::time::SimTime::MAX)
+            .expect("steady size");
         now = key.time.as_ps();
         *rng = splitmix64(*rng);
         *seq += 1;

@@ -73,7 +73,11 @@ pub enum PartitionError {
 /// broken (a bug, never bad input).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "causality violation: LP {origin} ({origin_kind}), handling {cause} at {now_ps} ps, sent {kind} for {time_ps} ps to LP {target} ({target_kind}) in another partition inside the window ending at {window_end_ps} ps, or before its partition's promise of {promised_ps} ps{lineage}"
+    "causality violation: LP {origin} ({origin_kind}), handling {cause} at {} ps, sent {kind} for {} ps to LP {target} ({target_kind}) in another partition inside the window ending at {} ps, or before its partition's promise of {} ps{lineage}",
+    .now.as_ps(),
+    .time.as_ps(),
+    .window_end.as_ps(),
+    .promised.as_ps()
 )]
 pub struct CausalityError {
     pub origin: NodeId,
@@ -81,12 +85,12 @@ pub struct CausalityError {
     /// The topology node kinds of origin and target (`gpu`, `leaf`, ...).
     pub origin_kind: &'static str,
     pub target_kind: &'static str,
-    pub time_ps: u64,
-    pub window_end_ps: u64,
-    /// What the sending partition had promised (0: nothing yet).
-    pub promised_ps: u64,
+    pub time: SimTime,
+    pub window_end: SimTime,
+    /// What the sending partition had promised (zero: nothing yet).
+    pub promised: SimTime,
     /// When the origin handled the event that made it send, and that event's kind.
-    pub now_ps: u64,
+    pub now: SimTime,
     pub cause: &'static str,
     /// The kind of the event that crossed.
     pub kind: &'static str,
@@ -126,7 +130,7 @@ pub struct Partition {
     pub events_by_kind: [u64; Body::KINDS],
     pub error: Option<PartitionError>,
     /// The run's lookahead, the unit of `slack`.
-    pub lookahead_ps: u64,
+    pub lookahead: SimTime,
     /// Events sent to other partitions, by how many lookaheads later they arrive.
     pub slack: CrossPartitionSlack,
     /// The promises of the pending events, when windows end at the least promise.
@@ -183,7 +187,7 @@ impl Partition {
             last_window_events: 0,
             events_by_kind: [0; Body::KINDS],
             error: None,
-            lookahead_ps: u64::MAX,
+            lookahead: SimTime::MAX,
             slack: CrossPartitionSlack::default(),
             promises: None,
             lineage: Lineage::new(),
@@ -210,8 +214,9 @@ impl Partition {
     }
 
     /// The earliest time anything here can reach another partition, after a window that
-    /// ended at `window_end_ps`; `None` when promises are not tracked.
-    pub fn promise(&mut self, model: &SimModel, window_end_ps: u64) -> Option<Promise> {
+    /// ended at `window_end`; `None` when promises are not tracked.
+    pub fn promise(&mut self, model: &SimModel, window_end: SimTime) -> Option<Promise> {
+        let window_end_ps = window_end.as_ps();
         let promises = self.promises.as_mut()?;
         for i in promises.take_touched() {
             let i = i as usize;
@@ -227,7 +232,7 @@ impl Partition {
         let promise = promises.promise(
             model,
             window_end_ps,
-            queue.next_time_ps(),
+            queue.next_time().map(SimTime::as_ps),
             queue.len(),
             || {
                 queue
@@ -238,8 +243,9 @@ impl Partition {
         );
         // Its waiting LPs handle their next events no sooner than the window's end.
         self.promised_floor_ps = promise
-            .at_ps
-            .min(window_end_ps.saturating_add(promise.waiting_distance_ps));
+            .at
+            .as_ps()
+            .min(window_end_ps.saturating_add(promise.waiting_distance.as_ps()));
         Some(promise)
     }
 
@@ -295,15 +301,16 @@ impl Partition {
         }
     }
 
-    pub fn next_time_ps(&self) -> Option<u64> {
-        self.queue.next_time_ps()
+    pub fn next_time(&self) -> Option<SimTime> {
+        self.queue.next_time()
     }
 
-    /// Processes every event before `end_ps`, in key order.
-    pub fn run_window(&mut self, model: &SimModel, map: &LpMap, end_ps: u64) {
+    /// Processes every event before `end`, in key order.
+    pub fn run_window(&mut self, model: &SimModel, map: &LpMap, end: SimTime) {
+        let end_ps = end.as_ps();
         let mut n = 0;
         self.lineage.window(end_ps);
-        while let Some((key, event)) = self.queue.pop_before(end_ps) {
+        while let Some((key, event)) = self.queue.pop_before(end) {
             self.lineage.handling(&key);
             self.prefetch_next_events(map);
             let i = map.local_index[event.target as usize] as usize;
@@ -390,17 +397,19 @@ impl Partition {
                         target: event.target,
                         origin_kind: kind_of(key.origin_lp),
                         target_kind: kind_of(event.target),
-                        time_ps: key.time.as_ps(),
-                        window_end_ps: end_ps,
-                        promised_ps: self.promised_floor_ps,
-                        now_ps: now,
+                        time: key.time,
+                        window_end: SimTime::from_ps(end_ps),
+                        promised: SimTime::from_ps(self.promised_floor_ps),
+                        now: SimTime::from_ps(now),
                         cause,
                         kind: event.body.kind_name(),
                         lineage: self.lineage.explain(model, key.time.as_ps()),
                     })));
                 }
-                self.slack
-                    .count(key.time.as_ps().saturating_sub(now), self.lookahead_ps);
+                self.slack.count(
+                    key.time.saturating_sub(SimTime::from_ps(now)),
+                    self.lookahead,
+                );
                 self.outbox.push((key, event));
             }
         }

@@ -18,6 +18,7 @@ pub use sim::engine::cut::Cut;
 use sim::engine::cut::TargetState;
 use sim::engine::{Body, Event, Lp, SimModel};
 use sim::event::EventKey;
+use sim::time::SimTime;
 use sim::topology::LinkId;
 
 /// The promises of a partition's pending events, kept as a min-heap alongside its queue,
@@ -159,8 +160,8 @@ impl PendingPromises {
     ) -> Promise {
         let (states, waiting_distance_ps) = self.states.min(window_end_ps);
         let promise = |at_ps: u64| Promise {
-            at_ps,
-            waiting_distance_ps,
+            at: SimTime::from_ps(at_ps),
+            waiting_distance: SimTime::from_ps(waiting_distance_ps),
         };
         let Some(next) = next_time_ps else {
             self.heap.clear();
@@ -184,18 +185,18 @@ impl PendingPromises {
 }
 
 /// What a partition (or a worker) promises: nothing it holds reaches another partition
-/// before `at_ps`, nor, from its waiting GPUs, before the next event anywhere plus
-/// `waiting_distance_ps` (`u64::MAX`: none waits).
+/// before `at`, nor, from its waiting GPUs, before the next event anywhere plus
+/// `waiting_distance` ([`SimTime::MAX`]: none waits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Promise {
-    pub at_ps: u64,
-    pub waiting_distance_ps: u64,
+    pub at: SimTime,
+    pub waiting_distance: SimTime,
 }
 
 impl Promise {
     pub const NONE: Promise = Promise {
-        at_ps: u64::MAX,
-        waiting_distance_ps: u64::MAX,
+        at: SimTime::MAX,
+        waiting_distance: SimTime::MAX,
     };
 }
 

@@ -8,6 +8,8 @@
 //! senders' state (an earliest output time, Chandy and Misra's null messages or UNISON's
 //! per-LP lookahead, Bai et al., EuroSys'24 §4) could widen the windows.
 
+use sim::time::SimTime;
+
 /// Multiples of the lookahead that bound the counters of [`CrossPartitionSlack`].
 pub const SLACK_MULTIPLES: [u64; 6] = [1, 2, 4, 8, 16, 32];
 
@@ -21,9 +23,9 @@ pub struct CrossPartitionSlack {
 }
 
 impl CrossPartitionSlack {
-    /// Counts an event that arrives `delay_ps` after it was sent.
-    pub fn count(&mut self, delay_ps: u64, lookahead_ps: u64) {
-        let multiple = delay_ps / lookahead_ps.max(1);
+    /// Counts an event that arrives `delay` after it was sent.
+    pub fn count(&mut self, delay: SimTime, lookahead: SimTime) {
+        let multiple = delay.as_ps() / lookahead.as_ps().max(1);
         let i = SLACK_MULTIPLES
             .iter()
             .rposition(|&m| multiple >= m)
@@ -46,11 +48,11 @@ mod tests {
     fn an_event_counts_under_the_largest_multiple_its_delay_reaches() {
         let mut s = CrossPartitionSlack::default();
         for delay in [1_000, 1_999, 2_000, 3_999, 7_000, 31_999, 32_000, 1 << 40] {
-            s.count(delay, 1_000);
+            s.count(SimTime::from_ps(delay), SimTime::from_ns(1));
         }
         assert_eq!(s.events, [2, 2, 1, 0, 1, 2]);
         // Sooner than the lookahead (it cannot happen across a cut) counts in the first.
-        s.count(10, 1_000);
+        s.count(SimTime::from_ps(10), SimTime::from_ns(1));
         assert_eq!(s.events[0], 3);
         let mut sum = CrossPartitionSlack::default();
         sum.add(&s);

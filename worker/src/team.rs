@@ -35,6 +35,7 @@ use std::time::Instant;
 
 use sim::engine::{Event, SimModel};
 use sim::event::EventKey;
+use sim::time::SimTime;
 
 use crate::next_times::NextTimes;
 use crate::partition::{LpMap, Partition, PartitionError};
@@ -312,7 +313,7 @@ impl Shared {
     fn run_to(&self, slot: usize, end: u64, res: &mut ThreadResult) -> Ran {
         let mut p = self.partitions[slot].lock();
         p.absorb(&self.model, &mut self.incoming[slot].lock());
-        p.run_window(&self.model, &self.map, end);
+        p.run_window(&self.model, &self.map, SimTime::from_ps(end));
         res.events += p.last_window_events;
         if let Some(e) = p.error.take() {
             res.error.get_or_insert(e);
@@ -320,8 +321,10 @@ impl Shared {
         self.stage(&mut p.outbox, res);
         Ran {
             slot,
-            next: p.next_time_ps(),
-            promise: p.promise(&self.model, end).unwrap_or(Promise::NONE),
+            next: p.next_time().map(SimTime::as_ps),
+            promise: p
+                .promise(&self.model, SimTime::from_ps(end))
+                .unwrap_or(Promise::NONE),
             events: p.last_window_events,
         }
     }
@@ -477,7 +480,7 @@ impl Shared {
         }
         for (slot, (p, inbox)) in self.partitions.iter().zip(&self.incoming).enumerate() {
             // Partition, then incoming box: the order `run_to` takes them in.
-            let queued = p.lock().next_time_ps();
+            let queued = p.lock().next_time().map(SimTime::as_ps);
             let next = inbox
                 .lock()
                 .iter()
@@ -541,9 +544,9 @@ pub struct ThreadPlan {
     pub oversubscribed: bool,
     /// The worker's id, for the threads' names.
     pub worker: u32,
-    /// Asynchronous scheduling, with the run's lookahead (`u64::MAX` when no link is cut);
-    /// `None`: a barrier ends every window.
-    pub asynchronous_lookahead_ps: Option<u64>,
+    /// Asynchronous scheduling, with the run's lookahead ([`SimTime::MAX`] when no link is
+    /// cut); `None`: a barrier ends every window.
+    pub asynchronous_lookahead: Option<SimTime>,
     /// Windows end at the partitions' least promise, with this cut ([`Cut`]).
     pub cut: Option<Arc<Cut>>,
 }
@@ -575,7 +578,7 @@ impl Team {
             threads,
             oversubscribed,
             worker,
-            asynchronous_lookahead_ps,
+            asynchronous_lookahead,
             cut,
         } = plan;
         // A thread beyond the partitions would have nothing to run: capped there, so that
@@ -610,8 +613,8 @@ impl Team {
             finished_helpers: CachePadded::new(AtomicUsize::new(0)),
             steal: AtomicBool::new(true),
             stop: AtomicBool::new(false),
-            promises: asynchronous_lookahead_ps
-                .map(|lookahead_ps| Promises::new(threads, lookahead_ps)),
+            promises: asynchronous_lookahead
+                .map(|lookahead| Promises::new(threads, lookahead.as_ps())),
             cut,
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
@@ -693,8 +696,8 @@ impl Team {
             let mut p = p.lock();
             res.ran.push(Ran {
                 slot,
-                next: p.next_time_ps(),
-                promise: p.promise(&s.model, 0).unwrap_or(Promise::NONE),
+                next: p.next_time().map(SimTime::as_ps),
+                promise: p.promise(&s.model, SimTime::ZERO).unwrap_or(Promise::NONE),
                 events: 0,
             });
             s.stage(&mut p.outbox, &mut res);

@@ -110,7 +110,7 @@ pub struct WorkerSetup {
     pub stop_requested: Option<Arc<AtomicBool>>,
     pub scheduling: Scheduling,
     /// The smallest latency of a link between two partitions; `None` when none is cut.
-    pub lookahead_ps: Option<u64>,
+    pub lookahead: Option<SimTime>,
     /// With a barrier every window, end windows at the partitions' least promise
     /// (`engine.promises`).
     pub promises: bool,
@@ -305,7 +305,7 @@ impl<'a> WindowLoop<'a> {
         };
         for p in &mut partitions {
             // Before start-up: its events are counted in lookaheads too.
-            p.lookahead_ps = setup.lookahead_ps.unwrap_or(u64::MAX);
+            p.lookahead = setup.lookahead.unwrap_or(SimTime::MAX);
             if setup.resume.is_none() {
                 p.start(model, map);
             }
@@ -315,7 +315,7 @@ impl<'a> WindowLoop<'a> {
         // (Asynchronous threads keep their next times apart, and a lone asynchronous
         // worker's windows are as wide as it likes anyway.)
         let asynchronous = setup.scheduling == Scheduling::Asynchronous;
-        let cut = (setup.promises && !asynchronous && setup.lookahead_ps.is_some())
+        let cut = (setup.promises && !asynchronous && setup.lookahead.is_some())
             .then(|| Arc::new(Cut::new(model, &map.partition_of, &mine)));
         let routing = Routing {
             slot_of,
@@ -332,8 +332,12 @@ impl<'a> WindowLoop<'a> {
                 oversubscribed: setup.oversubscribed,
                 worker: setup.id,
                 // At least 1 ps, as the coordinator's windows (a zero one is refused before).
-                asynchronous_lookahead_ps: asynchronous
-                    .then(|| setup.lookahead_ps.unwrap_or(u64::MAX).max(1)),
+                asynchronous_lookahead: asynchronous.then(|| {
+                    setup
+                        .lookahead
+                        .unwrap_or(SimTime::MAX)
+                        .max(SimTime::from_ps(1))
+                }),
                 cut: cut.clone(),
             },
         )?;
@@ -380,8 +384,8 @@ impl<'a> WindowLoop<'a> {
             }
             for ran in r.ran.drain(..) {
                 self.next.set(ran.slot, ran.next);
-                self.promises.set(ran.slot, Some(ran.promise.at_ps));
-                self.waiting[ran.slot] = ran.promise.waiting_distance_ps;
+                self.promises.set(ran.slot, Some(ran.promise.at.as_ps()));
+                self.waiting[ran.slot] = ran.promise.waiting_distance.as_ps();
                 self.cost[ran.slot] = ran.events;
                 busiest = busiest.max(ran.events);
             }
@@ -413,9 +417,11 @@ impl<'a> WindowLoop<'a> {
             if self.promises.get(slot) < self.last_end {
                 let mut p = self.shared.partitions[slot].lock();
                 p.absorb(model, &mut self.shared.incoming[slot].lock());
-                let promise = p.promise(model, self.last_end).unwrap_or(Promise::NONE);
-                self.promises.set(slot, Some(promise.at_ps));
-                self.waiting[slot] = promise.waiting_distance_ps;
+                let promise = p
+                    .promise(model, SimTime::from_ps(self.last_end))
+                    .unwrap_or(Promise::NONE);
+                self.promises.set(slot, Some(promise.at.as_ps()));
+                self.waiting[slot] = promise.waiting_distance.as_ps();
             }
         }
     }

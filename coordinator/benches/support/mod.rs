@@ -29,7 +29,7 @@ pub fn permutation_model(bytes: u64) -> SimModel {
                 src,
                 dst: (src + 8) % 128,
                 bytes,
-                start_ps: 0,
+                start: sim::time::SimTime::ZERO,
             })
             .collect(),
     )
@@ -45,7 +45,7 @@ pub fn run(model: &Arc<SimModel>, threads: usize) -> u64 {
 /// [`run`] with `scheduling` (`fleetsim run` schedules a lone worker asynchronously).
 pub fn run_scheduled(model: &Arc<SimModel>, threads: usize, scheduling: Scheduling) -> u64 {
     let a = partitioner::by_host(&model.topology);
-    let lookahead = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &a));
+    let lookahead = model.lookahead(partitioner::lookahead(&model.topology, &a));
     let (_, stats) = embedded::run(
         Arc::clone(model),
         a.partition_of,

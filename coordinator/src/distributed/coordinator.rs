@@ -63,7 +63,7 @@ pub fn run_coordinator(
                 partition_runs: runs,
                 partition_owner: owners,
                 peer_addresses: Vec::new(),
-                lookahead_ps: partition.lookahead_ps.unwrap_or(0),
+                lookahead_ps: partition.lookahead.map_or(0, SimTime::as_ps),
                 checkpoint_dir: checkpoint_dir.display().to_string(),
                 resume_parts,
                 fingerprint: checkpoints.fingerprint.clone(),
@@ -73,7 +73,7 @@ pub fn run_coordinator(
             hosts: Vec::new(),
             threads: 1,
             rounds: {
-                let lookahead = partition.lookahead_ps.map(SimTime::from_ps);
+                let lookahead = partition.lookahead;
                 let rounds = CombiningBarrier::new(workers, lookahead, progress)
                     .with_checkpoints(checkpoints.schedule);
                 let scheduling = worker::Scheduling::for_run(
@@ -165,7 +165,7 @@ pub fn run_coordinator(
         threads,
         map.partitions,
         &hub.rounds.driver,
-        partition.lookahead_ps,
+        partition.lookahead,
         started.elapsed().as_secs_f64(),
     );
     stats.coordinator_bytes = hub.window_bytes;

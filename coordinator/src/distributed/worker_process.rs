@@ -184,7 +184,7 @@ pub fn run_worker_process(
             workers,
             oversubscribed,
         ),
-        lookahead_ps: (reply.lookahead_ps > 0).then_some(reply.lookahead_ps),
+        lookahead: (reply.lookahead_ps > 0).then_some(SimTime::from_ps(reply.lookahead_ps)),
         promises: exp.loaded.config.engine.promises,
     };
     let mut coordination = GrpcCoordination {

@@ -284,7 +284,7 @@ pub fn summarize_run(
             events_per_window: s.events as f64 / s.windows.max(1) as f64,
             cross_partition_events: s.cross_partition_events,
             cross_partition_slack: cross_partition_slack(&s.per_worker),
-            lookahead_s: s.lookahead_ps.map(|l| SimTime::from_ps(l).as_secs_f64()),
+            lookahead_s: s.lookahead.map(SimTime::as_secs_f64),
             window_end: window_end(s).to_string(),
             wall_s: s.wall_s,
             resumed_events: s.resumed_events,
@@ -409,7 +409,7 @@ fn scheduling(workers: &[worker::WorkerStats]) -> String {
 /// model-derived lookahead), `lookahead` (one lookahead after the start), `widening` (a lone
 /// asynchronous worker's windows, sized by their events) or `uncut` (one partition).
 fn window_end(s: &EngineStats) -> &'static str {
-    if s.lookahead_ps.is_none() {
+    if s.lookahead.is_none() {
         "uncut"
     } else if s.per_worker.iter().any(|w| w.promises) {
         "promise"
@@ -738,12 +738,12 @@ pub fn write_trace(
                             op: sp.name,
                         },
                         cat: op.label.phase.name(),
-                        dur: us(sp.end_ps - sp.start_ps),
+                        dur: us((sp.end - sp.start).as_ps()),
                         name: &name,
                         ph: "X",
                         pid,
                         tid,
-                        ts: us(sp.start_ps),
+                        ts: us(sp.start.as_ps()),
                     })?;
                 }
             }
@@ -762,12 +762,12 @@ pub fn write_trace(
             })?;
             for sp in spans {
                 out.event(&LinkEvent {
-                    dur: us(sp.end_ps - sp.start_ps),
+                    dur: us((sp.end - sp.start).as_ps()),
                     name: "busy",
                     ph: "X",
                     pid: links_pid,
                     tid,
-                    ts: us(sp.start_ps),
+                    ts: us(sp.start.as_ps()),
                 })?;
             }
         }

@@ -69,7 +69,7 @@ pub fn run_measured(
         partitions: partition_of.iter().copied().max().unwrap_or(0) + 1,
         partition_of,
     };
-    let lookahead = model.lookahead_ps(partitioner::lookahead_ps(&model.topology, &assignment));
+    let lookahead = model.lookahead(partitioner::lookahead(&model.topology, &assignment));
     let (results, stats) = embedded::run(
         Arc::clone(&model),
         assignment.partition_of,
@@ -154,7 +154,7 @@ pub fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
         src,
         dst,
         bytes,
-        start_ps,
+        start: sim::time::SimTime::from_ps(start_ps),
     }
 }
 

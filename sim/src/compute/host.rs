@@ -46,12 +46,12 @@ pub struct HostEntry {
     pub source: String,
 }
 
-/// One CPU's costs in picoseconds.
+/// One CPU's costs per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostCosts {
-    pub module_ps: u64,
-    pub op_ps: u64,
-    pub launch_ps: u64,
+    pub module: SimTime,
+    pub op: SimTime,
+    pub launch: SimTime,
 }
 
 impl HostCosts {
@@ -61,11 +61,10 @@ impl HostCosts {
         let e = entries.iter().find(|e| e.cpu == cpu).ok_or_else(|| {
             ConfigError::at_file(SHIPPED_FILE, format!("has no `{}` host", cpu.name()))
         })?;
-        let ps = |us: f64| SimTime::from_micros_f64(us).as_ps();
         Ok(HostCosts {
-            module_ps: ps(e.module_us),
-            op_ps: ps(e.op_us),
-            launch_ps: ps(e.launch_us),
+            module: SimTime::from_micros_f64(e.module_us),
+            op: SimTime::from_micros_f64(e.op_us),
+            launch: SimTime::from_micros_f64(e.launch_us),
         })
     }
 }
@@ -109,12 +108,12 @@ fn in_graph(op: &Op, graphs: CudaGraphs) -> bool {
     }
 }
 
-/// The host time to issue each op of `program`, ps: a module call for a GEMM or fused
+/// The host time to issue each op of `program`: a module call for a GEMM or fused
 /// attention whose kernel name differs from the previous kernel's, an op for any other
 /// kernel (one per kernel of a chain of small ops) or communication call, a launch for a kernel repeating the previous one's name (the
 /// next chunk of an overlapped GEMM, the wgrad after its dgrad); nothing for a CXL transfer
 /// (the driver's copy engine), an op inside a CUDA graph or an imported trace's op.
-pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> Vec<u64> {
+pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> Vec<SimTime> {
     let mut previous = None;
     program
         .ops
@@ -127,21 +126,21 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                     let repeat = previous == Some(key);
                     previous = Some(key);
                     match k.shape {
-                        _ if repeat => costs.launch_ps,
-                        Shape::Gemm { .. } | Shape::Attention { .. } => costs.module_ps,
+                        _ if repeat => costs.launch,
+                        Shape::Gemm { .. } | Shape::Attention { .. } => costs.module,
                         // Each of a chain's small ops is its own call from Python.
-                        Shape::Elementwise { kernels, .. } => costs.op_ps * u64::from(kernels),
-                        Shape::Fixed { .. } => costs.op_ps,
+                        Shape::Elementwise { kernels, .. } => {
+                            SimTime::from_ps(costs.op.as_ps() * u64::from(kernels))
+                        }
+                        Shape::Fixed { .. } => costs.op,
                     }
                 }
-                OpKind::MemoryRead { .. } => 0,
-                OpKind::Collective { .. } | OpKind::Send { .. } | OpKind::Recv { .. } => {
-                    costs.op_ps
-                }
+                OpKind::MemoryRead { .. } => SimTime::ZERO,
+                OpKind::Collective { .. } | OpKind::Send { .. } | OpKind::Recv { .. } => costs.op,
             };
             // An imported trace's ops carry the times it recorded; nothing issues them.
             if in_graph(op, graphs) || op.label.module == Module::Imported {
-                0
+                SimTime::ZERO
             } else {
                 cost
             }
@@ -191,9 +190,13 @@ mod tests {
             program.push(OpKind::Compute { kernel }, Stream::Compute, label, &[]);
         }
         let issued = issue_costs(&program, &costs, CudaGraphs::None);
-        assert_eq!(issued, vec![47 * costs.op_ps, costs.op_ps]);
         assert_eq!(
-            costs.op_ps, 19_200_000,
+            issued,
+            vec![SimTime::from_ps(47 * costs.op.as_ps()), costs.op]
+        );
+        assert_eq!(
+            costs.op,
+            SimTime::from_ps(19_200_000),
             "Grace's op as configs/hosts.toml states it"
         );
     }
@@ -231,17 +234,19 @@ mod tests {
         let x86 = HostCosts::of(HostCpu::X86).unwrap();
         let (gb200, h100) = (gemm("GB200"), gemm("H100-SXM"));
         assert!(
-            grace.module_ps > gb200,
-            "GB200: host {} ps, GPU {gb200} ps",
-            grace.module_ps
+            grace.module.as_ps() > gb200,
+            "GB200: host {}, GPU {gb200} ps",
+            grace.module
         );
         assert!(
-            x86.module_ps < h100 / 2,
-            "H100: host {} ps, GPU {h100} ps",
-            x86.module_ps
+            x86.module.as_ps() < h100 / 2,
+            "H100: host {}, GPU {h100} ps",
+            x86.module
         );
         // The measured host costs themselves, as the file states them.
-        assert_eq!(grace.module_ps, 99_700_000);
-        assert!((x86.module_ps as f64 / grace.module_ps as f64 - 13.5 / 37.1).abs() < 0.01);
+        assert_eq!(grace.module, SimTime::from_ps(99_700_000));
+        assert!(
+            (x86.module.as_ps() as f64 / grace.module.as_ps() as f64 - 13.5 / 37.1).abs() < 0.01
+        );
     }
 }

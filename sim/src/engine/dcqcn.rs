@@ -43,7 +43,7 @@ impl Dcqcn {
         self.advance(now, p);
         if self
             .last_cut_ps
-            .is_some_and(|t| now.saturating_sub(t) < p.cnp_interval_ps)
+            .is_some_and(|t| now.saturating_sub(t) < p.cnp_interval.as_ps())
         {
             return;
         }
@@ -71,14 +71,14 @@ impl Dcqcn {
     /// Applies the timer periods that elapsed up to `now`: α decays, the rate recovers.
     pub fn advance(&mut self, now: u64, p: &DcqcnParams) {
         let mut periods = 0;
-        while now.saturating_sub(self.timer_start_ps) >= p.timer_ps {
-            self.timer_start_ps += p.timer_ps;
+        while now.saturating_sub(self.timer_start_ps) >= p.timer.as_ps() {
+            self.timer_start_ps += p.timer.as_ps();
             periods += 1;
             if periods > MAX_CATCH_UP {
                 self.rate = self.line;
                 self.target = self.line;
-                let remaining = (now - self.timer_start_ps) / p.timer_ps;
-                self.timer_start_ps += remaining * p.timer_ps;
+                let remaining = (now - self.timer_start_ps) / p.timer.as_ps();
+                self.timer_start_ps += remaining * p.timer.as_ps();
                 return;
             }
             self.alpha *= 1.0 - p.g;
@@ -105,6 +105,7 @@ impl Dcqcn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::SimTime;
 
     fn params() -> DcqcnParams {
         DcqcnParams {
@@ -112,13 +113,13 @@ mod tests {
             kmax_bytes: 200 << 10,
             pmax: 0.01,
             g: 1.0 / 256.0,
-            timer_ps: 55_000_000,
+            timer: SimTime::from_us(55),
             byte_counter: 10 << 20,
             fast_recovery_steps: 5,
             rate_ai: 5e6,
             rate_hai: 50e6,
             min_rate: 12.5e6,
-            cnp_interval_ps: 50_000_000,
+            cnp_interval: SimTime::from_us(50),
         }
     }
 
@@ -135,7 +136,7 @@ mod tests {
         d.on_congestion(2, &p);
         assert!((d.rate - 25e9).abs() < 1.0);
         // Five timer periods of fast recovery close 31/32 of the gap to the target.
-        d.advance(1 + 5 * p.timer_ps, &p);
+        d.advance(1 + 5 * p.timer.as_ps(), &p);
         assert!((d.rate - (50e9 - 25e9 / 32.0)).abs() < 1e3, "{}", d.rate);
     }
 
@@ -144,7 +145,7 @@ mod tests {
         let p = params();
         let mut d = Dcqcn::new(50e9, 0);
         d.on_congestion(0, &p);
-        d.advance(10_000 * p.timer_ps, &p);
+        d.advance(10_000 * p.timer.as_ps(), &p);
         assert_eq!(d.rate, 50e9);
     }
 }

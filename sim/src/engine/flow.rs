@@ -669,7 +669,7 @@ struct Transfer {
 
 /// The fabric's flow LP: every flow over shared links, in one place so that rates are
 /// max-min fair across the whole fabric. It lives in one fabric node's LP
-/// ([`super::SimModel::flow_home`]). A GPU's request reaches it [`super::SimModel::flow_delay_ps`]
+/// ([`super::SimModel::flow_home`]). A GPU's request reaches it [`super::SimModel::flow_delay`]
 /// after the transfer starts (the smallest latency of a shared link), and the rest of
 /// the path's latency follows the fluid, so every event either way is at least that far
 /// in the future.
@@ -810,7 +810,7 @@ impl FlowHome {
             fill = fill.max(part_fill);
             flows.push((links, cap));
         }
-        let delay = model.flow_delay_ps;
+        let delay = model.flow_delay.as_ps();
         let transfer = Transfer {
             done: Done::Send {
                 queue_pair: req.queue_pair(),
@@ -854,7 +854,7 @@ impl FlowHome {
             self.rings.insert(key, ring);
             return;
         }
-        let delay = model.flow_delay_ps;
+        let delay = model.flow_delay.as_ps();
         // A member forwards a step once it has it whole, so a ring's steps chain along its
         // edges: over `steps` steps each edge's latency and fill count steps / n times.
         let lane_overhead = ring.overhead_ps.iter().copied().max().unwrap_or(0);

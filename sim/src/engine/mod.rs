@@ -88,7 +88,7 @@ pub struct FlowSpec {
     pub src: u32,
     pub dst: u32,
     pub bytes: u64,
-    pub start_ps: u64,
+    pub start: SimTime,
 }
 
 /// A piece of a flow on its way through the fabric.
@@ -103,7 +103,7 @@ pub struct Segment {
     pub hash: u64,
     pub tag: Tag,
     /// One-way latency of the flow's path: acknowledgements take it back to the sender.
-    pub path_ps: u64,
+    pub(crate) path_ps: u64,
     /// The queued link the segment arrived on, [`NO_LINK`] when it skipped analytical links.
     pub ingress: LinkId,
     /// The reverse of `ingress` among the receiving node's out links, from the sending port
@@ -128,7 +128,7 @@ pub struct Segment {
     /// Picoseconds from the segment's head reaching the node its event is for to its tail
     /// reaching it: switches forward MTU packets as they come (cut-through at segment
     /// level, [`net::cut_through`]), so a segment is spread over its path. 0 at the sender.
-    pub lag_ps: u32,
+    pub(crate) lag_ps: u32,
 }
 
 /// "No node" in [`Segment::via`].
@@ -461,11 +461,11 @@ pub struct SimModel {
     pub kernel_ps: Vec<Vec<u64>>,
     /// Whether each of those kernels is compute-bound (follows the GPU's own clock).
     pub kernel_clocked: Vec<Vec<bool>>,
-    /// When the host has issued each op if it never waits for the GPU, ps from the rank's
+    /// When the host has issued each op if it never waits for the GPU, from the rank's
     /// start: the running sum of [`crate::compute::host::issue_costs`], indexed as
     /// `kernel_ps`. Empty where issuing costs nothing (every op in a CUDA graph, or a
     /// collective benchmark's C loop).
-    pub host_issue_ps: Vec<Vec<u64>>,
+    pub host_issued: Vec<Vec<SimTime>>,
     /// Chip-to-chip spread of the sustained clock, per GPU type.
     pub clock_spread: Vec<f64>,
     pub gpu_types: usize,
@@ -482,11 +482,11 @@ pub struct SimModel {
     pub flow_home: Option<NodeId>,
     /// How far in the future a GPU's request reaches the flow LP, and the least delay of
     /// its answers: the smallest latency of a shared link. Caps the lookahead.
-    pub flow_delay_ps: u64,
+    pub flow_delay: SimTime,
     /// The largest latency of any link: no partitioning's lookahead (its cut links' least
     /// latency) exceeds it, so an LP may hold back an event by up to this much before it is
     /// needed ([`Body::Arrived`]) without knowing the partitioning.
-    pub longest_link_ps: u64,
+    pub longest_link: SimTime,
     /// `[[faults]]` on GPUs and the job: slow GPUs, kernel jitter, parts that go down.
     pub faults: crate::fault::Faults,
     /// Whether one data-parallel replica stands for all ([`symmetry::Symmetry`]); the
@@ -664,7 +664,7 @@ impl SimModel {
             .iter()
             .map(|job| ComputeModel::from_experiment(&job.exp))
             .collect::<Result<Vec<_>, _>>()?;
-        let ((programs, kernel_ps, kernel_clocked), host_issue_ps) = match &workload.jobs {
+        let ((programs, kernel_ps, kernel_clocked), host_issued) = match &workload.jobs {
             Some(set) if job_computes.len() == set.jobs.len() => {
                 let job = |p: usize| set.job_of_program(p);
                 (
@@ -685,8 +685,9 @@ impl SimModel {
             let table = program * gpu_types + usize::from(topology.gpu_type(rank));
             (kernel_ps[table].clone(), kernel_clocked[table].clone())
         })?;
-        let (flow_home, flow_delay_ps) = flow_home(&topology, &net);
-        let longest_link_ps = topology.links().map(|l| l.latency_ps).max().unwrap_or(0);
+        let (flow_home, flow_delay) = flow_home(&topology, &net);
+        let longest_link =
+            SimTime::from_ps(topology.links().map(|l| l.latency_ps).max().unwrap_or(0));
         let clock_spread: Vec<f64> = exp
             .gpu_types
             .iter()
@@ -701,7 +702,7 @@ impl SimModel {
             programs,
             kernel_ps,
             kernel_clocked,
-            host_issue_ps,
+            host_issued,
             clock_spread,
             gpu_types,
             net,
@@ -711,20 +712,20 @@ impl SimModel {
             flows: Vec::new(),
             collectives,
             flow_home,
-            flow_delay_ps,
-            longest_link_ps,
+            flow_delay,
+            longest_link,
             faults: exp.faults.clone().with_timed_links(timed_link_faults),
             symmetry,
         })
     }
 
-    /// The lookahead of a partitioning whose cut links' smallest latency is `cut_ps`: that,
+    /// The lookahead of a partitioning whose cut links' smallest latency is `cut`: that,
     /// but no more than the flow LP's delay in flow mode (its events cross partitions
     /// without following a link). `None` when nothing is cut.
-    pub fn lookahead_ps(&self, cut_ps: Option<u64>) -> Option<u64> {
+    pub fn lookahead(&self, cut: Option<SimTime>) -> Option<SimTime> {
         match self.flow_home {
-            Some(_) => cut_ps.map(|c| c.min(self.flow_delay_ps)),
-            None => cut_ps,
+            Some(_) => cut.map(|c| c.min(self.flow_delay)),
+            None => cut,
         }
     }
 
@@ -739,7 +740,7 @@ impl SimModel {
         (self.programs, self.kernel_ps, self.kernel_clocked) =
             workload_tables(exp, &workload, |_| compute);
         // nccl-tests-style benchmarks issue from a C loop: no Python host in the way.
-        self.host_issue_ps = vec![Vec::new(); self.kernel_ps.len()];
+        self.host_issued = vec![Vec::new(); self.kernel_ps.len()];
         self.workload = workload;
         self.symmetry = symmetry::Symmetry::Full {
             why: "a benchmark's workload runs on every rank".into(),
@@ -782,13 +783,13 @@ impl SimModel {
 /// In flow mode, the fabric node that hosts the flow LP (the first that sends on a shared
 /// link and is not a GPU) and the smallest shared link latency ([`NetworkParams`] refuses
 /// zero): it is how far ahead the flow LP's events travel.
-fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, u64) {
+fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, SimTime) {
     if !net.flow {
-        return (None, 0);
+        return (None, SimTime::ZERO);
     }
     let shared = || topology.links().filter(|l| net.is_shared(l.class));
-    let Some(delay) = shared().map(|l| l.latency_ps).min() else {
-        return (None, 0);
+    let Some(delay) = shared().map(|l| SimTime::from_ps(l.latency_ps)).min() else {
+        return (None, SimTime::ZERO);
     };
     let nodes = topology.nodes();
     let home = shared()
@@ -847,13 +848,13 @@ fn workload_tables<'c>(
     (programs, kernel_ps, clocked)
 }
 
-/// [`SimModel::host_issue_ps`] of every program on every GPU type, program `i` with the CUDA
+/// [`SimModel::host_issued`] of every program on every GPU type, program `i` with the CUDA
 /// graphs of `graphs_of(i)`; a table whose ops all cost nothing is left empty.
 fn host_tables(
     exp: &Experiment,
     workload: &Workload,
     graphs_of: impl Fn(usize) -> crate::config::CudaGraphs,
-) -> Result<Vec<Vec<u64>>, crate::config::ConfigError> {
+) -> Result<Vec<Vec<SimTime>>, crate::config::ConfigError> {
     use crate::compute::host::{HostCosts, issue_costs};
     let costs = exp
         .gpu_types
@@ -863,15 +864,15 @@ fn host_tables(
     let mut tables = Vec::with_capacity(workload.programs.len() * costs.len());
     for (i, p) in workload.programs.iter().enumerate() {
         for c in &costs {
-            let mut issued = 0u64;
-            let mut prefix: Vec<u64> = issue_costs(p, c, graphs_of(i))
+            let mut issued = SimTime::ZERO;
+            let mut prefix: Vec<SimTime> = issue_costs(p, c, graphs_of(i))
                 .into_iter()
                 .map(|cost| {
                     issued += cost;
                     issued
                 })
                 .collect();
-            if issued == 0 {
+            if issued == SimTime::ZERO {
                 prefix = Vec::new();
             }
             tables.push(prefix);

@@ -86,7 +86,7 @@ impl Port {
 
 /// A segment crossing one link, as [`cut_through`] times it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Crossing {
+pub(crate) struct Crossing {
     /// When the link has sent the segment's last byte.
     pub end_ps: u64,
     /// When the segment's head reaches the far end.
@@ -105,7 +105,7 @@ pub struct Crossing {
 /// instead cost a multi-node ring step (hops − 1)/8 of its serialisation again: 28-30 GB/s
 /// of bus bandwidth where NCCL reaches 40 (docs/engine.md). A lag beyond `u32` picoseconds
 /// (4.3 ms: a megabyte on a 2 Gb/s link) is not carried: that segment lands whole.
-pub fn cut_through(
+pub(crate) fn cut_through(
     start_ps: u64,
     tail_ps: u64,
     ser_ps: u64,
@@ -384,10 +384,10 @@ impl Ports {
         port.stats.busy_ps += SimTime::from_ps(ser);
         if model.trace {
             match port.spans.last_mut() {
-                Some(s) if s.end_ps == ctx.now.as_ps() => s.end_ps = port.busy_until,
+                Some(s) if s.end == ctx.now => s.end = SimTime::from_ps(port.busy_until),
                 _ => port.spans.push(Span {
-                    start_ps: ctx.now.as_ps(),
-                    end_ps: port.busy_until,
+                    start: ctx.now,
+                    end: SimTime::from_ps(port.busy_until),
                     name: 0,
                 }),
             }

@@ -23,13 +23,13 @@ pub struct DcqcnParams {
     pub kmax_bytes: u64,
     pub pmax: f64,
     pub g: f64,
-    pub timer_ps: u64,
+    pub timer: SimTime,
     pub byte_counter: u64,
     pub fast_recovery_steps: u32,
     pub rate_ai: f64,
     pub rate_hai: f64,
     pub min_rate: f64,
-    pub cnp_interval_ps: u64,
+    pub cnp_interval: SimTime,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -255,12 +255,12 @@ fn dcqcn_params(exp: &Experiment) -> Result<DcqcnParams, ConfigError> {
         kmax_bytes: d.kmax_bytes,
         pmax: d.pmax,
         g: d.g,
-        timer_ps: SimTime::from_micros_f64(d.timer_us).as_ps(),
+        timer: SimTime::from_micros_f64(d.timer_us),
         byte_counter: d.byte_counter_bytes,
         fast_recovery_steps: d.fast_recovery_steps,
         rate_ai: gbps(d.rate_ai_gbps),
         rate_hai: gbps(d.rate_hai_gbps),
         min_rate: gbps(d.min_rate_gbps),
-        cnp_interval_ps: (d.cnp_interval_us * 1e6).round() as u64,
+        cnp_interval: SimTime::from_micros_f64(d.cnp_interval_us),
     })
 }

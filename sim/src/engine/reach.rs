@@ -158,14 +158,14 @@ impl Cut {
     /// acknowledgements, messages to its members) to another partition: `u64::MAX` when
     /// every member is in its partition and every route to one stays there, so that all it
     /// leads to is handled there. What a member then does is that member's own promise.
-    pub fn group_reach_ps(&self, rank: u32, kind: GroupKind) -> u64 {
+    pub(crate) fn group_reach_ps(&self, rank: u32, kind: GroupKind) -> u64 {
         self.owned_reach(rank)
             .map_or_else(|| self.gpu_distance_ps(rank), |row| row[kind as usize])
     }
 
     /// The least of [`Cut::group_reach_ps`] over every group kind: a bound for whatever op
     /// GPU `rank` runs.
-    pub fn gpu_reach_ps(&self, rank: u32) -> u64 {
+    pub(crate) fn gpu_reach_ps(&self, rank: u32) -> u64 {
         self.owned_reach(rank).map_or_else(
             || self.gpu_distance_ps(rank),
             |row| row.iter().copied().min().unwrap_or(u64::MAX),
@@ -188,7 +188,7 @@ impl Cut {
     /// [`Cut::group_reach_ps`] for one flow: from GPU node `sender` (the GPU itself, or
     /// the PXN relay its segments leave by) to GPU node `peer`; the sender's distance to
     /// the cut where the pair was not searched.
-    pub fn peer_reach_ps(&self, sender: NodeId, peer: NodeId) -> u64 {
+    pub(crate) fn peer_reach_ps(&self, sender: NodeId, peer: NodeId) -> u64 {
         self.peer_reach
             .get(sender, peer)
             .unwrap_or(self.distances[sender as usize])
@@ -323,7 +323,7 @@ impl Cut {
 
     /// The reach of what GPU `rank` (node `node`) sends for a message tagged `tag`: its
     /// group's, `p2p` for a send or receive, the GPU's distance for anything else.
-    pub fn tag_reach_ps(
+    pub(crate) fn tag_reach_ps(
         &self,
         rank: u32,
         node: NodeId,
@@ -346,7 +346,7 @@ impl Cut {
     /// sender in another partition (the rest is the GPU's own promise), any other node's
     /// distance to the cut. Never less than `at`'s distance, also a bound; that alone
     /// without a carried route.
-    pub fn segment_reach_ps(
+    pub(crate) fn segment_reach_ps(
         &self,
         model: &SimModel,
         at: NodeId,
@@ -554,7 +554,7 @@ pub(super) fn is_gpu_lp(model: &SimModel, node: NodeId) -> bool {
 /// For every topology node, the least time an event there can take to cause an event
 /// in another partition of `partition_of` (indexed by node): the shortest latency path
 /// to any node of another partition, over the links and, in flow mode, over the flow
-/// LP's edges (each GPU to and from it in [`SimModel::flow_delay_ps`]); `u64::MAX`
+/// LP's edges (each GPU to and from it in [`SimModel::flow_delay`]); `u64::MAX`
 /// when none is reachable.
 ///
 /// Sound because an event an LP emits for another LP is never sooner than the path
@@ -579,7 +579,9 @@ fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
             .iter()
             .zip(topology.out_links(x as NodeId))
             .map(|(&from, &l)| (from, topology.link(l).latency_ps));
-        let from_home = home.filter(|_| gpu(x)).map(|h| (h, model.flow_delay_ps));
+        let from_home = home
+            .filter(|_| gpu(x))
+            .map(|h| (h, model.flow_delay.as_ps()));
         let gpus = if home == Some(x as NodeId) {
             0..nodes.len()
         } else {
@@ -587,7 +589,7 @@ fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
         };
         let from_gpus = gpus
             .filter(move |&g| gpu(g))
-            .map(|g| (g as NodeId, model.flow_delay_ps));
+            .map(|g| (g as NodeId, model.flow_delay.as_ps()));
         wired.chain(from_home).chain(from_gpus)
     };
     nearest_other_partition(nodes.len(), into, partition_of)

@@ -22,8 +22,8 @@ pub const CLASSES: [LinkClass; 4] = [
 /// A busy interval: an op on a stream (`name` = op index) or a link transmitting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Span {
-    pub start_ps: u64,
-    pub end_ps: u64,
+    pub start: SimTime,
+    pub end: SimTime,
     pub name: u32,
 }
 

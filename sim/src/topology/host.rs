@@ -405,7 +405,7 @@ mod tests {
         assert_eq!(by[&LinkClass::Pcie].0, 2 * 2 * 20);
         assert_eq!(t.host_count(), 2);
         // NvSwitches of one-host domains stay in their host; fabric links are the lookahead.
-        assert_eq!(t.host_preserving_lookahead_ps(), Some(1_000_000));
+        assert_eq!(t.host_preserving_lookahead(), Some(SimTime::from_us(1)));
         for n in t.nodes() {
             if n.kind == NodeKind::NvSwitch {
                 assert_ne!(n.host, HOST_NONE);
@@ -489,7 +489,7 @@ mod tests {
         assert_eq!(p.len(), 2);
         assert!(p.iter().all(|&l| t.link(l).class == LinkClass::NvLink));
         // The shared NVSwitch cuts hosts apart: its NVLink latency becomes the lookahead.
-        assert_eq!(t.host_preserving_lookahead_ps(), Some(100_000));
+        assert_eq!(t.host_preserving_lookahead(), Some(SimTime::from_ns(100)));
         check_all_pairs(&t, &[0, 1, 2]);
         // NCCL (Multi-Node NVLink) sees the domain of two hosts as one node.
         assert_eq!(t.hosts_per_nccl_node(), 2);

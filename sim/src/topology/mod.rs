@@ -17,6 +17,7 @@
 //! (b→a), so the reverse of link `l` is `l ^ 1`; bandwidth is bytes/s per direction; latency is
 //! integer picoseconds (DESIGN.md: no floating point in time arithmetic).
 
+use crate::time::SimTime;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -233,7 +234,7 @@ pub struct Topology {
     host_count: u32,
     /// Per host, an index into the `gpu_types` the topology was built with.
     host_gpu_type: Vec<u16>,
-    lookahead_ps: Option<u64>,
+    lookahead: Option<SimTime>,
     routing: routing::Routing,
     /// Cables that are down (`[[faults]]`), ascending; routing never takes their links.
     down_cables: Vec<u32>,
@@ -247,7 +248,7 @@ impl fmt::Debug for Topology {
             .field("links", &self.link_count())
             .field("gpus", &self.gpu_of_rank.len())
             .field("hosts", &self.host_count)
-            .field("lookahead_ps", &self.lookahead_ps)
+            .field("lookahead", &self.lookahead)
             .finish_non_exhaustive()
     }
 }
@@ -500,8 +501,8 @@ impl Topology {
     /// Min latency over links whose endpoints are not inside one host (either endpoint
     /// [`HOST_NONE`], or hosts differ): the lookahead a host-preserving partition gets
     /// (DESIGN.md, "Windows and mailboxes"). `None` when every link is inside a host.
-    pub fn host_preserving_lookahead_ps(&self) -> Option<u64> {
-        self.lookahead_ps
+    pub fn host_preserving_lookahead(&self) -> Option<SimTime> {
+        self.lookahead
     }
 }
 
@@ -706,13 +707,13 @@ impl Builder {
             *slot += 1;
         }
         // Both links of a cable join the same hosts and share a latency: one per cable.
-        let lookahead_ps = cables
+        let lookahead = cables
             .iter()
             .filter(|c| {
                 let (a, b) = (nodes[c.a as usize].host, nodes[c.b as usize].host);
                 a == HOST_NONE || b == HOST_NONE || a != b
             })
-            .map(|c| link_kinds[c.kind as usize].latency_ps)
+            .map(|c| SimTime::from_ps(link_kinds[c.kind as usize].latency_ps))
             .min();
         Topology {
             nodes,
@@ -725,7 +726,7 @@ impl Builder {
             gpu_of_rank,
             host_count,
             host_gpu_type,
-            lookahead_ps,
+            lookahead,
             routing,
             down_cables: Vec::new(),
         }

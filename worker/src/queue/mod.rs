@@ -19,6 +19,7 @@ mod heap;
 mod radix;
 
 use sim::event::EventKey;
+use sim::time::SimTime;
 
 use heap::HeapQueue;
 use radix::RadixQueue;
@@ -76,8 +77,9 @@ impl<E> EventQueue<E> {
         }
     }
 
-    /// Pops the earliest event if it is before `end_ps` (the window's end, exclusive).
-    pub fn pop_before(&mut self, end_ps: u64) -> Option<(EventKey, E)> {
+    /// Pops the earliest event if it is before `end` (the window's end, exclusive).
+    pub fn pop_before(&mut self, end: SimTime) -> Option<(EventKey, E)> {
+        let end_ps = end.as_ps();
         match &mut self.repr {
             Repr::Heap(h) => h.pop_before(end_ps),
             Repr::Radix(r) => {
@@ -95,11 +97,12 @@ impl<E> EventQueue<E> {
     }
 
     /// Time of the earliest pending event.
-    pub fn next_time_ps(&self) -> Option<u64> {
+    pub fn next_time(&self) -> Option<SimTime> {
         match &self.repr {
             Repr::Heap(h) => h.next_time_ps(),
             Repr::Radix(r) => r.next_time_ps(),
         }
+        .map(SimTime::from_ps)
     }
 
     /// The `n`-th event to pop from now (0: the next), if cheaply known: a hint for
@@ -137,7 +140,6 @@ impl<E> EventQueue<E> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use sim::time::SimTime;
 
     /// Always a heap, always a radix heap, or one that switches back and forth often.
     fn queue_in<E>(regime: usize) -> EventQueue<E> {
@@ -167,14 +169,14 @@ mod tests {
                 // Pop some early on to exercise slot reuse; the earliest stays the earliest
                 // only among what was pushed, so compare as a multiset below.
                 if i == interleave
-                    && let Some((k, e)) = q.pop_before(u64::MAX)
+                    && let Some((k, e)) = q.pop_before(SimTime::MAX)
                 {
                     prop_assert_eq!((k.time.as_ps(), k.origin_lp, k.origin_seq), e);
                     out.push(e);
                 }
             }
             let mut rest = Vec::new();
-            while let Some((k, e)) = q.pop_before(u64::MAX) {
+            while let Some((k, e)) = q.pop_before(SimTime::MAX) {
                 prop_assert_eq!((k.time.as_ps(), k.origin_lp, k.origin_seq), e);
                 rest.push(e);
             }
@@ -210,7 +212,7 @@ mod tests {
                 let end = now + window;
                 for _ in 0..pops {
                     let expected = reference.first().copied().filter(|k| k.0 < end);
-                    let got = q.pop_before(end).map(|(k, e)| {
+                    let got = q.pop_before(SimTime::from_ps(end)).map(|(k, e)| {
                         assert_eq!((k.time.as_ps(), k.origin_lp, k.origin_seq), e);
                         e
                     });
@@ -221,7 +223,7 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(q.len(), reference.len());
-                prop_assert_eq!(q.next_time_ps(), reference.first().map(|k| k.0));
+                prop_assert_eq!(q.next_time().map(SimTime::as_ps), reference.first().map(|k| k.0));
             }
         }
     }
@@ -244,7 +246,7 @@ mod tests {
                     prop_assert!(named.iter().all(Option::is_none));
                 }
                 for want in named {
-                    let got = q.pop_before(u64::MAX).map(|(_, e)| e);
+                    let got = q.pop_before(SimTime::MAX).map(|(_, e)| e);
                     if let Some(want) = want {
                         prop_assert_eq!(got, Some(want));
                     }
@@ -264,8 +266,11 @@ mod tests {
             },
             'a',
         );
-        assert!(q.pop_before(10).is_none());
-        assert_eq!(q.pop_before(11).map(|(_, e)| e), Some('a'));
+        assert!(q.pop_before(SimTime::from_ps(10)).is_none());
+        assert_eq!(
+            q.pop_before(SimTime::from_ps(11)).map(|(_, e)| e),
+            Some('a')
+        );
     }
 
     #[test]
@@ -281,7 +286,8 @@ mod tests {
                 (lp, seq),
             );
         }
-        let order: Vec<_> = std::iter::from_fn(|| q.pop_before(8).map(|(_, e)| e)).collect();
+        let order: Vec<_> =
+            std::iter::from_fn(|| q.pop_before(SimTime::from_ps(8)).map(|(_, e)| e)).collect();
         assert_eq!(order, vec![(0, 9), (1, 3), (1, 5), (2, 0)]);
     }
 }

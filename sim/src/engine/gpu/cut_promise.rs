@@ -36,7 +36,7 @@ impl Crossing {
 impl GpuLp {
     /// The least delay from what flow slot `flow` sends to another partition of `cut`: its
     /// op's group's reach, or for a send or receive its one peer's; `None` for an empty slot.
-    pub fn flow_reach_ps(&self, cut: &Cut, flow: u32) -> Option<u64> {
+    pub(crate) fn flow_reach_ps(&self, cut: &Cut, flow: u32) -> Option<u64> {
         let f = self.flows.get(flow as usize)?.as_ref()?;
         let sender = if f.via == NO_NODE { self.node } else { f.via };
         Some(cut.tag_reach_ps(self.rank, self.node, f.tag, || {
@@ -47,7 +47,7 @@ impl GpuLp {
     /// The least of [`GpuLp::flow_reach_ps`] over every flow the GPU has: its transport
     /// serves them all, so an event of one flow (an acknowledgement freeing its window, a
     /// port's `TxDone`) may put another's segments on the wire.
-    pub fn flows_reach_ps(&self, cut: &Cut) -> u64 {
+    pub(crate) fn flows_reach_ps(&self, cut: &Cut) -> u64 {
         (0..self.flows.len() as u32)
             .filter_map(|f| self.flow_reach_ps(cut, f))
             .min()
@@ -249,7 +249,7 @@ impl GpuLp {
     /// The least reach of the ops of stream `stream` (of any op where it is not one, or
     /// before they are listed): an event of an op there may end it, and the ops after it
     /// that wait for nothing else start at once. [`GpuLp::cut_promise`] leaves them out.
-    pub fn stream_reach_ps(&self, cut: &Cut, stream: Option<usize>) -> u64 {
+    pub(crate) fn stream_reach_ps(&self, cut: &Cut, stream: Option<usize>) -> u64 {
         match (&self.crossing, stream) {
             (Some(c), Some(s)) if s < STREAMS => c.stream_least[s],
             (Some(c), _) => c.least,
@@ -343,7 +343,7 @@ fn closed_form_least_ps(
                 return 0;
             }
             plan_for(model, &g.shape, true, (kind, cop), bytes).map_or(0, |plan| {
-                plan.time_ps().saturating_sub(model.longest_link_ps)
+                plan.time_ps().saturating_sub(model.longest_link.as_ps())
             })
         })
         .collect()

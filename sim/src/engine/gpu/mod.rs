@@ -252,11 +252,7 @@ impl GpuLp {
         }
         for (i, f) in model.flows.iter().enumerate() {
             if f.src == self.rank {
-                ctx.emit(
-                    self.node,
-                    SimTime::from_ps(f.start_ps),
-                    Body::StartFlow { index: i as u32 },
-                );
+                ctx.emit(self.node, f.start, Body::StartFlow { index: i as u32 });
             }
         }
         self.pump(model, ctx);

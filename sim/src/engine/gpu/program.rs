@@ -114,11 +114,11 @@ impl GpuLp {
     /// When the host has issued `op`, which no unresolved host sync precedes (a kernel of a
     /// chain: [`crate::engine::ProgramIndex::chains_into_next`] stops at syncs).
     fn issued_ps(&self, model: &SimModel, op: u32) -> u64 {
-        let issued = &model.host_issue_ps[self.kernel_table as usize];
+        let issued = &model.host_issued[self.kernel_table as usize];
         if issued.is_empty() || op < self.host_settled {
             return 0;
         }
-        self.host_anchor_ps + issued[op as usize] - self.host_anchor_prefix
+        self.host_anchor_ps + issued[op as usize].as_ps() - self.host_anchor_prefix
     }
 
     /// When the host issues `op`, or `None` while it waits at an earlier host sync. At the
@@ -126,7 +126,7 @@ impl GpuLp {
     /// reached it, waited for them, and goes on from `now` ([`crate::compute::host`]); if it
     /// has not reached it yet, the answer is when it will.
     fn host_issue(&mut self, model: &SimModel, op: u32, now: u64) -> Option<u64> {
-        let issued = &model.host_issue_ps[self.kernel_table as usize];
+        let issued = &model.host_issued[self.kernel_table as usize];
         if issued.is_empty() {
             return Some(0);
         }
@@ -136,14 +136,15 @@ impl GpuLp {
             Some(&sync) if op == sync => {
                 let before = match sync {
                     0 => 0,
-                    s => issued[s as usize - 1],
+                    s => issued[s as usize - 1].as_ps(),
                 };
                 let reached = self.host_anchor_ps + before - self.host_anchor_prefix;
                 if reached > now {
                     return Some(reached);
                 }
-                self.host_anchor_ps = now + (issued[sync as usize] - before);
-                self.host_anchor_prefix = issued[sync as usize];
+                let at_sync = issued[sync as usize].as_ps();
+                self.host_anchor_ps = now + (at_sync - before);
+                self.host_anchor_prefix = at_sync;
                 self.host_settled = sync;
                 self.host_sync_cursor += 1;
                 // Ops after the sync on other streams may go now.
@@ -398,8 +399,8 @@ impl GpuLp {
         }
         if model.trace {
             self.spans[s].push(Span {
-                start_ps: start,
-                end_ps: at,
+                start: SimTime::from_ps(start),
+                end: SimTime::from_ps(at),
                 name: op,
             });
         }

@@ -121,7 +121,7 @@ impl Schedule for Closed {
                     due_ps,
                 };
                 // Delivered as late as the leader may need it: see `Body::Arrived`.
-                let deliver = done_ps.saturating_sub(model.longest_link_ps);
+                let deliver = done_ps.saturating_sub(model.longest_link.as_ps());
                 ctx.emit(leader, SimTime::from_ps(due_ps.max(deliver)), body);
             }
         }

@@ -9,7 +9,6 @@ use crate::engine::flow::RingJoin;
 use crate::engine::gpu::GpuLp;
 use crate::engine::gpu::Running;
 use crate::engine::{Body, Ctx, SimModel, Tag};
-use crate::time::SimTime;
 
 /// [`Algo::Fluid`]: a ring of `steps` steps on `lanes` lanes, run by the flow LP as one
 /// flow per lane.
@@ -89,7 +88,7 @@ impl Schedule for Fluid {
         };
         ctx.emit(
             home,
-            ctx.now + SimTime::from_ps(model.flow_delay_ps),
+            ctx.now + model.flow_delay,
             Body::RingJoin(Box::new(join)),
         );
     }

@@ -6,7 +6,6 @@
 use crate::engine::flow::FlowRequest;
 use crate::engine::gpu::GpuLp;
 use crate::engine::{Body, Ctx, SimModel};
-use crate::time::SimTime;
 
 impl GpuLp {
     /// Flow mode: hands flow `id` whole to the fabric's flow LP, which answers with
@@ -32,11 +31,7 @@ impl GpuLp {
             fifo_rate: f.fifo_rate,
             parts: f.parts,
         };
-        ctx.emit(
-            home,
-            ctx.now + SimTime::from_ps(model.flow_delay_ps),
-            Body::FlowStart(request),
-        );
+        ctx.emit(home, ctx.now + model.flow_delay, Body::FlowStart(request));
     }
 
     /// The flow LP delivered flow `id` whole: every byte in flight is acknowledged.
