@@ -488,7 +488,7 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
             nic_share
         }
     };
-    let mut worst = 0u64;
+    let mut worst = SimTime::ZERO;
     for class in 0..workload.classes() {
         let class_ranks: Vec<u32> = (0..l.world())
             .filter(|&r| usize::from(workload.replica_class[l.coords(r).dp as usize]) == class)
@@ -546,7 +546,7 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                 format!("the plan's schedule does not complete: {e}"),
             )
         })?;
-        worst = worst.max(timing.iteration_ps);
+        worst = worst.max(timing.iteration);
     }
-    Ok(SimTime::from_ps(worst).as_secs_f64())
+    Ok(worst.as_secs_f64())
 }

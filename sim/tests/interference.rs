@@ -31,13 +31,10 @@ fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     assert_eq!(plain, none);
     let slowed = Interference::from_config(&ComputeConfig::default());
     let with = evaluate_with_interference(&workload, 0, &cost, &slowed).unwrap();
-    assert!(
-        with.iteration_ps > plain.iteration_ps,
-        "{with:?} vs {plain:?}"
-    );
+    assert!(with.iteration > plain.iteration, "{with:?} vs {plain:?}");
     // Never more than every op fully slowed.
-    let bound = plain.iteration_ps as f64 / slowed.compute_rate.min(slowed.comm_rate);
-    assert!((with.iteration_ps as f64) < bound);
+    let bound = plain.iteration.as_ps() as f64 / slowed.compute_rate.min(slowed.comm_rate);
+    assert!((with.iteration.as_ps() as f64) < bound);
     // Free communication overlaps nothing.
     let free = |p: &Program, op: &Op| match op.kind {
         OpKind::Compute { .. } => cost(p, op),

@@ -413,7 +413,10 @@ fn blocking_interleaved_transfers_cost_time() {
             &body(overlap),
         ))
         .expect("compile");
-        evaluate(&w, 0, &cost).expect("no deadlock").iteration_ps
+        evaluate(&w, 0, &cost)
+            .expect("no deadlock")
+            .iteration
+            .as_ps()
     };
     assert!(
         time(false) > time(true),
@@ -1206,7 +1209,12 @@ fn shared_experts_run_beside_the_moe_all_to_alls_when_overlapped() {
         },
         _ => 0,
     };
-    let time = |w: &Workload| evaluate(w, 0, &cost).expect("no deadlock").iteration_ps;
+    let time = |w: &Workload| {
+        evaluate(w, 0, &cost)
+            .expect("no deadlock")
+            .iteration
+            .as_ps()
+    };
     let shared_forward: u64 = plain
         .programs
         .iter()

@@ -10,7 +10,6 @@ use serde::Serialize;
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::gpu::GpuSpec;
-use sim::time::SimTime;
 use sim::workload::evaluate::{PipelineTiming, evaluate};
 use sim::workload::schedule::bubble_fraction;
 use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, total_model_flops};
@@ -252,7 +251,7 @@ impl WorkloadReport {
         let evaluated = match &self.timing {
             Ok(t) => EvaluatedJson::Timed {
                 bubble_fraction: t.bubble_fraction(),
-                iteration_s: SimTime::from_ps(t.iteration_ps).as_secs_f64(),
+                iteration_s: t.iteration.as_secs_f64(),
             },
             Err(e) => EvaluatedJson::Failed { error: e },
         };
@@ -312,7 +311,7 @@ impl WorkloadReport {
             Ok(t) => format!(
                 "{:.4} (roofline kernels, free communication: {:.3} s per iteration)",
                 t.bubble_fraction(),
-                SimTime::from_ps(t.iteration_ps).as_secs_f64()
+                t.iteration.as_secs_f64()
             ),
             Err(e) => format!("not evaluated: {e}"),
         };

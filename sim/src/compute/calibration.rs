@@ -359,7 +359,7 @@ pub fn layer_seconds(
             SimTime::from_secs_f64(s).as_ps()
         };
         let timing = evaluate_with_interference(workload, 0, &cost, interference)?;
-        Ok(SimTime::from_ps(timing.iteration_ps).as_secs_f64())
+        Ok(timing.iteration.as_secs_f64())
     };
     Ok((
         time(&[Phase::Forward])?,

@@ -9,27 +9,28 @@
 
 use super::{GroupKind, Op, OpKind, Peer, Program, Stream, Workload};
 use crate::compute::Interference;
+use crate::time::SimTime;
 
 /// Result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipelineTiming {
-    /// When the last op of any stage finished, ps.
-    pub iteration_ps: u64,
-    /// Busy time of each stage's compute stream, ps.
-    pub compute_ps: Vec<u64>,
-    /// When each stage finished, ps.
-    pub finish_ps: Vec<u64>,
+    /// When the last op of any stage finished.
+    pub iteration: SimTime,
+    /// Busy time of each stage's compute stream.
+    pub compute: Vec<SimTime>,
+    /// When each stage finished.
+    pub finish: Vec<SimTime>,
 }
 
 impl PipelineTiming {
     /// Idle time of the busiest stage's compute stream over its busy time: the pipeline
     /// bubble in the no-communication limit.
     pub fn bubble_fraction(&self) -> f64 {
-        let busy = self.compute_ps.iter().copied().max().unwrap_or(0);
-        if busy == 0 {
+        let busy = self.compute.iter().copied().max().unwrap_or(SimTime::ZERO);
+        if busy == SimTime::ZERO {
             return 0.0;
         }
-        (self.iteration_ps - busy) as f64 / busy as f64
+        (self.iteration - busy).as_ps() as f64 / busy.as_ps() as f64
     }
 }
 
@@ -232,11 +233,11 @@ fn run(
             });
         }
     }
-    let finish_ps: Vec<u64> = stages
+    let finish: Vec<SimTime> = stages
         .iter()
-        .map(|st| st.finish.iter().flatten().copied().max().unwrap_or(0))
+        .map(|st| SimTime::from_ps(st.finish.iter().flatten().copied().max().unwrap_or(0)))
         .collect();
-    let compute_ps = stages
+    let compute = stages
         .iter()
         .map(|st| {
             st.program
@@ -245,13 +246,14 @@ fn run(
                 .enumerate()
                 .filter(|(_, o)| o.stream == Stream::Compute)
                 .map(|(i, _)| cost(st.program, i as u32))
-                .sum()
+                .sum::<u64>()
         })
+        .map(SimTime::from_ps)
         .collect();
     let timing = PipelineTiming {
-        iteration_ps: finish_ps.iter().copied().max().unwrap_or(0),
-        compute_ps,
-        finish_ps,
+        iteration: finish.iter().copied().max().unwrap_or(SimTime::ZERO),
+        compute,
+        finish,
     };
     Ok((timing, stages.into_iter().map(|st| st.finish).collect()))
 }
