@@ -259,9 +259,9 @@ pub fn fingerprint(exp: &Experiment, model: &SimModel) -> String {
     for p in &model.workload.programs {
         h.write(&(p.ops.len() as u64).to_le_bytes());
     }
-    for table in &model.kernel_ps {
-        for ps in table {
-            h.write(&ps.to_le_bytes());
+    for table in &model.kernel_times {
+        for t in table {
+            h.write(&t.as_ps().to_le_bytes());
         }
     }
     format!("{:016x}", h.finish())

@@ -252,7 +252,7 @@ fn a_coherent_remote_read_layer_takes_the_max_and_a_non_coherent_one_the_sum() {
     // plus the request and the reply over GPU - CXL switch - memory node, 200 ns a hop).
     let m = &coherent_model;
     let program = m.workload.program(0, 0);
-    let kernel_ps = &m.kernel_ps[0];
+    let kernel_ps = &m.kernel_times[0];
     let mut transfers = 0usize;
     let (mut max_extra, mut sum_extra) = (0u64, 0u64);
     for (i, op) in program.ops.iter().enumerate() {
@@ -262,7 +262,7 @@ fn a_coherent_remote_read_layer_takes_the_max_and_a_non_coherent_one_the_sum() {
         transfers += 1;
         let l = op.label;
         let kernels = program.ops[i + 1..].iter().filter_map(|o| match o.kind {
-            OpKind::Compute { kernel } => Some((o.label, kernel_ps[kernel as usize])),
+            OpKind::Compute { kernel } => Some((o.label, kernel_ps[kernel as usize].as_ps())),
             _ => None,
         });
         let compute: u64 = if l.phase == Phase::Optimizer {

@@ -328,9 +328,9 @@ fn program_split(program: &Program, exp: &Experiment, compute: &ComputeModel) ->
                 if let OpKind::Compute { kernel } = op.kind {
                     let t = times[kernel as usize];
                     if op.label.layer == NO_LAYER {
-                        split.1 += t;
+                        split.1 += t.as_ps();
                     } else {
-                        split.0 += t;
+                        split.0 += t.as_ps();
                     }
                 }
             }
@@ -503,12 +503,15 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                 .copied()
                 .filter(|&r| l.coords(r).pp == s)
                 .collect();
-            let mut per_type: Vec<Vec<u64>> = exp
+            let mut per_type: Vec<Vec<SimTime>> = exp
                 .gpu_types
                 .iter()
                 .map(|g| compute.program_times(program, g))
                 .collect();
-            let totals: Vec<u64> = per_type.iter().map(|t| t.iter().sum()).collect();
+            let totals: Vec<u64> = per_type
+                .iter()
+                .map(|t| t.iter().map(|k| k.as_ps()).sum())
+                .collect();
             let slow = slowest(&types, stage_ranks.iter().copied(), &totals);
             let gpu = &exp.gpu_types[slow];
             times.push(per_type.swap_remove(slow));
@@ -524,7 +527,7 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
         let timing = evaluate(&workload, class, &|p, op| {
             let rate = |kind: GroupKind| rates[p.stage as usize][kind as usize];
             match op.kind {
-                OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
+                OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize].as_ps(),
                 OpKind::Collective { op, group, bytes } => {
                     let n = l.group_size(group);
                     if n <= 1 {

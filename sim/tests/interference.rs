@@ -15,12 +15,12 @@ fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     let workload = compile(&exp).expect("compiles");
     let model = ComputeModel::embedded().expect("model");
     let gpu = exp.stage_gpus()[0].clone();
-    let times: Vec<Vec<u64>> = (0..workload.layout.pp)
+    let times: Vec<Vec<sim::time::SimTime>> = (0..workload.layout.pp)
         .map(|s| model.program_times(workload.program(0, s), &gpu))
         .collect();
     // Communication at 100 GB/s: DP buckets overlap backward, TP collectives partly overlap.
     let cost = |p: &Program, op: &Op| match op.kind {
-        OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
+        OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize].as_ps(),
         OpKind::Collective { bytes, .. }
         | OpKind::Send { bytes, .. }
         | OpKind::MemoryRead { bytes } => bytes * 10,

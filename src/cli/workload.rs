@@ -10,6 +10,7 @@ use serde::Serialize;
 use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::gpu::GpuSpec;
+use sim::time::SimTime;
 use sim::workload::evaluate::{PipelineTiming, evaluate};
 use sim::workload::schedule::bubble_fraction;
 use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, total_model_flops};
@@ -186,11 +187,11 @@ impl WorkloadReport {
     ) -> Self {
         let stages = summarize(&workload);
         // Kernel times per program of class 0, looked up by interned kernel index.
-        let times: Vec<Vec<u64>> = (0..workload.layout.pp)
+        let times: Vec<Vec<SimTime>> = (0..workload.layout.pp)
             .map(|s| model.program_times(workload.program(0, s), stage_gpus[s as usize]))
             .collect();
         let timing = evaluate(&workload, 0, &|p, op| match op.kind {
-            OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
+            OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize].as_ps(),
             _ => 0,
         })
         .map_err(|e| e.to_string());

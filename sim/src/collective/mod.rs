@@ -403,13 +403,13 @@ impl Plan {
         self.latency_us + self.transfer_us
     }
 
-    pub fn time_ps(&self) -> u64 {
-        SimTime::from_micros_f64(self.time_us()).as_ps()
+    pub fn time(&self) -> SimTime {
+        SimTime::from_micros_f64(self.time_us())
     }
 
-    /// Picoseconds of latency, added to a transfer the engine ran over the fabric.
-    pub fn latency_ps(&self) -> u64 {
-        SimTime::from_micros_f64(self.latency_us).as_ps()
+    /// The latency, added to a transfer the engine ran over the fabric.
+    pub fn latency(&self) -> SimTime {
+        SimTime::from_micros_f64(self.latency_us)
     }
 }
 

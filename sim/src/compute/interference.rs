@@ -8,6 +8,7 @@
 //! the rates as events start and stop; the analytical evaluator from one timing pass.
 
 use crate::config::ComputeConfig;
+use crate::time::SimTime;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interference {
@@ -31,19 +32,19 @@ impl Interference {
         }
     }
 
-    /// Extra time of a compute kernel that overlapped communication for `overlap_ps`.
-    pub fn compute_delay(&self, overlap_ps: u64) -> u64 {
-        delay(overlap_ps, self.compute_rate)
+    /// Extra time of a compute kernel that overlapped communication for `overlap`.
+    pub fn compute_delay(&self, overlap: SimTime) -> SimTime {
+        delay(overlap, self.compute_rate)
     }
 
-    /// Extra time of a communication op that overlapped compute for `overlap_ps`.
-    pub fn comm_delay(&self, overlap_ps: u64) -> u64 {
-        delay(overlap_ps, self.comm_rate)
+    /// Extra time of a communication op that overlapped compute for `overlap`.
+    pub fn comm_delay(&self, overlap: SimTime) -> SimTime {
+        delay(overlap, self.comm_rate)
     }
 }
 
-fn delay(overlap_ps: u64, rate: f64) -> u64 {
-    (overlap_ps as f64 * (1.0 - rate)).round() as u64
+fn delay(overlap: SimTime, rate: f64) -> SimTime {
+    SimTime::from_ps((overlap.as_ps() as f64 * (1.0 - rate)).round() as u64)
 }
 
 #[cfg(test)]
@@ -59,7 +60,8 @@ mod tests {
         assert!((compute - 1.189).abs() < 0.001, "{compute}");
         let comm = 1.0 / i.comm_rate;
         assert!((comm - 5.5 / 4.7).abs() < 0.003, "{comm}");
-        assert_eq!(Interference::NONE.compute_delay(1_000_000), 0);
-        assert_eq!(i.compute_delay(1_000_000), 159_000);
+        let us = SimTime::from_us(1);
+        assert_eq!(Interference::NONE.compute_delay(us), SimTime::ZERO);
+        assert_eq!(i.compute_delay(us), SimTime::from_ps(159_000));
     }
 }

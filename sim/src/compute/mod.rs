@@ -283,24 +283,24 @@ impl ComputeModel {
         &self,
         program: &Program,
         gpu: &GpuSpec,
-    ) -> (Vec<u64>, Vec<bool>) {
+    ) -> (Vec<SimTime>, Vec<bool>) {
         program
             .kernels
             .iter()
             .map(|k| {
                 let t = self.kernel_time(k, gpu);
-                (t.duration.as_ps(), t.bound == Bound::Compute)
+                (t.duration, t.bound == Bound::Compute)
             })
             .unzip()
     }
 
-    /// Durations (ps) of every interned kernel of `program` on `gpu`, indexed like
+    /// Durations of every interned kernel of `program` on `gpu`, indexed like
     /// `program.kernels`: what an executor looks up per compute op.
-    pub fn program_times(&self, program: &Program, gpu: &GpuSpec) -> Vec<u64> {
+    pub fn program_times(&self, program: &Program, gpu: &GpuSpec) -> Vec<SimTime> {
         program
             .kernels
             .iter()
-            .map(|k| self.kernel_time(k, gpu).duration.as_ps())
+            .map(|k| self.kernel_time(k, gpu).duration)
             .collect()
     }
 }

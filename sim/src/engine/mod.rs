@@ -457,13 +457,13 @@ pub struct SimModel {
     pub topology: Topology,
     pub workload: Workload,
     pub programs: Vec<ProgramIndex>,
-    /// Kernel durations, `kernel_ps[program * gpu_types + gpu_type][kernel]`.
-    pub kernel_ps: Vec<Vec<u64>>,
+    /// Kernel durations, `kernel_times[program * gpu_types + gpu_type][kernel]`.
+    pub kernel_times: Vec<Vec<SimTime>>,
     /// Whether each of those kernels is compute-bound (follows the GPU's own clock).
     pub kernel_clocked: Vec<Vec<bool>>,
     /// When the host has issued each op if it never waits for the GPU, from the rank's
     /// start: the running sum of [`crate::compute::host::issue_costs`], indexed as
-    /// `kernel_ps`. Empty where issuing costs nothing (every op in a CUDA graph, or a
+    /// `kernel_times`. Empty where issuing costs nothing (every op in a CUDA graph, or a
     /// collective benchmark's C loop).
     pub host_issued: Vec<Vec<SimTime>>,
     /// Chip-to-chip spread of the sustained clock, per GPU type.
@@ -664,7 +664,7 @@ impl SimModel {
             .iter()
             .map(|job| ComputeModel::from_experiment(&job.exp))
             .collect::<Result<Vec<_>, _>>()?;
-        let ((programs, kernel_ps, kernel_clocked), host_issued) = match &workload.jobs {
+        let ((programs, kernel_times, kernel_clocked), host_issued) = match &workload.jobs {
             Some(set) if job_computes.len() == set.jobs.len() => {
                 let job = |p: usize| set.job_of_program(p);
                 (
@@ -683,7 +683,7 @@ impl SimModel {
         check_slow_gpus(exp, &workload, |rank| {
             let program = workload.program_index(rank);
             let table = program * gpu_types + usize::from(topology.gpu_type(rank));
-            (kernel_ps[table].clone(), kernel_clocked[table].clone())
+            (kernel_times[table].clone(), kernel_clocked[table].clone())
         })?;
         let (flow_home, flow_delay) = flow_home(&topology, &net);
         let longest_link =
@@ -700,7 +700,7 @@ impl SimModel {
             topology,
             workload,
             programs,
-            kernel_ps,
+            kernel_times,
             kernel_clocked,
             host_issued,
             clock_spread,
@@ -737,10 +737,10 @@ impl SimModel {
         workload: Workload,
         compute: &ComputeModel,
     ) -> SimModel {
-        (self.programs, self.kernel_ps, self.kernel_clocked) =
+        (self.programs, self.kernel_times, self.kernel_clocked) =
             workload_tables(exp, &workload, |_| compute);
         // nccl-tests-style benchmarks issue from a C loop: no Python host in the way.
-        self.host_issued = vec![Vec::new(); self.kernel_ps.len()];
+        self.host_issued = vec![Vec::new(); self.kernel_times.len()];
         self.workload = workload;
         self.symmetry = symmetry::Symmetry::Full {
             why: "a benchmark's workload runs on every rank".into(),
@@ -802,19 +802,19 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, SimTi
 
 /// Refuses a `gpu-slow` fault under which a GPU's kernels alone would run past
 /// [`SimTime::LIMIT`] ([`crate::fault::Faults::check_time_limit`]). `tables(rank)` gives
-/// the rank's kernel times (ps) and which follow its clock; asked for slow ranks only.
+/// the rank's kernel times and which follow its clock; asked for slow ranks only.
 pub fn check_slow_gpus(
     exp: &Experiment,
     workload: &Workload,
-    tables: impl Fn(u32) -> (Vec<u64>, Vec<bool>),
+    tables: impl Fn(u32) -> (Vec<SimTime>, Vec<bool>),
 ) -> Result<(), crate::config::ConfigError> {
     exp.faults.check_time_limit(&exp.loaded, |rank| {
-        let (kernel_ps, clocked) = tables(rank);
+        let (kernel_times, clocked) = tables(rank);
         let program = &workload.programs[workload.program_index(rank)];
         let (mut on_clock, mut other) = (0.0, 0.0);
         for op in &program.ops {
             if let OpKind::Compute { kernel } = op.kind {
-                let s = SimTime::from_ps(kernel_ps[kernel as usize]).as_secs_f64();
+                let s = kernel_times[kernel as usize].as_secs_f64();
                 match clocked[kernel as usize] {
                     true => on_clock += s,
                     false => other += s,
@@ -832,9 +832,9 @@ fn workload_tables<'c>(
     exp: &Experiment,
     workload: &Workload,
     compute_of: impl Fn(usize) -> &'c ComputeModel,
-) -> (Vec<ProgramIndex>, Vec<Vec<u64>>, Vec<Vec<bool>>) {
+) -> (Vec<ProgramIndex>, Vec<Vec<SimTime>>, Vec<Vec<bool>>) {
     let programs = workload.programs.iter().map(ProgramIndex::new).collect();
-    let (kernel_ps, clocked) = workload
+    let (kernel_times, clocked) = workload
         .programs
         .iter()
         .enumerate()
@@ -845,7 +845,7 @@ fn workload_tables<'c>(
                 .map(move |g| compute.program_times_and_clocked(p, g))
         })
         .unzip();
-    (programs, kernel_ps, clocked)
+    (programs, kernel_times, clocked)
 }
 
 /// [`SimModel::host_issued`] of every program on every GPU type, program `i` with the CUDA

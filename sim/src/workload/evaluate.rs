@@ -171,10 +171,11 @@ pub fn evaluate_with_interference(
                 .map(|i| {
                     let (a, b) = interval(i);
                     if is_compute(i) {
-                        interference.compute_delay(overlap(&comm, a, b))
+                        interference.compute_delay(SimTime::from_ps(overlap(&comm, a, b)))
                     } else {
-                        interference.comm_delay(overlap(&compute, a, b))
+                        interference.comm_delay(SimTime::from_ps(overlap(&compute, a, b)))
                     }
+                    .as_ps()
                 })
                 .collect()
         })

@@ -343,7 +343,7 @@ fn closed_form_least_ps(
                 return 0;
             }
             plan_for(model, &g.shape, true, (kind, cop), bytes).map_or(0, |plan| {
-                plan.time_ps().saturating_sub(model.longest_link.as_ps())
+                plan.time().saturating_sub(model.longest_link).as_ps()
             })
         })
         .collect()

@@ -33,7 +33,7 @@ impl GpuLp {
             return None;
         };
         let table = self.kernel_table as usize;
-        let mut base = model.kernel_ps[table][kernel as usize];
+        let mut base = model.kernel_times[table][kernel as usize].as_ps();
         if model.kernel_clocked[table][kernel as usize] {
             base = crate::time::round_ps(base as f64 * self.chip_slowdown);
         }

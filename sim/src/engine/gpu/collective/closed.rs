@@ -53,7 +53,7 @@ impl Closed {
         } else {
             1
         };
-        let duration_ps = call.plan.time_ps();
+        let duration_ps = call.plan.time().as_ps();
         Start {
             algo: Algo::Closed(Closed { duration_ps }),
             step_bytes: 0,

@@ -329,9 +329,13 @@ impl GpuLp {
             let simulated =
                 u64::from(steps - inter_steps) * intra_ps + u64::from(inter_steps) * inter_ps;
             let call_ps = SimTime::from_micros_f64(shape.arch.params().call_us).as_ps();
-            run.tail_ps = plan.latency_ps().saturating_sub(simulated).max(call_ps);
+            run.tail_ps = plan
+                .latency()
+                .as_ps()
+                .saturating_sub(simulated)
+                .max(call_ps);
         } else if !closed {
-            run.tail_ps = plan.latency_ps();
+            run.tail_ps = plan.latency().as_ps();
         }
         self.running[s] = Running::Comm(self.boxed(run));
         if is_collective_stream(s) {

@@ -131,7 +131,7 @@ impl GpuLp {
         let plan = collective::p2p_plan(arch, bytes, across);
         (
             collective::wire_bytes(bytes, plan.protocol, arch, across),
-            plan.latency_ps(),
+            plan.latency().as_ps(),
         )
     }
 
