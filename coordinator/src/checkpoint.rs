@@ -71,14 +71,15 @@ impl FromStr for CheckpointEvery {
             .unwrap_or(value.len());
         let (number, unit) = value.split_at(split);
         let number: f64 = number.parse().map_err(|_| error("is not a duration"))?;
-        let scale = match unit {
-            "ps" => 1.0,
-            "ns" => 1e3,
-            "us" => 1e6,
-            "ms" => 1e9,
-            "s" => 1e12,
+        let unit = match unit {
+            "ps" => SimTime::from_ps(1),
+            "ns" => SimTime::from_ns(1),
+            "us" => SimTime::from_us(1),
+            "ms" => SimTime::from_us(1_000),
+            "s" => SimTime::from_ps(SimTime::PS_PER_SECOND),
             _ => return Err(error("has no unit this option knows")),
         };
+        let scale = unit.as_ps() as f64;
         let amount = number * scale;
         if !(amount.is_finite() && amount > 0.0) {
             return Err(error("must be a positive duration"));

@@ -534,13 +534,15 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
                         return 0;
                     }
                     let s = bytes as f64 * bus_factor(op, n) / rate(group) + 10e-6;
-                    (s * 1e12) as u64
+                    SimTime::from_secs_f64(s).as_ps()
                 }
                 OpKind::Send { bytes, .. } => {
-                    ((bytes as f64 / rate(GroupKind::Pp) + 5e-6) * 1e12) as u64
+                    SimTime::from_secs_f64(bytes as f64 / rate(GroupKind::Pp) + 5e-6).as_ps()
                 }
                 OpKind::Recv { .. } => 0,
-                OpKind::MemoryRead { bytes } => ((bytes as f64 / cxl_rate + 1e-6) * 1e12) as u64,
+                OpKind::MemoryRead { bytes } => {
+                    SimTime::from_secs_f64(bytes as f64 / cxl_rate + 1e-6).as_ps()
+                }
             }
         })
         .map_err(|e| {
