@@ -321,7 +321,7 @@ pub fn partition(
             .topology
             .links()
             .find(|l| {
-                l.latency_ps == 0
+                l.latency == SimTime::ZERO
                     && assignment.partition_of[l.src as usize]
                         != assignment.partition_of[l.dst as usize]
             })

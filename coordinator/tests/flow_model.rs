@@ -38,7 +38,7 @@ fn path_overhead_ps(
     let slowest = slowest_bytes_per_s(&links);
     links
         .iter()
-        .map(|l| l.latency_ps as f64 + head / l.bytes_per_s * 1e12)
+        .map(|l| l.latency.as_ps() as f64 + head / l.bytes_per_s * 1e12)
         .sum::<f64>()
         - head / slowest * 1e12
 }

@@ -38,11 +38,11 @@ fn a_single_flow_takes_bytes_over_bandwidth_plus_hops_times_latency_and_one_segm
     // hop (latency + serialisation); the others follow at the bottleneck's pace.
     let exact: f64 = links
         .iter()
-        .map(|l| l.latency_ps as f64 + seg / l.bytes_per_s * 1e12)
+        .map(|l| l.latency.as_ps() as f64 + seg / l.bytes_per_s * 1e12)
         .sum::<f64>()
         + (bytes as f64 / seg - 1.0) * seg / bw * 1e12;
     let hops = network.len() as f64;
-    let lat = network[0].latency_ps as f64;
+    let lat = network[0].latency.as_ps() as f64;
     let issue_formula = bytes as f64 / bw * 1e12 + hops * (lat + seg / bw * 1e12);
 
     let (_, results) = run(model);
@@ -76,12 +76,12 @@ fn a_single_flow_of_large_segments_cuts_through_every_hop() {
     let slowest = slowest_bytes_per_s(&links);
     let head: f64 = links
         .iter()
-        .map(|l| l.latency_ps as f64 + mtu / l.bytes_per_s * 1e12)
+        .map(|l| l.latency.as_ps() as f64 + mtu / l.bytes_per_s * 1e12)
         .sum();
     let exact = head - mtu / slowest * 1e12 + bytes as f64 / slowest * 1e12;
     let stored: f64 = links
         .iter()
-        .map(|l| l.latency_ps as f64 + seg / l.bytes_per_s * 1e12)
+        .map(|l| l.latency.as_ps() as f64 + seg / l.bytes_per_s * 1e12)
         .sum::<f64>()
         + (bytes as f64 / seg - 1.0) * seg / slowest * 1e12;
     let (_, results) = run(model);

@@ -182,7 +182,7 @@ pub fn lookahead(topology: &Topology, assignment: &Assignment) -> Option<SimTime
         .filter(|l| {
             assignment.partition_of[l.src as usize] != assignment.partition_of[l.dst as usize]
         })
-        .map(|l| SimTime::from_ps(l.latency_ps))
+        .map(|l| l.latency)
         .min()
 }
 
@@ -377,11 +377,11 @@ impl Strategy for LatencyAware {
             .topology
             .links()
             .filter(|l| matches!(l.class, LinkClass::Network | LinkClass::Cxl))
-            .map(|l| l.latency_ps)
+            .map(|l| l.latency.as_ps())
             .max()
             .unwrap_or(0);
         let groups = input.atoms.join(input.topology, |_, _, link| {
-            input.topology.link(link).latency_ps < threshold
+            input.topology.link(link).latency.as_ps() < threshold
         });
         Ok(atoms::pack(&groups, &input.atom_weights(), input.parts))
     }

@@ -46,7 +46,7 @@ impl Quality {
             if assignment.partition_of[l.src as usize] != assignment.partition_of[l.dst as usize] {
                 *cut_links.entry(class_name(l.class)).or_default() += 1;
                 cut_bytes += bytes;
-                latency_weighted_cut += 1e6 / (l.latency_ps.max(1) as f64);
+                latency_weighted_cut += 1e6 / (l.latency.as_ps().max(1) as f64);
             }
         }
         let mean_events = events.iter().sum::<f64>() / k as f64;

@@ -352,7 +352,7 @@ mod route_tests {
             hop += 1;
             let l = t.link(t.out_links(node)[port]);
             let head = model.net.head_bytes(u64::from(seg.bytes));
-            total += l.latency_ps + serialisation_ps(head, ps_per_byte(l.bytes_per_s));
+            total += l.latency.as_ps() + serialisation_ps(head, ps_per_byte(l.bytes_per_s));
             node = l.dst;
         }
         total
@@ -502,7 +502,7 @@ mod route_tests {
             let latencies: BTreeSet<u64> = (0..16)
                 .map(|hash| {
                     let path = t.path(t.gpu(a), t.gpu(b), hash).expect("routed");
-                    path.iter().map(|&l| t.link(l).latency_ps).sum()
+                    path.iter().map(|&l| t.link(l).latency.as_ps()).sum()
                 })
                 .collect();
             assert_eq!(latencies.len(), 1, "GPU {a} -> {b}: {latencies:?}");
@@ -540,7 +540,7 @@ mod route_tests {
             .find(|&l| cut.partition_of[t.link(l).src as usize] == 1)
             .expect("a link from a spine");
         seg.ingress = up;
-        let latency = t.link(up).latency_ps;
+        let latency = t.link(up).latency.as_ps();
         assert_eq!(
             cut.segment_reach_ps(&model, leaf, &seg, true),
             latency.max(cut.distances[leaf as usize])
@@ -558,7 +558,7 @@ mod route_tests {
         let first = t.link(t.out_links(leaf)[seg.route.port(seg.hop).expect("carried")]);
         assert_eq!(cut.partition_of[first.dst as usize], 1);
         // Its head, one MTU packet, is there first (cut-through).
-        let one_hop = first.latency_ps
+        let one_hop = first.latency.as_ps()
             + serialisation_ps(model.net.mtu_bytes, ps_per_byte(first.bytes_per_s));
         assert_eq!(cut.segment_reach_ps(&model, leaf, &seg, true), one_hop);
         // Without a carried route, only the leaf's distance is known.

@@ -759,7 +759,7 @@ impl FlowHome {
             }
             for &l in &self.path {
                 let link = model.topology.link(l);
-                latency += link.latency_ps;
+                latency += link.latency.as_ps();
                 fill += serialisation_ps(head, ps_per_byte(link.bytes_per_s));
                 slowest = slowest.min(link.bytes_per_s);
                 if model.net.is_shared(link.class) {

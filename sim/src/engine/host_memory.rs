@@ -97,7 +97,7 @@ fn segments_in_flight(topology: &Topology, net: &NetworkParams) -> u64 {
         .links()
         .filter(|l| l.class == LinkClass::Network && net.is_queued(l.class));
     let (rate, latency_ps) = network.fold((0.0f64, 0u64), |(r, l), link| {
-        (r.max(link.bytes_per_s), l.max(link.latency_ps))
+        (r.max(link.bytes_per_s), l.max(link.latency.as_ps()))
     });
     if rate == 0.0 {
         return 0;

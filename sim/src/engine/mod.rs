@@ -686,8 +686,11 @@ impl SimModel {
             (kernel_times[table].clone(), kernel_clocked[table].clone())
         })?;
         let (flow_home, flow_delay) = flow_home(&topology, &net);
-        let longest_link =
-            SimTime::from_ps(topology.links().map(|l| l.latency_ps).max().unwrap_or(0));
+        let longest_link = topology
+            .links()
+            .map(|l| l.latency)
+            .max()
+            .unwrap_or(SimTime::ZERO);
         let clock_spread: Vec<f64> = exp
             .gpu_types
             .iter()
@@ -788,7 +791,7 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, SimTi
         return (None, SimTime::ZERO);
     }
     let shared = || topology.links().filter(|l| net.is_shared(l.class));
-    let Some(delay) = shared().map(|l| SimTime::from_ps(l.latency_ps)).min() else {
+    let Some(delay) = shared().map(|l| l.latency).min() else {
         return (None, SimTime::ZERO);
     };
     let nodes = topology.nodes();

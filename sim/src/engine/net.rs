@@ -67,7 +67,7 @@ impl Port {
             link,
             dst: l.dst,
             reverse_port: port_index(&model.topology, l.dst, link ^ 1),
-            latency_ps: l.latency_ps,
+            latency_ps: l.latency.as_ps(),
             ps_per_byte: ps_per_byte(l.bytes_per_s),
             queue: VecDeque::new(),
             queued_bytes: 0,
@@ -301,7 +301,7 @@ impl Ports {
                 let up = model.topology.link(seg.ingress);
                 ctx.emit(
                     up.src,
-                    ctx.now + SimTime::from_ps(up.latency_ps),
+                    ctx.now + up.latency,
                     Body::Pause { link: seg.ingress },
                 );
             }
@@ -427,11 +427,7 @@ impl Ports {
             if charged.upstream_paused && charged.bytes <= model.net.xon_bytes {
                 charged.upstream_paused = false;
                 let up = model.topology.link(ingress);
-                ctx.emit(
-                    up.src,
-                    ctx.now + SimTime::from_ps(up.latency_ps),
-                    Body::Resume { link: ingress },
-                );
+                ctx.emit(up.src, ctx.now + up.latency, Body::Resume { link: ingress });
             }
         }
     }
@@ -458,7 +454,7 @@ impl Ports {
             .filter(|(ingress, _)| ingress.upstream_paused)
             .map(|(_, &l)| model.topology.link(l))
             .filter(|l| is_foreign(l.dst))
-            .map(|l| l.latency_ps)
+            .map(|l| l.latency.as_ps())
             .min()
     }
 
@@ -737,7 +733,7 @@ fn cross_analytical(model: &SimModel, link: LinkId, t: u64, seg: &mut Segment) -
         t + u64::from(seg.lag_ps),
         serialisation_ps(bytes, ps_per_byte),
         serialisation_ps(model.net.head_bytes(bytes), ps_per_byte),
-        lk.latency_ps,
+        lk.latency.as_ps(),
     );
     seg.hop += 1;
     seg.ingress = NO_LINK;

@@ -128,7 +128,7 @@ impl NetworkParams {
         // lookahead it gives, which must be positive.
         if let Some(zero) = topology
             .links()
-            .find(|l| shared[class_index(l.class)] && l.latency_ps == 0)
+            .find(|l| shared[class_index(l.class)] && l.latency == SimTime::ZERO)
         {
             let class = zero.class.name();
             return Err(err(
@@ -176,9 +176,7 @@ impl NetworkParams {
         let headroom = topology
             .links()
             .filter(|l| queued[class_index(l.class)])
-            .map(|l| {
-                (2.0 * SimTime::from_ps(l.latency_ps).as_secs_f64() * l.bytes_per_s).ceil() as u64
-            })
+            .map(|l| (2.0 * l.latency.as_secs_f64() * l.bytes_per_s).ceil() as u64)
             .max()
             .unwrap_or(0)
             + 2 * segment;

@@ -362,7 +362,7 @@ impl Cut {
         if may_pause && seg.ingress != NO_LINK {
             let up = model.topology.link(seg.ingress);
             if self.partition_of[up.src as usize] != own {
-                reach = up.latency_ps;
+                reach = up.latency.as_ps();
             }
         }
         let (mut node, mut hop, mut travelled) = (at, seg.hop, 0u64);
@@ -382,7 +382,8 @@ impl Cut {
             // serialisation and the latency, queued or not (`net::cut_through`); its tail,
             // which the destination waits for, comes no sooner.
             let head = model.net.head_bytes(u64::from(seg.bytes));
-            travelled += link.latency_ps + serialisation_ps(head, ps_per_byte(link.bytes_per_s));
+            travelled +=
+                link.latency.as_ps() + serialisation_ps(head, ps_per_byte(link.bytes_per_s));
             node = link.dst;
             hop += 1;
             if self.partition_of[node as usize] != own {
@@ -534,7 +535,7 @@ impl Walk<'_> {
         for link in next {
             let l = self.model.topology.link(link);
             let rest = self.least_ps(l.dst, what, reached, hops);
-            least = least.min(rest.saturating_add(l.latency_ps));
+            least = least.min(rest.saturating_add(l.latency.as_ps()));
         }
         if shared {
             self.fabric.0.insert((what, self.dst, at), least);
@@ -578,7 +579,7 @@ fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
             .out_neighbours(x as NodeId)
             .iter()
             .zip(topology.out_links(x as NodeId))
-            .map(|(&from, &l)| (from, topology.link(l).latency_ps));
+            .map(|(&from, &l)| (from, topology.link(l).latency.as_ps()));
         let from_home = home
             .filter(|_| gpu(x))
             .map(|h| (h, model.flow_delay.as_ps()));

@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use crate::config::{ClusterConfig, ConfigError, parse_typed};
 use crate::gpu::GpuSpec;
+use crate::time::SimTime;
 
 use super::routing::{GraphRoutes, Routing};
 use super::{
@@ -230,11 +231,11 @@ pub(crate) fn build(
         }
     }
     for l in &graph.links {
-        let latency_ps = match l.latency_ns {
+        let latency = SimTime::from_ps(match l.latency_ns {
             Some(ns) => ns_to_ps(ns, "latency_ns")?,
             None => latency.of(l.class),
-        };
-        b.cable_with_latency(l.a, l.b, l.class, l.bytes_per_s, latency_ps)?;
+        });
+        b.cable_with_latency(l.a, l.b, l.class, l.bytes_per_s, latency)?;
     }
     let endpoints = GraphRoutes::new(graph.nodes.iter().map(|n| n.kind));
     let t = b.finish(
@@ -350,9 +351,9 @@ links = [
         assert_eq!(t.gpu_count(), 8);
         assert_eq!(t.host_count(), 2);
         assert_eq!(t.links().len(), 36);
-        assert_eq!(t.link(0).latency_ps, 150_000);
+        assert_eq!(t.link(0).latency.as_ps(), 150_000);
         // Unspecified latency: the class default (cluster.latency_ns.network = 1000).
-        assert_eq!(t.link(16).latency_ps, 1_000_000);
+        assert_eq!(t.link(16).latency.as_ps(), 1_000_000);
         assert!((t.link(16).bytes_per_s - 50e9).abs() < 1.0);
         let mem = 16;
         assert_eq!(t.nodes()[mem as usize].kind, NodeKind::MemoryNode);

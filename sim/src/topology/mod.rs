@@ -139,7 +139,7 @@ pub struct Link {
     pub class: LinkClass,
     /// Per direction.
     pub bytes_per_s: f64,
-    pub latency_ps: u64,
+    pub latency: SimTime,
 }
 
 /// What the links of one kind share. A cluster has a handful of kinds (a graph file at most
@@ -300,7 +300,7 @@ impl Topology {
             dst,
             class: k.class,
             bytes_per_s: k.bytes_per_s,
-            latency_ps: k.latency_ps,
+            latency: SimTime::from_ps(k.latency_ps),
         }
     }
 
@@ -641,8 +641,8 @@ impl Builder {
         class: LinkClass,
         bytes_per_s: f64,
     ) -> Result<LinkId, TopologyError> {
-        let latency_ps = self.latency.of(class);
-        self.cable_with_latency(a, b, class, bytes_per_s, latency_ps)
+        let latency = SimTime::from_ps(self.latency.of(class));
+        self.cable_with_latency(a, b, class, bytes_per_s, latency)
     }
 
     pub fn cable_with_latency(
@@ -651,7 +651,7 @@ impl Builder {
         b: NodeId,
         class: LinkClass,
         bytes_per_s: f64,
-        latency_ps: u64,
+        latency: SimTime,
     ) -> Result<LinkId, TopologyError> {
         if self.cables.len() as u64 * 2 + 2 > MAX_LINKS {
             return Err(too_large("links"));
@@ -660,7 +660,7 @@ impl Builder {
         let kind = self.kinds.intern(LinkKind {
             class,
             bytes_per_s,
-            latency_ps,
+            latency_ps: latency.as_ps(),
         });
         self.cables.push(CableRecord { a, b, kind });
         Ok(id)

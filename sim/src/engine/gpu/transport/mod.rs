@@ -270,7 +270,7 @@ impl PathCache {
         };
         for &l in &self.path {
             let lk = model.topology.link(l);
-            info.latency_ps += lk.latency_ps;
+            info.latency_ps += lk.latency.as_ps();
             info.bytes_per_s = info.bytes_per_s.min(lk.bytes_per_s);
             info.queued |= model.net.is_queued(lk.class);
             info.shared |= model.net.is_shared(lk.class);
