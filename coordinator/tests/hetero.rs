@@ -278,7 +278,7 @@ fn a_coherent_remote_read_layer_takes_the_max_and_a_non_coherent_one_the_sum() {
                 .sum()
         };
         assert!(compute > 0);
-        let transfer = sim::segments::serialisation_ps(bytes, 1e12 / 64e9) + 4 * 200_000;
+        let transfer = sim::time::round_ps(bytes as f64 * (1e12 / 64e9)) + 4 * 200_000;
         max_extra += transfer.max(compute) - compute;
         sum_extra += transfer;
     }

@@ -58,6 +58,6 @@ impl Segmenting {
 }
 
 /// Serialisation time of `bytes` at `ps_per_byte`, integer picoseconds.
-pub fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
+pub(crate) fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
     crate::time::round_ps(bytes as f64 * ps_per_byte)
 }

@@ -19,8 +19,9 @@ pub struct KernelRow {
 }
 
 impl KernelRow {
-    pub fn total_ps(&self) -> u64 {
-        self.count * self.time.duration.as_ps()
+    /// Its time over the iteration: every run of it.
+    pub fn total(&self) -> SimTime {
+        SimTime::from_ps(self.count * self.time.duration.as_ps())
     }
 }
 
@@ -31,8 +32,8 @@ pub struct StageKernels {
     pub gpu: String,
     /// Every distinct kernel, longest total time first.
     pub rows: Vec<KernelRow>,
-    /// Sum over all compute ops of the stage, ps.
-    pub compute_ps: u64,
+    /// Sum over all compute ops of the stage.
+    pub compute: SimTime,
     /// The clocks its kernels run at.
     pub clock: ClockSummary,
 }
@@ -79,18 +80,18 @@ pub fn stage_kernels(
                 })
                 .collect();
             rows.sort_by(|a, b| {
-                b.total_ps()
-                    .cmp(&a.total_ps())
+                b.total()
+                    .cmp(&a.total())
                     .then_with(|| a.kernel.name.cmp(&b.kernel.name))
                     .then_with(|| a.kernel.pass.cmp(&b.kernel.pass))
             });
-            let compute_ps = rows.iter().map(KernelRow::total_ps).sum();
+            let compute = SimTime::from_ps(rows.iter().map(|r| r.total().as_ps()).sum());
             StageKernels {
                 stage: program.stage,
                 class: i / pp,
                 gpu: gpu.name.clone(),
                 rows,
-                compute_ps,
+                compute,
                 clock: model.clocks_of(gpu),
             }
         })
@@ -112,7 +113,7 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
             st.stage,
             st.class,
             st.gpu,
-            st.compute_ps as f64 * 1e-9,
+            st.compute.as_ps() as f64 * 1e-9,
             sources.join(", ")
         );
         let _ = writeln!(s, "  clock: {}", st.clock.describe());
@@ -131,8 +132,8 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
             "source"
         );
         for r in st.rows.iter().take(top) {
-            let share = if st.compute_ps > 0 {
-                100.0 * r.total_ps() as f64 / st.compute_ps as f64
+            let share = if st.compute > SimTime::ZERO {
+                100.0 * r.total().as_ps() as f64 / st.compute.as_ps() as f64
             } else {
                 0.0
             };
@@ -144,7 +145,7 @@ pub fn to_text(stages: &[StageKernels], top: usize) -> String {
                 r.kernel.dtype.name(),
                 r.count,
                 r.time.duration.as_ps() as f64 * 1e-6,
-                r.total_ps() as f64 * 1e-9,
+                r.total().as_ps() as f64 * 1e-9,
                 share,
                 r.time.bound.name(),
                 100.0 * r.time.efficiency,
@@ -164,7 +165,7 @@ pub fn to_json(stages: &[StageKernels], top: usize) -> Vec<StageJson<'_>> {
             stage: st.stage,
             class: st.class,
             gpu: &st.gpu,
-            compute_s: SimTime::from_ps(st.compute_ps).as_secs_f64(),
+            compute_s: st.compute.as_secs_f64(),
             clock: ClockJson {
                 sustained_fraction: st.clock.sustained,
                 sustained_fp8_fraction: st.clock.sustained_fp8,
@@ -187,7 +188,7 @@ pub fn to_json(stages: &[StageKernels], top: usize) -> Vec<StageJson<'_>> {
                     shape: shape_key(&r.kernel.shape),
                     count: r.count,
                     time_s: r.time.seconds(),
-                    total_s: SimTime::from_ps(r.total_ps()).as_secs_f64(),
+                    total_s: r.total().as_secs_f64(),
                     bound: r.time.bound.name(),
                     efficiency: r.time.efficiency,
                     source: r.time.source.to_string(),
