@@ -527,21 +527,21 @@ pub fn estimate(exp: &Experiment, compute: &ComputeModel) -> Result<f64, ConfigE
         let timing = evaluate(&workload, class, &|p, op| {
             let rate = |kind: GroupKind| rates[p.stage as usize][kind as usize];
             match op.kind {
-                OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize].as_ps(),
+                OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
                 OpKind::Collective { op, group, bytes } => {
                     let n = l.group_size(group);
                     if n <= 1 {
-                        return 0;
+                        return SimTime::ZERO;
                     }
                     let s = bytes as f64 * bus_factor(op, n) / rate(group) + 10e-6;
-                    SimTime::from_secs_f64(s).as_ps()
+                    SimTime::from_secs_f64(s)
                 }
                 OpKind::Send { bytes, .. } => {
-                    SimTime::from_secs_f64(bytes as f64 / rate(GroupKind::Pp) + 5e-6).as_ps()
+                    SimTime::from_secs_f64(bytes as f64 / rate(GroupKind::Pp) + 5e-6)
                 }
-                OpKind::Recv { .. } => 0,
+                OpKind::Recv { .. } => SimTime::ZERO,
                 OpKind::MemoryRead { bytes } => {
-                    SimTime::from_secs_f64(bytes as f64 / cxl_rate + 1e-6).as_ps()
+                    SimTime::from_secs_f64(bytes as f64 / cxl_rate + 1e-6)
                 }
             }
         })

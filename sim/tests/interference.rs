@@ -5,6 +5,7 @@ use std::path::Path;
 use sim::compute::{ComputeModel, Interference};
 use sim::config::ComputeConfig;
 use sim::experiment::Experiment;
+use sim::time::SimTime;
 use sim::workload::evaluate::{evaluate, evaluate_with_interference};
 use sim::workload::{Op, OpKind, Program, compile};
 
@@ -15,16 +16,16 @@ fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     let workload = compile(&exp).expect("compiles");
     let model = ComputeModel::embedded().expect("model");
     let gpu = exp.stage_gpus()[0].clone();
-    let times: Vec<Vec<sim::time::SimTime>> = (0..workload.layout.pp)
+    let times: Vec<Vec<SimTime>> = (0..workload.layout.pp)
         .map(|s| model.program_times(workload.program(0, s), &gpu))
         .collect();
     // Communication at 100 GB/s: DP buckets overlap backward, TP collectives partly overlap.
     let cost = |p: &Program, op: &Op| match op.kind {
-        OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize].as_ps(),
+        OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
         OpKind::Collective { bytes, .. }
         | OpKind::Send { bytes, .. }
-        | OpKind::MemoryRead { bytes } => bytes * 10,
-        OpKind::Recv { .. } => 0,
+        | OpKind::MemoryRead { bytes } => SimTime::from_ps(bytes * 10),
+        OpKind::Recv { .. } => SimTime::ZERO,
     };
     let plain = evaluate(&workload, 0, &cost).expect("no deadlock");
     let none = evaluate_with_interference(&workload, 0, &cost, &Interference::NONE).unwrap();
@@ -38,7 +39,7 @@ fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     // Free communication overlaps nothing.
     let free = |p: &Program, op: &Op| match op.kind {
         OpKind::Compute { .. } => cost(p, op),
-        _ => 0,
+        _ => SimTime::ZERO,
     };
     assert_eq!(
         evaluate(&workload, 0, &free).unwrap(),

@@ -5,6 +5,7 @@ mod support;
 
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
+use sim::time::SimTime;
 use sim::workload::evaluate::evaluate;
 use sim::workload::summary::{summarize, total_hardware_flops, total_model_flops};
 use sim::workload::{
@@ -404,7 +405,7 @@ fn blocking_interleaved_transfers_cost_time() {
     let body = |overlap: bool| four_stage_pipeline(2, 8, &format!("overlap_p2p_comm = {overlap}"));
     // Transfers cost a fixed time here, so waiting for them shows.
     let cost = |p: &Program, op: &sim::workload::Op| match op.kind {
-        OpKind::Send { .. } | OpKind::Recv { .. } => 1_000_000,
+        OpKind::Send { .. } | OpKind::Recv { .. } => SimTime::from_us(1),
         _ => layer_flops_cost(p, op),
     };
     let time = |overlap: bool| {
@@ -693,8 +694,8 @@ memory_check = "off"
 
 /// A cost that makes every chunk forward take F and backward 2F: GEMM and attention FLOPs of
 /// the layers only; everything else is free.
-fn layer_flops_cost(p: &Program, op: &sim::workload::Op) -> u64 {
-    match op.kind {
+fn layer_flops_cost(p: &Program, op: &sim::workload::Op) -> SimTime {
+    SimTime::from_ps(match op.kind {
         OpKind::Compute { kernel } => {
             let k = &p.kernels[kernel as usize];
             let layer = matches!(op.label.module, Module::Attention | Module::Mlp);
@@ -705,7 +706,7 @@ fn layer_flops_cost(p: &Program, op: &sim::workload::Op) -> u64 {
             }
         }
         _ => 0,
-    }
+    })
 }
 
 /// In the no-communication limit the bubble over ideal time is (p − 1)/(m·v).
@@ -762,9 +763,11 @@ fn shipped_experiments_compile_without_deadlock() {
     for path in paths {
         let exp = Experiment::load(&path, &[]).expect("load");
         let w = compile(&exp).expect("compile");
-        let cost = |p: &Program, op: &sim::workload::Op| match op.kind {
-            OpKind::Compute { kernel } => 1 + p.kernels[kernel as usize].flops / 1_000_000_000,
-            _ => 10,
+        let cost = |p: &Program, op: &sim::workload::Op| {
+            SimTime::from_ps(match op.kind {
+                OpKind::Compute { kernel } => 1 + p.kernels[kernel as usize].flops / 1_000_000_000,
+                _ => 10,
+            })
         };
         evaluate(&w, 0, &cost).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         // Streams hold what they should.
@@ -1197,17 +1200,19 @@ fn shared_experts_run_beside_the_moe_all_to_alls_when_overlapped() {
     let q = plain.program(0, 0);
     assert!(first(q, KernelName::SharedUp) > first(q, KernelName::Unpermute));
 
-    let cost = |p: &Program, op: &sim::workload::Op| match op.kind {
-        OpKind::Collective {
-            op: CollectiveOp::AllToAll,
-            ..
-        } => 1_000_000_000,
-        // Every GEMM at its FLOPs (`layer_flops_cost` leaves the MoE module out).
-        OpKind::Compute { kernel } => match p.kernels[kernel as usize] {
-            ref k if matches!(k.shape, Shape::Gemm { .. }) => k.flops / 1_000_000,
+    let cost = |p: &Program, op: &sim::workload::Op| {
+        SimTime::from_ps(match op.kind {
+            OpKind::Collective {
+                op: CollectiveOp::AllToAll,
+                ..
+            } => 1_000_000_000,
+            // Every GEMM at its FLOPs (`layer_flops_cost` leaves the MoE module out).
+            OpKind::Compute { kernel } => match p.kernels[kernel as usize] {
+                ref k if matches!(k.shape, Shape::Gemm { .. }) => k.flops / 1_000_000,
+                _ => 0,
+            },
             _ => 0,
-        },
-        _ => 0,
+        })
     };
     let time = |w: &Workload| {
         evaluate(w, 0, &cost)
@@ -1234,7 +1239,7 @@ fn shared_experts_run_beside_the_moe_all_to_alls_when_overlapped() {
                     }
                     _ => false,
                 })
-                .map(|op| cost(p, op))
+                .map(|op| cost(p, op).as_ps())
                 .sum::<u64>()
         })
         .sum();

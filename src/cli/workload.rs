@@ -191,8 +191,8 @@ impl WorkloadReport {
             .map(|s| model.program_times(workload.program(0, s), stage_gpus[s as usize]))
             .collect();
         let timing = evaluate(&workload, 0, &|p, op| match op.kind {
-            OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize].as_ps(),
-            _ => 0,
+            OpKind::Compute { kernel } => times[p.stage as usize][kernel as usize],
+            _ => SimTime::ZERO,
         })
         .map_err(|e| e.to_string());
         WorkloadReport {

@@ -344,19 +344,19 @@ pub fn layer_seconds(
         .ok_or(CalibrationError::NoTransformerLayer)?
         + 1;
     let time = |phases: &[Phase]| -> Result<f64, CalibrationError> {
-        let cost = |p: &crate::workload::Program, o: &crate::workload::Op| -> u64 {
+        let cost = |p: &crate::workload::Program, o: &crate::workload::Op| -> SimTime {
             if o.label.layer != layer
                 || o.label.micro_batch != 0
                 || !phases.contains(&o.label.phase)
             {
-                return 0;
+                return SimTime::ZERO;
             }
             let s = match o.kind {
                 OpKind::Compute { kernel } => kernel_seconds(&p.kernels[kernel as usize]),
                 OpKind::Collective { op, bytes, .. } => collective_seconds(op, bytes),
                 _ => 0.0,
             };
-            SimTime::from_secs_f64(s).as_ps()
+            SimTime::from_secs_f64(s)
         };
         let timing = evaluate_with_interference(workload, 0, &cost, interference)?;
         Ok(timing.iteration.as_secs_f64())

@@ -121,14 +121,14 @@ pub struct Deadlock {
     pub stream: Stream,
 }
 
-/// Times replica class `class` of `workload`. `cost` gives an op's duration in ps (for a
-/// send, the transfer). Fails, naming the first stuck op, when the programs deadlock.
+/// Times replica class `class` of `workload`. `cost` gives an op's duration (for a send,
+/// the transfer). Fails, naming the first stuck op, when the programs deadlock.
 pub fn evaluate(
     workload: &Workload,
     class: usize,
-    cost: &dyn Fn(&Program, &Op) -> u64,
+    cost: &dyn Fn(&Program, &Op) -> SimTime,
 ) -> Result<PipelineTiming, Deadlock> {
-    run(workload, class, &|p, i| cost(p, &p.ops[i as usize])).map(|(timing, _)| timing)
+    run(workload, class, &|p, i| cost(p, &p.ops[i as usize]).as_ps()).map(|(timing, _)| timing)
 }
 
 /// Every op's finish time (ps), per stage; `None` for ops that never ran.
@@ -145,9 +145,10 @@ type IndexCost<'a> = dyn Fn(&Program, u32) -> u64 + 'a;
 pub fn evaluate_with_interference(
     workload: &Workload,
     class: usize,
-    cost: &dyn Fn(&Program, &Op) -> u64,
+    cost: &dyn Fn(&Program, &Op) -> SimTime,
     interference: &Interference,
 ) -> Result<PipelineTiming, Deadlock> {
+    let cost = |p: &Program, op: &Op| cost(p, op).as_ps();
     let (_, finish) = run(workload, class, &|p, i| cost(p, &p.ops[i as usize]))?;
     let delays: Vec<Vec<u64>> = finish
         .iter()
