@@ -797,7 +797,8 @@ fn flow_home(topology: &Topology, net: &NetworkParams) -> (Option<NodeId>, SimTi
     let nodes = topology.nodes();
     let home = shared()
         .map(|l| l.src)
-        .filter(|&n| nodes[n as usize].kind != NodeKind::Gpu)
+        // A memory node serves reads; the home is a switch (`net::FabricRole`).
+        .filter(|&n| !matches!(nodes[n as usize].kind, NodeKind::Gpu | NodeKind::MemoryNode))
         .min()
         .or_else(|| shared().map(|l| l.src).min());
     (home, delay)

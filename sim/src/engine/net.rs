@@ -19,7 +19,7 @@ use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel};
 use crate::hash::splitmix64;
 use crate::segments::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
-use crate::topology::{LinkId, NodeId, Topology, ecmp_pick};
+use crate::topology::{LinkId, NodeId, NodeKind, Topology, ecmp_pick};
 
 /// One output port: the sending end of a queued link.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -867,59 +867,84 @@ impl Route {
     }
 }
 
-/// A node that only forwards: NIC, switch, NVSwitch, PCIe switch, CPU root, memory node. Its
-/// parts: the ports of a switch (`Ports`, this file), a CXL memory node's server
-/// ([`MemoryServer`], `memory_node.rs`) and, on the node [`SimModel::flow_home`] names, the
-/// flow model's home ([`super::flow::FlowHome`]).
+/// A node that only forwards: NIC, switch, NVSwitch, PCIe switch, CPU root, memory node.
+/// Every one forwards segments through its ports (`Ports`, this file); what else it does is
+/// its [`FabricRole`].
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct FabricLp {
     pub ports: Ports,
-    /// A CXL memory node's transfers in progress, served in turn.
-    memory: MemoryServer,
-    /// Flow mode: the fabric's flows, on the node [`SimModel::flow_home`] names.
-    flows: Option<Box<super::flow::FlowHome>>,
+    role: FabricRole,
+}
+
+/// What a fabric node does besides forwarding.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+enum FabricRole {
+    /// A switch, NIC or root complex: its ports are all of it.
+    Switch,
+    /// A CXL memory node: serves the reads GPUs send it ([`MemoryServer`],
+    /// `memory_node.rs`).
+    Memory(MemoryServer),
+    /// The node [`SimModel::flow_home`] names: it solves every flow's rate
+    /// ([`super::flow::FlowHome`]).
+    FlowHome(Box<super::flow::FlowHome>),
 }
 
 impl FabricLp {
     pub fn new(model: &SimModel, node: NodeId) -> Self {
+        let role = if model.flow_home == Some(node) {
+            FabricRole::FlowHome(Box::new(super::flow::FlowHome::new(model)))
+        } else if model.topology.nodes()[node as usize].kind == NodeKind::MemoryNode {
+            FabricRole::Memory(MemoryServer::default())
+        } else {
+            FabricRole::Switch
+        };
         FabricLp {
             ports: Ports::new(model, node),
-            memory: MemoryServer::default(),
-            flows: (model.flow_home == Some(node))
-                .then(|| Box::new(super::flow::FlowHome::new(model))),
+            role,
         }
     }
 
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
-        match body {
-            Body::Segment(seg) if seg.dst != ctx.lp => self.ports.forward(model, seg, ctx),
-            read @ Body::MemoryRead { .. } => self.memory.read(model, read, ctx),
-            Body::MemoryTick => self.memory.serve_chunk(model, ctx),
-            Body::FlowStart(req) => match self.flows.as_mut() {
-                Some(home) => home.start(model, req, ctx),
-                None => unreachable!("a flow request reached node {}, not the flow LP", ctx.lp),
-            },
-            Body::RingJoin(join) => match self.flows.as_mut() {
-                Some(home) => home.join(model, *join, ctx),
-                None => unreachable!("a ring join reached node {}, not the flow LP", ctx.lp),
-            },
-            Body::FlowTick => {
-                if let Some(home) = self.flows.as_mut() {
-                    home.tick(model, ctx);
-                }
+        match (body, &mut self.role) {
+            (Body::Segment(seg), _) if seg.dst != ctx.lp => self.ports.forward(model, seg, ctx),
+            (read @ Body::MemoryRead { .. }, FabricRole::Memory(server)) => {
+                server.read(model, read, ctx)
             }
-            other => self.ports.handle(model, &other, ctx),
+            (Body::MemoryTick, FabricRole::Memory(server)) => server.serve_chunk(model, ctx),
+            (Body::FlowStart(req), FabricRole::FlowHome(home)) => home.start(model, req, ctx),
+            (Body::RingJoin(join), FabricRole::FlowHome(home)) => home.join(model, *join, ctx),
+            (Body::FlowTick, FabricRole::FlowHome(home)) => home.tick(model, ctx),
+            (Body::FlowTick, _) => {}
+            (
+                Body::MemoryRead { .. } | Body::MemoryTick | Body::FlowStart(_) | Body::RingJoin(_),
+                _,
+            ) => unreachable!(
+                "node {} ({}) got an event for a memory node or the flow LP",
+                ctx.lp,
+                self.role.name()
+            ),
+            (other, _) => self.ports.handle(model, &other, ctx),
         }
     }
 
     pub fn report(&self, model: &SimModel) -> LpReport {
         let mut r = LpReport::default();
         self.ports.report_into(&mut r);
-        if let Some(home) = &self.flows {
+        if let FabricRole::FlowHome(home) = &self.role {
             r.flow = Some(home.stats());
             r.ports.extend(home.link_reports(model));
         }
         r
+    }
+}
+
+impl FabricRole {
+    fn name(&self) -> &'static str {
+        match self {
+            FabricRole::Switch => "switch",
+            FabricRole::Memory(_) => "memory node",
+            FabricRole::FlowHome(_) => "flow home",
+        }
     }
 }
 
