@@ -905,25 +905,39 @@ impl FabricLp {
     }
 
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
-        match (body, &mut self.role) {
-            (Body::Segment(seg), _) if seg.dst != ctx.lp => self.ports.forward(model, seg, ctx),
-            (read @ Body::MemoryRead { .. }, FabricRole::Memory(server)) => {
-                server.read(model, read, ctx)
+        // Segments first: forwarding is the hot path, and every role forwards.
+        match body {
+            Body::Segment(seg) if seg.dst != ctx.lp => self.ports.forward(model, seg, ctx),
+            read @ Body::MemoryRead { .. } => self.memory(ctx).read(model, read, ctx),
+            Body::MemoryTick => self.memory(ctx).serve_chunk(model, ctx),
+            Body::FlowStart(req) => self.flow_home(ctx).start(model, req, ctx),
+            Body::RingJoin(join) => self.flow_home(ctx).join(model, *join, ctx),
+            Body::FlowTick => {
+                if let FabricRole::FlowHome(home) = &mut self.role {
+                    home.tick(model, ctx);
+                }
             }
-            (Body::MemoryTick, FabricRole::Memory(server)) => server.serve_chunk(model, ctx),
-            (Body::FlowStart(req), FabricRole::FlowHome(home)) => home.start(model, req, ctx),
-            (Body::RingJoin(join), FabricRole::FlowHome(home)) => home.join(model, *join, ctx),
-            (Body::FlowTick, FabricRole::FlowHome(home)) => home.tick(model, ctx),
-            (Body::FlowTick, _) => {}
-            (
-                Body::MemoryRead { .. } | Body::MemoryTick | Body::FlowStart(_) | Body::RingJoin(_),
-                _,
-            ) => unreachable!(
-                "node {} ({}) got an event for a memory node or the flow LP",
+            other => self.ports.handle(model, &other, ctx),
+        }
+    }
+
+    /// The memory node's server; a read sent anywhere else is a bug.
+    fn memory(&mut self, ctx: &Ctx) -> &mut MemoryServer {
+        match &mut self.role {
+            FabricRole::Memory(server) => server,
+            other => unreachable!("a memory read reached node {} ({})", ctx.lp, other.name()),
+        }
+    }
+
+    /// The flow home's solver; a flow request sent anywhere else is a bug.
+    fn flow_home(&mut self, ctx: &Ctx) -> &mut super::flow::FlowHome {
+        match &mut self.role {
+            FabricRole::FlowHome(home) => home,
+            other => unreachable!(
+                "a flow request reached node {} ({}), not the flow LP",
                 ctx.lp,
-                self.role.name()
+                other.name()
             ),
-            (other, _) => self.ports.handle(model, &other, ctx),
         }
     }
 
