@@ -27,7 +27,12 @@ fn bench_on(
     sets: &[&str],
 ) -> Vec<BenchRow> {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let exp = Experiment::load_cluster(Path::new(cluster), &sets, gpus).expect("cluster");
+    let exp = Experiment::load_cluster(
+        Path::new(cluster),
+        &sim::config::Overrides::from_sets(&sets).expect("sets"),
+        gpus,
+    )
+    .expect("cluster");
     let spec = BenchSpec {
         op: BenchOp::Collective(op),
         gpus,
@@ -234,7 +239,12 @@ fn a_small_nccl_buffsize_throttles_the_network_alike_at_both_fidelities() {
 fn a_small_p2p_net_chunksize_throttles_sends_between_hosts() {
     let exp = |chunk: &str| {
         let sets = vec![chunk.to_string(), "network.model=analytical".to_string()];
-        Experiment::load_cluster(Path::new(RAIL_H100), &sets, 16).expect("cluster")
+        Experiment::load_cluster(
+            Path::new(RAIL_H100),
+            &sim::config::Overrides::from_sets(&sets).expect("sets"),
+            16,
+        )
+        .expect("cluster")
     };
     let spec = BenchSpec {
         op: BenchOp::SendRecv,
@@ -522,9 +532,15 @@ fn every_algorithm_is_deterministic_across_workers_threads_and_partitions() {
     ];
     for (op, gpus, sets) in cases {
         let digest = |workers: u32, threads: usize, partition: &str| {
-            let mut sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-            sets.push(format!("engine.partition={partition}"));
-            let exp = Experiment::load_cluster(Path::new(RAIL_H100), &sets, gpus).expect("cluster");
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            let mut overrides = sim::config::Overrides::from_sets(&sets).expect("sets");
+            overrides.set(
+                "engine.partition",
+                partition,
+                &sim::config::Origin::Derived("this test".into()),
+            );
+            let exp =
+                Experiment::load_cluster(Path::new(RAIL_H100), &overrides, gpus).expect("cluster");
             let spec = BenchSpec {
                 op: BenchOp::Collective(op),
                 gpus,

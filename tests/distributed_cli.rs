@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    QUICKSTART, SMALL, assert_success, scratch, slack_counted, small_embedded_digest, summary,
+    QUICKSTART, SMALL, assert_success, fleetsim, scratch, slack_counted, small_embedded_digest,
+    stdout_ok, summary,
 };
 
 fn binary() -> Command {
@@ -165,11 +166,12 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     assert_eq!(summary["engine"]["mode"], "distributed");
     assert_eq!(summary["engine"]["workers"], 3);
     // The coordinator sees fixed-size reports and grants, never events: a few dozen bytes
-    // per worker and window however many events cross.
+    // per worker and window however many events cross (67 since times travel as
+    // `Picoseconds` messages, two bytes of framing each).
     let per_window = summary["engine"]["coordinator_bytes_per_window"]
         .as_f64()
         .expect("coordinator bytes");
-    assert!(per_window > 0.0 && per_window < 3.0 * 64.0, "{per_window}");
+    assert!(per_window > 0.0 && per_window < 3.0 * 80.0, "{per_window}");
     // The workers' statistics travel with their results: every cross-partition event is
     // counted by its delay.
     let crossed = summary["engine"]["cross_partition_events"].as_u64();
@@ -182,6 +184,43 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");
     }
+}
+
+/// `engine.planner = "hetero"` plans a gRPC run as it plans `run`: the coordinator searches,
+/// and its workers load the file with the plan's layout, so the digest is the embedded one.
+#[test]
+fn the_heterogeneity_planner_plans_a_run_over_grpc_as_run_does() {
+    const HETERO: &str = "configs/experiments/hetero-a100-h100-128.toml";
+    let sets = [
+        "--set",
+        "network.model=analytical",
+        "--set",
+        "parallel.global_batch=16",
+        "--set",
+        "engine.planner=\"hetero\"",
+    ];
+    let dir = scratch("distributed-planned");
+    let token = token_file(&dir.join("token"), "a-shared-secret\n");
+    let out = dir.join("out");
+    let (coordinator, address) = start_coordinator_on(Path::new(HETERO), &out, &token, 2, &sets);
+    run_workers_and_coordinator(coordinator, &address, &token, 2);
+    let embedded = embedded_summary(&dir.join("embedded"), HETERO, &sets);
+    let planned = summary(&out);
+    assert_eq!(planned["result_digest"], embedded["result_digest"]);
+    // The plan moved work by device speed: not the layout as written.
+    let as_written = embedded_summary(&dir.join("as-written"), HETERO, &sets[..4]);
+    assert_ne!(planned["result_digest"], as_written["result_digest"]);
+}
+
+/// `fleetsim run` of `experiment` with `sets`, in one process: its summary.json.
+fn embedded_summary(out: &Path, experiment: &str, sets: &[&str]) -> serde_json::Value {
+    stdout_ok(
+        fleetsim()
+            .args(["run", experiment, "--quiet", "--out"])
+            .arg(out)
+            .args(sets),
+    );
+    summary(out)
 }
 
 /// Workers need not start together: the first waits in its registration while the second

@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 /// generated).
 const CRATES: &[&str] = &[
     "src",
+    "sim-ir/src",
+    "sim-config/src",
+    "sim-models/src",
     "sim/src",
+    "sim-engine/src",
     "partitioner/src",
     "worker/src",
     "coordinator/src",

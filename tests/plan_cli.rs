@@ -58,6 +58,17 @@ fn plan_finds_a_faster_placement_and_run_simulates_it() {
     let a = summary(&by_sets);
     let b = summary(&by_planner);
     assert_eq!(a["result_digest"], b["result_digest"]);
+    // A sweep point under the planner is planned as `run` plans it.
+    let swept = stdout_ok(
+        fleetsim()
+            .args(["sweep", HETERO, "--out"])
+            .arg(scratch("plan-sweep"))
+            .args(["--set", "network.model=analytical"])
+            .args(["--set", "engine.planner=\"hetero\""])
+            .args(["--vary", "parallel.global_batch=16"]),
+    );
+    let digest = b["result_digest"].as_str().expect("digest");
+    assert!(swept.contains(&format!("digest {digest}")), "{swept}");
     let t = a["iteration_time_s"].as_f64().expect("time");
     assert!((t - planned).abs() < 1e-9 * planned, "{t} vs {planned}");
 }

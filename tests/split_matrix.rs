@@ -326,7 +326,7 @@ fn experiments(form: &Form) -> Vec<(PathBuf, Vec<String>)> {
         found.extend(REDUCED.iter().map(|f| (PathBuf::from(f), Vec::new())));
         let small: Vec<String> = common::SMALL.iter().map(|s| s.to_string()).collect();
         found.push((PathBuf::from(common::QUICKSTART), small.clone()));
-        // One replica standing for the others (sim::engine::symmetry).
+        // One replica standing for the others (sim_engine::symmetry).
         let symmetric = ["network.model=analytical", "compute.clock_spread=0"];
         let sets = symmetric
             .iter()

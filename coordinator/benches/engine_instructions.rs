@@ -17,7 +17,7 @@ use std::sync::Arc;
 use gungraun::{
     Callgrind, EntryPoint, LibraryBenchmarkConfig, library_benchmark, library_benchmark_group, main,
 };
-use sim::engine::SimModel;
+use sim_engine::SimModel;
 use support::{model, permutation_model, run};
 
 /// A training iteration of the quickstart experiment (8 hosts of H100s).

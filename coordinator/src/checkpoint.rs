@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sim::engine::SimModel;
 use sim::experiment::Experiment;
 use sim::time::{SimTime, round_ps};
+use sim_engine::SimModel;
 use worker::checkpoint::{part_file_name, window_dir, write_atomically};
 
 /// The manifest's file name inside a checkpoint directory.

@@ -3,15 +3,15 @@
 //! types, and this file imports none of them.
 
 use sim::config::ConfigError;
-use sim::engine::{RunResults, SimModel};
 use sim::time::SimTime;
+use sim_engine::{RunResults, SimModel};
 
 use crate::checkpoint::Mark;
 use crate::embedded::EngineStats;
 use crate::output::summary::Summary;
 
-impl From<sim::engine::Incomplete> for RunError {
-    fn from(e: sim::engine::Incomplete) -> Self {
+impl From<sim_engine::Incomplete> for RunError {
+    fn from(e: sim_engine::Incomplete) -> Self {
         RunError::Unfinished(e)
     }
 }
@@ -50,7 +50,7 @@ pub enum RunError {
     /// The simulation ran, but a rank failed or never finished. Not a `#[source]`: the
     /// message holds it, and `{:#}` would print it twice.
     #[error("simulation did not complete: {0}")]
-    Unfinished(sim::engine::Incomplete),
+    Unfinished(sim_engine::Incomplete),
     /// A host or NIC of `[[faults]]` went down while the job ran.
     #[error(transparent)]
     JobStopped(#[from] sim::fault::JobStopped),

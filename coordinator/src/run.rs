@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use sim::engine::{RunResults, SimModel};
+use sim::config::Overrides;
 use sim::experiment::Experiment;
 use sim::time::SimTime;
+use sim_engine::{RunResults, SimModel};
 
 use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
@@ -144,17 +145,8 @@ impl RunOutput {
 
 /// Loads an experiment and builds its topology once, so that a batch of runs (a sweep, a
 /// validation table) stops at a bad one before the first starts.
-pub fn load_checked(path: &std::path::Path, sets: &[String]) -> Result<Experiment, RunError> {
-    load_checked_varied(path, sets, &[])
-}
-
-/// [`load_checked`] for a sweep point: its `--vary` values after the `--set`s.
-pub fn load_checked_varied(
-    path: &std::path::Path,
-    sets: &[String],
-    varies: &[String],
-) -> Result<Experiment, RunError> {
-    let exp = Experiment::load_varied(path, sets, varies)?;
+pub fn load_checked(path: &std::path::Path, overrides: &Overrides) -> Result<Experiment, RunError> {
+    let exp = Experiment::load(path, overrides)?;
     exp.build_topology()?;
     Ok(exp)
 }

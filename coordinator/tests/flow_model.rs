@@ -2,7 +2,7 @@
 
 mod support;
 
-use sim::engine::gpu::segment_size;
+use sim_engine::gpu::segment_size;
 use support::*;
 
 const MIB: u64 = 1 << 20;

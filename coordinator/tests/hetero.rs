@@ -3,7 +3,6 @@
 
 mod support;
 
-use sim::compute::ComputeModel;
 use sim::planner::{self, Placement};
 use support::*;
 
@@ -51,7 +50,7 @@ fn fast_stages_get_more_layers_and_the_split_adds_up() {
         stage_gpu_names(&exp),
         ["H100-SXM", "H100-SXM", "A100-SXM-80GB", "A100-SXM-80GB"]
     );
-    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let compute = exp.compute_model().expect("compute");
     let layers = planner::balance_layers(&exp, &compute).expect("a split fits");
     assert_eq!(layers.iter().sum::<u32>(), 32);
     // H100 runs these kernels about 2-3x faster than A100: its stages carry more layers.
@@ -71,7 +70,7 @@ fn a_stage_with_little_memory_gets_no_more_layers_than_fit() {
             "tp = 1\npp = 16\nglobal_batch = 64\nmicro_batch = 4",
         ) + "[training]\nprecision = \"fp16\"\nmemory_check = \"off\"\n"),
     );
-    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let compute = exp.compute_model().expect("compute");
     // Early stages hold up to 16 micro-batches of activations: memory, not speed, decides.
     let layers = planner::balance_layers(&exp, &compute).expect("a split within HBM");
     assert_eq!(layers.iter().sum::<u32>(), 32);
@@ -97,7 +96,7 @@ fn fast_replicas_get_more_micro_batches_and_the_batch_is_kept() {
         "A100-SXM-80GB",
         "tp = 8\npp = 1\nglobal_batch = 64\norder = \"tp-cp-ep-pp-dp\"",
     ));
-    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let compute = exp.compute_model().expect("compute");
     let m = planner::balance_micro_batches(&exp, &compute).expect("split");
     assert_eq!(m.len(), 4);
     assert_eq!(m.iter().sum::<u32>(), 64, "{m:?}");
@@ -179,13 +178,13 @@ fn the_search_keeps_the_naive_plan_and_finds_a_faster_hetero_one() {
         "A100-SXM-80GB",
         "tp = 8\npp = 2\nglobal_batch = 32",
     ));
-    let compute = ComputeModel::from_experiment(&exp).expect("compute");
+    let compute = exp.compute_model().expect("compute");
     let toml = mixed(1, 1, "A100-SXM-80GB", "tp = 8\npp = 2\nglobal_batch = 32");
     let dir = std::env::temp_dir().join(format!("fleetsim-plan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join("exp.toml");
     std::fs::write(&path, toml).expect("write");
-    let load = |sets: &[String]| sim::experiment::Experiment::load(&path, sets);
+    let load = |o: &sim::config::Overrides| sim::experiment::Experiment::load(&path, o);
     let found = planner::search(&exp, &compute, &load).expect("search");
     let naive = found.iter().find(|e| e.as_written).expect("naive kept");
     let best = &found[0];

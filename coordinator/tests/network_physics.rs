@@ -2,8 +2,8 @@
 
 mod support;
 
-use sim::engine::FlowSpec;
-use sim::engine::gpu::{flow_hash, injected_tag};
+use sim_engine::FlowSpec;
+use sim_engine::gpu::{flow_hash, injected_tag};
 use support::*;
 
 const MIB: u64 = 1 << 20;
@@ -69,7 +69,7 @@ fn a_single_flow_of_large_segments_cuts_through_every_hop() {
     let bytes = 4 * MIB;
     let model = flow_model(&exp, vec![flow(0, 3, bytes, 0)]);
     let (seg, mtu) = (
-        sim::engine::gpu::segment_size(bytes, model.net.segment_bytes) as f64,
+        sim_engine::gpu::segment_size(bytes, model.net.segment_bytes) as f64,
         model.net.mtu_bytes as f64,
     );
     let links = flow_links(&model, 0, 3, 0);
@@ -194,7 +194,7 @@ fn pfc_pauses_instead_of_dropping_and_never_deadlocks_a_tree() {
 }
 
 /// PFC pauses received by all ports.
-fn pauses(results: &sim::engine::RunResults) -> u64 {
+fn pauses(results: &sim_engine::RunResults) -> u64 {
     results
         .reports
         .iter()

@@ -4,8 +4,8 @@
 
 use coordinator::output::summary::Summary;
 use coordinator::run::{RunOptions, RunOutput, run_embedded};
-use sim::engine::symmetry::Symmetry;
 use sim::experiment::Experiment;
+use sim_engine::symmetry::Symmetry;
 
 const QUICKSTART: &str = "../configs/experiments/quickstart.toml";
 
@@ -22,7 +22,11 @@ fn experiment(sets: &[&str]) -> Experiment {
     .map(|s| s.to_string())
     .collect();
     all.dedup();
-    Experiment::load(std::path::Path::new(QUICKSTART), &all).expect("experiment")
+    Experiment::load(
+        std::path::Path::new(QUICKSTART),
+        &sim::config::Overrides::from_sets(&all).expect("sets"),
+    )
+    .expect("experiment")
 }
 
 fn run(exp: &Experiment, workers: u32) -> RunOutput {
@@ -129,7 +133,7 @@ fn one_replica_gives_the_same_digest_on_any_split() {
 fn what_makes_replicas_differ_runs_every_rank_and_says_why() {
     let why = |sets: &[&str]| {
         let exp = experiment(sets);
-        let model = sim::engine::SimModel::from_experiment(&exp, false).expect("model");
+        let model = sim_engine::SimModel::from_experiment(&exp, false).expect("model");
         match model.symmetry {
             Symmetry::Full { why } => why,
             Symmetry::OneReplica { .. } => panic!("{sets:?} mirrored replicas"),

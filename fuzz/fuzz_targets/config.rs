@@ -16,5 +16,7 @@ fuzz_target!(|data: &[u8]| {
         None => (input, Vec::new()),
     };
     let path = fleetsim_fuzz::repo().join("tests/fixtures/bad/fuzz-input.toml");
-    let _ = Experiment::from_text(&path, text, &sets);
+    if let Ok(overrides) = sim::config::Overrides::from_sets(&sets) {
+        let _ = Experiment::from_text(&path, text, &overrides);
+    }
 });

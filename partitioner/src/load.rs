@@ -8,7 +8,7 @@
 //!   routed over the fabric with the engine's routing, and its bytes are added to every link
 //!   it crosses. All-to-all is counted on the ring neighbour too: an approximation, its
 //!   traffic spreads over the group.
-//! - Events, as the engine makes them (`sim/src/engine/net.rs`, `gpu/`): a GPU handles two
+//! - Events, as the engine makes them (`sim-engine/src/net.rs`, `gpu/`): a GPU handles two
 //!   per op. A flow whose path has a queued link is cut into segments, each transfer as the
 //!   engine cuts it (`sim::segments::segment_size`); each segment is sent and
 //!   acknowledged at its source, arrives at every other node that queues it (the near end of

@@ -15,7 +15,8 @@ fn load(name: &str) -> Experiment {
         "{}/../configs/experiments/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
-    Experiment::load(Path::new(&path), &[]).expect("shipped experiment loads")
+    Experiment::load(Path::new(&path), &sim::config::Overrides::none())
+        .expect("shipped experiment loads")
 }
 
 fn bench(c: &mut Criterion) {

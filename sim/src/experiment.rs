@@ -93,6 +93,16 @@ impl Experiment {
         &self.loaded.config.name
     }
 
+    /// The compute model this experiment asks for (its kernel tables, attention kernels and
+    /// interference factors), over its own GPU types.
+    pub fn compute_model(&self) -> Result<crate::compute::ComputeModel, ConfigError> {
+        crate::compute::ComputeModel::from_config(
+            &self.loaded,
+            self.model.as_ref(),
+            &self.gpu_types,
+        )
+    }
+
     /// This experiment with job `j` of its `[[jobs]]` alone on its hosts, the other jobs'
     /// hosts idle: what the job's slowdown compares against.
     pub fn only_job(&self, j: usize) -> Experiment {

@@ -6,32 +6,27 @@
 
 use std::path::Path;
 
-use crate::config::{self, ConfigError, LoadedConfig, Located, Origin, Value};
+use crate::config::{self, ConfigError, LoadedConfig, Origin, Overrides, Value};
 use crate::experiment::Experiment;
 use crate::interop;
 use crate::jobs;
 use crate::workload::{self, Workload};
 
 impl Experiment {
-    /// Reads and validates an experiment file.
-    pub fn load(path: &Path, sets: &[String]) -> Result<Experiment, ConfigError> {
-        let loaded = config::load(path, sets)?;
-        Self::from_loaded(loaded)
+    /// Reads and validates an experiment file with its overrides (`--set`, `--vary`, a plan
+    /// candidate's): the front door every command comes through.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<Experiment, ConfigError> {
+        Self::from_loaded(config::load(path, overrides)?)
     }
 
     /// [`Experiment::load`] for the text of an experiment file already in memory (see
     /// [`config::load_text`]): what the fuzz target `config` reads.
-    pub fn from_text(path: &Path, text: &str, sets: &[String]) -> Result<Experiment, ConfigError> {
-        Self::from_loaded(config::load_text(path, text, sets)?)
-    }
-
-    /// [`Experiment::load`] for a sweep point: its `--vary` values after the `--set`s.
-    pub fn load_varied(
+    pub fn from_text(
         path: &Path,
-        sets: &[String],
-        varies: &[String],
+        text: &str,
+        overrides: &Overrides,
     ) -> Result<Experiment, ConfigError> {
-        Self::from_loaded(config::load_varied(path, sets, varies)?)
+        Self::from_loaded(config::load_text(path, text, overrides)?)
     }
 
     /// The cluster of an experiment or cluster file, resized to the whole hosts that hold
@@ -39,10 +34,10 @@ impl Experiment {
     /// `fleetsim collective` runs its one-operation workloads on (their layout is their own).
     pub fn load_cluster(
         path: &Path,
-        sets: &[String],
+        overrides: &Overrides,
         gpus: u32,
     ) -> Result<Experiment, ConfigError> {
-        let mut tree = config::load_tree(path, sets)?;
+        let mut tree = config::load_tree(path, overrides)?;
         for key in ["model", "parallel", "training", "workload_file", "jobs"] {
             tree.remove(key);
         }
@@ -55,46 +50,21 @@ impl Experiment {
             _ => u64::from(config::defaults::gpus_per_host()),
         };
         let hosts = u64::from(gpus.max(1)).div_ceil(gpus_per_host);
-        let origin = |what: &str| Origin::Derived(what.to_string());
-        let set = |tree: &mut Located, key: &str, value: Value, why: &str| {
-            let path: Vec<String> = key.split('.').map(str::to_string).collect();
-            tree.set(
-                &path,
-                Located {
-                    value,
-                    origin: origin(why),
-                },
-            )
-            .map_err(|e| ConfigError::new(origin(why), key, e.to_string()))
-        };
+        let collective = Origin::Derived("fleetsim collective".into());
+        let resized = Origin::Derived(format!("--gpus {gpus} (whole hosts of {gpus_per_host})"));
         let cluster_gpus = i64::try_from(hosts * gpus_per_host).unwrap_or(i64::MAX);
-        set(
-            &mut tree,
-            "cluster.gpus",
-            Value::Integer(cluster_gpus),
-            &format!("--gpus {gpus} (whole hosts of {gpus_per_host})"),
-        )?;
+        let mut minimal = Overrides::none();
+        minimal.set("cluster.gpus", cluster_gpus, &resized);
         if tree.lookup(&config::parse_path("name")).is_none() {
-            set(
-                &mut tree,
-                "name",
-                Value::String("collective".into()),
-                "fleetsim collective",
-            )?;
+            minimal.set("name", "collective", &collective);
         }
         // The model only has to be valid: the workload is the collective alone.
-        set(
-            &mut tree,
-            "model.preset",
-            Value::String("llama2-7b".into()),
-            "fleetsim collective",
-        )?;
-        set(
-            &mut tree,
+        minimal.set("model.preset", "llama2-7b", &collective).set(
             "training.memory_check",
-            Value::String("off".into()),
-            "fleetsim collective",
-        )?;
+            "off",
+            &collective,
+        );
+        minimal.apply(&mut tree)?;
         Self::from_loaded(config::from_tree(tree, path)?)
     }
 

@@ -23,7 +23,7 @@
 
 use crate::collective::bus_factor;
 use crate::compute::ComputeModel;
-use crate::config::ConfigError;
+use crate::config::{ConfigError, Origin, Overrides};
 use crate::experiment::Experiment;
 use crate::layout::GroupKind;
 use crate::memory;
@@ -70,34 +70,27 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// The `--set` overrides that turn the base experiment (of `world` GPUs, CP `cp`) into
-    /// this plan.
-    pub fn sets(&self, world: u32, cp: u32) -> Vec<String> {
-        let list = |v: &[u32]| {
-            let items: Vec<String> = v.iter().map(u32::to_string).collect();
-            format!("[{}]", items.join(", "))
-        };
-        let mut sets = vec![
-            format!("parallel.tp={}", self.tp),
-            format!("parallel.pp={}", self.pp),
-            format!("parallel.dp={}", world / (self.tp * self.pp * cp)),
-            format!("parallel.vp={}", self.vp),
-            format!("parallel.micro_batch={}", self.micro_batch),
-            format!("parallel.order=\"{}\"", self.order),
-        ];
+    /// The overrides that turn the base experiment (of `world` GPUs, CP `cp`) into this plan.
+    pub fn overrides(&self, world: u32, cp: u32) -> Overrides {
+        let origin = Origin::Derived(format!("plan candidate {}", self.describe()));
+        let mut o = Overrides::none();
+        o.set("parallel.tp", self.tp, &origin)
+            .set("parallel.pp", self.pp, &origin)
+            .set("parallel.dp", world / (self.tp * self.pp * cp), &origin)
+            .set("parallel.vp", self.vp, &origin)
+            .set("parallel.micro_batch", self.micro_batch, &origin)
+            .set("parallel.order", self.order.as_str(), &origin);
         if !self.stage_layers.is_empty() {
-            sets.push(format!(
-                "parallel.stage_layers={}",
-                list(&self.stage_layers)
-            ));
+            o.set("parallel.stage_layers", self.stage_layers.clone(), &origin);
         }
         if !self.replica_micro_batches.is_empty() {
-            sets.push(format!(
-                "parallel.replica_micro_batches={}",
-                list(&self.replica_micro_batches)
-            ));
+            o.set(
+                "parallel.replica_micro_batches",
+                self.replica_micro_batches.clone(),
+                &origin,
+            );
         }
-        sets
+        o
     }
 
     /// One line: layout, placement and the splits.
@@ -132,12 +125,12 @@ pub struct Estimated {
 
 /// Searches the candidates of `base` and returns the feasible ones, fastest estimate first
 /// (the naive plan of the experiment as written is always first among equals and always
-/// present when it is feasible). `load` turns `--set` overrides into an experiment on the
-/// base's file, with the user's own overrides applied first.
+/// present when it is feasible). `load` turns a candidate's overrides into an experiment on
+/// the base's file, with the user's own overrides applied first.
 pub fn search(
     base: &Experiment,
     compute: &ComputeModel,
-    load: &dyn Fn(&[String]) -> Result<Experiment, ConfigError>,
+    load: &dyn Fn(&Overrides) -> Result<Experiment, ConfigError>,
 ) -> Result<Vec<Estimated>, ConfigError> {
     let model = base.model("the planner (`fleetsim plan`)")?;
     let world = base.layout.world();
@@ -175,10 +168,16 @@ pub fn search(
                 stage_layers: Vec::new(),
                 replica_micro_batches: Vec::new(),
             };
-            let mut sets = uniform.sets(world, cp);
             // Memory is checked on the balanced plan, not the uniform one.
-            sets.push("training.memory_check=\"off\"".into());
-            let Ok(plain) = load(&sets) else { continue };
+            let mut unchecked = uniform.overrides(world, cp);
+            unchecked.set(
+                "training.memory_check",
+                "off",
+                &Origin::Derived("the planner's uniform layout".into()),
+            );
+            let Ok(plain) = load(&unchecked) else {
+                continue;
+            };
             if tp_spans_types(&plain) {
                 continue;
             }
@@ -225,7 +224,7 @@ pub fn search(
             {
                 continue;
             }
-            let Ok(exp) = load(&candidate.sets(world, cp)) else {
+            let Ok(exp) = load(&candidate.overrides(world, cp)) else {
                 continue;
             };
             out.push(Estimated {

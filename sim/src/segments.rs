@@ -56,8 +56,3 @@ impl Segmenting {
         segment_size(bytes, self.segment_bytes)
     }
 }
-
-/// Serialisation time of `bytes` at `ps_per_byte`, integer picoseconds.
-pub(crate) fn serialisation_ps(bytes: u64, ps_per_byte: f64) -> u64 {
-    crate::time::round_ps(bytes as f64 * ps_per_byte)
-}

@@ -338,7 +338,11 @@ fn layer_of_22b_gpt_within_10_percent_for_every_variant() {
             format!("training.recompute=\"{recompute}\""),
             format!("parallel.sequence_parallel={sp}"),
         ];
-        let exp = Experiment::load(&experiment, &sets).expect("22B experiment");
+        let exp = Experiment::load(
+            &experiment,
+            &sim::config::Overrides::from_sets(&sets).expect("sets"),
+        )
+        .expect("22B experiment");
         let gpu = exp.stage_gpus()[0].clone();
         let workload = compile(&exp).expect("compiles");
         let tp = 8.0;

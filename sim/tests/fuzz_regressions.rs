@@ -74,8 +74,11 @@ fn simai_regressions() {
 
 #[test]
 fn chakra_regressions() {
-    let exp = Experiment::load(&repo().join("tests/fixtures/chakra/experiment.toml"), &[])
-        .expect("the Chakra fixture's experiment");
+    let exp = Experiment::load(
+        &repo().join("tests/fixtures/chakra/experiment.toml"),
+        &sim::config::Overrides::none(),
+    )
+    .expect("the Chakra fixture's experiment");
     let dir = std::env::temp_dir().join(format!(
         "fleetsim-chakra-regressions-{}",
         std::process::id()
@@ -120,6 +123,8 @@ fn config_regressions() {
             Some((text, sets)) => (text, sets.lines().map(str::to_string).collect()),
             None => (input, Vec::new()),
         };
-        let _ = Experiment::from_text(&path, text, &sets);
+        if let Ok(overrides) = sim::config::Overrides::from_sets(&sets) {
+            let _ = Experiment::from_text(&path, text, &overrides);
+        }
     }
 }

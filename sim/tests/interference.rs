@@ -12,7 +12,7 @@ use sim::workload::{Op, OpKind, Program, compile};
 #[test]
 fn overlapped_collectives_slow_compute_and_none_changes_nothing() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/experiments/quickstart.toml");
-    let exp = Experiment::load(&path, &[]).expect("quickstart");
+    let exp = Experiment::load(&path, &sim::config::Overrides::none()).expect("quickstart");
     let workload = compile(&exp).expect("compiles");
     let model = ComputeModel::embedded().expect("model");
     let gpu = exp.stage_gpus()[0].clone();

@@ -48,7 +48,7 @@ fn load(model: &str, training: &str) -> Result<Experiment, String> {
         .collect();
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, format!("name = \"x\"\n{}", body(model, training))).expect("write");
-    Experiment::load(&path, &[]).map_err(|e| e.to_string())
+    Experiment::load(&path, &sim::config::Overrides::none()).map_err(|e| e.to_string())
 }
 
 fn selective(model: &str, modules: &[&str]) -> Experiment {

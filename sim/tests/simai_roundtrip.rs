@@ -58,7 +58,7 @@ fn compiled_export_survives_import() {
         env!("CARGO_MANIFEST_DIR"),
         "/../configs/experiments/mixtral-8x7b-h100-256.toml"
     ));
-    let exp = Experiment::load(path, &[]).expect("load");
+    let exp = Experiment::load(path, &sim::config::Overrides::none()).expect("load");
     let w = compile(&exp).expect("compile");
     let first = to_simai(&w, &ns);
     assert!(first.layers.iter().any(|l| l.name == "mlp_moelayer"));

@@ -761,7 +761,7 @@ fn shipped_experiments_compile_without_deadlock() {
         .collect();
     paths.sort();
     for path in paths {
-        let exp = Experiment::load(&path, &[]).expect("load");
+        let exp = Experiment::load(&path, &sim::config::Overrides::none()).expect("load");
         let w = compile(&exp).expect("compile");
         let cost = |p: &Program, op: &sim::workload::Op| {
             SimTime::from_ps(match op.kind {
@@ -795,7 +795,8 @@ fn llama3_405b_131072_is_compact() {
         env!("CARGO_MANIFEST_DIR"),
         "/../configs/experiments/llama3-405b-h100-131072.toml"
     );
-    let exp = Experiment::load(std::path::Path::new(path), &[]).expect("load");
+    let exp = Experiment::load(std::path::Path::new(path), &sim::config::Overrides::none())
+        .expect("load");
     let w = compile(&exp).expect("compile");
     assert_eq!(w.programs.len(), 16);
     assert!(w.heap_bytes() < 1 << 30, "{} bytes", w.heap_bytes());

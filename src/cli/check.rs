@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
-use sim::compute::ComputeModel;
 use sim::compute::attention_backend::{self, AttentionKernels, HeadSizes};
+use sim::config::Overrides;
 use sim::config::{Precision, Recompute, RecomputeModule, TrainingConfig};
-use sim::engine::host_memory::{self, HostMemory};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
 use sim::time::SimTime;
 use sim::topology::Topology;
 use sim::workload::summary::StageSummary;
+use sim_engine::host_memory::{self, HostMemory};
 
 use crate::cli::kernel_report;
 use crate::cli::stdout::print_report;
@@ -47,7 +47,7 @@ impl Args {
             top,
             sets,
         } = self;
-        let exp = Experiment::load(&experiment, &sets)?;
+        let exp = Experiment::load(&experiment, &Overrides::from_sets(&sets)?)?;
         let started = Instant::now();
         let topology = exp.build_topology()?;
         let build_s = started.elapsed().as_secs_f64();
@@ -59,8 +59,8 @@ impl Args {
             "topology built"
         );
         // Validates `[network]` against the links it will run on.
-        let net = sim::engine::NetworkParams::from_experiment(&exp, &topology)?;
-        let collectives = sim::engine::CollectiveModel::from_experiment(&exp, &topology)?;
+        let net = sim_engine::NetworkParams::from_experiment(&exp, &topology)?;
+        let collectives = sim_engine::CollectiveModel::from_experiment(&exp, &topology)?;
         let started = Instant::now();
         let workload = sim::load::load_or_compile(&exp, None)?;
         tracing::info!(
@@ -69,8 +69,8 @@ impl Args {
             "workload compiled"
         );
         // Validates `[compute]` and any measured kernel tables even without --kernels.
-        let model = ComputeModel::from_experiment(&exp)?;
-        sim::engine::check_slow_gpus(&exp, &workload, |rank| {
+        let model = exp.compute_model()?;
+        sim_engine::check_slow_gpus(&exp, &workload, |rank| {
             let program = &workload.programs[workload.program_index(rank)];
             let gpu = &exp.gpu_types[usize::from(topology.gpu_type(rank))];
             model.program_times_and_clocked(program, gpu)
@@ -90,7 +90,7 @@ impl Args {
             .collect();
         // What the model holds is this process's resident set now (topology and programs
         // built); the run's state is estimated from the model's size.
-        let host_memory = sim::engine::host_memory::estimate(
+        let host_memory = sim_engine::host_memory::estimate(
             coordinator::run::peak_rss_bytes(),
             &topology,
             &net,
@@ -129,7 +129,7 @@ impl Args {
             .map(|(job, job_workload)| {
                 let stages = kernel_report::stage_kernels(
                     job_workload,
-                    &ComputeModel::from_experiment(&job.exp)?,
+                    &job.exp.compute_model()?,
                     &job.exp.stage_gpus(),
                 );
                 Ok((job.name.as_str(), stages))

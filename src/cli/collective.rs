@@ -9,12 +9,12 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use sim::compute::ComputeModel;
-use sim::engine::results::class_index;
-use sim::engine::{RunResults, SimModel};
+use sim::config::Overrides;
 use sim::experiment::Experiment;
 use sim::topology::{LinkClass, NodeKind};
 use sim::workload::bench::{self, BenchOp};
+use sim_engine::results::class_index;
+use sim_engine::{RunResults, SimModel};
 
 use coordinator::output::plot::{LineChart, Series, line_chart_svg};
 use coordinator::output::table::CsvTable;
@@ -80,7 +80,11 @@ impl Args {
                     names.join(", ")
                 )
             })?;
-        let exp = Experiment::load_cluster(&self.cluster_or_experiment, &self.sets, gpus)?;
+        let exp = Experiment::load_cluster(
+            &self.cluster_or_experiment,
+            &Overrides::from_sets(&self.sets)?,
+            gpus,
+        )?;
         let spec = BenchSpec {
             op,
             gpus,
@@ -226,7 +230,7 @@ pub fn run_bench(
     spec: &BenchSpec,
     options: &RunOptions,
 ) -> Result<Vec<BenchRow>, RunError> {
-    let compute = ComputeModel::from_experiment(exp)?;
+    let compute = exp.compute_model()?;
     let sizes: Vec<u64> = spec
         .sizes
         .iter()

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use coordinator::distributed::{self, CoordinatorOptions};
+use sim::config::Overrides;
 use sim::experiment::Experiment;
 
 use crate::cli::progress;
@@ -94,8 +95,14 @@ pub fn coordinate(
     tune: impl FnOnce(&mut CoordinatorOptions),
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> anyhow::Result<()> {
-    let exp = Experiment::load(experiment, &run.sets)?;
+    let overrides = Overrides::from_sets(&run.sets)?;
+    let loaded = Experiment::load(experiment, &overrides)?;
+    let (exp, planned) =
+        crate::cli::plan::as_planned(experiment, &overrides, loaded, None, run.quiet)?;
     let out = out_dir(&exp, run.out)?;
+    // Workers load the file with the user's `--set`s, then the plan's layout, if any.
+    let mut sets = run.sets.clone();
+    sets.extend(planned.to_assignments());
     let mut options = CoordinatorOptions {
         listen,
         workers,
@@ -103,7 +110,7 @@ pub fn coordinate(
         // Workers load the same file: its absolute path.
         experiment_path: std::fs::canonicalize(experiment)
             .with_context(|| format!("resolving {}", experiment.display()))?,
-        sets: run.sets.clone(),
+        sets,
         any_port_fallback: false,
         tls: load_tls(run.tls_dir.as_deref())?,
         registration_patience: distributed::REGISTRATION_PATIENCE,

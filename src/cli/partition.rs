@@ -11,6 +11,7 @@ use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
 use coordinator::output::table::CsvTable;
 use coordinator::run::RunError;
 use partitioner::{Load, Quality};
+use sim::config::Overrides;
 use sim::experiment::Experiment;
 
 /// `fleetsim partition`'s arguments.
@@ -37,7 +38,7 @@ pub struct Args {
 
 impl Args {
     pub fn execute(self) -> anyhow::Result<()> {
-        let exp = Experiment::load(&self.experiment, &self.sets)?;
+        let exp = Experiment::load(&self.experiment, &Overrides::from_sets(&self.sets)?)?;
         let strategies: Vec<String> = self
             .strategy
             .split(',')
@@ -98,7 +99,7 @@ pub fn compare(
     let started = Instant::now();
     let topology = exp.build_topology()?;
     let workload = sim::load::load_or_compile(exp, None)?;
-    let net = sim::engine::NetworkParams::from_experiment(exp, &topology)?;
+    let net = sim_engine::NetworkParams::from_experiment(exp, &topology)?;
     let load = Load::estimate(&topology, &workload, &net.segmenting());
     let atoms = partitioner::Atoms::new(&topology).count;
     let setup_s = started.elapsed().as_secs_f64();

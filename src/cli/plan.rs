@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde::Serialize;
-use sim::compute::ComputeModel;
+use sim::config::{Origin, Overrides};
 use sim::experiment::Experiment;
 use sim::planner::{self, Estimated, Placement};
 
@@ -36,7 +36,11 @@ pub struct Args {
 
 impl Args {
     pub fn execute(self) -> anyhow::Result<()> {
-        let report = plan(&self.experiment, &self.sets, self.threads)?;
+        let report = plan(
+            &self.experiment,
+            &Overrides::from_sets(&self.sets)?,
+            self.threads,
+        )?;
         let text = report.to_text();
         let value = report.to_json();
         if let Some(out) = self.out {
@@ -103,10 +107,15 @@ impl PlanReport {
         &self.candidates[self.confirmed[self.best].candidate].experiment
     }
 
-    fn best_sets(&self) -> Vec<String> {
+    /// The overrides that turn the file as written into the best plan.
+    pub fn best_overrides(&self) -> Overrides {
         let c = &self.candidates[self.confirmed[self.best].candidate];
         let l = &c.experiment.layout;
-        c.candidate.sets(l.world(), l.cp)
+        c.candidate.overrides(l.world(), l.cp)
+    }
+
+    fn best_sets(&self) -> Vec<String> {
+        self.best_overrides().to_assignments()
     }
 
     pub fn to_text(&self) -> String {
@@ -246,9 +255,37 @@ struct ConfirmedJson<'a> {
     result_digest: &'a str,
 }
 
-/// Searches `path` (with `sets`) and confirms the best estimates with the engine.
-pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> anyhow::Result<PlanReport> {
-    let base = load_checked(path, &with_naive(sets, &[]))?;
+/// What `engine.planner` asks of `exp`, loaded from `path` with the user's `overrides`:
+/// under `"hetero"`, the plan's best experiment (its search printed unless `quiet`) and the
+/// overrides that give it from the file (with the planner off, for processes that load the
+/// file again, as gRPC workers do); otherwise `exp` unchanged and no override. `run`,
+/// `coordinator` and `sweep` all come through here.
+pub fn as_planned(
+    path: &Path,
+    overrides: &Overrides,
+    exp: Experiment,
+    threads: Option<usize>,
+    quiet: bool,
+) -> anyhow::Result<(Experiment, Overrides)> {
+    if exp.loaded.config.engine.planner != sim::config::Planner::Hetero {
+        return Ok((exp, Overrides::none()));
+    }
+    let report = plan(path, overrides, threads)?;
+    if !quiet {
+        eprint!("{}", report.to_text());
+    }
+    let planned = with_naive(&Overrides::none(), &report.best_overrides());
+    Ok((report.best_experiment().clone(), planned))
+}
+
+/// Searches `path` (with the user's `overrides`) and confirms the best estimates with the
+/// engine.
+pub fn plan(
+    path: &Path,
+    overrides: &Overrides,
+    threads: Option<usize>,
+) -> anyhow::Result<PlanReport> {
+    let base = load_checked(path, &with_naive(overrides, &Overrides::none()))?;
     if !base.jobs.is_empty() {
         return Err(base
             .loaded
@@ -258,9 +295,9 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> anyhow::Res
             )
             .into());
     }
-    let compute = ComputeModel::from_experiment(&base)?;
+    let compute = base.compute_model()?;
     let started = std::time::Instant::now();
-    let load = |extra: &[String]| Experiment::load(path, &with_naive(sets, extra));
+    let load = |candidate: &Overrides| Experiment::load(path, &with_naive(overrides, candidate));
     let candidates = planner::search(&base, &compute, &load)?;
     let search_s = started.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
@@ -322,9 +359,14 @@ pub fn plan(path: &Path, sets: &[String], threads: Option<usize>) -> anyhow::Res
 }
 
 /// The user's overrides, then the plan's, with the planner itself off for the runs.
-fn with_naive(sets: &[String], extra: &[String]) -> Vec<String> {
-    let mut all = sets.to_vec();
-    all.extend_from_slice(extra);
-    all.push("engine.planner=\"naive\"".into());
-    all
+/// The user's overrides, then a candidate's, each placed as written (the planner places
+/// nothing twice).
+fn with_naive(user: &Overrides, candidate: &Overrides) -> Overrides {
+    let mut naive = Overrides::none();
+    naive.set(
+        "engine.planner",
+        "naive",
+        &Origin::Derived("the planner's candidates".into()),
+    );
+    user.clone().then(candidate).then(&naive)
 }

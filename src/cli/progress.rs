@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use coordinator::embedded::ProgressHook;
 use indicatif::{ProgressBar, ProgressStyle};
-use sim::compute::ComputeModel;
 use sim::experiment::Experiment;
 use sim::time::SimTime;
 
@@ -36,7 +35,7 @@ fn expected_iteration_s(exp: &Experiment) -> Option<f64> {
     if exp.loaded.config.workload_file.is_some() {
         return None;
     }
-    let compute = ComputeModel::from_experiment(exp).ok()?;
+    let compute = exp.compute_model().ok()?;
     sim::planner::estimate(exp, &compute)
         .ok()
         .filter(|s| s.is_finite() && *s > 0.0)
@@ -184,8 +183,11 @@ mod tests {
     fn the_estimate_exists_for_compiled_models_only() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let load = |name: &str| {
-            Experiment::load(&root.join("configs/experiments").join(name), &[])
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
+            Experiment::load(
+                &root.join("configs/experiments").join(name),
+                &sim::config::Overrides::none(),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
         };
         let quickstart = expected_iteration_s(&load("quickstart.toml"))
             .expect("quickstart compiles its model, so it has an estimate");

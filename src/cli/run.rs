@@ -9,6 +9,7 @@ use coordinator::checkpoint::{CheckpointEvery, CheckpointOptions};
 use coordinator::embedded::ProgressHook;
 use coordinator::output::report::write_outputs;
 use coordinator::run::{RunOptions, RunOutput, run_embedded};
+use sim::config::{Origin, Overrides};
 use sim::experiment::Experiment;
 
 use crate::cli::progress;
@@ -61,7 +62,7 @@ impl Args {
             workers,
             threads,
             partition,
-            mut sets,
+            sets,
             trace,
             quiet,
             metrics_listen,
@@ -69,17 +70,17 @@ impl Args {
             report,
             checkpoints,
         } = self;
+        let mut overrides = Overrides::from_sets(&sets)?;
         if let Some(p) = partition {
-            sets.push(format!("engine.partition={p}"));
+            overrides.set(
+                "engine.partition",
+                p,
+                &Origin::Derived("--partition".into()),
+            );
         }
-        let mut exp = Experiment::load(&experiment, &sets)?;
-        if exp.loaded.config.engine.planner == sim::config::Planner::Hetero {
-            let report = crate::cli::plan::plan(&experiment, &sets, threads)?;
-            if !quiet {
-                eprint!("{}", report.to_text());
-            }
-            exp = report.best_experiment().clone();
-        }
+        let loaded = Experiment::load(&experiment, &overrides)?;
+        let (exp, _) =
+            crate::cli::plan::as_planned(&experiment, &overrides, loaded, threads, quiet)?;
         let out = out_dir(&exp, out)?;
         let options = RunOptions {
             workers,

@@ -19,7 +19,8 @@ use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
 use coordinator::output::report::write_outputs;
 use coordinator::output::summary::Summary;
 use coordinator::output::table::CsvTable;
-use coordinator::run::{RunError, RunOptions, RunOutput, load_checked_varied, run_embedded};
+use coordinator::run::{RunError, RunOptions, RunOutput, load_checked, run_embedded};
+use sim::config::{ConfigError, Origin, Overrides};
 
 use crate::cli::side_by_side;
 
@@ -107,7 +108,9 @@ impl Args {
         let out = match self.out {
             Some(out) => out,
             None => {
-                let name = Experiment::load(&experiment, &sets)?.name().to_string();
+                let name = Experiment::load(&experiment, &Overrides::from_sets(&sets)?)?
+                    .name()
+                    .to_string();
                 PathBuf::from("runs").join(format!("{name}-sweep"))
             }
         };
@@ -131,7 +134,13 @@ impl Args {
         }
         // Proven writable before the first point runs, not after the last.
         let out = crate::cli::run::writable_dir(out)?;
-        let points = load_points(&experiment, &sets, &vary)?;
+        let points = load_points(&experiment, &sets, &vary)?
+            .into_iter()
+            .map(|(settings, exp)| {
+                let exp = planned_point(&experiment, &sets, &settings, exp)?;
+                Ok((settings, exp))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         if let Some(y) = &y {
             y.check_jobs(&job_names(&points))
                 .map_err(anyhow::Error::msg)?;
@@ -311,11 +320,45 @@ fn load_point_experiment(
     sets: &[String],
     settings: &[(String, String)],
 ) -> Result<Experiment, RunError> {
-    let varies: Vec<String> = settings.iter().flat_map(|(k, v)| overrides(k, v)).collect();
-    load_checked_varied(path, sets, &varies).map_err(|error| RunError::Point {
-        point: varies.join(" "),
+    let point = |error: RunError| RunError::Point {
+        point: point_name(settings),
         error: Box::new(error),
-    })
+    };
+    let overrides = point_overrides(sets, settings).map_err(|e| point(e.into()))?;
+    load_checked(path, &overrides).map_err(point)
+}
+
+/// A point's `--vary` values as `KEY=VALUE` texts, as one would type them.
+fn point_varies(settings: &[(String, String)]) -> Vec<String> {
+    settings.iter().flat_map(|(k, v)| overrides(k, v)).collect()
+}
+
+/// A point's `--vary` values on one line, for messages.
+fn point_name(settings: &[(String, String)]) -> String {
+    point_varies(settings).join(" ")
+}
+
+/// The sweep's `--set`s, then the point's `--vary` values.
+fn point_overrides(
+    sets: &[String],
+    settings: &[(String, String)],
+) -> Result<Overrides, ConfigError> {
+    let varies = Overrides::from_assignments(&point_varies(settings), &Origin::Vary)?;
+    Ok(Overrides::from_sets(sets)?.then(&varies))
+}
+
+/// A loaded point as `engine.planner` asks (`fleetsim plan`'s best layout under `"hetero"`,
+/// searched quietly), as `run` would run it.
+fn planned_point(
+    path: &Path,
+    sets: &[String],
+    settings: &[(String, String)],
+    exp: Experiment,
+) -> anyhow::Result<Experiment> {
+    let overrides = point_overrides(sets, settings)?;
+    let (exp, _) = crate::cli::plan::as_planned(path, &overrides, exp, None, true)
+        .with_context(|| format!("sweep point {}", point_name(settings)))?;
+    Ok(exp)
 }
 
 /// Every combination of `varies` on top of `sets`, loaded and checked, so that a bad value
@@ -436,6 +479,9 @@ pub enum SweepError {
     Submit(String),
     #[error(transparent)]
     Run(#[from] RunError),
+    /// `engine.planner = "hetero"` could not plan a point (the planner's own error, whole).
+    #[error("{0}")]
+    Plan(String),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SweepError + 'a {
@@ -519,7 +565,10 @@ impl SweepManifest {
         index: usize,
         options: &RunOptions,
     ) -> Result<SweepRow, SweepError> {
-        let exp = self.load_point(index)?;
+        // Loaded first: it names a point that is not there.
+        let loaded = self.load_point(index)?;
+        let exp = planned_point(&self.experiment, &self.sets, &self.points[index], loaded)
+            .map_err(|e| SweepError::Plan(format!("{e:#}")))?;
         let output = run_point_embedded(&exp, options, self.alone)?;
         let out = point_dir(dir, index);
         write_outputs(&out, &exp, &output).map_err(io("writing the results to", &out))?;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use sim::config::Overrides;
 use sim::experiment::Experiment;
 use sim::framework::Frameworks;
 
@@ -84,7 +85,7 @@ impl Args {
             frameworks,
         } = self;
         let rows = rows.as_deref();
-        let sets = &sets[..];
+        let overrides = Overrides::from_sets(&sets)?;
         let cases = cases.as_path();
         let file = cases.display().to_string();
         let frameworks = match frameworks {
@@ -99,7 +100,7 @@ impl Args {
                 .map_or_else(|| "cases".into(), |s| s.to_string_lossy().into_owned());
             PathBuf::from("runs").join(format!("validate-{stem}"))
         });
-        let prepared = prepare(&out, &selected, sets, &file)?;
+        let prepared = prepare(&out, &selected, &overrides, &file)?;
         // Rows beside each other share the cores; a run's threads beyond its share would
         // only wait on each other at every window.
         let (jobs, threads) = side_by_side::shares(prepared.len(), jobs, threads);
@@ -833,7 +834,7 @@ pub type PreparedCase = (Case, Result<Experiment, ValidateError>);
 pub fn prepare(
     out: &Path,
     cases: &[Case],
-    sets: &[String],
+    overrides: &Overrides,
     file: &str,
 ) -> Result<Vec<PreparedCase>, ValidateError> {
     let dir = out.join("cases");
@@ -860,7 +861,7 @@ pub fn prepare(
                 path: path.display().to_string(),
                 error,
             })?;
-            let exp = load_checked(&path, sets).map_err(|error| ValidateError::Case {
+            let exp = load_checked(&path, overrides).map_err(|error| ValidateError::Case {
                 file: file.to_string(),
                 line: case.line,
                 error,
@@ -1206,7 +1207,7 @@ mod tests {
             );
             let out =
                 std::env::temp_dir().join(format!("fleetsim-unknown-fw-{}", std::process::id()));
-            let prepared = prepare(&out, &cases, &[], "t.csv").expect("prepared");
+            let prepared = prepare(&out, &cases, &Overrides::none(), "t.csv").expect("prepared");
             let failure = prepared[0].1.as_ref().expect_err("a row failure");
             assert!(
                 RowFailure::new(cases[0].clone(), failure)
@@ -1350,7 +1351,7 @@ mod tests {
             let cases = read_cases(&path, &frameworks()).expect(table);
             assert_eq!(cases.len(), rows, "{table}");
             let out = std::env::temp_dir().join(format!("fleetsim-{table}-{}", std::process::id()));
-            let prepared = prepare(&out, &cases, &[], table).expect(table);
+            let prepared = prepare(&out, &cases, &Overrides::none(), table).expect(table);
             assert_eq!(prepared.len(), rows, "{table}");
             for (case, exp) in &prepared {
                 assert!(

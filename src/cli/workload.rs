@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use serde::Serialize;
 use sim::compute::ComputeModel;
+use sim::config::Overrides;
 use sim::experiment::Experiment;
 use sim::gpu::GpuSpec;
 use sim::time::SimTime;
@@ -62,7 +63,7 @@ pub enum ExportFormat {
 
 impl Args {
     pub fn execute(self) -> anyhow::Result<()> {
-        let exp = Experiment::load(&self.experiment, &self.sets)?;
+        let exp = Experiment::load(&self.experiment, &Overrides::from_sets(&self.sets)?)?;
         let started = Instant::now();
         let workload = sim::load::load_or_compile(&exp, self.workload_file.as_deref())?;
         let compile_s = started.elapsed().as_secs_f64();
@@ -102,7 +103,7 @@ impl Args {
                     job.name(),
                     workload.job_workload(j),
                     &job.stage_gpus(),
-                    &ComputeModel::from_experiment(job)?,
+                    &job.compute_model()?,
                     compile_s,
                 ))
             })
@@ -126,7 +127,7 @@ impl Args {
 
     /// Reports or exports one job's workload.
     fn report(self, exp: &Experiment, workload: Workload, compile_s: f64) -> anyhow::Result<()> {
-        let model = ComputeModel::from_experiment(exp)?;
+        let model = exp.compute_model()?;
         let stage_gpus = exp.stage_gpus();
         if let (Some(format), Some(path)) = (self.export, self.output) {
             let (text, what) = match format {

@@ -11,8 +11,8 @@
 //! `cargo run --release --features worker/lineage -- run EXP --workers 2` found the queued
 //! segments no promise covered (docs/engine.md, "Promises").
 
-use sim::engine::{Event, SimModel};
 use sim::event::EventKey;
+use sim_engine::{Event, SimModel};
 
 #[cfg(feature = "lineage")]
 mod on {

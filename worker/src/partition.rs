@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use sim::engine::{Body, Ctx, Event, Lp, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::time::SimTime;
 use sim::topology::{LinkId, NodeId};
+use sim_engine::{Body, Ctx, Event, Lp, LpReport, SimModel};
 
 use crate::checkpoint::{LpRecord, PartWriter};
 use crate::lineage::Lineage;

@@ -16,7 +16,7 @@ pub fn prefetch(p: *const u8) {
 
 /// Asks for every cache line a span touches (none for an empty span).
 #[inline(always)]
-pub fn prefetch_span(span: sim::engine::HotSpan) {
+pub fn prefetch_span(span: sim_engine::HotSpan) {
     for line in lines(span) {
         prefetch(line);
     }
@@ -25,7 +25,7 @@ pub fn prefetch_span(span: sim::engine::HotSpan) {
 const LINE: usize = 64;
 
 /// The start of every cache line that `len` bytes from `first` touch (none when `len` is 0).
-fn lines((first, len): sim::engine::HotSpan) -> impl Iterator<Item = *const u8> {
+fn lines((first, len): sim_engine::HotSpan) -> impl Iterator<Item = *const u8> {
     let offset = first as usize % LINE;
     let start = first.wrapping_sub(offset);
     let end = if len == 0 { 0 } else { offset + len };

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use sim::config::SchedulingChoice;
-use sim::engine::{Event, LpReport, SimModel};
 use sim::event::EventKey;
 use sim::time::SimTime;
 use sim::topology::NodeId;
+use sim_engine::{Event, LpReport, SimModel};
 
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
@@ -154,7 +154,7 @@ pub struct WorkerStats {
     /// coordinator (in-process workers) or the system does not say.
     #[serde(default)]
     pub peak_rss_bytes: u64,
-    /// Events processed, by kind ([`sim::engine::Body::KIND_NAMES`] order).
+    /// Events processed, by kind ([`sim_engine::Body::KIND_NAMES`] order).
     #[serde(default)]
     pub events_by_kind: Vec<u64>,
 }
@@ -604,7 +604,7 @@ impl<'a> WindowLoop<'a> {
         // synchronisation, not processing, as the time between windows is.
         self.stats.busy_s =
             (self.stats.busy_s - self.stats.thread_wait_s / self.threads as f64).max(0.0);
-        self.stats.events_by_kind = vec![0; sim::engine::Body::KINDS];
+        self.stats.events_by_kind = vec![0; sim_engine::Body::KINDS];
         for p in parts {
             self.stats.cross_partition_slack.add(&p.lock().slack);
             for (sum, n) in self

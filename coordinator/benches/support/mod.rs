@@ -5,15 +5,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 use coordinator::embedded;
-use sim::engine::{FlowSpec, SimModel};
 use sim::experiment::Experiment;
+use sim_engine::{FlowSpec, SimModel};
 use worker::Scheduling;
 
 /// The model of `experiment` (relative to the repository root) with `sets` applied.
 pub fn model(experiment: &str, sets: &[&str]) -> SimModel {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let exp = Experiment::load(&root.join(experiment), &sets).expect("experiment");
+    let exp = Experiment::load(
+        &root.join(experiment),
+        &sim::config::Overrides::from_sets(&sets).expect("sets"),
+    )
+    .expect("experiment");
     SimModel::from_experiment(&exp, false).expect("model")
 }
 

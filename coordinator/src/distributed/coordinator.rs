@@ -63,7 +63,7 @@ pub fn run_coordinator(
                 partition_runs: runs,
                 partition_owner: owners,
                 peer_addresses: Vec::new(),
-                lookahead_ps: partition.lookahead.map_or(0, SimTime::as_ps),
+                lookahead: partition.lookahead.and_then(super::wire_time::to_wire),
                 checkpoint_dir: checkpoint_dir.display().to_string(),
                 resume_parts,
                 fingerprint: checkpoints.fingerprint.clone(),

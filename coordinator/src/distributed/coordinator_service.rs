@@ -1,5 +1,6 @@
 //! The `Coordinator` gRPC service: registration, window reports and grants, results.
 
+use super::wire_time::to_wire;
 use super::*;
 
 /// The coordinator's shared state.
@@ -129,6 +130,10 @@ impl Coordinator for CoordinatorService {
         let r = request.into_inner();
         let id = r.worker_id as usize;
         let report_bytes = r.encoded_len() as u64;
+        let time = |field, name| {
+            super::wire_time::required(field, "window report", name)
+                .map_err(Status::invalid_argument)
+        };
         self.seen(r.worker_id);
         let generation = {
             let mut hub = self.hub.lock();
@@ -142,10 +147,10 @@ impl Coordinator for CoordinatorService {
                 WindowReport {
                     worker: r.worker_id,
                     window: r.window,
-                    next_event: SimTime::from_ps(r.next_event_ps),
-                    earliest_sent: SimTime::from_ps(r.earliest_sent_ps),
-                    promise: SimTime::from_ps(r.promise_ps),
-                    waiting_distance: SimTime::from_ps(r.waiting_distance_ps),
+                    next_event: time(r.next_event, "next_event")?,
+                    earliest_sent: time(r.earliest_sent, "earliest_sent")?,
+                    promise: time(r.promise, "promise")?,
+                    waiting_distance: time(r.waiting_distance, "waiting_distance")?,
                     batches_sent: r.batches_sent,
                     events_processed: r.events_processed,
                     checkpointed: r.checkpointed,
@@ -163,7 +168,7 @@ impl Coordinator for CoordinatorService {
             .await?;
         let grant = pb::WindowGrant {
             window: grant.window,
-            end_ps: grant.end.as_ps(),
+            end: to_wire(grant.end),
             batches_expected: grant.batches_expected,
             finished: grant.finished,
             checkpoint: grant.checkpoint,

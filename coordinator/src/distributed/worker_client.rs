@@ -1,5 +1,6 @@
 //! The window loop's side of the protocol: [`GrpcCoordination`].
 
+use super::wire_time::{required, to_wire};
 use super::*;
 
 /// The window loop's side of the gRPC protocol: blocking calls on the worker's runtime.
@@ -86,10 +87,10 @@ impl Coordination for GrpcCoordination<'_> {
             pb::WindowReport {
                 worker_id: self.id,
                 window: report.window,
-                next_event_ps: report.next_event.as_ps(),
-                earliest_sent_ps: report.earliest_sent.as_ps(),
-                promise_ps: report.promise.as_ps(),
-                waiting_distance_ps: report.waiting_distance.as_ps(),
+                next_event: to_wire(report.next_event),
+                earliest_sent: to_wire(report.earliest_sent),
+                promise: to_wire(report.promise),
+                waiting_distance: to_wire(report.waiting_distance),
                 batches_sent: report.batches_sent,
                 events_processed: report.events_processed,
                 checkpointed: report.checkpointed,
@@ -110,7 +111,7 @@ impl Coordination for GrpcCoordination<'_> {
         crate::metrics::barrier_wait(waiting.elapsed().as_secs_f64());
         Ok(WindowGrant {
             window: g.window,
-            end: SimTime::from_ps(g.end_ps),
+            end: required(g.end, "window grant", "end").map_err(transport)?,
             batches_expected: g.batches_expected,
             finished: g.finished,
             checkpoint: g.checkpoint,

@@ -138,7 +138,9 @@ pub fn run_worker_process(
         reply.worker_id,
         &coordinator,
     );
-    let exp = Experiment::load(Path::new(&reply.experiment_path), &reply.sets)
+    // The coordinator forwards its command line's `--set`s as the user typed them.
+    let exp = sim::config::Overrides::from_sets(&reply.sets)
+        .and_then(|overrides| Experiment::load(Path::new(&reply.experiment_path), &overrides))
         .map_err(TransportError::Experiment)?;
     let model = SimModel::from_experiment(&exp, false)?;
     let partition_of: Vec<u32> = reply
@@ -184,7 +186,7 @@ pub fn run_worker_process(
             workers,
             oversubscribed,
         ),
-        lookahead: (reply.lookahead_ps > 0).then_some(SimTime::from_ps(reply.lookahead_ps)),
+        lookahead: super::wire_time::optional(reply.lookahead),
         promises: exp.loaded.config.engine.promises,
     };
     let mut coordination = GrpcCoordination {

@@ -3,10 +3,10 @@
 //! `tiers.csv`, link load by fabric tier as a distribution. Both stay the same size
 //! whatever the cluster: never one row per rank or per link.
 
-use sim::engine::{RunResults, SimModel};
 use sim::segments::class_index;
 use sim::time::{SimTime, span_union};
 use sim::topology::{LinkClass, NodeKind};
+use sim_engine::{RunResults, SimModel};
 
 use super::table::CsvTable;
 

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use sim::engine::results::{CLASSES, class_index};
-use sim::engine::{RunResults, SimModel};
 use sim::experiment::Experiment;
 use sim::layout::GroupKind;
 use sim::time::SimTime;
 use sim::workload::summary::{summarize, total_model_flops};
 use sim::workload::{CollectiveOp, OpKind, Stream};
+use sim_engine::results::{CLASSES, class_index};
+use sim_engine::{RunResults, SimModel};
 
 use crate::embedded::EngineStats;
 use crate::outcome::{EngineInfo, RunOutput};
@@ -381,13 +381,13 @@ fn key_settings(exp: &Experiment, model: &SimModel) -> BTreeMap<String, String> 
 
 /// The workers' events by kind, named, the kinds that ran only.
 fn events_by_kind(workers: &[worker::WorkerStats]) -> BTreeMap<String, u64> {
-    let mut sum = [0u64; sim::engine::Body::KINDS];
+    let mut sum = [0u64; sim_engine::Body::KINDS];
     for w in workers {
         for (total, n) in sum.iter_mut().zip(&w.events_by_kind) {
             *total += n;
         }
     }
-    sim::engine::Body::KIND_NAMES
+    sim_engine::Body::KIND_NAMES
         .iter()
         .zip(sum)
         .filter(|(_, n)| *n > 0)
@@ -529,7 +529,7 @@ pub fn ranks_csv(
 
 /// collectives.csv: one row per group kind, operation, size and group size (with
 /// `[[jobs]]`, jobs whose groups differ in size keep their own rows).
-/// Collectives by group, op and size; with symmetry ([`sim::engine::symmetry`]) the counts
+/// Collectives by group, op and size; with symmetry ([`sim_engine::symmetry`]) the counts
 /// include the mirrored replicas' calls (`replicas` per simulated one).
 pub fn collectives_csv(results: &RunResults, replicas: u64) -> String {
     let mut merged = std::collections::BTreeMap::new();
@@ -537,7 +537,7 @@ pub fn collectives_csv(results: &RunResults, replicas: u64) -> String {
         for (k, v) in &r.collectives {
             merged
                 .entry((*k, v.group_size))
-                .or_insert_with(sim::engine::results::CollectiveStats::default)
+                .or_insert_with(sim_engine::results::CollectiveStats::default)
                 .merge(v);
         }
     }

@@ -108,7 +108,7 @@ pub struct EngineSummary {
     /// `embedded` or `distributed`.
     pub mode: String,
     /// Data-parallel replicas each simulated one stands for: 1 when every rank ran, the
-    /// replica count when one replica ran for all (`sim::engine::symmetry`).
+    /// replica count when one replica ran for all (`sim_engine::symmetry`).
     #[serde(default = "one_replica")]
     pub replicas_per_simulated: u32,
     /// Which ranks ran, and why not one replica for all when every rank did.

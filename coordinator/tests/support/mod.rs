@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use coordinator::embedded;
-use sim::engine::gpu::{flow_hash, injected_tag};
-use sim::engine::{FlowSpec, RunResults, SimModel};
 use sim::experiment::Experiment;
 use sim::topology::Link;
+use sim_engine::gpu::{flow_hash, injected_tag};
+use sim_engine::{FlowSpec, RunResults, SimModel};
 
 /// Loads an experiment written as TOML text (through a real file, as users do).
 pub fn experiment(toml: &str) -> Experiment {
@@ -23,7 +23,8 @@ pub fn experiment(toml: &str) -> Experiment {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("exp.toml");
     std::fs::write(&path, toml).expect("write experiment");
-    let exp = Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let exp = Experiment::load(&path, &sim::config::Overrides::none())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"));
     let _ = std::fs::remove_dir_all(&dir);
     exp
 }

@@ -20,7 +20,8 @@ pub fn experiment(dir: &str, name: &str, body: &str) -> Experiment {
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, format!("name = \"{name}\"\n{body}")).expect("write experiment");
-    Experiment::load(&path, &[]).unwrap_or_else(|e| panic!("{name}: {e}"))
+    Experiment::load(&path, &sim::config::Overrides::none())
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// A program's distinct compute kernels, with how often each runs.
