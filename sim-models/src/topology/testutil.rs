@@ -211,7 +211,8 @@ fn check_flow_cached(t: &Topology, src: NodeId, dst: NodeId, hash: u64, cache: &
             link.src, at,
             "{src}→{dst}: link {l} does not start where the path is"
         );
-        t.next_hops(at, src, dst, &mut hops).unwrap();
+        t.next_hops(at, src, dst, &mut hops)
+            .expect("a node on a routed path has next hops");
         assert!(
             hops.windows(2).all(|w| w[0] < w[1]),
             "next hops not ascending: {hops:?}"
@@ -319,7 +320,7 @@ pub fn crossed_nodes(
 ) -> Vec<NodeId> {
     let mut crossed = BTreeSet::new();
     for h in hashes {
-        for l in t.path(src, dst, h).unwrap() {
+        for l in t.path(src, dst, h).expect("the pair is routed") {
             let n = t.link(l).dst;
             if kind(t, n) == of {
                 crossed.insert(n);
