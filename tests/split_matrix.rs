@@ -9,8 +9,8 @@
 //! before the test fails, so one report lists every failure.
 //!
 //! - **Reduced** (the default, in `cargo test` and `.ci/run`): two jobs interleaved on one
-//!   fabric, a spine-leaf fabric and the quickstart cut to 32 GPUs, once as it is and once
-//!   analytical without clock spread (one replica simulated); every strategy once,
+//!   fabric, a spine-leaf fabric (routed by ECMP, then adaptively) and the quickstart cut to
+//!   32 GPUs, once as it is and once analytical without clock spread (one replica simulated); every strategy once,
 //!   dealt over the three experiments and over 2 and 3 workers, and one sampled case each
 //!   (workers x threads at most 3; over gRPC, `auto` on the analytical network). About 35 s
 //!   in a debug build on 2 cores.
@@ -324,6 +324,11 @@ fn experiments(form: &Form) -> Vec<(PathBuf, Vec<String>)> {
     let mut found = Vec::new();
     if !form.full {
         found.extend(REDUCED.iter().map(|f| (PathBuf::from(f), Vec::new())));
+        // Adaptive routing: each switch picks a port by its queues, segments overtake.
+        found.push((
+            PathBuf::from("tests/fixtures/faults/spine-leaf.toml"),
+            vec!["--set".to_string(), "network.routing=adaptive".to_string()],
+        ));
         let small: Vec<String> = common::SMALL.iter().map(|s| s.to_string()).collect();
         found.push((PathBuf::from(common::QUICKSTART), small.clone()));
         // One replica standing for the others (sim_engine::symmetry).

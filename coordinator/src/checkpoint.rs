@@ -26,8 +26,9 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// bytes per link crossed (`GpuLp::analytical_link_bytes`); 3 since a GPU's tables by group
 /// kind hold the expert-TP kind (`GroupKind::COUNT`); 4 since a GPU tracks its host's issue
 /// (`GpuLp::host_anchor_ps` and the rest); 6 since one GPU per stage keeps its timeline
-/// (`GpuLp::timeline`).
-const FORMAT: u32 = 6;
+/// (`GpuLp::timeline`); 7 since a segment carries its completion count and one byte of
+/// marks, and a GPU counts the segments of adaptively routed flows (`segments_seen`).
+const FORMAT: u32 = 7;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:

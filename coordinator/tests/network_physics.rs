@@ -165,6 +165,54 @@ fn two_flows_colliding_on_one_ecmp_path_take_twice_as_long() {
 }
 
 #[test]
+fn adaptive_routing_spreads_two_flows_that_ecmp_puts_on_one_uplink() {
+    // The seed whose ECMP hashes put both flows on one spine uplink (2x, the test above):
+    // with InfiniBand's adaptive routing the leaf sends each segment out of the emptier
+    // uplink, so both finish as one alone does, and never sooner (every segment counted in,
+    // though segments of a flow overtake each other).
+    let bytes = 4 * MIB;
+    let seed = (1..200u64)
+        .find(|&seed| {
+            let exp = experiment(&cluster(4, 2, &format!("[engine]\nseed = {seed}")));
+            let m = flow_model(&exp, vec![]);
+            let t = &m.topology;
+            let hash =
+                |s: u32, d: u32, i: u32| flow_hash(seed, t.gpu(s), t.gpu(d), injected_tag(i));
+            let p0 = t.path(t.gpu(0), t.gpu(2), hash(0, 2, 0)).unwrap();
+            let p1 = t.path(t.gpu(1), t.gpu(3), hash(1, 3, 1)).unwrap();
+            p0.iter().any(|l| p1.contains(l))
+        })
+        .expect("a seed whose ECMP choices collide");
+    let time = |routing: &str, flows: Vec<FlowSpec>| {
+        let exp = experiment(&cluster(
+            4,
+            2,
+            &format!("routing = \"{routing}\"\n[engine]\nseed = {seed}"),
+        ));
+        let n = flows.len();
+        let (_, r) = run(flow_model(&exp, flows));
+        let once: usize = r.reports.iter().map(|(_, x)| x.flow_arrivals.len()).sum();
+        assert_eq!(once, n, "every flow arrives once");
+        arrivals(&r).values().copied().max().unwrap() as f64
+    };
+    let both = || vec![flow(0, 2, bytes, 0), flow(1, 3, bytes, 0)];
+    let alone = time("ecmp", vec![flow(0, 2, bytes, 0)]);
+    let ecmp = time("ecmp", both());
+    let adaptive = time("adaptive", both());
+    assert!(rel(ecmp, 2.0 * alone) < 0.05, "ecmp {ecmp}, alone {alone}");
+    assert!(
+        rel(adaptive, alone) < 0.05 && adaptive >= 0.99 * alone,
+        "adaptive {adaptive}, alone {alone}"
+    );
+    // Alone, a flow finds both uplinks empty: adaptive routing costs it nothing.
+    let alone_adaptive = time("adaptive", vec![flow(0, 2, bytes, 0)]);
+    assert!(
+        rel(alone_adaptive, alone) < 0.01,
+        "{alone_adaptive} against {alone}"
+    );
+}
+
+#[test]
 fn pfc_pauses_instead_of_dropping_and_never_deadlocks_a_tree() {
     let exp = experiment(&cluster(
         16,

@@ -1016,6 +1016,10 @@ pub struct NetworkConfig {
     pub congestion_control: CongestionControl,
     #[serde(default)]
     pub dcqcn: DcqcnConfig,
+    /// How a switch picks among equal-cost next hops at packet level: by the flow's hash
+    /// (`ecmp`, the default) or per segment towards the emptiest port (`adaptive`).
+    #[serde(default)]
+    pub routing: Routing,
 }
 
 impl Default for NetworkConfig {
@@ -1031,6 +1035,31 @@ impl Default for NetworkConfig {
             pfc_xon_bytes: None,
             congestion_control: defaults::congestion_control(),
             dcqcn: DcqcnConfig::default(),
+            routing: Routing::default(),
+        }
+    }
+}
+
+/// `network.routing`: how a switch chooses among equal-cost next hops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// Static ECMP: every packet of a queue pair hashes to one path (RoCE fabrics, and
+    /// InfiniBand with adaptive routing off), so rings' flows can collide on an uplink.
+    #[default]
+    Ecmp,
+    /// InfiniBand adaptive routing: a switch sends each packet out of the least loaded of
+    /// its equal-cost ports, and the receiving HCA places packets that arrive out of order
+    /// (NCCL turns it on by default on InfiniBand, `NCCL_IB_ADAPTIVE_ROUTING`; the fabric's
+    /// subnet manager enables it on the switches).
+    Adaptive,
+}
+
+impl Routing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::Ecmp => "ecmp",
+            Routing::Adaptive => "adaptive",
         }
     }
 }

@@ -126,17 +126,18 @@ pub struct Segment {
     /// Links crossed so far; ECMP picks by `(hash, hop)` as [`Topology::path`] does.
     pub hop: u8,
     pub last: bool,
-    /// Queue pairs the flow's segments are split over (NCCL_IB_SPLIT_DATA_ON_QPS): each
-    /// takes its own path, in order, and marks its final segment `last`; the message is
-    /// complete when all `parts` of them have arrived.
-    pub parts: u8,
-    /// ECN congestion-experienced mark.
-    pub ecn: bool,
+    /// What makes the message whole at the receiver. Routed by ECMP: the queue pairs the
+    /// flow's segments are split over (NCCL_IB_SPLIT_DATA_ON_QPS, 1 unsplit), each taking
+    /// its own path in order and marking its final segment `last`: the message is complete
+    /// when that many `last` segments have arrived. Routed adaptively: the flow's segment
+    /// count modulo 2^16, which the receiver counts, since segments overtake each other.
+    pub completion: u16,
+    /// ECN and PXN relay marks ([`Segment::ecn`], [`Segment::relayed`]): one byte, so that
+    /// an event keeps within 80 bytes with `completion`.
+    marks: u8,
     /// PXN relay: the GPU whose NIC carries the segment, [`NO_NODE`] when none. Routing goes
     /// to it first, then on from it as if it had sent the segment.
     pub via: NodeId,
-    /// The segment has passed `via`.
-    pub relayed: bool,
     /// Picoseconds from the segment's head reaching the node its event is for to its tail
     /// reaching it: switches forward MTU packets as they come (cut-through at segment
     /// level, [`net::cut_through`]), so a segment is spread over its path. 0 at the sender.
@@ -147,9 +148,30 @@ pub struct Segment {
 pub const NO_NODE: NodeId = u32::MAX;
 
 impl Segment {
+    const ECN: u8 = 1;
+    const RELAYED: u8 = 2;
+
+    /// ECN congestion-experienced mark.
+    pub fn ecn(&self) -> bool {
+        self.marks & Self::ECN != 0
+    }
+
+    pub fn set_ecn(&mut self) {
+        self.marks |= Self::ECN;
+    }
+
+    /// The segment has passed `via`.
+    pub fn relayed(&self) -> bool {
+        self.marks & Self::RELAYED != 0
+    }
+
+    pub fn set_relayed(&mut self) {
+        self.marks |= Self::RELAYED;
+    }
+
     /// The (source, destination) its next hop is routed for.
     pub fn leg(&self) -> (NodeId, NodeId) {
-        match (self.via, self.relayed) {
+        match (self.via, self.relayed()) {
             (NO_NODE, _) => (self.src, self.dst),
             (via, false) => (self.src, via),
             (via, true) => (via, self.dst),

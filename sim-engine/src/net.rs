@@ -205,6 +205,11 @@ impl Ports {
                 i
             }
         };
+        let i = if model.net.adaptive_routing && self.ports.len() > 1 {
+            self.adaptive_port(model, &mut seg, i, ctx)
+        } else {
+            i
+        };
         // This node's own port table says whether the link queues: no look-up in the
         // topology's link array, which misses the cache at scale.
         if matches!(self.ports.get(i), Some(Some(_))) {
@@ -214,6 +219,70 @@ impl Ports {
         // The walk from here takes port `i` first, as choosing it did (without a carried
         // route the walk routes this hop again, to the same link).
         deliver(model, self.node, ctx.now.as_ps(), seg, ctx, &mut self.run);
+    }
+
+    /// Adaptive routing (`network.routing = "adaptive"`): at a fabric switch, the equal-cost
+    /// out port that can start sending `seg` soonest (its serialisation under way, then its
+    /// queue; a paused port only after a buffer's worth), as an InfiniBand switch picks by
+    /// its ports' queue occupancy; the planned port `planned` on a tie. Off the planned
+    /// port, the segment's carried route no longer holds: each later hop routes itself.
+    fn adaptive_port(
+        &self,
+        model: &SimModel,
+        seg: &mut Segment,
+        planned: usize,
+        ctx: &mut Ctx,
+    ) -> usize {
+        let kind = model.topology.nodes()[self.node as usize].kind;
+        if !matches!(kind, NodeKind::Leaf | NodeKind::Spine | NodeKind::Core) {
+            return planned;
+        }
+        // A PXN relay is a GPU of the sending host: a switch is past it.
+        let src = if seg.via == NO_NODE { seg.src } else { seg.via };
+        let now = ctx.now;
+        let down = |l: LinkId| model.faults.link_down_at(l, now).is_some();
+        let also_down: Option<&dyn Fn(LinkId) -> bool> =
+            model.faults.has_timed_links().then_some(&down);
+        if model
+            .topology
+            .next_hops_avoiding(self.node, src, seg.dst, ctx.hops, also_down)
+            .is_err()
+            || ctx.hops.len() < 2
+        {
+            return planned;
+        }
+        let now_ps = now.as_ps();
+        let start_ps = |i: usize| -> u64 {
+            match self.ports.get(i) {
+                Some(Some(p)) => {
+                    let queued = serialisation_ps(p.queued_bytes, p.ps_per_byte);
+                    let paused = if p.paused {
+                        serialisation_ps(model.net.buffer_bytes, p.ps_per_byte)
+                    } else {
+                        0
+                    };
+                    p.busy_until.saturating_sub(now_ps) + queued + paused
+                }
+                _ => u64::MAX,
+            }
+        };
+        let mut best = (start_ps(planned), planned);
+        for &link in ctx.hops.iter() {
+            let Some(i) = out_index(&model.topology, self.node, link) else {
+                continue;
+            };
+            let start = start_ps(i);
+            if start < best.0 {
+                best = (start, i);
+            }
+        }
+        if best.1 != planned {
+            seg.route = Route::default();
+            if seg.via != NO_NODE {
+                seg.set_relayed();
+            }
+        }
+        best.1
     }
 
     /// A cable went down since the sender planned `seg`'s route: the fabric's ECMP groups
@@ -235,13 +304,13 @@ impl Ports {
         // A carried route crosses its PXN relay without marking it: past the relay already
         // unless this node is on the way to it.
         if rerouted.via != NO_NODE
-            && !rerouted.relayed
+            && !rerouted.relayed()
             && model
                 .topology
                 .next_hops(self.node, rerouted.src, rerouted.via, ctx.hops)
                 .is_err()
         {
-            rerouted.relayed = true;
+            rerouted.set_relayed();
         }
         match route_at(model, self.node, &mut rerouted, ctx.hops, ctx.now)
             .and_then(|link| out_index(&model.topology, self.node, link))
@@ -321,7 +390,7 @@ impl Ports {
             if p > 0.0 {
                 self.rng = splitmix64(self.rng);
                 if (self.rng >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p {
-                    seg.ecn = true;
+                    seg.set_ecn();
                     port.stats.ecn_marks += 1;
                 }
             }
@@ -606,7 +675,7 @@ fn route_avoiding(
     also_down: Option<&dyn Fn(LinkId) -> bool>,
 ) -> Option<LinkId> {
     if seg.via == at {
-        seg.relayed = true;
+        seg.set_relayed();
     }
     let (src, dst) = seg.leg();
     topology
@@ -988,10 +1057,9 @@ pub(super) mod tests {
             route: Route::default(),
             hop: 0,
             last: true,
-            parts: 1,
-            ecn: false,
+            completion: 1,
+            marks: 0,
             via: super::super::NO_NODE,
-            relayed: false,
             lag_ps: 0,
         }
     }
@@ -1269,7 +1337,8 @@ pub(super) mod tests {
     fn an_event_stays_within_80_bytes() {
         // The queues move events by value; the carried route made a segment 16 bytes larger,
         // and the cut-through lag fits only because the route packs its length and queued
-        // bits into one word and `hop` is a byte.
+        // bits into one word and `hop` is a byte; the completion count of adaptive routing
+        // only because the ECN and relay marks share a byte.
         assert!(std::mem::size_of::<super::super::Event>() <= 80);
     }
 

@@ -1,7 +1,7 @@
 //! `[network]` validated into the numbers the network model runs on.
 
 use super::results::class_index;
-use crate::config::{ConfigError, CongestionControl, NetworkModel};
+use crate::config::{ConfigError, CongestionControl, NetworkModel, Routing};
 use crate::experiment::Experiment;
 use crate::segments::Segmenting;
 use crate::time::SimTime;
@@ -52,6 +52,9 @@ pub struct NetworkParams {
     pub xoff_bytes: u64,
     pub xon_bytes: u64,
     pub dcqcn: Option<DcqcnParams>,
+    /// `network.routing = "adaptive"` at packet level: a switch sends each segment out of
+    /// the emptiest of its equal-cost ports ([`super::net::Ports::forward`]).
+    pub adaptive_routing: bool,
 }
 
 impl NetworkParams {
@@ -205,6 +208,7 @@ impl NetworkParams {
             xoff_bytes: xoff,
             xon_bytes: xon,
             dcqcn,
+            adaptive_routing: packet && n.routing == Routing::Adaptive,
         })
     }
 }

@@ -354,7 +354,9 @@ impl Cut {
         may_pause: bool,
     ) -> u64 {
         let generic = self.distances[at as usize];
-        if seg.route.is_empty() || generic == u64::MAX {
+        // Adaptive routing may take a segment off its carried route at any later switch,
+        // past whatever the route promised: only the node's own distance holds.
+        if seg.route.is_empty() || generic == u64::MAX || model.net.adaptive_routing {
             return generic;
         }
         let own = self.partition_of[at as usize];

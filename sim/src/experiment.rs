@@ -3,7 +3,7 @@
 
 use crate::config::{
     self, ConfigError, FaultKind, Fp8Recipe, LoadedConfig, MemoryCheck, MoeTokenDispatcher,
-    NetworkModel, Precision, Recompute, RecomputeModule, TensorClass, TopologyKind,
+    NetworkModel, Precision, Recompute, RecomputeModule, Routing, TensorClass, TopologyKind,
 };
 use crate::gpu::{GpuDatabase, GpuSpec};
 use crate::layout::{ParallelLayout, parse_order};
@@ -551,6 +551,11 @@ impl Experiment {
             warnings.push(format!(
                 "faults[{i}]: with network.model = \"analytical\" a link that is down only moves routes onto the links left, and a transfer is timed by its own path alone (no contention), so the traffic they take over costs nothing; use network.model = \"packet\" or \"flow\" to see it"
             ));
+        }
+        if cfg.network.routing == Routing::Adaptive && cfg.network.model == NetworkModel::Flow {
+            warnings.push(
+                "network.routing = \"adaptive\" is modelled segment by segment (network.model = \"packet\"); the flow model routes each flow by its ECMP hash, so flows may share an uplink an adaptively routed fabric would spread them over".into(),
+            );
         }
         Ok(Experiment {
             loaded,

@@ -112,10 +112,14 @@ impl GpuLp {
                 route: Route::default(),
                 hop: 0,
                 last,
-                parts: f.parts,
-                ecn: false,
+                // Truncated on purpose: the receiver counts modulo 2^16 (`counted_all`).
+                completion: if model.net.adaptive_routing {
+                    segment_count(f.total, f.segment) as u16
+                } else {
+                    u16::from(f.parts)
+                },
+                marks: 0,
                 via: f.via,
-                relayed: false,
                 lag_ps: 0,
             };
             let topology = &model.topology;
@@ -158,10 +162,14 @@ impl GpuLp {
             Body::Ack {
                 flow: seg.flow,
                 bytes: seg.bytes,
-                ecn: seg.ecn,
+                ecn: seg.ecn(),
             },
         );
-        let complete = seg.last && (seg.parts <= 1 || self.last_part(seg));
+        let complete = if model.net.adaptive_routing {
+            self.counted_all(seg)
+        } else {
+            seg.last && (seg.completion <= 1 || self.last_part(seg))
+        };
         if complete && seg.tag.group == INJECTED {
             self.injected_arrived(seg.tag.seq, ctx.now.as_ps());
         } else if complete {
@@ -169,11 +177,35 @@ impl GpuLp {
         }
     }
 
+    /// Counts a segment of a flow whose segments may arrive out of order (adaptive routing);
+    /// true when it completes the message: a segment marked `last` has come and the count
+    /// matches the flow's. The count is modulo 2^16, which is exact here: once a `last`
+    /// segment (sent after every other but the other queue pairs' last ones) is in, fewer
+    /// segments than the window holds are still on their way.
+    fn counted_all(&mut self, seg: &Segment) -> bool {
+        let key = (seg.src, seg.flow);
+        let i = match self.segments_seen.iter().position(|(k, _, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.segments_seen.push((key, 0, false));
+                self.segments_seen.len() - 1
+            }
+        };
+        let entry = &mut self.segments_seen[i];
+        entry.1 += 1;
+        entry.2 |= seg.last;
+        let done = entry.2 && entry.1 as u16 == seg.completion;
+        if done {
+            self.segments_seen.swap_remove(i);
+        }
+        done
+    }
+
     /// Counts a queue pair's final segment of a split flow; true when it was the last one.
     fn last_part(&mut self, seg: &Segment) -> bool {
         let key = (seg.src, seg.flow);
         match self.parts_seen.iter().position(|(k, _)| *k == key) {
-            Some(i) if self.parts_seen[i].1 + 1 >= seg.parts => {
+            Some(i) if u16::from(self.parts_seen[i].1) + 1 >= seg.completion => {
                 self.parts_seen.swap_remove(i);
                 true
             }
@@ -187,6 +219,12 @@ impl GpuLp {
             }
         }
     }
+}
+
+/// Segments a flow of `total` bytes is cut into by [`next_segment`]: whole segments until
+/// less than two are left, then the rest as one.
+fn segment_count(total: u64, segment: u64) -> u64 {
+    (total / segment).max(1)
 }
 
 /// Bytes of a flow's next segment with `rest` bytes left to send: the last takes all
