@@ -94,6 +94,9 @@ fn small_rows_are_within_twelve_percent() {
     // Each row's experiment is a real file that `fleetsim check` accepts.
     let case = out.join("cases/01-korthikanti2022-t5.toml");
     assert_success(&fleetsim().arg("check").arg(&case).output().expect("check"));
+    // Megatron-LM of 2022 ran an NCCL before adaptive routing (2.16): ECMP, the default.
+    let text = fs::read_to_string(&case).expect("case file");
+    assert!(!text.contains("routing ="), "{text}");
 }
 
 /// Rows run side by side (`--jobs`) give what they give one at a time: the same table on
@@ -153,6 +156,8 @@ fn nemo_launcher_row_runs_flash_attention_2_within_five_percent() {
     let case =
         fs::read_to_string(out.join("cases/10-nemo-24.03-longseq-h100.toml")).expect("case file");
     assert!(case.contains("attention_backend = \"flash2\""), "{case}");
+    // NeMo 24.03's NCCL routes adaptively on the DGX SuperPOD's InfiniBand.
+    assert!(case.contains("routing = \"adaptive\""), "{case}");
 }
 
 /// The table is printed either way; the verdict decides the exit status.

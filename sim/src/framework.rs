@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe, TeRelease, TpOverlapSms};
+use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe, Routing, TeRelease, TpOverlapSms};
 
 /// Where the shipped table lives in the source tree (named in its errors).
 pub const SHIPPED_FILE: &str = "configs/frameworks.toml";
@@ -35,8 +35,21 @@ pub struct Framework {
     pub model: ModelFacts,
     pub parallel: ParallelFacts,
     pub training: TrainingFacts,
+    /// `[network]` keys of the cluster the release's measurements ran on, where they follow
+    /// from the release (its NCCL) and that cluster's fabric.
+    #[serde(default)]
+    pub network: NetworkFacts,
     #[serde(default)]
     pub not_yet_applied: PendingFacts,
+}
+
+/// `[network]` keys.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkFacts {
+    /// Adaptive routing on InfiniBand: NCCL 2.16 and later use it wherever the subnet
+    /// manager enables it on the switches.
+    pub routing: Option<Fact<Routing>>,
 }
 
 /// `[model]` keys the framework's recipes set.
@@ -116,7 +129,7 @@ pub struct PendingFact<'a> {
 
 impl Framework {
     /// The experiment keys this framework sets, `[model]`, then `[parallel]`, then
-    /// `[training]`. Sequence parallelism is not among them: it depends on the row's TP
+    /// `[training]`, then `[network]`. Sequence parallelism is not among them: it depends on the row's TP
     /// ([`ParallelFacts::sequence_parallel`]).
     pub fn launch_keys(&self) -> Vec<LaunchKey<'_>> {
         fn key<'a, T>(
@@ -197,6 +210,11 @@ impl Framework {
             // Bounded by the loader to what TOML's integers hold.
             keys.push(key("training", "bucket_params", f, |v| {
                 toml::Value::Integer(i64::try_from(*v).unwrap_or(i64::MAX))
+            }));
+        }
+        if let Some(f) = &self.network.routing {
+            keys.push(key("network", "routing", f, |v| {
+                toml::Value::String(v.name().into())
             }));
         }
         keys
@@ -481,6 +499,32 @@ mod tests {
             ] {
                 assert!(keys.iter().any(|k| k == required), "{}: {required}", f.name);
             }
+        }
+    }
+
+    /// InfiniBand's adaptive routing where the release's NCCL uses it (2.16 and later) on a
+    /// DGX SuperPOD; Megatron-LM of 2022 ran an older NCCL (and stands for MegaScale's
+    /// Megatron baseline on RoCE), routed by ECMP.
+    #[test]
+    fn releases_with_nccl_2_16_or_later_route_adaptively_on_infiniband() {
+        let table = shipped();
+        let routing = |name: &str| {
+            let f = table.get(name).unwrap_or_else(|| panic!("{name}"));
+            f.launch_keys()
+                .into_iter()
+                .find(|k| k.section == "network" && k.key == "routing")
+                .map(|k| (k.value.to_string(), k.source.to_string()))
+        };
+        assert_eq!(routing("megatron-lm-2022"), None);
+        for name in [
+            "megatron-core-0.8",
+            "nemo-24.05",
+            "nemo-25.04",
+            "megatron-bridge-26.04",
+        ] {
+            let (value, source) = routing(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(value, "\"adaptive\"", "{name}");
+            assert!(source.contains("NCCL 2.16.2"), "{name}: {source}");
         }
     }
 

@@ -709,6 +709,7 @@ fn case_of_row(
         };
         put("training", k.key, value);
     }
+    put_launch(&mut put, "network");
     for setting in &settings {
         let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
         let (section, key) = key.trim().split_once('.').ok_or_else(|| {
