@@ -279,8 +279,11 @@ impl Cut {
                             }
                             least
                         } else {
-                            // From the GPU, or through a member in its host: PXN relays
-                            // a ring's lane by one (`collective::ring::lane_links`).
+                            // From the GPU, or through a member of its NCCL node: PXN
+                            // relays a ring's lane by one (`collective::ring::lane_links`),
+                            // and NCCL's node is the NVLink domain where that spans hosts
+                            // (GB200 NVL72), so the relay may sit in another tray, and
+                            // another partition's neighbour.
                             let (partition_of, distances) = (&self.partition_of, &self.distances);
                             let mut least = u64::MAX;
                             let pairs = if kept {
@@ -288,7 +291,13 @@ impl Cut {
                             } else {
                                 &mut group_pairs
                             };
-                            for &v in members.iter().filter(|&&v| host_of(v) == host) {
+                            let nccl_node = topology.nccl_node(rank);
+                            let relays = ranks
+                                .iter()
+                                .zip(&members)
+                                .filter(|&(&vr, _)| topology.nccl_node(vr) == nccl_node)
+                                .map(|(_, &v)| v);
+                            for v in relays {
                                 let from_v =
                                     *pairs.entry(PeerReach::key(v, m)).or_insert_with(|| {
                                         PeerReach::narrow(route_reach_ps(
