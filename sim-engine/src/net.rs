@@ -237,21 +237,17 @@ impl Ports {
         if !matches!(kind, NodeKind::Leaf | NodeKind::Spine | NodeKind::Core) {
             return planned;
         }
-        // A PXN relay is a GPU of the sending host: a switch is past it.
-        let src = if seg.via == NO_NODE { seg.src } else { seg.via };
-        let now = ctx.now;
-        let down = |l: LinkId| model.faults.link_down_at(l, now).is_some();
-        let also_down: Option<&dyn Fn(LinkId) -> bool> =
-            model.faults.has_timed_links().then_some(&down);
-        if model
-            .topology
-            .next_hops_avoiding(self.node, src, seg.dst, ctx.hops, also_down)
-            .is_err()
-            || ctx.hops.len() < 2
+        // The equal-cost hops, as ECMP would route it from here (around cables down by now);
+        // a PXN relay is a GPU, so a segment at a switch has passed it.
+        let mut probe = *seg;
+        if probe.via != NO_NODE {
+            probe.set_relayed();
+        }
+        if route_at(model, self.node, &mut probe, ctx.hops, ctx.now).is_none() || ctx.hops.len() < 2
         {
             return planned;
         }
-        let now_ps = now.as_ps();
+        let now_ps = ctx.now.as_ps();
         let start_ps = |i: usize| -> u64 {
             match self.ports.get(i) {
                 Some(Some(p)) => {
@@ -277,10 +273,10 @@ impl Ports {
             }
         }
         if best.1 != planned {
-            seg.route = Route::default();
-            if seg.via != NO_NODE {
-                seg.set_relayed();
-            }
+            *seg = Segment {
+                route: Route::default(),
+                ..probe
+            };
         }
         best.1
     }
