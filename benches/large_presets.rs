@@ -39,11 +39,12 @@ const CASES: &[Case] = &[
             "cluster.gpus=8192",
             "parallel.global_batch=1024",
         ],
-        // 12.810633080061 s, e7e93613 before host dispatch (8d541d6): the first op now
-        // waits for the x86 host to issue it, 7 us; full-iteration CUDA graphs give the old
-        // answer back to the last digit.
-        digest: "29b631fe9c2f9c33198ab3d1e624c8f9",
-        iteration_s: 12.810640080061,
+        // 12.810633080061 s, e7e93613 without host dispatch (before 8d541d6, or today with
+        // `training.cuda_graphs = "full-iteration"`). 8d541d6: the x86 host issues the first
+        // op 7 us in (12.810640, 29b631fe). 838c468: 1F1B's synchronise after each step's
+        // transfers makes the host issue the next step's first op only then, 413 us more.
+        digest: "a714ab48626cf46cf63b0ee6659b75f6",
+        iteration_s: 12.811053080061,
         huge: false,
     },
     Case {
@@ -54,51 +55,57 @@ const CASES: &[Case] = &[
             "cluster.gpus=8192",
             "parallel.global_batch=1024",
         ],
-        // 12.857125587283 s, 352f90c7 before host dispatch (8d541d6): 7 us later, as above.
-        digest: "57ee87850a1d06efa8829fc937ce041e",
-        iteration_s: 12.857132587283,
+        // 12.857125587283 s, 352f90c7 before host dispatch (8d541d6); 7 us and 413 us
+        // later (8d541d6, 838c468: 12.857133, 57ee8785), as above.
+        digest: "31228c7a4ae160c3881d7b908f395cd5",
+        iteration_s: 12.857545587283,
         huge: false,
     },
     Case {
         name: "llama3-405b-131k-flow",
         experiment: "configs/experiments/llama3-405b-h100-131072.toml",
         sets: &["network.model=\"flow\""],
-        // 12.987601110073 s, e533df5b before host dispatch (8d541d6): 7 us later, as above.
-        digest: "9dde66307a6e0c8f424db80eba9d7b28",
-        iteration_s: 12.987608110073,
+        // 12.987601110073 s, e533df5b before host dispatch (8d541d6): 7 us later, as above
+        // (12.987608, 9dde6630); 838c468: 406 us more.
+        digest: "cab4b1cf86a734b640f2e2bc824fa283",
+        iteration_s: 12.988014110073,
         huge: true,
     },
     Case {
         name: "llama3-405b-131k-analytical",
         experiment: "configs/experiments/llama3-405b-h100-131072.toml",
         sets: &["network.model=\"analytical\""],
-        // 12.863099273656 s, af4be1ed before host dispatch (8d541d6): 7 us later, as above.
-        digest: "9695ca299065b9eea3f64e4cc9461fdc",
-        iteration_s: 12.863106273656,
+        // 12.863099273656 s, af4be1ed before host dispatch (8d541d6): 7 us later, as above
+        // (12.863106, 9695ca29); 838c468: 413 us more.
+        digest: "f30d9676ba74dc81331ae928c2928d9e",
+        iteration_s: 12.863519273656,
         huge: true,
     },
     Case {
         name: "gpt3-175b-1k-symmetric",
         experiment: "configs/experiments/gpt3-175b-h100-1024.toml",
         sets: &SYMMETRIC,
-        digest: "d5afa4d69b5d7310a3ba30ee848708a3",
-        iteration_s: 7.295836296179,
+        // 7.295836296179 s, d5afa4d6 before 838c468 (1F1B's synchronise: 763 us later).
+        digest: "913efb51af910e75e81ccc80331fc7dd",
+        iteration_s: 7.296599296179,
         huge: false,
     },
     Case {
         name: "llama3-405b-131k-symmetric",
         experiment: "configs/experiments/llama3-405b-h100-131072.toml",
         sets: &SYMMETRIC,
-        digest: "3878632fff59cf070c6a7e06e906ece9",
-        iteration_s: 12.574806181881,
+        // 12.574806181881 s, 3878632f before 838c468 (413 us later, as the 8K case).
+        digest: "680661afe65d408fd4ac686861008900",
+        iteration_s: 12.575219181881,
         huge: true,
     },
     Case {
         name: "llama3-405b-1m-symmetric",
         experiment: "configs/experiments/llama3-405b-1m.toml",
         sets: &SYMMETRIC,
-        digest: "b5df27c314b859003f3da36696ef0183",
-        iteration_s: 12.426116351809,
+        // 12.426116351809 s, b5df27c3 before 838c468 (413 us later, as the 8K case).
+        digest: "3d05fafae6413e73067219f66e111de9",
+        iteration_s: 12.426529351809,
         huge: true,
     },
 ];
