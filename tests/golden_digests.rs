@@ -9,7 +9,7 @@ mod common;
 use common::{fleetsim, scratch, stdout_ok, summary};
 
 /// (case, arguments after `fleetsim run`, digest).
-const GOLDEN: [(&str, &[&str], &str); 12] = [
+const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
@@ -32,6 +32,19 @@ const GOLDEN: [(&str, &[&str], &str); 12] = [
             "network.model=\"analytical\"",
         ],
         "80c0171f0b5c6c9e21f861e8ce8a410f",
+    ),
+    (
+        // A 1F1B pipeline of eight stages: where the host waits for each step's transfers
+        // (838c468 moved every deeper pipeline, and no case here saw it).
+        "quickstart at PP 8, analytical",
+        &[
+            "configs/experiments/quickstart.toml",
+            "--set",
+            "parallel.pp=8",
+            "--set",
+            "network.model=\"analytical\"",
+        ],
+        "93743fc70d28772b471d826945b1296e",
     ),
     (
         "two jobs interleaved",
