@@ -70,7 +70,7 @@ fn export_small(name: &str) -> PathBuf {
 /// The quickstart cut down to 32 GPUs (TP 4, PP 2, DP 4), exported to Chakra and run from
 /// the traces: the same iteration within 1% (in fact the same result digest) as the compiled
 /// run without host issue costs. A trace holds the GPU's ops with their times, and nothing
-/// issues an imported op (`sim::compute::host`), so the compiled run it matches is the one
+/// issues an imported op (`sim_models::compute::host`), so the compiled run it matches is the one
 /// whose every op is in a CUDA graph.
 #[test]
 fn an_exported_workload_imports_back_with_the_same_iteration() {

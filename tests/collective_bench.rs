@@ -29,7 +29,7 @@ fn bench_on(
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let exp = Experiment::load_cluster(
         Path::new(cluster),
-        &sim::config::Overrides::from_sets(&sets).expect("sets"),
+        &sim_config::Overrides::from_sets(&sets).expect("sets"),
         gpus,
     )
     .expect("cluster");
@@ -241,7 +241,7 @@ fn a_small_p2p_net_chunksize_throttles_sends_between_hosts() {
         let sets = vec![chunk.to_string(), "network.model=analytical".to_string()];
         Experiment::load_cluster(
             Path::new(RAIL_H100),
-            &sim::config::Overrides::from_sets(&sets).expect("sets"),
+            &sim_config::Overrides::from_sets(&sets).expect("sets"),
             16,
         )
         .expect("cluster")
@@ -533,11 +533,11 @@ fn every_algorithm_is_deterministic_across_workers_threads_and_partitions() {
     for (op, gpus, sets) in cases {
         let digest = |workers: u32, threads: usize, partition: &str| {
             let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-            let mut overrides = sim::config::Overrides::from_sets(&sets).expect("sets");
+            let mut overrides = sim_config::Overrides::from_sets(&sets).expect("sets");
             overrides.set(
                 "engine.partition",
                 partition,
-                &sim::config::Origin::Derived("this test".into()),
+                &sim_config::Origin::Derived("this test".into()),
             );
             let exp =
                 Experiment::load_cluster(Path::new(RAIL_H100), &overrides, gpus).expect("cluster");

@@ -375,3 +375,79 @@ fn use_trees_expand_to_their_paths_without_renames() {
         ]
     );
 }
+
+/// The modules `sim` re-exports from the layers below it, each with the crate it lives in.
+const REEXPORTED: &[(&str, &str)] = &[
+    ("config", "sim_config"),
+    ("event", "sim_ir::event"),
+    ("hash", "sim_ir::hash"),
+    ("layout", "sim_ir::layout"),
+    ("pipeline_layout", "sim_ir::pipeline_layout"),
+    ("slab", "sim_ir::slab"),
+    ("time", "sim_ir::time"),
+    ("collective", "sim_models::collective"),
+    ("compute", "sim_models::compute"),
+    ("csv_line", "sim_models::csv_line"),
+    ("fault", "sim_models::fault"),
+    ("gpu", "sim_models::gpu"),
+    ("memory", "sim_models::memory"),
+    ("model", "sim_models::model"),
+    ("topology", "sim_models::topology"),
+];
+
+/// Where code above `sim` names a lower layer's item through `sim`'s re-export
+/// (`sim::time::SimTime`): each such path with the crate's own path for it.
+fn reexport_paths(code: &str) -> Vec<(String, &'static str)> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("sim::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| is_ident(c) || c == ':') {
+            continue; // `fleetsim::`, `crate::sim::`
+        }
+        let rest = &code[at + "sim::".len()..];
+        let module: String = rest.chars().take_while(|&c| is_ident(c)).collect();
+        if let Some((_, own)) = REEXPORTED.iter().find(|(m, _)| *m == module) {
+            found.push((format!("sim::{module}"), *own));
+        }
+    }
+    found
+}
+
+/// ARCHITECTURE.md, "Bird's-eye view": the crates above `sim` name each item by the crate it
+/// lives in, so an import says which layer it comes from; `sim`'s re-exports serve its own
+/// modules' `crate::` paths.
+#[test]
+fn crates_above_sim_name_lower_layers_by_their_own_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let above = [
+        "src",
+        "sim-engine",
+        "partitioner",
+        "worker",
+        "coordinator",
+        "tests",
+        "benches",
+    ];
+    let mut found = Vec::new();
+    for dir in above {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            for (path, own) in reexport_paths(&code_of(&text)) {
+                let shown = file.strip_prefix(root).unwrap_or(&file).display();
+                found.push(format!("{shown}: {path} (write {own})"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn a_reexport_path_is_found_and_others_are_not() {
+    let code = code_of(
+        "use sim::time::SimTime;\nuse sim::load::Experiment;\nuse fleetsim::cli;\nlet x = sim::config::Precision::Bf16;\n",
+    );
+    let found: Vec<String> = reexport_paths(&code).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(found, vec!["sim::time", "sim::config"]);
+}

@@ -472,7 +472,7 @@ fn log_flags_change_what_a_run_shows() {
     );
 }
 
-/// Host dispatch (`sim::compute::host`): with layers this short the Grace host of a GB200
+/// Host dispatch (`sim_models::compute::host`): with layers this short the Grace host of a GB200
 /// issues kernels slower than the GPU runs them (NVIDIA/TransformerEngine#2053: a TE Linear
 /// costs 99.7 µs of Grace CPU time), so the iteration takes what the host can issue; CUDA
 /// graphs take the host out. An x86 host (2.75× faster per op there) keeps up with an H100

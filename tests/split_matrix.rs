@@ -32,7 +32,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::scratch;
-use sim::hash::splitmix64;
+use sim_ir::hash::splitmix64;
 
 /// Refusals the docs promise, by what the error says (and where the docs say it).
 const PROMISED_REFUSALS: [(&str, &str); 3] = [

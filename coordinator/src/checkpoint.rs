@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sim::experiment::Experiment;
-use sim::time::{SimTime, round_ps};
 use sim_engine::SimModel;
+use sim_ir::time::{SimTime, round_ps};
 use worker::checkpoint::{part_file_name, window_dir, write_atomically};
 
 /// The manifest's file name inside a checkpoint directory.
@@ -251,10 +251,10 @@ pub struct Manifest {
 /// (topology, programs, kernel times). A checkpoint resumes only into the same fingerprint.
 pub fn fingerprint(exp: &Experiment, model: &SimModel) -> String {
     let mut config = exp.loaded.config.clone();
-    config.engine.partition = sim::config::PartitionStrategy::Auto;
+    config.engine.partition = sim_config::PartitionStrategy::Auto;
     config.engine.workers = 0;
     config.engine.threads = 0;
-    let mut h = sim::hash::Fnv64::default();
+    let mut h = sim_ir::hash::Fnv64::default();
     h.write(format!("{config:?}").as_bytes());
     h.write(&(model.topology.nodes().len() as u64).to_le_bytes());
     h.write(&(model.topology.links().len() as u64).to_le_bytes());

@@ -2,7 +2,7 @@
 //! the next window (DESIGN.md, "Windows and mailboxes"). Pure logic: the in-process and the
 //! gRPC coordinators both call it.
 
-use sim::time::SimTime;
+use sim_ir::time::SimTime;
 use worker::{WindowGrant, WindowReport};
 
 use crate::checkpoint::{Mark, Schedule, Step};

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Condvar, Mutex};
 use std::time::Instant;
 
-use sim::time::SimTime;
 use sim_engine::{RunResults, SimModel};
+use sim_ir::time::SimTime;
 use worker::{
     Coordination, EngineError, EventBatch, LpMap, RoundTrips, Scheduling, WindowGrant,
     WindowReport, WorkerSetup, WorkerStats, run_worker, wait_briefly,

@@ -2,9 +2,9 @@
 //! or its error, and how the engine ran. `run`, `distributed` and the reports all speak these
 //! types, and this file imports none of them.
 
-use sim::config::ConfigError;
-use sim::time::SimTime;
+use sim_config::ConfigError;
 use sim_engine::{RunResults, SimModel};
+use sim_ir::time::SimTime;
 
 use crate::checkpoint::Mark;
 use crate::embedded::EngineStats;
@@ -45,7 +45,7 @@ pub enum RunError {
     TooManyWorkers {
         workers: u32,
         partitions: u32,
-        strategy: sim::config::PartitionStrategy,
+        strategy: sim_config::PartitionStrategy,
     },
     /// The simulation ran, but a rank failed or never finished. Not a `#[source]`: the
     /// message holds it, and `{:#}` would print it twice.
@@ -53,7 +53,7 @@ pub enum RunError {
     Unfinished(sim_engine::Incomplete),
     /// A host or NIC of `[[faults]]` went down while the job ran.
     #[error(transparent)]
-    JobStopped(#[from] sim::fault::JobStopped),
+    JobStopped(#[from] sim_models::fault::JobStopped),
     /// A distributed run could not start: its token, TLS files or an address.
     #[cfg(feature = "server")]
     #[error(transparent)]
@@ -95,7 +95,7 @@ pub struct EngineInfo {
     pub mode: &'static str,
     /// What the run should say about how it was placed.
     pub warnings: Vec<String>,
-    pub strategy: sim::config::PartitionStrategy,
+    pub strategy: sim_config::PartitionStrategy,
     pub stats: EngineStats,
     pub peak_rss_bytes: u64,
 }

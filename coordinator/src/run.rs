@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use sim::config::Overrides;
 use sim::experiment::Experiment;
-use sim::time::SimTime;
+use sim_config::Overrides;
 use sim_engine::{RunResults, SimModel};
+use sim_ir::time::SimTime;
 
 use crate::checkpoint::{self, CheckpointOptions, Mark};
 use crate::embedded::{self, ProgressHook};
@@ -232,7 +232,7 @@ pub fn run_jobs_alone(
 /// lookahead it allows. Depends on the topology only.
 #[derive(Debug, Clone)]
 pub struct Partition {
-    pub strategy: sim::config::PartitionStrategy,
+    pub strategy: sim_config::PartitionStrategy,
     /// The workers, threads and scheduling it was cut for.
     pub placement: Placement,
     pub partition_of: Vec<u32>,

@@ -7,8 +7,8 @@ mod support;
 
 use coordinator::embedded;
 use proptest::prelude::*;
-use sim::hash::splitmix64;
-use sim::time::SimTime;
+use sim_ir::hash::splitmix64;
+use sim_ir::time::SimTime;
 use support::*;
 
 #[derive(Debug, Clone)]

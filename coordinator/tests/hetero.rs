@@ -77,8 +77,8 @@ fn a_stage_with_little_memory_gets_no_more_layers_than_fit() {
     let inputs = exp.memory_inputs();
     for (s, &n) in layers.iter().enumerate() {
         let model = exp.model.as_ref().expect("a model");
-        let chunks = sim::memory::split_chunks(exp.layout.vp, &[u64::from(n); 16], 0);
-        let m = sim::memory::stage_memory(model, &exp.layout, &chunks, &inputs, s as u32);
+        let chunks = sim_models::memory::split_chunks(exp.layout.vp, &[u64::from(n); 16], 0);
+        let m = sim_models::memory::stage_memory(model, &exp.layout, &chunks, &inputs, s as u32);
         assert!(
             m.total() <= exp.stage_hbm[s],
             "stage {s}: {n} layers need {:.1} GB of {:.1} GB ({layers:?})",
@@ -184,7 +184,7 @@ fn the_search_keeps_the_naive_plan_and_finds_a_faster_hetero_one() {
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join("exp.toml");
     std::fs::write(&path, toml).expect("write");
-    let load = |o: &sim::config::Overrides| sim::experiment::Experiment::load(&path, o);
+    let load = |o: &sim_config::Overrides| sim::experiment::Experiment::load(&path, o);
     let found = planner::search(&exp, &compute, &load).expect("search");
     let naive = found.iter().find(|e| e.as_written).expect("naive kept");
     let best = &found[0];
@@ -277,7 +277,7 @@ fn a_coherent_remote_read_layer_takes_the_max_and_a_non_coherent_one_the_sum() {
                 .sum()
         };
         assert!(compute > 0);
-        let transfer = sim::time::round_ps(bytes as f64 * (1e12 / 64e9)) + 4 * 200_000;
+        let transfer = sim_ir::time::round_ps(bytes as f64 * (1e12 / 64e9)) + 4 * 200_000;
         max_extra += transfer.max(compute) - compute;
         sum_extra += transfer;
     }

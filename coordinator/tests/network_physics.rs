@@ -325,7 +325,7 @@ model = "packet"
         ));
         let (model, results) = run(model(&exp));
         let topo = &model.topology;
-        let spine = |n: u32| topo.nodes()[n as usize].kind == sim::topology::NodeKind::Spine;
+        let spine = |n: u32| topo.nodes()[n as usize].kind == sim_models::topology::NodeKind::Spine;
         results
             .reports
             .iter()

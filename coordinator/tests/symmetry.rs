@@ -24,7 +24,7 @@ fn experiment(sets: &[&str]) -> Experiment {
     all.dedup();
     Experiment::load(
         std::path::Path::new(QUICKSTART),
-        &sim::config::Overrides::from_sets(&all).expect("sets"),
+        &sim_config::Overrides::from_sets(&all).expect("sets"),
     )
     .expect("experiment")
 }

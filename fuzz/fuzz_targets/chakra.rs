@@ -13,7 +13,7 @@ fn experiment() -> &'static Experiment {
     static EXP: OnceLock<Experiment> = OnceLock::new();
     EXP.get_or_init(|| {
         let path = fleetsim_fuzz::repo().join("tests/fixtures/chakra/experiment.toml");
-        Experiment::load(&path, &sim::config::Overrides::none()).expect("the Chakra fixture's experiment")
+        Experiment::load(&path, &sim_config::Overrides::none()).expect("the Chakra fixture's experiment")
     })
 }
 

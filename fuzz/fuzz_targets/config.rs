@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         None => (input, Vec::new()),
     };
     let path = fleetsim_fuzz::repo().join("tests/fixtures/bad/fuzz-input.toml");
-    if let Ok(overrides) = sim::config::Overrides::from_sets(&sets) {
+    if let Ok(overrides) = sim_config::Overrides::from_sets(&sets) {
         let _ = Experiment::from_text(&path, text, &overrides);
     }
 });

@@ -7,7 +7,7 @@
 //! the lowest-latency links). Groupings (segments, pods, rails) are read from the graph's
 //! wiring, so they also hold for topologies loaded from a graph file.
 
-use sim::topology::{HOST_NONE, LinkId, NodeKind, Topology};
+use sim_models::topology::{HOST_NONE, LinkId, NodeKind, Topology};
 
 /// The atoms of a topology: atoms `0..hosts` are the hosts (atom = host id), the rest are
 /// shared nodes in node id order.

@@ -14,10 +14,10 @@ pub mod atoms;
 pub mod load;
 pub mod quality;
 
-pub use sim::config::PartitionStrategy;
-use sim::hash::splitmix64;
-use sim::time::SimTime;
-use sim::topology::{LinkClass, NodeKind, Topology};
+pub use sim_config::PartitionStrategy;
+use sim_ir::hash::splitmix64;
+use sim_ir::time::SimTime;
+use sim_models::topology::{LinkClass, NodeKind, Topology};
 
 pub use atoms::Atoms;
 pub use load::Load;
@@ -544,11 +544,11 @@ mod tests {
     use super::*;
 
     fn topology(extra: &str) -> Topology {
-        let cluster: sim::config::ClusterConfig = toml::from_str(&format!(
+        let cluster: sim_config::ClusterConfig = toml::from_str(&format!(
             "gpus = 128\ngpu = \"H100-SXM\"\nhosts_per_segment = 4\nsegments_per_pod = 2\n{extra}"
         ))
         .expect("cluster");
-        let db = sim::gpu::GpuDatabase::embedded().expect("gpus");
+        let db = sim_models::gpu::GpuDatabase::embedded().expect("gpus");
         let h100 = db.get("H100-SXM").expect("H100").clone();
         Topology::build(&cluster, &[h100], &[0; 16], None).expect("topology")
     }
@@ -577,7 +577,7 @@ mod tests {
                     "{s} cuts inside a host"
                 );
                 for (node, n) in topo.nodes().iter().enumerate() {
-                    if n.host != sim::topology::HOST_NONE {
+                    if n.host != sim_models::topology::HOST_NONE {
                         let first = topo.gpu(n.host * 8);
                         assert_eq!(
                             a.partition_of[node], a.partition_of[first as usize],

@@ -29,11 +29,11 @@
 
 use std::collections::BTreeMap;
 
-use sim::collective::bus_factor;
-use sim::layout::GroupKind;
 use sim::segments::Segmenting;
-use sim::topology::{NodeId, Topology};
 use sim::workload::{OpKind, Peer, Workload};
+use sim_ir::layout::GroupKind;
+use sim_models::collective::bus_factor;
+use sim_models::topology::{NodeId, Topology};
 
 /// Most phases [`Load`] counts events in: pipeline stages beyond it are grouped.
 pub const MAX_PHASES: u32 = 16;

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use sim::time::SimTime;
-use sim::topology::{LinkClass, Topology};
+use sim_ir::time::SimTime;
+use sim_models::topology::{LinkClass, Topology};
 
 use crate::{Assignment, Load, lookahead};
 

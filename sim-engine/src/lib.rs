@@ -25,11 +25,12 @@ pub mod symmetry;
 
 use serde::{Deserialize, Serialize};
 
-// The layers below under the names the engine's code uses (`crate::time`, `crate::topology`).
-use sim::{
-    collective, compute, config, event, experiment, fault, hash, layout, load, segments, slab,
-    time, topology, workload,
-};
+// The layers below under the names the engine's code uses (`crate::time`, `crate::topology`),
+// each from the crate it lives in.
+use sim::{experiment, load, segments, workload};
+use sim_config as config;
+use sim_ir::{event, hash, layout, slab, time};
+use sim_models::{collective, compute, fault, topology};
 
 use crate::compute::{ComputeModel, Interference};
 use crate::event::EventKey;

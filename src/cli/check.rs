@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
-use sim::compute::attention_backend::{self, AttentionKernels, HeadSizes};
-use sim::config::Overrides;
-use sim::config::{Precision, Recompute, RecomputeModule, TrainingConfig};
 use sim::experiment::Experiment;
-use sim::layout::GroupKind;
-use sim::time::SimTime;
-use sim::topology::Topology;
 use sim::workload::summary::StageSummary;
+use sim_config::Overrides;
+use sim_config::{Precision, Recompute, RecomputeModule, TrainingConfig};
 use sim_engine::host_memory::{self, HostMemory};
+use sim_ir::layout::GroupKind;
+use sim_ir::time::SimTime;
+use sim_models::compute::attention_backend::{self, AttentionKernels, HeadSizes};
+use sim_models::topology::Topology;
 
 use crate::cli::kernel_report;
 use crate::cli::stdout::print_report;
@@ -134,7 +134,7 @@ impl Args {
                 );
                 Ok((job.name.as_str(), stages))
             })
-            .collect::<Result<Vec<_>, sim::config::ConfigError>>()?;
+            .collect::<Result<Vec<_>, sim_config::ConfigError>>()?;
         print_report(
             json,
             || {
@@ -424,7 +424,7 @@ struct ParallelJson<'a> {
     dp: u32,
     pp: u32,
     vp: u32,
-    chunk_layers: &'a sim::memory::ChunkLayers,
+    chunk_layers: &'a sim_models::memory::ChunkLayers,
     order: &'a str,
     groups: Vec<GroupJson>,
     /// The first 16 ranks.
@@ -505,7 +505,7 @@ struct MemoryJson {
 
 /// Layers of every model chunk, stage by stage (`3 | 4 | ... | 2+1m`; chunks of a stage
 /// joined by `,`), runs of equal stages folded as `4 x14`.
-fn stage_chunks_text(model: &sim::model::ModelSpec, chunks: &[Vec<Vec<u64>>]) -> String {
+fn stage_chunks_text(model: &sim_models::model::ModelSpec, chunks: &[Vec<Vec<u64>>]) -> String {
     let stage_text = |stage: &Vec<Vec<u64>>| {
         stage
             .iter()
@@ -578,7 +578,7 @@ fn training_text(exp: &Experiment) -> String {
 }
 
 /// The attention kernels Transformer Engine trains the model's heads with, per GPU type
-/// (`sim::compute::attention_backend`); none without a model, without flash attention or on
+/// (`sim_models::compute::attention_backend`); none without a model, without flash attention or on
 /// families its rules do not cover.
 fn attention_kernels(exp: &Experiment) -> Option<(HeadSizes, Vec<(&str, AttentionKernels)>)> {
     let t = &exp.loaded.config.training;
@@ -747,7 +747,7 @@ fn look_faults(topo: &Topology, exp: &Experiment) -> String {
         }
     }
     for (i, f) in exp.loaded.config.faults.iter().enumerate() {
-        let _ = writeln!(s, "faults[{i}]   {}", sim::fault::describe(f));
+        let _ = writeln!(s, "faults[{i}]   {}", sim_models::fault::describe(f));
     }
     s
 }
@@ -865,7 +865,7 @@ impl CheckReport<'_> {
                 .config
                 .faults
                 .iter()
-                .map(sim::fault::describe)
+                .map(sim_models::fault::describe)
                 .collect(),
             host_memory: HostMemoryJson {
                 run_estimate_bytes: self.host_memory.total_bytes(),

@@ -9,12 +9,12 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use sim::config::Overrides;
 use sim::experiment::Experiment;
-use sim::topology::{LinkClass, NodeKind};
 use sim::workload::bench::{self, BenchOp};
+use sim_config::Overrides;
 use sim_engine::results::class_index;
 use sim_engine::{RunResults, SimModel};
+use sim_models::topology::{LinkClass, NodeKind};
 
 use coordinator::output::plot::{LineChart, Series, line_chart_svg};
 use coordinator::output::table::CsvTable;

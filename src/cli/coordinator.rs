@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use coordinator::distributed::{self, CoordinatorOptions};
-use sim::config::Overrides;
 use sim::experiment::Experiment;
+use sim_config::Overrides;
 
 use crate::cli::progress;
 use crate::cli::run::{CheckpointArgs, at_least_one_worker, out_dir, report_run, with_metrics};

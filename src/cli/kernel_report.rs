@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use sim::compute::{ClockSummary, ComputeModel, KernelTime, table::shape_key};
-use sim::gpu::GpuSpec;
-use sim::time::SimTime;
 use sim::workload::{Kernel, OpKind, Workload};
+use sim_ir::time::SimTime;
+use sim_models::compute::{ClockSummary, ComputeModel, KernelTime, table::shape_key};
+use sim_models::gpu::GpuSpec;
 
 /// One kernel of a stage: how often it runs per iteration and its duration.
 #[derive(Debug, Clone)]
@@ -243,7 +243,7 @@ struct KernelJson {
 /// GPU, in the measured-table format with the model's times: the template
 /// `tools/profile_kernels.py` measures.
 pub fn kernel_table(stages: &[StageKernels]) -> String {
-    sim::compute::table::write_table(stages.iter().flat_map(|st| {
+    sim_models::compute::table::write_table(stages.iter().flat_map(|st| {
         st.rows.iter().map(move |r| {
             (
                 st.gpu.as_str(),

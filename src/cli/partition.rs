@@ -11,8 +11,8 @@ use coordinator::output::plot::{LineChart, PlotError, Series, line_chart_svg};
 use coordinator::output::table::CsvTable;
 use coordinator::run::RunError;
 use partitioner::{Load, Quality};
-use sim::config::Overrides;
 use sim::experiment::Experiment;
+use sim_config::Overrides;
 
 /// `fleetsim partition`'s arguments.
 #[derive(clap::Args, Debug)]

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde::Serialize;
-use sim::config::{Origin, Overrides};
 use sim::experiment::Experiment;
 use sim::planner::{self, Estimated, Placement};
+use sim_config::{Origin, Overrides};
 
 use coordinator::run::{RunOptions, load_checked, run_embedded};
 
@@ -267,7 +267,7 @@ pub fn as_planned(
     threads: Option<usize>,
     quiet: bool,
 ) -> anyhow::Result<(Experiment, Overrides)> {
-    if exp.loaded.config.engine.planner != sim::config::Planner::Hetero {
+    if exp.loaded.config.engine.planner != sim_config::Planner::Hetero {
         return Ok((exp, Overrides::none()));
     }
     let report = plan(path, overrides, threads)?;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use coordinator::embedded::ProgressHook;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::experiment::Experiment;
-use sim::time::SimTime;
+use sim_ir::time::SimTime;
 
 /// Log-line period when stderr is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -185,7 +185,7 @@ mod tests {
         let load = |name: &str| {
             Experiment::load(
                 &root.join("configs/experiments").join(name),
-                &sim::config::Overrides::none(),
+                &sim_config::Overrides::none(),
             )
             .unwrap_or_else(|e| panic!("{name}: {e}"))
         };

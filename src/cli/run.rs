@@ -9,8 +9,8 @@ use coordinator::checkpoint::{CheckpointEvery, CheckpointOptions};
 use coordinator::embedded::ProgressHook;
 use coordinator::output::report::write_outputs;
 use coordinator::run::{RunOptions, RunOutput, run_embedded};
-use sim::config::{Origin, Overrides};
 use sim::experiment::Experiment;
+use sim_config::{Origin, Overrides};
 
 use crate::cli::progress;
 

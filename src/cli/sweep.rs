@@ -20,7 +20,7 @@ use coordinator::output::report::write_outputs;
 use coordinator::output::summary::Summary;
 use coordinator::output::table::CsvTable;
 use coordinator::run::{RunError, RunOptions, RunOutput, load_checked, run_embedded};
-use sim::config::{ConfigError, Origin, Overrides};
+use sim_config::{ConfigError, Origin, Overrides};
 
 use crate::cli::side_by_side;
 

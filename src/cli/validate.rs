@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use sim::config::Overrides;
 use sim::experiment::Experiment;
 use sim::framework::Frameworks;
+use sim_config::Overrides;
 
 use coordinator::output::plot::{ParityChart, PlotError, Series, parity_chart_svg};
 use coordinator::output::summary::Summary;
@@ -279,7 +279,7 @@ pub fn cluster_for(gpu: &str) -> Option<Vec<(String, String)>> {
         Some(rail(8, 400, 32))
     } else if lower.starts_with("gb200") {
         // One description of the rack: the shipped preset's; the row names the GPU.
-        let mut c = sim::config::shipped_cluster("gb200-nvl72")?;
+        let mut c = sim_config::shipped_cluster("gb200-nvl72")?;
         c.retain(|(key, _)| key != "gpu");
         Some(c)
     } else if lower.starts_with("b200") {
@@ -291,7 +291,7 @@ pub fn cluster_for(gpu: &str) -> Option<Vec<(String, String)>> {
 
 /// A TOML value from its text, read as `--set` reads it (`"gelu"`, `true`, `8`).
 fn literal(text: &str) -> toml::Value {
-    sim::config::set_value(text).to_toml()
+    sim_config::set_value(text).to_toml()
 }
 
 /// One row of the table, resolved.
@@ -413,7 +413,7 @@ pub fn parse_cases(
     let csv_error = |e: csv::Error| {
         let line = e
             .position()
-            .map_or(0, |p| sim::csv_line::record_line(text, p) as usize);
+            .map_or(0, |p| sim_models::csv_line::record_line(text, p) as usize);
         ValidateError::Row {
             file: file.to_string(),
             line,
@@ -454,7 +454,7 @@ pub fn parse_cases(
         let record = record.map_err(csv_error)?;
         let line = record
             .position()
-            .map_or(0, |p| sim::csv_line::record_line(text, p) as usize);
+            .map_or(0, |p| sim_models::csv_line::record_line(text, p) as usize);
         let values: Vec<&str> = record.iter().collect();
         if values.len() != header.len() {
             return Err(ValidateError::Row {

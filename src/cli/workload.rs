@@ -7,15 +7,15 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use serde::Serialize;
-use sim::compute::ComputeModel;
-use sim::config::Overrides;
 use sim::experiment::Experiment;
-use sim::gpu::GpuSpec;
-use sim::time::SimTime;
 use sim::workload::evaluate::{PipelineTiming, evaluate};
 use sim::workload::schedule::bubble_fraction;
 use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, total_model_flops};
 use sim::workload::{OpKind, Workload};
+use sim_config::Overrides;
+use sim_ir::time::SimTime;
+use sim_models::compute::ComputeModel;
+use sim_models::gpu::GpuSpec;
 
 use crate::cli::kernel_report;
 use crate::cli::stdout::print_report;
@@ -107,7 +107,7 @@ impl Args {
                     compile_s,
                 ))
             })
-            .collect::<Result<Vec<_>, sim::config::ConfigError>>()?;
+            .collect::<Result<Vec<_>, sim_config::ConfigError>>()?;
         print_report(
             self.json,
             || {

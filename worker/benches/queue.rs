@@ -12,9 +12,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sim::event::EventKey;
-use sim::hash::splitmix64;
-use sim::time::SimTime;
+use sim_ir::event::EventKey;
+use sim_ir::hash::splitmix64;
+use sim_ir::time::SimTime;
 use worker::queue::EventQueue;
 
 /// An event as large as the engine's (target and a 56-byte body).
@@ -34,7 +34,7 @@ fn hold(queue: &mut EventQueue<Payload>, size: usize, rng: &mut u64, seq: &mut u
     let mut now = 0;
     for _ in 0..HOLDS {
         let (key, payload) = queue
-            .pop_before(sim::time::SimTime::MAX)
+            .pop_before(sim_ir::time::SimTime::MAX)
             .expect("steady size");
         now = key.time.as_ps();
         *rng = splitmix64(*rng);

@@ -15,9 +15,9 @@ use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sim::event::EventKey;
-use sim::topology::NodeId;
 use sim_engine::{Event, Lp};
+use sim_ir::event::EventKey;
+use sim_models::topology::NodeId;
 
 /// First bytes of a part file: the format and its version.
 pub const PART_MAGIC: &[u8; 8] = b"FSIMLPS2";

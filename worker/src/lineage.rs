@@ -11,8 +11,8 @@
 //! `cargo run --release --features worker/lineage -- run EXP --workers 2` found the queued
 //! segments no promise covered (docs/engine.md, "Promises").
 
-use sim::event::EventKey;
 use sim_engine::{Event, SimModel};
+use sim_ir::event::EventKey;
 
 #[cfg(feature = "lineage")]
 mod on {
@@ -21,7 +21,7 @@ mod on {
     use std::sync::Arc;
 
     use super::{Event, EventKey, SimModel};
-    use sim::topology::NodeId;
+    use sim_models::topology::NodeId;
 
     /// One event of a chain: what it was, where, when, the promise it was queued with, and
     /// the event whose handling queued it (`None`: it came from another partition, or was

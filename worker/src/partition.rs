@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use sim::event::EventKey;
-use sim::time::SimTime;
-use sim::topology::{LinkId, NodeId};
 use sim_engine::{Body, Ctx, Event, Lp, LpReport, SimModel};
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
+use sim_models::topology::{LinkId, NodeId};
 
 use crate::checkpoint::{LpRecord, PartWriter};
 use crate::lineage::Lineage;

@@ -14,12 +14,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use sim::event::EventKey;
-use sim::time::SimTime;
-use sim::topology::LinkId;
 pub use sim_engine::cut::Cut;
 use sim_engine::cut::TargetState;
 use sim_engine::{Body, Event, Lp, SimModel};
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
+use sim_models::topology::LinkId;
 
 /// The promises of a partition's pending events, kept as a min-heap alongside its queue,
 /// and of its GPUs' states. Entries of events already processed are dropped lazily: one

@@ -4,9 +4,9 @@
 //! transport implement. The worker's loop ([`crate::window`]) and its threads
 //! ([`crate::team`]) speak it; it knows neither.
 
-use sim::event::EventKey;
-use sim::time::SimTime;
 use sim_engine::Event;
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
 
 use crate::checkpoint::CheckpointError;
 use crate::partition::PartitionError;

@@ -8,7 +8,7 @@
 //! senders' state (an earliest output time, Chandy and Misra's null messages or UNISON's
 //! per-LP lookahead, Bai et al., EuroSys'24 §4) could widen the windows.
 
-use sim::time::SimTime;
+use sim_ir::time::SimTime;
 
 /// Multiples of the lookahead that bound the counters of [`CrossPartitionSlack`].
 pub const SLACK_MULTIPLES: [u64; 6] = [1, 2, 4, 8, 16, 32];

@@ -33,9 +33,9 @@ use parking_lot::{Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use sim::event::EventKey;
-use sim::time::SimTime;
 use sim_engine::{Event, SimModel};
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
 
 use crate::next_times::NextTimes;
 use crate::partition::{LpMap, Partition, PartitionError};

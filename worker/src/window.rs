@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use sim::config::SchedulingChoice;
-use sim::event::EventKey;
-use sim::time::SimTime;
-use sim::topology::NodeId;
+use sim_config::SchedulingChoice;
 use sim_engine::{Event, LpReport, SimModel};
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
+use sim_models::topology::NodeId;
 
 use crate::checkpoint::{self, CheckpointError, LpRecord, PartWriter};
 use crate::next_times::NextTimes;
@@ -741,7 +741,7 @@ mod tests {
             origin_seq: u64,
         }
         let key = EventKey {
-            time: sim::time::SimTime::from_ps(123_456_789_012),
+            time: sim_ir::time::SimTime::from_ps(123_456_789_012),
             origin_lp: 7,
             origin_seq: 42,
         };

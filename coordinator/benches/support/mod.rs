@@ -15,7 +15,7 @@ pub fn model(experiment: &str, sets: &[&str]) -> SimModel {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let exp = Experiment::load(
         &root.join(experiment),
-        &sim::config::Overrides::from_sets(&sets).expect("sets"),
+        &sim_config::Overrides::from_sets(&sets).expect("sets"),
     )
     .expect("experiment");
     SimModel::from_experiment(&exp, false).expect("model")
@@ -33,7 +33,7 @@ pub fn permutation_model(bytes: u64) -> SimModel {
                 src,
                 dst: (src + 8) % 128,
                 bytes,
-                start: sim::time::SimTime::ZERO,
+                start: sim_ir::time::SimTime::ZERO,
             })
             .collect(),
     )

@@ -5,7 +5,7 @@ use std::net::{AddrParseError, SocketAddr};
 
 use tokio::runtime::Runtime;
 
-use sim::config::ConfigError;
+use sim_config::ConfigError;
 
 /// The name every process's certificate is issued for: peers check it instead of host
 /// names, so one certificate serves a whole cluster.

@@ -37,8 +37,8 @@ use pb::coordinator_server::{Coordinator, CoordinatorServer};
 use pb::worker_client::WorkerClient;
 use pb::worker_server::{Worker, WorkerServer};
 use sim::experiment::Experiment;
-use sim::topology::NodeId;
 use sim_engine::{LpReport, RunResults, SimModel};
+use sim_models::topology::NodeId;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{

@@ -2,7 +2,7 @@
 //! converted here and nowhere else.
 
 use fleetsim_proto::v1 as pb;
-use sim::time::SimTime;
+use sim_ir::time::SimTime;
 
 /// A time for a proto field.
 pub(super) fn to_wire(time: SimTime) -> Option<pb::Picoseconds> {

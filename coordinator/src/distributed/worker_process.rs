@@ -139,7 +139,7 @@ pub fn run_worker_process(
         &coordinator,
     );
     // The coordinator forwards its command line's `--set`s as the user typed them.
-    let exp = sim::config::Overrides::from_sets(&reply.sets)
+    let exp = sim_config::Overrides::from_sets(&reply.sets)
         .and_then(|overrides| Experiment::load(Path::new(&reply.experiment_path), &overrides))
         .map_err(TransportError::Experiment)?;
     let model = SimModel::from_experiment(&exp, false)?;

@@ -4,9 +4,9 @@
 //! whatever the cluster: never one row per rank or per link.
 
 use sim::segments::class_index;
-use sim::time::{SimTime, span_union};
-use sim::topology::{LinkClass, NodeKind};
 use sim_engine::{RunResults, SimModel};
+use sim_ir::time::{SimTime, span_union};
+use sim_models::topology::{LinkClass, NodeKind};
 
 use super::table::CsvTable;
 
@@ -175,7 +175,7 @@ pub fn tiers_csv(model: &SimModel, results: &RunResults, iteration_ps: SimTime) 
     let topo = &model.topology;
     let t = iteration_ps.as_secs_f64().max(f64::MIN_POSITIVE);
     let nodes = topo.nodes();
-    let tier_of = |l: sim::topology::Link| {
+    let tier_of = |l: sim_models::topology::Link| {
         tier(
             l.class,
             nodes[l.src as usize].kind,

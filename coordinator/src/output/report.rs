@@ -6,12 +6,12 @@ use std::path::Path;
 
 use serde::Serialize;
 use sim::experiment::Experiment;
-use sim::layout::GroupKind;
-use sim::time::SimTime;
 use sim::workload::summary::{summarize, total_model_flops};
 use sim::workload::{CollectiveOp, OpKind, Stream};
 use sim_engine::results::{CLASSES, class_index};
 use sim_engine::{RunResults, SimModel};
+use sim_ir::layout::GroupKind;
+use sim_ir::time::SimTime;
 
 use crate::embedded::EngineStats;
 use crate::outcome::{EngineInfo, RunOutput};
@@ -364,7 +364,7 @@ fn key_settings(exp: &Experiment, model: &SimModel) -> BTreeMap<String, String> 
         .map(|(k, v)| (k.to_string(), v))
         .collect();
     for (i, fault) in c.faults.iter().enumerate() {
-        settings.insert(format!("faults.{i}"), sim::fault::describe(fault));
+        settings.insert(format!("faults.{i}"), sim_models::fault::describe(fault));
     }
     for job in &exp.jobs {
         settings.insert(

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use coordinator::embedded;
 use sim::experiment::Experiment;
-use sim::topology::Link;
 use sim_engine::gpu::{flow_hash, injected_tag};
 use sim_engine::{FlowSpec, RunResults, SimModel};
+use sim_models::topology::Link;
 
 /// Loads an experiment written as TOML text (through a real file, as users do).
 pub fn experiment(toml: &str) -> Experiment {
@@ -23,7 +23,7 @@ pub fn experiment(toml: &str) -> Experiment {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("exp.toml");
     std::fs::write(&path, toml).expect("write experiment");
-    let exp = Experiment::load(&path, &sim::config::Overrides::none())
+    let exp = Experiment::load(&path, &sim_config::Overrides::none())
         .unwrap_or_else(|e| panic!("{e}\n{toml}"));
     let _ = std::fs::remove_dir_all(&dir);
     exp
@@ -155,7 +155,7 @@ pub fn flow(src: u32, dst: u32, bytes: u64, start_ps: u64) -> FlowSpec {
         src,
         dst,
         bytes,
-        start: sim::time::SimTime::from_ps(start_ps),
+        start: sim_ir::time::SimTime::from_ps(start_ps),
     }
 }
 

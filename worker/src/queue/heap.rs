@@ -4,8 +4,8 @@
 //! allocate. Each pop asks the cache for the next top's event: in a heap of thousands (131,072
 //! GPUs in the reduce-scatter) that event was written long ago and is no longer cached.
 
-use sim::event::EventKey;
-use sim::time::SimTime;
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
 
 /// A min-queue of events by [`EventKey`]: a 4-ary heap of keys over a slab of events.
 #[derive(Debug)]
@@ -56,7 +56,7 @@ impl<E> Default for HeapQueue<E> {
 
 impl<E> HeapQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
-        let slot = sim::slab::insert(&mut self.slab, &mut self.free, event);
+        let slot = sim_ir::slab::insert(&mut self.slab, &mut self.free, event);
         let entry = HeapKey {
             time_ps: key.time.as_ps(),
             origin_seq: key.origin_seq,

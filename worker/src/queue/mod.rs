@@ -18,8 +18,8 @@
 mod heap;
 mod radix;
 
-use sim::event::EventKey;
-use sim::time::SimTime;
+use sim_ir::event::EventKey;
+use sim_ir::time::SimTime;
 
 use heap::HeapQueue;
 use radix::RadixQueue;

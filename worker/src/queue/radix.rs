@@ -19,7 +19,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use sim::event::EventKey;
+use sim_ir::event::EventKey;
 
 /// Buckets: 0 for `time <= last`, then one per bit position of `time XOR last`.
 const BUCKETS: usize = 65;
@@ -225,7 +225,7 @@ impl<E> RadixQueue<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::time::SimTime;
+    use sim_ir::time::SimTime;
 
     impl<E> RadixQueue<E> {
         /// Entries the queue has room for, pending or not.
