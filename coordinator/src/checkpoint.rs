@@ -27,8 +27,9 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// kind hold the expert-TP kind (`GroupKind::COUNT`); 4 since a GPU tracks its host's issue
 /// (`GpuLp::host_anchor_ps` and the rest); 6 since one GPU per stage keeps its timeline
 /// (`GpuLp::timeline`); 7 since a segment carries its completion count and one byte of
-/// marks, and a GPU counts the segments of adaptively routed flows (`segments_seen`).
-const FORMAT: u32 = 7;
+/// marks, and a GPU counts the segments of adaptively routed flows; 8 since it counts both
+/// kinds of pieces in one table (`GpuLp::pieces_seen`).
+const FORMAT: u32 = 8;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:

@@ -151,11 +151,9 @@ pub struct GpuLp {
     error: Option<String>,
     /// Injected flows ([`SimModel::flows`]) that arrived here: (index, time).
     flow_arrivals: Vec<(u32, SimTime)>,
-    /// Split flows being received: ((sender, flow slot), queue pairs complete).
-    parts_seen: Vec<((NodeId, u32), u8)>,
-    /// With adaptive routing: per incoming (sender, flow), the segments counted so far and
-    /// whether one marked `last` was among them.
-    segments_seen: Vec<((NodeId, u32), u32, bool)>,
+    /// Messages being received in pieces, per (sender, flow slot): the pieces counted so far
+    /// and whether one marked `last` was among them (`transport::packet`, `completes`).
+    pieces_seen: Vec<((NodeId, u32), u32, bool)>,
     /// The least time of the compute-stream kernels at positions `[.0, .1)`: a window
     /// [`GpuLp::cut_promise`] slides along the stream, so each kernel is added and
     /// dropped about once. Not part of a checkpoint.
@@ -231,8 +229,7 @@ impl GpuLp {
             timeline: keeps_timeline(w, rank).then(Box::default),
             error: None,
             flow_arrivals: Vec::new(),
-            parts_seen: Vec::new(),
-            segments_seen: Vec::new(),
+            pieces_seen: Vec::new(),
             least_compute: (0, 0, 0),
             crossing: None,
             live_bytes: w.programs[program as usize].resident_bytes,

@@ -112,7 +112,7 @@ impl GpuLp {
                 route: Route::default(),
                 hop: 0,
                 last,
-                // Truncated on purpose: the receiver counts modulo 2^16 (`counted_all`).
+                // Truncated on purpose: the receiver counts modulo 2^16 (`completes`).
                 completion: if model.net.adaptive_routing {
                     segment_count(f.total, f.segment) as u16
                 } else {
@@ -165,11 +165,7 @@ impl GpuLp {
                 ecn: seg.ecn(),
             },
         );
-        let complete = if model.net.adaptive_routing {
-            self.counted_all(seg)
-        } else {
-            seg.last && (seg.completion <= 1 || self.last_part(seg))
-        };
+        let complete = self.completes(seg, model.net.adaptive_routing);
         if complete && seg.tag.group == INJECTED {
             self.injected_arrived(seg.tag.seq, ctx.now.as_ps());
         } else if complete {
@@ -177,47 +173,36 @@ impl GpuLp {
         }
     }
 
-    /// Counts a segment of a flow whose segments may arrive out of order (adaptive routing);
-    /// true when it completes the message: a segment marked `last` has come and the count
-    /// matches the flow's. The count is modulo 2^16, which is exact here: once a `last`
-    /// segment (sent after every other but the other queue pairs' last ones) is in, fewer
-    /// segments than the window holds are still on their way.
-    fn counted_all(&mut self, seg: &Segment) -> bool {
+    /// Counts a segment toward its message; true when it completes it. Routed by ECMP, a
+    /// message's segments arrive in order on each of its queue pairs, so the pieces counted
+    /// are the queue pairs' final segments and `completion` is their number. Routed
+    /// adaptively, its segments may arrive in any order, so every segment is a piece and
+    /// `completion` is their count modulo 2^16, which is exact here: once a `last` segment
+    /// (sent after every other but the other queue pairs' last ones) is in, fewer segments
+    /// than the window holds are still on their way.
+    fn completes(&mut self, seg: &Segment, adaptive: bool) -> bool {
+        if !adaptive && !seg.last {
+            return false;
+        }
+        if !adaptive && seg.completion <= 1 {
+            return true;
+        }
         let key = (seg.src, seg.flow);
-        let i = match self.segments_seen.iter().position(|(k, _, _)| *k == key) {
+        let i = match self.pieces_seen.iter().position(|(k, _, _)| *k == key) {
             Some(i) => i,
             None => {
-                self.segments_seen.push((key, 0, false));
-                self.segments_seen.len() - 1
+                self.pieces_seen.push((key, 0, false));
+                self.pieces_seen.len() - 1
             }
         };
-        let entry = &mut self.segments_seen[i];
+        let entry = &mut self.pieces_seen[i];
         entry.1 += 1;
         entry.2 |= seg.last;
         let done = entry.2 && entry.1 as u16 == seg.completion;
         if done {
-            self.segments_seen.swap_remove(i);
+            self.pieces_seen.swap_remove(i);
         }
         done
-    }
-
-    /// Counts a queue pair's final segment of a split flow; true when it was the last one.
-    fn last_part(&mut self, seg: &Segment) -> bool {
-        let key = (seg.src, seg.flow);
-        match self.parts_seen.iter().position(|(k, _)| *k == key) {
-            Some(i) if u16::from(self.parts_seen[i].1) + 1 >= seg.completion => {
-                self.parts_seen.swap_remove(i);
-                true
-            }
-            Some(i) => {
-                self.parts_seen[i].1 += 1;
-                false
-            }
-            None => {
-                self.parts_seen.push((key, 1));
-                false
-            }
-        }
     }
 }
 
