@@ -98,8 +98,7 @@ impl Schedule for Closed {
             gpu.check_done(model, s, ctx);
             return;
         }
-        let ready = gpu.link_start_toward(model, ring.next, now, moved as u64);
-        gpu.account_analytical(model, ring.next, moved as u64);
+        let ready = gpu.start_and_account_toward(model, ring.next, now, moved as u64);
         if let Running::Comm(run) = &mut gpu.running[s] {
             run.ready_ps = ready;
         }

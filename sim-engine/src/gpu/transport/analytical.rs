@@ -62,25 +62,40 @@ impl GpuLp {
         now: u64,
         bytes: u64,
     ) -> u64 {
+        match self.paths.get(model, self.node, dst, 0) {
+            Ok(p) => self.link_start_on(model, &p, now, bytes),
+            Err(_) => now,
+        }
+    }
+
+    /// [`Self::link_start_toward`] for a closed-form collective's `bytes`, which it also
+    /// counts on the link classes towards `dst` ([`Self::account_path`]): one lookup of the
+    /// path for both, since this runs once per member and collective.
+    pub(in crate::gpu) fn start_and_account_toward(
+        &mut self,
+        model: &SimModel,
+        dst: NodeId,
+        now: u64,
+        bytes: u64,
+    ) -> u64 {
         let Ok(p) = self.paths.get(model, self.node, dst, 0) else {
             return now;
         };
+        self.account_path(model, &p, bytes);
+        self.link_start_on(model, &p, now, bytes)
+    }
+
+    /// When `bytes` sent now along `path` start on its first link.
+    fn link_start_on(&self, model: &SimModel, path: &PathInfo, now: u64, bytes: u64) -> u64 {
         let Ok(i) = model
             .topology
             .out_links(self.node)
-            .binary_search(&p.first_link)
+            .binary_search(&path.first_link)
         else {
             return now;
         };
-        let ser = serialisation_ps(bytes, ps_per_byte(p.bytes_per_s));
+        let ser = serialisation_ps(bytes, ps_per_byte(path.bytes_per_s));
         fair_start(now, self.link_free_ps[i], ser)
-    }
-
-    /// Counts `bytes` of closed-form collective traffic on the link classes towards `dst`.
-    pub(in crate::gpu) fn account_analytical(&mut self, model: &SimModel, dst: NodeId, bytes: u64) {
-        if let Ok(p) = self.paths.get(model, self.node, dst, 0) {
-            self.account_path(model, &p, bytes);
-        }
     }
 
     /// Counts a mirrored group's closed-form traffic ([`crate::symmetry`]): each of
