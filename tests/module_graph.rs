@@ -376,28 +376,32 @@ fn use_trees_expand_to_their_paths_without_renames() {
     );
 }
 
-/// The modules `sim` re-exports from the layers below it, each with the crate it lives in.
-const REEXPORTED: &[(&str, &str)] = &[
-    ("config", "sim_config"),
-    ("event", "sim_ir::event"),
-    ("hash", "sim_ir::hash"),
-    ("layout", "sim_ir::layout"),
-    ("pipeline_layout", "sim_ir::pipeline_layout"),
-    ("slab", "sim_ir::slab"),
-    ("time", "sim_ir::time"),
-    ("collective", "sim_models::collective"),
-    ("compute", "sim_models::compute"),
-    ("csv_line", "sim_models::csv_line"),
-    ("fault", "sim_models::fault"),
-    ("gpu", "sim_models::gpu"),
-    ("memory", "sim_models::memory"),
-    ("model", "sim_models::model"),
-    ("topology", "sim_models::topology"),
-];
+/// The modules `sim` re-exports from the layers below it, each with the path in the crate it
+/// lives in, read off `sim/src/lib.rs`'s `pub use` items (`pub use sim_ir::{event, time};`,
+/// `pub use sim_config as config;`), so a new re-export is held too.
+fn reexported(lib: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for item in code_of(lib).split(';') {
+        let Some(tree) = item.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let tree: String = tree.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some((krate, name)) = tree.split_once(" as ") {
+            found.push((name.to_string(), krate.to_string()));
+        } else if let Some((krate, names)) = tree.split_once("::{") {
+            for name in names.trim_end_matches('}').split(',').map(str::trim) {
+                if !name.is_empty() {
+                    found.push((name.to_string(), format!("{krate}::{name}")));
+                }
+            }
+        }
+    }
+    found
+}
 
 /// Where code above `sim` names a lower layer's item through `sim`'s re-export
 /// (`sim::time::SimTime`): each such path with the crate's own path for it.
-fn reexport_paths(code: &str) -> Vec<(String, &'static str)> {
+fn reexport_paths(code: &str, reexported: &[(String, String)]) -> Vec<(String, String)> {
     let mut found = Vec::new();
     for (at, _) in code.match_indices("sim::") {
         let before = code[..at].chars().next_back();
@@ -406,8 +410,8 @@ fn reexport_paths(code: &str) -> Vec<(String, &'static str)> {
         }
         let rest = &code[at + "sim::".len()..];
         let module: String = rest.chars().take_while(|&c| is_ident(c)).collect();
-        if let Some((_, own)) = REEXPORTED.iter().find(|(m, _)| *m == module) {
-            found.push((format!("sim::{module}"), *own));
+        if let Some((_, own)) = reexported.iter().find(|(m, _)| *m == module) {
+            found.push((format!("sim::{module}"), own.clone()));
         }
     }
     found
@@ -419,6 +423,13 @@ fn reexport_paths(code: &str) -> Vec<(String, &'static str)> {
 #[test]
 fn crates_above_sim_name_lower_layers_by_their_own_crate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("sim/src/lib.rs")).expect("sim's lib.rs");
+    let reexported = reexported(&lib);
+    assert!(
+        reexported.iter().any(|(m, _)| m == "time")
+            && reexported.iter().any(|(m, _)| m == "config"),
+        "sim's re-exports not read: {reexported:?}"
+    );
     let above = [
         "src",
         "sim-engine",
@@ -434,7 +445,7 @@ fn crates_above_sim_name_lower_layers_by_their_own_crate() {
         rust_files(&root.join(dir), &mut files);
         for file in files {
             let text = std::fs::read_to_string(&file).expect("a source file");
-            for (path, own) in reexport_paths(&code_of(&text)) {
+            for (path, own) in reexport_paths(&code_of(&text), &reexported) {
                 let shown = file.strip_prefix(root).unwrap_or(&file).display();
                 found.push(format!("{shown}: {path} (write {own})"));
             }
@@ -445,9 +456,28 @@ fn crates_above_sim_name_lower_layers_by_their_own_crate() {
 
 #[test]
 fn a_reexport_path_is_found_and_others_are_not() {
+    let lib =
+        "pub mod load;\npub use sim_ir::{\n    event, time,\n};\npub use sim_config as config;\n";
+    let reexported = reexported(lib);
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        reexported,
+        pairs(&[
+            ("event", "sim_ir::event"),
+            ("time", "sim_ir::time"),
+            ("config", "sim_config")
+        ])
+    );
     let code = code_of(
         "use sim::time::SimTime;\nuse sim::load::Experiment;\nuse fleetsim::cli;\nlet x = sim::config::Precision::Bf16;\n",
     );
-    let found: Vec<String> = reexport_paths(&code).into_iter().map(|(p, _)| p).collect();
-    assert_eq!(found, vec!["sim::time", "sim::config"]);
+    let found = reexport_paths(&code, &reexported);
+    assert_eq!(
+        found,
+        pairs(&[("sim::time", "sim_ir::time"), ("sim::config", "sim_config")])
+    );
 }
