@@ -181,11 +181,13 @@ impl GpuLp {
     /// (sent after every other but the other queue pairs' last ones) is in, fewer segments
     /// than the window holds are still on their way.
     fn completes(&mut self, seg: &Segment, adaptive: bool) -> bool {
-        if !adaptive && !seg.last {
-            return false;
-        }
-        if !adaptive && seg.completion <= 1 {
-            return true;
+        if !adaptive {
+            if !seg.last {
+                return false;
+            }
+            if seg.completion <= 1 {
+                return true;
+            }
         }
         let key = (seg.src, seg.flow);
         let i = match self.pieces_seen.iter().position(|(k, _, _)| *k == key) {
