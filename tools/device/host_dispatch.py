@@ -18,6 +18,7 @@ kept below its depth so the host never waits for the GPU. Medians of repeats.
 Usage on the GPU machine: python3 tools/device/host_dispatch.py > host-dispatch.csv
 """
 
+import csv
 import statistics
 import sys
 import time
@@ -30,7 +31,8 @@ BF16 = torch.bfloat16
 
 
 def row(what, value, unit, note=""):
-    print(f"{what},{value:.3f},{unit},{note}", flush=True)
+    csv.writer(sys.stdout, lineterminator="\n").writerow([what, f"{value:.3f}", unit, note])
+    sys.stdout.flush()
 
 
 def host_us_per_call(fn, calls, repeats=9):

@@ -30,11 +30,12 @@ def timed_us(fn, repeats=10, warmup=3):
 
 
 def report(prefix, what, flops, fn):
+    what = '"' + what.replace('"', "'") + '"'  # a quoted CSV field: descriptions hold commas
     try:
         us = timed_us(fn)
         print(f"{prefix},{what},{us:.2f},{flops / us / 1e6:.1f}", flush=True)
     except Exception as e:
-        print(f"{prefix},{what} failed: {type(e).__name__}: {str(e)[:100]},,".replace("\n", " "), flush=True)
+        print(f"{prefix},{what[:-1]} failed: {type(e).__name__}: {str(e)[:100]}\",,".replace("\n", " "), flush=True)
 
 
 def case(name, g, m, k, n):
