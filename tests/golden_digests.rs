@@ -13,7 +13,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
-        "fef1057b8ea9e1fdcd7bc72d182408a0",
+        "ec3d5cf2e1d255da936584cf1e564e3b",
     ),
     (
         "quickstart, flow",
@@ -22,7 +22,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"flow\"",
         ],
-        "c6020b5a7bdc6f05a120dc43036e3f4e",
+        "faeaf74d7cabe6ab7a9de69751ebcb2e",
     ),
     (
         "quickstart, analytical",
@@ -31,7 +31,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "80c0171f0b5c6c9e21f861e8ce8a410f",
+        "932923e39515c3854d56a31ced985348",
     ),
     (
         // A 1F1B pipeline of eight stages: where the host waits for each step's transfers
@@ -44,27 +44,27 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "93743fc70d28772b471d826945b1296e",
+        "b96819bc9fa0237c9137bad18498a292",
     ),
     (
         "two jobs interleaved",
         &["tests/fixtures/jobs/interleaved.toml"],
-        "7b8bce07c61fb4f07ca9709a2f0a926f",
+        "5bf44211494e59389dfd384af9fdabee",
     ),
     (
         "jobs of mixed kinds",
         &["tests/fixtures/jobs/mixed.toml"],
-        "4adc8150c67b1424ed1ab36c9ef85213",
+        "3bebb22fab4bd1d1c381075fef2ff9d7",
     ),
     (
         "a straggler GPU",
         &["tests/fixtures/faults/straggler.toml"],
-        "c3f163112f91e368ffd66a5ee193e98b",
+        "2bcceaeae10906da7f9fb7bf5fcf0a84",
     ),
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "ab5808ca7bfb7c3544b1d801f463af44",
+        "456decd8d1b551bcf0a47cb76b16f161",
     ),
     (
         "a Chakra trace",
@@ -74,7 +74,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "A100 and H100 in one job",
         &["configs/experiments/hetero-a100-h100-128.toml"],
-        "f3ef16255c55bcc80344773e2c9208c7",
+        "06458cd0b9c8afb4fdb4f43192729174",
     ),
     (
         "Mixtral, alltoall dispatcher, analytical",
@@ -83,12 +83,12 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "ab02509b9f249d5ead82907096855470",
+        "9cb7d8bdd88ca5adf2f3ed181e1859c6",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "0bcfce02231326b65b779d6db0ac33d5",
+        "c80b2923cb8a68e5d9deac9acea8d907",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",
@@ -97,7 +97,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "61f112fe772c30cc59def6967445b570",
+        "2b2ffd287b8d9db8798f382afd8f0152",
     ),
 ];
 

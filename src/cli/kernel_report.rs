@@ -16,6 +16,9 @@ pub struct KernelRow {
     pub kernel: Kernel,
     pub count: u64,
     pub time: KernelTime,
+    /// What a measured table row holds for it: the kernel as `torch.mm` runs it, without
+    /// the fp32 main-gradient accumulation a wgrad adds (`ComputeModel::table_time`).
+    pub table_time: SimTime,
 }
 
 impl KernelRow {
@@ -77,6 +80,7 @@ pub fn stage_kernels(
                     kernel: *k,
                     count,
                     time: model.kernel_time(k, gpu),
+                    table_time: model.table_time(k, gpu).duration,
                 })
                 .collect();
             rows.sort_by(|a, b| {
@@ -240,15 +244,17 @@ struct KernelJson {
 }
 
 /// `fleetsim workload --export kernels`: every distinct kernel of every stage, on the stage's
-/// GPU, in the measured-table format with the model's times: the template
-/// `tools/profile_kernels.py` measures.
+/// GPU, in the measured-table format with the model's times as such a table holds them (a
+/// wgrad without its fp32 accumulation, which `kernel_time` adds to table rows too): the
+/// template `tools/profile_kernels.py` measures, and read back unchanged it gives the same
+/// times.
 pub fn kernel_table(stages: &[StageKernels]) -> String {
     sim_models::compute::table::write_table(stages.iter().flat_map(|st| {
         st.rows.iter().map(move |r| {
             (
                 st.gpu.as_str(),
                 &r.kernel,
-                r.time.duration.as_ps() as f64 * 1e-6,
+                r.table_time.as_ps() as f64 * 1e-6,
                 r.time.source.to_string(),
             )
         })

@@ -109,7 +109,8 @@ fn in_graph(op: &Op, graphs: CudaGraphs) -> bool {
 }
 
 /// The host time to issue each op of `program`: a module call for a GEMM or fused
-/// attention whose kernel name differs from the previous kernel's, an op for any other
+/// attention whose kernel name differs from the previous kernel's (and a launch per further
+/// member of a batched GEMM), an op for any other
 /// kernel (one per kernel of a chain of small ops) or communication call, a launch for a kernel repeating the previous one's name (the
 /// next chunk of an overlapped GEMM, the wgrad after its dgrad); nothing for a CXL transfer
 /// (the driver's copy engine), an op inside a CUDA graph or an imported trace's op.
@@ -127,7 +128,13 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                     previous = Some(key);
                     match k.shape {
                         _ if repeat => costs.launch,
-                        Shape::Gemm { .. } | Shape::Attention { .. } => costs.module,
+                        // Transformer Engine's GroupedLinear runs a batched GEMM (the local
+                        // experts) as one cuBLAS call per member over 4 streams
+                        // (`nvte_multi_stream_cublas_gemm`): a launch for each after the first.
+                        Shape::Gemm { batch, .. } => SimTime::from_ps(
+                            costs.module.as_ps() + costs.launch.as_ps() * batch.saturating_sub(1),
+                        ),
+                        Shape::Attention { .. } => costs.module,
                         // Each of a chain's small ops is its own call from Python.
                         Shape::Elementwise { kernels, .. } => {
                             SimTime::from_ps(costs.op.as_ps() * u64::from(kernels))
@@ -199,6 +206,40 @@ mod tests {
             SimTime::from_ps(19_200_000),
             "Grace's op as configs/hosts.toml states it"
         );
+    }
+
+    /// A grouped GEMM of 32 local experts costs the module call and 31 more cuBLAS launches:
+    /// on an H200 a cuBLAS GEMM per expert over 4 streams was host-bound with 16-32 small
+    /// experts (`sim/tests/calibration/h200-measured/grouped-backward.csv`).
+    #[test]
+    fn a_grouped_gemm_costs_a_launch_per_further_expert() {
+        use crate::config::Precision;
+        use crate::workload::{Kernel, KernelName, Label, Pass, Stream};
+        let costs = HostCosts::of(HostCpu::X86).unwrap();
+        let mut program = Program::new(0, 1);
+        for (layer, batch) in [(0, 32), (1, 1)] {
+            let kernel = program.intern(Kernel {
+                name: KernelName::ExpertUp,
+                pass: Pass::Forward,
+                shape: Shape::Gemm {
+                    m: 128,
+                    n: 4096,
+                    k: 7168,
+                    batch,
+                    comm_sms: 0,
+                },
+                flops: 2 * 128 * 4096 * 7168 * batch,
+                bytes: 0,
+                dtype: Precision::Bf16,
+            });
+            let mut label = Label::imported();
+            label.layer = layer;
+            label.module = Module::Moe;
+            program.push(OpKind::Compute { kernel }, Stream::Compute, label, &[]);
+        }
+        let issued = issue_costs(&program, &costs, CudaGraphs::None);
+        let launches = SimTime::from_ps(31 * costs.launch.as_ps());
+        assert_eq!(issued, vec![costs.module + launches, costs.module]);
     }
 
     /// NVIDIA/TransformerEngine#2053: a TE Linear forward (BF16, hidden 2048, 8,192 tokens)

@@ -24,7 +24,7 @@ use crate::config::{AttentionBackend, ConfigError, LoadedConfig, Precision};
 use crate::gpu::{ClockState, GpuDatabase, GpuSpec};
 use crate::model::ModelSpec;
 use crate::time::SimTime;
-use crate::workload::{Kernel, Pass, Program, Shape};
+use crate::workload::{Kernel, KernelName, Pass, Program, Shape};
 
 pub use efficiency::{ArchEfficiency, EfficiencyTable};
 pub use interference::Interference;
@@ -235,9 +235,29 @@ impl ComputeModel {
         self.efficiency.for_architecture(&gpu.architecture)
     }
 
-    /// Duration of `kernel` on `gpu`: a measured (or scaled) table row if there is one, the
-    /// calibrated model otherwise.
+    /// Duration of `kernel` on `gpu` as the engine runs it: [`Self::table_time`] and, for a
+    /// weight gradient, the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
+        let time = self.table_time(kernel, gpu);
+        let (eff, _) = self.efficiency_of(gpu);
+        let accumulation = main_grad_accumulation_seconds(kernel, gpu, eff);
+        if accumulation <= 0.0 {
+            return time;
+        }
+        let seconds = time.duration.as_secs_f64() + accumulation;
+        let (bound, efficiency) = achieved(kernel, gpu, seconds, time.bound);
+        KernelTime {
+            duration: SimTime::from_secs_f64(seconds),
+            bound,
+            efficiency,
+            source: time.source,
+        }
+    }
+
+    /// Duration of `kernel` on `gpu` as a measured table holds it (the kernel alone, as
+    /// `torch.mm` runs it): a measured (or scaled) table row if there is one, the calibrated
+    /// model otherwise.
+    pub fn table_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
         let (eff, fitted) = self.efficiency_of(gpu);
         let modelled = model_time(kernel, gpu, eff, fitted);
         match self.tables.lookup(kernel, gpu) {
@@ -525,6 +545,35 @@ pub fn model_time_at(
     }
 }
 
+/// Bytes per weight element Megatron's fused weight-gradient accumulation moves: the fp32
+/// `main_grad` read and written again.
+const MAIN_GRAD_BYTES_PER_WEIGHT: u64 = 8;
+
+/// What Megatron's fused weight-gradient accumulation adds to a wgrad GEMM, seconds. With
+/// `--gradient-accumulation-fusion` (on by default: `megatron/training/arguments.py`;
+/// Transformer Engine's `fuse_wgrad_accumulation` for every TE linear and grouped linear,
+/// `megatron/core/extensions/transformer_engine.py`) the GEMM adds into the fp32 `main_grad`
+/// (cuBLAS beta = 1, fp32 C and D): each tile's epilogue reads and writes 8 bytes per weight
+/// element after its main loop, here at the rate of a memory-bound kernel (`memory_efficiency`).
+/// Standalone cuBLAS wgrads on an H200 paid that traffic at 0.38-0.76 of the datasheet rate
+/// (`h200-measured/wgrad-accumulate.csv`); the end-to-end NeMo GPT-3 runs support the
+/// streaming rate, not the slower one (docs/validation.md). The router's weight is a plain
+/// PyTorch linear whose gradient a hook adds. Measured kernel tables and [`model_time`] hold
+/// the main loop alone (BF16 output, as `torch.mm` writes).
+pub fn main_grad_accumulation_seconds(kernel: &Kernel, gpu: &GpuSpec, eff: &ArchEfficiency) -> f64 {
+    let Shape::Gemm { m, n, batch, .. } = kernel.shape else {
+        return 0.0;
+    };
+    if kernel.pass != Pass::Wgrad || kernel.name == KernelName::Router {
+        return 0.0;
+    }
+    let rate = hbm_bytes_per_s(gpu) * eff.memory_efficiency;
+    if rate <= 0.0 {
+        return 0.0;
+    }
+    (batch * m * n * MAIN_GRAD_BYTES_PER_WEIGHT) as f64 / rate
+}
+
 /// The roofline's maximum and the side that bounds it (ties count as compute-bound).
 fn slower(compute_s: f64, memory_s: f64) -> (f64, Bound) {
     if compute_s >= memory_s {
@@ -691,5 +740,47 @@ mod tests {
             (1_234_000, TimeSource::Imported)
         );
         assert_eq!(model_time(&imported, h100, eff, true), t);
+    }
+
+    /// A wgrad adds 8 bytes per weight element (the fp32 main gradient read and written) at
+    /// the streaming rate; its forward, dgrad and the router's wgrad add nothing.
+    #[test]
+    fn a_wgrad_pays_for_reading_and_writing_the_fp32_main_gradient() {
+        let gpus = GpuDatabase::embedded().expect("gpus");
+        let h100 = gpus.get("H100-SXM").expect("H100");
+        let model = ComputeModel::embedded().expect("compute model");
+        let (eff, _) = model.efficiency_of(h100);
+        let kernel = |name, pass| Kernel {
+            name,
+            pass,
+            shape: Shape::Gemm {
+                m: 12288,
+                n: 12288,
+                k: 2048,
+                batch: 1,
+                comm_sms: 0,
+            },
+            flops: 2 * 12288 * 12288 * 2048,
+            bytes: 2 * (2 * 12288 * 2048 + 12288 * 12288),
+            dtype: Precision::Bf16,
+        };
+        let extra = |name, pass| {
+            let k = kernel(name, pass);
+            model.kernel_time(&k, h100).seconds() - model_time(&k, h100, eff, true).seconds()
+        };
+        let expected = (12288.0 * 12288.0 * 8.0) / (hbm_bytes_per_s(h100) * eff.memory_efficiency);
+        let wgrad = extra(KernelName::MlpUp, Pass::Wgrad);
+        assert!(
+            (wgrad / expected - 1.0).abs() < 1e-6,
+            "{wgrad} s against {expected} s"
+        );
+        assert!(wgrad > 300e-6, "151 M weights at ~3.1 TB/s: {wgrad} s");
+        for (name, pass) in [
+            (KernelName::MlpUp, Pass::Forward),
+            (KernelName::MlpUp, Pass::Dgrad),
+            (KernelName::Router, Pass::Wgrad),
+        ] {
+            assert!(extra(name, pass).abs() < 1e-12, "{name:?} {pass:?}");
+        }
     }
 }
