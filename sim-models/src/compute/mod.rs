@@ -555,9 +555,10 @@ const MAIN_GRAD_BYTES_PER_WEIGHT: u64 = 8;
 /// `megatron/core/extensions/transformer_engine.py`) the GEMM adds into the fp32 `main_grad`
 /// (cuBLAS beta = 1, fp32 C and D): each tile's epilogue reads and writes 8 bytes per weight
 /// element after its main loop, here at the rate of a memory-bound kernel (`memory_efficiency`).
-/// Standalone cuBLAS wgrads on an H200 paid that traffic at 0.38-0.76 of the datasheet rate
-/// (`h200-measured/wgrad-accumulate.csv`); the end-to-end NeMo GPT-3 runs support the
-/// streaming rate, not the slower one (docs/validation.md). The router's weight is a plain
+/// Standalone wgrads on an H200 paid that traffic at 0.38-0.76 of the datasheet rate through
+/// PyTorch (`h200-measured/wgrad-accumulate.csv`) and hid much of it through cuBLASLt as
+/// Transformer Engine calls it (`wgrad-cublaslt.csv`: 0.2-1.3 of this charge, 0.74 at the
+/// median); the end-to-end NeMo GPT-3 runs support the streaming rate (docs/validation.md). The router's weight is a plain
 /// PyTorch linear whose gradient a hook adds. Measured kernel tables and [`model_time`] hold
 /// the main loop alone (BF16 output, as `torch.mm` writes).
 pub fn main_grad_accumulation_seconds(kernel: &Kernel, gpu: &GpuSpec, eff: &ArchEfficiency) -> f64 {
