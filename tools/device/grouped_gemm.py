@@ -11,26 +11,13 @@ timing after warm-up, so the clock is the sustained one; mean of the timed repea
 Usage on the GPU machine: python3 tools/device/grouped_gemm.py > grouped-gemm.csv
 """
 
-import sys
-
 import torch
+
+from timing import timed_us, run
 
 DEV = "cuda"
 BF16 = torch.bfloat16
 ALIGN = 16  # torchtitan pads each expert's rows to 16 for _grouped_mm
-
-
-def timed_us(fn, repeats=10, warmup=3):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / repeats
 
 
 def skewed(total, experts, ratio):
@@ -127,8 +114,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:
-        print(f"error,{type(e).__name__}: {e}".replace("\n", " "), file=sys.stderr)
-        raise
+    run(main)

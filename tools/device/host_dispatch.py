@@ -26,6 +26,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from timing import run
+
 DEV = "cuda"
 BF16 = torch.bfloat16
 
@@ -178,8 +180,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:
-        print(f"error,{type(e).__name__}: {e}".replace("\n", " "), file=sys.stderr)
-        raise
+    run(main)

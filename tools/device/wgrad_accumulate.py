@@ -12,30 +12,10 @@ Usage on the GPU machine: python3 tools/device/wgrad_accumulate.py > wgrad-accum
 
 import torch
 
+from timing import report, run
+
 DEV = "cuda"
 BF16 = torch.bfloat16
-
-
-def timed_us(fn, repeats=10, warmup=3):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / repeats
-
-
-def report(prefix, what, flops, fn):
-    what = '"' + what.replace('"', "'") + '"'  # a quoted CSV field: descriptions hold commas
-    try:
-        us = timed_us(fn)
-        print(f"{prefix},{what},{us:.2f},{flops / us / 1e6:.1f}", flush=True)
-    except Exception as e:
-        print(f"{prefix},{what[:-1]} failed: {type(e).__name__}: {str(e)[:100]}\",,".replace("\n", " "), flush=True)
 
 
 def case(name, g, m, k, n):
@@ -73,4 +53,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)
