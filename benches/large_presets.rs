@@ -70,7 +70,7 @@ const CASES: &[Case] = &[
         sets: &["network.model=\"flow\""],
         // 12.987601110073 s, e533df5b before host dispatch (8d541d6): 7 us later, as above
         // (12.987608, 9dde6630); 838c468: 406 us more. NOT re-recorded after issue 17's
-        // twelfth step (fp32 main gradient, about +0.27 s like the other 405B cases): the
+        // twelfth step (fp32 main gradient, about +0.26 s like the other 405B cases): the
         // run takes 11-23 min on two cores; this case fails until someone records it.
         digest: "cab4b1cf86a734b640f2e2bc824fa283",
         iteration_s: 12.988014110073,
@@ -81,10 +81,10 @@ const CASES: &[Case] = &[
         experiment: "configs/experiments/llama3-405b-h100-131072.toml",
         sets: &["network.model=\"analytical\""],
         // 12.863099273656 s, af4be1ed before host dispatch (8d541d6): 7 us later, as above
-        // (12.863106, 9695ca29); 838c468: 413 us more. NOT re-recorded after issue 17's
-        // twelfth step, as the flow case above.
-        digest: "f30d9676ba74dc81331ae928c2928d9e",
-        iteration_s: 12.863519273656,
+        // (12.863106, 9695ca29); 838c468: 413 us more (12.863519273656, f30d9676); issue
+        // 17's twelfth step, the fp32 main gradient: 264 ms more.
+        digest: "cdd044e6566d091dfbdda7e280a3e2be",
+        iteration_s: 13.127861032379,
         huge: true,
     },
     Case {
