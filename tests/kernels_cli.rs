@@ -79,9 +79,9 @@ fn exported_kernel_table_overrides_the_model_when_measured() {
     // Pretend the top kernel that is not a weight gradient measured twice the model's time
     // (a wgrad's table row leaves out the fp32 accumulation the engine adds to it).
     let before = check_json(Path::new(QUICKSTART));
-    let top = before["kernels"][0]["top"]
-        .as_array()
-        .expect("top")
+    let before_top = before["kernels"][0]["top"].as_array().expect("top");
+    let same = |a: &Value, b: &Value| ["kernel", "pass", "shape"].iter().all(|f| a[f] == b[f]);
+    let top = before_top
         .iter()
         .find(|k| k["pass"] != "wgrad")
         .expect("a kernel that is not a wgrad");
@@ -116,26 +116,17 @@ fn exported_kernel_table_overrides_the_model_when_measured() {
         .as_array()
         .expect("top")
         .iter()
-        .find(|k| {
-            k["kernel"] == top["kernel"] && k["pass"] == top["pass"] && k["shape"] == top["shape"]
-        })
+        .find(|k| same(k, top))
         .expect("still listed");
     assert_eq!(doubled["source"], "measured");
     let ratio = doubled["time_s"].as_f64().expect("t") / top["time_s"].as_f64().expect("t");
     assert!((ratio - 2.0).abs() < 1e-3, "{ratio}");
     // Every other kernel, wgrads too, read back from the table takes what the model gave it.
     for k in stage0["top"].as_array().expect("top") {
-        if k["kernel"] == top["kernel"] && k["pass"] == top["pass"] && k["shape"] == top["shape"] {
+        if same(k, top) {
             continue;
         }
-        let model = before["kernels"][0]["top"]
-            .as_array()
-            .expect("top")
-            .iter()
-            .find(|b| {
-                b["kernel"] == k["kernel"] && b["pass"] == k["pass"] && b["shape"] == k["shape"]
-            });
-        if let Some(model) = model {
+        if let Some(model) = before_top.iter().find(|b| same(b, k)) {
             let (t, m) = (
                 k["time_s"].as_f64().expect("t"),
                 model["time_s"].as_f64().expect("t"),

@@ -868,6 +868,12 @@ fn h200_rows(file: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The H200 at the clock the issue-17 measurements ran at (after warm-up, under load).
+fn heated_h200() -> GpuSpec {
+    let db = GpuDatabase::embedded().expect("GPU database");
+    heated(db.get("H200-SXM").expect("H200"))
+}
+
 /// A BF16 GEMM of the experts' kind on an H200, as the IR emits one.
 fn expert_gemm(pass: sim::workload::Pass, m: u64, n: u64, k: u64, batch: u64) -> Kernel {
     Kernel {
@@ -893,8 +899,7 @@ fn expert_gemm(pass: sim::workload::Pass, m: u64, n: u64, k: u64, batch: u64) ->
 /// (docs/compute-model.md).
 #[test]
 fn grouped_expert_gemms_forward_within_15_percent_from_512_tokens_per_expert() {
-    let db = GpuDatabase::embedded().expect("GPU database");
-    let gpu = heated(db.get("H200-SXM").expect("H200"));
+    let gpu = heated_h200();
     let m = model();
     let (eff, fitted) = m.efficiency_of(&gpu);
     let mut errors = Vec::new();
@@ -932,8 +937,7 @@ fn grouped_expert_gemms_forward_within_15_percent_from_512_tokens_per_expert() {
 #[test]
 fn fused_wgrad_accumulation_costs_at_least_what_its_fp32_traffic_takes_and_at_most_what_an_h200_measured()
  {
-    let db = GpuDatabase::embedded().expect("GPU database");
-    let gpu = heated(db.get("H200-SXM").expect("H200"));
+    let gpu = heated_h200();
     let m = model();
     let (eff, _) = m.efficiency_of(&gpu);
     let rows = h200_rows("wgrad-accumulate.csv");
@@ -1000,8 +1004,7 @@ fn x86_host_costs_within_25_percent_of_a_measured_xeon() {
 /// and 0.5-5 for each shape.
 #[test]
 fn fused_wgrad_accumulation_within_a_factor_of_what_cublaslt_adds_at_the_median() {
-    let db = GpuDatabase::embedded().expect("GPU database");
-    let gpu = heated(db.get("H200-SXM").expect("H200"));
+    let gpu = heated_h200();
     let m = model();
     let (eff, _) = m.efficiency_of(&gpu);
     let rows: Vec<Vec<String>> = h200_rows("wgrad-cublaslt.csv")

@@ -76,11 +76,14 @@ pub fn stage_kernels(
                 .iter()
                 .zip(counts)
                 .filter(|(_, c)| *c > 0)
-                .map(|(k, count)| KernelRow {
-                    kernel: *k,
-                    count,
-                    time: model.kernel_time(k, gpu),
-                    table_time: model.table_time(k, gpu).duration,
+                .map(|(k, count)| {
+                    let table = model.table_time(k, gpu);
+                    KernelRow {
+                        kernel: *k,
+                        count,
+                        table_time: table.duration,
+                        time: model.with_main_grad_accumulation(k, gpu, table),
+                    }
                 })
                 .collect();
             rows.sort_by(|a, b| {

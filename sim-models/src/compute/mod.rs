@@ -238,7 +238,17 @@ impl ComputeModel {
     /// Duration of `kernel` on `gpu` as the engine runs it: [`Self::table_time`] and, for a
     /// weight gradient, the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
-        let time = self.table_time(kernel, gpu);
+        self.with_main_grad_accumulation(kernel, gpu, self.table_time(kernel, gpu))
+    }
+
+    /// `time`, `kernel`'s [`Self::table_time`] on `gpu`, as the engine runs it: with a
+    /// weight gradient's fp32 main-gradient accumulation added. For a caller that needs both.
+    pub fn with_main_grad_accumulation(
+        &self,
+        kernel: &Kernel,
+        gpu: &GpuSpec,
+        time: KernelTime,
+    ) -> KernelTime {
         let (eff, _) = self.efficiency_of(gpu);
         let accumulation = main_grad_accumulation_seconds(kernel, gpu, eff);
         if accumulation <= 0.0 {
@@ -558,9 +568,9 @@ const MAIN_GRAD_BYTES_PER_WEIGHT: u64 = 8;
 /// Standalone wgrads on an H200 paid that traffic at 0.38-0.76 of the datasheet rate through
 /// PyTorch (`h200-measured/wgrad-accumulate.csv`) and hid much of it through cuBLASLt as
 /// Transformer Engine calls it (`wgrad-cublaslt.csv`: 0.2-1.3 of this charge, 0.74 at the
-/// median); the end-to-end NeMo GPT-3 runs support the streaming rate (docs/validation.md). The router's weight is a plain
-/// PyTorch linear whose gradient a hook adds. Measured kernel tables and [`model_time`] hold
-/// the main loop alone (BF16 output, as `torch.mm` writes).
+/// median); the end-to-end NeMo GPT-3 runs support the streaming rate (docs/validation.md).
+/// The router's weight is a plain PyTorch linear whose gradient a hook adds. Measured kernel
+/// tables and [`model_time`] hold the main loop alone (BF16 output, as `torch.mm` writes).
 pub fn main_grad_accumulation_seconds(kernel: &Kernel, gpu: &GpuSpec, eff: &ArchEfficiency) -> f64 {
     let Shape::Gemm { m, n, batch, .. } = kernel.shape else {
         return 0.0;
