@@ -13,7 +13,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
-        "ec3d5cf2e1d255da936584cf1e564e3b",
+        "793f78b5db97657bb8dada805c09bd98",
     ),
     (
         "quickstart, flow",
@@ -22,7 +22,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"flow\"",
         ],
-        "faeaf74d7cabe6ab7a9de69751ebcb2e",
+        "815e89208aa571bef7def1c0a2ad3047",
     ),
     (
         "quickstart, analytical",
@@ -31,7 +31,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "932923e39515c3854d56a31ced985348",
+        "adc4d730f0b36a08dcef26514db9d008",
     ),
     (
         // A 1F1B pipeline of eight stages: where the host waits for each step's transfers
@@ -44,27 +44,27 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "b96819bc9fa0237c9137bad18498a292",
+        "60202cca02e1297d27c4a5a9e36fd766",
     ),
     (
         "two jobs interleaved",
         &["tests/fixtures/jobs/interleaved.toml"],
-        "5bf44211494e59389dfd384af9fdabee",
+        "c97cde904b7887b50d5ce757a65b088c",
     ),
     (
         "jobs of mixed kinds",
         &["tests/fixtures/jobs/mixed.toml"],
-        "3bebb22fab4bd1d1c381075fef2ff9d7",
+        "bad075d27b46c93cfa40be548c952e15",
     ),
     (
         "a straggler GPU",
         &["tests/fixtures/faults/straggler.toml"],
-        "2bcceaeae10906da7f9fb7bf5fcf0a84",
+        "72f6a8e05f07a4a21a366914bf9ff044",
     ),
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "456decd8d1b551bcf0a47cb76b16f161",
+        "4283bd8966da5abdcb0f2d98e1b29c4c",
     ),
     (
         "a Chakra trace",
@@ -74,7 +74,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "A100 and H100 in one job",
         &["configs/experiments/hetero-a100-h100-128.toml"],
-        "06458cd0b9c8afb4fdb4f43192729174",
+        "71a7b8cd3cc29005bccb197a00461b14",
     ),
     (
         "Mixtral, alltoall dispatcher, analytical",
@@ -83,12 +83,12 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "9cb7d8bdd88ca5adf2f3ed181e1859c6",
+        "80cfcaddc559e317a81294bd2d4a5f18",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "c80b2923cb8a68e5d9deac9acea8d907",
+        "d43cbad6e48db17fb4bb995cd7b0f26e",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",
@@ -97,7 +97,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "2b2ffd287b8d9db8798f382afd8f0152",
+        "d9aef09e26e2395dd1848b3e04b5be77",
     ),
 ];
 

@@ -932,8 +932,9 @@ fn grouped_expert_gemms_forward_within_15_percent_from_512_tokens_per_expert() {
 
 /// Megatron's fused wgrad accumulation against cuBLAS wgrads into an fp32 main_grad measured
 /// on an H200 (`h200-measured/wgrad-accumulate.csv`): the time it adds over the same GEMM
-/// writing BF16. fleetsim charges the 8 bytes per weight element at the streaming rate, a
-/// lower bound: the standalone kernels paid 1.2-2.4x that (see `main_grad_accumulation_seconds`).
+/// writing BF16. fleetsim charges the 6 bytes per weight element the fused epilogue adds at the
+/// streaming rate, a lower bound here: PyTorch's standalone kernels paid 1.6-3.3x that (see
+/// `main_grad_accumulation_seconds`).
 #[test]
 fn fused_wgrad_accumulation_costs_at_least_what_its_fp32_traffic_takes_and_at_most_what_an_h200_measured()
  {
@@ -960,7 +961,7 @@ fn fused_wgrad_accumulation_costs_at_least_what_its_fp32_traffic_takes_and_at_mo
     assert_eq!(ratios.len(), 15);
     for (ratio, case) in &ratios {
         assert!(
-            (0.4..=1.0).contains(ratio),
+            (0.3..=0.75).contains(ratio),
             "{case}: predicted/measured {ratio:.2}"
         );
     }
@@ -998,12 +999,12 @@ fn x86_host_costs_within_25_percent_of_a_measured_xeon() {
 
 /// The same accumulation against cuBLASLt called as Transformer Engine calls it
 /// (`h200-measured/wgrad-cublaslt.csv`: TN, 32 MiB workspace, first heuristic; BF16 and FP8
-/// inputs, beta 1 into fp32 against BF16 out), pass 1. There the kernels hide part of the
-/// traffic behind the main loop, more for BF16 at large shapes, so fleetsim's charge is 0.76-4.7
-/// of the measured extra, 1.33-1.37 at the median: this holds it within 0.7-1.6 at the median
-/// and 0.5-5 for each shape.
+/// inputs, beta 1 into fp32 against BF16 out), pass 1. The FP8 kernels add what the 6 extra
+/// bytes per weight element take at the streaming rate (0.90-1.07 on the dense shapes: this
+/// holds them within 12%); the BF16 kernels hide part of it at some shapes and pay twice at
+/// others (0.6-3.5), so each shape is held within 0.5-4 and the median of all within 0.8-1.25.
 #[test]
-fn fused_wgrad_accumulation_within_a_factor_of_what_cublaslt_adds_at_the_median() {
+fn fused_wgrad_accumulation_is_what_cublaslt_adds_under_fp8_and_at_the_median() {
     let gpu = heated_h200();
     let m = model();
     let (eff, _) = m.efficiency_of(&gpu);
@@ -1025,18 +1026,15 @@ fn fused_wgrad_accumulation_within_a_factor_of_what_cublaslt_adds_at_the_median(
         let predicted = sim::compute::main_grad_accumulation_seconds(&kernel, &gpu, eff) * 1e6;
         let measured = us(&r[1], &r[5], &r[6]) - us(&r[1], &r[5], "bf16 (beta 0)");
         let ratio = predicted / measured;
-        assert!(
-            (0.5..=5.0).contains(&ratio),
-            "{} {}: {ratio:.2}",
-            r[1],
-            r[5]
-        );
+        let dense_fp8 = r[5] == "fp8e4m3" && !r[1].starts_with("dsv3-expert");
+        let bounds = if dense_fp8 { 0.88..=1.12 } else { 0.5..=4.0 };
+        assert!(bounds.contains(&ratio), "{} {}: {ratio:.2}", r[1], r[5]);
         ratios.push(ratio);
     }
     assert_eq!(ratios.len(), 14);
     let mid = median(ratios);
     assert!(
-        (0.7..=1.6).contains(&mid),
+        (0.8..=1.25).contains(&mid),
         "median predicted/measured {mid:.2}"
     );
 }
