@@ -45,8 +45,10 @@ const CASES: &[Case] = &[
         // transfers makes the host issue the next step's first op only then, 413 us more
         // (12.811053080061, a714ab48). Issue 17's twelfth step: every wgrad reads and writes
         // the fp32 main gradient, 276 ms more.
-        digest: "118418b8b552cf9f8eca1ca1094dbdd0",
-        iteration_s: 13.08679724433,
+        // (13.08679724433, 118418b8). The thirteenth step: that accumulation adds 6 bytes per
+        // weight, not 8: 69 ms less.
+        digest: "5e97c15784e1c7289baa93219857514c",
+        iteration_s: 13.017531831022,
         huge: false,
     },
     Case {
@@ -60,8 +62,9 @@ const CASES: &[Case] = &[
         // 12.857125587283 s, 352f90c7 before host dispatch (8d541d6); 7 us and 413 us
         // later (8d541d6, 838c468: 12.857133, 57ee8785; 12.857546, 31228c7a), and 275 ms
         // with the fp32 main gradient, as above.
-        digest: "ff8b1feb81e0f8b76d8442444ea901e4",
-        iteration_s: 13.13280093655,
+        // (13.13280093655, ff8b1feb); 69 ms less at 6 bytes per weight, as above.
+        digest: "f6a8d807eb9c35824db78940aeda0021",
+        iteration_s: 13.063535480144,
         huge: false,
     },
     Case {
@@ -69,11 +72,11 @@ const CASES: &[Case] = &[
         experiment: "configs/experiments/llama3-405b-h100-131072.toml",
         sets: &["network.model=\"flow\""],
         // 12.987601110073 s, e533df5b before host dispatch (8d541d6): 7 us later, as above
-        // (12.987608, 9dde6630); 838c468: 406 us more. NOT re-recorded after issue 17's
-        // twelfth step (fp32 main gradient, about +0.26 s like the other 405B cases): the
-        // run takes 11-23 min on two cores; this case fails until someone records it.
-        digest: "cab4b1cf86a734b640f2e2bc824fa283",
-        iteration_s: 12.988014110073,
+        // (12.987608, 9dde6630); 838c468: 406 us more (12.988014110073, cab4b1cf). Issue
+        // 17's twelfth and thirteenth steps (the fp32 main gradient, at 6 bytes per weight):
+        // 206 ms more, recorded 2026-12-04 on 407ace4.
+        digest: "09fb0f3f14ab728731a1b5f7dd63ab29",
+        iteration_s: 13.19427808246,
         huge: true,
     },
     Case {
@@ -82,9 +85,10 @@ const CASES: &[Case] = &[
         sets: &["network.model=\"analytical\""],
         // 12.863099273656 s, af4be1ed before host dispatch (8d541d6): 7 us later, as above
         // (12.863106, 9695ca29); 838c468: 413 us more (12.863519273656, f30d9676); issue
-        // 17's twelfth step, the fp32 main gradient: 264 ms more.
-        digest: "cdd044e6566d091dfbdda7e280a3e2be",
-        iteration_s: 13.127861032379,
+        // 17's twelfth step, the fp32 main gradient: 264 ms more (13.127861032379, cdd044e6);
+        // the thirteenth step, 6 bytes per weight instead of 8: 65 ms less.
+        digest: "a257817dec5e969230adf36cf980a81f",
+        iteration_s: 13.063168405026,
         huge: true,
     },
     Case {
@@ -94,8 +98,9 @@ const CASES: &[Case] = &[
         // 7.295836296179 s, d5afa4d6 before 838c468 (1F1B's synchronise: 763 us later;
         // 7.296599296179, 913efb51); the fp32 main gradient 746 ms more (NeMo's GPT-3 recipe:
         // micro-batch 1, 2,048 tokens per wgrad).
-        digest: "68c5cbba619d03b55f5cba338f572ac2",
-        iteration_s: 8.043027749235,
+        // (8.043027749235, 68c5cbba); 187 ms less at 6 bytes per weight (the thirteenth step).
+        digest: "2e2b366e3b507d5aca8c2dbb64d5f66e",
+        iteration_s: 7.856420636049,
         huge: false,
     },
     Case {
@@ -104,8 +109,9 @@ const CASES: &[Case] = &[
         sets: &SYMMETRIC,
         // 12.574806181881 s, 3878632f before 838c468 (413 us later, as the 8K case:
         // 12.575219181881, 680661af); the fp32 main gradient 267 ms more.
-        digest: "ea9e04e811e459862d5c8351f6cc75cc",
-        iteration_s: 12.842264439804,
+        // (12.842264439804, ea9e04e8); 67 ms less at 6 bytes per weight (the thirteenth step).
+        digest: "8c42857b21a1aec6befe8fa48e72f379",
+        iteration_s: 12.775380824453,
         huge: true,
     },
     Case {
@@ -114,8 +120,9 @@ const CASES: &[Case] = &[
         sets: &SYMMETRIC,
         // 12.426116351809 s, b5df27c3 before 838c468 (413 us later, as the 8K case:
         // 12.426529351809, 3d05fafa); the fp32 main gradient 254 ms more.
-        digest: "fb655978489842484896296cdb0c4645",
-        iteration_s: 12.680602756115,
+        // (12.680602756115, fb655978); 64 ms less at 6 bytes per weight (the thirteenth step).
+        digest: "e334a3a295b054043844c51cb3858b96",
+        iteration_s: 12.617084405161,
         huge: true,
     },
 ];
