@@ -41,7 +41,12 @@ Tensors are random, in the row's dtype: bf16 / fp16 as themselves, fp32 as float
 off, tf32 as float32 with TF32 matmuls on. fp8 GEMMs use ``torch._scaled_mm`` (E4M3 operands,
 unit scales, bf16 output; the E4M3/E5M2 choice does not change GEMM speed) with every dimension
 padded up to a multiple of 16 as cuBLASLt requires, B > 1 as B calls; where ``_scaled_mm`` is
-missing or fails the row is skipped with a note. fp8 attention and elementwise rows run in bf16
+missing or fails the row is skipped with a note. ``--fp8-fast-accum`` sets cuBLASLt's FP8 fast
+accumulation (``use_fast_accum``): ``off`` (the default, cuBLASLt's, and what the committed fp8
+tables measured: partial sums promoted to fp32 as the main loop goes), ``on`` for every pass, or
+``fprop`` for forward GEMMs only, as Transformer Engine runs FP8 on Hopper
+(``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`` in
+``transformer_engine/pytorch/module/base.py``); the table's ``source`` names the mode. fp8 attention and elementwise rows run in bf16
 because fleetsim keeps activations in bf16 under fp8.
 
 GEMM, B independent (M x K)(K x N) products (B > 1 uses ``torch.bmm``):
@@ -536,14 +541,17 @@ class GemmPlan:
     dtype: str
     fp8: bool = False
     padded: bool = False
+    # cuBLASLt's FP8 fast accumulation (``use_fast_accum``); fp8 only.
+    fast_accum: bool = False
 
     def describe(self) -> str:
         m, n, k, b = self.m, self.n, self.k, self.batch
         if self.fp8:
             loop = f"{b} x " if b > 1 else ""
             pad = " (padded to multiples of 16)" if self.padded else ""
+            fast = ", use_fast_accum=True" if self.fast_accum else ""
             return (f"{loop}torch._scaled_mm(a[{m},{k}] float8_e4m3fn, b[{k},{n}] column-major "
-                    f"float8_e4m3fn, out_dtype=bfloat16){pad}")
+                    f"float8_e4m3fn, out_dtype=bfloat16{fast}){pad}")
         bp = f"{b}," if b > 1 else ""
         if self.pass_ == "fwd":
             op = (f"torch.bmm(x[{bp}{m},{k}], w[{bp}{n},{k}].transpose(1,2))" if b > 1
@@ -556,13 +564,18 @@ class GemmPlan:
         return f"{op} {dtype_note(self.dtype)}"
 
 
-def plan_gemm(row: Row) -> GemmPlan:
+FP8_FAST_ACCUM = ("off", "on", "fprop")
+
+
+def plan_gemm(row: Row, fp8_fast_accum: str = "off") -> GemmPlan:
     s = row.shape
     assert isinstance(s, Gemm)
     if row.dtype != "fp8":
         return GemmPlan(row.pass_, s.m, s.n, s.k, s.batch, row.dtype)
     m, n, k = (round_up(v, FP8_ALIGN) for v in (s.m, s.n, s.k))
-    return GemmPlan(row.pass_, m, n, k, s.batch, row.dtype, True, (m, n, k) != (s.m, s.n, s.k))
+    fast = fp8_fast_accum == "on" or (fp8_fast_accum == "fprop" and row.pass_ == "fwd")
+    return GemmPlan(row.pass_, m, n, k, s.batch, row.dtype, True, (m, n, k) != (s.m, s.n, s.k),
+                    fast)
 
 
 class Chunk(NamedTuple):
@@ -717,17 +730,17 @@ def plan_elementwise(row: Row) -> ElementwisePlan:
 Plan = GemmPlan | AttentionPlan | ElementwisePlan
 
 
-def plan_row(row: Row, backend: str = "flash") -> Plan:
+def plan_row(row: Row, backend: str = "flash", fp8_fast_accum: str = "off") -> Plan:
     if isinstance(row.shape, Gemm):
-        return plan_gemm(row)
+        return plan_gemm(row, fp8_fast_accum)
     if isinstance(row.shape, Attention):
         return AttentionPlan(row.shape, row.pass_ == "bwd", row.dtype, backend)
     return plan_elementwise(row)
 
 
-def plan_line(row: Row, backend: str = "flash") -> str:
+def plan_line(row: Row, backend: str = "flash", fp8_fast_accum: str = "off") -> str:
     return (f"{row.dtype} {row.kernel} {row.pass_} {row.shape_str}: "
-            f"{plan_row(row, backend).describe()}")
+            f"{plan_row(row, backend, fp8_fast_accum).describe()}")
 
 
 def megatron_attention_backend(capability: tuple[int, int] | None) -> str:
@@ -791,7 +804,7 @@ def note(message: str) -> None:
 
 class Profiler:
     def __init__(self, device: str, warmup: int, iters: int, clock: str = "steady",
-                 attention: str = "megatron"):
+                 attention: str = "megatron", fp8_fast_accum: str = "off"):
         try:
             import torch  # lazy: only measuring needs torch
         except (ImportError, OSError) as e:
@@ -808,6 +821,7 @@ class Profiler:
             raise InputError(f"--device {device}: torch sees no GPU (expected a CUDA/ROCm GPU)")
         self.warmup, self.iters = warmup, iters
         self.clock = clock
+        self.fp8_fast_accum = fp8_fast_accum
         self.flush = None
         self.heater = None
         if self.cuda:
@@ -839,8 +853,10 @@ class Profiler:
         date = datetime.datetime.now(datetime.UTC).date().isoformat()
         how = ("steady (after a bf16 GEMM heater)" if self.clock == "steady"
                else "burst (cold L2 and an idle spin before each call)")
+        fast = ("" if self.fp8_fast_accum == "off"
+                else f" fp8 fast accumulation {self.fp8_fast_accum}")
         return clean_text(f"profile_kernels.py torch={self.torch.__version__} {runtime} "
-                          f"{self.device_name()} {date} median of {self.iters} {how}")
+                          f"{self.device_name()} {date} median of {self.iters} {how}{fast}")
 
     # -- timing --
 
@@ -890,7 +906,7 @@ class Profiler:
     def measure(self, row: Row) -> tuple[float, str]:
         """The median time of `row` in microseconds, and for attention the backend that ran."""
         torch = self.torch
-        plan = plan_row(row, self.backend)
+        plan = plan_row(row, self.backend, self.fp8_fast_accum)
         ran = ""
         # TF32 only where the row asks for it; fp32 means full-precision matmuls.
         torch.backends.cuda.matmul.allow_tf32 = row.dtype == "tf32"
@@ -961,7 +977,8 @@ class Profiler:
 
         def run():
             for a, b in pairs:
-                scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                          use_fast_accum=p.fast_accum)
 
         run()  # fails here, not inside the timing loop, when the build lacks fp8
         return run
@@ -1183,6 +1200,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--attention", choices=ATTENTION_BACKENDS, default="megatron",
                     help="SDPA backend of fused attention rows (megatron: cuDNN on Hopper and "
                          "newer, flash elsewhere, as Transformer Engine picks)")
+    ap.add_argument("--fp8-fast-accum", choices=FP8_FAST_ACCUM, default="off",
+                    help="cuBLASLt's FP8 fast accumulation: off (cuBLASLt's default), on, or "
+                         "fprop (forward GEMMs only, as Transformer Engine runs FP8 on Hopper)")
     ap.add_argument("--plan", action="store_true",
                     help="print what would run, one line per kernel, without torch")
     return ap.parse_args(argv)
@@ -1232,10 +1252,11 @@ def run(args: argparse.Namespace) -> int:
             note("--attention megatron: the plan shows cuDNN, what Hopper and newer run; "
                  "older GPUs run flash")
         for row in todo:
-            print(plan_line(row, backend))
+            print(plan_line(row, backend, args.fp8_fast_accum))
         return 0
 
-    profiler = Profiler(args.device, args.warmup, args.iters, args.clock, args.attention)
+    profiler = Profiler(args.device, args.warmup, args.iters, args.clock, args.attention,
+                        args.fp8_fast_accum)
     gpu = args.gpu or (canonical_gpu(profiler.device_name()) if profiler.cuda else None)
     if gpu is None:
         raise InputError(f"--device {args.device} has no GPU name (expected --gpu NAME)")

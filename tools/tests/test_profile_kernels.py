@@ -274,6 +274,22 @@ class PlanTests(unittest.TestCase):
         self.assertIn("_scaled_mm", p.describe())
         self.assertFalse(pk.plan_row(row(dtype="fp8", shape="gemm:m=16;n=32;k=48;batch=1")).padded)
 
+    def test_fp8_fast_accumulation_modes(self):
+        def fast(pass_, mode, dtype="fp8"):
+            plan = pk.plan_row(row(pass_=pass_, dtype=dtype), "flash", mode)
+            return plan.fast_accum, "use_fast_accum=True" in plan.describe()
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            with self.subTest(pass_=pass_):
+                self.assertEqual(fast(pass_, "off"), (False, False))
+                self.assertEqual(fast(pass_, "on"), (True, True))
+                # Transformer Engine on Hopper: fast accumulation in the forward GEMM only.
+                self.assertEqual(fast(pass_, "fprop"), (pass_ == "fwd",) * 2)
+                self.assertEqual(fast(pass_, "on", "bf16"), (False, False))
+        self.assertEqual(pk.parse_args(["--template", "t.csv"]).fp8_fast_accum, "off")
+        self.assertEqual(
+            pk.parse_args(["--template", "t.csv", "--fp8-fast-accum", "fprop"]).fp8_fast_accum,
+            "fprop")
+
     def test_attention_chunks(self):
         full = pk.Attention(1, 8, 8, 4096, 4096, 128, True, True)
         self.assertEqual(pk.attention_chunks(full), [pk.Chunk(0, 4096, 4096, "causal")])
