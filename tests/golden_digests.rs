@@ -88,7 +88,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "d43cbad6e48db17fb4bb995cd7b0f26e",
+        "4f6065f3f91da1a0339483e1085f84f9",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",
@@ -97,7 +97,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "d9aef09e26e2395dd1848b3e04b5be77",
+        "9871305b1ece4d45aa151e083638b2a5",
     ),
 ];
 

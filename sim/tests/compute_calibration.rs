@@ -892,13 +892,13 @@ fn expert_gemm(pass: sim::workload::Pass, m: u64, n: u64, k: u64, batch: u64) ->
     }
 }
 
-/// The batched-GEMM model against grouped expert GEMMs (`torch._grouped_mm`, CUTLASS) measured
-/// forward on an H200 (`h200-measured/grouped-gemm.csv`, issue 17): from 512 tokens per expert
-/// every balanced case is within 15% and the median within 6%. Below that the weights stream
-/// at ~3 TB/s where the model takes the streaming rate, and the model is 18-53% too fast
-/// (docs/compute-model.md).
+/// The grouped-GEMM model against grouped expert GEMMs (`torch._grouped_mm`, CUTLASS) measured
+/// forward on an H200 (`h200-measured/grouped-gemm.csv`, issue 17), every balanced case of 4-32
+/// experts and 64-8,192 tokens each: within 20%, within 15% from 512 tokens per expert, and
+/// the median within 6%. Before `[gemm.grouped]` (the weights streamed at 0.69 of the
+/// datasheet bandwidth, 1.1 us per expert) the cases below 512 tokens were 18-53% too fast.
 #[test]
-fn grouped_expert_gemms_forward_within_15_percent_from_512_tokens_per_expert() {
+fn grouped_expert_gemms_forward_within_20_percent_at_every_token_count() {
     let gpu = heated_h200();
     let m = model();
     let (eff, fitted) = m.efficiency_of(&gpu);
@@ -910,23 +910,21 @@ fn grouped_expert_gemms_forward_within_15_percent_from_512_tokens_per_expert() {
         let n: Vec<u64> = r[1..5].iter().map(|v| v.parse().expect("number")).collect();
         let (experts, k, out, tokens) = (n[0], n[1], n[2], n[3]);
         let per_expert = tokens / experts;
-        if per_expert < 512 {
-            continue;
-        }
         let kernel = expert_gemm(sim::workload::Pass::Forward, per_expert, out, k, experts);
         let predicted = model_time(&kernel, &gpu, eff, fitted).seconds() * 1e6;
         let measured: f64 = r[7].parse().expect("fwd_us");
-        errors.push((predicted / measured - 1.0, format!("{} {per_expert}", r[0])));
+        errors.push((
+            predicted / measured - 1.0,
+            per_expert,
+            format!("{} {per_expert}", r[0]),
+        ));
     }
-    assert_eq!(
-        errors.len(),
-        24,
-        "balanced cases from 512 tokens per expert"
-    );
-    for (e, case) in &errors {
-        assert!(e.abs() <= 0.15, "{case}: {:+.1}%", 100.0 * e);
+    assert_eq!(errors.len(), 40, "balanced cases");
+    for (e, per_expert, case) in &errors {
+        let bound = if *per_expert >= 512 { 0.15 } else { 0.20 };
+        assert!(e.abs() <= bound, "{case}: {:+.1}%", 100.0 * e);
     }
-    let median_abs = median(errors.iter().map(|(e, _)| e.abs()).collect());
+    let median_abs = median(errors.iter().map(|(e, _, _)| e.abs()).collect());
     assert!(median_abs <= 0.06, "median |error| {median_abs}");
 }
 

@@ -84,6 +84,23 @@ pub struct GemmEfficiency {
     pub tile_intensity_half: f64,
     /// Fraction of the dense peak the family's best tile reaches, per data type.
     pub peak_fraction: PeakFraction,
+    /// What a grouped GEMM (several independent problems in one kernel: a rank's local
+    /// experts) pays beyond the roofline; absent, it is costed as a plain batched GEMM.
+    #[serde(default)]
+    pub grouped: Option<GroupedGemmEfficiency>,
+    pub source: String,
+}
+
+/// A grouped GEMM at few tokens per problem reads each problem's weights about once, one
+/// column panel per thread block, and reaches less of the HBM bandwidth than a copy kernel;
+/// each problem also costs its tiles' pipeline fill once.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupedGemmEfficiency {
+    /// Fraction of the datasheet HBM bandwidth its memory-bound side streams at.
+    pub stream_fraction: f64,
+    /// Fixed time per problem (per local expert), microseconds.
+    pub per_problem_us: f64,
     pub source: String,
 }
 
@@ -302,6 +319,17 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         fraction(key, v)?;
     }
     non_negative("gemm.k_overhead", a.gemm.k_overhead)?;
+    if let Some(g) = &a.gemm.grouped {
+        fraction("gemm.grouped.stream_fraction", g.stream_fraction)?;
+        if g.stream_fraction == 0.0 {
+            return Err(ConfigError::plain(
+                file,
+                "gemm.grouped.stream_fraction",
+                "must be above 0: a grouped GEMM streams its weights at some rate".to_string(),
+            ));
+        }
+        non_negative("gemm.grouped.per_problem_us", g.per_problem_us)?;
+    }
     non_negative("gemm.tile_intensity_half", a.gemm.tile_intensity_half)?;
     non_negative("attention.seq_half", a.attention.seq_half)?;
     non_negative(

@@ -445,10 +445,17 @@ pub fn model_time_at(
             k,
             batch,
             comm_sms,
-        } => slower(
-            gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff, comm_sms) / clock,
-            memory_s,
-        ),
+        } => {
+            let compute_s = gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff, comm_sms) / clock;
+            match &eff.gemm.grouped {
+                Some(g) if batch > 1 => {
+                    let stream_s = kernel.bytes as f64 / (hbm_bytes_per_s(gpu) * g.stream_fraction);
+                    let (work_s, bound) = slower(compute_s, stream_s);
+                    (work_s + batch as f64 * g.per_problem_us * 1e-6, bound)
+                }
+                _ => slower(compute_s, memory_s),
+            }
+        }
         Shape::Attention {
             batch,
             heads,
