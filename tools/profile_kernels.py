@@ -46,8 +46,9 @@ accumulation (``use_fast_accum``): ``off`` (the default, cuBLASLt's, and what th
 tables measured: partial sums promoted to fp32 as the main loop goes), ``on`` for every pass, or
 ``fprop`` for forward GEMMs only, as Transformer Engine runs FP8 on Hopper
 (``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`` in
-``transformer_engine/pytorch/module/base.py``); the table's ``source`` names the mode. fp8 attention and elementwise rows run in bf16
-because fleetsim keeps activations in bf16 under fp8.
+``transformer_engine/pytorch/module/base.py``); the table's ``source`` names the mode. fp8
+attention and elementwise rows run in bf16 because fleetsim keeps activations in bf16 under
+fp8.
 
 GEMM, B independent (M x K)(K x N) products (B > 1 uses ``torch.bmm``):
   * fwd:   ``x[M,K] @ w[N,K].t()``, i.e. ``F.linear`` (Megatron's forward Linear).

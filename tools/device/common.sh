@@ -1,6 +1,6 @@
-# Shared by the device runs (issue10.sh, h200.sh, fp8_accum.sh): the log's header, nvidia-smi sampling and
-# `step NAME SECONDS ARGS...`, which runs profile_kernels.py with its own time limit and
-# writes $OUT/NAME.csv. Source it with OUT set.
+# Shared by the device runs (issue10.sh, h200.sh, fp8_accum.sh): the log's header, nvidia-smi
+# sampling and `step NAME SECONDS ARGS...`, which runs profile_kernels.py with its own time
+# limit and writes $OUT/NAME.csv. Source it with OUT set.
 export PYTHONUNBUFFERED=1
 log=$OUT/log.txt
 {

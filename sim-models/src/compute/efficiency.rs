@@ -320,12 +320,12 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
     }
     non_negative("gemm.k_overhead", a.gemm.k_overhead)?;
     if let Some(g) = &a.gemm.grouped {
-        fraction("gemm.grouped.stream_fraction", g.stream_fraction)?;
-        if g.stream_fraction == 0.0 {
+        let v = g.stream_fraction;
+        if !(v > 0.0 && v <= 1.0) {
             return Err(ConfigError::plain(
                 file,
                 "gemm.grouped.stream_fraction",
-                "must be above 0: a grouped GEMM streams its weights at some rate".to_string(),
+                format!("must be a fraction in (0, 1], got {v}"),
             ));
         }
         non_negative("gemm.grouped.per_problem_us", g.per_problem_us)?;

@@ -575,9 +575,9 @@ const MAIN_GRAD_EXTRA_BYTES_PER_WEIGHT: u64 = 4 + 4 - 2;
 /// its main loop where it would have written BF16, 6 bytes more per weight element, here at the
 /// rate of a memory-bound kernel (`memory_efficiency`), not hidden behind the main loop.
 /// Through cuBLASLt as Transformer Engine calls it on an H200 (`h200-measured/wgrad-cublaslt.csv`)
-/// that is what the FP8 wgrads add (0.96-1.05 of it for the dense shapes); the BF16 kernels
-/// sometimes hide part of it and sometimes pay twice (0.1-2.0, 0.7 at the median). Through
-/// PyTorch (`wgrad-accumulate.csv`) the standalone kernels paid 1.6-3x this.
+/// that is what the FP8 wgrads add (0.93-1.11x it for the dense shapes); the BF16 kernels
+/// sometimes hide part of it and sometimes pay more (0.3-1.7x), 0.98x at the median of all 14
+/// cases. Through PyTorch (`wgrad-accumulate.csv`) the standalone kernels paid 1.6-3.3x it.
 /// The router's weight is a plain PyTorch linear whose gradient a hook adds. Measured kernel
 /// tables and [`model_time`] hold the main loop alone (BF16 output, as `torch.mm` writes).
 pub fn main_grad_accumulation_seconds(kernel: &Kernel, gpu: &GpuSpec, eff: &ArchEfficiency) -> f64 {
@@ -763,7 +763,8 @@ mod tests {
     }
 
     /// A wgrad adds 6 bytes per weight element (the fp32 main gradient read and written where
-    /// BF16 would have been written) at the streaming rate; its forward, dgrad and the router's wgrad add nothing.
+    /// BF16 would have been written) at the streaming rate; its forward, dgrad and the
+    /// router's wgrad add nothing.
     #[test]
     fn a_wgrad_pays_for_reading_and_writing_the_fp32_main_gradient() {
         let gpus = GpuDatabase::embedded().expect("gpus");
