@@ -520,3 +520,64 @@ fn short_layers_wait_for_a_grace_host_unless_cuda_graphs_issue_them() {
         "H100: {x86_eager} s eager, {x86_graphs} s with graphs"
     );
 }
+
+/// The flex dispatcher's backends on one GB200 NVLink domain (EP 32, DeepSeek-V3's routing):
+/// DeepEP beyond its 8 NVLink peers runs the multi-node extension at the rates Megatron-Core
+/// measured (about 400 GB/s dispatch, 190 combine), HybridEP at its published 715 and 658
+/// (Megatron-LM `docs/discussions/deepseek-v3-gb200-optimization` §2.2.1 and §2.5): the same
+/// bytes, so each all-to-all takes 2.7 times as long under DeepEP, and collectives.csv names
+/// the backend.
+#[test]
+fn hybridep_moves_a_gb200_domain_s_tokens_faster_than_deepep_s_extension() {
+    let all_to_all = |dispatcher: &str| -> (String, f64, f64) {
+        let out = scratch(&format!("flex-{dispatcher}"));
+        stdout_ok(
+            fleetsim()
+                .args([
+                    "run",
+                    "tests/fixtures/moe/deepep-32.toml",
+                    "--quiet",
+                    "--out",
+                ])
+                .arg(&out)
+                .args([
+                    "--set",
+                    "cluster.gpu=\"GB200\"",
+                    "--set",
+                    "cluster.gpus_per_host=4",
+                    "--set",
+                    "cluster.nvlink_domain=32",
+                    "--set",
+                    "network.model=\"analytical\"",
+                    "--set",
+                    &format!("training.moe_token_dispatcher=\"{dispatcher}\""),
+                ]),
+        );
+        let text = std::fs::read_to_string(out.join("collectives.csv")).expect("collectives.csv");
+        let (header, rows) = csv_table(&text);
+        let column = |key: &str| header.iter().position(|h| h == key).expect(key);
+        let row = rows
+            .iter()
+            .find(|r| r[column("group")] == "ep" && r[column("op")] == "all-to-all")
+            .expect("an expert-parallel all-to-all");
+        let number = |key: &str| row[column(key)].parse::<f64>().expect(key);
+        // The fastest call: the transfer itself, no member waiting for a late one.
+        (
+            row[column("algorithm")].clone(),
+            number("min_s"),
+            number("bytes"),
+        )
+    };
+    let (deepep, deepep_s, deepep_bytes) = all_to_all("deepep");
+    let (hybridep, hybridep_s, hybridep_bytes) = all_to_all("hybridep");
+    assert!(deepep.starts_with("deepep/"), "{deepep}");
+    assert!(hybridep.starts_with("hybridep/"), "{hybridep}");
+    assert_eq!(deepep_bytes, hybridep_bytes);
+    // Harmonic means of the published rates: 257.6 and 685.0 GB/s of DeepEP's measure.
+    let expected = (2.0 / (1.0 / 714.66 + 1.0 / 657.72)) / (2.0 / (1.0 / 400.0 + 1.0 / 190.0));
+    let ratio = deepep_s / hybridep_s;
+    assert!(
+        (ratio / expected - 1.0).abs() < 0.1,
+        "DeepEP {deepep_s} s, HybridEP {hybridep_s} s per all-to-all: {ratio:.2}x, expected {expected:.2}x"
+    );
+}

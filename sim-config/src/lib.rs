@@ -470,6 +470,9 @@ pub enum MoeTokenDispatcher {
     /// kernels, deepseek-ai/DeepEP): a token crosses the network once per node it goes to,
     /// to the GPU on its own rail there, which forwards it over NVLink once per rank.
     Deepep,
+    /// `flex` with `--moe-flex-dispatcher-backend hybridep` (NVIDIA's HybridEP): the same
+    /// routes as DeepEP, at the link shares HybridEP's kernels reach.
+    Hybridep,
 }
 
 impl MoeTokenDispatcher {
@@ -477,6 +480,7 @@ impl MoeTokenDispatcher {
         match self {
             MoeTokenDispatcher::Alltoall => "alltoall",
             MoeTokenDispatcher::Deepep => "deepep",
+            MoeTokenDispatcher::Hybridep => "hybridep",
         }
     }
 }

@@ -548,17 +548,23 @@ impl CollectiveModel {
     ) -> Result<CollectiveModel, crate::config::ConfigError> {
         let c = &exp.loaded.config.collectives;
         let mut settings = crate::collective::Settings::from_config(c);
-        if exp.loaded.config.training.moe_token_dispatcher
-            == crate::config::MoeTokenDispatcher::Deepep
-        {
-            settings.deepep = exp.model.as_ref().and_then(|m| m.moe).map(|moe| {
-                crate::collective::deepep::MoeRouting {
+        use crate::collective::deepep::{FlexBackend, FlexDispatch, MoeRouting};
+        let backend = match exp.loaded.config.training.moe_token_dispatcher {
+            crate::config::MoeTokenDispatcher::Alltoall => None,
+            crate::config::MoeTokenDispatcher::Deepep => Some(FlexBackend::DeepEp),
+            crate::config::MoeTokenDispatcher::Hybridep => Some(FlexBackend::HybridEp),
+        };
+        settings.flex = backend.and_then(|backend| {
+            let moe = exp.model.as_ref().and_then(|m| m.moe)?;
+            Some(FlexDispatch {
+                routing: MoeRouting {
                     experts: moe.experts,
                     top_k: moe.top_k,
                     groups: moe.router_groups,
-                }
-            });
-        }
+                },
+                backend,
+            })
+        });
         // The coherent ring needs cache-coherent memory; a non-coherent CXL tier only moves data.
         if exp.cxl_coherent() == Some(false) {
             if settings.algorithm == Some(crate::collective::Algorithm::CoherentRing) {

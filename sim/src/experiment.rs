@@ -483,22 +483,25 @@ impl Experiment {
                 "runs shared experts beside the MoE all-to-alls (Megatron-Core --moe-shared-expert-overlap), but the model has no shared experts; set model.shared_experts (with model.experts) or leave it out".into(),
             ));
         }
-        if t.moe_token_dispatcher == MoeTokenDispatcher::Deepep {
-            if model.as_ref().and_then(|m| m.moe).is_none() {
-                return Err(err(
-                    "training.moe_token_dispatcher",
-                    "\"deepep\" dispatches the tokens of mixture-of-experts layers, but the model has none; set model.experts and model.top_k, or use \"alltoall\"".into(),
-                ));
-            }
-            if t.moe_shared_expert_overlap {
-                // NeMo scripts/performance/llm/pretrain_deepseek_v3.py (25.07): "not supported
-                // for deepEP"; Megatron-Core overlaps shared experts in its alltoall
-                // dispatcher only.
-                return Err(err(
-                    "training.moe_shared_expert_overlap",
-                    "runs shared experts beside the alltoall dispatcher's all-to-alls, which DeepEP does not have (Megatron-Core overlaps them in MoEAlltoAllTokenDispatcher only); set it to false or training.moe_token_dispatcher = \"alltoall\"".into(),
-                ));
-            }
+        if t.moe_token_dispatcher != MoeTokenDispatcher::Alltoall
+            && model.as_ref().and_then(|m| m.moe).is_none()
+        {
+            return Err(err(
+                "training.moe_token_dispatcher",
+                format!(
+                    "\"{}\" dispatches the tokens of mixture-of-experts layers, but the model has none; set model.experts and model.top_k, or use \"alltoall\"",
+                    t.moe_token_dispatcher.name()
+                ),
+            ));
+        }
+        // NeMo scripts/performance/llm/pretrain_deepseek_v3.py (25.07): "not supported for
+        // deepEP"; Megatron-Core of that time overlapped shared experts in its alltoall
+        // dispatcher only. HybridEP came with a flex dispatcher that overlaps them.
+        if t.moe_token_dispatcher == MoeTokenDispatcher::Deepep && t.moe_shared_expert_overlap {
+            return Err(err(
+                "training.moe_shared_expert_overlap",
+                "runs shared experts beside the alltoall dispatcher's all-to-alls, which DeepEP does not have (Megatron-Core overlaps them in MoEAlltoAllTokenDispatcher only); set it to false or training.moe_token_dispatcher = \"alltoall\"".into(),
+            ));
         }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;

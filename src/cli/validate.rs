@@ -1344,7 +1344,7 @@ mod tests {
             ("e2e_iterations.csv", 18),
             ("e2e_more.csv", 13),
             ("megascale_a100.csv", 8),
-            ("mcore_dsv3_gb200.csv", 5),
+            ("mcore_dsv3_gb200.csv", 6),
         ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("configs/validation")

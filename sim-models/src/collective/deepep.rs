@@ -22,6 +22,25 @@
 use super::{CommShape, Plan, Protocol};
 use crate::model::RouterGroups;
 
+/// The library that runs Megatron-Core's `flex` dispatcher (`--moe-flex-dispatcher-backend`).
+/// Both send a token once per NVLink domain its experts are in, over RDMA to the GPU on its
+/// own rail there, which forwards it over NVLink once per rank; they differ in the link
+/// shares their kernels reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlexBackend {
+    /// deepseek-ai/DeepEP's normal kernels.
+    DeepEp,
+    /// NVIDIA's HybridEP (TMA copies within the NVLink domain, IBGDA across it).
+    HybridEp,
+}
+
+/// A flex dispatcher's routing and backend: what the expert-parallel all-to-alls run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlexDispatch {
+    pub routing: MoeRouting,
+    pub backend: FlexBackend,
+}
+
 /// What the dispatcher knows about routing: experts, experts per token and their groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MoeRouting {
@@ -39,6 +58,45 @@ pub const DEEPEP_NVLINK_SHARE: f64 = 155.5 * 7.0 / 8.0 / 200.0;
 /// DeepEP's measure, which counts tokens for the own node as RDMA tokens too (7 of 8 cross
 /// the network), over CX7's 50 GB/s: 50.5 × 7/8 / 50.
 pub const DEEPEP_RDMA_SHARE: f64 = 50.5 * 7.0 / 8.0 / 50.0;
+
+/// NVLink peers DeepEP's intranode kernels reach (`NUM_MAX_NVL_PEERS`, deepseek-ai/DeepEP
+/// `deep_ep/buffer.py`): one HGX board. A group over more ranks of one NVLink domain (GB200
+/// NVL72) runs the multi-node NVLink extension, [`DEEPEP_MNNVL_SHARE`].
+pub const DEEPEP_MAX_NVL_PEERS: u32 = 8;
+
+/// DeepEP's algorithm bandwidth (a rank's received tokens, its own included, per second) over
+/// GB200 NVL72's NVLink at EP 32 with 24 SMs, through the community extension Megatron-Core
+/// ran (deepseek-ai/DeepEP PR #218): dispatch about 400 GB/s, combine about 190 (Megatron-LM
+/// `docs/discussions/deepseek-v3-gb200-optimization`, §2.2.1, "not well-optimized").
+const DEEPEP_MNNVL_DISPATCH_GBS: f64 = 400.0;
+const DEEPEP_MNNVL_COMBINE_GBS: f64 = 190.0;
+/// The group and the per-direction NVLink line rate that measurement ran on.
+const DEEPEP_MNNVL_MEASURED_EP: f64 = 32.0;
+const DEEPEP_MNNVL_LINE_GBS: f64 = 900.0;
+
+/// Share of the NVLink line rate DeepEP moves on a multi-node NVLink domain. A layer runs
+/// each kernel twice per iteration (the forward dispatch and the combine's backward; the
+/// forward combine and the dispatch's backward, Megatron-Core `fused_a2a.py`), so every call
+/// is charged the mean of the two times: the harmonic mean of the two rates, of which the
+/// NVLink carries 31 of 32 ranks' tokens.
+pub const DEEPEP_MNNVL_SHARE: f64 = 2.0
+    / (1.0 / DEEPEP_MNNVL_DISPATCH_GBS + 1.0 / DEEPEP_MNNVL_COMBINE_GBS)
+    * (DEEPEP_MNNVL_MEASURED_EP - 1.0)
+    / DEEPEP_MNNVL_MEASURED_EP
+    / DEEPEP_MNNVL_LINE_GBS;
+
+/// Share of the NVLink line rate HybridEP moves: at the 32 SMs Megatron-LM's GB200 recipe
+/// gives it (`--moe-hybridep-num-sms 32`), EP 36 on GB200 NVL36 dispatches at 714.66 and
+/// combines at 657.72 GB/s of algorithm bandwidth (Megatron-LM
+/// `docs/discussions/deepseek-v3-gb200-optimization` §2.5, its HybridEP figure; a rank's
+/// own tokens are 1 of 36 there); mean time of the two, as for [`DEEPEP_MNNVL_SHARE`]. The
+/// same figure's DGX H100 (EP 8, 16 blocks, 368.9 and 368.87 GB/s over 450) checks it.
+pub const HYBRIDEP_NVLINK_SHARE: f64 =
+    2.0 / (1.0 / 714.66 + 1.0 / 657.72) * 35.0 / 36.0 / DEEPEP_MNNVL_LINE_GBS;
+
+/// Share of a NIC's line rate HybridEP's RDMA reaches: 4 DGX H100 (EP 32, CX7 400 Gb/s),
+/// 8 blocks, dispatch 44.2 and combine 45 GB/s of NIC bus bandwidth (the same figure).
+pub const HYBRIDEP_RDMA_SHARE: f64 = (44.2 + 45.0) / 2.0 / 50.0;
 
 /// Streaming multiprocessors DeepEP's kernels take (Megatron-Core `moe_deepep_num_sms`,
 /// default 20): shown as the plan's channels.
@@ -131,16 +189,33 @@ fn choose(n: u64, k: u64) -> f64 {
 }
 
 impl CommShape {
-    /// DeepEP's dispatch or combine of `bytes` routed copies: RDMA to each other node's rail
-    /// GPU through this node's NICs, one per GPU of the group, beside the NVLink forwarding,
-    /// in one pipelined kernel; the slower of the two sets the time.
-    pub fn deepep_plan(&self, bytes: u64, routing: &MoeRouting) -> Plan {
+    /// A flex dispatcher's dispatch or combine of `bytes` routed copies: RDMA to each other
+    /// node's rail GPU through this node's NICs, one per GPU of the group, beside the NVLink
+    /// forwarding, in one pipelined kernel; the slower of the two sets the time.
+    pub fn flex_plan(&self, bytes: u64, flex: &FlexDispatch) -> Plan {
         let p = self.arch.params();
-        let v = routing.volumes(bytes as f64, self);
+        let v = flex.routing.volumes(bytes as f64, self);
+        let (nvlink_share, rdma_share, algorithm) = match flex.backend {
+            FlexBackend::DeepEp if self.ranks_per_node > DEEPEP_MAX_NVL_PEERS => (
+                DEEPEP_MNNVL_SHARE,
+                DEEPEP_RDMA_SHARE,
+                super::Algorithm::DeepEp,
+            ),
+            FlexBackend::DeepEp => (
+                DEEPEP_NVLINK_SHARE,
+                DEEPEP_RDMA_SHARE,
+                super::Algorithm::DeepEp,
+            ),
+            FlexBackend::HybridEp => (
+                HYBRIDEP_NVLINK_SHARE,
+                HYBRIDEP_RDMA_SHARE,
+                super::Algorithm::HybridEp,
+            ),
+        };
         let per_node = f64::from(self.ranks_per_node.max(1));
         let remote_nodes = f64::from(self.nodes.saturating_sub(1));
         let intra = if per_node > 1.0 {
-            let gbs = self.intra_bytes_per_s * 1e-9 * DEEPEP_NVLINK_SHARE;
+            let gbs = self.intra_bytes_per_s * 1e-9 * nvlink_share;
             (per_node - 1.0) * v.per_local_peer / (gbs * 1e3)
         } else {
             0.0
@@ -148,7 +223,7 @@ impl CommShape {
         let inter = if self.nodes > 1 {
             // Every GPU of the group sends through the NIC on its own rail.
             let nics = f64::from(self.nics_per_node.min(self.ranks_per_node).max(1));
-            let gbs = nics * self.nic_bytes_per_s * 1e-9 * DEEPEP_RDMA_SHARE;
+            let gbs = nics * self.nic_bytes_per_s * 1e-9 * rdma_share;
             per_node * remote_nodes * v.per_remote_node / (gbs * 1e3)
         } else {
             0.0
@@ -159,7 +234,7 @@ impl CommShape {
             super::HW_LAT_NVLINK[1][Protocol::Simple.index()] * p.step_scale
         };
         Plan {
-            algorithm: super::Algorithm::DeepEp,
+            algorithm,
             protocol: Protocol::Simple,
             channels: DEEPEP_SMS,
             latency_us: p.call_us + hw,
@@ -171,6 +246,13 @@ impl CommShape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn deepep(routing: MoeRouting) -> FlexDispatch {
+        FlexDispatch {
+            routing,
+            backend: FlexBackend::DeepEp,
+        }
+    }
 
     const DEEPSEEK_V3: MoeRouting = MoeRouting {
         experts: 256,
@@ -306,6 +388,56 @@ mod tests {
     }
 
     #[test]
+    fn deepep_over_a_gb200_nvlink_domain_moves_what_megatron_measured() {
+        // Megatron-LM docs/discussions/deepseek-v3-gb200-optimization §2.2.1: DeepSeek-V3's
+        // routing on EP 32 within a GB200 NVL72 (900 GB/s per direction), BF16 tokens,
+        // dispatch about 400 GB/s and combine about 190 GB/s of DeepEP's measure (a rank's
+        // received tokens, its own included). One dispatch and one combine take as long as
+        // the two at those rates.
+        let shape = CommShape {
+            ranks: 32,
+            nodes: 1,
+            ranks_per_node: 32,
+            arch: super::super::Arch::Hopper,
+            nvlink: true,
+            nvswitch: true,
+            intra_bytes_per_s: 900e9,
+            nic_bytes_per_s: 50e9,
+            nics_per_node: 32,
+            coherent: false,
+            coherent_hop_us: 0.0,
+        };
+        let tokens = 4096.0;
+        let token_bytes = 2.0 * 7168.0;
+        let routed = tokens * 8.0 * token_bytes;
+        let plan = shape.flex_plan(routed as u64, &deepep(DEEPSEEK_V3));
+        let received = 32.0 * tokens * token_bytes * DEEPSEEK_V3.hit_probability(256 / 32);
+        let published_us = received / 400e3 + received / 190e3;
+        let simulated_us = 2.0 * plan.time_us();
+        let error = simulated_us / published_us - 1.0;
+        assert!(
+            error.abs() < 0.05,
+            "{simulated_us:.0} us against {published_us:.0} us ({:+.1}%)",
+            100.0 * error
+        );
+        // On one HGX board (8 peers) the intranode kernels keep their H800 share.
+        let board = CommShape {
+            ranks: 8,
+            ranks_per_node: 8,
+            nics_per_node: 8,
+            ..shape
+        };
+        let per_byte = |s: &CommShape| {
+            s.flex_plan(routed as u64, &deepep(DEEPSEEK_V3)).transfer_us
+                / ((s.ranks_per_node - 1) as f64 * DEEPSEEK_V3.volumes(routed, s).per_local_peer)
+        };
+        assert!(
+            (per_byte(&board) / per_byte(&shape) - DEEPEP_MNNVL_SHARE / DEEPEP_NVLINK_SHARE).abs()
+                < 1e-9
+        );
+    }
+
+    #[test]
     fn deepep_plans_reach_the_bandwidths_deepep_published() {
         // deepseek-ai/DeepEP docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding":
         // H800, CX7 400 Gb/s, 4,096 tokens, hidden 7,168, top-8 of 256 experts, FP8 dispatch
@@ -336,7 +468,7 @@ mod tests {
                 (2.0 * 7168.0, combine_gbs),
             ] {
                 let routed = tokens * 8.0 * token_bytes;
-                let plan = shape.deepep_plan(routed as u64, &routing);
+                let plan = shape.flex_plan(routed as u64, &deepep(routing));
                 let measured_bytes = if ep == 8 {
                     8.0 * tokens * token_bytes * routing.hit_probability(256 / 8)
                 } else {

@@ -56,6 +56,8 @@ pub enum Algorithm {
     /// [`Algorithm::ALL`]; the expert-parallel all-to-alls run it when the experiment's
     /// dispatcher is DeepEP.
     DeepEp,
+    /// HybridEP's dispatch and combine, as [`Algorithm::DeepEp`] at HybridEP's link shares.
+    HybridEp,
 }
 
 impl Algorithm {
@@ -80,6 +82,7 @@ impl Algorithm {
             Algorithm::Direct => "direct",
             Algorithm::CoherentRing => "coherent-ring",
             Algorithm::DeepEp => "deepep",
+            Algorithm::HybridEp => "hybridep",
         }
     }
 }
@@ -335,9 +338,10 @@ pub struct Settings {
     pub split_data_on_qps: bool,
     /// Offer the coherent ring where the fabric is coherent.
     pub coherent_ring: bool,
-    /// The MoE layers' routing when DeepEP dispatches their tokens: expert-parallel
-    /// all-to-alls then run [`Algorithm::DeepEp`].
-    pub deepep: Option<deepep::MoeRouting>,
+    /// The MoE layers' routing and backend when Megatron-Core's flex dispatcher moves their
+    /// tokens: expert-parallel all-to-alls then run [`Algorithm::DeepEp`] or
+    /// [`Algorithm::HybridEp`].
+    pub flex: Option<deepep::FlexDispatch>,
 }
 
 impl Default for Settings {
@@ -375,7 +379,7 @@ impl Settings {
             qps_per_connection: c.ib_qps_per_connection.max(1),
             split_data_on_qps: c.ib_split_data_on_qps == 1,
             coherent_ring: c.coherent_ring,
-            deepep: None,
+            flex: None,
         }
     }
 

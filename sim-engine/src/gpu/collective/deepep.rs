@@ -1,4 +1,4 @@
-//! DeepEP's dispatch or combine transfer by transfer ([`crate::collective::deepep`]): each
+//! DeepEP's or HybridEP's dispatch or combine transfer by transfer ([`crate::collective::deepep`]): each
 //! rank sends its tokens for another node once, over the network, to the member there in its
 //! own position on that node (its rail), and to every other member of its own node over
 //! NVLink what they receive from it and what it forwards to them. The plan's volumes, per
@@ -42,10 +42,10 @@ impl DeepEp {
     /// How many transfers arrive here follows from the group's layout, which
     /// [`Schedule::begin`] reads once for its sends and the count alike.
     pub(super) fn start(model: &SimModel, call: &Call) -> Start {
-        let Some(routing) = model.collectives.settings.deepep else {
+        let Some(flex) = model.collectives.settings.flex else {
             return super::Direct::start(call);
         };
-        let v = routing.volumes(call.bytes as f64, &call.shape);
+        let v = flex.routing.volumes(call.bytes as f64, &call.shape);
         let wire = |b: f64| call.wire((b.round() as u64).max(1));
         Start {
             algo: Algo::DeepEp(DeepEp {

@@ -303,7 +303,9 @@ impl GpuLp {
                     _,
                     CollectiveOp::AllReduce | CollectiveOp::AllGather | CollectiveOp::ReduceScatter,
                 ) => Ring::start(self, model, &call),
-                (Algorithm::DeepEp, CollectiveOp::AllToAll) => Some(DeepEp::start(model, &call)),
+                (Algorithm::DeepEp | Algorithm::HybridEp, CollectiveOp::AllToAll) => {
+                    Some(DeepEp::start(model, &call))
+                }
                 (_, CollectiveOp::AllToAll) => Some(Direct::start(&call)),
                 (_, CollectiveOp::Broadcast) => Some(Chain::start(&call)),
             }
@@ -570,7 +572,8 @@ pub(super) enum PlanError {
 /// in closed form; where packet-level links are involved the engine runs its transfers, so
 /// the choice is among the algorithms it runs transfer by transfer (all but single-node NVLS,
 /// whose reduction happens inside the switch). `Err` says why no plan fits. The
-/// expert-parallel all-to-alls run DeepEP instead where the experiment dispatches with it.
+/// expert-parallel all-to-alls run DeepEP or HybridEP instead where the experiment dispatches
+/// with it.
 pub(super) fn plan_for(
     model: &SimModel,
     shape: &CommShape,
@@ -579,8 +582,8 @@ pub(super) fn plan_for(
     bytes: u64,
 ) -> Result<Plan, PlanError> {
     let settings = model.collectives.settings;
-    if let (Some(routing), GroupKind::Ep, CollectiveOp::AllToAll) = (settings.deepep, kind, op) {
-        return Ok(shape.deepep_plan(bytes, &routing));
+    if let (Some(flex), GroupKind::Ep, CollectiveOp::AllToAll) = (settings.flex, kind, op) {
+        return Ok(shape.flex_plan(bytes, &flex));
     }
     let stepped: &[Algorithm] = match op {
         CollectiveOp::AllToAll => &[Algorithm::Direct],
