@@ -438,6 +438,41 @@ mod tests {
     }
 
     #[test]
+    fn hybridep_s_gb200_share_gives_what_it_measured_on_a_dgx_h100() {
+        // Megatron-LM docs/discussions/deepseek-v3-gb200-optimization §2.5, HybridEP's
+        // figure: the NVLink share comes from GB200 NVL36 (EP 36, 32 SMs); on one DGX H100
+        // (EP 8, 450 GB/s per direction, 16 blocks) it measured 368.9 GB/s dispatch and
+        // 368.87 combine, a rank's own tokens included.
+        let board = CommShape {
+            ranks: 8,
+            nodes: 1,
+            ranks_per_node: 8,
+            arch: super::super::Arch::Hopper,
+            nvlink: true,
+            nvswitch: true,
+            intra_bytes_per_s: 450e9,
+            nic_bytes_per_s: 50e9,
+            nics_per_node: 8,
+            coherent: false,
+            coherent_hop_us: 0.0,
+        };
+        let hybridep = FlexDispatch {
+            routing: DEEPSEEK_V3,
+            backend: FlexBackend::HybridEp,
+        };
+        let tokens = 4096.0;
+        let token_bytes = 2.0 * 7168.0;
+        let plan = board.flex_plan((tokens * 8.0 * token_bytes) as u64, &hybridep);
+        assert_eq!(plan.algorithm, super::super::Algorithm::HybridEp);
+        let received = 8.0 * tokens * token_bytes * DEEPSEEK_V3.hit_probability(256 / 8);
+        let gbs = received / (plan.time_us() * 1e3);
+        assert!(
+            (gbs / 368.9 - 1.0).abs() < 0.06,
+            "{gbs:.1} GB/s against 368.9"
+        );
+    }
+
+    #[test]
     fn deepep_plans_reach_the_bandwidths_deepep_published() {
         // deepseek-ai/DeepEP docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding":
         // H800, CX7 400 Gb/s, 4,096 tokens, hidden 7,168, top-8 of 256 experts, FP8 dispatch
