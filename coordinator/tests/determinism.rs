@@ -239,6 +239,37 @@ moe_token_dispatcher = "deepep"
     );
 }
 
+/// The expert-parallel all-to-all overlap (combined 1F1B): a forward's and another
+/// micro-batch's backward all-to-alls in flight together on one communicator, beside the
+/// other's kernels, interleaved over two pipeline stages of two virtual stages, with delayed
+/// weight gradients. Packet and flow, split every way.
+#[test]
+fn combined_1f1b_all_to_all_overlap_gives_one_digest_however_split() {
+    same_digest_at_packet_and_flow(
+        "determinism-ep-overlap",
+        &format!(
+            r#"
+[model]
+layers = 4
+{SMALL_TRANSFORMER}experts = 8
+top_k = 2
+[parallel]
+tp = 1
+pp = 2
+vp = 2
+ep = 8
+micro_batch = 1
+global_batch = 32
+[training]
+overlap_moe_expert_parallel_comm = true
+delay_wgrad_compute = true
+"#
+        ),
+        5,
+        23,
+    );
+}
+
 /// FP8 delayed scaling's amax all-reduces run on their own communicator beside the DP
 /// group's gradient buckets: two collectives of one group at once, with different channel
 /// counts (a 1-channel LL all-reduce beside an 8-channel bucket). Their lane rings and trees

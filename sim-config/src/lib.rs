@@ -653,6 +653,19 @@ pub struct TrainingConfig {
     /// Needs shared experts.
     #[serde(default)]
     pub moe_shared_expert_overlap: bool,
+    /// Overlap the expert-parallel all-to-alls of one micro-batch with the computation of
+    /// another (Megatron-Core `--overlap-moe-expert-parallel-comm`, off by default;
+    /// Megatron-Bridge's MoE performance recipes turn it on): each steady-state forward runs
+    /// merged with a backward, layer by layer (`combined_1f1b.py`), after one more warm-up
+    /// forward. Needs EP > 1, virtual stages when PP > 1, no full recompute, no `moe` recompute
+    /// module and no shared-expert overlap.
+    #[serde(default)]
+    pub overlap_moe_expert_parallel_comm: bool,
+    /// With the all-to-all overlap, run the experts' weight gradients after their backward
+    /// all-to-all is issued, so it starts after the data gradients (Megatron-Core
+    /// `--delay-wgrad-compute`).
+    #[serde(default)]
+    pub delay_wgrad_compute: bool,
     /// Fuse the MoE router's scores-to-routing-map ops and its aux-loss scores into one
     /// kernel each (Megatron-Core `--moe-router-fusion` from 0.14, Transformer Engine PR
     /// #1883; off by default).
@@ -955,6 +968,8 @@ impl Default for TrainingConfig {
             flash_attention: true,
             tp_comm_overlap: false,
             moe_shared_expert_overlap: false,
+            overlap_moe_expert_parallel_comm: false,
+            delay_wgrad_compute: false,
             moe_router_fusion: false,
             moe_permute_fusion: false,
             moe_token_dispatcher: MoeTokenDispatcher::default(),

@@ -503,6 +503,16 @@ impl Experiment {
                 "runs shared experts beside the alltoall dispatcher's all-to-alls, which DeepEP does not have (Megatron-Core overlaps them in MoEAlltoAllTokenDispatcher only); set it to false or training.moe_token_dispatcher = \"alltoall\"".into(),
             ));
         }
+        if t.overlap_moe_expert_parallel_comm {
+            check_ep_overlap(t, &layout, p.zero)
+                .map_err(|m| err("training.overlap_moe_expert_parallel_comm", m))?;
+        }
+        if t.delay_wgrad_compute && !t.overlap_moe_expert_parallel_comm {
+            return Err(err(
+                "training.delay_wgrad_compute",
+                "delays the experts' weight gradients behind the all-to-all overlap, which is off; set training.overlap_moe_expert_parallel_comm = true or leave it out".into(),
+            ));
+        }
         positive(&loaded, "network.segment_bytes", cfg.network.segment_bytes)?;
         positive(&loaded, "engine.workers", u64::from(cfg.engine.workers))?;
 
@@ -1270,4 +1280,42 @@ fn resolve_gpus(
             Ok((types, per_host))
         }
     }
+}
+
+/// What Megatron-Core requires of `--overlap-moe-expert-parallel-comm`
+/// (`transformer_config.py`, `__post_init__`): expert parallelism, a virtual pipeline size
+/// when pipelining (its interleaved schedule runs the combined steps; fleetsim's interleaved
+/// schedule needs two or more virtual stages), the alltoall or flex dispatcher (every
+/// fleetsim dispatcher is one), no full recompute and no `moe` recompute module, no
+/// shared-expert overlap. fleetsim also refuses ZeRO-3, whose per-layer gathers it does not
+/// place in the combined step.
+fn check_ep_overlap(
+    t: &crate::config::TrainingConfig,
+    layout: &ParallelLayout,
+    zero: u32,
+) -> Result<(), String> {
+    if layout.ep < 2 {
+        return Err("overlaps the expert-parallel all-to-alls, but parallel.ep is 1; set parallel.ep above 1 (with model.experts) or leave it out".into());
+    }
+    if layout.pp > 1 && layout.vp < 2 {
+        return Err(format!(
+            "runs through Megatron-Core's interleaved schedule, which fleetsim models with virtual stages only (parallel.pp = {}, parallel.vp = 1); set parallel.vp to 2 or more",
+            layout.pp
+        ));
+    }
+    if t.recompute == Recompute::Full {
+        return Err("cannot run with full recomputation (Megatron-Core asserts it); set training.recompute = \"selective\" or \"none\"".into());
+    }
+    if t.recomputed_modules()
+        .has(crate::config::RecomputeModule::Moe)
+    {
+        return Err("cannot run with the moe recompute module (Megatron-Core asserts it); remove \"moe\" from training.recompute_modules".into());
+    }
+    if t.moe_shared_expert_overlap {
+        return Err("cannot run beside training.moe_shared_expert_overlap (Megatron-Core asserts one or the other); set training.moe_shared_expert_overlap = false".into());
+    }
+    if zero >= 3 {
+        return Err("cannot run with parallel.zero = 3 here: fleetsim does not place ZeRO-3's per-layer parameter gathers in the combined step; use parallel.zero = 1 or 2".into());
+    }
+    Ok(())
 }

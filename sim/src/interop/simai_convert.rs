@@ -208,19 +208,24 @@ pub fn import(simai: &SimaiFile, file: &str, world: u32) -> Result<Workload, Con
             overlap_p2p: false,
             gather_bytes: None,
         };
-        run_schedule(&mut b, &pipeline, &mut |b, step| {
-            b.label.module = Module::Imported;
-            let range = groups[step.micro_batch as usize].clone();
-            if step.forward {
-                for i in range {
-                    line_forward(b, i, &layers[i]);
+        run_schedule(
+            &mut b,
+            &pipeline,
+            &mut |b, step| {
+                b.label.module = Module::Imported;
+                let range = groups[step.micro_batch as usize].clone();
+                if step.forward {
+                    for i in range {
+                        line_forward(b, i, &layers[i]);
+                    }
+                } else {
+                    for i in range.rev() {
+                        line_backward(b, i, &layers[i]);
+                    }
                 }
-            } else {
-                for i in range.rev() {
-                    line_backward(b, i, &layers[i]);
-                }
-            }
-        });
+            },
+            None,
+        );
         b.label.module = Module::Imported;
         b.label.phase = Phase::Backward;
         for (i, line) in layers[..prologue].iter().enumerate().rev() {

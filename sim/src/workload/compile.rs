@@ -35,7 +35,7 @@ use crate::workload::userbuffers::UserbufferSms;
 
 use super::layer::{Builder, Dims, LayerEmitter};
 use super::live_memory;
-use super::schedule::{Step, stage_steps};
+use super::schedule::{Step, Unit, combined_units, stage_steps};
 use super::{
     CollectiveOp, Kernel, KernelName, Module, NO_LAYER, Pass, Peer, Phase, Program, Shape, Stream,
     Workload,
@@ -57,6 +57,8 @@ pub struct CompileOptions {
     pub overlap_param_gather: bool,
     pub bucket_params: u64,
     pub overlap_p2p_comm: bool,
+    /// The combined 1F1B schedule (`training.overlap_moe_expert_parallel_comm`).
+    pub overlap_moe_expert_parallel_comm: bool,
     pub p2p_scatter_gather: bool,
     pub fp8_param_gather: bool,
     pub grad_reduce_in_bf16: bool,
@@ -131,6 +133,7 @@ impl CompileOptions {
                     t.transformer_engine.unwrap_or(TeRelease::NEWEST),
                 ),
                 moe_shared_expert_overlap: t.moe_shared_expert_overlap,
+                delay_wgrad_compute: t.delay_wgrad_compute,
                 moe_router_fusion: t.moe_router_fusion,
                 moe_permute_fusion: t.moe_permute_fusion,
                 cp_comm: p.cp_comm,
@@ -142,6 +145,7 @@ impl CompileOptions {
             overlap_param_gather: t.overlap_param_gather,
             bucket_params: bucket_params.max(1),
             overlap_p2p_comm: t.overlap_p2p_comm,
+            overlap_moe_expert_parallel_comm: t.overlap_moe_expert_parallel_comm,
             p2p_scatter_gather: t.p2p_scatter_gather,
             fp8_param_gather: t.fp8_param_gather,
             grad_reduce_in_bf16: t.grad_reduce_in_bf16,
@@ -263,19 +267,28 @@ impl PipelinePosition {
     }
 }
 
+/// Emits a combined step: a steady-state forward and the backward merged with it.
+pub type CombinedBody<'a> = dyn FnMut(&mut Builder, &Step, &Step) + 'a;
+
 /// Runs Megatron's schedule for one stage: for each step, receives its input from the
-/// neighbouring stage, lets `body` emit the step's work, and sends its output on.
+/// neighbouring stage, lets `body` emit the step's work, and sends its output on. With
+/// `combined` (the expert-parallel all-to-all overlap), each steady-state forward and the
+/// backward beside it are one step: both receive, `combined` emits their merged work, both
+/// send.
 pub fn run_schedule(
     b: &mut Builder,
     pipeline: &PipelinePosition,
     body: &mut dyn FnMut(&mut Builder, &Step),
+    mut combined: Option<&mut CombinedBody>,
 ) {
     let steps = stage_steps(
         pipeline.pp,
         pipeline.vp,
         pipeline.stage,
         pipeline.micro_batches,
+        combined.is_some(),
     );
+    let units = combined_units(&steps, combined.is_some());
     // 1F1B's transfers block; the interleaved schedule posts its receives ahead, and without
     // `overlap_p2p_comm` its kernels still wait for each send (Megatron-LM 2022's
     // `_communicate` waits on every request and synchronises the device).
@@ -287,23 +300,24 @@ pub fn run_schedule(
     // `send_backward_recv_backward` after a backward; the first backward's after the last
     // warm-up forward).
     let mut posted_after: [Option<u32>; 2] = [None, None];
-    for step in &steps {
-        b.label.micro_batch = step.micro_batch;
-        b.label.chunk = step.chunk as u16;
-        b.label.phase = if step.forward {
-            Phase::Forward
-        } else {
-            Phase::Backward
+    for unit in &units {
+        let passes: &[Step] = match unit {
+            Unit::One(step) => std::slice::from_ref(step),
+            Unit::Combined { forward, backward } => &[*forward, *backward],
         };
-        let direction = usize::from(!step.forward);
-        let after = if blocking {
-            b.last_compute()
-        } else {
-            posted_after[direction].or(b.last_compute())
-        };
-        let received = receive(b, pipeline, step, after);
-        if let Some(r) = received {
-            p2p_since_compute.push(r);
+        let mut received_any = false;
+        for step in passes {
+            label_step(b, step);
+            let direction = usize::from(!step.forward);
+            let after = if blocking {
+                b.last_compute()
+            } else {
+                posted_after[direction].or(b.last_compute())
+            };
+            if let Some(r) = receive(b, pipeline, step, after) {
+                p2p_since_compute.push(r);
+                received_any = true;
+            }
         }
         // 1F1B's batched transfers end in `torch.cuda.synchronize()` (Megatron-Core
         // `p2p_communication.py` `_communicate` with `batch_p2p_comm` and `batch_p2p_sync`, both
@@ -316,30 +330,50 @@ pub fn run_schedule(
             b.wait(op);
         }
         let first = b.program.ops.len() as u32;
-        if let (Some(_), Some(bytes)) = (received, pipeline.gather_bytes) {
+        if let (true, Some(bytes)) = (received_any, pipeline.gather_bytes) {
             // `gather_split_1d_tensor` on the critical path before the step's first kernel.
             let module = b.label.module;
             b.label.module = Module::Pipeline;
             b.blocking(CollectiveOp::AllGather, GroupKind::Tp, bytes);
             b.label.module = module;
         }
-        body(b, step);
+        match (unit, combined.as_deref_mut()) {
+            (Unit::Combined { forward, backward }, Some(merged)) => merged(b, forward, backward),
+            _ => {
+                label_step(b, &passes[0]);
+                body(b, &passes[0]);
+            }
+        }
         if host_waits && (b.program.ops.len() as u32) > first {
             let syncs = &mut b.program.host_syncs;
             let at = syncs.partition_point(|&s| s < first);
             syncs.insert(at, first);
         }
-        posted_after[direction] = b.last_compute();
-        if let Some(s) = send(b, pipeline, step)
-            && wait_sends
-        {
-            p2p_since_compute.push(s);
+        for step in passes {
+            label_step(b, step);
+            posted_after[usize::from(!step.forward)] = b.last_compute();
+            if let Some(s) = send(b, pipeline, step)
+                && wait_sends
+            {
+                p2p_since_compute.push(s);
+            }
         }
     }
     // Megatron waits for outstanding transfers before leaving the schedule.
     for op in p2p_since_compute.drain(..) {
         b.wait(op);
     }
+}
+
+/// Labels what the builder emits next as `step`'s.
+fn label_step(b: &mut Builder, step: &Step) {
+    b.label.micro_batch = step.micro_batch;
+    b.label.chunk = step.chunk as u16;
+    b.label.phase = if step.forward {
+        Phase::Forward
+    } else {
+        Phase::Backward
+    };
 }
 
 /// The pipeline neighbour a step's input comes from (`input`) or its output goes to, with the
@@ -569,14 +603,25 @@ impl<'a> StageCompiler<'a> {
         }
 
         let last_micro_batch = self.pipeline.micro_batches - 1;
-        run_schedule(&mut b, &self.pipeline, &mut |b, step| {
-            if step.forward {
-                let waits = (step.micro_batch == 0).then(|| &gather_waits[step.chunk as usize]);
-                self.forward(b, step.chunk, waits);
-            } else {
-                self.backward(b, step.chunk, step.micro_batch == last_micro_batch);
-            }
-        });
+        let waits_of =
+            |step: &Step| (step.micro_batch == 0).then(|| &gather_waits[step.chunk as usize]);
+        let mut merged = |b: &mut Builder, f: &Step, bk: &Step| {
+            self.combined(b, f, waits_of(f), bk, bk.micro_batch == last_micro_batch);
+        };
+        run_schedule(
+            &mut b,
+            &self.pipeline,
+            &mut |b, step| {
+                if step.forward {
+                    self.forward(b, step.chunk, waits_of(step));
+                } else {
+                    self.backward(b, step.chunk, step.micro_batch == last_micro_batch);
+                }
+            },
+            self.options
+                .overlap_moe_expert_parallel_comm
+                .then_some(&mut merged as &mut CombinedBody),
+        );
         self.finalize(&mut b);
         program
     }
@@ -658,28 +703,37 @@ impl<'a> StageCompiler<'a> {
         b.label = label;
     }
 
+    /// Whether the gradient buckets reduce during this backward: in the last micro-batch
+    /// (ZeRO-2: every micro-batch) when overlapped.
+    fn reduces_now(&self, last_micro_batch: bool) -> bool {
+        let zero = self.options.zero;
+        self.options.overlap_grad_reduce && zero < 3 && (last_micro_batch || zero == 2)
+    }
+
+    /// Reduces the buckets of `chunk` whose last gradient unit is `unit`.
+    fn reduce_ready(&self, b: &mut Builder, chunk: u32, unit: usize) {
+        let [dense, expert] = &self.chunk_buckets[chunk as usize];
+        for &(params, last) in dense {
+            if last == unit {
+                self.reduce_bucket(b, params, false);
+            }
+        }
+        for &(params, last) in expert {
+            if last == unit {
+                self.reduce_bucket(b, params, true);
+            }
+        }
+    }
+
     fn backward(&self, b: &mut Builder, chunk: u32, last_micro_batch: bool) {
         let e = self.emitter();
         let units = &self.chunk_units[chunk as usize];
         let zero = self.options.zero;
-        // Buckets reduce in the last micro-batch (ZeRO-2: every micro-batch) when overlapped.
-        let reduce_now =
-            self.options.overlap_grad_reduce && zero < 3 && (last_micro_batch || zero == 2);
-        let [dense, expert] = &self.chunk_buckets[chunk as usize];
+        let reduce_now = self.reduces_now(last_micro_batch);
         let mut unit = 0usize;
         let reduce_done = |b: &mut Builder, unit: usize| {
-            if !reduce_now {
-                return;
-            }
-            for &(params, last) in dense {
-                if last == unit {
-                    self.reduce_bucket(b, params, false);
-                }
-            }
-            for &(params, last) in expert {
-                if last == unit {
-                    self.reduce_bucket(b, params, true);
-                }
+            if reduce_now {
+                self.reduce_ready(b, chunk, unit);
             }
         };
         if self.has_logits(chunk) {
@@ -723,6 +777,127 @@ impl<'a> StageCompiler<'a> {
             reduce_done(b, unit);
         }
         self.amax_reduction(b, chunk, Phase::Backward);
+    }
+
+    /// A steady-state forward `f` merged with the backward `bk` of another micro-batch (the
+    /// combined 1F1B step, Megatron-Core `ModelChunkSchedulePlan.run`): the forward's
+    /// embedding and the backward's output layer, then the forward's layers in order paired
+    /// with the backward's in reverse ([`LayerEmitter`]'s `combined_*` parts), the
+    /// backward's and then the forward's unpaired layers, the forward's output layer and the
+    /// backward's embedding. ZeRO-3 is refused with the overlap (`Experiment`); a layer in
+    /// CXL memory waits for its transfer before its first kernel.
+    fn combined(
+        &self,
+        b: &mut Builder,
+        f: &Step,
+        gather_waits: Option<&UnitWaits>,
+        bk: &Step,
+        last_micro_batch: bool,
+    ) {
+        let e = self.emitter();
+        let as_forward = |b: &mut Builder| label_step(b, f);
+        let as_backward = |b: &mut Builder| label_step(b, bk);
+        let (fc, bc) = (f.chunk, bk.chunk);
+        let f_layers = &self.chunk_layers[fc as usize];
+        let b_layers = &self.chunk_layers[bc as usize];
+        let reduce_now = self.reduces_now(last_micro_batch);
+        let first_f_unit = usize::from(self.has_logits(fc));
+        let wait_for_unit = |b: &mut Builder, unit: usize| {
+            for &g in gather_waits
+                .and_then(|w| w.get(unit))
+                .map_or(&[][..], Vec::as_slice)
+            {
+                b.wait(g);
+            }
+        };
+        let remote = |b: &mut Builder, layer: u64, phase: Phase| {
+            let bytes = self.remote_layer_bytes(layer, phase);
+            if bytes > 0 {
+                let transfer = b.memory_transfer(bytes);
+                b.wait(transfer);
+            }
+        };
+        as_forward(b);
+        if self.has_embedding(fc) {
+            wait_for_unit(b, first_f_unit + f_layers.len());
+            e.embedding_forward(b);
+        }
+        as_backward(b);
+        let mut b_unit = 0usize;
+        if self.has_logits(bc) {
+            e.logits_backward(b);
+            if reduce_now {
+                self.reduce_ready(b, bc, b_unit);
+            }
+            b_unit += 1;
+        }
+        // The forward's combine of the previous layer, waited for by its unpermutation.
+        let mut f_pending: Option<(u64, Option<u32>)> = None;
+        for i in 0..f_layers.len().max(b_layers.len()) {
+            let fl = f_layers.get(i).copied();
+            let bl = (i < b_layers.len()).then(|| b_layers[b_layers.len() - 1 - i]);
+            let mut combine_bwd = None;
+            if let Some(l) = bl {
+                as_backward(b);
+                remote(b, l, Phase::Backward);
+                combine_bwd = e.combined_backward_combine(b, l);
+            }
+            let mut permute = None;
+            if let Some(l) = fl {
+                as_forward(b);
+                if let Some((prev, combined)) = f_pending.take() {
+                    e.combined_forward_post(b, prev, combined);
+                }
+                wait_for_unit(b, first_f_unit + f_layers.len() - 1 - i);
+                remote(b, l, Phase::Forward);
+                permute = e.combined_forward_pre(b, l);
+            }
+            let mut dgrad = None;
+            if let Some(l) = bl {
+                as_backward(b);
+                dgrad = e.combined_backward_mlp(b, l, combine_bwd);
+            }
+            let mut dispatched = None;
+            if let Some(l) = fl {
+                as_forward(b);
+                dispatched = e.combined_forward_dispatch(b, l, permute);
+            }
+            let mut dispatch_bwd = None;
+            if let Some(l) = bl {
+                as_backward(b);
+                dispatch_bwd = e.combined_backward_dispatch(b, l, dgrad);
+            }
+            if let Some(l) = fl {
+                as_forward(b);
+                e.combined_forward_mlp(b, l, dispatched);
+                f_pending = Some((l, e.combined_forward_combine(b, l)));
+            }
+            if let Some(l) = bl {
+                as_backward(b);
+                e.combined_backward_pre(b, l, dispatch_bwd);
+                if reduce_now {
+                    self.reduce_ready(b, bc, b_unit);
+                }
+                b_unit += 1;
+            }
+        }
+        as_forward(b);
+        if let Some((prev, combined)) = f_pending.take() {
+            e.combined_forward_post(b, prev, combined);
+        }
+        if self.has_logits(fc) {
+            wait_for_unit(b, 0);
+            e.logits_forward(b);
+        }
+        self.amax_reduction(b, fc, Phase::Forward);
+        as_backward(b);
+        if self.has_embedding(bc) {
+            e.embedding_backward(b);
+            if reduce_now {
+                self.reduce_ready(b, bc, b_unit);
+            }
+        }
+        self.amax_reduction(b, bc, Phase::Backward);
     }
 
     fn grad_bytes(&self) -> u64 {

@@ -68,6 +68,9 @@ pub struct Dims {
     pub userbuffer_sms: UserbufferSms,
     /// Shared experts run beside the MoE all-to-alls (`training.moe_shared_expert_overlap`).
     pub moe_shared_expert_overlap: bool,
+    /// Under the all-to-all overlap, the experts' weight gradients run after the dispatch's
+    /// backward all-to-all is issued (`training.delay_wgrad_compute`).
+    pub delay_wgrad_compute: bool,
     /// The MoE router's ops fused (`training.moe_router_fusion`).
     pub moe_router_fusion: bool,
     /// The MoE token permutations fused (`training.moe_permute_fusion`).
@@ -1427,16 +1430,45 @@ impl LayerEmitter<'_> {
         forward: bool,
         beside: &mut dyn FnMut(&mut Builder),
     ) {
-        let d = self.dims;
-        let bytes = routed * self.model.hidden * d.act_bytes();
-        let all_to_all =
-            (d.ep > 1).then(|| b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes));
-        if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
-            b.program.host_syncs.extend(all_to_all);
-        }
+        let all_to_all = self.moe_dispatch_issue(b, routed, forward, None);
         // The expert-TP gather takes the all-to-all's output, so it starts after it.
         let tokens_from = all_to_all.or(b.last_compute());
         beside(b);
+        self.moe_dispatch_finish(b, routed, all_to_all, tokens_from);
+    }
+
+    /// [`Self::moe_dispatch`]'s all-to-all, of the output of `input` (else of the last
+    /// kernel); `None` without EP.
+    fn moe_dispatch_issue(
+        &self,
+        b: &mut Builder,
+        routed: u64,
+        forward: bool,
+        input: Option<u32>,
+    ) -> Option<u32> {
+        let d = self.dims;
+        let bytes = routed * self.model.hidden * d.act_bytes();
+        let all_to_all = (d.ep > 1).then(|| match input {
+            Some(i) => b.collective_after(CollectiveOp::AllToAll, GroupKind::Ep, bytes, &[i]),
+            None => b.collective(CollectiveOp::AllToAll, GroupKind::Ep, bytes),
+        });
+        if forward && self.moe_host_sync() == MoeHostSync::BeforeAllToAll {
+            b.program.host_syncs.extend(all_to_all);
+        }
+        all_to_all
+    }
+
+    /// What follows [`Self::moe_dispatch`]'s all-to-all: the next kernel waits for it, and the
+    /// expert-TP gather of the tokens from `tokens_from`.
+    fn moe_dispatch_finish(
+        &self,
+        b: &mut Builder,
+        routed: u64,
+        all_to_all: Option<u32>,
+        tokens_from: Option<u32>,
+    ) {
+        let d = self.dims;
+        let bytes = routed * self.model.hidden * d.act_bytes();
         if let Some(a) = all_to_all {
             b.wait(a);
         }
@@ -1456,35 +1488,39 @@ impl LayerEmitter<'_> {
     /// that routed them, or all-reduced when they routed the same tokens), then all-to-all over
     /// EP. Also the backward of [`Self::moe_dispatch`].
     fn moe_combine(&self, b: &mut Builder, routed: u64, beside: &mut dyn FnMut(&mut Builder)) {
+        let done = self.moe_combine_issue(b, routed, None);
+        beside(b);
+        // The next kernel takes the all-to-all's output, or the reduction's without EP.
+        if let Some(done) = done {
+            b.wait(done);
+        }
+    }
+
+    /// [`Self::moe_combine`]'s reduction and all-to-all, of the output of `input` (else of the
+    /// last kernel); returns what the next kernel waits for.
+    fn moe_combine_issue(&self, b: &mut Builder, routed: u64, input: Option<u32>) -> Option<u32> {
         let d = self.dims;
         let bytes = routed * self.model.hidden * d.act_bytes();
         let gather = d.expert_tp_gather();
+        let from: Vec<u32> = input.or(b.last_compute()).into_iter().collect();
         // The all-to-all sends what the expert-TP reduction produced, so it starts after it.
         let reduced = if gather > 1 {
-            Some(b.collective(
+            Some(b.collective_after(
                 CollectiveOp::ReduceScatter,
                 d.expert_tp_group,
                 gather * bytes,
+                &from,
             ))
         } else if d.etp > 1 {
-            Some(b.collective(CollectiveOp::AllReduce, d.expert_tp_group, bytes))
+            Some(b.collective_after(CollectiveOp::AllReduce, d.expert_tp_group, bytes, &from))
         } else {
             None
         };
         let all_to_all = (d.ep > 1).then(|| {
-            let input = reduced.or(b.last_compute());
-            b.collective_after(
-                CollectiveOp::AllToAll,
-                GroupKind::Ep,
-                bytes,
-                input.as_slice(),
-            )
+            let input: Vec<u32> = reduced.map_or_else(|| from.clone(), |r| vec![r]);
+            b.collective_after(CollectiveOp::AllToAll, GroupKind::Ep, bytes, &input)
         });
-        beside(b);
-        // The next kernel takes the all-to-all's output, or the reduction's without EP.
-        if let Some(done) = all_to_all.or(reduced) {
-            b.wait(done);
-        }
+        all_to_all.or(reduced)
     }
 
     /// fc1, fc2 and the activation of this rank's `local` experts, `per_expert` tokens each,
@@ -1579,6 +1615,270 @@ impl LayerEmitter<'_> {
         let router = self.router(experts);
         b.compute(router.dgrad(&d));
         b.compute(router.wgrad(&d));
+    }
+
+    // ----- the combined 1F1B step (expert-parallel all-to-all overlap) -----
+    //
+    // Megatron-Core `models/common/model_chunk_schedule_plan.py`,
+    // `TransformerLayerSchedulePlan.run`, merges a forward layer `f` of one micro-batch with a
+    // backward layer `b` of another:
+    //   comm stream: combine-bwd(b)   | dispatch(f) -> dispatch-bwd(b) | combine(f)
+    //   compute:     pre-dispatch(f)  | mlp-bwd(b) -> [dw(b)] -> mlp(f) | pre-dispatch-bwd(b)
+    // where pre-dispatch is attention, the pre-MLP norm, the router, the permutation and the
+    // shared experts (`gpt/fine_grained_callables.py`), and the combine's node ends with the
+    // unpermutation and the residual. Each all-to-all is waited for only by the kernel that
+    // takes its output. A layer without expert all-to-alls runs its attention as
+    // pre-dispatch and its MLP as mlp; a multi-token prediction module runs whole.
+
+    /// Whether layer `layer` moves its tokens over expert parallelism.
+    fn exchanges_tokens(&self, layer: u64) -> bool {
+        self.dims.ep > 1 && !self.model.is_mtp_layer(layer) && self.moe_of(layer).is_some()
+    }
+
+    fn moe_of(&self, layer: u64) -> Option<Moe> {
+        self.model.moe.filter(|_| self.model.is_moe_layer(layer))
+    }
+
+    /// Forward, up to the dispatch; returns the permutation the dispatch sends.
+    pub fn combined_forward_pre(&self, b: &mut Builder, layer: u64) -> Option<u32> {
+        b.label.layer = layer as u32;
+        if self.model.is_mtp_layer(layer) {
+            self.mtp_forward(b, layer);
+            return None;
+        }
+        self.attention_forward(b);
+        let moe = self
+            .moe_of(layer)
+            .filter(|_| self.exchanges_tokens(layer))?;
+        let d = self.dims;
+        b.label.module = self.mlp_module(layer);
+        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+        let sizes = self.moe_sizes(&moe);
+        b.compute(self.router(moe.experts).forward(&d));
+        b.compute(self.router_ops(&moe, Pass::Forward));
+        let permute = b.compute(self.permute(
+            KernelName::Permute,
+            sizes.sent,
+            sizes.local_experts,
+            Pass::Forward,
+        ));
+        if self.moe_host_sync() == MoeHostSync::BeforePermute {
+            b.program.host_syncs.push(permute);
+        }
+        if moe.shared_experts > 0 {
+            self.dense_mlp_forward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
+        }
+        Some(permute)
+    }
+
+    /// The forward dispatch of the tokens `permute` ordered.
+    pub fn combined_forward_dispatch(
+        &self,
+        b: &mut Builder,
+        layer: u64,
+        permute: Option<u32>,
+    ) -> Option<u32> {
+        let moe = self
+            .moe_of(layer)
+            .filter(|_| self.exchanges_tokens(layer))?;
+        b.label.layer = layer as u32;
+        b.label.module = self.mlp_module(layer);
+        self.moe_dispatch_issue(b, self.moe_sizes(&moe).moved, true, permute)
+    }
+
+    /// The forward's experts on what `dispatched` brought; a dense MLP whole.
+    pub fn combined_forward_mlp(&self, b: &mut Builder, layer: u64, dispatched: Option<u32>) {
+        b.label.layer = layer as u32;
+        if self.model.is_mtp_layer(layer) {
+            return;
+        }
+        let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) else {
+            self.mlp_forward(b, layer);
+            return;
+        };
+        let d = self.dims;
+        b.label.module = self.mlp_module(layer);
+        let sizes = self.moe_sizes(&moe);
+        self.moe_dispatch_finish(b, sizes.moved, dispatched, dispatched);
+        let ([up, down], act) =
+            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
+        self.cast(b, &up, Pass::Forward, up.input_elements());
+        b.compute(up.forward(&d));
+        b.compute(act.forward(&d));
+        self.cast(b, &down, Pass::Forward, down.input_elements());
+        b.compute(down.forward(&d));
+    }
+
+    /// The forward combine; returns what the unpermutation waits for.
+    pub fn combined_forward_combine(&self, b: &mut Builder, layer: u64) -> Option<u32> {
+        let moe = self
+            .moe_of(layer)
+            .filter(|_| self.exchanges_tokens(layer))?;
+        b.label.layer = layer as u32;
+        b.label.module = self.mlp_module(layer);
+        self.moe_combine_issue(b, self.moe_sizes(&moe).moved, None)
+    }
+
+    /// After the forward combine (`combined`): the unpermutation and the residual.
+    pub fn combined_forward_post(&self, b: &mut Builder, layer: u64, combined: Option<u32>) {
+        let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) else {
+            return;
+        };
+        let d = self.dims;
+        b.label.layer = layer as u32;
+        b.label.module = self.mlp_module(layer);
+        if let Some(c) = combined {
+            b.wait(c);
+        }
+        let sizes = self.moe_sizes(&moe);
+        b.compute(self.permute(
+            KernelName::Unpermute,
+            sizes.sent,
+            sizes.local_experts,
+            Pass::Forward,
+        ));
+        b.compute(self.residual(KernelName::MlpResidual).forward(&d));
+    }
+
+    /// Backward, up to the combine's backward all-to-all (the residual and the
+    /// unpermutation); returns that all-to-all.
+    pub fn combined_backward_combine(&self, b: &mut Builder, layer: u64) -> Option<u32> {
+        let moe = self
+            .moe_of(layer)
+            .filter(|_| self.exchanges_tokens(layer))?;
+        let d = self.dims;
+        b.label.layer = layer as u32;
+        b.label.module = self.mlp_module(layer);
+        b.compute(self.residual(KernelName::MlpResidual).backward(&d));
+        let sizes = self.moe_sizes(&moe);
+        b.compute(self.permute(
+            KernelName::Unpermute,
+            sizes.sent,
+            sizes.local_experts,
+            Pass::Backward,
+        ));
+        self.moe_dispatch_issue(b, sizes.moved, false, None)
+    }
+
+    /// The experts' backward on what `arrived` brought (a dense MLP's backward whole);
+    /// returns the data gradient the dispatch's backward sends. With `delay_wgrad_compute`
+    /// the weight gradients wait for [`Self::combined_backward_dispatch`].
+    pub fn combined_backward_mlp(
+        &self,
+        b: &mut Builder,
+        layer: u64,
+        arrived: Option<u32>,
+    ) -> Option<u32> {
+        b.label.layer = layer as u32;
+        if self.model.is_mtp_layer(layer) {
+            return None;
+        }
+        let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) else {
+            self.mlp_backward(b, layer);
+            return None;
+        };
+        let d = self.dims;
+        b.label.module = self.mlp_module(layer);
+        let sizes = self.moe_sizes(&moe);
+        self.moe_dispatch_finish(b, sizes.moved, arrived, arrived);
+        if self.recomputes(RecomputeModule::Layernorm) {
+            recomputing(b, |b| {
+                b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
+            });
+        }
+        let ([up, down], act) =
+            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
+        if self.recomputes(RecomputeModule::MoeAct) {
+            recomputing(b, |b| {
+                b.compute(act.forward(&d));
+            });
+            self.requantize_input(b, &down, down.input_elements());
+        }
+        self.cast(b, &down, Pass::Backward, down.output_elements());
+        b.compute(down.dgrad(&d));
+        if !d.delay_wgrad_compute {
+            b.compute(down.wgrad(&d));
+        }
+        b.compute(act.backward(&d));
+        self.cast(b, &up, Pass::Backward, up.output_elements());
+        let dgrad = b.compute(up.dgrad(&d));
+        if !d.delay_wgrad_compute {
+            b.compute(up.wgrad(&d));
+            return b.last_compute();
+        }
+        Some(dgrad)
+    }
+
+    /// The delayed weight gradients, then the dispatch's backward all-to-all of `dgrad`;
+    /// returns what the permutation's backward waits for.
+    pub fn combined_backward_dispatch(
+        &self,
+        b: &mut Builder,
+        layer: u64,
+        dgrad: Option<u32>,
+    ) -> Option<u32> {
+        let moe = self
+            .moe_of(layer)
+            .filter(|_| self.exchanges_tokens(layer))?;
+        let d = self.dims;
+        b.label.layer = layer as u32;
+        b.label.module = self.mlp_module(layer);
+        let sizes = self.moe_sizes(&moe);
+        if d.delay_wgrad_compute {
+            let ([up, down], _) =
+                self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
+            b.compute(down.wgrad(&d));
+            b.compute(up.wgrad(&d));
+        }
+        self.moe_combine_issue(b, sizes.moved, dgrad)
+    }
+
+    /// The rest of the backward once `dispatched` is back: the permutation, the router, the
+    /// shared experts, the pre-MLP norm and the attention (a dense layer's attention; a
+    /// multi-token prediction module's backward whole).
+    pub fn combined_backward_pre(&self, b: &mut Builder, layer: u64, dispatched: Option<u32>) {
+        b.label.layer = layer as u32;
+        if self.model.is_mtp_layer(layer) {
+            self.mtp_backward(b, layer);
+            return;
+        }
+        if let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) {
+            let d = self.dims;
+            b.label.module = self.mlp_module(layer);
+            if let Some(w) = dispatched {
+                b.wait(w);
+            }
+            let sizes = self.moe_sizes(&moe);
+            b.compute(self.permute(
+                KernelName::Permute,
+                sizes.sent,
+                sizes.local_experts,
+                Pass::Backward,
+            ));
+            b.compute(self.router_ops(&moe, Pass::Backward));
+            let router = self.router(moe.experts);
+            b.compute(router.dgrad(&d));
+            b.compute(router.wgrad(&d));
+            if moe.shared_experts > 0 {
+                let ffn = moe.shared_experts * moe.ffn_hidden;
+                if self.recomputes(RecomputeModule::SharedExperts) {
+                    recomputing(b, |b| self.dense_mlp_forward(b, ffn, Self::SHARED));
+                } else if self.recomputes(RecomputeModule::Layernorm) {
+                    // As in `mlp_backward`: fc1 quantizes the recomputed norm output again.
+                    let [up, _] = self.mlp_linears(
+                        d.tokens(),
+                        ffn,
+                        d.tp,
+                        1,
+                        [Self::SHARED[0], Self::SHARED[2]],
+                    );
+                    self.requantize_input(b, &up, self.local_input(&up));
+                }
+                self.dense_mlp_backward(b, ffn, Self::SHARED);
+            }
+            b.compute(self.norm(KernelName::PreMlpNorm).backward(&d));
+        }
+        self.attention_backward(b);
     }
 
     // ----- whole layers -----
