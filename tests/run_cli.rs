@@ -521,6 +521,34 @@ fn short_layers_wait_for_a_grace_host_unless_cuda_graphs_issue_them() {
     );
 }
 
+/// Runs the MoE fixture (DeepSeek-V3 cut to 4 layers, EP 32 over four H100 hosts) into
+/// scratch folder `name`, each of `sets` a `--set`; returns the folder.
+fn run_moe_fixture(name: &str, sets: &[&str]) -> std::path::PathBuf {
+    let out = scratch(name);
+    let mut cmd = fleetsim();
+    cmd.args([
+        "run",
+        "tests/fixtures/moe/deepep-32.toml",
+        "--quiet",
+        "--out",
+    ])
+    .arg(&out);
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    stdout_ok(&mut cmd);
+    out
+}
+
+/// The rows of `collectives.csv` in run folder `out`, each by column name.
+fn collective_rows(out: &std::path::Path) -> Vec<std::collections::BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(out.join("collectives.csv")).expect("collectives.csv");
+    let (header, rows) = csv_table(&text);
+    rows.into_iter()
+        .map(|row| header.iter().cloned().zip(row).collect())
+        .collect()
+}
+
 /// The flex dispatcher's backends on one GB200 NVLink domain (EP 32, DeepSeek-V3's routing):
 /// DeepEP beyond its 8 NVLink peers runs the multi-node extension at the rates Megatron-Core
 /// measured (about 400 GB/s dispatch, 190 combine), HybridEP at its published 715 and 658
@@ -530,43 +558,24 @@ fn short_layers_wait_for_a_grace_host_unless_cuda_graphs_issue_them() {
 #[test]
 fn hybridep_moves_a_gb200_domain_s_tokens_faster_than_deepep_s_extension() {
     let all_to_all = |dispatcher: &str| -> (String, f64, f64) {
-        let out = scratch(&format!("flex-{dispatcher}"));
-        stdout_ok(
-            fleetsim()
-                .args([
-                    "run",
-                    "tests/fixtures/moe/deepep-32.toml",
-                    "--quiet",
-                    "--out",
-                ])
-                .arg(&out)
-                .args([
-                    "--set",
-                    "cluster.gpu=\"GB200\"",
-                    "--set",
-                    "cluster.gpus_per_host=4",
-                    "--set",
-                    "cluster.nvlink_domain=32",
-                    "--set",
-                    "network.model=\"analytical\"",
-                    "--set",
-                    &format!("training.moe_token_dispatcher=\"{dispatcher}\""),
-                ]),
+        let backend = format!("training.moe_token_dispatcher=\"{dispatcher}\"");
+        let out = run_moe_fixture(
+            &format!("flex-{dispatcher}"),
+            &[
+                "cluster.gpu=\"GB200\"",
+                "cluster.gpus_per_host=4",
+                "cluster.nvlink_domain=32",
+                "network.model=\"analytical\"",
+                &backend,
+            ],
         );
-        let text = std::fs::read_to_string(out.join("collectives.csv")).expect("collectives.csv");
-        let (header, rows) = csv_table(&text);
-        let column = |key: &str| header.iter().position(|h| h == key).expect(key);
-        let row = rows
-            .iter()
-            .find(|r| r[column("group")] == "ep" && r[column("op")] == "all-to-all")
+        let row = collective_rows(&out)
+            .into_iter()
+            .find(|r| r["group"] == "ep" && r["op"] == "all-to-all")
             .expect("an expert-parallel all-to-all");
-        let number = |key: &str| row[column(key)].parse::<f64>().expect(key);
+        let number = |key: &str| row[key].parse::<f64>().expect(key);
         // The fastest call: the transfer itself, no member waiting for a late one.
-        (
-            row[column("algorithm")].clone(),
-            number("min_s"),
-            number("bytes"),
-        )
+        (row["algorithm"].clone(), number("min_s"), number("bytes"))
     };
     let (deepep, deepep_s, deepep_bytes) = all_to_all("deepep");
     let (hybridep, hybridep_s, hybridep_bytes) = all_to_all("hybridep");
@@ -590,47 +599,30 @@ fn hybridep_moves_a_gb200_domain_s_tokens_faster_than_deepep_s_extension() {
 #[test]
 fn the_all_to_all_overlap_hides_expert_traffic_behind_the_other_micro_batch() {
     let run_with = |overlap: bool| -> (serde_json::Value, f64) {
-        let out = scratch(&format!("ep-overlap-{overlap}"));
-        stdout_ok(
-            fleetsim()
-                .args([
-                    "run",
-                    "tests/fixtures/moe/deepep-32.toml",
-                    "--quiet",
-                    "--out",
-                ])
-                .arg(&out)
-                .args([
-                    "--set",
-                    "training.moe_token_dispatcher=\"alltoall\"",
-                    "--set",
-                    &format!("training.overlap_moe_expert_parallel_comm={overlap}"),
-                    "--set",
-                    "parallel.ep=16",
-                    "--set",
-                    "parallel.pp=2",
-                    "--set",
-                    "parallel.vp=2",
-                    "--set",
-                    "parallel.global_batch=128",
-                    "--set",
-                    "network.model=\"analytical\"",
-                ]),
+        let switch = format!("training.overlap_moe_expert_parallel_comm={overlap}");
+        let out = run_moe_fixture(
+            &format!("ep-overlap-{overlap}"),
+            &[
+                "training.moe_token_dispatcher=\"alltoall\"",
+                "parallel.ep=16",
+                "parallel.pp=2",
+                "parallel.vp=2",
+                "parallel.global_batch=128",
+                "network.model=\"analytical\"",
+                &switch,
+            ],
         );
         let summary: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
         )
         .expect("JSON");
-        let text = std::fs::read_to_string(out.join("collectives.csv")).expect("collectives.csv");
-        let (header, rows) = csv_table(&text);
-        let column = |key: &str| header.iter().position(|h| h == key).expect(key);
-        // Seconds of expert all-to-all per rank.
-        let per_rank: f64 = rows
+        // Seconds of expert all-to-all per rank (32 ranks).
+        let per_rank: f64 = collective_rows(&out)
             .iter()
-            .filter(|r| r[column("group")] == "ep")
+            .filter(|r| r["group"] == "ep")
             .map(|r| {
-                let count: f64 = r[column("count")].parse().expect("count");
-                let mean: f64 = r[column("mean_s")].parse().expect("mean");
+                let count: f64 = r["count"].parse().expect("count");
+                let mean: f64 = r["mean_s"].parse().expect("mean");
                 count * mean / 32.0
             })
             .sum();

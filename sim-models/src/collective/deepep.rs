@@ -347,19 +347,7 @@ mod tests {
     fn deepep_sends_fewer_bytes_across_nodes_than_the_alltoall() {
         // DeepSeek-V3 on EP 64 over 8 H100 nodes: the alltoall sends 7/8 of 8 copies off
         // node; DeepEP about 3.2 (3.6 nodes less the token's own).
-        let shape = CommShape {
-            ranks: 64,
-            nodes: 8,
-            ranks_per_node: 8,
-            arch: super::super::Arch::Hopper,
-            nvlink: true,
-            nvswitch: true,
-            intra_bytes_per_s: 450e9,
-            nic_bytes_per_s: 50e9,
-            nics_per_node: 8,
-            coherent: false,
-            coherent_hop_us: 0.0,
-        };
+        let shape = group(8, 8, 450.0);
         let routed = 8.0 * 4096.0 * 7168.0 * 2.0;
         let v = DEEPSEEK_V3.volumes(routed, &shape);
         let token_copies_off_node = 7.0 * v.per_remote_node / (routed / 8.0);
@@ -369,22 +357,28 @@ mod tests {
         );
     }
 
-    /// An H800 group as DeepEP's README measured it: `nodes` nodes of 8 GPUs (NVLink 200 GB/s
-    /// per direction, `configs/gpus/h800.toml`), one CX7 400 Gb/s NIC per GPU.
-    fn h800(nodes: u32) -> CommShape {
+    /// `nodes` NVLink domains of `per_node` GPUs, NVLink at `nvlink_gbs` GB/s per direction,
+    /// one CX7 400 Gb/s NIC per GPU.
+    fn group(nodes: u32, per_node: u32, nvlink_gbs: f64) -> CommShape {
         CommShape {
-            ranks: 8 * nodes,
+            ranks: per_node * nodes,
             nodes,
-            ranks_per_node: 8,
+            ranks_per_node: per_node,
             arch: super::super::Arch::Hopper,
             nvlink: true,
             nvswitch: true,
-            intra_bytes_per_s: 200e9,
+            intra_bytes_per_s: nvlink_gbs * 1e9,
             nic_bytes_per_s: 50e9,
-            nics_per_node: 8,
+            nics_per_node: per_node,
             coherent: false,
             coherent_hop_us: 0.0,
         }
+    }
+
+    /// An H800 group as DeepEP's README measured it: `nodes` nodes of 8 GPUs (NVLink 200 GB/s
+    /// per direction, `configs/gpus/h800.toml`).
+    fn h800(nodes: u32) -> CommShape {
+        group(nodes, 8, 200.0)
     }
 
     #[test]
@@ -394,19 +388,7 @@ mod tests {
         // dispatch about 400 GB/s and combine about 190 GB/s of DeepEP's measure (a rank's
         // received tokens, its own included). One dispatch and one combine take as long as
         // the two at those rates.
-        let shape = CommShape {
-            ranks: 32,
-            nodes: 1,
-            ranks_per_node: 32,
-            arch: super::super::Arch::Hopper,
-            nvlink: true,
-            nvswitch: true,
-            intra_bytes_per_s: 900e9,
-            nic_bytes_per_s: 50e9,
-            nics_per_node: 32,
-            coherent: false,
-            coherent_hop_us: 0.0,
-        };
+        let shape = group(1, 32, 900.0);
         let tokens = 4096.0;
         let token_bytes = 2.0 * 7168.0;
         let routed = tokens * 8.0 * token_bytes;
@@ -421,12 +403,7 @@ mod tests {
             100.0 * error
         );
         // On one HGX board (8 peers) the intranode kernels keep their H800 share.
-        let board = CommShape {
-            ranks: 8,
-            ranks_per_node: 8,
-            nics_per_node: 8,
-            ..shape
-        };
+        let board = group(1, 8, 900.0);
         let per_byte = |s: &CommShape| {
             s.flex_plan(routed as u64, &deepep(DEEPSEEK_V3)).transfer_us
                 / ((s.ranks_per_node - 1) as f64 * DEEPSEEK_V3.volumes(routed, s).per_local_peer)
@@ -443,19 +420,7 @@ mod tests {
         // figure: the NVLink share comes from GB200 NVL36 (EP 36, 32 SMs); on one DGX H100
         // (EP 8, 450 GB/s per direction, 16 blocks) it measured 368.9 GB/s dispatch and
         // 368.87 combine, a rank's own tokens included.
-        let board = CommShape {
-            ranks: 8,
-            nodes: 1,
-            ranks_per_node: 8,
-            arch: super::super::Arch::Hopper,
-            nvlink: true,
-            nvswitch: true,
-            intra_bytes_per_s: 450e9,
-            nic_bytes_per_s: 50e9,
-            nics_per_node: 8,
-            coherent: false,
-            coherent_hop_us: 0.0,
-        };
+        let board = group(1, 8, 450.0);
         let hybridep = FlexDispatch {
             routing: DEEPSEEK_V3,
             backend: FlexBackend::HybridEp,

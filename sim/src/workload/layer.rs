@@ -1233,22 +1233,8 @@ impl LayerEmitter<'_> {
                     recomputing(b, |b| self.moe_forward_with_shared(b, moe));
                 }
                 if moe.shared_experts > 0 {
-                    let ffn = moe.shared_experts * moe.ffn_hidden;
-                    if !whole && self.recomputes(RecomputeModule::SharedExperts) {
-                        recomputing(b, |b| self.dense_mlp_forward(b, ffn, Self::SHARED));
-                    } else if norm {
-                        // The shared experts' fc1 kept the dropped norm output in BF16 and
-                        // quantizes it again for its wgrad (the router is not a TE module).
-                        let [up, _] = self.mlp_linears(
-                            d.tokens(),
-                            ffn,
-                            d.tp,
-                            1,
-                            [Self::SHARED[0], Self::SHARED[2]],
-                        );
-                        self.requantize_input(b, &up, self.local_input(&up));
-                    }
-                    self.dense_mlp_backward(b, ffn, Self::SHARED);
+                    let again = !whole && self.recomputes(RecomputeModule::SharedExperts);
+                    self.shared_experts_backward(b, &moe, again, norm);
                 }
                 let act = !whole && self.recomputes(RecomputeModule::MoeAct);
                 self.moe_backward(b, &moe, act);
@@ -1266,6 +1252,22 @@ impl LayerEmitter<'_> {
             }
         }
         b.compute(self.norm(KernelName::PreMlpNorm).backward(&d));
+    }
+
+    /// The shared experts' backward: their forward again first (`again`), or else, when the
+    /// pre-MLP norm was dropped (`norm_dropped`), fc1's input quantized again: fc1 kept the
+    /// norm output in BF16 for its wgrad (the router is not a TE module).
+    fn shared_experts_backward(&self, b: &mut Builder, moe: &Moe, again: bool, norm_dropped: bool) {
+        let d = self.dims;
+        let ffn = moe.shared_experts * moe.ffn_hidden;
+        if again {
+            recomputing(b, |b| self.dense_mlp_forward(b, ffn, Self::SHARED));
+        } else if norm_dropped {
+            let [up, _] =
+                self.mlp_linears(d.tokens(), ffn, d.tp, 1, [Self::SHARED[0], Self::SHARED[2]]);
+            self.requantize_input(b, &up, self.local_input(&up));
+        }
+        self.dense_mlp_backward(b, ffn, Self::SHARED);
     }
 
     // ----- MoE -----
@@ -1630,13 +1632,36 @@ impl LayerEmitter<'_> {
     // takes its output. A layer without expert all-to-alls runs its attention as
     // pre-dispatch and its MLP as mlp; a multi-token prediction module runs whole.
 
-    /// Whether layer `layer` moves its tokens over expert parallelism.
-    fn exchanges_tokens(&self, layer: u64) -> bool {
-        self.dims.ep > 1 && !self.model.is_mtp_layer(layer) && self.moe_of(layer).is_some()
+    /// Layer `layer`'s MoE if it moves its tokens over expert parallelism (not a multi-token
+    /// prediction module's, which runs whole).
+    fn exchanging(&self, layer: u64) -> Option<Moe> {
+        let moe = self.model.moe.filter(|_| self.model.is_moe_layer(layer))?;
+        (self.dims.ep > 1 && !self.model.is_mtp_layer(layer)).then_some(moe)
     }
 
-    fn moe_of(&self, layer: u64) -> Option<Moe> {
-        self.model.moe.filter(|_| self.model.is_moe_layer(layer))
+    /// Labels what follows as layer `layer`'s MLP; returns its MoE if it exchanges tokens.
+    fn mlp_part(&self, b: &mut Builder, layer: u64) -> Option<Moe> {
+        b.label.layer = layer as u32;
+        let moe = self.exchanging(layer)?;
+        b.label.module = self.mlp_module(layer);
+        Some(moe)
+    }
+
+    /// A token permutation (`Permute`) or unpermutation of `moe`'s routed copies, once `after`
+    /// (an all-to-all) is done.
+    fn permutation(
+        &self,
+        b: &mut Builder,
+        moe: &Moe,
+        name: KernelName,
+        pass: Pass,
+        after: Option<u32>,
+    ) -> u32 {
+        if let Some(a) = after {
+            b.wait(a);
+        }
+        let sizes = self.moe_sizes(moe);
+        b.compute(self.permute(name, sizes.sent, sizes.local_experts, pass))
     }
 
     /// Forward, up to the dispatch; returns the permutation the dispatch sends.
@@ -1647,21 +1672,12 @@ impl LayerEmitter<'_> {
             return None;
         }
         self.attention_forward(b);
-        let moe = self
-            .moe_of(layer)
-            .filter(|_| self.exchanges_tokens(layer))?;
+        let moe = self.mlp_part(b, layer)?;
         let d = self.dims;
-        b.label.module = self.mlp_module(layer);
         b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
-        let sizes = self.moe_sizes(&moe);
         b.compute(self.router(moe.experts).forward(&d));
         b.compute(self.router_ops(&moe, Pass::Forward));
-        let permute = b.compute(self.permute(
-            KernelName::Permute,
-            sizes.sent,
-            sizes.local_experts,
-            Pass::Forward,
-        ));
+        let permute = self.permutation(b, &moe, KernelName::Permute, Pass::Forward, None);
         if self.moe_host_sync() == MoeHostSync::BeforePermute {
             b.program.host_syncs.push(permute);
         }
@@ -1678,26 +1694,20 @@ impl LayerEmitter<'_> {
         layer: u64,
         permute: Option<u32>,
     ) -> Option<u32> {
-        let moe = self
-            .moe_of(layer)
-            .filter(|_| self.exchanges_tokens(layer))?;
-        b.label.layer = layer as u32;
-        b.label.module = self.mlp_module(layer);
+        let moe = self.mlp_part(b, layer)?;
         self.moe_dispatch_issue(b, self.moe_sizes(&moe).moved, true, permute)
     }
 
     /// The forward's experts on what `dispatched` brought; a dense MLP whole.
     pub fn combined_forward_mlp(&self, b: &mut Builder, layer: u64, dispatched: Option<u32>) {
-        b.label.layer = layer as u32;
         if self.model.is_mtp_layer(layer) {
             return;
         }
-        let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) else {
+        let Some(moe) = self.mlp_part(b, layer) else {
             self.mlp_forward(b, layer);
             return;
         };
         let d = self.dims;
-        b.label.module = self.mlp_module(layer);
         let sizes = self.moe_sizes(&moe);
         self.moe_dispatch_finish(b, sizes.moved, dispatched, dispatched);
         let ([up, down], act) =
@@ -1711,53 +1721,26 @@ impl LayerEmitter<'_> {
 
     /// The forward combine; returns what the unpermutation waits for.
     pub fn combined_forward_combine(&self, b: &mut Builder, layer: u64) -> Option<u32> {
-        let moe = self
-            .moe_of(layer)
-            .filter(|_| self.exchanges_tokens(layer))?;
-        b.label.layer = layer as u32;
-        b.label.module = self.mlp_module(layer);
+        let moe = self.mlp_part(b, layer)?;
         self.moe_combine_issue(b, self.moe_sizes(&moe).moved, None)
     }
 
     /// After the forward combine (`combined`): the unpermutation and the residual.
     pub fn combined_forward_post(&self, b: &mut Builder, layer: u64, combined: Option<u32>) {
-        let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) else {
+        let Some(moe) = self.mlp_part(b, layer) else {
             return;
         };
-        let d = self.dims;
-        b.label.layer = layer as u32;
-        b.label.module = self.mlp_module(layer);
-        if let Some(c) = combined {
-            b.wait(c);
-        }
-        let sizes = self.moe_sizes(&moe);
-        b.compute(self.permute(
-            KernelName::Unpermute,
-            sizes.sent,
-            sizes.local_experts,
-            Pass::Forward,
-        ));
-        b.compute(self.residual(KernelName::MlpResidual).forward(&d));
+        self.permutation(b, &moe, KernelName::Unpermute, Pass::Forward, combined);
+        b.compute(self.residual(KernelName::MlpResidual).forward(&self.dims));
     }
 
     /// Backward, up to the combine's backward all-to-all (the residual and the
     /// unpermutation); returns that all-to-all.
     pub fn combined_backward_combine(&self, b: &mut Builder, layer: u64) -> Option<u32> {
-        let moe = self
-            .moe_of(layer)
-            .filter(|_| self.exchanges_tokens(layer))?;
-        let d = self.dims;
-        b.label.layer = layer as u32;
-        b.label.module = self.mlp_module(layer);
-        b.compute(self.residual(KernelName::MlpResidual).backward(&d));
-        let sizes = self.moe_sizes(&moe);
-        b.compute(self.permute(
-            KernelName::Unpermute,
-            sizes.sent,
-            sizes.local_experts,
-            Pass::Backward,
-        ));
-        self.moe_dispatch_issue(b, sizes.moved, false, None)
+        let moe = self.mlp_part(b, layer)?;
+        b.compute(self.residual(KernelName::MlpResidual).backward(&self.dims));
+        self.permutation(b, &moe, KernelName::Unpermute, Pass::Backward, None);
+        self.moe_dispatch_issue(b, self.moe_sizes(&moe).moved, false, None)
     }
 
     /// The experts' backward on what `arrived` brought (a dense MLP's backward whole);
@@ -1769,16 +1752,14 @@ impl LayerEmitter<'_> {
         layer: u64,
         arrived: Option<u32>,
     ) -> Option<u32> {
-        b.label.layer = layer as u32;
         if self.model.is_mtp_layer(layer) {
             return None;
         }
-        let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) else {
+        let Some(moe) = self.mlp_part(b, layer) else {
             self.mlp_backward(b, layer);
             return None;
         };
         let d = self.dims;
-        b.label.module = self.mlp_module(layer);
         let sizes = self.moe_sizes(&moe);
         self.moe_dispatch_finish(b, sizes.moved, arrived, arrived);
         if self.recomputes(RecomputeModule::Layernorm) {
@@ -1794,19 +1775,19 @@ impl LayerEmitter<'_> {
             });
             self.requantize_input(b, &down, down.input_elements());
         }
+        let now = !d.delay_wgrad_compute;
         self.cast(b, &down, Pass::Backward, down.output_elements());
         b.compute(down.dgrad(&d));
-        if !d.delay_wgrad_compute {
+        if now {
             b.compute(down.wgrad(&d));
         }
         b.compute(act.backward(&d));
         self.cast(b, &up, Pass::Backward, up.output_elements());
-        let dgrad = b.compute(up.dgrad(&d));
-        if !d.delay_wgrad_compute {
+        b.compute(up.dgrad(&d));
+        if now {
             b.compute(up.wgrad(&d));
-            return b.last_compute();
         }
-        Some(dgrad)
+        b.last_compute()
     }
 
     /// The delayed weight gradients, then the dispatch's backward all-to-all of `dgrad`;
@@ -1817,12 +1798,8 @@ impl LayerEmitter<'_> {
         layer: u64,
         dgrad: Option<u32>,
     ) -> Option<u32> {
-        let moe = self
-            .moe_of(layer)
-            .filter(|_| self.exchanges_tokens(layer))?;
+        let moe = self.mlp_part(b, layer)?;
         let d = self.dims;
-        b.label.layer = layer as u32;
-        b.label.module = self.mlp_module(layer);
         let sizes = self.moe_sizes(&moe);
         if d.delay_wgrad_compute {
             let ([up, down], _) =
@@ -1842,39 +1819,17 @@ impl LayerEmitter<'_> {
             self.mtp_backward(b, layer);
             return;
         }
-        if let Some(moe) = self.moe_of(layer).filter(|_| self.exchanges_tokens(layer)) {
+        if let Some(moe) = self.mlp_part(b, layer) {
             let d = self.dims;
-            b.label.module = self.mlp_module(layer);
-            if let Some(w) = dispatched {
-                b.wait(w);
-            }
-            let sizes = self.moe_sizes(&moe);
-            b.compute(self.permute(
-                KernelName::Permute,
-                sizes.sent,
-                sizes.local_experts,
-                Pass::Backward,
-            ));
+            self.permutation(b, &moe, KernelName::Permute, Pass::Backward, dispatched);
             b.compute(self.router_ops(&moe, Pass::Backward));
             let router = self.router(moe.experts);
             b.compute(router.dgrad(&d));
             b.compute(router.wgrad(&d));
             if moe.shared_experts > 0 {
-                let ffn = moe.shared_experts * moe.ffn_hidden;
-                if self.recomputes(RecomputeModule::SharedExperts) {
-                    recomputing(b, |b| self.dense_mlp_forward(b, ffn, Self::SHARED));
-                } else if self.recomputes(RecomputeModule::Layernorm) {
-                    // As in `mlp_backward`: fc1 quantizes the recomputed norm output again.
-                    let [up, _] = self.mlp_linears(
-                        d.tokens(),
-                        ffn,
-                        d.tp,
-                        1,
-                        [Self::SHARED[0], Self::SHARED[2]],
-                    );
-                    self.requantize_input(b, &up, self.local_input(&up));
-                }
-                self.dense_mlp_backward(b, ffn, Self::SHARED);
+                let again = self.recomputes(RecomputeModule::SharedExperts);
+                let norm = self.recomputes(RecomputeModule::Layernorm);
+                self.shared_experts_backward(b, &moe, again, norm);
             }
             b.compute(self.norm(KernelName::PreMlpNorm).backward(&d));
         }
