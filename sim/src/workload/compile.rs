@@ -339,10 +339,7 @@ pub fn run_schedule(
         }
         match (unit, combined.as_deref_mut()) {
             (Unit::Combined { forward, backward }, Some(merged)) => merged(b, forward, backward),
-            _ => {
-                label_step(b, &passes[0]);
-                body(b, &passes[0]);
-            }
+            _ => body(b, &passes[0]),
         }
         if host_waits && (b.program.ops.len() as u32) > first {
             let syncs = &mut b.program.host_syncs;
@@ -374,6 +371,17 @@ fn label_step(b: &mut Builder, step: &Step) {
     } else {
         Phase::Backward
     };
+}
+
+/// Makes the next kernel wait for the parameter gathers `gather_waits` holds for gradient
+/// unit `unit` (none outside the first micro-batch).
+fn wait_for_gathers(b: &mut Builder, gather_waits: Option<&UnitWaits>, unit: usize) {
+    for &g in gather_waits
+        .and_then(|w| w.get(unit))
+        .map_or(&[][..], Vec::as_slice)
+    {
+        b.wait(g);
+    }
 }
 
 /// The pipeline neighbour a step's input comes from (`input`) or its output goes to, with the
@@ -634,14 +642,7 @@ impl<'a> StageCompiler<'a> {
         // Units run in backward order: the output layer (if here), the layers in reverse,
         // the embedding (if here).
         let first_layer_unit = usize::from(self.has_logits(chunk));
-        let wait_for_unit = |b: &mut Builder, unit: usize| {
-            for &g in gather_waits
-                .and_then(|w| w.get(unit))
-                .map_or(&[][..], Vec::as_slice)
-            {
-                b.wait(g);
-            }
-        };
+        let wait_for_unit = |b: &mut Builder, unit: usize| wait_for_gathers(b, gather_waits, unit);
         if self.has_embedding(chunk) {
             wait_for_unit(b, first_layer_unit + layers.len());
             e.embedding_forward(b);
@@ -801,15 +802,13 @@ impl<'a> StageCompiler<'a> {
         let f_layers = &self.chunk_layers[fc as usize];
         let b_layers = &self.chunk_layers[bc as usize];
         let reduce_now = self.reduces_now(last_micro_batch);
-        let first_f_unit = usize::from(self.has_logits(fc));
-        let wait_for_unit = |b: &mut Builder, unit: usize| {
-            for &g in gather_waits
-                .and_then(|w| w.get(unit))
-                .map_or(&[][..], Vec::as_slice)
-            {
-                b.wait(g);
+        let reduce_done = |b: &mut Builder, unit: usize| {
+            if reduce_now {
+                self.reduce_ready(b, bc, unit);
             }
         };
+        let first_f_unit = usize::from(self.has_logits(fc));
+        let wait_for_unit = |b: &mut Builder, unit: usize| wait_for_gathers(b, gather_waits, unit);
         let remote = |b: &mut Builder, layer: u64, phase: Phase| {
             let bytes = self.remote_layer_bytes(layer, phase);
             if bytes > 0 {
@@ -826,9 +825,7 @@ impl<'a> StageCompiler<'a> {
         let mut b_unit = 0usize;
         if self.has_logits(bc) {
             e.logits_backward(b);
-            if reduce_now {
-                self.reduce_ready(b, bc, b_unit);
-            }
+            reduce_done(b, b_unit);
             b_unit += 1;
         }
         // The forward's combine of the previous layer, waited for by its unpermutation.
@@ -875,9 +872,7 @@ impl<'a> StageCompiler<'a> {
             if let Some(l) = bl {
                 as_backward(b);
                 e.combined_backward_pre(b, l, dispatch_bwd);
-                if reduce_now {
-                    self.reduce_ready(b, bc, b_unit);
-                }
+                reduce_done(b, b_unit);
                 b_unit += 1;
             }
         }
@@ -893,9 +888,7 @@ impl<'a> StageCompiler<'a> {
         as_backward(b);
         if self.has_embedding(bc) {
             e.embedding_backward(b);
-            if reduce_now {
-                self.reduce_ready(b, bc, b_unit);
-            }
+            reduce_done(b, b_unit);
         }
         self.amax_reduction(b, bc, Phase::Backward);
     }

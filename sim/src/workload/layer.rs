@@ -1565,39 +1565,61 @@ impl LayerEmitter<'_> {
     /// The routed experts' forward; `beside[0]` is issued while the dispatch all-to-all runs,
     /// `beside[1]` while the combine does.
     fn moe_forward(&self, b: &mut Builder, moe: Moe, beside: [&mut dyn FnMut(&mut Builder); 2]) {
-        let d = self.dims;
         let [during_dispatch, during_combine] = beside;
         let sizes = self.moe_sizes(&moe);
-        let local = sizes.local_experts;
+        self.route_forward(b, &moe);
+        self.moe_dispatch(b, sizes.moved, true, during_dispatch);
+        self.experts_forward(b, &moe);
+        self.moe_combine(b, sizes.moved, during_combine);
+        self.permutation(b, &moe, KernelName::Unpermute, Pass::Forward, None);
+    }
+
+    /// The router, its ops and the permutation of a MoE layer's forward; returns the
+    /// permutation, the dispatch's input.
+    fn route_forward(&self, b: &mut Builder, moe: &Moe) -> u32 {
+        let d = self.dims;
         b.compute(self.router(moe.experts).forward(&d));
-        b.compute(self.router_ops(&moe, Pass::Forward));
-        let permute =
-            b.compute(self.permute(KernelName::Permute, sizes.sent, local, Pass::Forward));
+        b.compute(self.router_ops(moe, Pass::Forward));
+        let permute = self.permutation(b, moe, KernelName::Permute, Pass::Forward, None);
         if self.moe_host_sync() == MoeHostSync::BeforePermute {
             b.program.host_syncs.push(permute);
         }
-        self.moe_dispatch(b, sizes.moved, true, during_dispatch);
-        let ([up, down], act) = self.expert_kernels(sizes.per_expert, moe.ffn_hidden, local);
+        permute
+    }
+
+    /// The local experts' forward: fc1, the activation and fc2, each GEMM's input cast first.
+    fn experts_forward(&self, b: &mut Builder, moe: &Moe) {
+        let d = self.dims;
+        let sizes = self.moe_sizes(moe);
+        let ([up, down], act) =
+            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
         self.cast(b, &down, Pass::Forward, down.input_elements());
         b.compute(down.forward(&d));
-        self.moe_combine(b, sizes.moved, during_combine);
-        b.compute(self.permute(KernelName::Unpermute, sizes.sent, local, Pass::Forward));
     }
 
     /// The MoE layer's backward; `recompute_act` (`moe_act`) runs the experts' activation again
     /// when fc2's output gradient arrives, and under FP8 quantizes its output again for fc2's
     /// wgrad.
     fn moe_backward(&self, b: &mut Builder, moe: &Moe, recompute_act: bool) {
-        let d = self.dims;
-        let (experts, ffn) = (moe.experts, moe.ffn_hidden);
         let sizes = self.moe_sizes(moe);
-        let local = sizes.local_experts;
-        b.compute(self.permute(KernelName::Unpermute, sizes.sent, local, Pass::Backward));
+        self.permutation(b, moe, KernelName::Unpermute, Pass::Backward, None);
         self.moe_dispatch(b, sizes.moved, false, &mut |_| {});
-        let ([up, down], act) = self.expert_kernels(sizes.per_expert, ffn, local);
+        self.experts_backward(b, moe, recompute_act, true);
+        self.moe_combine(b, sizes.moved, &mut |_| {});
+        self.route_backward(b, moe, None);
+    }
+
+    /// The local experts' backward: fc2's and fc1's data gradients, with their weight
+    /// gradients beside them when `wgrads` (else [`Self::experts_wgrads`] runs them later);
+    /// `recompute_act` as in [`Self::moe_backward`].
+    fn experts_backward(&self, b: &mut Builder, moe: &Moe, recompute_act: bool, wgrads: bool) {
+        let d = self.dims;
+        let sizes = self.moe_sizes(moe);
+        let ([up, down], act) =
+            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
         if recompute_act {
             recomputing(b, |b| {
                 b.compute(act.forward(&d));
@@ -1606,15 +1628,33 @@ impl LayerEmitter<'_> {
         }
         self.cast(b, &down, Pass::Backward, down.output_elements());
         b.compute(down.dgrad(&d));
-        b.compute(down.wgrad(&d));
+        if wgrads {
+            b.compute(down.wgrad(&d));
+        }
         b.compute(act.backward(&d));
         self.cast(b, &up, Pass::Backward, up.output_elements());
         b.compute(up.dgrad(&d));
+        if wgrads {
+            b.compute(up.wgrad(&d));
+        }
+    }
+
+    /// The local experts' weight gradients, when [`Self::experts_backward`] left them.
+    fn experts_wgrads(&self, b: &mut Builder, moe: &Moe) {
+        let d = self.dims;
+        let sizes = self.moe_sizes(moe);
+        let ([up, down], _) =
+            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
+        b.compute(down.wgrad(&d));
         b.compute(up.wgrad(&d));
-        self.moe_combine(b, sizes.moved, &mut |_| {});
-        b.compute(self.permute(KernelName::Permute, sizes.sent, local, Pass::Backward));
+    }
+
+    /// The permutation's and the router's backward, once `after` (an all-to-all) is done.
+    fn route_backward(&self, b: &mut Builder, moe: &Moe, after: Option<u32>) {
+        let d = self.dims;
+        self.permutation(b, moe, KernelName::Permute, Pass::Backward, after);
         b.compute(self.router_ops(moe, Pass::Backward));
-        let router = self.router(experts);
+        let router = self.router(moe.experts);
         b.compute(router.dgrad(&d));
         b.compute(router.wgrad(&d));
     }
@@ -1673,14 +1713,8 @@ impl LayerEmitter<'_> {
         }
         self.attention_forward(b);
         let moe = self.mlp_part(b, layer)?;
-        let d = self.dims;
-        b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
-        b.compute(self.router(moe.experts).forward(&d));
-        b.compute(self.router_ops(&moe, Pass::Forward));
-        let permute = self.permutation(b, &moe, KernelName::Permute, Pass::Forward, None);
-        if self.moe_host_sync() == MoeHostSync::BeforePermute {
-            b.program.host_syncs.push(permute);
-        }
+        b.compute(self.norm(KernelName::PreMlpNorm).forward(&self.dims));
+        let permute = self.route_forward(b, &moe);
         if moe.shared_experts > 0 {
             self.dense_mlp_forward(b, moe.shared_experts * moe.ffn_hidden, Self::SHARED);
         }
@@ -1707,16 +1741,8 @@ impl LayerEmitter<'_> {
             self.mlp_forward(b, layer);
             return;
         };
-        let d = self.dims;
-        let sizes = self.moe_sizes(&moe);
-        self.moe_dispatch_finish(b, sizes.moved, dispatched, dispatched);
-        let ([up, down], act) =
-            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
-        self.cast(b, &up, Pass::Forward, up.input_elements());
-        b.compute(up.forward(&d));
-        b.compute(act.forward(&d));
-        self.cast(b, &down, Pass::Forward, down.input_elements());
-        b.compute(down.forward(&d));
+        self.moe_dispatch_finish(b, self.moe_sizes(&moe).moved, dispatched, dispatched);
+        self.experts_forward(b, &moe);
     }
 
     /// The forward combine; returns what the unpermutation waits for.
@@ -1760,33 +1786,14 @@ impl LayerEmitter<'_> {
             return None;
         };
         let d = self.dims;
-        let sizes = self.moe_sizes(&moe);
-        self.moe_dispatch_finish(b, sizes.moved, arrived, arrived);
+        self.moe_dispatch_finish(b, self.moe_sizes(&moe).moved, arrived, arrived);
         if self.recomputes(RecomputeModule::Layernorm) {
             recomputing(b, |b| {
                 b.compute(self.norm(KernelName::PreMlpNorm).forward(&d));
             });
         }
-        let ([up, down], act) =
-            self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
-        if self.recomputes(RecomputeModule::MoeAct) {
-            recomputing(b, |b| {
-                b.compute(act.forward(&d));
-            });
-            self.requantize_input(b, &down, down.input_elements());
-        }
-        let now = !d.delay_wgrad_compute;
-        self.cast(b, &down, Pass::Backward, down.output_elements());
-        b.compute(down.dgrad(&d));
-        if now {
-            b.compute(down.wgrad(&d));
-        }
-        b.compute(act.backward(&d));
-        self.cast(b, &up, Pass::Backward, up.output_elements());
-        b.compute(up.dgrad(&d));
-        if now {
-            b.compute(up.wgrad(&d));
-        }
+        let act = self.recomputes(RecomputeModule::MoeAct);
+        self.experts_backward(b, &moe, act, !d.delay_wgrad_compute);
         b.last_compute()
     }
 
@@ -1799,15 +1806,10 @@ impl LayerEmitter<'_> {
         dgrad: Option<u32>,
     ) -> Option<u32> {
         let moe = self.mlp_part(b, layer)?;
-        let d = self.dims;
-        let sizes = self.moe_sizes(&moe);
-        if d.delay_wgrad_compute {
-            let ([up, down], _) =
-                self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
-            b.compute(down.wgrad(&d));
-            b.compute(up.wgrad(&d));
+        if self.dims.delay_wgrad_compute {
+            self.experts_wgrads(b, &moe);
         }
-        self.moe_combine_issue(b, sizes.moved, dgrad)
+        self.moe_combine_issue(b, self.moe_sizes(&moe).moved, dgrad)
     }
 
     /// The rest of the backward once `dispatched` is back: the permutation, the router, the
@@ -1820,18 +1822,13 @@ impl LayerEmitter<'_> {
             return;
         }
         if let Some(moe) = self.mlp_part(b, layer) {
-            let d = self.dims;
-            self.permutation(b, &moe, KernelName::Permute, Pass::Backward, dispatched);
-            b.compute(self.router_ops(&moe, Pass::Backward));
-            let router = self.router(moe.experts);
-            b.compute(router.dgrad(&d));
-            b.compute(router.wgrad(&d));
+            self.route_backward(b, &moe, dispatched);
             if moe.shared_experts > 0 {
                 let again = self.recomputes(RecomputeModule::SharedExperts);
                 let norm = self.recomputes(RecomputeModule::Layernorm);
                 self.shared_experts_backward(b, &moe, again, norm);
             }
-            b.compute(self.norm(KernelName::PreMlpNorm).backward(&d));
+            b.compute(self.norm(KernelName::PreMlpNorm).backward(&self.dims));
         }
         self.attention_backward(b);
     }
