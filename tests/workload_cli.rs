@@ -49,6 +49,40 @@ fn json_report_has_flops_bytes_and_bubble() {
     );
 }
 
+/// Each stage reports what its host takes to issue the iteration beside its kernels: eager
+/// PyTorch costs the x86 host something, a whole-iteration CUDA graph nothing.
+#[test]
+fn each_stage_reports_its_host_issue_time_beside_its_kernels() {
+    let text = stdout_ok(fleetsim().args(["workload", QUICKSTART]));
+    assert!(
+        text.contains("s to issue on x86 beside"),
+        "no host line in:\n{text}"
+    );
+    let host = |graphs: &str| {
+        let v = json_ok(fleetsim().args([
+            "workload",
+            QUICKSTART,
+            "--json",
+            "--set",
+            &format!("training.cuda_graphs={graphs}"),
+        ]));
+        let h = v["stages"][0]["host"].clone();
+        assert_eq!(h["cpu"], "x86");
+        (
+            h["issue_s"].as_f64().expect("issue_s"),
+            h["kernels_s"].as_f64().expect("kernels_s"),
+        )
+    };
+    let (eager, kernels) = host("none");
+    assert!(
+        eager > 0.0 && kernels > eager,
+        "{eager} s to issue, {kernels} s of kernels"
+    );
+    let (graphed, same_kernels) = host("full-iteration");
+    assert_eq!(graphed, 0.0);
+    assert_eq!(same_kernels, kernels);
+}
+
 #[test]
 fn simai_export_imports_back() {
     let file = scratch("simai-export").join("quickstart.simai.txt");

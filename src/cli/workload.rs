@@ -14,8 +14,7 @@ use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, tota
 use sim::workload::{OpKind, Workload};
 use sim_config::Overrides;
 use sim_ir::time::SimTime;
-use sim_models::compute::ComputeModel;
-use sim_models::gpu::GpuSpec;
+use sim_models::compute::host::{HostCosts, issue_costs};
 
 use crate::cli::kernel_report;
 use crate::cli::stdout::print_report;
@@ -99,13 +98,7 @@ impl Args {
             .iter()
             .map(|&j| {
                 let job = &exp.jobs[j].exp;
-                Ok(WorkloadReport::new(
-                    job.name(),
-                    workload.job_workload(j),
-                    &job.stage_gpus(),
-                    &job.compute_model()?,
-                    compile_s,
-                ))
+                WorkloadReport::new(job, workload.job_workload(j), compile_s)
             })
             .collect::<Result<Vec<_>, sim_config::ConfigError>>()?;
         print_report(
@@ -161,7 +154,7 @@ impl Args {
             eprintln!("wrote {}", path.display());
             return Ok(());
         }
-        let report = WorkloadReport::new(exp.name(), workload, &stage_gpus, &model, compile_s);
+        let report = WorkloadReport::new(exp, workload, compile_s)?;
         print_report(self.json, || Ok(report.to_json()), || report.to_text())
     }
 }
@@ -174,18 +167,32 @@ pub struct WorkloadReport {
     pub stages: Vec<StageSummary>,
     /// The schedule timed with the compute model's kernels and free communication (class 0).
     pub timing: Result<PipelineTiming, String>,
+    /// Per stage of class 0: what its host takes to issue the iteration's ops, beside its
+    /// kernels' time.
+    pub host: Vec<HostLoad>,
     pub compile_s: f64,
 }
 
+/// One stage's host issue time beside its GPU time: above 1, the host sets the pace.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct HostLoad {
+    /// The CPU that issues the stage's ops.
+    pub cpu: &'static str,
+    /// Sum of every op's issue cost per iteration (`configs/hosts.toml`), seconds.
+    pub issue_s: f64,
+    /// Sum of the stage's kernel times per iteration (the compute model), seconds.
+    pub kernels_s: f64,
+}
+
 impl WorkloadReport {
-    /// Summarises `workload`; `stage_gpus` holds the GPU that times each stage's kernels.
+    /// Summarises `exp`'s compiled `workload`.
     pub fn new(
-        name: &str,
+        exp: &Experiment,
         workload: Workload,
-        stage_gpus: &[&GpuSpec],
-        model: &ComputeModel,
         compile_s: f64,
-    ) -> Self {
+    ) -> Result<Self, sim_config::ConfigError> {
+        let model = exp.compute_model()?;
+        let stage_gpus = exp.stage_gpus();
         let stages = summarize(&workload);
         // Kernel times per program of class 0, looked up by interned kernel index.
         let times: Vec<Vec<SimTime>> = (0..workload.layout.pp)
@@ -196,13 +203,38 @@ impl WorkloadReport {
             _ => SimTime::ZERO,
         })
         .map_err(|e| e.to_string());
-        WorkloadReport {
-            name: name.to_string(),
+        let graphs = exp.loaded.config.training.cuda_graphs;
+        let host = (0..workload.layout.pp)
+            .map(|s| {
+                let program = workload.program(0, s);
+                let cpu = stage_gpus[s as usize].host_cpu;
+                let costs = HostCosts::of(cpu)?;
+                let issue = issue_costs(program, &costs, graphs)
+                    .into_iter()
+                    .fold(SimTime::ZERO, |sum, t| sum + t);
+                let kernels = program
+                    .ops
+                    .iter()
+                    .filter_map(|op| match op.kind {
+                        OpKind::Compute { kernel } => Some(times[s as usize][kernel as usize]),
+                        _ => None,
+                    })
+                    .fold(SimTime::ZERO, |sum, t| sum + t);
+                Ok(HostLoad {
+                    cpu: cpu.name(),
+                    issue_s: issue.as_secs_f64(),
+                    kernels_s: kernels.as_secs_f64(),
+                })
+            })
+            .collect::<Result<Vec<_>, sim_config::ConfigError>>()?;
+        Ok(WorkloadReport {
+            name: exp.name().to_string(),
             workload,
             stages,
             timing,
+            host,
             compile_s,
-        }
+        })
     }
 
     fn analytical_bubble(&self) -> f64 {
@@ -248,6 +280,11 @@ impl WorkloadReport {
                 send_bytes: s.send_bytes,
                 recv_bytes: s.recv_bytes,
                 cxl_bytes: s.memory_bytes,
+                host: self
+                    .host
+                    .get(s.stage as usize)
+                    .copied()
+                    .filter(|_| s.class == 0),
             })
             .collect();
         let evaluated = match &self.timing {
@@ -342,6 +379,21 @@ impl WorkloadReport {
                 "  FLOP/rank model {:.4e}, recompute {:.4e}, memory-bound {:.4e}",
                 st.model_flops, st.recompute_flops, st.other_flops
             );
+            if let Some(h) = self.host.get(st.stage as usize).filter(|_| st.class == 0) {
+                let _ = writeln!(
+                    s,
+                    "  host      {:.3} s to issue on {} beside {:.3} s of kernels per iteration ({:.2}x{})",
+                    h.issue_s,
+                    h.cpu,
+                    h.kernels_s,
+                    h.issue_s / h.kernels_s.max(f64::MIN_POSITIVE),
+                    if h.issue_s > h.kernels_s {
+                        ": host-bound"
+                    } else {
+                        ""
+                    }
+                );
+            }
             let _ = writeln!(
                 s,
                 "  {:<15} {:<10} {:>7} {:>14} {:>14}",
@@ -457,6 +509,8 @@ struct StageJson {
     send_bytes: u64,
     recv_bytes: u64,
     cxl_bytes: u64,
+    /// Class 0's stages only.
+    host: Option<HostLoad>,
 }
 
 #[derive(Debug, Serialize)]
