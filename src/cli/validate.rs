@@ -1345,6 +1345,7 @@ mod tests {
             ("e2e_more.csv", 13),
             ("megascale_a100.csv", 8),
             ("mcore_dsv3_gb200.csv", 6),
+            ("nemo2407_h100.csv", 12),
         ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("configs/validation")
