@@ -82,7 +82,7 @@ pub fn stage_kernels(
                         kernel: *k,
                         count,
                         table_time: table.duration,
-                        time: model.with_main_grad_accumulation(k, gpu, table),
+                        time: model.kernel_time(k, gpu),
                     }
                 })
                 .collect();

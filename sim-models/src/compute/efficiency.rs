@@ -88,6 +88,22 @@ pub struct GemmEfficiency {
     /// experts) pays beyond the roofline; absent, it is costed as a plain batched GEMM.
     #[serde(default)]
     pub grouped: Option<GroupedGemmEfficiency>,
+    /// What FP8 forward GEMMs gain where Transformer Engine runs them with fast accumulation
+    /// and the fit's kernels ran without it; absent, nothing.
+    #[serde(default)]
+    pub fp8_fast_accumulation: Option<FastAccumulation>,
+    pub source: String,
+}
+
+/// Hopper's FP8 tensor cores accumulate in reduced precision; cuBLAS's default (and
+/// `torch._scaled_mm`'s) promotes partial sums to FP32 every few k-steps, fast accumulation
+/// does not. Transformer Engine turns it on for the forward GEMM only (`_2X_ACC_FPROP = False`,
+/// `_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`, `pytorch/module/base.py`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FastAccumulation {
+    /// How many times faster a compute-bound forward GEMM runs with it.
+    pub speedup: f64,
     pub source: String,
 }
 
@@ -330,6 +346,15 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         }
         non_negative("gemm.grouped.per_problem_us", g.per_problem_us)?;
     }
+    if let Some(f) = &a.gemm.fp8_fast_accumulation
+        && !(f.speedup.is_finite() && (1.0..=2.0).contains(&f.speedup))
+    {
+        return Err(ConfigError::plain(
+            file,
+            "gemm.fp8_fast_accumulation.speedup",
+            format!("must be a speed-up in [1, 2], got {}", f.speedup),
+        ));
+    }
     non_negative("gemm.tile_intensity_half", a.gemm.tile_intensity_half)?;
     non_negative("attention.seq_half", a.attention.seq_half)?;
     non_negative(
@@ -370,4 +395,33 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fast-accumulation speed-up outside [1, 2] is refused, naming the key and the file.
+    #[test]
+    fn a_fast_accumulation_speedup_below_one_is_refused() {
+        let file = "configs/compute/hopper.toml";
+        let text = embedded::COMPUTE
+            .iter()
+            .find(|(stem, _)| *stem == "hopper")
+            .expect("hopper")
+            .1;
+        let good: ArchEfficiency = parse_typed(file, text).expect("hopper parses");
+        validate(&good, file).expect("shipped hopper is valid");
+        let mut bad = good;
+        bad.gemm
+            .fp8_fast_accumulation
+            .as_mut()
+            .expect("hopper has fast accumulation")
+            .speedup = 0.9;
+        let err = validate(&bad, file).expect_err("0.9 refused").to_string();
+        assert!(
+            err.contains("gemm.fp8_fast_accumulation.speedup") && err.contains("[1, 2]"),
+            "{err}"
+        );
+    }
 }

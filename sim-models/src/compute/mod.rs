@@ -26,7 +26,7 @@ use crate::model::ModelSpec;
 use crate::time::SimTime;
 use crate::workload::{Kernel, KernelName, Pass, Program, Shape};
 
-pub use efficiency::{ArchEfficiency, EfficiencyTable};
+pub use efficiency::{ArchEfficiency, EfficiencyTable, FastAccumulation};
 pub use interference::Interference;
 pub use table::KernelTables;
 
@@ -238,12 +238,43 @@ impl ComputeModel {
     /// Duration of `kernel` on `gpu` as the engine runs it: [`Self::table_time`] and, for a
     /// weight gradient, the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
-        self.with_main_grad_accumulation(kernel, gpu, self.table_time(kernel, gpu))
+        let time = self.with_fast_accumulation(kernel, gpu, self.table_time(kernel, gpu));
+        self.with_main_grad_accumulation(kernel, gpu, time)
     }
 
-    /// `time`, `kernel`'s [`Self::table_time`] on `gpu`, as the engine runs it: with a
-    /// weight gradient's fp32 main-gradient accumulation added. For a caller that needs both.
-    pub fn with_main_grad_accumulation(
+    /// `time` (a [`Self::table_time`]: cuBLAS's default accumulation) for the GEMM Transformer
+    /// Engine runs: an FP8 forward GEMM on a family whose FP8 tensor cores accumulate in
+    /// reduced precision runs with fast accumulation, [`FastAccumulation::speedup`] times
+    /// faster where it is compute-bound.
+    fn with_fast_accumulation(
+        &self,
+        kernel: &Kernel,
+        gpu: &GpuSpec,
+        time: KernelTime,
+    ) -> KernelTime {
+        let (eff, _) = self.efficiency_of(gpu);
+        let Some(fast) = &eff.gemm.fp8_fast_accumulation else {
+            return time;
+        };
+        let forward_fp8_gemm = kernel.pass == Pass::Forward
+            && kernel.dtype == Precision::Fp8
+            && matches!(kernel.shape, Shape::Gemm { .. });
+        if !forward_fp8_gemm || time.bound != Bound::Compute {
+            return time;
+        }
+        let seconds = time.duration.as_secs_f64() / fast.speedup;
+        let (bound, efficiency) = achieved(kernel, gpu, seconds, time.bound);
+        KernelTime {
+            duration: SimTime::from_secs_f64(seconds),
+            bound,
+            efficiency,
+            source: time.source,
+        }
+    }
+
+    /// `time`, `kernel`'s time on `gpu` as the kernel alone runs, as the engine runs it: with
+    /// a weight gradient's fp32 main-gradient accumulation added.
+    fn with_main_grad_accumulation(
         &self,
         kernel: &Kernel,
         gpu: &GpuSpec,
@@ -805,6 +836,46 @@ mod tests {
             (KernelName::Router, Pass::Wgrad),
         ] {
             assert!(extra(name, pass).abs() < 1e-12, "{name:?} {pass:?}");
+        }
+    }
+
+    /// Transformer Engine's FP8 forward GEMM runs with fast accumulation on Hopper: 1.1-1.2x
+    /// faster than the split-accumulator kernel the fit measured (pytorch/ao#2377); its dgrad
+    /// and wgrad, BF16, and Blackwell (no fast-accumulation mode) are as fitted.
+    #[test]
+    fn hopper_fp8_forward_gemms_run_with_fast_accumulation() {
+        let gpus = GpuDatabase::embedded().expect("gpus");
+        let model = ComputeModel::embedded().expect("compute model");
+        let gemm = |pass, dtype| Kernel {
+            name: KernelName::MlpUp,
+            pass,
+            shape: Shape::Gemm {
+                m: 4096,
+                n: 12288,
+                k: 12288,
+                batch: 1,
+                comm_sms: 0,
+            },
+            flops: 2 * 4096 * 12288 * 12288,
+            bytes: 4096 * 12288 * 2 + 12288 * 12288 + 4096 * 12288 * 2,
+            dtype,
+        };
+        let gain = |gpu: &str, pass, dtype| {
+            let g = gpus.get(gpu).expect(gpu);
+            let k = gemm(pass, dtype);
+            model.table_time(&k, g).seconds() / model.kernel_time(&k, g).seconds()
+        };
+        let hopper = gain("H100-SXM", Pass::Forward, Precision::Fp8);
+        assert!((1.1..=1.2).contains(&hopper), "H100 FP8 forward: {hopper}x");
+        assert_eq!(gain("H200-SXM", Pass::Forward, Precision::Fp8), hopper);
+        for (gpu, pass, dtype) in [
+            ("H100-SXM", Pass::Dgrad, Precision::Fp8),
+            ("H100-SXM", Pass::Forward, Precision::Bf16),
+            ("B200", Pass::Forward, Precision::Fp8),
+            ("GB200", Pass::Forward, Precision::Mxfp8),
+        ] {
+            let g = gain(gpu, pass, dtype);
+            assert!((g - 1.0).abs() < 1e-12, "{gpu} {pass:?} {dtype:?}: {g}x");
         }
     }
 }
