@@ -235,8 +235,9 @@ impl ComputeModel {
         self.efficiency.for_architecture(&gpu.architecture)
     }
 
-    /// Duration of `kernel` on `gpu` as the engine runs it: [`Self::table_time`] and, for a
-    /// weight gradient, the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
+    /// Duration of `kernel` on `gpu` as the engine runs it: [`Self::table_time`], an FP8
+    /// forward GEMM with fast accumulation where its family has it, and for a weight gradient
+    /// the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
         let time = self.with_fast_accumulation(kernel, gpu, self.table_time(kernel, gpu));
         self.with_main_grad_accumulation(kernel, gpu, time)
@@ -272,8 +273,8 @@ impl ComputeModel {
         }
     }
 
-    /// `time`, `kernel`'s time on `gpu` as the kernel alone runs, as the engine runs it: with
-    /// a weight gradient's fp32 main-gradient accumulation added.
+    /// `time` (`kernel` on `gpu` as it runs alone) with a weight gradient's fp32
+    /// main-gradient accumulation added.
     fn with_main_grad_accumulation(
         &self,
         kernel: &Kernel,
