@@ -239,61 +239,10 @@ impl ComputeModel {
     /// forward GEMM with fast accumulation where its family has it, and for a weight gradient
     /// the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
-        let time = self.with_fast_accumulation(kernel, gpu, self.table_time(kernel, gpu));
-        self.with_main_grad_accumulation(kernel, gpu, time)
-    }
-
-    /// `time` (a [`Self::table_time`]: cuBLAS's default accumulation) for the GEMM Transformer
-    /// Engine runs: an FP8 forward GEMM on a family whose FP8 tensor cores accumulate in
-    /// reduced precision runs with fast accumulation, [`FastAccumulation::speedup`] times
-    /// faster where it is compute-bound.
-    fn with_fast_accumulation(
-        &self,
-        kernel: &Kernel,
-        gpu: &GpuSpec,
-        time: KernelTime,
-    ) -> KernelTime {
         let (eff, _) = self.efficiency_of(gpu);
-        let Some(fast) = &eff.gemm.fp8_fast_accumulation else {
-            return time;
-        };
-        let forward_fp8_gemm = kernel.pass == Pass::Forward
-            && kernel.dtype == Precision::Fp8
-            && matches!(kernel.shape, Shape::Gemm { .. });
-        if !forward_fp8_gemm || time.bound != Bound::Compute {
-            return time;
-        }
-        let seconds = time.duration.as_secs_f64() / fast.speedup;
-        let (bound, efficiency) = achieved(kernel, gpu, seconds, time.bound);
-        KernelTime {
-            duration: SimTime::from_secs_f64(seconds),
-            bound,
-            efficiency,
-            source: time.source,
-        }
-    }
-
-    /// `time` (`kernel` on `gpu` as it runs alone) with a weight gradient's fp32
-    /// main-gradient accumulation added.
-    fn with_main_grad_accumulation(
-        &self,
-        kernel: &Kernel,
-        gpu: &GpuSpec,
-        time: KernelTime,
-    ) -> KernelTime {
-        let (eff, _) = self.efficiency_of(gpu);
-        let accumulation = main_grad_accumulation_seconds(kernel, gpu, eff);
-        if accumulation <= 0.0 {
-            return time;
-        }
-        let seconds = time.duration.as_secs_f64() + accumulation;
-        let (bound, efficiency) = achieved(kernel, gpu, seconds, time.bound);
-        KernelTime {
-            duration: SimTime::from_secs_f64(seconds),
-            bound,
-            efficiency,
-            source: time.source,
-        }
+        let time = self.table_time(kernel, gpu);
+        let time = with_fast_accumulation(kernel, gpu, eff, time);
+        with_main_grad_accumulation(kernel, gpu, eff, time)
     }
 
     /// Duration of `kernel` on `gpu` as a measured table holds it (the kernel alone, as
@@ -406,6 +355,57 @@ impl ClockSummary {
             at(self.burst),
             100.0 * self.spread
         )
+    }
+}
+
+/// `time` (a [`ComputeModel::table_time`]: cuBLAS's default accumulation) for the GEMM
+/// Transformer Engine runs: an FP8 forward GEMM on a family whose FP8 tensor cores accumulate
+/// in reduced precision runs with fast accumulation, [`FastAccumulation::speedup`] times
+/// faster where it is compute-bound.
+fn with_fast_accumulation(
+    kernel: &Kernel,
+    gpu: &GpuSpec,
+    eff: &ArchEfficiency,
+    time: KernelTime,
+) -> KernelTime {
+    let Some(fast) = &eff.gemm.fp8_fast_accumulation else {
+        return time;
+    };
+    let forward_fp8_gemm = kernel.pass == Pass::Forward
+        && kernel.dtype == Precision::Fp8
+        && matches!(kernel.shape, Shape::Gemm { .. });
+    if !forward_fp8_gemm || time.bound != Bound::Compute {
+        return time;
+    }
+    let seconds = time.duration.as_secs_f64() / fast.speedup;
+    retimed(kernel, gpu, time, seconds)
+}
+
+/// `time` (`kernel` on `gpu` as it runs alone) with a weight gradient's fp32 main-gradient
+/// accumulation added.
+fn with_main_grad_accumulation(
+    kernel: &Kernel,
+    gpu: &GpuSpec,
+    eff: &ArchEfficiency,
+    time: KernelTime,
+) -> KernelTime {
+    let accumulation = main_grad_accumulation_seconds(kernel, gpu, eff);
+    if accumulation <= 0.0 {
+        return time;
+    }
+    let seconds = time.duration.as_secs_f64() + accumulation;
+    retimed(kernel, gpu, time, seconds)
+}
+
+/// `time` of `kernel` on `gpu` changed to `seconds`, its bound and source kept and its achieved
+/// efficiency recomputed.
+fn retimed(kernel: &Kernel, gpu: &GpuSpec, time: KernelTime, seconds: f64) -> KernelTime {
+    let (bound, efficiency) = achieved(kernel, gpu, seconds, time.bound);
+    KernelTime {
+        duration: SimTime::from_secs_f64(seconds),
+        bound,
+        efficiency,
+        source: time.source,
     }
 }
 
