@@ -764,6 +764,12 @@ fn case_of_row(
     toml += &format!(
         "# Host dispatch on: the GPU file's host CPU issues each op (configs/hosts.toml); CUDA graphs: {graphs}\n"
     );
+    // Hopper's FP8 forward GEMMs run with fast accumulation, as Transformer Engine runs them.
+    if setting("training", "precision").is_some_and(|p| p == "fp8")
+        && setting("cluster", "gpu").is_some_and(|gpu| fast_accumulation(&gpu))
+    {
+        toml += "# FP8 forward GEMMs with fast accumulation (Transformer Engine on Hopper; configs/compute/hopper.toml)\n";
+    }
     // Issue 17's expert load, for MoE rows: which routing the row runs under.
     if setting("model", "experts").is_some() {
         let routing = setting("model", "routing").unwrap_or_else(|| {
@@ -1078,6 +1084,24 @@ pub fn parity_svg(outcomes: &[Outcome]) -> Result<String, PlotError> {
     })
 }
 
+/// Whether the shipped GPU `name`'s family runs FP8 forward GEMMs with fast accumulation.
+fn fast_accumulation(name: &str) -> bool {
+    let (Ok(gpus), Ok(families)) = (
+        sim_models::gpu::GpuDatabase::embedded(),
+        sim_models::compute::EfficiencyTable::embedded(),
+    ) else {
+        return false;
+    };
+    gpus.get(name).is_some_and(|gpu| {
+        families
+            .for_architecture(&gpu.architecture)
+            .0
+            .gemm
+            .fp8_fast_accumulation
+            .is_some()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1334,6 +1358,21 @@ mod tests {
         assert!(has(&gb200, "nics_per_host", "4"));
         assert!(has(&gb200, "nic_gbps", "400"));
         assert!(gb200.iter().all(|(k, _)| k != "gpu"));
+    }
+
+    /// A case file says where FP8 forward GEMMs get fast accumulation: Hopper parts only.
+    #[test]
+    fn fast_accumulation_is_named_for_hopper_parts_only() {
+        for (gpu, expected) in [
+            ("H100-SXM", true),
+            ("H200-SXM", true),
+            ("GB200", false),
+            ("B200", false),
+            ("A100-SXM-80GB", false),
+            ("no-such-gpu", false),
+        ] {
+            assert_eq!(fast_accumulation(gpu), expected, "{gpu}");
+        }
     }
 
     /// Every row of every shipped table becomes an experiment that loads (the 405B rows' 126
