@@ -278,3 +278,37 @@ overlap_param_gather = true
             .all(|o| o.stream != Stream::Amax)
     );
 }
+
+/// Transformer Engine's delayed and current scaling run the forward FP8 GEMM with fast
+/// accumulation; `Float8BlockScaling` requires the split accumulator for every GEMM
+/// (`recipe/__init__.py`), so a blockwise run's forward GEMMs take the fitted time.
+#[test]
+fn blockwise_fp8_forward_gemms_keep_the_split_accumulator() {
+    let db = sim::gpu::GpuDatabase::embedded().expect("gpus");
+    let h100 = db.get("H100-SXM").expect("H100");
+    let forward_gemm = |recipe: &str| {
+        let exp = llama(
+            recipe,
+            &format!("precision = \"fp8\"\nfp8_recipe = \"{recipe}\""),
+        );
+        let w = compile(&exp).expect(recipe);
+        let model = exp.compute_model().expect("model");
+        let (kernel, _) = kernels_named(w.program(0, 0), KernelName::MlpDown)
+            .into_iter()
+            .find(|(k, _)| k.pass == Pass::Forward)
+            .expect("mlp_down forward");
+        (
+            model.table_time(&kernel, h100).seconds(),
+            model.kernel_time(&kernel, h100).seconds(),
+        )
+    };
+    for recipe in ["delayed", "current"] {
+        let (table, engine) = forward_gemm(recipe);
+        assert!(
+            (1.1..=1.2).contains(&(table / engine)),
+            "{recipe}: {table} / {engine}"
+        );
+    }
+    let (table, engine) = forward_gemm("blockwise");
+    assert_eq!(table, engine);
+}

@@ -766,6 +766,7 @@ fn case_of_row(
     );
     // Hopper's FP8 forward GEMMs run with fast accumulation, as Transformer Engine runs them.
     if setting("training", "precision").is_some_and(|p| p == "fp8")
+        && setting("training", "fp8_recipe").is_none_or(|r| r != "blockwise")
         && setting("cluster", "gpu").is_some_and(|gpu| fast_accumulation(&gpu))
     {
         toml += "# FP8 forward GEMMs with fast accumulation (Transformer Engine on Hopper; configs/compute/hopper.toml)\n";

@@ -20,7 +20,7 @@ pub mod table;
 
 use std::fmt;
 
-use crate::config::{AttentionBackend, ConfigError, LoadedConfig, Precision};
+use crate::config::{AttentionBackend, ConfigError, Fp8Recipe, LoadedConfig, Precision};
 use crate::gpu::{ClockState, GpuDatabase, GpuSpec};
 use crate::model::ModelSpec;
 use crate::time::SimTime;
@@ -138,6 +138,10 @@ pub struct ComputeModel {
     tables: KernelTables,
     /// `compute.clock_spread`: overrides every GPU's chip-to-chip spread.
     clock_spread: Option<f64>,
+    /// Whether the FP8 recipe lets forward GEMMs accumulate fast where the family can:
+    /// Transformer Engine's delayed and current scaling do, its `Float8BlockScaling` requires
+    /// the split accumulator for every GEMM (`recipe/__init__.py`).
+    fp8_forward_fast_accumulation: bool,
 }
 
 impl ComputeModel {
@@ -146,6 +150,7 @@ impl ComputeModel {
             efficiency,
             tables,
             clock_spread: None,
+            fp8_forward_fast_accumulation: true,
         }
     }
 
@@ -219,6 +224,7 @@ impl ComputeModel {
         }
         let mut model = Self::new(efficiency, tables);
         model.clock_spread = c.clock_spread;
+        model.fp8_forward_fast_accumulation = t.fp8_recipe() != Fp8Recipe::Blockwise;
         Ok(model)
     }
 
@@ -241,7 +247,12 @@ impl ComputeModel {
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
         let (eff, _) = self.efficiency_of(gpu);
         let time = self.table_time(kernel, gpu);
-        let time = with_fast_accumulation(kernel, gpu, eff, time);
+        let fast = eff
+            .gemm
+            .fp8_fast_accumulation
+            .as_ref()
+            .filter(|_| self.fp8_forward_fast_accumulation);
+        let time = with_fast_accumulation(kernel, gpu, fast, time);
         with_main_grad_accumulation(kernel, gpu, eff, time)
     }
 
@@ -359,16 +370,16 @@ impl ClockSummary {
 }
 
 /// `time` (a [`ComputeModel::table_time`]: cuBLAS's default accumulation) for the GEMM
-/// Transformer Engine runs: an FP8 forward GEMM on a family whose FP8 tensor cores accumulate
-/// in reduced precision runs with fast accumulation, [`FastAccumulation::speedup`] times
-/// faster where it is compute-bound.
+/// Transformer Engine runs: an FP8 forward GEMM runs with `fast` accumulation (where the family
+/// and the recipe have it), [`FastAccumulation::speedup`] times faster where it is
+/// compute-bound.
 fn with_fast_accumulation(
     kernel: &Kernel,
     gpu: &GpuSpec,
-    eff: &ArchEfficiency,
+    fast: Option<&FastAccumulation>,
     time: KernelTime,
 ) -> KernelTime {
-    let Some(fast) = &eff.gemm.fp8_fast_accumulation else {
+    let Some(fast) = fast else {
         return time;
     };
     let forward_fp8_gemm = kernel.pass == Pass::Forward
