@@ -5,6 +5,7 @@ mod common;
 
 use common::{
     QUICKSTART, SMALL, csv_table, fleetsim, one_clear_error, scratch, slack_counted, stdout_ok,
+    summary,
 };
 
 fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
@@ -15,8 +16,7 @@ fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
             .args(SMALL)
             .args(extra),
     );
-    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("summary.json is JSON")
+    summary(out)
 }
 
 /// The standard error of a successful small run into scratch folder `name`.
@@ -612,10 +612,7 @@ fn the_all_to_all_overlap_hides_expert_traffic_behind_the_other_micro_batch() {
                 &switch,
             ],
         );
-        let summary: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
-        )
-        .expect("JSON");
+        let summary = summary(&out);
         // Seconds of expert all-to-all per rank (32 ranks).
         let per_rank: f64 = collective_rows(&out)
             .iter()

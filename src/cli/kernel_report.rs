@@ -82,7 +82,7 @@ pub fn stage_kernels(
                         kernel: *k,
                         count,
                         table_time: table.duration,
-                        time: model.kernel_time(k, gpu),
+                        time: model.as_engine_runs(k, gpu, table),
                     }
                 })
                 .collect();

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 
 use sim::experiment::Experiment;
 use sim::framework::Frameworks;
-use sim_config::Overrides;
+use sim_config::{Fp8Recipe, Overrides};
 
 use coordinator::output::plot::{ParityChart, PlotError, Series, parity_chart_svg};
 use coordinator::output::summary::Summary;
@@ -765,9 +765,17 @@ fn case_of_row(
         "# Host dispatch on: the GPU file's host CPU issues each op (configs/hosts.toml); CUDA graphs: {graphs}\n"
     );
     // Hopper's FP8 forward GEMMs run with fast accumulation, as Transformer Engine runs them.
+    let recipe = match entries
+        .iter()
+        .find(|(s, k, _)| s == "training" && k == "fp8_recipe")
+    {
+        None => Some(Fp8Recipe::default()),
+        // A recipe fleetsim does not know fails when the case loads, with its own error.
+        Some((_, _, v)) => v.clone().try_into::<Fp8Recipe>().ok(),
+    };
     if setting("training", "precision").is_some_and(|p| p == "fp8")
-        && setting("training", "fp8_recipe").is_none_or(|r| r != "blockwise")
-        && setting("cluster", "gpu").is_some_and(|gpu| fast_accumulation(&gpu))
+        && let (Some(recipe), Some(gpu)) = (recipe, setting("cluster", "gpu"))
+        && fast_accumulation(&gpu, recipe)
     {
         toml += "# FP8 forward GEMMs with fast accumulation (Transformer Engine on Hopper; configs/compute/hopper.toml)\n";
     }
@@ -1085,22 +1093,18 @@ pub fn parity_svg(outcomes: &[Outcome]) -> Result<String, PlotError> {
     })
 }
 
-/// Whether the shipped GPU `name`'s family runs FP8 forward GEMMs with fast accumulation.
-fn fast_accumulation(name: &str) -> bool {
-    let (Ok(gpus), Ok(families)) = (
+/// Whether the shipped GPU `name` runs FP8 forward GEMMs with fast accumulation under
+/// `recipe`, as the compute model decides it.
+fn fast_accumulation(name: &str, recipe: Fp8Recipe) -> bool {
+    let (Ok(gpus), Ok(model)) = (
         sim_models::gpu::GpuDatabase::embedded(),
-        sim_models::compute::EfficiencyTable::embedded(),
+        sim_models::compute::ComputeModel::embedded(),
     ) else {
         return false;
     };
-    gpus.get(name).is_some_and(|gpu| {
-        families
-            .for_architecture(&gpu.architecture)
-            .0
-            .gemm
-            .fp8_fast_accumulation
-            .is_some()
-    })
+    let model = model.with_fp8_recipe(recipe);
+    gpus.get(name)
+        .is_some_and(|gpu| model.fp8_fast_accumulation(gpu).is_some())
 }
 
 #[cfg(test)]
@@ -1361,7 +1365,8 @@ mod tests {
         assert!(gb200.iter().all(|(k, _)| k != "gpu"));
     }
 
-    /// A case file says where FP8 forward GEMMs get fast accumulation: Hopper parts only.
+    /// A case file says where FP8 forward GEMMs get fast accumulation: Hopper parts only, and
+    /// not under the blockwise recipe.
     #[test]
     fn fast_accumulation_is_named_for_hopper_parts_only() {
         for (gpu, expected) in [
@@ -1372,8 +1377,14 @@ mod tests {
             ("A100-SXM-80GB", false),
             ("no-such-gpu", false),
         ] {
-            assert_eq!(fast_accumulation(gpu), expected, "{gpu}");
+            assert_eq!(
+                fast_accumulation(gpu, Fp8Recipe::Delayed),
+                expected,
+                "{gpu}"
+            );
         }
+        assert!(fast_accumulation("H100-SXM", Fp8Recipe::Current));
+        assert!(!fast_accumulation("H100-SXM", Fp8Recipe::Blockwise));
     }
 
     /// Every row of every shipped table becomes an experiment that loads (the 405B rows' 126

@@ -14,6 +14,7 @@ use sim::workload::summary::{StageSummary, summarize, total_hardware_flops, tota
 use sim::workload::{OpKind, Workload};
 use sim_config::Overrides;
 use sim_ir::time::SimTime;
+use sim_models::compute::ComputeModel;
 use sim_models::compute::host::{HostCosts, issue_costs};
 
 use crate::cli::kernel_report;
@@ -98,7 +99,12 @@ impl Args {
             .iter()
             .map(|&j| {
                 let job = &exp.jobs[j].exp;
-                WorkloadReport::new(job, workload.job_workload(j), compile_s)
+                WorkloadReport::new(
+                    job,
+                    workload.job_workload(j),
+                    &job.compute_model()?,
+                    compile_s,
+                )
             })
             .collect::<Result<Vec<_>, sim_config::ConfigError>>()?;
         print_report(
@@ -154,7 +160,7 @@ impl Args {
             eprintln!("wrote {}", path.display());
             return Ok(());
         }
-        let report = WorkloadReport::new(exp, workload, compile_s)?;
+        let report = WorkloadReport::new(exp, workload, &model, compile_s)?;
         print_report(self.json, || Ok(report.to_json()), || report.to_text())
     }
 }
@@ -185,13 +191,13 @@ pub struct HostLoad {
 }
 
 impl WorkloadReport {
-    /// Summarises `exp`'s compiled `workload`.
+    /// Summarises `exp`'s compiled `workload`, its kernels timed by `model` (`exp`'s).
     pub fn new(
         exp: &Experiment,
         workload: Workload,
+        model: &ComputeModel,
         compile_s: f64,
     ) -> Result<Self, sim_config::ConfigError> {
-        let model = exp.compute_model()?;
         let stage_gpus = exp.stage_gpus();
         let stages = summarize(&workload);
         // Kernel times per program of class 0, looked up by interned kernel index.

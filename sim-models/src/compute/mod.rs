@@ -138,10 +138,8 @@ pub struct ComputeModel {
     tables: KernelTables,
     /// `compute.clock_spread`: overrides every GPU's chip-to-chip spread.
     clock_spread: Option<f64>,
-    /// Whether the FP8 recipe lets forward GEMMs accumulate fast where the family can:
-    /// Transformer Engine's delayed and current scaling do, its `Float8BlockScaling` requires
-    /// the split accumulator for every GEMM (`recipe/__init__.py`).
-    fp8_forward_fast_accumulation: bool,
+    /// The FP8 recipe the experiment trains with ([`Self::fp8_fast_accumulation`]).
+    fp8_recipe: Fp8Recipe,
 }
 
 impl ComputeModel {
@@ -150,7 +148,7 @@ impl ComputeModel {
             efficiency,
             tables,
             clock_spread: None,
-            fp8_forward_fast_accumulation: true,
+            fp8_recipe: Fp8Recipe::default(),
         }
     }
 
@@ -224,8 +222,7 @@ impl ComputeModel {
         }
         let mut model = Self::new(efficiency, tables);
         model.clock_spread = c.clock_spread;
-        model.fp8_forward_fast_accumulation = t.fp8_recipe() != Fp8Recipe::Blockwise;
-        Ok(model)
+        Ok(model.with_fp8_recipe(t.fp8_recipe()))
     }
 
     /// The calibrated model alone, without measured tables.
@@ -234,6 +231,26 @@ impl ComputeModel {
             EfficiencyTable::embedded()?,
             KernelTables::default(),
         ))
+    }
+
+    /// The same model for an experiment training with FP8 `recipe`.
+    pub fn with_fp8_recipe(mut self, recipe: Fp8Recipe) -> Self {
+        self.fp8_recipe = recipe;
+        self
+    }
+
+    /// The fast accumulation `gpu`'s FP8 forward GEMMs run with: its family's, except under
+    /// Transformer Engine's `Float8BlockScaling`, which requires the split accumulator for
+    /// every GEMM (`recipe/__init__.py`).
+    pub fn fp8_fast_accumulation(&self, gpu: &GpuSpec) -> Option<&FastAccumulation> {
+        if self.fp8_recipe == Fp8Recipe::Blockwise {
+            return None;
+        }
+        self.efficiency_of(gpu)
+            .0
+            .gemm
+            .fp8_fast_accumulation
+            .as_ref()
     }
 
     /// The efficiency parameters used for `gpu` and whether they were fitted to its family.
@@ -245,14 +262,14 @@ impl ComputeModel {
     /// forward GEMM with fast accumulation where its family has it, and for a weight gradient
     /// the fp32 main-gradient accumulation ([`main_grad_accumulation_seconds`]).
     pub fn kernel_time(&self, kernel: &Kernel, gpu: &GpuSpec) -> KernelTime {
+        self.as_engine_runs(kernel, gpu, self.table_time(kernel, gpu))
+    }
+
+    /// `table`, `kernel`'s [`Self::table_time`] on `gpu`, as the engine runs it (see
+    /// [`Self::kernel_time`]). For a caller that needs both.
+    pub fn as_engine_runs(&self, kernel: &Kernel, gpu: &GpuSpec, table: KernelTime) -> KernelTime {
         let (eff, _) = self.efficiency_of(gpu);
-        let time = self.table_time(kernel, gpu);
-        let fast = eff
-            .gemm
-            .fp8_fast_accumulation
-            .as_ref()
-            .filter(|_| self.fp8_forward_fast_accumulation);
-        let time = with_fast_accumulation(kernel, gpu, fast, time);
+        let time = with_fast_accumulation(kernel, gpu, self.fp8_fast_accumulation(gpu), table);
         with_main_grad_accumulation(kernel, gpu, eff, time)
     }
 
