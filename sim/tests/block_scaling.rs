@@ -181,7 +181,8 @@ fn megatron_recipe_names_are_the_same_programs() {
 }
 
 /// A compute-bound GEMM's time follows the GPU file's rate for its type through the same
-/// per-clock efficiency: MXFP8 as FP8, NVFP4 at twice the rate, BF16 at half.
+/// per-clock efficiency: MXFP8 as FP8 less what its block scales cost (the compute family's
+/// `gemm.peak_fraction.mxfp8`), NVFP4 at twice FP8's rate, BF16 at half.
 #[test]
 fn gemm_rates_come_from_the_gpu_file() {
     let model = ComputeModel::embedded().expect("model");
@@ -197,10 +198,13 @@ fn gemm_rates_come_from_the_gpu_file() {
         time(Precision::Mxfp8),
         time(Precision::Nvfp4),
     );
-    assert_eq!(mx, fp8);
-    assert!(nv < mx && mx < bf16, "{nv} {mx} {bf16}");
+    assert!(
+        (mx / fp8 - 0.87 / 0.8276).abs() < 0.005,
+        "MXFP8 {mx}, FP8 {fp8}"
+    );
+    assert!(nv < fp8 && mx < bf16, "{nv} {fp8} {mx} {bf16}");
     // Launch cost and the per-tile overhead keep the ratio just under the peaks' 2x.
-    assert!((1.6..=2.0).contains(&(mx / nv)), "{}", mx / nv);
+    assert!((1.6..=2.0).contains(&(fp8 / nv)), "{}", fp8 / nv);
 }
 
 /// Memory per parameter: BF16 weights with TE's cached quantized copies (rowwise and

@@ -284,15 +284,25 @@ fn blackwell_sustained_clocks_follow_the_power_cap_from_measured_fp8() {
         (b200_ratio / hopper_ratio - 1.0).abs() < 0.005,
         "B200 BF16/FP8 {b200_ratio:.4}, H100 {hopper_ratio:.4}"
     );
-    let power = gb200.power_limit_w / b200.power_limit_w;
-    let cube = (power * f64::from(b200_sms) / f64::from(gb200_sms)).cbrt();
+    // GB200 holds the fraction of its burst clock B200 holds: its higher power limit is not
+    // credited, as the cube law would (1.053x), since Megatron-Bridge measured the two at
+    // 0.93-1.045x per GPU on identical recipes (configs/validation/bridge_blackwell.csv).
+    let burst_ratio = gb200.burst_mhz / b200.burst_mhz;
+    let cube = (gb200.power_limit_w / b200.power_limit_w * f64::from(b200_sms)
+        / f64::from(gb200_sms))
+    .cbrt();
     for (gb, b) in [
         (gb200.sustained_mhz, b200.sustained_mhz),
         (gb200.sustained_fp8(), b200.sustained_fp8()),
     ] {
         assert!(
-            (gb / b / cube - 1.0).abs() < 0.005,
+            (gb / b / burst_ratio - 1.0).abs() < 0.005,
             "GB200 {gb} MHz, B200 {b}"
+        );
+        let per_gpu = gb / b * f64::from(gb200_sms) / f64::from(b200_sms);
+        assert!(
+            per_gpu < 1.045 && gb / b < cube,
+            "GB200 throughput per GPU {per_gpu:.3}x B200's, above what was measured"
         );
     }
     let bf16 = sim::compute::calibration::gemm_kernel(16384, 6144, 4096, Precision::Bf16);

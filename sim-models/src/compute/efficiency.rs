@@ -128,6 +128,10 @@ pub struct PeakFraction {
     pub bf16: f64,
     pub fp16: f64,
     pub fp8: f64,
+    /// MXFP8 GEMMs, where measured against per-tensor FP8 at the same shapes: the block
+    /// scales cost the kernel time. Default: the FP8 fraction.
+    #[serde(default)]
+    pub mxfp8: Option<f64>,
 }
 
 impl PeakFraction {
@@ -137,9 +141,11 @@ impl PeakFraction {
             Precision::Tf32 => self.tf32,
             Precision::Bf16 => self.bf16,
             Precision::Fp16 => self.fp16,
-            // The block-scaled formats run on the FP8 tiles' per-clock efficiency (no MXFP8
-            // or NVFP4 GEMM is measured in the fit); their own peak sets the rate.
-            Precision::Fp8 | Precision::Mxfp8 | Precision::Nvfp4 => self.fp8,
+            Precision::Fp8 => self.fp8,
+            Precision::Mxfp8 => self.mxfp8.unwrap_or(self.fp8),
+            // NVFP4 runs on the FP8 tiles' per-clock efficiency (no NVFP4 GEMM is measured
+            // against a per-tensor baseline); its own peak sets the rate.
+            Precision::Nvfp4 => self.fp8,
         }
     }
 }
@@ -333,6 +339,9 @@ fn validate(a: &ArchEfficiency, file: &str) -> Result<(), ConfigError> {
         ("attention.causal_peak", a.attention.causal_peak),
     ] {
         fraction(key, v)?;
+    }
+    if let Some(v) = p.mxfp8 {
+        fraction("gemm.peak_fraction.mxfp8", v)?;
     }
     non_negative("gemm.k_overhead", a.gemm.k_overhead)?;
     if let Some(g) = &a.gemm.grouped {
