@@ -286,7 +286,7 @@ fn blackwell_sustained_clocks_follow_the_power_cap_from_measured_fp8() {
     );
     // GB200 holds the fraction of its burst clock B200 holds: its higher power limit is not
     // credited, as the cube law would (1.053x), since Megatron-Bridge measured the two at
-    // 0.93-1.045x per GPU on identical recipes (configs/validation/bridge_blackwell.csv).
+    // 0.93-1.045x per GPU on identical recipes (configs/validation/bridge_summary.csv).
     let burst_ratio = gb200.burst_mhz / b200.burst_mhz;
     let cube = (gb200.power_limit_w / b200.power_limit_w * f64::from(b200_sms)
         / f64::from(gb200_sms))

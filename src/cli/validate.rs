@@ -1397,7 +1397,7 @@ mod tests {
             ("megascale_a100.csv", 8),
             ("mcore_dsv3_gb200.csv", 6),
             ("nemo2407_h100.csv", 12),
-            ("bridge_blackwell.csv", 15),
+            ("bridge_summary.csv", 17),
         ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("configs/validation")
