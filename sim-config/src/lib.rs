@@ -274,6 +274,7 @@ pub struct ClusterConfig {
     #[serde(default = "defaults::scale_up")]
     pub scale_up: ScaleUp,
     /// GPUs in one NVLink domain (8 in a DGX, 72 in a GB200 NVL72). Default: gpus_per_host.
+    /// A job of fewer GPUs has one domain of its own ([`ClusterConfig::nvlink_domain_gpus`]).
     pub nvlink_domain: Option<u32>,
     /// PCIe switches per host between GPUs and NICs. Default: one per two GPUs (DGX H100).
     pub pcie_switches_per_host: Option<u32>,
@@ -302,6 +303,20 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub latency_ns: LatencyConfig,
     pub cxl: Option<CxlConfig>,
+}
+
+impl ClusterConfig {
+    /// GPUs in each NVLink domain of this cluster: `nvlink_domain` (default `gpus_per_host`),
+    /// or all of `gpus` when the job is smaller than one domain (a job on 8 GPUs of a GB200
+    /// NVL72 rack has the NVLink domain of its own 8).
+    pub fn nvlink_domain_gpus(&self) -> u32 {
+        let size = self.nvlink_domain.unwrap_or(self.gpus_per_host);
+        if self.gpus < size && self.gpus.is_multiple_of(self.gpus_per_host) {
+            self.gpus
+        } else {
+            size
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

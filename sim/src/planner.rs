@@ -245,7 +245,7 @@ pub fn search(
 /// the experiment's.
 fn layouts(base: &Experiment, m: &ModelSpec) -> Vec<(u32, u32, u32, u32)> {
     let c = &base.loaded.config.cluster;
-    let domain = c.nvlink_domain.unwrap_or(c.gpus_per_host).max(1);
+    let domain = c.nvlink_domain_gpus().max(1);
     let world = base.layout.world() / base.layout.cp;
     let divides = |n: u64, d: u32| n.is_multiple_of(u64::from(d));
     let tps: Vec<u32> = (0..8)

@@ -225,6 +225,15 @@ pub(super) fn host_layout(cluster: &ClusterConfig) -> Result<HostLayout, Topolog
     })
 }
 
+/// The largest NVLink domain below `size` made of whole hosts of `gph` GPUs that divides
+/// `gpus` (what a job spread evenly over domains of up to `size` GPUs fills), if any.
+fn largest_domain_dividing(gpus: u32, gph: u32, size: u32) -> Option<u32> {
+    (1..=size / gph)
+        .rev()
+        .map(|hosts| hosts * gph)
+        .find(|&d| gpus.is_multiple_of(d))
+}
+
 /// Decides each NVLink domain's fabric. `Auto`: NVSwitch for NVIDIA parts with NVLink, a mesh
 /// for AMD parts with Infinity Fabric (MI300X platforms wire the 8 OAMs point to point: AMD
 /// CDNA 3 whitepaper), nothing otherwise. Domains are decided one by one so a heterogeneous
@@ -243,7 +252,7 @@ pub(super) fn scale_up_layout(
             nvswitch: vec![NODE_NONE; layout.hosts as usize],
         });
     }
-    let size = cluster.nvlink_domain.unwrap_or(gph);
+    let size = cluster.nvlink_domain_gpus();
     if size == 0 || !size.is_multiple_of(gph) {
         return Err(TopologyError::config(
             "cluster.nvlink_domain",
@@ -256,8 +265,12 @@ pub(super) fn scale_up_layout(
         return Err(TopologyError::config(
             "cluster.nvlink_domain",
             format!(
-                "cluster.nvlink_domain ({size}) must divide cluster.gpus ({})",
-                cluster.gpus
+                "cluster.nvlink_domain ({size}) must divide cluster.gpus ({}): set it to the GPUs \
+                 of each NVLink domain this job fills{}",
+                cluster.gpus,
+                largest_domain_dividing(cluster.gpus, gph, size)
+                    .map(|d| format!(", e.g. {d} (whole hosts of {gph})"))
+                    .unwrap_or_default()
             ),
         ));
     }
@@ -471,6 +484,21 @@ mod tests {
             }
         }
         check_all_pairs(&t, &[0, 1]);
+    }
+
+    /// A job smaller than one NVLink domain has a domain of its own GPUs; one that does not
+    /// fill its domains evenly is refused with a size that would.
+    #[test]
+    fn a_job_smaller_than_its_nvlink_domain_fills_a_domain_of_its_own() {
+        let rack =
+            "gpus_per_host = 4\nnics_per_host = 4\nnvlink_domain = 72\nhosts_per_segment = 18\n";
+        let t = build_toml(&format!("gpus = 8\n{rack}"), &[h100()], None);
+        assert_eq!(t.count_by_kind()[&NodeKind::NvSwitch], 1);
+        let p = t.path(t.gpu(0), t.gpu(7), 3).unwrap();
+        assert!(p.iter().all(|&l| t.link(l).class == LinkClass::NvLink));
+        let err = try_build_toml(&format!("gpus = 128\n{rack}"), &[h100()], None).unwrap_err();
+        assert_eq!(err.key(), "cluster.nvlink_domain");
+        assert!(err.to_string().contains("e.g. 64"), "{err}");
     }
 
     #[test]
