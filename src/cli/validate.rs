@@ -1094,15 +1094,22 @@ pub fn parity_svg(outcomes: &[Outcome]) -> Result<String, PlotError> {
 }
 
 /// Whether the shipped GPU `name` runs FP8 forward GEMMs with fast accumulation under
-/// `recipe`, as the compute model decides it.
+/// `recipe`, as the compute model decides it. The shipped files are parsed once per process,
+/// not once per row.
 fn fast_accumulation(name: &str, recipe: Fp8Recipe) -> bool {
-    let (Ok(gpus), Ok(model)) = (
-        sim_models::gpu::GpuDatabase::embedded(),
-        sim_models::compute::ComputeModel::embedded(),
-    ) else {
+    use sim_models::compute::ComputeModel;
+    use sim_models::gpu::GpuDatabase;
+    static SHIPPED: std::sync::OnceLock<Option<(GpuDatabase, ComputeModel)>> =
+        std::sync::OnceLock::new();
+    let Some((gpus, model)) = SHIPPED.get_or_init(|| {
+        Some((
+            GpuDatabase::embedded().ok()?,
+            ComputeModel::embedded().ok()?,
+        ))
+    }) else {
         return false;
     };
-    let model = model.with_fp8_recipe(recipe);
+    let model = model.clone().with_fp8_recipe(recipe);
     gpus.get(name)
         .is_some_and(|gpu| model.fp8_fast_accumulation(gpu).is_some())
 }

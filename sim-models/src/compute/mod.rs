@@ -907,6 +907,7 @@ mod tests {
             assert!((g - 1.0).abs() < 1e-12, "{gpu} {pass:?} {dtype:?}: {g}x");
         }
     }
+
     /// MXFP8 GEMMs take as much longer than per-tensor FP8 ones as Transformer Engine's GEMM
     /// profiling guide measured on Blackwell: the 12 GEMMs of a hidden 4,096 / FFN 16,384
     /// layer at 15,872 tokens, inputs quantized before timing, sum to 7.161 ms (MXFP8) against
