@@ -1,7 +1,8 @@
 //! `fleetsim coordinator` and `fleetsim worker`: a run over real gRPC on loopback sockets
 //! (3 workers) gives the embedded run's digest, garbage on the coordinator's port does not
 //! hurt it, a worker without the run's token or its TLS is refused, a dead worker stops the
-//! run within 10 s and its last checkpoint resumes on fewer workers, and SIGTERM to any
+//! run within 10 s and its last checkpoint resumes on fewer workers (one slow to hand in its
+//! results is not dead), and SIGTERM to any
 //! process stops the run at a checkpoint, workers started seconds apart still run, and a
 //! worker runs without transparent huge pages unless told otherwise.
 #![cfg(feature = "server")]
@@ -184,6 +185,29 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
     for file in ["ranks.csv", "collectives.csv", "links.csv"] {
         assert!(out.join(file).exists(), "{file}");
     }
+}
+
+/// A worker that takes longer than the coordinator's 5 s silence limit to hand in its
+/// results (as each of four workers of the million-GPU run did, on two cores) is still
+/// alive: it beats until its results are in, and the run completes with the embedded digest.
+#[test]
+fn a_worker_slow_to_submit_its_results_is_not_taken_for_dead() {
+    let dir = scratch("distributed-slow-results");
+    let token = token_file(&dir.join("token"), "a-shared-secret\n");
+    let out = dir.join("out");
+    let (coordinator, address) = start_coordinator(&out, &token, 2);
+    let slow = {
+        let (address, token) = (address.clone(), token.clone());
+        std::thread::spawn(move || {
+            worker_command(&address, &token)
+                .env("FLEETSIM_TEST_HOLD_RESULTS_MS", "7000")
+                .output()
+                .expect("run a worker")
+        })
+    };
+    assert_success(&worker(&address, &token));
+    assert_success(&slow.join().expect("slow worker"));
+    assert_embedded_digest(coordinator, &out, &dir);
 }
 
 /// `engine.planner = "hetero"` plans a gRPC run as it plans `run`: the coordinator searches,

@@ -31,10 +31,11 @@ pub enum RunError {
     /// Not a `#[source]`: the message already holds the engine's, and `{:#}` would repeat it.
     #[error("simulation failed: {0}")]
     Engine(worker::EngineError),
-    /// A distributed run's processes could not serve, reach each other or finish.
+    /// A distributed run's processes could not serve, reach each other or finish. Not a
+    /// `#[source]`: the message holds it, and `{:#}` would print it twice.
     #[cfg(feature = "server")]
     #[error("simulation did not complete: {0}")]
-    Transport(#[from] crate::distributed::failure::TransportError),
+    Transport(crate::distributed::failure::TransportError),
     /// The run's model was still held elsewhere when its results were assembled (a bug).
     #[error("simulation did not complete: the simulation model is still shared after the run")]
     ModelStillShared,
@@ -72,6 +73,13 @@ pub enum RunError {
         mark.window
     )]
     Stopped { mark: Mark, dir: String },
+}
+
+#[cfg(feature = "server")]
+impl From<crate::distributed::failure::TransportError> for RunError {
+    fn from(e: crate::distributed::failure::TransportError) -> Self {
+        RunError::Transport(e)
+    }
 }
 
 impl From<crate::checkpoint::CheckpointError> for RunError {

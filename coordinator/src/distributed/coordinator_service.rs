@@ -184,6 +184,8 @@ impl Coordinator for CoordinatorService {
     ) -> Result<Response<pb::Ack>, Status> {
         check_token(&request, &self.token)?;
         let r = request.into_inner();
+        // A worker sending its results is alive.
+        self.seen(r.worker_id);
         let decoded: Result<ResultsPart, _> = bitcode::deserialize(&r.payload);
         {
             let mut hub = self.hub.lock();

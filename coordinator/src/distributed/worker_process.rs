@@ -204,7 +204,8 @@ pub fn run_worker_process(
     let outcome = run_worker(&setup, &mut coordination);
     // Closes the streams to the peers, so their servers can shut down.
     drop(coordination);
-    beat.abort();
+    // Heartbeats go on until the results are in: gathering and sending a million GPUs'
+    // reports on a busy machine takes longer than the coordinator's silence limit.
     let mut outcome = outcome?;
     outcome.stats.peak_rss_bytes = peak_rss_bytes();
     tracing::info!(
@@ -221,6 +222,9 @@ pub fn run_worker_process(
         events: outcome.stats.events,
         stopped: outcome.stopped,
     };
+    if let Some(hold) = results_hold() {
+        std::thread::sleep(hold);
+    }
     for part in results_parts(outcome.reports, outcome.stats, REPORTS_PER_PART) {
         let payload =
             bitcode::serialize(&part).map_err(|e| TransportError::Encode(e.to_string()))?;
@@ -235,7 +239,18 @@ pub fn run_worker_process(
             .block_on(client.submit_results(request))
             .map_err(TransportError::Submit)?;
     }
+    beat.abort();
     let _ = stop_server.send(());
     let _ = runtime.block_on(server);
     Ok(summary)
+}
+
+/// A test's pause before a worker submits its results (`FLEETSIM_TEST_HOLD_RESULTS_MS`):
+/// stands in for the seconds a worker of a huge run spends gathering and sending them.
+fn results_hold() -> Option<Duration> {
+    std::env::var("FLEETSIM_TEST_HOLD_RESULTS_MS")
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
 }
