@@ -10,7 +10,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -136,8 +136,28 @@ fn assert_embedded_digest(coordinator: Child, out: &Path, dir: &Path) {
     assert_eq!(digest(out).0, small_embedded_digest(&dir.join("embedded")));
 }
 
+/// A scratch directory `name` for a run over gRPC: it, the shared secret's file in it, and
+/// the run's output directory.
+fn secret_run(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let token = token_file(&dir.join("token"), "a-shared-secret\n");
+    let out = dir.join("out");
+    (dir, token, out)
+}
+
+/// A worker run to its end on a thread of its own, `env` set in its environment.
+fn worker_thread(
+    address: &str,
+    token: &Path,
+    env: &[(&str, &str)],
+) -> std::thread::JoinHandle<std::process::Output> {
+    let mut cmd = worker_command(address, token);
+    cmd.envs(env.iter().copied());
+    std::thread::spawn(move || cmd.output().expect("run a worker"))
+}
+
 /// Writes the run's shared secret to `path` and returns the path, for `--token-file`.
-fn token_file(path: &Path, secret: impl AsRef<[u8]>) -> std::path::PathBuf {
+fn token_file(path: &Path, secret: impl AsRef<[u8]>) -> PathBuf {
     std::fs::write(path, secret).expect("token file");
     path.to_path_buf()
 }
@@ -152,9 +172,7 @@ fn digest(dir: &Path) -> (String, serde_json::Value) {
 
 #[test]
 fn a_run_over_grpc_gives_the_embedded_digest() {
-    let dir = scratch("distributed");
-    let token = token_file(&dir.join("token"), "a-shared-secret\n");
-    let out = dir.join("out");
+    let (dir, token, out) = secret_run("distributed");
     let (coordinator, address) = start_coordinator(&out, &token, 3);
     // Garbage on the coordinator's port first: it must shrug it off.
     {
@@ -192,19 +210,13 @@ fn a_run_over_grpc_gives_the_embedded_digest() {
 /// alive: it beats until its results are in, and the run completes with the embedded digest.
 #[test]
 fn a_worker_slow_to_submit_its_results_is_not_taken_for_dead() {
-    let dir = scratch("distributed-slow-results");
-    let token = token_file(&dir.join("token"), "a-shared-secret\n");
-    let out = dir.join("out");
+    let (dir, token, out) = secret_run("distributed-slow-results");
     let (coordinator, address) = start_coordinator(&out, &token, 2);
-    let slow = {
-        let (address, token) = (address.clone(), token.clone());
-        std::thread::spawn(move || {
-            worker_command(&address, &token)
-                .env("FLEETSIM_TEST_HOLD_RESULTS_MS", "7000")
-                .output()
-                .expect("run a worker")
-        })
-    };
+    let slow = worker_thread(
+        &address,
+        &token,
+        &[("FLEETSIM_TEST_HOLD_RESULTS_MS", "7000")],
+    );
     assert_success(&worker(&address, &token));
     assert_success(&slow.join().expect("slow worker"));
     assert_embedded_digest(coordinator, &out, &dir);
@@ -223,9 +235,7 @@ fn the_heterogeneity_planner_plans_a_run_over_grpc_as_run_does() {
         "--set",
         "engine.planner=\"hetero\"",
     ];
-    let dir = scratch("distributed-planned");
-    let token = token_file(&dir.join("token"), "a-shared-secret\n");
-    let out = dir.join("out");
+    let (dir, token, out) = secret_run("distributed-planned");
     let (coordinator, address) = start_coordinator_on(Path::new(HETERO), &out, &token, 2, &sets);
     run_workers_and_coordinator(coordinator, &address, &token, 2);
     let embedded = embedded_summary(&dir.join("embedded"), HETERO, &sets);
@@ -252,14 +262,9 @@ fn embedded_summary(out: &Path, experiment: &str, sets: &[&str]) -> serde_json::
 /// workers may), and the run still gives the embedded digest.
 #[test]
 fn a_worker_registered_early_waits_for_a_late_one() {
-    let dir = scratch("distributed-late");
-    let token = token_file(&dir.join("token"), "a-shared-secret\n");
-    let out = dir.join("out");
+    let (dir, token, out) = secret_run("distributed-late");
     let (coordinator, address) = start_coordinator(&out, &token, 2);
-    let early = {
-        let (address, token) = (address.clone(), token.clone());
-        std::thread::spawn(move || worker(&address, &token))
-    };
+    let early = worker_thread(&address, &token, &[]);
     std::thread::sleep(Duration::from_secs(7));
     assert_success(&worker(&address, &token));
     assert_success(&early.join().expect("worker thread"));
