@@ -7,7 +7,8 @@
 //! here fails the benchmark, naming both: a change that moves one must record the new
 //! answer here, and its commit and `docs/engine.md` ("Recorded answers of the large
 //! presets") must say why. Not in `cargo test`: the 131,072-GPU cases take 6-17 minutes each
-//! on two cores, so they (and the 1,048,576-GPU one) run only with `FLEETSIM_BENCH_HUGE=1`.
+//! on two cores and the 1,048,576-GPU ones with every rank 13-42 minutes, so they run only
+//! with `FLEETSIM_BENCH_HUGE=1`.
 //! The `-symmetric` cases run one data-parallel replica for all (`engine.symmetry`, on the
 //! analytical network without clock spread): seconds at any scale.
 
@@ -122,6 +123,30 @@ const CASES: &[Case] = &[
         // 12.426529351809, 3d05fafa); the fp32 main gradient 254 ms more.
         // (12.680602756115, fb655978); 64 ms less at 6 bytes per weight (the thirteenth step).
         digest: "e334a3a295b054043844c51cb3858b96",
+        iteration_s: 12.617084405161,
+        huge: true,
+    },
+    // The same million GPUs with every rank simulated (issue 19's full run): recorded on
+    // 1de9102 (41 min 59 s, 7.26 GB on two threads) and unchanged since.
+    Case {
+        name: "llama3-405b-1m-analytical",
+        experiment: "configs/experiments/llama3-405b-1m.toml",
+        sets: &["engine.symmetry=\"off\""],
+        digest: "101b89c8b8ffe22f91ac81a199d2dd13",
+        iteration_s: 12.913528001102,
+        huge: true,
+    },
+    // Every rank without the chip spread: the one-replica run's iteration to the picosecond,
+    // and the digest four gRPC workers gave (docs/engine.md, "A million GPUs").
+    Case {
+        name: "llama3-405b-1m-every-rank",
+        experiment: "configs/experiments/llama3-405b-1m.toml",
+        sets: &[
+            "network.model=\"analytical\"",
+            "compute.clock_spread=0",
+            "engine.symmetry=\"off\"",
+        ],
+        digest: "213d6058bcf069e7b85849ccf7d68430",
         iteration_s: 12.617084405161,
         huge: true,
     },
