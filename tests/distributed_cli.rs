@@ -110,12 +110,7 @@ fn worker(address: &str, token: &Path) -> std::process::Output {
 /// Runs `n` workers against the coordinator at `address` to their end, each on a thread:
 /// every one of them must succeed.
 fn run_workers(address: &str, token: &Path, n: u32) {
-    let handles: Vec<_> = (0..n)
-        .map(|_| {
-            let (address, token) = (address.to_string(), token.to_path_buf());
-            std::thread::spawn(move || worker(&address, &token))
-        })
-        .collect();
+    let handles: Vec<_> = (0..n).map(|_| worker_thread(address, token, &[])).collect();
     for w in handles {
         assert_success(&w.join().expect("worker thread"));
     }
