@@ -66,6 +66,20 @@ pub enum PartitionError {
     Causality(Box<CausalityError>),
     #[error(transparent)]
     TimeOverflow(Box<TimeOverflowError>),
+    #[error(transparent)]
+    SequenceOverflow(Box<SequenceOverflowError>),
+}
+
+/// An LP created more events than an event key counts ([`crate::queue::SEQUENCE_LIMIT`]): a
+/// limit of the engine that no experiment shipped comes near, not bad input.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "event sequence overflow: LP {origin} ({origin_kind}) created {limit} events, the most one LP may: fleetsim's event queue counts an LP's events in 32 bits; this run cannot go on (please report it with the experiment file)"
+)]
+pub struct SequenceOverflowError {
+    pub origin: NodeId,
+    pub origin_kind: &'static str,
+    pub limit: u64,
 }
 
 /// An event that was addressed to an LP of another partition before the window it was
@@ -378,6 +392,18 @@ impl Partition {
                     kind: event.body.kind_name(),
                     limit_days: SimTime::LIMIT.as_secs_f64() / 86_400.0,
                 })));
+            }
+            if !crate::queue::key_fits(&key) {
+                if self.error.is_none() {
+                    self.error = Some(PartitionError::SequenceOverflow(Box::new(
+                        SequenceOverflowError {
+                            origin: key.origin_lp,
+                            origin_kind: model.topology.nodes()[key.origin_lp as usize].kind.name(),
+                            limit: crate::queue::SEQUENCE_LIMIT,
+                        },
+                    )));
+                }
+                continue;
             }
             if map.partition_of[event.target as usize] == self.id {
                 if let Some(p) = &mut self.promises {
