@@ -115,6 +115,36 @@ fn h100_ring_all_gather_and_reduce_scatter_reach_370_gbs() {
     }
 }
 
+const GB200_NVL72: &str = "configs/clusters/gb200-nvl72.toml";
+
+/// Published nccl-tests runs on GB200 NVL72 at 8 GiB (out of place), against fleetsim's NCCL
+/// over NVLink5 (`BLACKWELL_LINK_EFFICIENCY`, fitted to these three): all-to-all in one tray
+/// and over 64 GPUs of a rack (NVIDIA oracle-quickstart/oci-gpu-quickstarts
+/// `nvidia/GB200/README-GB200.md` at 140fc621, NCCL 2.27.3), all-gather over two trays
+/// (Google Cloud A4X, docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-gke).
+#[test]
+fn gb200_nvlink_collectives_move_what_nccl_tests_measured() {
+    let cases = [
+        (CollectiveOp::AllToAll, 4, 615.30),
+        (CollectiveOp::AllToAll, 64, 622.92),
+        (CollectiveOp::AllGather, 8, 651.28),
+    ];
+    for (op, gpus, measured) in cases {
+        let rows = bench_on(
+            GB200_NVL72,
+            op,
+            gpus,
+            &[8 << 30],
+            &["network.model=analytical", "collectives.nvls_enable=false"],
+        );
+        let busbw = rows[0].busbw;
+        assert!(
+            (busbw / measured - 1.0).abs() < 0.035,
+            "{op:?} on {gpus} GB200: {busbw:.1} GB/s against {measured} measured"
+        );
+    }
+}
+
 /// What 8 ConnectX-7 NICs give NCCL: 8 × 400 Gb/s × 0.96.
 const NIC_BOUND_GBS: f64 = 8.0 * 48.0;
 const HOSTS: [u32; 4] = [2, 4, 8, 16];

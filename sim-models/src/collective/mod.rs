@@ -132,15 +132,18 @@ pub enum Arch {
     Volta,
     Ampere,
     Hopper,
+    Blackwell,
 }
 
 impl Arch {
-    /// From `GpuSpec::architecture`. Blackwell uses Hopper's tables (NCCL 2.21 has none for
-    /// sm100); AMD parts use Ampere's (RCCL keeps NCCL's tables).
+    /// From `GpuSpec::architecture`. Blackwell has NCCL's sm100 tables (NCCL 2.25.1 on;
+    /// every Blackwell run of the tables here used 2.25 or later); AMD parts use Ampere's
+    /// (RCCL keeps NCCL's tables).
     pub fn from_name(architecture: &str) -> Arch {
         match architecture {
             "volta" => Arch::Volta,
-            "hopper" | "blackwell" => Arch::Hopper,
+            "hopper" => Arch::Hopper,
+            "blackwell" => Arch::Blackwell,
             _ => Arch::Ampere,
         }
     }
@@ -162,21 +165,48 @@ impl Arch {
                 nvls_efficiency: 0.0,
                 nvls_us: 0.0,
             },
-            // Fitted to the H100 and H200 columns (NCCL 2.18.5 / 2.20.5, Azure ND H100 v5 and
-            // ND H200 v5). Ring efficiency is NCCL's own 20.6 of 25 GB/s per NVLink4 link
-            // (`src/graph/topo.h`, SM90_NVLINK_BW), the ~370 GB/s ring bus bandwidth NCCL's
-            // maintainers quote for 8 H100 (nccl-tests issues #212, #290).
-            Arch::Hopper => ArchParams {
-                call_us: 6.0,
-                step_scale: 1.0,
-                link_efficiency: 0.824,
-                ll_factor: 0.21,
-                nvls_efficiency: 0.67,
-                nvls_us: 70.0,
+            Arch::Hopper => HOPPER_PARAMS,
+            // Hopper's, but for what NCCL moves over NVLink5 (`BLACKWELL_LINK_EFFICIENCY`).
+            Arch::Blackwell => ArchParams {
+                link_efficiency: BLACKWELL_LINK_EFFICIENCY,
+                ..HOPPER_PARAMS
             },
         }
     }
+
+    /// Hopper or later: NVLink SHARP, the sm90 graph search speeds and channel duplication.
+    fn hopper_or_later(self) -> bool {
+        self >= Arch::Hopper
+    }
 }
+
+/// Fitted to the H100 and H200 columns (NCCL 2.18.5 / 2.20.5, Azure ND H100 v5 and ND H200
+/// v5). Ring efficiency is NCCL's own 20.6 of 25 GB/s per NVLink4 link (`src/graph/topo.h`,
+/// SM90_NVLINK_BW), the ~370 GB/s ring bus bandwidth NCCL's maintainers quote for 8 H100
+/// (nccl-tests issues #212, #290).
+const HOPPER_PARAMS: ArchParams = ArchParams {
+    call_us: 6.0,
+    step_scale: 1.0,
+    link_efficiency: 0.824,
+    ll_factor: 0.21,
+    nvls_efficiency: 0.67,
+    nvls_us: 70.0,
+};
+
+/// NCCL's bandwidth of one NVLink5 link over its line rate (`topo.h` SM100_NVLINK_BW 40.0
+/// of 50 GB/s): what its graph search divides into channels.
+const SM100_LINK_SHARE: f64 = 40.0 / 50.0;
+
+/// Bus bandwidth NCCL reaches over GB200's NVLink5, a fraction of its 900 GB/s: fitted
+/// (minimax) to the three published nccl-tests figures at 8 GiB, all-to-all on the 4 GPUs
+/// of one tray 615.30 GB/s and on 64 GPUs of one rack 622.92 GB/s (NVIDIA
+/// oracle-quickstart/oci-gpu-quickstarts `nvidia/GB200/README-GB200.md` at 140fc621, NCCL
+/// 2.27.3), all-gather on 8 GPUs of two trays 651.28 GB/s (Google Cloud A4X,
+/// docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-gke): 0.68-0.72 of line rate,
+/// where NCCL's own model of the link (`SM100_LINK_SHARE`) says 0.80 and Hopper's NCCL
+/// reaches its model's 0.82. A B300 moves 675.55 GB/s all-to-all on 8 GPUs (the same
+/// repository's `nvidia/B300/README-B300.md`, NCCL 2.28.9), 4% above this.
+const BLACKWELL_LINK_EFFICIENCY: f64 = (615.30 + 651.28) / 2.0 / 900.0;
 
 /// What NCCL achieves on a GPU generation, beyond its tuning tables. Each value was fitted
 /// once to public nccl-tests measurements and is checked against them in
@@ -277,13 +307,21 @@ pub fn p2p_plan(arch: Arch, bytes: u64, across_nodes: bool) -> Plan {
 const HW_LAT_NVLINK: [[f64; 3]; 2] = [[0.6, 1.25, 28.0], [0.6, 1.9, 3.4]];
 const HW_LAT_PCI: [[f64; 3]; 2] = [[1.0, 1.9, 28.0], [1.0, 2.5, 5.7]];
 const HW_LAT_NET: [[f64; 3]; 2] = [[5.0, 8.5, 28.0], [2.7, 4.0, 14.0]];
-/// Per-channel caps (GB/s), Volta/Ampere/Hopper, by node count N1/N2/N4+ (`tuning.cc`).
-const PER_CH_RING_LL128: [[f64; 3]; 3] = [[20.0; 3], [20.0; 3], [36.7; 3]];
-const PER_CH_TREE_LL128: [[f64; 3]; 3] = [[20.0; 3], [20.0; 3], [36.7, 36.7, 29.0]];
-const PER_CH_TREE: [[f64; 3]; 3] = [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0]];
+/// Per-channel caps (GB/s), Volta/Ampere/Hopper/Blackwell, by node count N1/N2/N4+
+/// (`tuning.cc`; Blackwell's row, twice Hopper's, from NCCL 2.25.1).
+const PER_CH_RING_LL128: [[f64; 3]; 4] = [[20.0; 3], [20.0; 3], [36.7; 3], [73.4; 3]];
+const PER_CH_TREE_LL128: [[f64; 3]; 4] =
+    [[20.0; 3], [20.0; 3], [36.7, 36.7, 29.0], [73.4, 73.4, 58.0]];
+const PER_CH_TREE: [[f64; 3]; 4] = [
+    [26.5, 18.5, 10.0],
+    [24.0, 23.6, 17.8],
+    [38.7, 41.4, 36.0],
+    [77.4, 82.8, 72.0],
+];
 /// Ring graph search speeds, GB/s per channel (`src/graph/search.cc`).
 const SPEEDS_INTRA: &[f64] = &[40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0];
 const SPEEDS_INTRA_SM90: &[f64] = &[60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0];
+const SPEEDS_INTRA_SM100: &[f64] = &[90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0];
 const SPEEDS_INTER: &[f64] = &[48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0];
 const SPEEDS_INTER_SM90: &[f64] = &[48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5];
 /// NCCL_NVLS_NCHANNELS default.
@@ -486,8 +524,9 @@ impl CommShape {
     /// Channels of NCCL's ring graph at run time: the search's channel count at its best
     /// speed, duplicated once by `ncclTopoDupChannels` and once more in `ncclTopoPostset`.
     pub fn ring_channels(&self) -> u32 {
-        let hopper = self.arch == Arch::Hopper;
+        let hopper = self.arch.hopper_or_later();
         let (speeds, limit) = if self.nodes > 1 {
+            // sm100's inter-node speeds are sm90's.
             let s = if hopper {
                 SPEEDS_INTER_SM90
             } else {
@@ -495,10 +534,10 @@ impl CommShape {
             };
             (s, self.nic_bytes_per_s * 1e-9)
         } else {
-            let s = if hopper {
-                SPEEDS_INTRA_SM90
-            } else {
-                SPEEDS_INTRA
+            let s = match self.arch {
+                Arch::Blackwell => SPEEDS_INTRA_SM100,
+                Arch::Hopper => SPEEDS_INTRA_SM90,
+                _ => SPEEDS_INTRA,
             };
             (
                 s,
@@ -777,7 +816,7 @@ impl CommShape {
         settings.nvls_enable
             && self.nvswitch
             && self.nvlink
-            && self.arch == Arch::Hopper
+            && self.arch.hopper_or_later()
             && self.ranks_per_node > 2
     }
 
@@ -815,10 +854,12 @@ impl CommShape {
 }
 
 /// NCCL's per-link bandwidth as a share of NVLink's line rate (`topo.h`: SM80 and SM70 20 of
-/// 25 GB/s per link, SM90 20.6 of 25): what its graph search divides into channels.
+/// 25 GB/s per link, SM90 20.6 of 25, SM100 40.0 of 50): what its graph search divides into
+/// channels.
 fn nccl_link_share(arch: Arch) -> f64 {
     match arch {
         Arch::Hopper => 20.6 / 25.0,
+        Arch::Blackwell => SM100_LINK_SHARE,
         _ => 0.8,
     }
 }
