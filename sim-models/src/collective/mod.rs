@@ -210,7 +210,7 @@ const BLACKWELL_LINK_EFFICIENCY: f64 = (615.30 + 651.28) / 2.0 / 900.0;
 
 /// What NCCL achieves on a GPU generation, beyond its tuning tables. Each value was fitted
 /// once to public nccl-tests measurements and is checked against them in
-/// `sim/tests/collective_calibration.rs`.
+/// `tests/collective_bench.rs`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArchParams {
     /// Launch and setup of one collective call, µs.
