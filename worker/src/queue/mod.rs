@@ -7,11 +7,14 @@
 //! radix heap ([`radix`]) that streams through vectors. The switch moves every event across
 //! and has hysteresis, so a queue near the threshold does not flip back and forth.
 //!
-//! Alone, the radix heap is the faster at every size (`cargo bench -p worker --bench queue`:
-//! 5.3 against 6.0 ms per 100,000 holds at 64 events, 7.2 against 18.0 ms at 65,536). Inside
-//! the engine it is not: gpt3-175b-h100-1024 on one thread (192 partitions of a few dozen
-//! events, each visited cold once per window) took 30.5-32.4 s with radix heaps throughout
-//! against 27.8-28.0 s with small heaps, so small queues stay heaps. Where the switch lies
+//! Alone (`cargo bench -p worker --bench queue`, ms per 100,000 holds, heap against radix),
+//! the heap wins while small and the radix heap beyond: 3.72 against 4.31 at 64 events, 6.45
+//! against 4.85 at 4,096, 8.29 against 5.26 at 65,536 (2026-12-05, with the heap's 128-bit
+//! keys; before them the radix heap was the faster at every size: 5.3 against 6.0 at 64,
+//! 7.2 against 18.0 at 65,536). Inside the engine the small heaps matter more:
+//! gpt3-175b-h100-1024 on one thread (192 partitions of a few dozen events, each visited cold
+//! once per window) took 30.5-32.4 s with radix heaps throughout against 27.8-28.0 s with
+//! small heaps, so small queues stay heaps. Where the switch lies
 //! was measured on the engine too (2026-12-05, one thread, back to back): a heap up to 1,024
 //! events rather than 4,096 runs `gpt3-175b-h100-1024` at packet level 6% faster and in flow
 //! mode 10% faster, and a 8,192-GPU analytical iteration 2% faster; 384 gained no more.
