@@ -113,6 +113,56 @@ pub struct ModelConfig {
     pub mla: Option<Mla>,
     /// Multi-token prediction depth (DeepSeek-V3 §2.2; Megatron-Core `--mtp-num-layers`).
     pub mtp_layers: Option<u64>,
+    /// Which layers after `dense_layers` are MoE layers (Megatron-Core `--moe-layer-freq`):
+    /// an integer N makes layers 0, N, 2N, ... MoE layers and the others dense; a list of 0
+    /// and 1, one per layer, names them (Llama 4 Maverick alternates `[0, 1, 0, 1, ...]`).
+    pub moe_layer_freq: Option<MoeLayerFreq>,
+    /// Sliding-window attention: a query attends to itself and at most this many tokens
+    /// before it (Megatron-Core `window_size = (left, 0)`, Transformer Engine's
+    /// `window_size`; GPT-OSS: 128). Unset, every layer attends over the whole sequence.
+    pub window_size: Option<u64>,
+    /// With `window_size`: every N-th layer, counting from 1, attends over the whole
+    /// sequence and the others over the window (Megatron-Core `window_attn_skip_freq`;
+    /// GPT-OSS alternates, 2). Unset, every layer uses the window.
+    pub window_attn_skip_freq: Option<u64>,
+}
+
+/// `model.moe_layer_freq` as written: every N-th layer, or a 0/1 pattern per layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoeLayerFreq {
+    Every(u64),
+    Pattern(Vec<u8>),
+}
+
+impl<'de> Deserialize<'de> for MoeLayerFreq {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Freq;
+        impl<'de> serde::de::Visitor<'de> for Freq {
+            type Value = MoeLayerFreq;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer N (layers 0, N, 2N, ... are MoE layers) or a list of 0 (dense) and 1 (MoE) per layer")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(MoeLayerFreq::Every)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(MoeLayerFreq::Every(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut flags = Vec::new();
+                while let Some(f) = seq.next_element::<u8>()? {
+                    flags.push(f);
+                }
+                Ok(MoeLayerFreq::Pattern(flags))
+            }
+        }
+        d.deserialize_any(Freq)
+    }
 }
 
 /// Names of the embedded presets.
@@ -310,6 +360,52 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
     }
     if obj.get("topk_method").and_then(serde_json::Value::as_str) == Some("noaux_tc") {
         out.insert("moe_router_expert_bias".into(), bool_value(true));
+    }
+    // Sliding windows: Mistral's `sliding_window` covers every layer, GPT-OSS's the layers its
+    // `layer_types` mark "sliding_attention"; Qwen2/3 write one but switch it off
+    // (`use_sliding_window: false`).
+    let window_on = obj
+        .get("use_sliding_window")
+        .and_then(serde_json::Value::as_bool)
+        != Some(false);
+    if window_on && let Some(window) = int("sliding_window")? {
+        let full: Vec<bool> = obj
+            .get("layer_types")
+            .and_then(serde_json::Value::as_array)
+            .map(|types| {
+                types
+                    .iter()
+                    .map(|t| t.as_str() == Some("full_attention"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let int_value = |v: i64| Located {
+            value: Value::Integer(v),
+            origin: origin.clone(),
+        };
+        if full.is_empty() || full.contains(&false) {
+            out.insert("window_size".into(), int_value(window));
+        }
+        if full.contains(&true) && full.contains(&false) {
+            // Megatron-Core's `window_attn_skip_freq` N: layer numbers (from 1) divisible by N
+            // attend fully.
+            let every = (2..=full.len()).find(|&n| {
+                full.iter()
+                    .enumerate()
+                    .all(|(i, &f)| f == (i + 1).is_multiple_of(n))
+            });
+            let Some(every) = every else {
+                return Err(ConfigError::plain(
+                    &shown,
+                    "layer_types",
+                    "full and sliding-window layers do not alternate as every N-th layer full; write model.window_size and model.window_attn_skip_freq in the experiment instead of reading them",
+                ));
+            };
+            out.insert(
+                "window_attn_skip_freq".into(),
+                int_value(i64::try_from(every).unwrap_or(i64::MAX)),
+            );
+        }
     }
     let is_llama_like = obj.contains_key("rms_norm_eps");
     out.insert(

@@ -3,8 +3,8 @@
 
 use crate::config::ConfigError;
 pub use crate::config::model::{
-    Activation, Mla, ModelConfig, Norm, Position, Routing, expand_model_sources, preset,
-    preset_names,
+    Activation, Mla, ModelConfig, MoeLayerFreq, Norm, Position, Routing, expand_model_sources,
+    preset, preset_names,
 };
 
 /// The most transformer layers a model may have: tables per layer are sized from it.
@@ -21,6 +21,9 @@ pub struct Moe {
     pub shared_experts: u64,
     /// The first `dense_layers` layers have a dense MLP instead.
     pub dense_layers: u64,
+    /// Of the others, layers 0, N, 2N, ... with N = `every` are MoE layers (Megatron-Core's
+    /// integer `--moe-layer-freq`); 1 makes them all MoE layers.
+    pub every: u64,
     /// Token drop; `None` is dropless.
     pub capacity: Option<ExpertCapacity>,
     /// Group-limited routing (one group of every expert when not limited).
@@ -204,6 +207,22 @@ pub struct ModelSpec {
     /// `k` is built as layer `layers + k`: a transformer layer of the model's kind behind its
     /// own projection, sharing the embedding and output head ([`ModelSpec::is_mtp_layer`]).
     pub mtp_layers: u64,
+    /// Which layers are MoE layers where `model.moe_layer_freq` lists them (one flag per
+    /// layer); `None` follows [`Moe::dense_layers`] and [`Moe::every`].
+    pub moe_pattern: Option<Vec<bool>>,
+    /// Sliding-window attention (`model.window_size`), `None` where every layer attends over
+    /// the whole sequence.
+    pub window: Option<AttentionWindow>,
+}
+
+/// Sliding-window attention as Megatron-Core configures it (`window_size = (left, 0)`,
+/// `window_attn_skip_freq`; `megatron/core/transformer/utils.py` `is_layer_window_attention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionWindow {
+    /// Tokens before a query it may attend to (the query attends to itself too).
+    pub left: u64,
+    /// Every this-many-th layer, counting from 1, attends over the whole sequence.
+    pub full_every: Option<u64>,
 }
 
 /// The most multi-token prediction modules fleetsim builds (DeepSeek-V3 trains with 1).
@@ -286,6 +305,87 @@ fn router_groups(
         ));
     }
     Ok(RouterGroups { groups, group_topk })
+}
+
+/// `model.moe_layer_freq` given as a list: one 0 or 1 per layer, at least one MoE layer, and
+/// no `model.dense_layers` beside it (the list names the dense layers itself).
+fn moe_layer_pattern(
+    cfg: &ModelConfig,
+    layers: u64,
+    error: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Option<Vec<bool>>, ConfigError> {
+    let Some(MoeLayerFreq::Pattern(flags)) = &cfg.moe_layer_freq else {
+        return Ok(None);
+    };
+    let key = "model.moe_layer_freq";
+    if flags.len() as u64 != layers {
+        return Err(error(
+            key,
+            format!(
+                "lists {} layers, but model.layers is {layers}; give one 0 (dense) or 1 (MoE) per layer",
+                flags.len()
+            ),
+        ));
+    }
+    if let Some(i) = flags.iter().position(|&f| f > 1) {
+        return Err(error(
+            key,
+            format!(
+                "entry {i} is {}; each entry is 0 (a dense layer) or 1 (a MoE layer)",
+                flags[i]
+            ),
+        ));
+    }
+    if !flags.contains(&1) {
+        return Err(error(
+            key,
+            "names no MoE layer; mark at least one layer 1, or remove model.experts for a dense model".into(),
+        ));
+    }
+    if cfg.dense_layers.is_some_and(|d| d > 0) {
+        return Err(error(
+            "model.dense_layers",
+            "cannot be combined with a model.moe_layer_freq list, which names the dense layers itself; mark them 0 in the list".into(),
+        ));
+    }
+    Ok(Some(flags.iter().map(|&f| f == 1).collect()))
+}
+
+/// `model.window_size` and `model.window_attn_skip_freq`, checked.
+fn attention_window(
+    cfg: &ModelConfig,
+    seq_len: u64,
+    error: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Option<AttentionWindow>, ConfigError> {
+    let full_every = match cfg.window_attn_skip_freq {
+        Some(0) => {
+            return Err(error(
+                "model.window_attn_skip_freq",
+                "must be at least 1 (every N-th layer attends over the whole sequence)".into(),
+            ));
+        }
+        f => f,
+    };
+    let Some(left) = cfg.window_size else {
+        if full_every.is_some() {
+            return Err(error(
+                "model.window_attn_skip_freq",
+                "applies to sliding-window attention; set model.window_size (GPT-OSS: 128), or remove it".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if left == 0 {
+        return Err(error(
+            "model.window_size",
+            "must be at least 1 token before each query (GPT-OSS: 128); remove it for attention over the whole sequence".into(),
+        ));
+    }
+    // A window as long as the sequence attends to every earlier token: plain causal attention.
+    if left + 1 >= seq_len {
+        return Ok(None);
+    }
+    Ok(Some(AttentionWindow { left, full_every }))
 }
 
 /// A capacity factor above this keeps every token an expert could get from a rank; fleetsim
@@ -383,12 +483,23 @@ impl ModelSpec {
                         format!("must be below model.layers ({layers}), got {dense_layers}"),
                     ));
                 }
+                let every = match cfg.moe_layer_freq {
+                    Some(MoeLayerFreq::Every(0)) => {
+                        return Err(error(
+                            "model.moe_layer_freq",
+                            "must be at least 1 (every layer a MoE layer), or a list of 0 and 1 per layer".into(),
+                        ));
+                    }
+                    Some(MoeLayerFreq::Every(n)) => n,
+                    _ => 1,
+                };
                 Some(Moe {
                     experts,
                     top_k,
                     ffn_hidden: cfg.moe_ffn_hidden.unwrap_or(ffn_hidden),
                     shared_experts: cfg.shared_experts.unwrap_or(0),
                     dense_layers,
+                    every,
                     capacity: expert_capacity(cfg, error)?,
                     router_groups: router_groups(cfg, experts, top_k, error)?,
                     routing: cfg.routing.unwrap_or_default(),
@@ -414,6 +525,7 @@ impl ModelSpec {
                 cfg.moe_router_group_topk.is_some(),
             ),
             ("model.routing", cfg.routing.is_some()),
+            ("model.moe_layer_freq", cfg.moe_layer_freq.is_some()),
             (
                 "model.moe_router_expert_bias",
                 cfg.moe_router_expert_bias.is_some(),
@@ -425,6 +537,8 @@ impl ModelSpec {
                 "applies to mixture-of-experts layers; set model.experts and model.top_k, or remove it".to_string(),
             ));
         }
+        let moe_pattern = moe_layer_pattern(cfg, layers, error)?;
+        let window = attention_window(cfg, seq_len, error)?;
         let mtp_layers = cfg.mtp_layers.unwrap_or(0);
         if mtp_layers > MAX_MTP_LAYERS {
             return Err(error(
@@ -457,6 +571,8 @@ impl ModelSpec {
             moe,
             mla: cfg.mla,
             mtp_layers,
+            moe_pattern,
+            window,
         })
     }
 
@@ -520,8 +636,29 @@ impl ModelSpec {
         }
     }
 
+    /// Whether layer `layer` (from 0; an MTP module's id is past the last layer and takes
+    /// the routed experts, as DeepSeek-V3's does) has a MoE MLP.
     pub fn is_moe_layer(&self, layer: u64) -> bool {
-        self.moe.is_some_and(|m| layer >= m.dense_layers)
+        let Some(m) = self.moe else {
+            return false;
+        };
+        if layer >= self.layers {
+            return true;
+        }
+        match &self.moe_pattern {
+            Some(pattern) => pattern[layer as usize],
+            None => layer >= m.dense_layers && layer.is_multiple_of(m.every),
+        }
+    }
+
+    /// The sliding window layer `layer` (from 0) attends over, `None` for the whole
+    /// sequence: Megatron-Core's `is_layer_window_attention` with 1-based layer numbers.
+    pub fn attention_window(&self, layer: u64) -> Option<u64> {
+        let w = self.window?;
+        match w.full_every {
+            Some(n) if (layer + 1).is_multiple_of(n) => None,
+            _ => Some(w.left),
+        }
     }
 
     /// Whether layer id `layer` is a multi-token prediction module (ids `layers..layers + mtp`).
@@ -638,6 +775,7 @@ mod tests {
             ffn_hidden: 1,
             shared_experts: 0,
             dense_layers: 0,
+            every: 1,
             capacity,
             router_groups: RouterGroups::UNLIMITED,
             routing,
@@ -758,6 +896,13 @@ mod tests {
             ("deepseek-v3", 671.0, 0.02),
             // "340 billion parameters" (the model card of nvidia/Nemotron-4-340B-Base).
             ("nemotron4-340b", 340.0, 0.01),
+            // Qwen3 technical report, Table 2 (30B and 235B total).
+            ("qwen3-30b-a3b", 30.5, 0.01),
+            ("qwen3-235b-a22b", 235.0, 0.01),
+            // gpt-oss model card, Table 1: 116.83B total.
+            ("gpt-oss-120b", 116.83, 0.01),
+            // Llama 4 model card: 400B total.
+            ("llama4-maverick", 400.0, 0.01),
         ] {
             let got = spec(name).total_params() as f64 / 1e9;
             assert!(
@@ -765,10 +910,21 @@ mod tests {
                 "{name}: {got} B vs {billions} B"
             );
         }
-        let active = spec("mixtral-8x7b").active_params() as f64 / 1e9;
-        assert!(
-            (active - 12.9).abs() / 12.9 < 0.01,
-            "mixtral active {active}"
-        );
+        // (preset, published activated parameters in billions, tolerance)
+        for (name, billions, tol) in [
+            ("mixtral-8x7b", 12.9, 0.01),
+            ("qwen3-30b-a3b", 3.3, 0.03),
+            ("qwen3-235b-a22b", 22.0, 0.02),
+            // gpt-oss model card, Table 1: 5.13B active per token, which counts the
+            // unembedding but not the input embedding (201,088 x 2,880 = 0.579B) fleetsim adds.
+            ("gpt-oss-120b", 5.13 + 0.579, 0.01),
+            ("llama4-maverick", 17.0, 0.02),
+        ] {
+            let got = spec(name).active_params() as f64 / 1e9;
+            assert!(
+                (got - billions).abs() / billions < tol,
+                "{name}: {got} B active vs {billions} B"
+            );
+        }
     }
 }

@@ -313,6 +313,18 @@ impl Experiment {
                 ),
             ));
         }
+        if let Some(model) = &model
+            && p.cp > 1
+            && model.window.is_some()
+        {
+            return Err(err(
+                "parallel.cp",
+                format!(
+                    "CP {} with sliding-window attention (model.window_size) is not modelled: ring attention over a window skips KV blocks fleetsim does not track; use parallel.cp = 1",
+                    p.cp
+                ),
+            ));
+        }
         if p.ep > 1
             && let Some(model) = &model
         {

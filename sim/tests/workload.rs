@@ -1341,3 +1341,124 @@ fn userbuffer_overlaps_hold_sms_back_from_their_gemms_as_the_recipe_and_te_relea
     );
     assert!(no_sp.values().all(|&s| s == 0), "{no_sp:?}");
 }
+
+/// Sliding-window attention as Megatron-Core places it (`window_size = (128, 0)`,
+/// `window_attn_skip_freq = 2`: layers 1, 3, ... counted from 1 use the window): a windowed
+/// layer's fused attention covers each query and the 128 tokens before it, a full layer the
+/// causal sequence, and Megatron-LM's FLOP accounting counts both alike.
+#[test]
+fn sliding_window_layers_attend_over_their_band_only() {
+    let w = moe_workload("window", "gpt-oss-120b", 8, "", "");
+    let exp = moe_experiment("window", "gpt-oss-120b", 8, "", "");
+    let model = exp.model.as_ref().expect("a model");
+    let seq = model.seq_len;
+    let mut seen = [0u32; 2];
+    for p in &w.programs {
+        for op in &p.ops {
+            let OpKind::Compute { kernel } = op.kind else {
+                continue;
+            };
+            let k = &p.kernels[kernel as usize];
+            if k.name != KernelName::CoreAttention || k.pass != Pass::Forward {
+                continue;
+            }
+            let Shape::Attention { seq_kv, causal, .. } = k.shape else {
+                panic!("core attention has an attention shape");
+            };
+            let layer = u64::from(op.label.layer);
+            let windowed = (layer + 1) % 2 != 0;
+            assert_eq!(
+                model.attention_window(layer).is_some(),
+                windowed,
+                "layer {}",
+                op.label.layer
+            );
+            if windowed {
+                assert_eq!((seq_kv, causal), (129, false), "layer {}", op.label.layer);
+            } else {
+                assert_eq!((seq_kv, causal), (seq, true), "layer {}", op.label.layer);
+            }
+            seen[usize::from(windowed)] += 1;
+            // Megatron-LM's accounting: the whole s × s matrix whatever the window.
+            let heads = model.heads / 2;
+            let per_rank_tokens = seq;
+            assert_eq!(
+                k.flops,
+                4 * per_rank_tokens * seq * heads * model.head_dim,
+                "layer {}",
+                op.label.layer
+            );
+        }
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "both kinds of layer: {seen:?}");
+    // The band's executed work is (window + 1) / (seq / 2) of the causal layer's.
+    let band = Shape::Attention {
+        batch: 1,
+        heads: 32,
+        kv_heads: 4,
+        seq_q: seq,
+        seq_kv: 129,
+        head_dim: 64,
+        causal: false,
+        flash: true,
+        dropout: false,
+    };
+    let kernel = |shape| sim::workload::Kernel {
+        name: KernelName::CoreAttention,
+        pass: Pass::Forward,
+        shape,
+        flops: 0,
+        bytes: 0,
+        dtype: sim::config::Precision::Bf16,
+    };
+    let full = Shape::Attention {
+        batch: 1,
+        heads: 32,
+        kv_heads: 4,
+        seq_q: seq,
+        seq_kv: seq,
+        head_dim: 64,
+        causal: true,
+        flash: true,
+        dropout: false,
+    };
+    let ratio =
+        sim::compute::executed_flops(&kernel(band)) / sim::compute::executed_flops(&kernel(full));
+    assert_close(
+        ratio,
+        129.0 / (seq as f64 / 2.0),
+        1e-12,
+        "band over causal work",
+    );
+}
+
+/// `model.moe_layer_freq` as Megatron-Core reads it: an integer N makes layers 0, N, 2N, ...
+/// MoE layers; a list names them. Only those layers route tokens.
+#[test]
+fn moe_layer_freq_makes_only_the_named_layers_moe() {
+    for (freq, moe_layers) in [
+        ("2", vec![0u64, 2, 4, 6]),
+        ("[0, 1, 0, 1, 0, 1, 0, 1]", vec![1, 3, 5, 7]),
+        ("3", vec![0, 3, 6]),
+    ] {
+        let model = format!("moe_layer_freq = {freq}");
+        let exp = moe_experiment("moe-freq", "mixtral-8x7b", 8, &model, "");
+        let spec = exp.model.as_ref().expect("a model");
+        let named: Vec<u64> = (0..8).filter(|&l| spec.is_moe_layer(l)).collect();
+        assert_eq!(named, moe_layers, "moe_layer_freq = {freq}");
+        let w = compile(&exp).expect("compile");
+        let mut routed: Vec<u64> = w
+            .programs
+            .iter()
+            .flat_map(|p| p.ops.iter())
+            .filter(|op| op.label.module == Module::Moe)
+            .map(|op| u64::from(op.label.layer))
+            .collect();
+        routed.sort_unstable();
+        routed.dedup();
+        assert_eq!(
+            routed, moe_layers,
+            "layers with MoE ops, moe_layer_freq = {freq}"
+        );
+    }
+}

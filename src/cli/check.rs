@@ -664,9 +664,11 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
                     }
                     _ => String::new(),
                 };
+                let moe_layers = (0..m.layers).filter(|&l| m.is_moe_layer(l)).count();
                 let _ = writeln!(
                     s,
-                    "  moe       {} experts, top {}{groups}{shared}, {} dispatcher, {}",
+                    "  moe       {moe_layers} of {} layers, {} experts, top {}{groups}{shared}, {} dispatcher, {}",
+                    m.layers,
                     moe.experts,
                     moe.top_k,
                     exp.loaded.config.training.moe_token_dispatcher.name(),
@@ -678,6 +680,16 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
                             if c.pad { ", padded to capacity" } else { "" }
                         ),
                     }
+                );
+            }
+            if let Some(w) = m.window {
+                let windowed = (0..m.layers)
+                    .filter(|&l| m.attention_window(l).is_some())
+                    .count();
+                let _ = writeln!(
+                    s,
+                    "  window    {windowed} of {} layers attend over a sliding window of {} tokens, the others over the whole sequence",
+                    m.layers, w.left
                 );
             }
         }

@@ -901,8 +901,22 @@ impl LayerEmitter<'_> {
     }
 
     /// Core attention over `seq_kv` keys for this rank's queries, scaled by `share` (1/cp per
-    /// ring step).
-    fn attention_kernel(&self, pass: Pass, seq_kv: u64, causal: bool, steps: u64) -> Kernel {
+    /// ring step). In a sliding-window layer each query sees itself and `window` tokens
+    /// before it: Transformer Engine's fused kernels then compute only the key blocks of that
+    /// band, so the kernel is an attention over `window + 1` keys with no causal half to skip
+    /// (Megatron-LM's FLOP accounting still counts the whole sequence).
+    fn attention_kernel(
+        &self,
+        pass: Pass,
+        seq_kv: u64,
+        causal: bool,
+        steps: u64,
+        window: Option<u64>,
+    ) -> Kernel {
+        let (seq_kv, causal) = match window {
+            Some(left) if left + 1 < seq_kv => (left + 1, false),
+            _ => (seq_kv, causal),
+        };
         let d = &self.dims;
         let heads = self.model.heads / d.tp;
         let kv_heads = (self.model.kv_heads / d.tp).max(1);
@@ -953,10 +967,11 @@ impl LayerEmitter<'_> {
         2 * d.tokens() * kv_heads * self.head_dim() * d.act_bytes()
     }
 
-    fn core_attention_forward(&self, b: &mut Builder) {
+    fn core_attention_forward(&self, b: &mut Builder, layer: u64) {
         let d = self.dims;
         if d.cp == 1 {
-            b.compute(self.attention_kernel(Pass::Forward, d.seq, true, 1));
+            let window = self.model.attention_window(layer);
+            b.compute(self.attention_kernel(Pass::Forward, d.seq, true, 1, window));
             return;
         }
         let block = d.seq / d.cp;
@@ -967,7 +982,7 @@ impl LayerEmitter<'_> {
                     GroupKind::Cp,
                     d.cp * self.kv_block_bytes(),
                 );
-                b.compute(self.attention_kernel(Pass::Forward, d.seq, true, 1));
+                b.compute(self.attention_kernel(Pass::Forward, d.seq, true, 1, None));
             }
             CpComm::P2p => self.ring(b, Pass::Forward, block, self.kv_block_bytes()),
         }
@@ -991,7 +1006,7 @@ impl LayerEmitter<'_> {
             // half of the arriving keys (or half the queries to all of them), so it does the
             // same work as the diagonal one: 1/cp of the rank's share.
             let seq_kv = if step == 0 { block } else { block / 2 };
-            b.compute(self.attention_kernel(pass, seq_kv, step == 0, cp));
+            b.compute(self.attention_kernel(pass, seq_kv, step == 0, cp, None));
             if let Some((send, recv)) = transfer {
                 b.wait(send);
                 b.wait(recv);
@@ -1000,17 +1015,18 @@ impl LayerEmitter<'_> {
         }
     }
 
-    fn core_attention_backward(&self, b: &mut Builder) {
+    fn core_attention_backward(&self, b: &mut Builder, layer: u64) {
         let d = self.dims;
         if d.cp == 1 {
-            b.compute(self.attention_kernel(Pass::Backward, d.seq, true, 1));
+            let window = self.model.attention_window(layer);
+            b.compute(self.attention_kernel(Pass::Backward, d.seq, true, 1, window));
             return;
         }
         match d.cp_comm {
             CpComm::AllGather => {
                 let bytes = d.cp * self.kv_block_bytes();
                 b.blocking(CollectiveOp::AllGather, GroupKind::Cp, bytes);
-                b.compute(self.attention_kernel(Pass::Backward, d.seq, true, 1));
+                b.compute(self.attention_kernel(Pass::Backward, d.seq, true, 1, None));
                 b.blocking(CollectiveOp::ReduceScatter, GroupKind::Cp, bytes);
             }
             // KV and dKV travel together.
@@ -1033,7 +1049,7 @@ impl LayerEmitter<'_> {
         })
     }
 
-    pub fn attention_forward(&self, b: &mut Builder) {
+    pub fn attention_forward(&self, b: &mut Builder, layer: u64) {
         let d = self.dims;
         b.label.module = Module::Attention;
         b.compute(self.norm(KernelName::InputNorm).forward(&d));
@@ -1044,12 +1060,12 @@ impl LayerEmitter<'_> {
         if let Some(r) = self.rope() {
             b.compute(r.forward(&d));
         }
-        self.core_attention_forward(b);
+        self.core_attention_forward(b, layer);
         self.row_forward(b, &self.out_proj(), self.hidden_bytes());
         b.compute(self.residual(KernelName::AttnResidual).forward(&d));
     }
 
-    pub fn attention_backward(&self, b: &mut Builder) {
+    pub fn attention_backward(&self, b: &mut Builder, layer: u64) {
         let d = self.dims;
         b.label.module = Module::Attention;
         b.compute(self.residual(KernelName::AttnResidual).backward(&d));
@@ -1063,9 +1079,9 @@ impl LayerEmitter<'_> {
             recomputing(b, |b| self.mla_up_projections(b));
         }
         if self.recomputes(RecomputeModule::CoreAttn) {
-            recomputing(b, |b| self.core_attention_forward(b));
+            recomputing(b, |b| self.core_attention_forward(b, layer));
         }
-        self.core_attention_backward(b);
+        self.core_attention_backward(b, layer);
         if let Some(r) = self.rope() {
             b.compute(r.backward(&d));
         }
@@ -1711,7 +1727,7 @@ impl LayerEmitter<'_> {
             self.mtp_forward(b, layer);
             return None;
         }
-        self.attention_forward(b);
+        self.attention_forward(b, layer);
         let moe = self.mlp_part(b, layer)?;
         b.compute(self.norm(KernelName::PreMlpNorm).forward(&self.dims));
         let permute = self.route_forward(b, &moe);
@@ -1830,7 +1846,7 @@ impl LayerEmitter<'_> {
             }
             b.compute(self.norm(KernelName::PreMlpNorm).backward(&self.dims));
         }
-        self.attention_backward(b);
+        self.attention_backward(b, layer);
     }
 
     // ----- whole layers -----
@@ -1854,7 +1870,7 @@ impl LayerEmitter<'_> {
 
     fn transformer_forward(&self, b: &mut Builder, layer: u64) {
         b.label.layer = layer as u32;
-        self.attention_forward(b);
+        self.attention_forward(b, layer);
         self.mlp_forward(b, layer);
     }
 
@@ -1864,7 +1880,7 @@ impl LayerEmitter<'_> {
             recomputing(b, |b| self.transformer_forward(b, layer));
         }
         self.mlp_backward(b, layer);
-        self.attention_backward(b);
+        self.attention_backward(b, layer);
     }
 
     // ----- multi-token prediction -----
