@@ -264,6 +264,49 @@ fn a_nemotron_config_reads_as_squared_relu() {
     assert!((params[0] / 1e9 - 340.0).abs() < 3.4, "{params:?}");
 }
 
+/// A Hugging Face config's sliding window: GPT-OSS's `sliding_window` on the layers its
+/// `layer_types` mark (every other, from the first) reads as `window_size = 128` with
+/// `window_attn_skip_freq = 2`, the preset's model; Qwen3 writes a window but switches it off
+/// (`use_sliding_window: false`), so none of its layers is windowed.
+#[test]
+fn hugging_face_sliding_windows_read_as_megatron_places_them() {
+    let dir = tempdir();
+    let hf = |file: &str| {
+        let path = fs::canonicalize(format!("tests/fixtures/hf/{file}")).unwrap();
+        format!("hf_config = {:?}", path.display().to_string())
+    };
+    for (name, model, ep, window) in [
+        (
+            "hf-gpt-oss",
+            hf("gpt-oss-120b-config.json"),
+            64,
+            Some("18 of 36 layers attend over a sliding window of 128 tokens"),
+        ),
+        (
+            "preset-gpt-oss",
+            "preset = \"gpt-oss-120b\"".to_string(),
+            64,
+            Some("18 of 36 layers attend over a sliding window of 128 tokens"),
+        ),
+        ("hf-qwen3", hf("qwen3-30b-a3b-config.json"), 8, None),
+    ] {
+        let exp = dir.join(format!("{name}.toml"));
+        fs::write(
+            &exp,
+            format!(
+                "name = \"{name}\"\n[cluster]\ngpus = 64\ngpu = \"H100-SXM\"\n[model]\n{model}\nseq_len = 4096\n[parallel]\nep = {ep}\n"
+            ),
+        )
+        .unwrap();
+        let (ok, stdout, stderr) = check(&[exp.to_str().unwrap()]);
+        assert!(ok, "{name}: {stderr}");
+        match window {
+            Some(text) => assert!(stdout.contains(text), "{name}: {stdout}"),
+            None => assert!(!stdout.contains("sliding window"), "{name}: {stdout}"),
+        }
+    }
+}
+
 fn tempdir() -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("fleetsim-check-{}", std::process::id()));
     fs::create_dir_all(&d).expect("create temp dir");
