@@ -1462,3 +1462,50 @@ fn moe_layer_freq_makes_only_the_named_layers_moe() {
         );
     }
 }
+
+/// Transformer Engine quantizes a grouped GEMM's input one expert's split at a time except
+/// under delayed scaling (`split_quantize`: `multi_tensor_quantize_impl` fuses only delayed
+/// scaling), and current scaling launches three kernels a tensor (amax, scale, cast). Mixtral
+/// with EP 2 has 4 local experts: every expert cast is 12 launches under current scaling and
+/// one under delayed scaling, the bytes alike; a dense GEMM's cast is 3 and 1.
+#[test]
+fn grouped_gemm_inputs_are_quantized_expert_by_expert_in_current_scaling() {
+    let casts = |recipe: &str| -> Vec<(bool, u32, u64)> {
+        let w = moe_workload(
+            &format!("split-quantize-{recipe}"),
+            "mixtral-8x7b",
+            2,
+            "",
+            &format!("precision = \"fp8\"\nfp8_recipe = \"{recipe}\""),
+        );
+        let p = &w.programs[0];
+        let mut out: Vec<(bool, u32, u64)> = p
+            .ops
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Compute { kernel } => {
+                    let k = &p.kernels[kernel as usize];
+                    match (k.name, k.shape) {
+                        (KernelName::Fp8Cast, Shape::Elementwise { kernels, .. }) => {
+                            Some((op.label.module == Module::Moe, kernels, k.bytes))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    };
+    let current = casts("current");
+    let delayed = casts("delayed");
+    assert!(current.iter().any(|c| c.0) && current.iter().any(|c| !c.0));
+    for (expert, kernels, _) in &current {
+        assert_eq!(*kernels, if *expert { 12 } else { 3 }, "current scaling");
+    }
+    for (_, kernels, _) in &delayed {
+        assert_eq!(*kernels, 1, "delayed scaling");
+    }
+}

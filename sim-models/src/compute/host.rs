@@ -20,7 +20,7 @@ use crate::config::{ConfigError, CudaGraphs, parse_typed};
 use crate::embedded;
 use crate::gpu::HostCpu;
 use crate::time::SimTime;
-use crate::workload::{Module, NO_LAYER, Op, OpKind, Program, Shape};
+use crate::workload::{KernelName, Module, NO_LAYER, Op, OpKind, Program, Shape};
 
 /// Where the table lives in the source tree (named in its errors).
 pub const SHIPPED_FILE: &str = "configs/hosts.toml";
@@ -135,6 +135,14 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                             costs.module.as_ps() + costs.launch.as_ps() * batch.saturating_sub(1),
                         ),
                         Shape::Attention { .. } => costs.module,
+                        // A quantization is one call into Transformer Engine's C++, which
+                        // launches its kernels (per tensor and per expert split) itself.
+                        Shape::Elementwise { kernels, .. } if k.name == KernelName::Fp8Cast => {
+                            SimTime::from_ps(
+                                costs.op.as_ps()
+                                    + costs.launch.as_ps() * u64::from(kernels.saturating_sub(1)),
+                            )
+                        }
                         // Each of a chain's small ops is its own call from Python.
                         Shape::Elementwise { kernels, .. } => {
                             SimTime::from_ps(costs.op.as_ps() * u64::from(kernels))

@@ -173,6 +173,28 @@ impl Dims {
         }
     }
 
+    /// Kernels Transformer Engine launches to quantize one tensor: current scaling computes the
+    /// amax, then the scale, then casts (`Float8CurrentScalingQuantizer::quantize`:
+    /// `nvte_compute_amax`, `nvte_compute_scale_from_amax`, `nvte_quantize_v2`); NVFP4 takes an
+    /// amax pass (of the tensor and of its Hadamard transform) and a rowwise and a columnwise
+    /// quantization (`NVFP4Quantizer::quantize_impl`); delayed scaling, MXFP8 and blockwise
+    /// scaling quantize in one kernel (TE 2.7-2.10 `csrc/quantizer.cpp`).
+    pub fn quantize_launches(&self) -> u32 {
+        match (self.precision, self.fp8_recipe) {
+            (Precision::Fp8, Fp8Recipe::Current) | (Precision::Nvfp4, _) => 3,
+            _ => 1,
+        }
+    }
+
+    /// Whether a grouped GEMM's input is quantized one expert's split at a time: Transformer
+    /// Engine's `split_quantize` fuses the splits into one multi-tensor kernel only for delayed
+    /// scaling (`csrc/extensions/cast.cpp` `multi_tensor_quantize_impl`, "Currently only have
+    /// fused kernel for FP8 delayed scaling", TE 2.7 to 2.10); every other recipe calls each
+    /// expert's quantizer in turn.
+    pub fn quantizes_per_split(&self) -> bool {
+        !(self.precision == Precision::Fp8 && self.fp8_recipe == Fp8Recipe::Delayed)
+    }
+
     /// Bytes moved quantizing `elements` of one BF16 tensor for a GEMM as Transformer Engine
     /// does: the tensor is read (2 bytes each) and two copies are written, one per operand
     /// layout the forward and backward GEMMs need (FP8: the tensor and its transpose, TE's
@@ -603,17 +625,28 @@ impl LayerEmitter<'_> {
     /// transform to the columnwise copy of inputs and gradients, the one wgrad reads
     /// (`NVFP4BlockScaling`: `fp4_quant_fwd_inp`, `fp4_quant_bwd_grad`): 32 more FLOPs per
     /// element, inside the memory-bound kernel.
+    ///
+    /// A grouped GEMM's input (the local experts' tokens) is quantized expert by expert where
+    /// Transformer Engine does so ([`Dims::quantizes_per_split`]): the same bytes, in as many
+    /// launches as the experts times [`Dims::quantize_launches`].
     fn cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
         if !self.quantized(l) || elements == 0 {
             return;
         }
         let d = &self.dims;
-        let mut k = elementwise(
-            KernelName::Fp8Cast,
-            pass,
-            elements,
-            d.cast_bytes(elements),
-            d,
+        let splits = if d.quantizes_per_split() { l.batch } else { 1 };
+        let launches = u32::try_from(splits.max(1))
+            .unwrap_or(u32::MAX)
+            .saturating_mul(d.quantize_launches());
+        let mut k = chained(
+            elementwise(
+                KernelName::Fp8Cast,
+                pass,
+                elements,
+                d.cast_bytes(elements),
+                d,
+            ),
+            launches,
         );
         if d.precision == Precision::Nvfp4 {
             k.flops += 32 * elements;
