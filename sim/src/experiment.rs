@@ -1007,7 +1007,7 @@ fn check_recompute_modules(
     if let Some(model) = model {
         let applies = |m: RecomputeModule| -> Result<(), &'static str> {
             let moe = model.moe.as_ref();
-            let has_dense = moe.is_none_or(|m| m.dense_layers > 0);
+            let has_dense = (0..model.layers).any(|l| !model.is_moe_layer(l));
             match m {
                 RecomputeModule::CoreAttn => Ok(()),
                 RecomputeModule::MlaUpProj if model.mla.is_none() => {

@@ -286,3 +286,25 @@ fn mla_projections_do_two_flops_per_parameter_per_token() {
         "MLA has no fused QKV projection"
     );
 }
+
+/// `mlp` recomputes the dense MLPs, wherever `model.moe_layer_freq` puts them: Mixtral with
+/// every other layer dense (no leading `dense_layers`) accepts it and recomputes them, and
+/// refuses it when every layer is a MoE layer.
+#[test]
+fn mlp_recompute_finds_dense_layers_between_moe_layers() {
+    let training = "recompute = \"selective\"\nrecompute_modules = [\"mlp\"]";
+    let all_moe = load("mixtral", training).expect_err("all MoE");
+    assert!(all_moe.contains("needs dense MLP layers"), "{all_moe}");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("recompute-modules");
+    let path = dir.join("mixtral-interleaved-mlp.toml");
+    let text = body("mixtral", training)
+        .replace("layers = 4", "layers = 4\nmoe_layer_freq = [0, 1, 0, 1]");
+    std::fs::write(&path, format!("name = \"x\"\n{text}")).expect("write");
+    let exp = Experiment::load(&path, &sim::config::Overrides::none())
+        .unwrap_or_else(|e| panic!("interleaved dense layers: {e}"));
+    assert!(
+        recomputed_of(&exp).contains(&KernelName::MlpUp),
+        "{:?}",
+        recomputed_of(&exp)
+    );
+}

@@ -946,9 +946,10 @@ impl LayerEmitter<'_> {
         steps: u64,
         window: Option<u64>,
     ) -> Kernel {
+        // `ModelSpec::attention_window` is `None` where the window covers the sequence.
         let (seq_kv, causal) = match window {
-            Some(left) if left + 1 < seq_kv => (left + 1, false),
-            _ => (seq_kv, causal),
+            Some(left) => (left + 1, false),
+            None => (seq_kv, causal),
         };
         let d = &self.dims;
         let heads = self.model.heads / d.tp;
