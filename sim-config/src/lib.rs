@@ -691,6 +691,13 @@ pub struct TrainingConfig {
     /// turns it on).
     #[serde(default)]
     pub moe_permute_fusion: bool,
+    /// Pad each expert's routed tokens to the quantized GEMM's alignment in the router's
+    /// routing map (Megatron-Core `--moe-router-padding-for-quantization`, before 0.16
+    /// `--moe-router-padding-for-fp8`; off by default). Off, FP8 expert GEMMs copy their input
+    /// into a padded buffer and their output back out, forward and backward (`TEGroupedMLP`'s
+    /// `Fp8Padding` / `Fp8Unpadding`).
+    #[serde(default)]
+    pub moe_router_padding_for_quantization: bool,
     /// How MoE layers move tokens to their experts and back over expert parallelism.
     #[serde(default)]
     pub moe_token_dispatcher: MoeTokenDispatcher,
@@ -987,6 +994,7 @@ impl Default for TrainingConfig {
             delay_wgrad_compute: false,
             moe_router_fusion: false,
             moe_permute_fusion: false,
+            moe_router_padding_for_quantization: false,
             moe_token_dispatcher: MoeTokenDispatcher::default(),
             overlap_grad_reduce: true,
             overlap_param_gather: true,

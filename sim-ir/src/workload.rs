@@ -367,6 +367,9 @@ pub enum KernelName {
     RouterTopk,
     Permute,
     Unpermute,
+    /// Transformer Engine's `Fp8Padding` / `Fp8Unpadding`: an FP8 grouped GEMM's input copied
+    /// with each expert's rows padded to the GEMM's alignment, or its output copied back.
+    ExpertPadding,
     ExpertUp,
     ExpertActivation,
     ExpertDown,
@@ -394,7 +397,7 @@ pub enum KernelName {
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 37] = [
+    pub const ALL: [KernelName; 38] = [
         KernelName::Embedding,
         KernelName::InputNorm,
         KernelName::QkvProj,
@@ -415,6 +418,7 @@ impl KernelName {
         KernelName::RouterTopk,
         KernelName::Permute,
         KernelName::Unpermute,
+        KernelName::ExpertPadding,
         KernelName::ExpertUp,
         KernelName::ExpertActivation,
         KernelName::ExpertDown,
@@ -460,6 +464,7 @@ impl KernelName {
             KernelName::RouterTopk => "router_topk",
             KernelName::Permute => "moe_permute",
             KernelName::Unpermute => "moe_unpermute",
+            KernelName::ExpertPadding => "moe_fp8_padding",
             KernelName::ExpertUp => "expert_up",
             KernelName::ExpertActivation => "expert_activation",
             KernelName::ExpertDown => "expert_down",

@@ -85,6 +85,7 @@ pub struct TrainingFacts {
     pub fp8_recipe: Option<Fact<Fp8Recipe>>,
     pub fp8_param_gather: Option<Fact<bool>>,
     pub grad_reduce_in_bf16: Option<Fact<bool>>,
+    pub moe_router_padding_for_quantization: Option<Fact<bool>>,
     pub bucket_params: Option<Fact<u64>>,
     pub cuda_graphs: Option<Fact<CudaGraphs>>,
     pub transformer_engine: Option<Fact<TeRelease>>,
@@ -179,6 +180,10 @@ impl Framework {
         for (name, fact) in [
             ("fp8_param_gather", &t.fp8_param_gather),
             ("grad_reduce_in_bf16", &t.grad_reduce_in_bf16),
+            (
+                "moe_router_padding_for_quantization",
+                &t.moe_router_padding_for_quantization,
+            ),
         ] {
             if let Some(f) = fact {
                 keys.push(key("training", name, f, boolean));

@@ -1509,3 +1509,62 @@ fn grouped_gemm_inputs_are_quantized_expert_by_expert_in_current_scaling() {
         assert_eq!(*kernels, 1, "delayed scaling");
     }
 }
+
+/// Megatron-Core's `TEGroupedMLP` pads each expert's tokens to the FP8 GEMM's alignment with
+/// Transformer Engine's `Fp8Padding` and copies the output back with `Fp8Unpadding`
+/// (`moe/experts.py`, `module/fp8_padding.py`): per MoE layer, a copy of the experts' input
+/// and one of the router's probabilities before fc1, one of the output after fc2, and autograd's
+/// three in the backward, each value read and written once. BF16 runs them not, nor does a
+/// router that pads its routing map (`--moe-router-padding-for-quantization`).
+#[test]
+fn fp8_expert_tokens_are_padded_and_unpadded_unless_the_router_pads_them() {
+    let paddings = |name: &str, training: &str| -> Vec<(Pass, u64, u64)> {
+        let w = moe_workload(name, "mixtral-8x7b", 2, "", training);
+        let p = &w.programs[0];
+        p.ops
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Compute { kernel } => {
+                    let k = &p.kernels[kernel as usize];
+                    let Shape::Elementwise { elements, .. } = k.shape else {
+                        return None;
+                    };
+                    (k.name == KernelName::ExpertPadding).then_some((k.pass, elements, k.bytes))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let fp8 = paddings("pad-fp8", "precision = \"fp8\"");
+    // Mixtral: 8 experts, top 2; TP 2 with SP and EP 2 (4 local experts): a micro-batch's
+    // 4,096 tokens, 2,048 per TP rank, 4,096 routed copies per rank, every copy of hidden 4,096
+    // copied once each way in BF16 (2 bytes read, 2 written).
+    let hidden = 4096;
+    let layers_per_stage = 4;
+    let micro_batches = 32 / 16;
+    let per_layer = |pass: Pass| fp8.iter().filter(|k| k.0 == pass).count();
+    assert_eq!(
+        per_layer(Pass::Forward),
+        3 * layers_per_stage * micro_batches
+    );
+    assert_eq!(
+        per_layer(Pass::Backward),
+        3 * layers_per_stage * micro_batches
+    );
+    let tokens = fp8.iter().map(|k| k.1).min().unwrap();
+    let copies: Vec<_> = fp8.iter().filter(|k| k.1 > tokens).collect();
+    assert!(!copies.is_empty());
+    for (_, elements, bytes) in copies {
+        assert_eq!(*elements, tokens * hidden);
+        assert_eq!(*bytes, 4 * tokens * hidden);
+    }
+    assert!(tokens >= 4096, "{tokens} routed copies");
+    assert!(paddings("pad-bf16", "precision = \"bf16\"").is_empty());
+    assert!(
+        paddings(
+            "pad-router",
+            "precision = \"fp8\"\nmoe_router_padding_for_quantization = true"
+        )
+        .is_empty()
+    );
+}

@@ -136,6 +136,7 @@ impl CompileOptions {
                 delay_wgrad_compute: t.delay_wgrad_compute,
                 moe_router_fusion: t.moe_router_fusion,
                 moe_permute_fusion: t.moe_permute_fusion,
+                moe_router_padding_for_quantization: t.moe_router_padding_for_quantization,
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,
                 fp8_recipe: t.fp8_recipe(),

@@ -75,6 +75,10 @@ pub struct Dims {
     pub moe_router_fusion: bool,
     /// The MoE token permutations fused (`training.moe_permute_fusion`).
     pub moe_permute_fusion: bool,
+    /// The router pads each expert's tokens to the quantized GEMM's alignment
+    /// (`training.moe_router_padding_for_quantization`), so the experts copy nothing to pad
+    /// them.
+    pub moe_router_padding_for_quantization: bool,
     pub cp_comm: CpComm,
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
@@ -1637,17 +1641,70 @@ impl LayerEmitter<'_> {
         permute
     }
 
-    /// The local experts' forward: fc1, the activation and fc2, each GEMM's input cast first.
+    /// The local experts' forward: fc1, the activation and fc2, each GEMM's input cast first;
+    /// under FP8 the input and the router's probabilities padded first and the output unpadded
+    /// after ([`Self::pads_expert_splits`]).
     fn experts_forward(&self, b: &mut Builder, moe: &Moe) {
         let d = self.dims;
         let sizes = self.moe_sizes(moe);
         let ([up, down], act) =
             self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
+        let pads = self.pads_expert_splits(moe, &up);
+        if pads {
+            b.compute(self.expert_padding(Pass::Forward, up.input_elements()));
+            b.compute(self.probs_padding(Pass::Forward, up.tokens * up.batch));
+        }
         self.cast(b, &up, Pass::Forward, up.input_elements());
         b.compute(up.forward(&d));
         b.compute(act.forward(&d));
         self.cast(b, &down, Pass::Forward, down.input_elements());
         b.compute(down.forward(&d));
+        if pads {
+            b.compute(self.expert_padding(Pass::Forward, down.output_elements()));
+        }
+    }
+
+    /// Whether `moe`'s FP8 expert GEMMs (`up` quantized) copy their tokens into a buffer with
+    /// each expert's rows padded to the GEMM's alignment, and back: Megatron-Core's
+    /// `TEGroupedMLP` (0.10 on, `moe/experts.py`) calls Transformer Engine's `Fp8Padding` on
+    /// its input and the router's probabilities and `Fp8Unpadding` on its output, and each
+    /// copies unless every expert's count is already a multiple of 16 (32 for MXFP8;
+    /// `module/fp8_padding.py`). Dropless counts are not, even under forced balance (random
+    /// logits, `moe_utils.RandomSTE`); the router's own padding
+    /// (`--moe-router-padding-for-quantization`) makes them so, and so does padding to a
+    /// capacity that is.
+    fn pads_expert_splits(&self, moe: &Moe, up: &Linear) -> bool {
+        let d = &self.dims;
+        if !self.quantized(up) || d.moe_router_padding_for_quantization {
+            return false;
+        }
+        let align = if d.precision == Precision::Mxfp8 {
+            32
+        } else {
+            16
+        };
+        match moe.capacity {
+            Some(c) if c.pad => !self.moe_sizes(moe).per_expert.is_multiple_of(align),
+            _ => true,
+        }
+    }
+
+    /// One `Fp8Padding` / `Fp8Unpadding` copy of `elements` BF16 values (TE's
+    /// `fused_multi_row_padding` or `fused_multi_row_unpadding`: one kernel, each value read
+    /// and written once).
+    fn expert_padding(&self, pass: Pass, elements: u64) -> Kernel {
+        let d = &self.dims;
+        let bytes = 2 * elements * d.unquantized().activation_bytes();
+        let mut k = elementwise(KernelName::ExpertPadding, pass, elements, bytes, d);
+        k.dtype = d.unquantized();
+        k
+    }
+
+    /// The same copy of the router's fp32 probability per token.
+    fn probs_padding(&self, pass: Pass, tokens: u64) -> Kernel {
+        let mut k = self.expert_padding(pass, tokens);
+        k.bytes = 2 * tokens * 4;
+        k
     }
 
     /// The MoE layer's backward; `recompute_act` (`moe_act`) runs the experts' activation again
@@ -1670,6 +1727,12 @@ impl LayerEmitter<'_> {
         let sizes = self.moe_sizes(moe);
         let ([up, down], act) =
             self.expert_kernels(sizes.per_expert, moe.ffn_hidden, sizes.local_experts);
+        // Autograd runs the forward's copies backwards: the output gradient padded, the
+        // input's and the probabilities' gradients unpadded.
+        let pads = self.pads_expert_splits(moe, &up);
+        if pads {
+            b.compute(self.expert_padding(Pass::Backward, down.output_elements()));
+        }
         if recompute_act {
             recomputing(b, |b| {
                 b.compute(act.forward(&d));
@@ -1686,6 +1749,10 @@ impl LayerEmitter<'_> {
         b.compute(up.dgrad(&d));
         if wgrads {
             b.compute(up.wgrad(&d));
+        }
+        if pads {
+            b.compute(self.expert_padding(Pass::Backward, up.input_elements()));
+            b.compute(self.probs_padding(Pass::Backward, up.tokens * up.batch));
         }
     }
 
