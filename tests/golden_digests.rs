@@ -83,7 +83,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "80cfcaddc559e317a81294bd2d4a5f18",
+        "5354d5b66c41200a01c936c03551db82",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, packet",

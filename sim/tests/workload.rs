@@ -1568,3 +1568,64 @@ fn fp8_expert_tokens_are_padded_and_unpadded_unless_the_router_pads_them() {
         .is_empty()
     );
 }
+
+/// The all-to-all dispatcher sizes its all-to-alls from every EP rank's tokens per expert,
+/// all-gathered before the permutation (`MoEAlltoAllTokenDispatcher.preprocess`:
+/// `gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)`):
+/// an int64 per expert and rank in every forward of a dropless MoE layer, none when padded to
+/// capacity (every size known) or when DeepEP exchanges the counts in its own kernels. With
+/// the router padding the routing map for FP8 the host reads the padded count before the
+/// permutation instead of before the all-to-all (`"before_permutation_1"`).
+#[test]
+fn the_alltoall_dispatcher_gathers_token_counts_and_router_padding_syncs_before_permuting() {
+    let look = |name: &str, model: &str, training: &str| -> (Vec<u64>, Vec<String>) {
+        let w = moe_workload(name, "mixtral-8x7b", 8, model, training);
+        let p = w.program(0, 0);
+        let gathers = p
+            .ops
+            .iter()
+            .filter_map(|o| match o.kind {
+                OpKind::Collective {
+                    op: CollectiveOp::AllGather,
+                    group: GroupKind::Ep,
+                    bytes,
+                } if o.label.module == Module::Moe => Some(bytes),
+                _ => None,
+            })
+            .collect();
+        let syncs = p
+            .host_syncs
+            .iter()
+            .filter(|&&s| !waits_for_a_transfer(p, s))
+            .map(|&s| match p.ops[s as usize].kind {
+                OpKind::Collective { op, .. } => op.name().to_string(),
+                OpKind::Compute { kernel } => p.kernels[kernel as usize].name.name().to_string(),
+                ref other => format!("{other:?}"),
+            })
+            .collect();
+        (gathers, syncs)
+    };
+    // Mixtral: 8 experts, EP 8; 4 MoE layers per stage, 2 micro-batches.
+    let (gathers, syncs) = look("counts-alltoall", "", "");
+    assert_eq!(gathers, vec![8 * 8 * 8; 4 * 2]);
+    assert!(syncs.iter().all(|s| s == "all-to-all") && syncs.len() == 8);
+    let (gathers, _) = look("counts-deepep", "", "moe_token_dispatcher = \"deepep\"");
+    assert!(gathers.is_empty());
+    let padded = "moe_capacity_factor = 1.0\nmoe_pad_to_capacity = true";
+    let (gathers, _) = look("counts-padded", padded, "");
+    assert!(gathers.is_empty());
+    let router_pads = "precision = \"fp8\"\nmoe_router_padding_for_quantization = true";
+    let (gathers, syncs) = look("counts-router-pads", "", router_pads);
+    assert_eq!(gathers.len(), 8);
+    assert!(
+        syncs.iter().all(|s| s == "moe_permute") && syncs.len() == 8,
+        "{syncs:?}"
+    );
+    // In BF16 the router pads nothing.
+    let (_, syncs) = look(
+        "counts-router-pads-bf16",
+        "",
+        "moe_router_padding_for_quantization = true",
+    );
+    assert!(syncs.iter().all(|s| s == "all-to-all"), "{syncs:?}");
+}

@@ -79,6 +79,11 @@ pub struct Dims {
     /// (`training.moe_router_padding_for_quantization`), so the experts copy nothing to pad
     /// them.
     pub moe_router_padding_for_quantization: bool,
+    /// Tokens move through Megatron-Core's all-to-all dispatcher
+    /// (`training.moe_token_dispatcher = "alltoall"`), which sizes its all-to-alls with an
+    /// all-gather of every rank's token counts; DeepEP and HybridEP exchange them inside
+    /// their own kernels.
+    pub moe_alltoall_dispatcher: bool,
     pub cp_comm: CpComm,
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
@@ -372,8 +377,8 @@ struct MoeSizes {
 enum MoeHostSync {
     /// Dropless with EP: the all-to-all's splits (`"before_ep_alltoall"`).
     BeforeAllToAll,
-    /// Token drop without padding: the kept count, before the first permutation
-    /// (`"before_permutation_1"`).
+    /// Token drop without padding, or dropless with the router's padding for quantization:
+    /// the kept or padded count, before the first permutation (`"before_permutation_1"`).
     BeforePermute,
     /// Padded to capacity: every size is known on the host (`"no_sync"`). Also dropless
     /// without EP, where Megatron-Core still reads the tokens per expert before the grouped
@@ -1364,7 +1369,11 @@ impl LayerEmitter<'_> {
     /// Where the forward's dispatcher waits on the host for the GPU's token counts
     /// (`MoEAlltoAllTokenDispatcher.preprocess`'s `cuda_sync_point`).
     fn moe_host_sync(&self) -> MoeHostSync {
+        let router_pads = self.dims.moe_router_padding_for_quantization && self.dims.quantizes();
         match self.model.moe.and_then(|m| m.capacity) {
+            // The padded routing map's size is dynamic: the host reads it before the
+            // permutation (`preprocess`: `moe_router_padding_for_fp8`, "before_permutation_1").
+            None if router_pads => MoeHostSync::BeforePermute,
             None if self.dims.ep > 1 => MoeHostSync::BeforeAllToAll,
             None => MoeHostSync::Never,
             Some(c) if c.pad => MoeHostSync::Never,
@@ -1634,11 +1643,33 @@ impl LayerEmitter<'_> {
         let d = self.dims;
         b.compute(self.router(moe.experts).forward(&d));
         b.compute(self.router_ops(moe, Pass::Forward));
+        self.gather_token_counts(b, moe);
         let permute = self.permutation(b, moe, KernelName::Permute, Pass::Forward, None);
         if self.moe_host_sync() == MoeHostSync::BeforePermute {
             b.program.host_syncs.push(permute);
         }
         permute
+    }
+
+    /// Every rank's tokens per expert, all-gathered over the expert TP × EP group before the
+    /// permutation, to size the all-to-all (`MoEAlltoAllTokenDispatcher.preprocess`:
+    /// `gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)`,
+    /// an int64 per expert and rank, on the compute stream's order). Padded to capacity,
+    /// every size is known and nothing is gathered. Over EP the group is taken as the EP
+    /// group, whose latency it has with expert TP 1.
+    fn gather_token_counts(&self, b: &mut Builder, moe: &Moe) {
+        let d = self.dims;
+        if !d.moe_alltoall_dispatcher || moe.capacity.is_some_and(|c| c.pad) {
+            return;
+        }
+        let (group, ranks) = if d.ep > 1 {
+            (GroupKind::Ep, d.ep)
+        } else if d.etp > 1 {
+            (d.expert_tp_group, d.etp)
+        } else {
+            return;
+        };
+        b.blocking(CollectiveOp::AllGather, group, moe.experts * 8 * ranks);
     }
 
     /// The local experts' forward: fc1, the activation and fc2, each GEMM's input cast first;
