@@ -26,3 +26,42 @@ fn closed_form_reductions_across_workers_keep_the_windows_few_and_the_result() {
         stats.windows
     );
 }
+
+/// `engine.scheduling = "auto"` on one worker of several threads over the analytical network
+/// runs barrier windows ended by the model's promises, on four round-robin partitions per
+/// thread; one thread, or a packet network, stays asynchronous on one partition per thread.
+/// Every way gives the same result.
+#[test]
+fn a_lone_worker_of_several_threads_takes_its_windows_from_promises_on_a_closed_form_network() {
+    use coordinator::run::{RunOptions, partition};
+    let placed = |network: &str, threads: usize| {
+        let exp = experiment(&pipelines(network, 16));
+        let options = RunOptions {
+            threads: Some(threads),
+            ..RunOptions::default()
+        };
+        let placement = options.placement(&exp);
+        let cut = partition(&exp, &model(&exp), placement).expect("partition");
+        (placement.scheduling, cut.strategy, cut.partition_of)
+    };
+    let (scheduling, strategy, partition_of) = placed("analytical", 2);
+    assert_eq!(scheduling, worker::Scheduling::LoadAdaptive);
+    assert_eq!(strategy, sim_config::PartitionStrategy::RoundRobin);
+    // 16 hosts dealt to 8 partitions in turn.
+    let parts: std::collections::BTreeSet<u32> = partition_of.iter().copied().collect();
+    assert_eq!(parts.len(), 8);
+    let (scheduling, strategy, _) = placed("analytical", 1);
+    assert_eq!(scheduling, worker::Scheduling::Asynchronous);
+    assert_eq!(strategy, sim_config::PartitionStrategy::Auto);
+    let (scheduling, _, _) = placed("packet", 2);
+    assert_eq!(scheduling, worker::Scheduling::Asynchronous);
+
+    let exp = experiment(&pipelines("analytical", 16));
+    let (_, one, _) = run_measured(
+        model(&exp),
+        vec![0; model(&exp).topology.nodes().len()],
+        Split::new(1, 1),
+    );
+    let (_, promised, _) = run_measured(model(&exp), partition_of, Split::new(1, 2));
+    assert_eq!(promised.digest(), one.digest());
+}

@@ -1281,7 +1281,8 @@ pub struct EngineConfig {
     /// partitions and waits only for the other threads' promises, no barrier inside a
     /// window), `load-adaptive` (every window longest first by last window's events, with
     /// stealing, then a barrier), `static`, or `auto` (asynchronous on one worker,
-    /// load-adaptive on several).
+    /// load-adaptive on several, and on one worker of several threads over the analytical
+    /// network, whose windows the model's promises make wide).
     #[serde(default)]
     pub scheduling: SchedulingChoice,
     /// Windows between barriers end at the least promise of any partition: from each pending

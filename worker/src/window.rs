@@ -64,12 +64,29 @@ impl Scheduling {
     /// `auto` is load-adaptive too when the worker's threads outnumber the cores
     /// (`oversubscribed`): threads that wait for each other's promises all the time need a
     /// core each (quickstart, 2 cores: 1.43 s on 3 threads against 0.60 s load-adaptive).
-    pub fn for_run(choice: SchedulingChoice, workers: u32, oversubscribed: bool) -> Scheduling {
+    ///
+    /// And on a lone worker of several threads (`threads`; 0 where the worker decides) over
+    /// a closed-form network (`closed_form`: `network.model = "analytical"`, where every
+    /// collective completes in closed form): there the model's promises end a barrier's
+    /// window hundreds of lookaheads out, while asynchronous threads still meet once a
+    /// lookahead (docs/engine.md, "Windows from promises on one worker": 2.25x on
+    /// gpt3-175b-h100-1024, 1.25x at 131,072 GPUs). Packet and flow runs send across
+    /// partitions every few microseconds, and stay asynchronous.
+    pub fn for_run(
+        choice: SchedulingChoice,
+        workers: u32,
+        threads: usize,
+        oversubscribed: bool,
+        closed_form: bool,
+    ) -> Scheduling {
+        let lone = workers <= 1 && !oversubscribed;
         match choice {
             SchedulingChoice::Asynchronous => Scheduling::Asynchronous,
             SchedulingChoice::LoadAdaptive => Scheduling::LoadAdaptive,
             SchedulingChoice::Static => Scheduling::Static,
-            SchedulingChoice::Auto if workers <= 1 && !oversubscribed => Scheduling::Asynchronous,
+            SchedulingChoice::Auto if lone && !(closed_form && threads > 1) => {
+                Scheduling::Asynchronous
+            }
             SchedulingChoice::Auto => Scheduling::LoadAdaptive,
         }
     }
@@ -778,27 +795,38 @@ mod tests {
     }
 
     #[test]
-    fn auto_is_asynchronous_only_on_a_lone_worker_with_a_core_per_thread() {
+    fn auto_is_asynchronous_only_on_a_lone_worker_with_a_core_per_thread_off_closed_form_networks()
+    {
         use Scheduling::*;
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 1, false),
+            Scheduling::for_run(SchedulingChoice::Auto, 1, 2, false, false),
             Asynchronous
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 1, true),
+            Scheduling::for_run(SchedulingChoice::Auto, 1, 2, true, false),
             LoadAdaptive
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 2, false),
+            Scheduling::for_run(SchedulingChoice::Auto, 2, 2, false, false),
             LoadAdaptive
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Asynchronous, 3, true),
+            Scheduling::for_run(SchedulingChoice::Asynchronous, 3, 2, true, false),
             Asynchronous
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Static, 1, false),
+            Scheduling::for_run(SchedulingChoice::Static, 1, 2, false, false),
             Static
+        );
+        // Over a closed-form network a lone worker's threads take windows from promises;
+        // one thread stays asynchronous (one partition, no one to meet).
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Auto, 1, 2, false, true),
+            LoadAdaptive
+        );
+        assert_eq!(
+            Scheduling::for_run(SchedulingChoice::Auto, 1, 1, false, true),
+            Asynchronous
         );
         // Only a lone asynchronous worker may be granted windows wider than the lookahead.
         assert!(Asynchronous.wide_windows(1));

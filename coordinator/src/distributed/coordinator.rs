@@ -79,6 +79,10 @@ pub fn run_coordinator(
                 let scheduling = worker::Scheduling::for_run(
                     exp.loaded.config.engine.scheduling,
                     workers,
+                    0,
+                    false,
+                    // The coordinator cannot know a remote worker's threads; a lone gRPC
+                    // worker stays asynchronous, as it decides for itself below.
                     false,
                 );
                 if scheduling.wide_windows(workers) {

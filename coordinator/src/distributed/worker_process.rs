@@ -184,7 +184,11 @@ pub fn run_worker_process(
         scheduling: worker::Scheduling::for_run(
             exp.loaded.config.engine.scheduling,
             workers,
+            threads,
             oversubscribed,
+            // As the coordinator decided its windows (`coordinator.rs`): a lone gRPC worker
+            // stays asynchronous whatever the network.
+            false,
         ),
         lookahead: super::wire_time::optional(reply.lookahead),
         promises: exp.loaded.config.engine.promises,
