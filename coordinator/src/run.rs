@@ -289,12 +289,14 @@ pub const MAX_PARTITIONS_PER_WORKER: u32 = 256;
 /// ([`Placement::lone_promise_windows`]), dealt host by host in turn (`round-robin`) where
 /// `engine.partition = "auto"`: every partition then holds a like share of every stage and
 /// replica, so each window's events split evenly, and a thread can take another partition
-/// when one runs long. Llama 3 405B at 8,192 GPUs on two threads, analytical: 6.08, 5.31 and
-/// 5.33 s with 4, 8 and 16 partitions; 256 partitions by METIS (the load-adaptive default)
-/// 14-15 s; at 131,072 GPUs 8 by METIS ran 10 of 13 simulated seconds in 6.5 minutes where
-/// round-robin's 8 ran the whole iteration in 3 min 5 s (docs/engine.md, "Windows from
-/// promises on one worker").
-pub const PARTITIONS_PER_THREAD_FROM_PROMISES: u32 = 4;
+/// when one runs long. Two threads, analytical, wall time by partitions (4 / 8 / 16 / 32):
+/// Llama 3 405B at 8,192 GPUs 6.08 / 5.29-5.57 / 4.69-5.33 / 5.13 s; gpt3-175b-h100-1024
+/// 3.16-3.20 s at 8, 3.07-3.08 at 16 and 11.13 at 32 (745,452 windows: four hosts a
+/// partition cut its pipelines); at 131,072 GPUs 2 min 44 s at 8 and 2 min 27 s at 16, run
+/// back to back. The load-adaptive default before (METIS at 256 partitions) took 14-15 s at
+/// 8,192 GPUs, and 8 METIS partitions at 131,072 GPUs ran 10 of 13 simulated seconds in 6.5
+/// minutes (docs/engine.md, "Windows from promises on one worker").
+pub const PARTITIONS_PER_THREAD_FROM_PROMISES: u32 = 8;
 
 /// Partitions `model`'s topology as the experiment's `[engine]` says, for `placement`'s
 /// workers and threads.

@@ -28,7 +28,7 @@ fn closed_form_reductions_across_workers_keep_the_windows_few_and_the_result() {
 }
 
 /// `engine.scheduling = "auto"` on one worker of several threads over the analytical network
-/// runs barrier windows ended by the model's promises, on four round-robin partitions per
+/// runs barrier windows ended by the model's promises, on eight round-robin partitions per
 /// thread; one thread, or a packet network, stays asynchronous on one partition per thread.
 /// Every way gives the same result.
 #[test]
@@ -47,9 +47,9 @@ fn a_lone_worker_of_several_threads_takes_its_windows_from_promises_on_a_closed_
     let (scheduling, strategy, partition_of) = placed("analytical", 2);
     assert_eq!(scheduling, worker::Scheduling::LoadAdaptive);
     assert_eq!(strategy, sim_config::PartitionStrategy::RoundRobin);
-    // 16 hosts dealt to 8 partitions in turn.
+    // 16 hosts dealt to 2 threads × 8 partitions in turn: a host each.
     let parts: std::collections::BTreeSet<u32> = partition_of.iter().copied().collect();
-    assert_eq!(parts.len(), 8);
+    assert_eq!(parts.len(), 16);
     let (scheduling, strategy, _) = placed("analytical", 1);
     assert_eq!(scheduling, worker::Scheduling::Asynchronous);
     assert_eq!(strategy, sim_config::PartitionStrategy::Auto);
