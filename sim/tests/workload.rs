@@ -973,6 +973,20 @@ memory_check = "off"
     )
 }
 
+/// What each host sync of `p` other than 1F1B's waits before: the op's collective or kernel
+/// name.
+fn moe_host_syncs(p: &Program) -> Vec<String> {
+    p.host_syncs
+        .iter()
+        .filter(|&&s| !waits_for_a_transfer(p, s))
+        .map(|&s| match p.ops[s as usize].kind {
+            OpKind::Collective { op, .. } => op.name().to_string(),
+            OpKind::Compute { kernel } => p.kernels[kernel as usize].name.name().to_string(),
+            ref other => format!("{other:?}"),
+        })
+        .collect()
+}
+
 /// Whether op `s` waits for a pipeline transfer (1F1B's synchronise after its transfers).
 fn waits_for_a_transfer(p: &Program, s: u32) -> bool {
     p.deps(s as usize).iter().any(|&d| {
@@ -1107,17 +1121,7 @@ fn token_drop_pads_experts_to_capacity_and_moves_the_host_sync() {
                 _ => None,
             })
             .expect("an expert GEMM");
-        let syncs: Vec<String> = p
-            .host_syncs
-            .iter()
-            .filter(|&&s| !waits_for_a_transfer(p, s))
-            .map(|&s| match p.ops[s as usize].kind {
-                OpKind::Collective { op, .. } => op.name().to_string(),
-                OpKind::Compute { kernel } => p.kernels[kernel as usize].name.name().to_string(),
-                ref other => format!("{other:?}"),
-            })
-            .collect();
-        (tokens, syncs)
+        (tokens, moe_host_syncs(p))
     };
     let (dropless, syncs) = look(&moe("drop-none", ""));
     let share = expert_share(
@@ -1593,17 +1597,7 @@ fn the_alltoall_dispatcher_gathers_token_counts_and_router_padding_syncs_before_
                 _ => None,
             })
             .collect();
-        let syncs = p
-            .host_syncs
-            .iter()
-            .filter(|&&s| !waits_for_a_transfer(p, s))
-            .map(|&s| match p.ops[s as usize].kind {
-                OpKind::Collective { op, .. } => op.name().to_string(),
-                OpKind::Compute { kernel } => p.kernels[kernel as usize].name.name().to_string(),
-                ref other => format!("{other:?}"),
-            })
-            .collect();
-        (gathers, syncs)
+        (gathers, moe_host_syncs(p))
     };
     // Mixtral: 8 experts, EP 8; 4 MoE layers per stage, 2 micro-batches.
     let (gathers, syncs) = look("counts-alltoall", "", "");
