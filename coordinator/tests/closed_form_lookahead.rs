@@ -57,11 +57,7 @@ fn a_lone_worker_of_several_threads_takes_its_windows_from_promises_on_a_closed_
     assert_eq!(scheduling, worker::Scheduling::Asynchronous);
 
     let exp = experiment(&pipelines("analytical", 16));
-    let (_, one, _) = run_measured(
-        model(&exp),
-        vec![0; model(&exp).topology.nodes().len()],
-        Split::new(1, 1),
-    );
+    let (_, one, _) = run_measured(model(&exp), vec![0; partition_of.len()], Split::new(1, 1));
     let (_, promised, _) = run_measured(model(&exp), partition_of, Split::new(1, 2));
     assert_eq!(promised.digest(), one.digest());
 }

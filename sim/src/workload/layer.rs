@@ -1715,7 +1715,8 @@ impl LayerEmitter<'_> {
             16
         };
         match moe.capacity {
-            Some(c) if c.pad => !self.moe_sizes(moe).per_expert.is_multiple_of(align),
+            // `up` runs each local expert on `tokens` rows: the capacity when padded to it.
+            Some(c) if c.pad => !up.tokens.is_multiple_of(align),
             _ => true,
         }
     }
