@@ -418,6 +418,71 @@ pub struct ProgramIndex {
     pub collective_keys: Vec<CollectiveKey>,
 }
 
+/// One program's kernel times on one GPU type summed along its compute stream: entry `i`
+/// covers the kernels at positions `[0, i)`. A GPU's promise asks for the least time of a
+/// run of kernels ([`Self::least_ps`]) once per window; summing them one by one made the
+/// promises most of a many-threaded MoE run (EP all-to-alls cross partitions every layer).
+#[derive(Debug, Clone, Default)]
+pub struct ComputePrefix {
+    /// Compute-bound kernels (they follow the chip's clock), ps.
+    clocked_ps: Vec<u64>,
+    /// How many kernels those are.
+    clocked: Vec<u32>,
+    /// The other kernels, ps.
+    other_ps: Vec<u64>,
+}
+
+impl ComputePrefix {
+    fn new(program: &Program, compute_ops: &[u32], times: &[SimTime], clocked: &[bool]) -> Self {
+        let n = compute_ops.len() + 1;
+        let mut prefix = ComputePrefix {
+            clocked_ps: Vec::with_capacity(n),
+            clocked: Vec::with_capacity(n),
+            other_ps: Vec::with_capacity(n),
+        };
+        let (mut on_clock, mut count, mut other) = (0u64, 0u32, 0u64);
+        for &op in compute_ops {
+            prefix.clocked_ps.push(on_clock);
+            prefix.clocked.push(count);
+            prefix.other_ps.push(other);
+            if let OpKind::Compute { kernel } = program.ops[op as usize].kind {
+                let t = times[kernel as usize].as_ps();
+                if clocked[kernel as usize] {
+                    on_clock += t;
+                    count += 1;
+                } else {
+                    other += t;
+                }
+            }
+        }
+        prefix.clocked_ps.push(on_clock);
+        prefix.clocked.push(count);
+        prefix.other_ps.push(other);
+        prefix
+    }
+
+    /// No more than the time of the kernels at positions `[from, to)` on a chip whose
+    /// compute-bound kernels take `slowdown` times their table's time, each rounded to the
+    /// picosecond, then divided by `rate` (floored) where it exceeds 1: it may fall short by
+    /// a few picoseconds per kernel, as a promise may, and never exceeds the true sum.
+    pub fn least_ps(&self, from: u32, to: u32, slowdown: f64, rate: f64) -> u64 {
+        let (a, b) = (from as usize, to as usize);
+        let kernels = (b - a) as u64;
+        let clocked = self.clocked_ps[b] - self.clocked_ps[a];
+        let rounded = u64::from(self.clocked[b] - self.clocked[a]);
+        // Each kernel rounds to at least its exact product less half a picosecond; one more
+        // picosecond for the float product.
+        let chip = (self.other_ps[b] - self.other_ps[a])
+            + ((clocked as f64 * slowdown).floor() as u64).saturating_sub(rounded + 1);
+        if rate > 1.0 {
+            // Each kernel's quotient is floored: a picosecond less at most.
+            ((chip as f64 / rate).floor() as u64).saturating_sub(kernels + 1)
+        } else {
+            chip
+        }
+    }
+}
+
 /// "Not a collective" in [`ProgramIndex::collective_slot`].
 pub const NO_SLOT: u16 = u16::MAX;
 
@@ -496,6 +561,9 @@ pub struct SimModel {
     pub kernel_times: Vec<Vec<SimTime>>,
     /// Whether each of those kernels is compute-bound (follows the GPU's own clock).
     pub kernel_clocked: Vec<Vec<bool>>,
+    /// Running sums of those times along each program's compute stream, indexed as
+    /// `kernel_times`: the least time of any run of kernels in O(1) ([`ComputePrefix`]).
+    pub compute_prefix: Vec<ComputePrefix>,
     /// When the host has issued each op if it never waits for the GPU, from the rank's
     /// start: the running sum of [`crate::compute::host::issue_costs`], indexed as
     /// `kernel_times`. Empty where issuing costs nothing (every op in a CUDA graph, or a
@@ -746,6 +814,7 @@ impl SimModel {
             programs,
             kernel_times,
             kernel_clocked,
+            compute_prefix: Vec::new(),
             host_issued,
             clock_spread,
             gpu_types,
@@ -760,7 +829,25 @@ impl SimModel {
             longest_link,
             faults: exp.faults.clone().with_timed_links(timed_link_faults),
             symmetry,
-        })
+        }
+        .with_compute_prefix())
+    }
+
+    /// [`Self::compute_prefix`] of the programs and kernel times as they now are.
+    fn with_compute_prefix(mut self) -> SimModel {
+        self.compute_prefix = (0..self.kernel_times.len())
+            .map(|table| {
+                let index = &self.programs[table / self.gpu_types.max(1)];
+                let program = &self.workload.programs[table / self.gpu_types.max(1)];
+                ComputePrefix::new(
+                    program,
+                    &index.stream_ops[Stream::Compute.index()],
+                    &self.kernel_times[table],
+                    &self.kernel_clocked[table],
+                )
+            })
+            .collect();
+        self
     }
 
     /// The lookahead of a partitioning whose cut links' smallest latency is `cut`: that,
@@ -789,7 +876,7 @@ impl SimModel {
         self.symmetry = symmetry::Symmetry::Full {
             why: "a benchmark's workload runs on every rank".into(),
         };
-        self
+        self.with_compute_prefix()
     }
 
     /// This model with the workload's ops removed and `flows` injected instead: network
@@ -809,7 +896,7 @@ impl SimModel {
         self.symmetry = symmetry::Symmetry::Full {
             why: "injected flows run between any ranks".into(),
         };
-        self
+        self.with_compute_prefix()
     }
 
     /// The LP of topology node `node`, in its state at time zero.
@@ -1003,6 +1090,43 @@ mod tests {
         assert!(mean.abs() < 0.0005, "{mean}");
         assert!((sd / spread - 1.0).abs() < 0.05, "{sd}");
         assert_eq!(chip_slowdown(42, 17, 0.0), 1.0);
+    }
+
+    proptest::proptest! {
+        /// The running sums never promise more than the kernels take one by one (each
+        /// rounded as `GpuLp::chip_kernel_ps` rounds it, then floored by the interference
+        /// rate), and fall short by no more than a few picoseconds a kernel.
+        #[test]
+        fn compute_prefix_bounds_the_kernels_one_by_one(
+            kernels in proptest::collection::vec((1u64..5_000_000_000, proptest::bool::ANY), 1..40),
+            from in 0usize..40,
+            len in 0usize..40,
+            slowdown in 0.9f64..1.2,
+            rate in 0.5f64..2.0,
+        ) {
+            let mut p = Program::new(0, 1);
+            for k in 0..kernels.len() as u32 {
+                p.push(OpKind::Compute { kernel: k }, Stream::Compute, Label::imported(), &[]);
+            }
+            let times: Vec<SimTime> = kernels.iter().map(|&(t, _)| SimTime::from_ps(t)).collect();
+            let clocked: Vec<bool> = kernels.iter().map(|&(_, c)| c).collect();
+            let index = ProgramIndex::new(&p);
+            let prefix = ComputePrefix::new(&p, &index.stream_ops[0], &times, &clocked);
+            let from = from.min(kernels.len());
+            let to = (from + len).min(kernels.len());
+            let exact: u64 = (from..to)
+                .map(|k| {
+                    let chip = match clocked[k] {
+                        true => crate::time::round_ps(times[k].as_ps() as f64 * slowdown),
+                        false => times[k].as_ps(),
+                    };
+                    if rate > 1.0 { (chip as f64 / rate).floor() as u64 } else { chip }
+                })
+                .sum();
+            let least = prefix.least_ps(from as u32, to as u32, slowdown, rate);
+            proptest::prop_assert!(least <= exact, "{least} > {exact}");
+            proptest::prop_assert!(exact - least <= 3 * (to - from) as u64 + 3, "{least} vs {exact}");
+        }
     }
 
     #[test]

@@ -276,9 +276,18 @@ impl GpuLp {
         (Some(end.max(at)), next)
     }
 
-    /// The least time of the compute-stream kernels at positions `[from, to)`, sliding
-    /// [`GpuLp::least_compute`] there.
+    /// The least time of the compute-stream kernels at positions `[from, to)`: from the
+    /// program's running sums ([`crate::ComputePrefix`]), or, where faults stretch kernels one
+    /// by one, sliding [`GpuLp::least_compute`] there.
     fn least_compute_ps(&mut self, model: &SimModel, from: u32, to: u32) -> u64 {
+        if !model.faults.slows_kernels() {
+            return model.compute_prefix[self.kernel_table as usize].least_ps(
+                from,
+                to,
+                self.chip_slowdown,
+                model.interference.compute_rate,
+            );
+        }
         let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
         let (mut a, mut b, mut sum) = self.least_compute;
         if from >= b || to <= a {
