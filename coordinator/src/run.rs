@@ -42,6 +42,7 @@ impl RunOptions {
             .threads
             .unwrap_or(exp.loaded.config.engine.threads as usize)
         {
+            0 if one_thread_pays(exp) => 1,
             0 => (idle_cores() / self.workers(exp) as usize).max(1),
             n => n,
         }
@@ -99,6 +100,17 @@ pub struct Placement {
     pub scheduling: worker::Scheduling,
     /// `network.model = "analytical"`: every collective completes in closed form.
     pub closed_form: bool,
+}
+
+/// Whether one thread runs `exp` faster than several, whatever the cores: on the analytical
+/// network, when collectives inside every layer cross hosts (an expert-parallel all-to-all
+/// over several hosts, a tensor- or context-parallel group wider than a host). Partitions
+/// are made of whole hosts, so they then meet every layer, and two threads spend more on
+/// meeting than they gain (docs/engine.md, "One thread where layers cross hosts": a 512-GPU
+/// DeepSeek-V3 on GB200 4.7 s on one thread, 8.0 s on two with windows from promises, 52 s
+/// asynchronous). Packet and flow runs keep their threads: their fabric LPs are work to share.
+pub fn one_thread_pays(exp: &Experiment) -> bool {
+    closed_form_network(exp) && exp.jobs.is_empty() && exp.layer_group_across_hosts().is_some()
 }
 
 /// Whether every collective of `exp` completes in closed form (`network.model =

@@ -61,3 +61,41 @@ fn a_lone_worker_of_several_threads_takes_its_windows_from_promises_on_a_closed_
     let (_, promised, _) = run_measured(model(&exp), partition_of, Split::new(1, 2));
     assert_eq!(promised.digest(), one.digest());
 }
+
+/// On the analytical network a run left to choose its threads takes one when the
+/// collectives inside every layer cross hosts: DeepSeek-V3's expert-parallel all-to-all over
+/// 64 GPUs (8 hosts) ran in 10.5 s on one thread and 33.9 s on two (docs/engine.md, "One
+/// thread where layers cross hosts"). Tensor parallelism inside a host, or a packet network,
+/// keeps the idle cores; a thread count the user gives is kept.
+#[test]
+fn an_analytical_moe_whose_all_to_alls_cross_hosts_runs_on_one_thread() {
+    use coordinator::run::{RunOptions, one_thread_pays};
+    use sim_ir::layout::GroupKind;
+    let load = |file: &str, network: &str| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../configs/experiments")
+            .join(file);
+        let sets = [format!("network.model={network}")];
+        sim::experiment::Experiment::load(
+            &path,
+            &sim_config::Overrides::from_sets(&sets).expect("sets"),
+        )
+        .expect("experiment")
+    };
+    let moe = load("deepseek-v3-h100-1024.toml", "analytical");
+    assert_eq!(moe.layer_group_across_hosts(), Some(GroupKind::Ep));
+    assert!(one_thread_pays(&moe));
+    assert_eq!(RunOptions::default().threads(&moe), 1);
+    let chosen = RunOptions {
+        threads: Some(2),
+        ..RunOptions::default()
+    };
+    assert_eq!(chosen.threads(&moe), 2);
+    assert!(!one_thread_pays(&load(
+        "deepseek-v3-h100-1024.toml",
+        "packet"
+    )));
+    let dense = load("gpt3-175b-h100-1024.toml", "analytical");
+    assert_eq!(dense.layer_group_across_hosts(), None);
+    assert!(!one_thread_pays(&dense));
+}

@@ -93,6 +93,42 @@ impl Experiment {
         &self.loaded.config.name
     }
 
+    /// How many hosts the widest group of `kind` spans. Groups are translates of one
+    /// another under Megatron's layout; the first few suffice for the maximum, and checking
+    /// every group would be O(GPUs · group size).
+    pub fn group_host_span(&self, kind: crate::layout::GroupKind) -> u32 {
+        let gph = self.loaded.config.cluster.gpus_per_host;
+        (0..self.layout.group_count(kind).min(64))
+            .map(|i| {
+                let mut hosts: Vec<u32> = self
+                    .layout
+                    .nth_group(kind, i)
+                    .iter()
+                    .map(|r| r / gph)
+                    .collect();
+                hosts.sort_unstable();
+                hosts.dedup();
+                hosts.len() as u32
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A group kind whose collectives run inside every layer (tensor, context, expert and
+    /// expert-tensor parallel) and span more than one host, if any: then ranks on different
+    /// hosts meet every layer, not only at pipeline sends and gradient reductions.
+    pub fn layer_group_across_hosts(&self) -> Option<crate::layout::GroupKind> {
+        use crate::layout::GroupKind;
+        [
+            GroupKind::Tp,
+            GroupKind::Cp,
+            GroupKind::Ep,
+            GroupKind::ExpertTp,
+        ]
+        .into_iter()
+        .find(|&kind| self.layout.group_size(kind) > 1 && self.group_host_span(kind) > 1)
+    }
+
     /// The compute model this experiment asks for (its kernel tables, attention kernels and
     /// interference factors), over its own GPU types.
     pub fn compute_model(&self) -> Result<crate::compute::ComputeModel, ConfigError> {

@@ -173,23 +173,6 @@ pub struct CheckReport<'a> {
     pub jobs: &'a [Vec<StageSummary>],
 }
 
-/// Groups whose members all sit in one host, and how many hosts a group spans at most.
-fn group_span(exp: &Experiment, kind: GroupKind) -> u32 {
-    let layout = &exp.layout;
-    let gph = exp.loaded.config.cluster.gpus_per_host;
-    // Groups are translates of one another under Megatron's layout; the first few suffice
-    // for the maximum, and checking every group would be O(GPUs · group size).
-    let count = layout.group_count(kind).min(64);
-    (0..count)
-        .map(|i| {
-            let mut hosts: Vec<u32> = layout.nth_group(kind, i).iter().map(|r| r / gph).collect();
-            hosts.dedup();
-            hosts.len() as u32
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 /// Each GPU type of the cluster with the number of hosts that carry it.
 fn hosts_per_gpu_type(exp: &Experiment) -> impl Iterator<Item = (&str, usize)> {
     exp.gpu_types.iter().enumerate().map(|(i, g)| {
@@ -222,7 +205,7 @@ fn job_json<'a>(
             size: exp.layout.group_size(k),
             count: exp.layout.group_count(k),
             first: exp.layout.nth_group(k, 0),
-            max_hosts_spanned: group_span(exp, k),
+            max_hosts_spanned: exp.group_host_span(k),
         })
         .collect();
     let placement = (0..exp.layout.world().min(16))
@@ -724,7 +707,7 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
             size,
             shown.join(", "),
             more,
-            group_span(exp, kind)
+            exp.group_host_span(kind)
         );
     }
     let _ = writeln!(
