@@ -48,6 +48,22 @@ impl RunOptions {
         }
     }
 
+    /// Why the run takes one thread where it could take more, when [`one_thread_pays`]
+    /// decided it: a line for the user.
+    pub fn one_thread_note(&self, exp: &Experiment) -> Option<String> {
+        let unset = self
+            .threads
+            .unwrap_or(exp.loaded.config.engine.threads as usize)
+            == 0;
+        let kind = exp.layer_group_across_hosts()?;
+        (unset && one_thread_pays(exp) && idle_cores() / self.workers(exp) as usize > 1).then(|| {
+            format!(
+                "one thread per worker: the {} groups span hosts, so partitions of hosts meet every layer and more threads only wait for each other on the analytical network (--threads N to override)",
+                kind.name()
+            )
+        })
+    }
+
     /// What a user should hear before a run whose placement will be slow for no gain: more
     /// workers than GPUs, or more threads in all than the machine has cores (each window's
     /// barrier then waits for the scheduler: quickstart on 2 cores takes 1.1 s on one

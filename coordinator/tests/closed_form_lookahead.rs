@@ -86,11 +86,16 @@ fn an_analytical_moe_whose_all_to_alls_cross_hosts_runs_on_one_thread() {
     assert_eq!(moe.layer_group_across_hosts(), Some(GroupKind::Ep));
     assert!(one_thread_pays(&moe));
     assert_eq!(RunOptions::default().threads(&moe), 1);
+    if coordinator::run::idle_cores() > 1 {
+        let note = RunOptions::default().one_thread_note(&moe).expect("a note");
+        assert!(note.contains("ep groups span hosts"), "{note}");
+    }
     let chosen = RunOptions {
         threads: Some(2),
         ..RunOptions::default()
     };
     assert_eq!(chosen.threads(&moe), 2);
+    assert_eq!(chosen.one_thread_note(&moe), None);
     assert!(!one_thread_pays(&load(
         "deepseek-v3-h100-1024.toml",
         "packet"

@@ -91,6 +91,9 @@ impl Args {
         for warning in options.placement_warnings(&exp) {
             eprintln!("warning: {warning}");
         }
+        if let Some(note) = options.one_thread_note(&exp).filter(|_| !quiet) {
+            eprintln!("note: {note}");
+        }
         let progress = with_metrics(
             metrics_listen.as_deref(),
             (!quiet).then(|| progress::hook(&exp)),
