@@ -336,19 +336,23 @@ pub fn partition(
     let engine_cfg = &exp.loaded.config.engine;
     let load =
         partitioner::Load::estimate(&model.topology, &model.workload, &model.net.segmenting());
-    let strategy = match engine_cfg.partition {
-        sim_config::PartitionStrategy::Auto if placement.lone_promise_windows() => {
-            sim_config::PartitionStrategy::RoundRobin
-        }
-        s => s,
+    // Windows from promises deal hosts in turn, in blocks that keep the collectives inside
+    // every layer within a partition where those groups span hosts.
+    let (strategy, hosts_per_block) = match engine_cfg.partition {
+        sim_config::PartitionStrategy::Auto if placement.lone_promise_windows() => (
+            sim_config::PartitionStrategy::RoundRobin,
+            exp.layer_block_hosts().unwrap_or(1),
+        ),
+        s => (s, 1),
     };
     let split = |parts| {
-        partitioner::partition(
+        partitioner::partition_in_blocks(
             &model.topology,
             strategy.name(),
             parts,
             &load,
             engine_cfg.seed,
+            hosts_per_block,
         )
         .map_err(|e| RunError::Partition(exp.loaded.error("engine.partition", e.to_string())))
     };

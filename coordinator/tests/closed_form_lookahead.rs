@@ -103,4 +103,49 @@ fn an_analytical_moe_whose_all_to_alls_cross_hosts_runs_on_one_thread() {
     let dense = load("gpt3-175b-h100-1024.toml", "analytical");
     assert_eq!(dense.layer_group_across_hosts(), None);
     assert!(!one_thread_pays(&dense));
+    // EP 64 of expert-TP 1 (Megatron-Core's expert ranks: 64 consecutive ranks) and TP 2
+    // inside them: 8 hosts of 8 hold every layer's group whole.
+    assert_eq!(moe.layer_block_hosts(), Some(8));
+    assert_eq!(dense.layer_block_hosts(), Some(1));
+}
+
+/// Threads given to such a run deal the hosts in blocks that hold the layers' groups whole
+/// (Mixtral's EP 8 over TP 2: two hosts), and the result is one thread's.
+#[test]
+fn threads_given_to_an_moe_deal_hosts_in_blocks_that_keep_its_all_to_alls_inside() {
+    use coordinator::run::{RunOptions, partition};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../configs/experiments/mixtral-8x7b-h100-256.toml");
+    let sets: Vec<String> = [
+        "network.model=analytical",
+        "engine.symmetry=off",
+        "model.layers=4",
+        "parallel.global_batch=64",
+    ]
+    .map(String::from)
+    .to_vec();
+    let exp = sim::experiment::Experiment::load(
+        &path,
+        &sim_config::Overrides::from_sets(&sets).expect("sets"),
+    )
+    .expect("experiment");
+    assert_eq!(exp.layer_block_hosts(), Some(2));
+    let options = RunOptions {
+        threads: Some(2),
+        ..RunOptions::default()
+    };
+    let placement = options.placement(&exp);
+    let cut = partition(&exp, &model(&exp), placement).expect("partition");
+    assert_eq!(cut.strategy, sim_config::PartitionStrategy::RoundRobin);
+    let m = model(&exp);
+    let part_of_host = |h: u32| cut.partition_of[m.topology.gpu(h * 8) as usize];
+    assert_eq!(part_of_host(0), part_of_host(1));
+    assert_ne!(part_of_host(1), part_of_host(2));
+    let (_, one, _) = run_measured(
+        model(&exp),
+        vec![0; cut.partition_of.len()],
+        Split::new(1, 1),
+    );
+    let (_, blocks, _) = run_measured(m, cut.partition_of, Split::new(1, 2));
+    assert_eq!(blocks.digest(), one.digest());
 }

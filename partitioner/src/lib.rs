@@ -33,6 +33,9 @@ pub struct Input<'a> {
     /// Partitions wanted; 0: the strategy's natural count.
     pub parts: u32,
     pub seed: u64,
+    /// Consecutive hosts `round-robin` deals as one (1: host by host): a block that holds
+    /// whole groups of the collectives inside every layer keeps them in one partition.
+    pub hosts_per_block: u32,
 }
 
 impl Input<'_> {
@@ -123,6 +126,19 @@ pub fn partition(
     load: &Load,
     seed: u64,
 ) -> Result<Assignment, PartitionError> {
+    partition_in_blocks(topology, strategy, parts, load, seed, 1)
+}
+
+/// [`partition`], with `round-robin` dealing `hosts_per_block` consecutive hosts at a time
+/// ([`Input::hosts_per_block`]; the other strategies ignore it).
+pub fn partition_in_blocks(
+    topology: &Topology,
+    strategy: &str,
+    parts: u32,
+    load: &Load,
+    seed: u64,
+    hosts_per_block: u32,
+) -> Result<Assignment, PartitionError> {
     let s = implementation(
         strategy
             .parse()
@@ -137,6 +153,7 @@ pub fn partition(
         load,
         parts,
         seed,
+        hosts_per_block: hosts_per_block.max(1),
     };
     let part_of_atom = s.assign(&input)?;
     Ok(compact(
@@ -199,7 +216,8 @@ impl Strategy for ByHost {
     }
 }
 
-/// `round-robin`: host `h` to partition `h mod K`, then the shared nodes, dealt on.
+/// `round-robin`: host `h` to partition `h mod K`, then the shared nodes, dealt on; with
+/// [`Input::hosts_per_block`] `B`, host `h` is dealt as block `h / B`.
 struct RoundRobin;
 
 impl Strategy for RoundRobin {
@@ -207,8 +225,15 @@ impl Strategy for RoundRobin {
         "atom i (hosts, then switches) to partition i mod K"
     }
     fn assign(&self, input: &Input) -> Result<Vec<u32>, PartitionError> {
-        let k = input.parts_or(input.atoms.count);
-        Ok((0..input.atoms.count).map(|a| a % k).collect())
+        let atoms = input.atoms;
+        let block = input.hosts_per_block.max(1);
+        let blocks = atoms.hosts.div_ceil(block);
+        let dealt = |a: u32| match a.checked_sub(atoms.hosts) {
+            None => a / block,
+            Some(shared) => blocks + shared,
+        };
+        let k = input.parts_or(blocks + atoms.count - atoms.hosts);
+        Ok((0..atoms.count).map(|a| dealt(a) % k).collect())
     }
 }
 
@@ -588,6 +613,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Dealt in blocks of 4 hosts over 3 partitions, hosts 0-3 go to partition 0, 4-7 to 1,
+    /// 8-11 to 2 and 12-15 to 0 again; host by host, host h goes to h mod 3.
+    #[test]
+    fn round_robin_deals_blocks_of_hosts_as_one() {
+        let topo = topology("");
+        let load = Load::uniform(&topo);
+        let part_of_host = |a: &Assignment| -> Vec<u32> {
+            (0..topo.host_count())
+                .map(|h| a.partition_of[topo.gpu(h * 8) as usize])
+                .collect()
+        };
+        let blocks = partition_in_blocks(&topo, "round-robin", 3, &load, 0, 4).expect("blocks");
+        assert_eq!(
+            part_of_host(&blocks),
+            [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0]
+        );
+        let hosts = partition(&topo, "round-robin", 3, &load, 0).expect("hosts");
+        let dealt: Vec<u32> = (0..16).map(|h| h % 3).collect();
+        assert_eq!(part_of_host(&hosts), dealt);
     }
 
     #[test]

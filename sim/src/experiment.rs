@@ -118,6 +118,43 @@ impl Experiment {
     /// expert-tensor parallel) and span more than one host, if any: then ranks on different
     /// hosts meet every layer, not only at pipeline sends and gradient reductions.
     pub fn layer_group_across_hosts(&self) -> Option<crate::layout::GroupKind> {
+        self.layer_group_kinds()
+            .find(|&kind| self.group_host_span(kind) > 1)
+    }
+
+    /// The fewest consecutive hosts, aligned from host 0, that hold every group of the kinds
+    /// [`Self::layer_group_across_hosts`] looks at whole: dealt as one, such blocks keep the
+    /// collectives inside every layer within a partition. `None` where no block of up to all
+    /// the hosts does (a layout whose order puts data parallelism inside those groups).
+    pub fn layer_block_hosts(&self) -> Option<u32> {
+        let gph = self.loaded.config.cluster.gpus_per_host.max(1);
+        let hosts = self.layout.world().div_ceil(gph).max(1);
+        let ranges: Vec<(u32, u32)> = self
+            .layer_group_kinds()
+            .flat_map(|kind| {
+                (0..self.layout.group_count(kind)).map(move |i| {
+                    let members = self.layout.nth_group(kind, i);
+                    let lo = members.iter().min().map_or(0, |r| r / gph);
+                    let hi = members.iter().max().map_or(0, |r| r / gph);
+                    (lo, hi)
+                })
+            })
+            .collect();
+        let mut block = ranges
+            .iter()
+            .map(|&(lo, hi)| hi - lo + 1)
+            .max()
+            .unwrap_or(1);
+        while block <= hosts {
+            if ranges.iter().all(|&(lo, hi)| lo / block == hi / block) {
+                return Some(block);
+            }
+            block *= 2;
+        }
+        None
+    }
+
+    fn layer_group_kinds(&self) -> impl Iterator<Item = crate::layout::GroupKind> + '_ {
         use crate::layout::GroupKind;
         [
             GroupKind::Tp,
@@ -126,7 +163,7 @@ impl Experiment {
             GroupKind::ExpertTp,
         ]
         .into_iter()
-        .find(|&kind| self.layout.group_size(kind) > 1 && self.group_host_span(kind) > 1)
+        .filter(|&kind| self.layout.group_size(kind) > 1)
     }
 
     /// The compute model this experiment asks for (its kernel tables, attention kernels and
