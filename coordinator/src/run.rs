@@ -96,10 +96,12 @@ impl RunOptions {
             threads,
             scheduling: worker::Scheduling::for_run(
                 exp.loaded.config.engine.scheduling,
-                workers,
-                threads,
-                embedded::oversubscribed(workers, threads),
-                closed_form,
+                worker::RunShape {
+                    workers,
+                    threads,
+                    oversubscribed: embedded::oversubscribed(workers, threads),
+                    closed_form,
+                },
             ),
             closed_form,
         }
@@ -154,10 +156,12 @@ impl Placement {
             threads: 0,
             scheduling: worker::Scheduling::for_run(
                 exp.loaded.config.engine.scheduling,
-                workers,
-                0,
-                false,
-                closed_form,
+                worker::RunShape {
+                    workers,
+                    threads: 0,
+                    oversubscribed: false,
+                    closed_form,
+                },
             ),
             closed_form,
         }

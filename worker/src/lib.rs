@@ -25,6 +25,6 @@ pub use protocol::{Coordination, EngineError, EventBatch, WindowGrant, WindowRep
 pub use round_trips::RoundTrips;
 pub use slack::{CrossPartitionSlack, SLACK_MULTIPLES};
 pub use window::{
-    BOUND_THREADS, Scheduling, WindowParallelism, WorkerOutcome, WorkerSetup, WorkerStats,
-    run_worker,
+    BOUND_THREADS, RunShape, Scheduling, WindowParallelism, WorkerOutcome, WorkerSetup,
+    WorkerStats, run_worker,
 };

@@ -55,9 +55,21 @@ pub enum Scheduling {
     Static,
 }
 
+/// What a run's scheduling depends on besides `engine.scheduling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunShape {
+    pub workers: u32,
+    /// Threads per worker; 0 where each worker decides (a distributed run).
+    pub threads: usize,
+    /// More threads than cores on this machine.
+    pub oversubscribed: bool,
+    /// `network.model = "analytical"`: every collective completes in closed form.
+    pub closed_form: bool,
+}
+
 impl Scheduling {
-    /// From `engine.scheduling` (validated when the experiment is loaded) for a run on
-    /// `workers` workers. `auto` is asynchronous on one worker, which the coordinator then
+    /// From `engine.scheduling` (validated when the experiment is loaded) for a run of
+    /// `shape`, on `workers` workers. `auto` is asynchronous on one worker, which the coordinator then
     /// grants windows wider than the lookahead, and load-adaptive on several, whose windows
     /// must end at the lookahead for their batches anyway.
     ///
@@ -72,19 +84,13 @@ impl Scheduling {
     /// lookahead (docs/engine.md, "Windows from promises on one worker": 7.30 → 3.07 s on
     /// gpt3-175b-h100-1024, 3 min 51 s → 2 min 27 s at 131,072 GPUs). Packet and flow runs send across
     /// partitions every few microseconds, and stay asynchronous.
-    pub fn for_run(
-        choice: SchedulingChoice,
-        workers: u32,
-        threads: usize,
-        oversubscribed: bool,
-        closed_form: bool,
-    ) -> Scheduling {
-        let lone = workers <= 1 && !oversubscribed;
+    pub fn for_run(choice: SchedulingChoice, shape: RunShape) -> Scheduling {
+        let lone = shape.workers <= 1 && !shape.oversubscribed;
         match choice {
             SchedulingChoice::Asynchronous => Scheduling::Asynchronous,
             SchedulingChoice::LoadAdaptive => Scheduling::LoadAdaptive,
             SchedulingChoice::Static => Scheduling::Static,
-            SchedulingChoice::Auto if lone && !(closed_form && threads > 1) => {
+            SchedulingChoice::Auto if lone && !(shape.closed_form && shape.threads > 1) => {
                 Scheduling::Asynchronous
             }
             SchedulingChoice::Auto => Scheduling::LoadAdaptive,
@@ -799,33 +805,89 @@ mod tests {
     {
         use Scheduling::*;
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 1, 2, false, false),
+            Scheduling::for_run(
+                SchedulingChoice::Auto,
+                RunShape {
+                    workers: 1,
+                    threads: 2,
+                    oversubscribed: false,
+                    closed_form: false,
+                }
+            ),
             Asynchronous
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 1, 2, true, false),
+            Scheduling::for_run(
+                SchedulingChoice::Auto,
+                RunShape {
+                    workers: 1,
+                    threads: 2,
+                    oversubscribed: true,
+                    closed_form: false,
+                }
+            ),
             LoadAdaptive
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 2, 2, false, false),
+            Scheduling::for_run(
+                SchedulingChoice::Auto,
+                RunShape {
+                    workers: 2,
+                    threads: 2,
+                    oversubscribed: false,
+                    closed_form: false,
+                }
+            ),
             LoadAdaptive
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Asynchronous, 3, 2, true, false),
+            Scheduling::for_run(
+                SchedulingChoice::Asynchronous,
+                RunShape {
+                    workers: 3,
+                    threads: 2,
+                    oversubscribed: true,
+                    closed_form: false,
+                }
+            ),
             Asynchronous
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Static, 1, 2, false, false),
+            Scheduling::for_run(
+                SchedulingChoice::Static,
+                RunShape {
+                    workers: 1,
+                    threads: 2,
+                    oversubscribed: false,
+                    closed_form: false,
+                }
+            ),
             Static
         );
         // Over a closed-form network a lone worker's threads take windows from promises;
         // one thread stays asynchronous (one partition, no one to meet).
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 1, 2, false, true),
+            Scheduling::for_run(
+                SchedulingChoice::Auto,
+                RunShape {
+                    workers: 1,
+                    threads: 2,
+                    oversubscribed: false,
+                    closed_form: true,
+                }
+            ),
             LoadAdaptive
         );
         assert_eq!(
-            Scheduling::for_run(SchedulingChoice::Auto, 1, 1, false, true),
+            Scheduling::for_run(
+                SchedulingChoice::Auto,
+                RunShape {
+                    workers: 1,
+                    threads: 1,
+                    oversubscribed: false,
+                    closed_form: true,
+                }
+            ),
             Asynchronous
         );
         // Only a lone asynchronous worker may be granted windows wider than the lookahead.

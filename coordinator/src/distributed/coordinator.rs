@@ -78,12 +78,14 @@ pub fn run_coordinator(
                     .with_checkpoints(checkpoints.schedule);
                 let scheduling = worker::Scheduling::for_run(
                     exp.loaded.config.engine.scheduling,
-                    workers,
-                    0,
-                    false,
-                    // The coordinator cannot know a remote worker's threads; a lone gRPC
-                    // worker stays asynchronous, as it decides for itself below.
-                    false,
+                    worker::RunShape {
+                        workers,
+                        threads: 0,
+                        oversubscribed: false,
+                        // The coordinator cannot know a remote worker's threads; a lone gRPC
+                        // worker stays asynchronous, as it decides for itself below.
+                        closed_form: false,
+                    },
                 );
                 if scheduling.wide_windows(workers) {
                     rounds.widening()

@@ -183,12 +183,14 @@ pub fn run_worker_process(
         stop_requested: Some(stop_requested),
         scheduling: worker::Scheduling::for_run(
             exp.loaded.config.engine.scheduling,
-            workers,
-            threads,
-            oversubscribed,
-            // As the coordinator decided its windows (`coordinator.rs`): a lone gRPC worker
-            // stays asynchronous whatever the network.
-            false,
+            worker::RunShape {
+                workers,
+                threads,
+                oversubscribed,
+                // As the coordinator decided its windows (`coordinator.rs`): a lone gRPC
+                // worker stays asynchronous whatever the network.
+                closed_form: false,
+            },
         ),
         lookahead: super::wire_time::optional(reply.lookahead),
         promises: exp.loaded.config.engine.promises,
