@@ -804,90 +804,41 @@ mod tests {
     fn auto_is_asynchronous_only_on_a_lone_worker_with_a_core_per_thread_off_closed_form_networks()
     {
         use Scheduling::*;
+        let lone = RunShape {
+            workers: 1,
+            threads: 2,
+            oversubscribed: false,
+            closed_form: false,
+        };
+        let auto = |shape| Scheduling::for_run(SchedulingChoice::Auto, shape);
+        assert_eq!(auto(lone), Asynchronous);
+        let oversubscribed = RunShape {
+            oversubscribed: true,
+            ..lone
+        };
+        assert_eq!(auto(oversubscribed), LoadAdaptive);
+        assert_eq!(auto(RunShape { workers: 2, ..lone }), LoadAdaptive);
+        let three = RunShape {
+            workers: 3,
+            ..oversubscribed
+        };
         assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Auto,
-                RunShape {
-                    workers: 1,
-                    threads: 2,
-                    oversubscribed: false,
-                    closed_form: false,
-                }
-            ),
+            Scheduling::for_run(SchedulingChoice::Asynchronous, three),
             Asynchronous
         );
-        assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Auto,
-                RunShape {
-                    workers: 1,
-                    threads: 2,
-                    oversubscribed: true,
-                    closed_form: false,
-                }
-            ),
-            LoadAdaptive
-        );
-        assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Auto,
-                RunShape {
-                    workers: 2,
-                    threads: 2,
-                    oversubscribed: false,
-                    closed_form: false,
-                }
-            ),
-            LoadAdaptive
-        );
-        assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Asynchronous,
-                RunShape {
-                    workers: 3,
-                    threads: 2,
-                    oversubscribed: true,
-                    closed_form: false,
-                }
-            ),
-            Asynchronous
-        );
-        assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Static,
-                RunShape {
-                    workers: 1,
-                    threads: 2,
-                    oversubscribed: false,
-                    closed_form: false,
-                }
-            ),
-            Static
-        );
+        assert_eq!(Scheduling::for_run(SchedulingChoice::Static, lone), Static);
         // Over a closed-form network a lone worker's threads take windows from promises;
         // one thread stays asynchronous (one partition, no one to meet).
+        let closed = RunShape {
+            closed_form: true,
+            ..lone
+        };
+        assert_eq!(auto(closed), LoadAdaptive);
         assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Auto,
-                RunShape {
-                    workers: 1,
-                    threads: 2,
-                    oversubscribed: false,
-                    closed_form: true,
-                }
-            ),
-            LoadAdaptive
-        );
-        assert_eq!(
-            Scheduling::for_run(
-                SchedulingChoice::Auto,
-                RunShape {
-                    workers: 1,
-                    threads: 1,
-                    oversubscribed: false,
-                    closed_form: true,
-                }
-            ),
+            auto(RunShape {
+                threads: 1,
+                ..closed
+            }),
             Asynchronous
         );
         // Only a lone asynchronous worker may be granted windows wider than the lookahead.
