@@ -33,35 +33,41 @@ impl RunOptions {
     }
 
     /// Threads per in-process worker: the option, else `engine.threads`; 0 takes the cores
-    /// other processes leave idle, shared among the workers. At least 1.
+    /// other processes leave idle, shared among the workers, or one where that pays
+    /// ([`one_thread_group`]). At least 1.
     pub fn threads(&self, exp: &Experiment) -> usize {
-        // In-process workers share the machine: each taking every core would put several
-        // threads on each core, and each window would wait for a time slice (quickstart, two
-        // workers on two cores: 1.9-41 s with two threads each, 1.3 s with one).
-        match self
-            .threads
-            .unwrap_or(exp.loaded.config.engine.threads as usize)
-        {
-            0 if one_thread_pays(exp) => 1,
-            0 => (idle_cores() / self.workers(exp) as usize).max(1),
+        match self.threads_asked(exp) {
+            0 if one_thread_group(exp).is_some() => 1,
+            0 => self.idle_threads(exp),
             n => n,
         }
     }
 
-    /// Why the run takes one thread where it could take more, when [`one_thread_pays`]
+    /// The option, else `engine.threads`: 0 where the run chooses.
+    fn threads_asked(&self, exp: &Experiment) -> usize {
+        self.threads
+            .unwrap_or(exp.loaded.config.engine.threads as usize)
+    }
+
+    /// Each in-process worker's share of the idle cores, at least 1. In-process workers
+    /// share the machine: each taking every core would put several threads on each core, and
+    /// each window would wait for a time slice (quickstart, two workers on two cores: 1.9-41 s
+    /// with two threads each, 1.3 s with one).
+    fn idle_threads(&self, exp: &Experiment) -> usize {
+        (idle_cores() / self.workers(exp) as usize).max(1)
+    }
+
+    /// Why the run takes one thread where it could take more, when [`one_thread_group`]
     /// decided it: a line for the user.
     pub fn one_thread_note(&self, exp: &Experiment) -> Option<String> {
-        let unset = self
-            .threads
-            .unwrap_or(exp.loaded.config.engine.threads as usize)
-            == 0;
-        let kind = exp.layer_group_across_hosts()?;
-        (unset && one_thread_pays(exp) && idle_cores() / self.workers(exp) as usize > 1).then(|| {
-            format!(
-                "one thread per worker: the {} groups span hosts, so partitions of hosts meet every layer and more threads only wait for each other on the analytical network (--threads N to override)",
-                kind.name()
-            )
-        })
+        if self.threads_asked(exp) != 0 || self.idle_threads(exp) < 2 {
+            return None;
+        }
+        let kind = one_thread_group(exp)?;
+        Some(format!(
+            "one thread per worker: the {} groups span hosts, so partitions of hosts meet every layer and more threads only wait for each other on the analytical network (--threads N to override)",
+            kind.name()
+        ))
     }
 
     /// What a user should hear before a run whose placement will be slow for no gain: more
@@ -120,15 +126,21 @@ pub struct Placement {
     pub closed_form: bool,
 }
 
-/// Whether one thread runs `exp` faster than several, whatever the cores: on the analytical
-/// network, when collectives inside every layer cross hosts (an expert-parallel all-to-all
-/// over several hosts, a tensor- or context-parallel group wider than a host). Partitions
-/// are made of whole hosts, so they then meet every layer, and two threads spend more on
-/// meeting than they gain (docs/engine.md, "One thread where layers cross hosts": a 512-GPU
-/// DeepSeek-V3 on GB200 4.7 s on one thread, 8.0 s on two with windows from promises, 52 s
-/// asynchronous). Packet and flow runs keep their threads: their fabric LPs are work to share.
-pub fn one_thread_pays(exp: &Experiment) -> bool {
-    closed_form_network(exp) && exp.jobs.is_empty() && exp.layer_group_across_hosts().is_some()
+/// The group kind for which one thread runs `exp` faster than several, whatever the cores:
+/// on the analytical network, a kind whose collectives run inside every layer and cross
+/// hosts (an expert-parallel all-to-all over several hosts, a tensor- or context-parallel
+/// group wider than a host). Partitions are made of whole hosts or blocks of them, so they
+/// meet every layer or every pipeline send, and two threads mostly spend more on meeting
+/// than they gain (docs/engine.md, "One thread where layers cross hosts": DeepSeek-V3 on
+/// 1,024 H100 10.3 s on one thread, 11.7 s on two in blocks; Llama 3.1 405B with CP 2 on
+/// 128 GB200 0.64 s and 0.87 s; only a 4-stage DeepSeek-V3 on 512 GB200 ran faster on two,
+/// 3.2 s against 4.7 s). Packet and flow runs keep their threads: their fabric LPs are work
+/// to share.
+pub fn one_thread_group(exp: &Experiment) -> Option<sim_ir::layout::GroupKind> {
+    if !closed_form_network(exp) || !exp.jobs.is_empty() {
+        return None;
+    }
+    exp.layer_group_across_hosts()
 }
 
 /// Whether every collective of `exp` completes in closed form (`network.model =

@@ -69,7 +69,7 @@ fn a_lone_worker_of_several_threads_takes_its_windows_from_promises_on_a_closed_
 /// keeps the idle cores; a thread count the user gives is kept.
 #[test]
 fn an_analytical_moe_whose_all_to_alls_cross_hosts_runs_on_one_thread() {
-    use coordinator::run::{RunOptions, one_thread_pays};
+    use coordinator::run::{RunOptions, one_thread_group};
     use sim_ir::layout::GroupKind;
     let load = |file: &str, network: &str| {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -84,7 +84,7 @@ fn an_analytical_moe_whose_all_to_alls_cross_hosts_runs_on_one_thread() {
     };
     let moe = load("deepseek-v3-h100-1024.toml", "analytical");
     assert_eq!(moe.layer_group_across_hosts(), Some(GroupKind::Ep));
-    assert!(one_thread_pays(&moe));
+    assert_eq!(one_thread_group(&moe), Some(GroupKind::Ep));
     assert_eq!(RunOptions::default().threads(&moe), 1);
     if coordinator::run::idle_cores() > 1 {
         let note = RunOptions::default().one_thread_note(&moe).expect("a note");
@@ -96,13 +96,13 @@ fn an_analytical_moe_whose_all_to_alls_cross_hosts_runs_on_one_thread() {
     };
     assert_eq!(chosen.threads(&moe), 2);
     assert_eq!(chosen.one_thread_note(&moe), None);
-    assert!(!one_thread_pays(&load(
-        "deepseek-v3-h100-1024.toml",
-        "packet"
-    )));
+    assert_eq!(
+        one_thread_group(&load("deepseek-v3-h100-1024.toml", "packet")),
+        None
+    );
     let dense = load("gpt3-175b-h100-1024.toml", "analytical");
     assert_eq!(dense.layer_group_across_hosts(), None);
-    assert!(!one_thread_pays(&dense));
+    assert_eq!(one_thread_group(&dense), None);
     // EP 64 of expert-TP 1 (Megatron-Core's expert ranks: 64 consecutive ranks) and TP 2
     // inside them: 8 hosts of 8 hold every layer's group whole.
     assert_eq!(moe.layer_block_hosts(), Some(8));
@@ -135,9 +135,9 @@ fn threads_given_to_an_moe_deal_hosts_in_blocks_that_keep_its_all_to_alls_inside
         ..RunOptions::default()
     };
     let placement = options.placement(&exp);
-    let cut = partition(&exp, &model(&exp), placement).expect("partition");
-    assert_eq!(cut.strategy, sim_config::PartitionStrategy::RoundRobin);
     let m = model(&exp);
+    let cut = partition(&exp, &m, placement).expect("partition");
+    assert_eq!(cut.strategy, sim_config::PartitionStrategy::RoundRobin);
     let part_of_host = |h: u32| cut.partition_of[m.topology.gpu(h * 8) as usize];
     assert_eq!(part_of_host(0), part_of_host(1));
     assert_ne!(part_of_host(1), part_of_host(2));

@@ -153,7 +153,7 @@ pub fn partition_in_blocks(
         load,
         parts,
         seed,
-        hosts_per_block: hosts_per_block.max(1),
+        hosts_per_block,
     };
     let part_of_atom = s.assign(&input)?;
     Ok(compact(

@@ -837,8 +837,8 @@ impl SimModel {
     fn with_compute_prefix(mut self) -> SimModel {
         self.compute_prefix = (0..self.kernel_times.len())
             .map(|table| {
-                let index = &self.programs[table / self.gpu_types.max(1)];
-                let program = &self.workload.programs[table / self.gpu_types.max(1)];
+                let p = table / self.gpu_types.max(1);
+                let (index, program) = (&self.programs[p], &self.workload.programs[p]);
                 ComputePrefix::new(
                     program,
                     &index.stream_ops[Stream::Compute.index()],

@@ -127,6 +127,11 @@ impl Experiment {
     /// collectives inside every layer within a partition. `None` where no block of up to all
     /// the hosts does (a layout whose order puts data parallelism inside those groups).
     pub fn layer_block_hosts(&self) -> Option<u32> {
+        // Groups are translates of one another (as `group_host_span` assumes): where none of
+        // the first spans hosts, a host is the block, without listing every group.
+        if self.layer_group_across_hosts().is_none() {
+            return Some(1);
+        }
         let gph = self.loaded.config.cluster.gpus_per_host.max(1);
         let hosts = self.layout.world().div_ceil(gph).max(1);
         let ranges: Vec<(u32, u32)> = self

@@ -69,9 +69,9 @@ pub struct RunShape {
 
 impl Scheduling {
     /// From `engine.scheduling` (validated when the experiment is loaded) for a run of
-    /// `shape`, on `workers` workers. `auto` is asynchronous on one worker, which the coordinator then
-    /// grants windows wider than the lookahead, and load-adaptive on several, whose windows
-    /// must end at the lookahead for their batches anyway.
+    /// `shape`. `auto` is asynchronous on one worker, which the coordinator then grants
+    /// windows wider than the lookahead, and load-adaptive on several, whose windows must end
+    /// at the lookahead for their batches anyway.
     ///
     /// `auto` is load-adaptive too when the worker's threads outnumber the cores
     /// (`oversubscribed`): threads that wait for each other's promises all the time need a
