@@ -44,7 +44,20 @@ fn start_coordinator_on(
     workers: u32,
     sets: &[&str],
 ) -> (Child, String) {
+    start_coordinator_env(experiment, out, token, workers, sets, &[])
+}
+
+/// [`start_coordinator_on`] with `env` set in the coordinator's environment.
+fn start_coordinator_env(
+    experiment: &Path,
+    out: &Path,
+    token: &Path,
+    workers: u32,
+    sets: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let mut child = binary()
+        .envs(env.iter().copied())
         .arg("coordinator")
         .arg(experiment)
         .args(["--quiet", "--listen", "127.0.0.1:0"])
@@ -214,6 +227,29 @@ fn a_worker_slow_to_submit_its_results_is_not_taken_for_dead() {
     );
     assert_success(&worker(&address, &token));
     assert_success(&slow.join().expect("slow worker"));
+    assert_embedded_digest(coordinator, &out, &dir);
+}
+
+/// The coordinator listens before it builds its model, so workers started beside it connect
+/// at once and wait in their registration however long the build takes (a minute at
+/// 1,048,576 GPUs, where workers used to give up after 30 s of refused connections): here
+/// the build is held 3 s and the workers give up on a refusing coordinator after 1 s.
+#[test]
+fn workers_wait_for_a_coordinator_still_building_its_model() {
+    let (dir, token, out) = secret_run("distributed-slow-build");
+    let (coordinator, address) = start_coordinator_env(
+        Path::new(QUICKSTART),
+        &out,
+        &token,
+        2,
+        &SMALL,
+        &[("FLEETSIM_TEST_HOLD_BUILD_MS", "3000")],
+    );
+    let impatient = [("FLEETSIM_TEST_CONNECT_PATIENCE_MS", "1000")];
+    let workers = [0, 1].map(|_| worker_thread(&address, &token, &impatient));
+    for w in workers {
+        assert_success(&w.join().expect("worker thread"));
+    }
     assert_embedded_digest(coordinator, &out, &dir);
 }
 

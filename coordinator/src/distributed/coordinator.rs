@@ -30,6 +30,18 @@ pub fn run_coordinator(
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> Result<RunOutput, RunError> {
     let started = Instant::now();
+    // Listen before building: workers started beside the coordinator (srun's tasks,
+    // tools/grpc-local.sh) connect at once and wait in their registration while a large
+    // model is built and partitioned (a minute at 1,048,576 GPUs), instead of giving up
+    // after CONNECT_PATIENCE of refused connections.
+    let listener = bind(options)?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| TransportError::BoundAddress(e.to_string()))?;
+    on_listening(local);
+    if let Some(hold) = test_hold_build() {
+        std::thread::sleep(hold);
+    }
     let model = SimModel::from_experiment(exp, false)?;
     let workers = options.workers.max(1);
     let partition = partition(exp, &model, Placement::remote(exp, workers))?;
@@ -104,25 +116,15 @@ pub fn run_coordinator(
         last_seen: Arc::new(DashMap::new()),
     };
     let runtime = rpc_runtime("coordinator")?;
-    let addr = listen_address(&options.listen)?;
     let served = runtime.block_on(async {
         // Windows are short and back to back: no Nagle delay on the replies.
-        let bound = match TcpIncoming::bind(addr) {
-            Err(_) if options.any_port_fallback => {
-                TcpIncoming::bind(std::net::SocketAddr::new(addr.ip(), 0))
-            }
-            other => other,
-        };
-        let incoming = bound
+        let incoming = tokio::net::TcpListener::from_std(listener)
+            .map(TcpIncoming::from)
             .map_err(|e| TransportError::Listen {
-                address: addr,
+                address: local,
                 error: e.to_string(),
             })?
             .with_nodelay(Some(true));
-        let local = incoming
-            .local_addr()
-            .map_err(|e| TransportError::BoundAddress(e.to_string()))?;
-        on_listening(local);
         let watchdog = service.clone();
         let (listening, patience) = (Instant::now(), options.registration_patience);
         tokio::spawn(async move {
@@ -184,4 +186,33 @@ pub fn run_coordinator(
     };
     drop(hub);
     RunOutput::new(exp, model, RunResults::assemble(reports), &engine)
+}
+
+/// The coordinator's listening socket: `options.listen`, or any free port of its address when
+/// that is taken and `any_port_fallback` allows.
+fn bind(options: &CoordinatorOptions) -> Result<std::net::TcpListener, RunError> {
+    let addr = listen_address(&options.listen)?;
+    let bound = match std::net::TcpListener::bind(addr) {
+        Err(_) if options.any_port_fallback => {
+            std::net::TcpListener::bind(std::net::SocketAddr::new(addr.ip(), 0))
+        }
+        other => other,
+    };
+    let listener = bound
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| TransportError::Listen {
+            address: addr,
+            error: e.to_string(),
+        })?;
+    Ok(listener)
+}
+
+/// A test's pause between listening and building the model (`FLEETSIM_TEST_HOLD_BUILD_MS`):
+/// stands in for the minute a million-GPU model takes to build and partition.
+fn test_hold_build() -> Option<Duration> {
+    std::env::var("FLEETSIM_TEST_HOLD_BUILD_MS")
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
 }

@@ -66,7 +66,7 @@ pub enum TransportError {
     #[error("cannot reach the coordinator at {coordinator} within {seconds} s: {error}")]
     Unreachable {
         coordinator: String,
-        seconds: u64,
+        seconds: f64,
         error: String,
     },
     /// SIGTERM or SIGUSR1 before registering: nothing ran, nothing to checkpoint.

@@ -53,7 +53,8 @@ pub fn run_worker_process(
                 let _ = server_stopped.await;
             }),
     );
-    let deadline = Instant::now() + CONNECT_PATIENCE;
+    let patience = connect_patience();
+    let deadline = Instant::now() + patience;
     let (channel, coordinator) = loop {
         let coordinator = coordinator();
         let endpoint = endpoint(&coordinator, tls)?;
@@ -69,7 +70,7 @@ pub fn run_worker_process(
             Err(e) if Instant::now() >= deadline => {
                 return Err(TransportError::Unreachable {
                     coordinator,
-                    seconds: CONNECT_PATIENCE.as_secs(),
+                    seconds: patience.as_secs_f64(),
                     error: error_chain(&e),
                 }
                 .into());
@@ -259,4 +260,13 @@ fn results_hold() -> Option<Duration> {
         .parse()
         .ok()
         .map(Duration::from_millis)
+}
+
+/// How long a worker retries a coordinator that refuses connections: [`CONNECT_PATIENCE`],
+/// or a test's `FLEETSIM_TEST_CONNECT_PATIENCE_MS`.
+fn connect_patience() -> Duration {
+    std::env::var("FLEETSIM_TEST_CONNECT_PATIENCE_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(CONNECT_PATIENCE, Duration::from_millis)
 }
