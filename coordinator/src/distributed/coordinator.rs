@@ -210,9 +210,5 @@ fn bind(options: &CoordinatorOptions) -> Result<std::net::TcpListener, RunError>
 /// A test's pause between listening and building the model (`FLEETSIM_TEST_HOLD_BUILD_MS`):
 /// stands in for the minute a million-GPU model takes to build and partition.
 fn test_hold_build() -> Option<Duration> {
-    std::env::var("FLEETSIM_TEST_HOLD_BUILD_MS")
-        .ok()?
-        .parse()
-        .ok()
-        .map(Duration::from_millis)
+    test_millis("FLEETSIM_TEST_HOLD_BUILD_MS")
 }

@@ -103,3 +103,13 @@ use heartbeat::{HEARTBEAT_EVERY, StopReason, stopped, worker_heartbeats};
 use results::{REPORTS_PER_PART, ResultsPart, WorkerResults, gather_part, results_parts};
 use worker_client::GrpcCoordination;
 use worker_service::{Inbox, WorkerService};
+
+/// A duration in milliseconds that a test sets in the environment variable `var`, to make
+/// a small run wait or give up as a huge one would; `None` when unset or not a number.
+fn test_millis(var: &str) -> Option<Duration> {
+    std::env::var(var)
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
+}

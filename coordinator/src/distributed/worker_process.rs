@@ -255,18 +255,11 @@ pub fn run_worker_process(
 /// A test's pause before a worker submits its results (`FLEETSIM_TEST_HOLD_RESULTS_MS`):
 /// stands in for the seconds a worker of a huge run spends gathering and sending them.
 fn results_hold() -> Option<Duration> {
-    std::env::var("FLEETSIM_TEST_HOLD_RESULTS_MS")
-        .ok()?
-        .parse()
-        .ok()
-        .map(Duration::from_millis)
+    test_millis("FLEETSIM_TEST_HOLD_RESULTS_MS")
 }
 
 /// How long a worker retries a coordinator that refuses connections: [`CONNECT_PATIENCE`],
 /// or a test's `FLEETSIM_TEST_CONNECT_PATIENCE_MS`.
 fn connect_patience() -> Duration {
-    std::env::var("FLEETSIM_TEST_CONNECT_PATIENCE_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map_or(CONNECT_PATIENCE, Duration::from_millis)
+    test_millis("FLEETSIM_TEST_CONNECT_PATIENCE_MS").unwrap_or(CONNECT_PATIENCE)
 }
