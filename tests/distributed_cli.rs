@@ -253,6 +253,29 @@ fn workers_wait_for_a_coordinator_still_building_its_model() {
     assert_embedded_digest(coordinator, &out, &dir);
 }
 
+/// The workers exit once their results are in, while a huge run's coordinator still writes
+/// its output for longer than the 5 s silence limit: that is no worker going silent, so no
+/// error is logged and the run succeeds with the embedded digest.
+#[test]
+fn workers_that_exited_after_their_results_are_not_silent() {
+    let (dir, token, out) = secret_run("distributed-slow-output");
+    let (coordinator, address) = start_coordinator_env(
+        Path::new(QUICKSTART),
+        &out,
+        &token,
+        2,
+        &SMALL,
+        &[("FLEETSIM_TEST_HOLD_OUTPUT_MS", "7000")],
+    );
+    let workers = [0, 1].map(|_| worker_thread(&address, &token, &[]));
+    for w in workers {
+        assert_success(&w.join().expect("worker thread"));
+    }
+    assert_embedded_digest(coordinator, &out, &dir);
+    let stderr = coordinator_stderr(&out);
+    assert!(!stderr.contains("went silent"), "{stderr}");
+}
+
 /// `engine.planner = "hetero"` plans a gRPC run as it plans `run`: the coordinator searches,
 /// and its workers load the file with the plan's layout, so the digest is the embedded one.
 #[test]

@@ -185,6 +185,9 @@ pub fn run_coordinator(
         peak_rss_bytes: peak_rss_bytes(),
     };
     drop(hub);
+    if let Some(hold) = test_hold_output() {
+        std::thread::sleep(hold);
+    }
     RunOutput::new(exp, model, RunResults::assemble(reports), &engine)
 }
 
@@ -205,6 +208,13 @@ fn bind(options: &CoordinatorOptions) -> Result<std::net::TcpListener, RunError>
             error: e.to_string(),
         })?;
     Ok(listener)
+}
+
+/// A test's pause between taking the workers' results and writing the output
+/// (`FLEETSIM_TEST_HOLD_OUTPUT_MS`): stands in for the time a million GPUs' output takes,
+/// while the finished workers have exited.
+fn test_hold_output() -> Option<Duration> {
+    test_millis("FLEETSIM_TEST_HOLD_OUTPUT_MS")
 }
 
 /// A test's pause between listening and building the model (`FLEETSIM_TEST_HOLD_BUILD_MS`):

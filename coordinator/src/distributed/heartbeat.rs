@@ -17,11 +17,13 @@ impl CoordinatorService {
         }
     }
 
-    /// Stops the run if a registered worker that has not finished went silent, or if the
-    /// workers did not all register within `patience` of `started`.
+    /// Stops the run if a registered worker that has not submitted its results went silent,
+    /// or if the workers did not all register within `patience` of `started`.
     pub(super) fn watch(&self, started: Instant, patience: Duration) {
         let mut hub = self.hub.lock();
-        if hub.failed.is_some() {
+        // Once every worker's results are in, a finished worker's silence is its exit: the
+        // coordinator may still be writing a million GPUs' output.
+        if hub.failed.is_some() || hub.submitted == hub.expected {
             return;
         }
         let registered = hub.addresses.len() as u32;
