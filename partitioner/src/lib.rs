@@ -605,9 +605,10 @@ mod tests {
                     if n.host != sim_models::topology::HOST_NONE {
                         let first = topo.gpu(n.host * 8);
                         assert_eq!(
-                            a.partition_of[node], a.partition_of[first as usize],
+                            a.partition_of[node],
+                            a.partition_of[first as usize],
                             "{s}: host {} split",
-                            n.host
+                            { n.host }
                         );
                     }
                 }

@@ -310,7 +310,7 @@ mod route_tests {
     /// partition `theirs`, every other node (spines included) in the other.
     fn hosts_and_their_leaves(model: &SimModel, hosts: &[u32], theirs: u32) -> Vec<u32> {
         let t = &model.topology;
-        let inside = |n: NodeId| hosts.contains(&t.nodes()[n as usize].host);
+        let inside = |n: NodeId| hosts.contains(&{ t.nodes()[n as usize].host });
         (0..t.nodes().len() as NodeId)
             .map(|n| {
                 let their_leaf = t.nodes()[n as usize].kind == NodeKind::Leaf

@@ -588,9 +588,8 @@ fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
     let into = |x: usize| {
         let wired = topology
             .out_neighbours(x as NodeId)
-            .iter()
             .zip(topology.out_links(x as NodeId))
-            .map(|(&from, &l)| (from, topology.link(l).latency.as_ps()));
+            .map(|(from, &l)| (from, topology.link(l).latency.as_ps()));
         let from_home = home
             .filter(|_| gpu(x))
             .map(|h| (h, model.flow_delay.as_ps()));

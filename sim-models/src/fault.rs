@@ -669,7 +669,7 @@ impl<'a> Entry<'a> {
                     .out_links(a)
                     .iter()
                     .zip(topology.out_neighbours(a))
-                    .filter(|&(_, &n)| n == b)
+                    .filter(|&(_, n)| n == b)
                     .map(|(&l, _)| l / 2)
                     .collect();
                 if cables.is_empty() {

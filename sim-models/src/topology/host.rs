@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(t.host_preserving_lookahead(), Some(SimTime::from_us(1)));
         for n in t.nodes() {
             if n.kind == NodeKind::NvSwitch {
-                assert_ne!(n.host, HOST_NONE);
+                assert_ne!({ n.host }, HOST_NONE);
             }
         }
     }
@@ -510,7 +510,7 @@ mod tests {
         );
         assert_eq!(t.count_by_kind()[&NodeKind::NvSwitch], 4);
         for n in t.nodes().iter().filter(|n| n.kind == NodeKind::NvSwitch) {
-            assert_eq!(n.host, HOST_NONE);
+            assert_eq!({ n.host }, HOST_NONE);
         }
         // GPU 0 (host 0) → GPU 7 (host 1): one NVSwitch hop.
         let p = t.path(t.gpu(0), t.gpu(7), 5).unwrap();

@@ -277,26 +277,25 @@ impl Topology {
     /// The link `a → b`, looked up from the side with fewer links (the reverse of `b → a` is
     /// `(b → a) ^ 1`).
     fn link_between(&self, a: NodeId, b: NodeId) -> Option<LinkId> {
-        let (to_a, to_b) = (self.out_neighbours(a), self.out_neighbours(b));
-        if to_a.len() <= to_b.len() {
-            let i = to_a.iter().position(|&n| n == b)?;
-            Some(self.out_links(a)[i])
+        let (from_a, from_b) = (self.out_links(a), self.out_links(b));
+        if from_a.len() <= from_b.len() {
+            from_a.iter().copied().find(|&l| self.link_dst(l) == b)
         } else {
-            let i = to_b.iter().position(|&n| n == a)?;
-            Some(self.out_links(b)[i] ^ 1)
+            from_b
+                .iter()
+                .copied()
+                .find(|&l| self.link_dst(l) == a)
+                .map(|l| l ^ 1)
         }
     }
 
-    /// A NIC's network links and their far ends, read from the compact out-lists (routing
-    /// asks this for every segment at every switch).
+    /// A NIC's network links and their far ends (routing asks this for every segment at
+    /// every switch): a NIC has a handful of links, each read from its cable.
     fn network_links(&self, nic: NodeId) -> impl Iterator<Item = (LinkId, NodeId)> + '_ {
-        let (start, end) = (
-            self.out_start[nic as usize] as usize,
-            self.out_start[nic as usize + 1] as usize,
-        );
-        (start..end)
-            .filter(|&i| self.out_classes[i] == LinkClass::Network)
-            .map(|i| (self.out_ids[i], self.out_dsts[i]))
+        self.out_links(nic)
+            .iter()
+            .filter(|&&l| self.link_class(l) == LinkClass::Network)
+            .map(|&l| (l, self.link_dst(l)))
     }
 }
 
