@@ -165,7 +165,10 @@ pub fn run_worker_process(
         }
         .into());
     }
-    let map = LpMap::new(partition_of);
+    let id = reply.worker_id;
+    let map = LpMap::keeping(partition_of, |p| {
+        reply.partition_owner.get(p as usize) == Some(&id)
+    });
     let workers = reply.peer_addresses.len() as u32;
     // This process's own threads against its cores: peers elsewhere do not share them.
     let oversubscribed = crate::embedded::oversubscribed(1, threads);
