@@ -236,21 +236,11 @@ fn a_worker_slow_to_submit_its_results_is_not_taken_for_dead() {
 /// the build is held 3 s and the workers give up on a refusing coordinator after 1 s.
 #[test]
 fn workers_wait_for_a_coordinator_still_building_its_model() {
-    let (dir, token, out) = secret_run("distributed-slow-build");
-    let (coordinator, address) = start_coordinator_env(
-        Path::new(QUICKSTART),
-        &out,
-        &token,
-        2,
-        &SMALL,
+    small_run_with_hooks(
+        "distributed-slow-build",
         &[("FLEETSIM_TEST_HOLD_BUILD_MS", "3000")],
+        &[("FLEETSIM_TEST_CONNECT_PATIENCE_MS", "1000")],
     );
-    let impatient = [("FLEETSIM_TEST_CONNECT_PATIENCE_MS", "1000")];
-    let workers = [0, 1].map(|_| worker_thread(&address, &token, &impatient));
-    for w in workers {
-        assert_success(&w.join().expect("worker thread"));
-    }
-    assert_embedded_digest(coordinator, &out, &dir);
 }
 
 /// The workers exit once their results are in, while a huge run's coordinator still writes
@@ -258,22 +248,38 @@ fn workers_wait_for_a_coordinator_still_building_its_model() {
 /// error is logged and the run succeeds with the embedded digest.
 #[test]
 fn workers_that_exited_after_their_results_are_not_silent() {
-    let (dir, token, out) = secret_run("distributed-slow-output");
+    let out = small_run_with_hooks(
+        "distributed-slow-output",
+        &[("FLEETSIM_TEST_HOLD_OUTPUT_MS", "7000")],
+        &[],
+    );
+    let stderr = coordinator_stderr(&out);
+    assert!(!stderr.contains("went silent"), "{stderr}");
+}
+
+/// The small quickstart over gRPC with two workers, test hooks set in the coordinator's
+/// environment and in the workers': it succeeds with the embedded digest. Its output
+/// directory.
+fn small_run_with_hooks(
+    name: &str,
+    coordinator_env: &[(&str, &str)],
+    worker_env: &[(&str, &str)],
+) -> PathBuf {
+    let (dir, token, out) = secret_run(name);
     let (coordinator, address) = start_coordinator_env(
         Path::new(QUICKSTART),
         &out,
         &token,
         2,
         &SMALL,
-        &[("FLEETSIM_TEST_HOLD_OUTPUT_MS", "7000")],
+        coordinator_env,
     );
-    let workers = [0, 1].map(|_| worker_thread(&address, &token, &[]));
+    let workers = [0, 1].map(|_| worker_thread(&address, &token, worker_env));
     for w in workers {
         assert_success(&w.join().expect("worker thread"));
     }
     assert_embedded_digest(coordinator, &out, &dir);
-    let stderr = coordinator_stderr(&out);
-    assert!(!stderr.contains("went silent"), "{stderr}");
+    out
 }
 
 /// `engine.planner = "hetero"` plans a gRPC run as it plans `run`: the coordinator searches,
