@@ -587,9 +587,10 @@ fn distances_ps(model: &SimModel, partition_of: &[u32]) -> Vec<u64> {
     // place, where a copy of the reversed graph took 40 MB at 131,072 GPUs.
     let into = |x: usize| {
         let wired = topology
-            .out_neighbours(x as NodeId)
-            .zip(topology.out_links(x as NodeId))
-            .map(|(from, &l)| (from, topology.link(l).latency.as_ps()));
+            .out_links(x as NodeId)
+            .iter()
+            .map(|&l| topology.link(l))
+            .map(|link| (link.dst, link.latency.as_ps()));
         let from_home = home
             .filter(|_| gpu(x))
             .map(|h| (h, model.flow_delay.as_ps()));

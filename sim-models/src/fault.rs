@@ -668,9 +668,8 @@ impl<'a> Entry<'a> {
                 let cables: Vec<u32> = topology
                     .out_links(a)
                     .iter()
-                    .zip(topology.out_neighbours(a))
-                    .filter(|&(_, n)| n == b)
-                    .map(|(&l, _)| l / 2)
+                    .filter(|&&l| topology.link_dst(l) == b)
+                    .map(|&l| l / 2)
                     .collect();
                 if cables.is_empty() {
                     return Err(self.error(

@@ -375,11 +375,6 @@ impl Topology {
         &self.out_ids[self.out_start[i] as usize..self.out_start[i + 1] as usize]
     }
 
-    /// The far ends of [`Topology::out_links`]`(n)`, in the same order.
-    pub fn out_neighbours(&self, n: NodeId) -> impl ExactSizeIterator<Item = NodeId> + '_ {
-        self.out_links(n).iter().map(|&l| self.link_dst(l))
-    }
-
     /// The node of GPU `rank`. Panics if `rank >= gpu_count()`.
     pub fn gpu(&self, rank: u32) -> NodeId {
         self.gpu_of_rank[rank as usize]
