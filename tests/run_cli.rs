@@ -641,3 +641,54 @@ fn the_all_to_all_overlap_hides_expert_traffic_behind_the_other_micro_batch() {
         time(&off)
     );
 }
+
+/// A closed-form arrival is handed to its leader at once where both sit in one partition
+/// and the group in one NVLink domain (`Lp::arrive_inline`), and queued where a partition
+/// boundary lies between them: GB200's 64-GPU domain spans 16 hosts, so by-host partitions
+/// split its expert groups. The answer is the same either way, with fewer events.
+#[test]
+fn closed_form_arrivals_handed_over_inline_change_no_answer() {
+    let dir = scratch("inline-arrivals");
+    let with = |name: &str, split: &[&str]| {
+        let out = dir.join(name);
+        stdout_ok(
+            fleetsim()
+                .args([
+                    "run",
+                    "configs/experiments/grok1-314b-gb200-128.toml",
+                    "--quiet",
+                ])
+                .args(["--set", "network.model=analytical"])
+                .args(["--set", "parallel.global_batch=32"])
+                .args(split)
+                .arg("--out")
+                .arg(&out),
+        );
+        summary(&out)
+    };
+    let whole = with("one-partition", &["--threads", "1"]);
+    let split = with(
+        "by-host",
+        &[
+            "--threads",
+            "2",
+            "--set",
+            "engine.partition=by-host",
+            "--set",
+            "engine.partitions=32",
+        ],
+    );
+    assert_eq!(whole["result_digest"], split["result_digest"]);
+    assert_eq!(whole["iteration_time_s"], split["iteration_time_s"]);
+    let arrivals = |s: &serde_json::Value| {
+        s["engine"]["events_by_kind"]["Arrived"]
+            .as_u64()
+            .expect("Arrived events")
+    };
+    assert!(
+        arrivals(&whole) < arrivals(&split),
+        "{} queued arrivals in one partition, {} split by host",
+        arrivals(&whole),
+        arrivals(&split)
+    );
+}

@@ -267,6 +267,7 @@ impl Cut {
                     tag,
                     done_ps,
                     due_ps,
+                    ..
                 },
                 _,
             ) => {

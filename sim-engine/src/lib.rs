@@ -226,6 +226,12 @@ pub enum Body {
         tag: Tag,
         done_ps: u64,
         due_ps: u64,
+        /// The group lies within one NVLink domain ([`gpu`]'s closed form): where the
+        /// leader is in the sender's partition, the runner hands the arrival over at once
+        /// ([`Lp::arrive_inline`]) instead of queuing it. The answer is the same either way:
+        /// the leader reckons from `due_ps` and answers under keys of its own
+        /// ([`Ctx::emit_derived`]).
+        inline: bool,
     },
     /// The analytical sends of the op on stream `stream` have been delivered.
     SendDone {
@@ -357,6 +363,10 @@ pub struct Event {
 
 /// How an LP emits events. The runner routes what lands in `out` to the local queue or a
 /// mailbox. `seq` is the LP's origin sequence counter, kept by the runner beside the LP.
+/// The sequences at and above this are derived keys ([`Ctx::emit_derived`]); an LP's
+/// running count stays below it (the runner stops a run that reaches it).
+pub const DERIVED_SEQ: u64 = 1 << 31;
+
 #[derive(Debug)]
 pub struct Ctx<'a> {
     pub now: SimTime,
@@ -382,6 +392,20 @@ impl<'a> Ctx<'a> {
             out,
             hops,
         }
+    }
+
+    /// Schedules `body` at `target` at time `at` (≥ now), under a key whose sequence is
+    /// `id` among the LP's derived keys ([`DERIVED_SEQ`]) rather than its running count: for
+    /// an event whose key must not depend on when the LP created it (a closed-form answer,
+    /// created when the last arrival is applied, which an inline arrival does early).
+    pub fn emit_derived(&mut self, target: NodeId, at: SimTime, body: Body, id: u32) {
+        debug_assert!(at >= self.now);
+        let key = EventKey {
+            time: at,
+            origin_lp: self.lp,
+            origin_seq: DERIVED_SEQ | u64::from(id & (DERIVED_SEQ as u32 - 1)),
+        };
+        self.out.push((key, Event { target, body }));
     }
 
     /// Schedules `body` at `target` at time `at` (≥ now).
@@ -1039,6 +1063,15 @@ impl Lp {
     pub fn start(&mut self, model: &SimModel, ctx: &mut Ctx) {
         if let Lp::Gpu(g) = self {
             g.start(model, ctx);
+        }
+    }
+
+    /// An arrival handed over by a member in the same partition at the member's time,
+    /// before it is due ([`Body::Arrived`]'s `inline`): applied to the collective's state
+    /// only, with no accounting up to now, which is the member's time, not this LP's.
+    pub fn arrive_inline(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
+        if let Lp::Gpu(g) = self {
+            g.arrive_inline(model, body, ctx);
         }
     }
 

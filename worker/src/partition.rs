@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sim_engine::{Body, Ctx, Event, Lp, LpReport, SimModel};
+use sim_engine::{Body, Ctx, DERIVED_SEQ, Event, Lp, LpReport, SimModel};
 use sim_ir::event::EventKey;
 use sim_ir::time::SimTime;
 use sim_models::topology::{LinkId, NodeId};
@@ -82,11 +82,12 @@ pub enum PartitionError {
     SequenceOverflow(Box<SequenceOverflowError>),
 }
 
-/// An LP created more events than an event key counts ([`crate::queue::SEQUENCE_LIMIT`]): a
-/// limit of the engine that no experiment shipped comes near, not bad input.
+/// An LP created more events than an event key counts (its running count below
+/// [`DERIVED_SEQ`], a key's sequence below [`crate::queue::SEQUENCE_LIMIT`]): a limit of the
+/// engine that no experiment shipped comes near, not bad input.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "event sequence overflow: LP {origin} ({origin_kind}) created {limit} events, the most one LP may: fleetsim's event queue counts an LP's events in 32 bits; this run cannot go on (please report it with the experiment file)"
+    "event sequence overflow: LP {origin} ({origin_kind}) created {limit} events, the most one LP may: fleetsim's event queue counts an LP's events in 31 bits; this run cannot go on (please report it with the experiment file)"
 )]
 pub struct SequenceOverflowError {
     pub origin: NodeId,
@@ -149,6 +150,9 @@ pub struct Partition {
     /// Events for LPs of other partitions, produced by the last window.
     pub outbox: Vec<(EventKey, Event)>,
     emitted: Vec<(EventKey, Event)>,
+    /// Arrivals for LPs of this partition that are handed over at once
+    /// ([`Lp::arrive_inline`]), not queued.
+    inline: Vec<Event>,
     hops: Vec<LinkId>,
     /// Events processed in the last window: the cost estimate for longest-first scheduling.
     pub last_window_events: u64,
@@ -209,6 +213,7 @@ impl Partition {
             queue,
             outbox: Vec::new(),
             emitted: Vec::new(),
+            inline: Vec::new(),
             hops: Vec::with_capacity(8),
             last_window_events: 0,
             events_by_kind: [0; Body::KINDS],
@@ -306,6 +311,7 @@ impl Partition {
                 &mut self.hops,
             );
             self.lps[i].start(model, &mut ctx);
+            self.check_count(model, i);
             self.route_emitted(model, map, 0, 0, "start");
         }
     }
@@ -354,6 +360,7 @@ impl Partition {
             let cause = event.body.kind_name();
             self.events_by_kind[event.body.kind_index()] += 1;
             self.lps[i].handle(model, event.body, &mut ctx);
+            self.check_count(model, i);
             if let Some(p) = &mut self.promises
                 && p.watches(target)
             {
@@ -382,7 +389,46 @@ impl Partition {
         }
     }
 
-    /// Queues the events the handler at `now` emitted for this partition; puts the others in
+    /// Stops the run once LP `i`'s running count of events reaches the derived keys
+    /// ([`DERIVED_SEQ`]).
+    fn check_count(&mut self, model: &SimModel, i: usize) {
+        if self.seqs[i] > DERIVED_SEQ && self.error.is_none() {
+            let origin = self.lp_ids[i];
+            self.error = Some(PartitionError::SequenceOverflow(Box::new(
+                SequenceOverflowError {
+                    origin,
+                    origin_kind: model.topology.nodes()[origin as usize].kind.name(),
+                    limit: DERIVED_SEQ,
+                },
+            )));
+        }
+    }
+
+    /// Hands the arrivals routed inline to their LPs ([`Lp::arrive_inline`]) at `now`.
+    fn hand_over_inline(&mut self, model: &SimModel, map: &LpMap, now: u64) {
+        let mut inline = std::mem::take(&mut self.inline);
+        for event in inline.drain(..) {
+            let i = map.local_index[event.target as usize] as usize;
+            let mut ctx = Ctx::new(
+                SimTime::from_ps(now),
+                event.target,
+                &mut self.seqs[i],
+                &mut self.emitted,
+                &mut self.hops,
+            );
+            self.lps[i].arrive_inline(model, event.body, &mut ctx);
+            self.check_count(model, i);
+            if let Some(p) = &mut self.promises
+                && p.watches(event.target)
+            {
+                p.touch(i as u32);
+            }
+        }
+        self.inline = inline;
+    }
+
+    /// Queues the events the handler at `now` emitted for this partition, hands the
+    /// arrivals that may be over at once ([`Lp::arrive_inline`]), and puts the others in
     /// the outbox.
     fn route_emitted(
         &mut self,
@@ -418,6 +464,10 @@ impl Partition {
                 continue;
             }
             if map.partition_of[event.target as usize] == self.id {
+                if matches!(event.body, Body::Arrived { inline: true, .. }) {
+                    self.inline.push(event);
+                    continue;
+                }
                 if let Some(p) = &mut self.promises {
                     let lp = &self.lps[map.local_index[event.target as usize] as usize];
                     let promise = p.push(model, &key, &event, Some(lp));
@@ -450,6 +500,11 @@ impl Partition {
                 );
                 self.outbox.push((key, event));
             }
+        }
+        if !self.inline.is_empty() {
+            // What the leaders emit in turn is queued: no arrival comes of an arrival.
+            self.hand_over_inline(model, map, now);
+            self.route_emitted(model, map, now, end_ps, cause);
         }
     }
 

@@ -123,9 +123,10 @@ pub struct GpuLp {
     groups: [Option<Box<GroupInfo>>; GroupKind::COUNT],
     running: [Running; STREAMS],
     /// Messages and clear-to-sends that arrived before the op they belong to started, with
-    /// their counts. A short list searched in place: a map would allocate a node for the
-    /// first entry and free it with the last, several million times a run.
-    early: Vec<(Tag, u32, u64)>,
+    /// their counts, and of closed-form arrivals the latest ready and due times. A short
+    /// list searched in place: a map would allocate a node for the first entry and free it
+    /// with the last, several million times a run.
+    early: Vec<(Tag, u32, (u64, u64))>,
     /// Boxed, so that a free slot costs a pointer: a GPU's busiest moment sizes its table
     /// (llama3-405b-h100-131072's gradient reduce-scatter: 27 KB per GPU inline, 3.6 GB in
     /// all, for at most 0.34 M live flows, 2.6 per GPU).
@@ -259,6 +260,19 @@ impl GpuLp {
         self.pump(model, ctx);
     }
 
+    /// [`crate::Lp::arrive_inline`].
+    pub fn arrive_inline(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
+        if let Body::Arrived {
+            tag,
+            done_ps,
+            due_ps,
+            ..
+        } = body
+        {
+            self.arrived(model, tag, (done_ps, due_ps), ctx);
+        }
+    }
+
     pub fn handle(&mut self, model: &SimModel, body: Body, ctx: &mut Ctx) {
         // The chain's kernels that ended first (each accounted up to its end), then the rest.
         self.settle_chain(model, ctx.now.as_ps());
@@ -283,6 +297,7 @@ impl GpuLp {
                 tag,
                 done_ps,
                 due_ps,
+                ..
             } => self.arrived(model, tag, (done_ps, due_ps), ctx),
             Body::StartFlow { index } => {
                 let f = model.flows[index as usize];

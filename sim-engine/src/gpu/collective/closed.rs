@@ -35,6 +35,22 @@ fn gathers(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
     groups[kind as usize].as_ref().is_some_and(|g| g.gathers)
 }
 
+/// Whether group `kind` lies within one NVLink domain ([`GroupInfo::within_domain`]).
+fn within_domain(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
+    groups[kind as usize]
+        .as_ref()
+        .is_some_and(|g| g.within_domain)
+}
+
+/// The key a leader answers member `slot` of op `op` under ([`crate::Ctx::emit_derived`]);
+/// [`WAKE_SLOT`] is its own wake-up. The same whenever the leader works the answer out.
+fn answer_key(op: u32, slot: u32) -> u32 {
+    ((op & 0xFF_FFFF) << 7) | (slot & 0x7F)
+}
+
+/// [`answer_key`]'s slot of the leader's own wake-up: a domain has fewer members.
+const WAKE_SLOT: u32 = 0x7F;
+
 /// Whether group `kind`'s other members mirror this rank ([`GroupInfo::mirror`]).
 fn mirrored(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
     groups[kind as usize]
@@ -98,7 +114,14 @@ impl Schedule for Closed {
             gpu.check_done(model, s, ctx);
             return;
         }
-        let ready = gpu.start_and_account_toward(model, ring.next, now, moved as u64);
+        let next_path = gpu.groups[kind as usize]
+            .as_ref()
+            .and_then(|g| g.next_path)
+            .filter(|&(next, _)| next == ring.next);
+        let ready = match next_path {
+            Some((_, path)) => gpu.start_and_account_on(model, &path, now, moved as u64),
+            None => gpu.start_and_account_toward(model, ring.next, now, moved as u64),
+        };
         if let Running::Comm(run) = &mut gpu.running[s] {
             run.ready_ps = ready;
         }
@@ -118,6 +141,7 @@ impl Schedule for Closed {
                     tag,
                     done_ps,
                     due_ps,
+                    inline: within_domain(&gpu.groups, kind),
                 };
                 // Delivered as late as the leader may need it: see `Body::Arrived`.
                 let deliver = done_ps.saturating_sub(model.longest_link.as_ps());
@@ -153,17 +177,31 @@ impl Schedule for Closed {
             let arrived_by = run.arrived_by_ps;
             let finish = run.ready_ps.saturating_add(duration_ps).max(arrived_by);
             run.analytical_sends_until = finish;
-            let (group, seq) = (run.group, run.seq);
+            let (group, seq, op) = (run.group, run.seq, run.op);
             let tag = Tag {
                 stream: s as u8,
                 group,
                 seq,
                 step: 1,
             };
+            let inline = within_domain(&gpu.groups, kind);
+            if inline {
+                // The arrivals may have been handed over before their time: the answers and
+                // this rank's own end take keys that do not depend on when.
+                run.wake_scheduled = true;
+                run.completes_on_wake = true;
+                let body = Body::SendDone { stream: s as u8 };
+                let key = answer_key(op, WAKE_SLOT);
+                ctx.emit_derived(gpu.node, SimTime::from_ps(finish), body, key);
+            }
             if let Some(g) = &gpu.groups[kind as usize] {
-                for &(member, latency_ps) in &g.closed_peers {
-                    let at = finish.max(arrived_by + latency_ps);
-                    ctx.emit(member, SimTime::from_ps(at), Body::Message { tag });
+                for (slot, &(member, latency_ps)) in g.closed_peers.iter().enumerate() {
+                    let at = SimTime::from_ps(finish.max(arrived_by + latency_ps));
+                    let body = Body::Message { tag };
+                    match inline {
+                        true => ctx.emit_derived(member, at, body, answer_key(op, slot as u32)),
+                        false => ctx.emit(member, at, body),
+                    }
                 }
             }
         }

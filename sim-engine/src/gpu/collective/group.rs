@@ -41,6 +41,12 @@ pub(in crate::gpu) struct GroupInfo {
     /// This rank gathers the group's arrivals when a collective completes in closed form
     /// ([`closed_leader`]).
     pub(super) gathers: bool,
+    /// A closed group's path to the ring neighbour it sends to, with that neighbour: each
+    /// closed-form collective starts on its first link, so it is routed once here.
+    pub(in crate::gpu) next_path: Option<(NodeId, PathInfo)>,
+    /// A closed group whose members all sit in one NVLink domain (NCCL's node): its
+    /// arrivals may be handed to the gatherer inline ([`crate::Body::Arrived`]).
+    pub(super) within_domain: bool,
     /// The group reaches into mirrored replicas ([`crate::symmetry`]).
     pub(super) mirror: Option<Box<Mirror>>,
 }
@@ -232,6 +238,14 @@ impl GpuLp {
                 }
             }
         }
+        let next_path = match closed && !mirrored {
+            true => self
+                .paths
+                .get(model, self.node, ring.next, 0)
+                .ok()
+                .map(|p| (ring.next, p)),
+            false => None,
+        };
         self.groups[kind as usize] = Some(Box::new(GroupInfo {
             ring,
             shape,
@@ -243,6 +257,8 @@ impl GpuLp {
             hop_ps,
             closed_peers,
             gathers: is_gatherer,
+            next_path,
+            within_domain: closed && !mirrored && nodes == 1 && n > 1,
             mirror,
         }));
         Some((ring, shape, closed))

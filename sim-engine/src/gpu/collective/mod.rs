@@ -211,6 +211,10 @@ pub(super) struct CommRun {
     /// otherwise be done earlier.
     pub(super) analytical_sends_until: u64,
     wake_scheduled: bool,
+    /// The op ends with its scheduled wake-up, not before, even where the wake-up's time
+    /// has come: a closed-form leader's answer ([`closed`]), which may be worked out before
+    /// its time.
+    completes_on_wake: bool,
     waiting_clear_to_send: bool,
     /// Peer of a send or receive.
     peer: NodeId,
@@ -371,10 +375,11 @@ impl GpuLp {
             .filter(|&i| (first..=last).contains(&self.early[i].0))
             .min_by_key(|&i| self.early[i].0)
         {
-            let (tag, count, done_ps) = self.early.swap_remove(i);
-            // Due no later than now, but a closed-form member may be ready later than that.
+            let (tag, count, done_and_due) = self.early.swap_remove(i);
+            // A closed-form member may be ready later than now, and one handed over inline
+            // due later ([`crate::Lp::arrive_inline`]).
             for _ in 0..count {
-                self.apply_arrival(model, s, tag.step, (done_ps, 0), ctx);
+                self.apply_arrival(model, s, tag.step, done_and_due, ctx);
             }
         }
     }
@@ -413,6 +418,7 @@ impl GpuLp {
             sends_open: 0,
             analytical_sends_until: 0,
             wake_scheduled: false,
+            completes_on_wake: false,
             waiting_clear_to_send: false,
             peer: self.node,
             collective: None,
@@ -471,13 +477,14 @@ impl GpuLp {
             self.apply_arrival(model, s, tag.step, done_and_due, ctx);
             self.check_done(model, s, ctx);
         } else {
-            let (done_ps, _) = done_and_due;
+            let (done_ps, due_ps) = done_and_due;
             match self.early.iter_mut().find(|(t, ..)| *t == tag) {
-                Some((_, count, done)) => {
+                Some((_, count, (done, due))) => {
                     *count += 1;
                     *done = (*done).max(done_ps);
+                    *due = (*due).max(due_ps);
                 }
-                None => self.early.push((tag, 1, done_ps)),
+                None => self.early.push((tag, 1, done_and_due)),
             }
         }
     }
@@ -511,7 +518,9 @@ impl GpuLp {
                     r.analytical_sends_until.max(ctx.now.as_ps() + r.tail_ps);
                 r.tail_ps = 0;
             }
-            if ctx.now.as_ps() >= r.analytical_sends_until {
+            if r.completes_on_wake {
+                // Its wake-up completes it.
+            } else if ctx.now.as_ps() >= r.analytical_sends_until {
                 self.complete(model, s, ctx);
             } else if !r.wake_scheduled {
                 r.wake_scheduled = true;
@@ -537,6 +546,7 @@ impl GpuLp {
     pub(super) fn analytical_sends_delivered(&mut self, model: &SimModel, s: usize, ctx: &mut Ctx) {
         if let Running::Comm(r) = &mut self.running[s] {
             r.wake_scheduled = false;
+            r.completes_on_wake = false;
         }
         self.check_done(model, s, ctx);
     }

@@ -3,7 +3,7 @@
 //! Also what closed-form collectives need of the links: when one is free, and their traffic
 //! counted per link class.
 
-use super::{PathInfo, Sent, Transfer};
+use super::{NO_PORT, PathInfo, Sent, Transfer};
 use crate::gpu::Running;
 use crate::gpu::{COMPUTE, GpuLp};
 use crate::serialisation_ps;
@@ -23,11 +23,10 @@ impl GpuLp {
     ) -> Sent {
         let path = &t.path;
         let computing = matches!(self.running[COMPUTE], Running::Compute { .. });
-        let i = model
-            .topology
-            .out_links(self.node)
-            .binary_search(&path.first_link)
-            .unwrap_or(0);
+        let i = match path.first_port {
+            NO_PORT => 0,
+            port => port as usize,
+        };
         let rate = path.bytes_per_s.min(t.fifo_rate);
         let mut ser = serialisation_ps(t.bytes, ps_per_byte(rate));
         if computing {
@@ -63,7 +62,7 @@ impl GpuLp {
         bytes: u64,
     ) -> u64 {
         match self.paths.get(model, self.node, dst, 0) {
-            Ok(p) => self.link_start_on(model, &p, now, bytes),
+            Ok(p) => self.link_start_on(&p, now, bytes),
             Err(_) => now,
         }
     }
@@ -81,19 +80,28 @@ impl GpuLp {
         let Ok(p) = self.paths.get(model, self.node, dst, 0) else {
             return now;
         };
-        self.account_path(model, &p, bytes);
-        self.link_start_on(model, &p, now, bytes)
+        self.start_and_account_on(model, &p, now, bytes)
+    }
+
+    /// [`Self::start_and_account_toward`] along a path already at hand (a closed group's
+    /// path to its ring neighbour, [`crate::gpu::collective`]'s `GroupInfo::next_path`).
+    pub(in crate::gpu) fn start_and_account_on(
+        &mut self,
+        model: &SimModel,
+        path: &PathInfo,
+        now: u64,
+        bytes: u64,
+    ) -> u64 {
+        self.account_path(model, path, bytes);
+        self.link_start_on(path, now, bytes)
     }
 
     /// When `bytes` sent now along `path` start on its first link.
-    fn link_start_on(&self, model: &SimModel, path: &PathInfo, now: u64, bytes: u64) -> u64 {
-        let Ok(i) = model
-            .topology
-            .out_links(self.node)
-            .binary_search(&path.first_link)
-        else {
+    fn link_start_on(&self, path: &PathInfo, now: u64, bytes: u64) -> u64 {
+        if path.first_port == NO_PORT {
             return now;
-        };
+        }
+        let i = path.first_port as usize;
         let ser = serialisation_ps(bytes, ps_per_byte(path.bytes_per_s));
         fair_start(now, self.link_free_ps[i], ser)
     }

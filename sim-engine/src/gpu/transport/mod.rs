@@ -138,12 +138,18 @@ pub fn injected_tag(index: u32) -> Tag {
     }
 }
 
+/// [`PathInfo::first_port`] of a path with no first link.
+pub(super) const NO_PORT: u32 = u32::MAX;
+
 /// A path's one-way latency, bottleneck bandwidth, first link and whether any link is queued.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(super) struct PathInfo {
     pub(super) latency_ps: u64,
     pub(super) bytes_per_s: f64,
-    pub(super) first_link: u32,
+    /// The first link's index among the source's out links ([`NO_PORT`] for an empty path):
+    /// what the analytical transport's per-link state is indexed by, found once per route
+    /// rather than searched for per message.
+    pub(super) first_port: u32,
     pub(super) hops: u32,
     pub(super) queued: bool,
     /// Crosses a link whose flows share it max-min fairly (flow mode).
@@ -201,7 +207,7 @@ impl PathCache {
         Ok(PathInfo {
             latency_ps: a.latency_ps + b.latency_ps,
             bytes_per_s: a.bytes_per_s.min(b.bytes_per_s),
-            first_link: a.first_link,
+            first_port: a.first_port,
             hops: a.hops + b.hops,
             queued: a.queued || b.queued,
             shared: a.shared || b.shared,
@@ -262,7 +268,10 @@ impl PathCache {
         let mut info = PathInfo {
             latency_ps: 0,
             bytes_per_s: f64::INFINITY,
-            first_link: self.path.first().copied().unwrap_or(u32::MAX),
+            first_port: self.path.first().map_or(NO_PORT, |first| {
+                let out = model.topology.out_links(src);
+                out.binary_search(first).map_or(NO_PORT, |i| i as u32)
+            }),
             hops: self.path.len() as u32,
             queued: false,
             shared: false,
