@@ -48,7 +48,8 @@ fn answer_key(op: u32, slot: u32) -> u32 {
     ((op & 0xFF_FFFF) << 7) | (slot & 0x7F)
 }
 
-/// [`answer_key`]'s slot of the leader's own wake-up: a domain has fewer members.
+/// [`answer_key`]'s slot of the leader's own wake-up: a group answered under derived keys
+/// has at most 127 members, so 126 others ([`GroupInfo::within_domain`]).
 const WAKE_SLOT: u32 = 0x7F;
 
 /// Whether group `kind`'s other members mirror this rank ([`GroupInfo::mirror`]).

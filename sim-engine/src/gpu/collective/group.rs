@@ -44,8 +44,8 @@ pub(in crate::gpu) struct GroupInfo {
     /// A closed group's path to the ring neighbour it sends to, with that neighbour: each
     /// closed-form collective starts on its first link, so it is routed once here.
     pub(in crate::gpu) next_path: Option<(NodeId, PathInfo)>,
-    /// A closed group whose members all sit in one NVLink domain (NCCL's node): its
-    /// arrivals may be handed to the gatherer inline ([`crate::Body::Arrived`]).
+    /// A closed group of at most 127 members that all sit in one NVLink domain (NCCL's
+    /// node): its arrivals may be handed to the gatherer inline ([`crate::Body::Arrived`]).
     pub(super) within_domain: bool,
     /// The group reaches into mirrored replicas ([`crate::symmetry`]).
     pub(super) mirror: Option<Box<Mirror>>,
@@ -258,7 +258,8 @@ impl GpuLp {
             closed_peers,
             gathers: is_gatherer,
             next_path,
-            within_domain: closed && !mirrored && nodes == 1 && n > 1,
+            // Its answers' keys tell up to 127 members apart (`closed::answer_key`).
+            within_domain: closed && !mirrored && nodes == 1 && n > 1 && n <= 127,
             mirror,
         }));
         Some((ring, shape, closed))
