@@ -361,12 +361,12 @@ pub struct Event {
     pub body: Body,
 }
 
-/// How an LP emits events. The runner routes what lands in `out` to the local queue or a
-/// mailbox. `seq` is the LP's origin sequence counter, kept by the runner beside the LP.
 /// The sequences at and above this are derived keys ([`Ctx::emit_derived`]); an LP's
 /// running count stays below it (the runner stops a run that reaches it).
 pub const DERIVED_SEQ: u64 = 1 << 31;
 
+/// How an LP emits events. The runner routes what lands in `out` to the local queue or a
+/// mailbox. `seq` is the LP's origin sequence counter, kept by the runner beside the LP.
 #[derive(Debug)]
 pub struct Ctx<'a> {
     pub now: SimTime,

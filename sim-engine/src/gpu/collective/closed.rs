@@ -115,12 +115,10 @@ impl Schedule for Closed {
             gpu.check_done(model, s, ctx);
             return;
         }
-        let next_path = gpu.groups[kind as usize]
-            .as_ref()
-            .and_then(|g| g.next_path)
-            .filter(|&(next, _)| next == ring.next);
+        // A collective's ring is its group's ([`GpuLp::start_collective`]).
+        let next_path = gpu.groups[kind as usize].as_ref().and_then(|g| g.next_path);
         let ready = match next_path {
-            Some((_, path)) => gpu.start_and_account_on(model, &path, now, moved as u64),
+            Some(path) => gpu.start_and_account_on(model, &path, now, moved as u64),
             None => gpu.start_and_account_toward(model, ring.next, now, moved as u64),
         };
         if let Running::Comm(run) = &mut gpu.running[s] {

@@ -41,9 +41,9 @@ pub(in crate::gpu) struct GroupInfo {
     /// This rank gathers the group's arrivals when a collective completes in closed form
     /// ([`closed_leader`]).
     pub(super) gathers: bool,
-    /// A closed group's path to the ring neighbour it sends to, with that neighbour: each
-    /// closed-form collective starts on its first link, so it is routed once here.
-    pub(in crate::gpu) next_path: Option<(NodeId, PathInfo)>,
+    /// A closed group's path to `ring.next`: each closed-form collective starts on its
+    /// first link, so it is routed once here.
+    pub(in crate::gpu) next_path: Option<PathInfo>,
     /// A closed group of at most 127 members that all sit in one NVLink domain (NCCL's
     /// node): its arrivals may be handed to the gatherer inline ([`crate::Body::Arrived`]).
     pub(super) within_domain: bool,
@@ -239,11 +239,7 @@ impl GpuLp {
             }
         }
         let next_path = match closed && !mirrored {
-            true => self
-                .paths
-                .get(model, self.node, ring.next, 0)
-                .ok()
-                .map(|p| (ring.next, p)),
+            true => self.paths.get(model, self.node, ring.next, 0).ok(),
             false => None,
         };
         self.groups[kind as usize] = Some(Box::new(GroupInfo {
