@@ -647,7 +647,7 @@ fn the_all_to_all_overlap_hides_expert_traffic_behind_the_other_micro_batch() {
 /// boundary lies between them: GB200's 64-GPU domain spans 16 hosts, so by-host partitions
 /// split its expert groups. The answer is the same either way, with fewer events.
 #[test]
-fn closed_form_arrivals_handed_over_inline_change_no_answer() {
+fn closed_form_arrivals_and_answers_handed_over_within_a_partition_change_no_answer() {
     let dir = scratch("inline-arrivals");
     let with = |name: &str, split: &[&str]| {
         let out = dir.join(name);
@@ -680,15 +680,18 @@ fn closed_form_arrivals_handed_over_inline_change_no_answer() {
     );
     assert_eq!(whole["result_digest"], split["result_digest"]);
     assert_eq!(whole["iteration_time_s"], split["iteration_time_s"]);
-    let arrivals = |s: &serde_json::Value| {
-        s["engine"]["events_by_kind"]["Arrived"]
+    let events = |s: &serde_json::Value, kind: &str| {
+        s["engine"]["events_by_kind"][kind]
             .as_u64()
-            .expect("Arrived events")
+            .unwrap_or_else(|| panic!("{kind} events"))
     };
-    assert!(
-        arrivals(&whole) < arrivals(&split),
-        "{} queued arrivals in one partition, {} split by host",
-        arrivals(&whole),
-        arrivals(&split)
-    );
+    // Arrivals handed over inline, and answers bundled, where the split leaves them at hand.
+    for kind in ["Arrived", "Message"] {
+        assert!(
+            events(&whole, kind) < events(&split, kind),
+            "{} queued {kind} events in one partition, {} split by host",
+            events(&whole, kind),
+            events(&split, kind)
+        );
+    }
 }

@@ -365,6 +365,19 @@ pub struct Event {
 /// running count stays below it (the runner stops a run that reaches it).
 pub const DERIVED_SEQ: u64 = 1 << 31;
 
+/// A derived id's low bits name a member; the bits above, its family: one closed-form
+/// collective's answers and its leader's own end.
+pub const DERIVED_MEMBER_BITS: u32 = 7;
+
+/// The family of a key's sequence when it is derived ([`DERIVED_MEMBER_BITS`]), `None` for a
+/// running count. An LP emits a family's events from one handler, so among every event
+/// pending anywhere, nothing lies between those of one family at one time: a runner may
+/// queue them as one and hand them out in turn, until one it hands out queues an event at
+/// that same time.
+pub fn derived_family(origin_seq: u64) -> Option<u64> {
+    (origin_seq & DERIVED_SEQ != 0).then_some(origin_seq >> DERIVED_MEMBER_BITS)
+}
+
 /// How an LP emits events. The runner routes what lands in `out` to the local queue or a
 /// mailbox. `seq` is the LP's origin sequence counter, kept by the runner beside the LP.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sim_engine::{Body, Ctx, DERIVED_SEQ, Event, Lp, LpReport, SimModel};
+use sim_engine::{Body, Ctx, DERIVED_SEQ, Event, Lp, LpReport, SimModel, derived_family};
 use sim_ir::event::EventKey;
 use sim_ir::time::SimTime;
 use sim_models::topology::{LinkId, NodeId};
@@ -68,6 +68,16 @@ impl LpMap {
 /// The LP of node `node` among a partition's `lps`, whose ids `lp_ids` are ascending.
 fn lp_at<'a>(lp_ids: &[NodeId], lps: &'a [Lp], node: NodeId) -> Option<&'a Lp> {
     lp_ids.binary_search(&node).ok().map(|i| &lps[i])
+}
+
+/// What a partition queues: an event, or a bundle of events one LP emitted under one
+/// family of derived keys at one time ([`derived_family`]: a closed-form collective's
+/// answers to the members in this partition), queued under its first key and handed out in
+/// key order ([`Partition::handle_bundle`]). A bundle counts as one event.
+#[derive(Debug)]
+enum Queued {
+    One(Event),
+    Bundle(u32),
 }
 
 /// What stops a partition's window: a bug in the engine's promises (never bad input), or
@@ -146,7 +156,19 @@ pub struct Partition {
     lp_ids: Vec<NodeId>,
     lps: Vec<Lp>,
     seqs: Vec<u64>,
-    queue: EventQueue<Event>,
+    queue: EventQueue<Queued>,
+    /// The events of each [`Queued::Bundle`], in key order; emptied ones are reused.
+    bundles: Vec<Vec<(EventKey, Event)>>,
+    free_bundles: Vec<u32>,
+    /// Events queued in bundles beyond one per bundle: pending events are the queue's
+    /// length plus these.
+    bundled_beyond_one: usize,
+    /// Events for this partition with derived keys, from the handler now routed: bundled by
+    /// family ([`Partition::queue_staged`]).
+    staged: Vec<(EventKey, Event)>,
+    /// Whether an event was queued here at the time of the handler that made it: it may
+    /// come before the rest of a bundle being handed out.
+    queued_at_now: bool,
     /// Events for LPs of other partitions, produced by the last window.
     pub outbox: Vec<(EventKey, Event)>,
     emitted: Vec<(EventKey, Event)>,
@@ -190,7 +212,7 @@ impl Partition {
             seqs.push(r.seq);
             lps.push(r.lp);
             for (key, event) in r.events {
-                queue.push(key, event);
+                queue.push(key, Queued::One(event));
             }
         }
         Self::with_state(map, id, lps, seqs, queue)
@@ -203,7 +225,7 @@ impl Partition {
         id: u32,
         lps: Vec<Lp>,
         seqs: Vec<u64>,
-        queue: EventQueue<Event>,
+        queue: EventQueue<Queued>,
     ) -> Self {
         Partition {
             id,
@@ -211,6 +233,11 @@ impl Partition {
             lps,
             seqs,
             queue,
+            bundles: Vec::new(),
+            free_bundles: Vec::new(),
+            bundled_beyond_one: 0,
+            staged: Vec::new(),
+            queued_at_now: false,
             outbox: Vec::new(),
             emitted: Vec::new(),
             inline: Vec::new(),
@@ -230,7 +257,7 @@ impl Partition {
     /// ([`PendingPromises`]).
     pub fn track_promises(&mut self, model: &SimModel, cut: Arc<Cut>) {
         let mut promises = PendingPromises::new(cut, self.lps.len());
-        for (key, event) in self.queue.iter() {
+        for (key, event) in pending_events(&self.queue, &self.bundles) {
             promises.push(
                 model,
                 &key,
@@ -259,15 +286,14 @@ impl Partition {
             let (node, lp) = (self.lp_ids[i], &mut self.lps[i]);
             promises.settle_lp(model, i as u32, node, lp, window_end_ps);
         }
-        let (queue, lp_ids, lps) = (&self.queue, &self.lp_ids, &self.lps);
+        let (queue, bundles, lp_ids, lps) = (&self.queue, &self.bundles, &self.lp_ids, &self.lps);
         let promise = promises.promise(
             model,
             window_end_ps,
             queue.next_time().map(SimTime::as_ps),
-            queue.len(),
+            queue.len() + self.bundled_beyond_one,
             || {
-                queue
-                    .iter()
+                pending_events(queue, bundles)
                     .map(|(k, e)| (k, e, lp_at(lp_ids, lps, e.target)))
                     .collect()
             },
@@ -290,7 +316,7 @@ impl Partition {
     ) -> std::io::Result<()> {
         let mut pending: Vec<Vec<(EventKey, Event)>> = vec![Vec::new(); self.lps.len()];
         let incoming = incoming.iter().map(|(k, e)| (*k, e));
-        for (key, event) in self.queue.iter().chain(incoming) {
+        for (key, event) in pending_events(&self.queue, &self.bundles).chain(incoming) {
             pending[map.local_index[event.target as usize] as usize].push((key, event.clone()));
         }
         for (i, events) in pending.iter_mut().enumerate() {
@@ -329,7 +355,7 @@ impl Partition {
                 self.promised_floor_ps = self.promised_floor_ps.min(promise);
                 self.lineage.queued(&key, &event, promise, false);
             }
-            self.queue.push(key, event);
+            self.queue.push(key, Queued::One(event));
         }
     }
 
@@ -342,34 +368,69 @@ impl Partition {
         let end_ps = end.as_ps();
         let mut n = 0;
         self.lineage.window(end_ps);
-        while let Some((key, event)) = self.queue.pop_before(end) {
-            self.lineage.handling(&key);
+        while let Some((key, queued)) = self.queue.pop_before(end) {
             self.prefetch_next_events(map);
-            let i = map.local_index[event.target as usize] as usize;
-            let mut ctx = Ctx::new(
-                key.time,
-                event.target,
-                &mut self.seqs[i],
-                &mut self.emitted,
-                &mut self.hops,
-            );
-            let target = event.target;
-            if let Some(p) = &mut self.promises {
-                p.handled(model, &event);
+            match queued {
+                Queued::One(event) => {
+                    self.events_by_kind[event.body.kind_index()] += 1;
+                    self.handle(model, map, key, event, end_ps);
+                }
+                Queued::Bundle(b) => self.handle_bundle(model, map, b, end_ps),
             }
-            let cause = event.body.kind_name();
-            self.events_by_kind[event.body.kind_index()] += 1;
-            self.lps[i].handle(model, event.body, &mut ctx);
-            self.check_count(model, i);
-            if let Some(p) = &mut self.promises
-                && p.watches(target)
-            {
-                p.touch(i as u32);
-            }
-            self.route_emitted(model, map, key.time.as_ps(), end_ps, cause);
             n += 1;
         }
         self.last_window_events = n;
+    }
+
+    /// Hands out bundle `b`'s events in key order. Nothing pending lies between them
+    /// ([`derived_family`]) until one handed out queues an event at their time, which may:
+    /// the rest then go back to the queue one by one.
+    fn handle_bundle(&mut self, model: &SimModel, map: &LpMap, b: u32, end_ps: u64) {
+        let mut events = std::mem::take(&mut self.bundles[b as usize]);
+        self.bundled_beyond_one -= events.len() - 1;
+        if let Some((_, first)) = events.first() {
+            self.events_by_kind[first.body.kind_index()] += 1;
+        }
+        let mut rest = events.drain(..);
+        for (key, event) in rest.by_ref() {
+            self.queued_at_now = false;
+            self.handle(model, map, key, event, end_ps);
+            if self.queued_at_now {
+                break;
+            }
+        }
+        for (key, event) in rest {
+            self.queue.push(key, Queued::One(event));
+        }
+        // Freed only now: a bundle made while this one is handed out must not take its slot.
+        self.bundles[b as usize] = events;
+        self.free_bundles.push(b);
+    }
+
+    /// `event`, queued under `key`, to its LP.
+    fn handle(&mut self, model: &SimModel, map: &LpMap, key: EventKey, event: Event, end_ps: u64) {
+        self.lineage.handling(&key);
+        let i = map.local_index[event.target as usize] as usize;
+        let mut ctx = Ctx::new(
+            key.time,
+            event.target,
+            &mut self.seqs[i],
+            &mut self.emitted,
+            &mut self.hops,
+        );
+        let target = event.target;
+        if let Some(p) = &mut self.promises {
+            p.handled(model, &event);
+        }
+        let cause = event.body.kind_name();
+        self.lps[i].handle(model, event.body, &mut ctx);
+        self.check_count(model, i);
+        if let Some(p) = &mut self.promises
+            && p.watches(target)
+        {
+            p.touch(i as u32);
+        }
+        self.route_emitted(model, map, key.time.as_ps(), end_ps, cause);
     }
 
     /// Cache hints, a pipeline over the events next in line: three ahead the LP, two ahead
@@ -377,11 +438,15 @@ impl Partition {
     /// that would otherwise wait its turn.
     fn prefetch_next_events(&self, map: &LpMap) {
         let lp_of = |e: &Event| &self.lps[map.local_index[e.target as usize] as usize];
-        if let Some(e) = self.queue.peek(2) {
+        let peek = |n: usize| match self.queue.peek(n)? {
+            Queued::One(e) => Some(e),
+            Queued::Bundle(b) => self.bundles[*b as usize].first().map(|(_, e)| e),
+        };
+        if let Some(e) = peek(2) {
             crate::prefetch::prefetch(std::ptr::from_ref(lp_of(e)).cast());
         }
         for (ahead, deep) in [(1, false), (0, true)] {
-            if let Some(e) = self.queue.peek(ahead) {
+            if let Some(e) = peek(ahead) {
                 for span in lp_of(e).hot_state(&e.body, deep) {
                     crate::prefetch::prefetch_span(span);
                 }
@@ -438,7 +503,8 @@ impl Partition {
         end_ps: u64,
         cause: &'static str,
     ) {
-        for (key, event) in self.emitted.drain(..) {
+        let mut emitted = std::mem::take(&mut self.emitted);
+        for (key, event) in emitted.drain(..) {
             // A time past the clock's limit, or one that wrapped below now.
             if (key.time >= SimTime::LIMIT || key.time.as_ps() < now) && self.error.is_none() {
                 let origin = key.origin_lp;
@@ -468,12 +534,12 @@ impl Partition {
                     self.inline.push(event);
                     continue;
                 }
-                if let Some(p) = &mut self.promises {
-                    let lp = &self.lps[map.local_index[event.target as usize] as usize];
-                    let promise = p.push(model, &key, &event, Some(lp));
-                    self.lineage.queued(&key, &event, promise, true);
+                if derived_family(key.origin_seq).is_some() {
+                    self.staged.push((key, event));
+                    continue;
                 }
-                self.queue.push(key, event);
+                self.note_queued(model, map, now, &key, &event);
+                self.queue.push(key, Queued::One(event));
             } else {
                 // Inside the window, or before what this partition promised: the second is
                 // the stricter check while another partition's promise ends the window.
@@ -501,11 +567,69 @@ impl Partition {
                 self.outbox.push((key, event));
             }
         }
+        self.emitted = emitted;
+        if !self.staged.is_empty() {
+            self.queue_staged(model, map, now);
+        }
         if !self.inline.is_empty() {
             // What the leaders emit in turn is queued: no arrival comes of an arrival.
             self.hand_over_inline(model, map, now);
             self.route_emitted(model, map, now, end_ps, cause);
         }
+    }
+
+    /// Keeps the promise of `event`, about to be queued here by a handler at `now`.
+    fn note_queued(
+        &mut self,
+        model: &SimModel,
+        map: &LpMap,
+        now: u64,
+        key: &EventKey,
+        event: &Event,
+    ) {
+        self.queued_at_now |= key.time.as_ps() == now;
+        if let Some(p) = &mut self.promises {
+            let lp = &self.lps[map.local_index[event.target as usize] as usize];
+            let promise = p.push(model, key, event, Some(lp));
+            self.lineage.queued(key, event, promise, true);
+        }
+    }
+
+    /// Queues the staged events: those of one origin, family and time as one bundle.
+    fn queue_staged(&mut self, model: &SimModel, map: &LpMap, now: u64) {
+        let mut staged = std::mem::take(&mut self.staged);
+        staged.sort_unstable_by_key(|(k, _)| *k);
+        let same_bundle = |a: &EventKey, b: &EventKey| {
+            a.time == b.time
+                && a.origin_lp == b.origin_lp
+                && derived_family(a.origin_seq) == derived_family(b.origin_seq)
+        };
+        let mut drain = staged.drain(..).peekable();
+        while let Some((key, event)) = drain.next() {
+            self.note_queued(model, map, now, &key, &event);
+            if !drain
+                .peek()
+                .is_some_and(|(next, _)| same_bundle(&key, next))
+            {
+                self.queue.push(key, Queued::One(event));
+                continue;
+            }
+            let b = self.free_bundles.pop().unwrap_or_else(|| {
+                self.bundles.push(Vec::new());
+                (self.bundles.len() - 1) as u32
+            });
+            let mut events = std::mem::take(&mut self.bundles[b as usize]);
+            events.push((key, event));
+            while let Some((next, e)) = drain.next_if(|(next, _)| same_bundle(&key, next)) {
+                self.note_queued(model, map, now, &next, &e);
+                events.push((next, e));
+            }
+            self.bundled_beyond_one += events.len() - 1;
+            self.bundles[b as usize] = events;
+            self.queue.push(key, Queued::Bundle(b));
+        }
+        drop(drain);
+        self.staged = staged;
     }
 
     /// Its LPs, each replaced by its report (with its id) in `into`, at the end of a run.
@@ -520,6 +644,20 @@ impl Partition {
     pub fn lp_count(&self) -> usize {
         self.lps.len()
     }
+}
+
+/// Every pending event, bundles spelled out, in no particular order.
+fn pending_events<'a>(
+    queue: &'a EventQueue<Queued>,
+    bundles: &'a [Vec<(EventKey, Event)>],
+) -> impl Iterator<Item = (EventKey, &'a Event)> + 'a {
+    queue.iter().flat_map(move |(key, queued)| {
+        let (one, bundle) = match queued {
+            Queued::One(e) => (Some((key, e)), &[][..]),
+            Queued::Bundle(b) => (None, &bundles[*b as usize][..]),
+        };
+        one.into_iter().chain(bundle.iter().map(|(k, e)| (*k, e)))
+    })
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::gpu::Running;
 use crate::hash::splitmix64;
 use crate::layout::GroupKind;
 use crate::time::SimTime;
-use crate::{Body, Ctx, SimModel, Tag};
+use crate::{Body, Ctx, DERIVED_MEMBER_BITS, SimModel, Tag};
 
 /// [`Algo::Closed`]: ends `duration_ps` after the last member was ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,12 +45,16 @@ fn within_domain(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
 /// The key a leader answers member `slot` of op `op` under ([`crate::Ctx::emit_derived`]);
 /// [`WAKE_SLOT`] is its own wake-up. The same whenever the leader works the answer out.
 fn answer_key(op: u32, slot: u32) -> u32 {
-    ((op & 0xFF_FFFF) << 7) | (slot & 0x7F)
+    ((op & (OPS_ANSWERED_DERIVED - 1)) << DERIVED_MEMBER_BITS) | (slot & WAKE_SLOT)
 }
+
+/// Ops an [`answer_key`] tells apart: a program with more keeps counter keys throughout
+/// ([`GroupInfo::within_domain`]), so no two ops share a family ([`crate::derived_family`]).
+pub(crate) const OPS_ANSWERED_DERIVED: u32 = 1 << 24;
 
 /// [`answer_key`]'s slot of the leader's own wake-up: a group answered under derived keys
 /// has at most 127 members, so 126 others ([`GroupInfo::within_domain`]).
-const WAKE_SLOT: u32 = 0x7F;
+const WAKE_SLOT: u32 = (1 << DERIVED_MEMBER_BITS) - 1;
 
 /// Whether group `kind`'s other members mirror this rank ([`GroupInfo::mirror`]).
 fn mirrored(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {

@@ -45,7 +45,9 @@ pub(in crate::gpu) struct GroupInfo {
     /// first link, so it is routed once here.
     pub(in crate::gpu) next_path: Option<PathInfo>,
     /// A closed group of at most 127 members that all sit in one NVLink domain (NCCL's
-    /// node): its arrivals may be handed to the gatherer inline ([`crate::Body::Arrived`]).
+    /// node), in a workload whose programs have at most 2^24 ops: its arrivals may be handed
+    /// to the gatherer inline ([`crate::Body::Arrived`]), its answers bundled
+    /// ([`crate::derived_family`]).
     pub(super) within_domain: bool,
     /// The group reaches into mirrored replicas ([`crate::symmetry`]).
     pub(super) mirror: Option<Box<Mirror>>,
@@ -254,8 +256,18 @@ impl GpuLp {
             closed_peers,
             gathers: is_gatherer,
             next_path,
-            // Its answers' keys tell up to 127 members apart (`closed::answer_key`).
-            within_domain: closed && !mirrored && nodes == 1 && n > 1 && n <= 127,
+            // Its answers' keys tell up to 127 members and 2^24 ops apart
+            // (`closed::answer_key`).
+            within_domain: closed
+                && !mirrored
+                && nodes == 1
+                && n > 1
+                && n <= 127
+                && model
+                    .workload
+                    .programs
+                    .iter()
+                    .all(|p| p.ops.len() <= super::closed::OPS_ANSWERED_DERIVED as usize),
             mirror,
         }));
         Some((ring, shape, closed))
