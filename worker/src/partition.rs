@@ -604,9 +604,11 @@ impl Partition {
                 && a.origin_lp == b.origin_lp
                 && derived_family(a.origin_seq) == derived_family(b.origin_seq)
         };
+        for (key, event) in &staged {
+            self.note_queued(model, map, now, key, event);
+        }
         let mut drain = staged.drain(..).peekable();
         while let Some((key, event)) = drain.next() {
-            self.note_queued(model, map, now, &key, &event);
             if !drain
                 .peek()
                 .is_some_and(|(next, _)| same_bundle(&key, next))
@@ -620,10 +622,9 @@ impl Partition {
             });
             let mut events = std::mem::take(&mut self.bundles[b as usize]);
             events.push((key, event));
-            while let Some((next, e)) = drain.next_if(|(next, _)| same_bundle(&key, next)) {
-                self.note_queued(model, map, now, &next, &e);
-                events.push((next, e));
-            }
+            events.extend(std::iter::from_fn(|| {
+                drain.next_if(|(next, _)| same_bundle(&key, next))
+            }));
             self.bundled_beyond_one += events.len() - 1;
             self.bundles[b as usize] = events;
             self.queue.push(key, Queued::Bundle(b));
