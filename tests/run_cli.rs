@@ -695,3 +695,58 @@ fn closed_form_arrivals_and_answers_handed_over_within_a_partition_change_no_ans
         );
     }
 }
+
+/// A kernel chain whose end can only start a closed-form collective answered inside its
+/// NVLink domain is handled as it starts, with no event of its own
+/// (`engine.chain_ends_ahead`, `GpuLp::chain_end_is_foregone`): the same answer as an event
+/// for every chain end, at both network models and across partitions, with fewer chain-end
+/// events.
+#[test]
+fn chain_ends_handled_ahead_change_no_answer() {
+    let dir = scratch("chain-ends-ahead");
+    let with = |name: &str, sets: &[&str]| {
+        let out = dir.join(name);
+        let mut cmd = fleetsim();
+        cmd.args(["run", "configs/experiments/quickstart.toml", "--quiet"]);
+        for set in sets {
+            cmd.args(["--set", set]);
+        }
+        stdout_ok(cmd.arg("--out").arg(&out));
+        summary(&out)
+    };
+    let chain_ends = |s: &serde_json::Value| {
+        s["engine"]["events_by_kind"]["ComputeDone"]
+            .as_u64()
+            .expect("ComputeDone events")
+    };
+    for model in ["network.model=analytical", "network.model=packet"] {
+        let ahead = with(&format!("{model}-ahead"), &[model]);
+        let events = with(
+            &format!("{model}-events"),
+            &[model, "engine.chain_ends_ahead=false"],
+        );
+        assert_eq!(ahead["result_digest"], events["result_digest"], "{model}");
+        assert_eq!(
+            ahead["iteration_time_s"], events["iteration_time_s"],
+            "{model}"
+        );
+        assert_eq!(ahead["breakdown_s"], events["breakdown_s"], "{model}");
+        assert!(
+            chain_ends(&ahead) * 4 < chain_ends(&events) * 3,
+            "{model}: {} chain-end events ahead, {} with an event each",
+            chain_ends(&ahead),
+            chain_ends(&events)
+        );
+    }
+    let split = with(
+        "analytical-by-host",
+        &[
+            "network.model=analytical",
+            "engine.threads=2",
+            "engine.partition=by-host",
+            "engine.partitions=16",
+        ],
+    );
+    let whole = with("analytical-whole", &["network.model=analytical"]);
+    assert_eq!(split["result_digest"], whole["result_digest"]);
+}

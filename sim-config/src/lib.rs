@@ -1299,6 +1299,11 @@ pub struct EngineConfig {
     /// mirrors the rest (`sim_engine::symmetry`): `auto` (when it is exact) or `off`.
     #[serde(default)]
     pub symmetry: SymmetryChoice,
+    /// A GPU handles a kernel chain's end as the chain starts, with no event, where nothing
+    /// can change what that end does (`sim_engine` `GpuLp::chain_end_is_foregone`).
+    /// `false`: an event for every chain end. Results are the same either way.
+    #[serde(default = "defaults::yes")]
+    pub chain_ends_ahead: bool,
 }
 
 /// `engine.symmetry`.
@@ -1473,6 +1478,7 @@ impl Default for EngineConfig {
             promises: true,
             planner: Planner::Naive,
             symmetry: SymmetryChoice::Auto,
+            chain_ends_ahead: true,
         }
     }
 }

@@ -632,6 +632,9 @@ pub struct SimModel {
     /// Whether one data-parallel replica stands for all ([`symmetry::Symmetry`]); the
     /// workload's `one_replica` follows it.
     pub symmetry: symmetry::Symmetry,
+    /// `engine.chain_ends_ahead`: a GPU may handle a chain's end as the chain starts
+    /// (`GpuLp::chain_end_is_foregone`).
+    pub chain_ends_ahead: bool,
 }
 
 /// What the collective model needs beyond the topology.
@@ -866,6 +869,7 @@ impl SimModel {
             longest_link,
             faults: exp.faults.clone().with_timed_links(timed_link_faults),
             symmetry,
+            chain_ends_ahead: exp.loaded.config.engine.chain_ends_ahead,
         }
         .with_compute_prefix())
     }

@@ -204,10 +204,103 @@ impl GpuLp {
     /// Starts every op whose stream is free and whose dependencies are done; then moves the
     /// kernel chain's end if a collective started or ended meanwhile.
     pub(super) fn pump(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let chain = self.chain_gen;
         self.start_ready(model, ctx);
         if self.chain_slowed != (self.comm_active > 0) {
             self.replan_chain(model, ctx);
         }
+        if self.chain_gen != chain && self.chain_end_is_foregone(model) {
+            self.run_chain_to_end(model, ctx);
+        }
+    }
+
+    /// Whether nothing can happen on this GPU before the chain just planned ends but what
+    /// its end starts, a collective whose only traffic is this rank's arrival at a leader in
+    /// its NVLink domain ([`GpuLp::only_answered_in_domain`]): every other stream idle,
+    /// and each one's next op waiting for the chain's last kernel or for an op that cannot
+    /// end before it (chained kernels release nothing, [`crate::ProgramIndex::chains_into_next`]).
+    /// Then the chain's end is known now, and so is what it does: the link this rank
+    /// sends on and its slowdown change only with its own streams. Nothing that arrives
+    /// meanwhile touches it: a leader's answer comes after the arrival, an arrival for a
+    /// collective not started here waits in the early list, and a host wake-up finds
+    /// nothing ready.
+    fn chain_end_is_foregone(&mut self, model: &SimModel) -> bool {
+        if !model.chain_ends_ahead
+            || model.faults.has_timed_links()
+            || model.workload.jobs.is_some()
+            || !model.flows.is_empty()
+            || self.error.is_some()
+            || !matches!(self.running[COMPUTE], Running::Compute { .. })
+            || (0..STREAMS).any(|s| s != COMPUTE && !matches!(self.running[s], Running::Idle))
+        {
+            return false;
+        }
+        let index = &model.programs[self.program as usize];
+        let program = &model.workload.programs[self.program as usize];
+        let last = index.stream_ops[COMPUTE][self.chain_last as usize];
+        let done = |d: u32| {
+            let ds = program.ops[d as usize].stream.index();
+            self.done[ds] > index.position[d as usize]
+        };
+        let mut started = None;
+        for s in 0..STREAMS {
+            let head = match s {
+                COMPUTE => self.chain_last as usize + 1,
+                _ => self.done[s] as usize,
+            };
+            let Some(&op) = index.stream_ops[s].get(head) else {
+                continue;
+            };
+            let deps = program.deps(op as usize);
+            if !deps.iter().all(|&d| d == last || done(d)) {
+                continue;
+            }
+            // Ready before the chain ends (waiting for the host alone), or a second op, or
+            // the compute stream going on.
+            if s == COMPUTE || started.is_some() || !deps.contains(&last) {
+                return false;
+            }
+            started = Some(op);
+        }
+        let Some(op) = started else {
+            return false;
+        };
+        let OpKind::Collective { group, .. } = program.ops[op as usize].kind else {
+            return false;
+        };
+        if !model.host_issued[self.kernel_table as usize].is_empty() {
+            let syncs = &program.host_syncs;
+            if syncs
+                .get(self.host_sync_cursor as usize)
+                .is_some_and(|&sync| op >= sync)
+                || self.issued_ps(model, op) > self.chain_end_ps(model)
+            {
+                return false;
+            }
+        }
+        self.only_answered_in_domain(model, group)
+    }
+
+    /// Handles the chain's end now, as its [`Body::ComputeDone`] would at its time, which
+    /// [`GpuLp::chain_end_is_foregone`] says nothing can change: the event is taken back,
+    /// the kernels settled, the collective started and its arrival sent. One event fewer per
+    /// member and collective. The event's sequence number stays used, so every later key
+    /// is the one it would have been.
+    fn run_chain_to_end(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let (node, chain) = (self.node, self.chain_gen);
+        let Some(i) = ctx.out.iter().rposition(|(_, e)| {
+            e.target == node && matches!(e.body, Body::ComputeDone { chain: c } if c == chain)
+        }) else {
+            return;
+        };
+        let (key, _) = ctx.out.remove(i);
+        let now = std::mem::replace(&mut ctx.now, key.time);
+        let end = key.time.as_ps();
+        self.settle_chain(model, end);
+        self.account(end);
+        self.complete(model, COMPUTE, ctx);
+        self.pump(model, ctx);
+        ctx.now = now;
     }
 
     fn start_ready(&mut self, model: &SimModel, ctx: &mut Ctx) {

@@ -63,6 +63,24 @@ fn mirrored(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
         .is_some_and(|g| g.mirror.is_some())
 }
 
+impl GpuLp {
+    /// Whether a collective on group `kind`, started here, only hands this rank's arrival to
+    /// a leader in its NVLink domain and waits for the answer: a closed-form member that
+    /// neither gathers nor mirrors ([`GpuLp::pump`] may run a chain that ends in one at once).
+    pub(in crate::gpu) fn only_answered_in_domain(
+        &mut self,
+        model: &SimModel,
+        kind: GroupKind,
+    ) -> bool {
+        if !matches!(self.group_info(model, kind), Some((ring, _, true)) if ring.n > 1) {
+            return false;
+        }
+        self.groups[kind as usize]
+            .as_ref()
+            .is_some_and(|g| g.within_domain && !g.gathers && g.mirror.is_none())
+    }
+}
+
 impl Closed {
     /// Plans `call` in closed form: the gatherer waits for every other member, the others
     /// for its answer.
