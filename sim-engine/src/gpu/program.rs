@@ -215,15 +215,16 @@ impl GpuLp {
     }
 
     /// Whether nothing can happen on this GPU before the chain just planned ends but what
-    /// its end starts, a collective whose only traffic is this rank's arrival at a leader in
-    /// its NVLink domain ([`GpuLp::only_answered_in_domain`]): every other stream idle,
+    /// its end starts, a closed-form collective within its NVLink domain
+    /// ([`GpuLp::runs_closed_in_domain`]): every other stream idle,
     /// and each one's next op waiting for the chain's last kernel or for an op that cannot
     /// end before it (chained kernels release nothing, [`crate::ProgramIndex::chains_into_next`]).
     /// Then the chain's end is known now, and so is what it does: the link this rank
     /// sends on and its slowdown change only with its own streams. Nothing that arrives
-    /// meanwhile touches it: a leader's answer comes after the arrival, an arrival for a
-    /// collective not started here waits in the early list, and a host wake-up finds
-    /// nothing ready.
+    /// meanwhile touches it: a leader's answer comes after the arrival; the leader applies
+    /// a member's arrival to the collective it runs ahead as it would have from the early
+    /// list at the start; an arrival for another collective waits in the early list; a host
+    /// wake-up finds nothing ready.
     fn chain_end_is_foregone(&mut self, model: &SimModel) -> bool {
         if !model.chain_ends_ahead
             || model.faults.has_timed_links()
@@ -278,7 +279,7 @@ impl GpuLp {
                 return false;
             }
         }
-        self.only_answered_in_domain(model, group)
+        self.runs_closed_in_domain(model, group)
     }
 
     /// Handles the chain's end now, as its [`Body::ComputeDone`] would at its time, which

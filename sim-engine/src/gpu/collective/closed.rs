@@ -64,10 +64,12 @@ fn mirrored(groups: &[Option<Box<GroupInfo>>], kind: GroupKind) -> bool {
 }
 
 impl GpuLp {
-    /// Whether a collective on group `kind`, started here, only hands this rank's arrival to
-    /// a leader in its NVLink domain and waits for the answer: a closed-form member that
-    /// neither gathers nor mirrors ([`GpuLp::pump`] may run a chain that ends in one at once).
-    pub(in crate::gpu) fn only_answered_in_domain(
+    /// Whether a collective on group `kind` runs in closed form within one NVLink domain,
+    /// not mirrored: a member started here only hands its arrival to the leader and waits
+    /// for the answer; the leader only counts the arrivals, which apply alike before and
+    /// after its start (a count and two maxima), and answers under derived keys
+    /// ([`GpuLp::pump`] may run a chain that ends in one at once).
+    pub(in crate::gpu) fn runs_closed_in_domain(
         &mut self,
         model: &SimModel,
         kind: GroupKind,
@@ -77,7 +79,7 @@ impl GpuLp {
         }
         self.groups[kind as usize]
             .as_ref()
-            .is_some_and(|g| g.within_domain && !g.gathers && g.mirror.is_none())
+            .is_some_and(|g| g.within_domain && g.mirror.is_none())
     }
 }
 
