@@ -6,9 +6,10 @@
 //! events/s and peak RSS. A case whose digest or iteration differs from the one recorded
 //! here fails the benchmark, naming both (and so does a one-thread case that takes more
 //! events than recorded): a change that moves one must record the new answer here, and its
-//! commit and `docs/engine.md` ("Recorded answers of the large presets") must say why. Not in `cargo test`: the 131,072-GPU cases take 6-17 minutes each
-//! on two cores and the 1,048,576-GPU ones with every rank 13-42 minutes, so they run only
-//! with `FLEETSIM_BENCH_HUGE=1`.
+//! commit and `docs/engine.md` ("Recorded answers of the large presets") must say why.
+//! Not in `cargo test`: the 131,072-GPU cases take 6-17 minutes each on two cores and the
+//! 1,048,576-GPU ones with every rank 13-42 minutes, so they run only with
+//! `FLEETSIM_BENCH_HUGE=1`.
 //! The `-symmetric` cases run one data-parallel replica for all (`engine.symmetry`, on the
 //! analytical network without clock spread): seconds at any scale.
 

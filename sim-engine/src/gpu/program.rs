@@ -209,9 +209,17 @@ impl GpuLp {
         if self.chain_slowed != (self.comm_active > 0) {
             self.replan_chain(model, ctx);
         }
-        if self.chain_gen != chain && self.chain_end_is_foregone(model) {
-            self.run_chain_to_end(model, ctx);
+        if self.chain_gen != chain {
+            self.run_chain_to_end_if_foregone(model, ctx);
         }
+    }
+
+    /// Whether op `op` has finished on its stream.
+    fn op_done(&self, model: &SimModel, op: u32) -> bool {
+        let stream = model.workload.programs[self.program as usize].ops[op as usize]
+            .stream
+            .index();
+        self.done[stream] > model.programs[self.program as usize].position[op as usize]
     }
 
     /// Whether nothing can happen on this GPU before the chain just planned ends but what
@@ -225,7 +233,7 @@ impl GpuLp {
     /// a member's arrival to the collective it runs ahead as it would have from the early
     /// list at the start; an arrival for another collective waits in the early list; a host
     /// wake-up finds nothing ready.
-    fn chain_end_is_foregone(&mut self, model: &SimModel) -> bool {
+    fn chain_end_is_foregone(&mut self, model: &SimModel, end_ps: u64) -> bool {
         if !model.chain_ends_ahead
             || model.faults.has_timed_links()
             || model.workload.jobs.is_some()
@@ -239,10 +247,7 @@ impl GpuLp {
         let index = &model.programs[self.program as usize];
         let program = &model.workload.programs[self.program as usize];
         let last = index.stream_ops[COMPUTE][self.chain_last as usize];
-        let done = |d: u32| {
-            let ds = program.ops[d as usize].stream.index();
-            self.done[ds] > index.position[d as usize]
-        };
+        let done = |d: u32| self.op_done(model, d);
         let mut started = None;
         for s in 0..STREAMS {
             let head = match s {
@@ -274,7 +279,7 @@ impl GpuLp {
             if syncs
                 .get(self.host_sync_cursor as usize)
                 .is_some_and(|&sync| op >= sync)
-                || self.issued_ps(model, op) > self.chain_end_ps(model)
+                || self.issued_ps(model, op) > end_ps
             {
                 return false;
             }
@@ -282,21 +287,25 @@ impl GpuLp {
         self.runs_closed_in_domain(model, group)
     }
 
-    /// Handles the chain's end now, as its [`Body::ComputeDone`] would at its time, which
-    /// [`GpuLp::chain_end_is_foregone`] says nothing can change: the event is taken back,
-    /// the kernels settled, the collective started and its arrival sent. One event fewer per
-    /// member and collective. The event's sequence number stays used, so every later key
-    /// is the one it would have been.
-    fn run_chain_to_end(&mut self, model: &SimModel, ctx: &mut Ctx) {
+    /// Handles the chain's end now, as its [`Body::ComputeDone`] (just emitted) would at
+    /// its time, where [`GpuLp::chain_end_is_foregone`] says nothing can change it: the
+    /// event is taken back, the kernels settled, the collective started and its arrival
+    /// sent. One event fewer per member and collective. The event's sequence number stays
+    /// used, so every later key is the one it would have been.
+    fn run_chain_to_end_if_foregone(&mut self, model: &SimModel, ctx: &mut Ctx) {
         let (node, chain) = (self.node, self.chain_gen);
         let Some(i) = ctx.out.iter().rposition(|(_, e)| {
             e.target == node && matches!(e.body, Body::ComputeDone { chain: c } if c == chain)
         }) else {
             return;
         };
-        let (key, _) = ctx.out.remove(i);
-        let now = std::mem::replace(&mut ctx.now, key.time);
-        let end = key.time.as_ps();
+        let end = ctx.out[i].0.time;
+        if !self.chain_end_is_foregone(model, end.as_ps()) {
+            return;
+        }
+        ctx.out.remove(i);
+        let now = std::mem::replace(&mut ctx.now, end);
+        let end = end.as_ps();
         self.settle_chain(model, end);
         self.account(end);
         self.complete(model, COMPUTE, ctx);
@@ -320,10 +329,10 @@ impl GpuLp {
                 continue;
             };
             let program = &model.workload.programs[self.program as usize];
-            let ready = program.deps(op as usize).iter().all(|&d| {
-                let ds = program.ops[d as usize].stream.index();
-                self.done[ds] > index.position[d as usize]
-            });
+            let ready = program
+                .deps(op as usize)
+                .iter()
+                .all(|&d| self.op_done(model, d));
             if !ready {
                 continue;
             }

@@ -77,9 +77,7 @@ impl GpuLp {
         if !matches!(self.group_info(model, kind), Some((ring, _, true)) if ring.n > 1) {
             return false;
         }
-        self.groups[kind as usize]
-            .as_ref()
-            .is_some_and(|g| g.within_domain && g.mirror.is_none())
+        within_domain(&self.groups, kind) && !mirrored(&self.groups, kind)
     }
 }
 
