@@ -338,6 +338,46 @@ fn a_row_with_an_unknown_or_empty_framework_fails_alone() {
     }
 }
 
+/// A release the framework table does not list, of a family it has, is not refused: the row
+/// runs with the family's nearest earlier release, and the printed result, validation.csv and
+/// the case file say which, and how to state the release's own facts.
+#[test]
+fn an_unlisted_release_runs_with_its_familys_nearest_earlier_one() {
+    let out = scratch("validate-unlisted-release");
+    let run = fleetsim()
+        .args([
+            "validate",
+            "tests/fixtures/validate/unlisted-release-runs-as-its-family.csv",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let note = "row 1 (line 6): framework `megatron-lm-2023` is not in configs/frameworks.toml: \
+                the row ran with the launch facts of `megatron-lm-2022`";
+    assert!(stdout.contains(note), "{stdout}");
+    assert!(stdout.contains("--frameworks"), "{stdout}");
+    let csv = fs::read_to_string(out.join("validation.csv")).expect("validation.csv");
+    let (header, rows) = csv_table(&csv);
+    let column = |name: &str| header.iter().position(|h| h == name).expect(name);
+    assert_eq!(rows[0][column("framework")], "megatron-lm-2023", "{csv}");
+    assert_eq!(
+        rows[0][column("framework_facts")],
+        "megatron-lm-2022",
+        "{csv}"
+    );
+    assert!(rows[0][column("failure")].is_empty(), "{csv}");
+    let case = fs::read_to_string(out.join("cases/01-korthikanti2022-t5.toml")).expect("case");
+    assert!(
+        case.contains("framework `megatron-lm-2023` is not in configs/frameworks.toml")
+            && case.contains("# Framework megatron-lm-2022:"),
+        "{case}"
+    );
+}
+
 /// `--frameworks FILE` reads a table of one's own; a malformed one is one line naming the
 /// file, line and key (tests/fixtures/bad-frameworks/, whose first lines say what).
 #[test]

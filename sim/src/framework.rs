@@ -449,6 +449,28 @@ impl Frameworks {
         self.list.iter().find(|f| f.name == name)
     }
 
+    /// The release whose launch facts stand in for `name` when the table does not list it: the
+    /// same family's latest release not newer than `name`, else the family's earliest. None
+    /// when the table has no release of that family (or `name` has no version).
+    pub fn stand_in(&self, name: &str) -> Option<&Framework> {
+        let (family, version) = family_and_version(name)?;
+        let same: Vec<(&Framework, Vec<u32>)> = self
+            .list
+            .iter()
+            .filter_map(|f| {
+                let (f_family, f_version) = family_and_version(&f.name)?;
+                (f_family == family).then_some((f, f_version))
+            })
+            .collect();
+        let by_version =
+            |a: &&(&Framework, Vec<u32>), b: &&(&Framework, Vec<u32>)| compare_versions(&a.1, &b.1);
+        same.iter()
+            .filter(|(_, v)| compare_versions(v, &version).is_le())
+            .max_by(by_version)
+            .or_else(|| same.iter().min_by(by_version))
+            .map(|(f, _)| *f)
+    }
+
     /// Every release, in file order.
     pub fn all(&self) -> &[Framework] {
         &self.list
@@ -464,9 +486,77 @@ impl Frameworks {
     }
 }
 
+/// A release name as its family (the name with its version part replaced by `*`) and the
+/// version's numbers: `nemo-24.07` is (`nemo-*`, [24, 7]), `mlperf-training-5.1-nvidia` is
+/// (`mlperf-training-*-nvidia`, [5, 1]), `megatron-lm-2022` is (`megatron-lm-*`, [2022]).
+/// The version is the first `-`-separated part made of dot-separated digits alone.
+fn family_and_version(name: &str) -> Option<(String, Vec<u32>)> {
+    let parts: Vec<&str> = name.split('-').collect();
+    let is_version = |part: &&str| {
+        part.split('.')
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let at = parts.iter().position(is_version)?;
+    let version = parts[at]
+        .split('.')
+        .map(|n| n.parse().ok())
+        .collect::<Option<Vec<u32>>>()?;
+    let family = parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| if i == at { "*" } else { part })
+        .collect::<Vec<_>>()
+        .join("-");
+    Some((family, version))
+}
+
+/// Versions compared number by number, a missing number read as 0 (`24.07` = `24.07.0`).
+fn compare_versions(a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+    (0..a.len().max(b.len()))
+        .map(|i| {
+            let at = |v: &[u32]| v.get(i).copied().unwrap_or(0);
+            at(a).cmp(&at(b))
+        })
+        .find(|o| o.is_ne())
+        .unwrap_or(std::cmp::Ordering::Equal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A release the table does not list runs with its family's nearest release not newer than
+    /// it (or the family's earliest); a family the table lacks has no stand-in.
+    #[test]
+    fn an_unlisted_release_stands_in_with_its_familys_nearest_earlier_one() {
+        let table = Frameworks::shipped().expect("shipped table");
+        let stand_in = |name: &str| table.stand_in(name).map(|f| f.name.as_str());
+        assert_eq!(stand_in("nemo-24.08"), Some("nemo-24.07"));
+        assert_eq!(stand_in("nemo-24.07.01"), Some("nemo-24.07"));
+        assert_eq!(stand_in("nemo-25.11"), Some("nemo-25.07"));
+        assert_eq!(stand_in("nemo-23.11"), Some("nemo-24.03"));
+        assert_eq!(stand_in("megatron-core-0.12"), Some("megatron-core-0.8"));
+        assert_eq!(
+            stand_in("megatron-bridge-26.06"),
+            Some("megatron-bridge-26.04")
+        );
+        assert_eq!(
+            stand_in("mlperf-training-5.0-nvidia"),
+            Some("mlperf-training-4.0-nvidia")
+        );
+        assert_eq!(stand_in("megatron-lm-2023"), Some("megatron-lm-2022"));
+        for unknown in ["deepspeed", "deepspeed-0.14", "torchtitan-2025", "nemo", ""] {
+            assert_eq!(stand_in(unknown), None, "{unknown}");
+        }
+        assert_eq!(
+            family_and_version("nemo-24.07"),
+            Some(("nemo-*".into(), vec![24, 7]))
+        );
+        assert_eq!(
+            family_and_version("megatron-core-dsv3-gb200-2025"),
+            Some(("megatron-core-dsv3-gb200-*".into(), vec![2025]))
+        );
+    }
 
     fn shipped() -> Frameworks {
         Frameworks::shipped().unwrap_or_else(|e| panic!("{e}"))
@@ -564,7 +654,7 @@ mod tests {
                 "{nemo}"
             );
         }
-        for later in ["nemo-25.02", "megatron-bridge-25.11"] {
+        for later in ["nemo-24.09", "nemo-25.02", "megatron-bridge-25.11"] {
             assert_eq!(of(later, "model.attention_dropout"), "0.0", "{later}");
             assert_ne!(
                 value(later, "training.attention_backend").as_deref(),

@@ -137,6 +137,14 @@ impl Args {
             outln!("{line}");
             Ok(())
         })?;
+        for case in selected_stand_ins(&outcomes, &failures) {
+            outln!(
+                "row {} (line {}): {}",
+                case.row,
+                case.line,
+                stand_in_note(&case.framework, &case.facts_from, frameworks.file())
+            );
+        }
         let verdict = verdict(&outcomes, &failures);
         let svg = out.join("parity.svg");
         std::fs::write(&svg, parity_svg(&outcomes)?)
@@ -306,6 +314,9 @@ pub struct Case {
     pub gpus: u32,
     /// The `framework` column: a release of the framework table.
     pub framework: String,
+    /// The release whose launch facts the row ran with: `framework` itself, or, where the
+    /// table does not list it, its family's stand-in ([`Frameworks::stand_in`]).
+    pub facts_from: String,
     pub measured: f64,
     pub unit: Unit,
     pub notes: String,
@@ -328,6 +339,15 @@ pub struct UnknownFramework {
     pub name: String,
     pub table: String,
     pub known: String,
+}
+
+/// What a row whose release the table does not list ran with, and how to say otherwise.
+fn stand_in_note(named: &str, stand_in: &str, table: &str) -> String {
+    format!(
+        "framework `{named}` is not in {table}: the row ran with the launch facts of `{stand_in}`, \
+         the nearest release of its family not newer than it (give a table naming `{named}` \
+         with --frameworks to state its own)"
+    )
 }
 
 fn describe(name: &str) -> String {
@@ -599,14 +619,20 @@ fn case_of_row(
         gpu: gpu.clone(),
         gpus,
         framework: framework_name.clone(),
+        facts_from: String::new(),
         measured,
         unit,
         tokens_per_gpu_s: tokens_in_notes(&notes),
         notes,
         experiment: Ok(String::new()),
     };
-    // An unknown release fails this row alone, as a row that cannot be built does.
-    let Some(framework) = frameworks.get(&framework_name) else {
+    // A release the table does not list runs with its family's nearest earlier one, said in
+    // the case file and the printed result; an unknown family fails this row alone, as a row
+    // that cannot be built does.
+    let framework = frameworks
+        .get(&framework_name)
+        .or_else(|| frameworks.stand_in(&framework_name));
+    let Some(framework) = framework else {
         case.experiment = Err(UnknownFramework {
             name: framework_name,
             table: frameworks.file().to_string(),
@@ -614,6 +640,7 @@ fn case_of_row(
         });
         return Ok(case);
     };
+    case.facts_from = framework.name.clone();
     // Blank: the framework's (Megatron-LM turns sequence parallelism off at TP 1).
     let sequence_parallel =
         sequence_parallel.unwrap_or(framework.parallel.sequence_parallel.value && tp > 1);
@@ -737,6 +764,12 @@ fn case_of_row(
         framework.name,
         one_line(&framework.what)
     );
+    if framework.name != framework_name {
+        toml += &format!(
+            "# {}\n",
+            stand_in_note(&framework_name, &framework.name, frameworks.file())
+        );
+    }
     for pending in framework.pending() {
         toml += &format!(
             "# Not applied (no experiment key yet): {} = {} ({})\n",
@@ -929,6 +962,18 @@ pub fn run_case(
     })
 }
 
+/// The rows, in table order, that ran with a stand-in release's launch facts.
+fn selected_stand_ins<'a>(outcomes: &'a [Outcome], failures: &'a [RowFailure]) -> Vec<&'a Case> {
+    let mut cases: Vec<&Case> = outcomes
+        .iter()
+        .map(|o| &o.case)
+        .chain(failures.iter().map(|f| &f.case))
+        .filter(|c| !c.facts_from.is_empty() && c.facts_from != c.framework)
+        .collect();
+    cases.sort_by_key(|c| c.row);
+    cases
+}
+
 /// Mean absolute percentage error, in percent.
 pub fn mape(outcomes: &[Outcome]) -> f64 {
     if outcomes.is_empty() {
@@ -1026,6 +1071,7 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
         "result_digest",
         "case",
         "failure",
+        "framework_facts",
     ]);
     // The columns that name a row and what was measured, for rows that ran and failed alike.
     let identity = |c: &Case| {
@@ -1056,6 +1102,7 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
             s.result_digest.clone(),
             case_file_name(&o.case),
             String::new(),
+            o.case.facts_from.clone(),
         ]);
         table.row(row);
     }
@@ -1069,7 +1116,7 @@ pub fn to_csv(outcomes: &[Outcome], failures: &[RowFailure]) -> String {
         } else {
             String::new()
         };
-        row.extend([case, f.reason.clone()]);
+        row.extend([case, f.reason.clone(), f.case.facts_from.clone()]);
         table.row(row);
     }
     table.finish()
