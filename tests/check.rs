@@ -267,7 +267,8 @@ fn a_nemotron_config_reads_as_squared_relu() {
 /// A Hugging Face config's sliding window: GPT-OSS's `sliding_window` on the layers its
 /// `layer_types` mark (every other, from the first) reads as `window_size = 128` with
 /// `window_attn_skip_freq = 2`, the preset's model; Qwen3 writes a window but switches it off
-/// (`use_sliding_window: false`), so none of its layers is windowed.
+/// (`use_sliding_window: false`), so none of its layers is windowed, and its model type makes
+/// its heads' queries and keys pass a norm (`qk_layernorm`).
 #[test]
 fn hugging_face_sliding_windows_read_as_megatron_places_them() {
     let dir = tempdir();
@@ -304,6 +305,12 @@ fn hugging_face_sliding_windows_read_as_megatron_places_them() {
             Some(text) => assert!(stdout.contains(text), "{name}: {stdout}"),
             None => assert!(!stdout.contains("sliding window"), "{name}: {stdout}"),
         }
+        // Qwen3's model type alone says its heads' queries and keys are normalised.
+        assert_eq!(
+            stdout.contains("qk norm   each head's query and key"),
+            name == "hf-qwen3",
+            "{name}: {stdout}"
+        );
     }
 }
 

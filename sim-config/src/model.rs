@@ -88,6 +88,9 @@ pub struct ModelConfig {
     pub tied_embeddings: Option<bool>,
     /// Dropout probability on the attention scores (Megatron-Core's `attention_dropout`).
     pub attention_dropout: Option<f64>,
+    /// Each head's query and key pass a norm of the model's kind before attention
+    /// (Megatron-Core `--qk-layernorm`; Qwen3, OLMo 2). Default off.
+    pub qk_layernorm: Option<bool>,
     pub experts: Option<u64>,
     pub top_k: Option<u64>,
     pub moe_ffn_hidden: Option<u64>,
@@ -406,6 +409,15 @@ fn read_hf_config(path: &Path, named_at: &Origin) -> Result<Located, ConfigError
                 int_value(i64::try_from(every).unwrap_or(i64::MAX)),
             );
         }
+    }
+    // Qwen3's attention normalises each head's query and key (transformers'
+    // `modeling_qwen3.py`, `Qwen3Attention.q_norm` and `k_norm`); its config.json has no flag
+    // for it, only the model type.
+    if matches!(
+        obj.get("model_type").and_then(serde_json::Value::as_str),
+        Some("qwen3" | "qwen3_moe")
+    ) {
+        out.insert("qk_layernorm".into(), bool_value(true));
     }
     let is_llama_like = obj.contains_key("rms_norm_eps");
     out.insert(

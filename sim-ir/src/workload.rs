@@ -352,6 +352,8 @@ pub enum KernelName {
     /// MLA's key-value up-projection (per-head keys and values from the latent).
     MlaKvUp,
     Rope,
+    /// `qk_layernorm`'s norm of the queries or keys (MLA: of a latent).
+    QkNorm,
     CoreAttention,
     OutProj,
     AttnResidual,
@@ -397,7 +399,7 @@ pub enum KernelName {
 }
 
 impl KernelName {
-    pub const ALL: [KernelName; 38] = [
+    pub const ALL: [KernelName; 39] = [
         KernelName::Embedding,
         KernelName::InputNorm,
         KernelName::QkvProj,
@@ -406,6 +408,7 @@ impl KernelName {
         KernelName::MlaQUp,
         KernelName::MlaKvUp,
         KernelName::Rope,
+        KernelName::QkNorm,
         KernelName::CoreAttention,
         KernelName::OutProj,
         KernelName::AttnResidual,
@@ -452,6 +455,7 @@ impl KernelName {
             KernelName::MlaQUp => "mla_q_up_proj",
             KernelName::MlaKvUp => "mla_kv_up_proj",
             KernelName::Rope => "rope",
+            KernelName::QkNorm => "qk_norm",
             KernelName::CoreAttention => "core_attention",
             KernelName::OutProj => "out_proj",
             KernelName::AttnResidual => "attn_bias_dropout_add",

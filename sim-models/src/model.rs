@@ -201,6 +201,10 @@ pub struct ModelSpec {
     /// `pretrain_gpt.py` defaults to 0.1 (`--attention-dropout`, `arguments.py`), while
     /// NeMo's and Megatron-Bridge's Llama and GPT-3 175B recipes set 0.
     pub attention_dropout: f64,
+    /// Each head's query and key normalised before attention (Megatron-Core `qk_layernorm`:
+    /// `SelfAttention` applies `q_layernorm` and `k_layernorm`, two norm modules of the
+    /// model's kind over `head_dim`).
+    pub qk_layernorm: bool,
     pub moe: Option<Moe>,
     pub mla: Option<Mla>,
     /// Multi-token prediction modules after the last layer (DeepSeek-V3 §2.2, depth D). Module
@@ -568,6 +572,7 @@ impl ModelSpec {
             bias: cfg.bias.unwrap_or(false),
             tied_embeddings: cfg.tied_embeddings.unwrap_or(false),
             attention_dropout,
+            qk_layernorm: cfg.qk_layernorm.unwrap_or(false),
             moe,
             mla: cfg.mla,
             mtp_layers,

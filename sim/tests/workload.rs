@@ -1346,6 +1346,56 @@ fn userbuffer_overlaps_hold_sms_back_from_their_gemms_as_the_recipe_and_te_relea
     assert!(no_sp.values().all(|&s| s == 0), "{no_sp:?}");
 }
 
+/// `model.qk_layernorm` adds Megatron-Core's `q_layernorm` and `k_layernorm` to every layer:
+/// a norm over this TP rank's query heads and one over its key heads after the QKV
+/// projection, of the model's norm kind, forward and backward; without it there are none.
+#[test]
+fn qk_layernorm_norms_each_layers_queries_and_keys() {
+    let count = |model: &str| {
+        let w = moe_workload("qk", "qwen3-30b-a3b", 8, model, "");
+        let mut by_pass = std::collections::BTreeMap::new();
+        // The first stage's program.
+        for p in &w.programs[..1] {
+            for op in &p.ops {
+                let OpKind::Compute { kernel } = op.kind else {
+                    continue;
+                };
+                let k = &p.kernels[kernel as usize];
+                if k.name != KernelName::QkNorm {
+                    continue;
+                }
+                let Shape::Elementwise { elements, .. } = k.shape else {
+                    panic!("a norm is elementwise");
+                };
+                by_pass
+                    .entry((k.pass, elements))
+                    .and_modify(|n| *n += 1)
+                    .or_insert(1u32);
+            }
+        }
+        (w.programs[0].micro_batches, by_pass)
+    };
+    let (micro_batches, normed) = count("qk_layernorm = true");
+    // Qwen3-30B-A3B: 32 query and 4 key heads of 128 over TP 2, the sequence's 4,096 tokens,
+    // RMSNorm's one pass; 8 layers over PP 2 put 4 on each stage.
+    let tokens = 4096;
+    let q = tokens * 32 * 128 / 2;
+    let k = tokens * 4 * 128 / 2;
+    let per_pass = 4 * micro_batches;
+    for pass in [Pass::Forward, Pass::Backward] {
+        for elements in [q, k] {
+            assert_eq!(
+                normed.get(&(pass, elements)),
+                Some(&per_pass),
+                "{pass:?} {elements}: {normed:?}"
+            );
+        }
+    }
+    assert_eq!(normed.len(), 4, "{normed:?}");
+    let (_, plain) = count("qk_layernorm = false");
+    assert!(plain.is_empty(), "{plain:?}");
+}
+
 /// Sliding-window attention as Megatron-Core places it (`window_size = (128, 0)`,
 /// `window_attn_skip_freq = 2`: layers 1, 3, ... counted from 1 use the window): a windowed
 /// layer's fused attention covers each query and the 128 tokens before it, a full layer the

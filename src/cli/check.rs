@@ -675,6 +675,14 @@ fn job_text_head(s: &mut String, exp: &Experiment, summaries: &[StageSummary]) {
                     m.layers, w.left
                 );
             }
+            if m.qk_layernorm {
+                let what = if m.mla.is_some() {
+                    "the query and key-value latents"
+                } else {
+                    "each head's query and key"
+                };
+                let _ = writeln!(s, "  qk norm   {what} pass a norm before attention");
+            }
         }
         None => {
             let _ = writeln!(

@@ -580,20 +580,57 @@ impl LayerEmitter<'_> {
         self.dims.tp > 1
     }
 
+    /// Passes a norm makes over each element beyond reading it: LayerNorm computes mean and
+    /// variance, RMSNorm only the mean square.
+    fn norm_passes(&self) -> u64 {
+        match self.model.norm {
+            Norm::Layernorm => 2,
+            Norm::Rmsnorm => 1,
+        }
+    }
+
     fn norm(&self, name: KernelName) -> Pointwise {
         let t = self.dims.sp_tokens();
         let h = self.model.hidden;
-        // LayerNorm computes mean and variance; RMSNorm only the mean square.
-        let extra = match self.model.norm {
-            Norm::Layernorm => 2,
-            Norm::Rmsnorm => 1,
-        };
         Pointwise {
             name,
-            elements: t * h * extra,
+            elements: t * h * self.norm_passes(),
             read: t * h,
             write: t * h,
         }
+    }
+
+    /// The norms `model.qk_layernorm` adds, each its own module (Megatron-Core
+    /// `SelfAttention.get_query_key_value_tensors`: `q_layernorm` over each query head, then
+    /// `k_layernorm` over each key head, of the model's norm kind). Under MLA they are the
+    /// query and key-value latents' norms before the up-projections (`MLASelfAttention`).
+    fn qk_norms(&self) -> Vec<Pointwise> {
+        if !self.model.qk_layernorm {
+            return Vec::new();
+        }
+        let d = &self.dims;
+        let widths: Vec<u64> = match &self.model.mla {
+            // The latents are whole on every TP rank (gathered where the query has a rank).
+            Some(m) => [m.q_lora_rank, m.kv_lora_rank]
+                .into_iter()
+                .filter(|&w| w > 0)
+                .collect(),
+            None => {
+                let (q, kv) = self.model.qkv_widths();
+                // With fewer key heads than TP ranks each rank holds one head's copy.
+                vec![q / d.tp, (kv / d.tp).max(self.model.head_dim)]
+            }
+        };
+        let t = d.tokens();
+        widths
+            .into_iter()
+            .map(|w| Pointwise {
+                name: KernelName::QkNorm,
+                elements: t * w * self.norm_passes(),
+                read: t * w,
+                write: t * w,
+            })
+            .collect()
     }
 
     fn residual(&self, name: KernelName) -> Pointwise {
@@ -888,6 +925,9 @@ impl LayerEmitter<'_> {
             let bytes = self.mla_latent_bytes(mla, true);
             b.blocking(CollectiveOp::AllGather, GroupKind::Tp, bytes);
         }
+        for norm in self.qk_norms() {
+            b.compute(norm.forward(&self.dims));
+        }
         self.column_forward(b, &mla.q_up);
         self.column_forward(b, &mla.kv_up);
     }
@@ -896,6 +936,9 @@ impl LayerEmitter<'_> {
         let bytes = |l: &Linear| l.input_elements() * self.dims.act_bytes();
         self.column_backward(b, &mla.kv_up, bytes(&mla.kv_up));
         self.column_backward(b, &mla.q_up, bytes(&mla.q_up));
+        for norm in self.qk_norms().iter().rev() {
+            b.compute(norm.backward(&self.dims));
+        }
         if mla.q_down.is_some() && self.tp_group_active() {
             let latents = self.mla_latent_bytes(mla, false);
             b.blocking(CollectiveOp::AllGather, GroupKind::Tp, latents);
@@ -1098,7 +1141,12 @@ impl LayerEmitter<'_> {
         b.compute(self.norm(KernelName::InputNorm).forward(&d));
         match self.mla() {
             Some(mla) => self.mla_forward(b, &mla),
-            None => self.column_forward(b, &self.qkv()),
+            None => {
+                self.column_forward(b, &self.qkv());
+                for norm in self.qk_norms() {
+                    b.compute(norm.forward(&d));
+                }
+            }
         }
         if let Some(r) = self.rope() {
             b.compute(r.forward(&d));
@@ -1137,7 +1185,12 @@ impl LayerEmitter<'_> {
                 }
                 self.mla_backward(b, &mla);
             }
-            None => self.column_backward(b, &self.qkv(), self.hidden_bytes()),
+            None => {
+                for norm in self.qk_norms().iter().rev() {
+                    b.compute(norm.backward(&d));
+                }
+                self.column_backward(b, &self.qkv(), self.hidden_bytes());
+            }
         }
         b.compute(self.norm(KernelName::InputNorm).backward(&d));
     }
