@@ -326,10 +326,12 @@ impl GpuDatabase {
     }
 
     /// Looks a GPU up by canonical name or alias, ignoring ASCII case.
+    /// The GPU a name or alias stands for, ignoring case and the separators people write
+    /// between a model and its form factor (`H100 SXM`, `h100_sxm` and `H100-SXM` alike).
     pub fn get(&self, name: &str) -> Option<&GpuSpec> {
+        let wanted = gpu_name_key(name);
         self.gpus.values().find(|g| {
-            g.name.eq_ignore_ascii_case(name)
-                || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+            gpu_name_key(&g.name) == wanted || g.aliases.iter().any(|a| gpu_name_key(a) == wanted)
         })
     }
 
@@ -345,9 +347,40 @@ impl GpuDatabase {
     }
 }
 
+/// A GPU name as compared: its letters (upper-cased) and digits alone.
+fn gpu_name_key(name: &str) -> String {
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_uppercase())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GPU is found by name or alias whatever the case and separators, and a name that is
+    /// no GPU's is not.
+    #[test]
+    fn gpu_names_match_whatever_the_case_and_separators() {
+        let db = GpuDatabase::embedded().unwrap();
+        let name = |n: &str| db.get(n).map(|g| g.name.as_str());
+        for (written, gpu) in [
+            ("H100 SXM", "H100-SXM"),
+            ("h100_sxm5", "H100-SXM"),
+            ("H100-SXM-80GB", "H100-SXM"),
+            ("DGX-H100", "H100-SXM"),
+            ("a100-sxm4-80gb", "A100-SXM-80GB"),
+            ("B200-SXM-180GB", "B200"),
+            ("DGX B200", "B200"),
+            ("GB200 NVL72", "GB200"),
+        ] {
+            assert_eq!(name(written), Some(gpu), "{written}");
+        }
+        for unknown in ["H1000", "B300", "", "SXM"] {
+            assert_eq!(name(unknown), None, "{unknown}");
+        }
+    }
 
     #[test]
     fn every_embedded_gpu_parses_and_required_parts_exist() {

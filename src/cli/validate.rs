@@ -264,7 +264,17 @@ impl Unit {
 /// GPUs per NVLink domain, 18 trays per rack. `None` for a GPU without one: give the cluster
 /// in the row's `settings`.
 pub fn cluster_for(gpu: &str) -> Option<Vec<(String, String)>> {
-    let lower = gpu.to_ascii_lowercase();
+    // As GPU names are compared (`H100 SXM`, `DGX-H100`): letters and digits, the system's
+    // name before the GPU's dropped.
+    let key: String = gpu
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    let lower = key
+        .strip_prefix("dgx")
+        .or_else(|| key.strip_prefix("hgx"))
+        .unwrap_or(&key);
     let rail = |gpus_per_host: u32, nic_gbps: u32, hosts_per_segment: u32| {
         [
             ("gpus_per_host", gpus_per_host.to_string()),
@@ -1417,6 +1427,16 @@ mod tests {
         assert!(has(&gb200, "nics_per_host", "4"));
         assert!(has(&gb200, "nic_gbps", "400"));
         assert!(gb200.iter().all(|(k, _)| k != "gpu"));
+        // The cluster follows the GPU however the row writes its name.
+        for (written, gpu) in [
+            ("DGX-H100", "H100-SXM"),
+            ("h100 sxm5", "H100-SXM"),
+            ("GB200 NVL72", "GB200"),
+            ("DGX B200", "B200"),
+            ("HGX-A100", "A100-SXM-80GB"),
+        ] {
+            assert_eq!(cluster_for(written), cluster_for(gpu), "{written}");
+        }
     }
 
     /// A case file says where FP8 forward GEMMs get fast accumulation: Hopper parts only, and
