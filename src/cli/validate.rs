@@ -576,7 +576,9 @@ fn case_of_row(
             "GPU `{gpu}` has no default cluster (A100, A800, H100, H200, H800, H20, B200 and GB200 do); describe it in the `settings` column, e.g. cluster.topology=fat-tree;cluster.nic_gbps=400"
         )));
     }
-    let unit = Unit::parse(get("unit")).ok_or_else(|| {
+    // Words compared as tables write them: any case, surrounding blanks ignored.
+    let word = |column: &str| get(column).trim().to_ascii_lowercase();
+    let unit = Unit::parse(&word("unit")).ok_or_else(|| {
         err(format!(
             "column `unit`: `{}` is neither s_per_iter nor tflops_per_gpu",
             get("unit")
@@ -595,29 +597,33 @@ fn case_of_row(
     let gpus =
         u32::try_from(positive("gpus")?).map_err(|_| err("column `gpus` is too large".into()))?;
     let tp = positive("tp")?;
-    let sequence_parallel = match get("sequence_parallel") {
-        "true" => Some(true),
-        "false" => Some(false),
+    let sequence_parallel = match word("sequence_parallel").as_str() {
+        "true" | "yes" | "1" => Some(true),
+        "false" | "no" | "0" => Some(false),
         "" => None,
-        other => {
+        _ => {
             return Err(err(format!(
-                "column `sequence_parallel`: `{other}` is neither true nor false"
+                "column `sequence_parallel`: `{}` is neither true nor false",
+                get("sequence_parallel")
             )));
         }
     };
-    let recompute = match get("recompute") {
+    let recompute = match word("recompute").as_str() {
         "" => "none",
-        r @ ("none" | "selective" | "full") => r,
-        other => {
+        "none" => "none",
+        "selective" => "selective",
+        "full" => "full",
+        _ => {
             return Err(err(format!(
-                "column `recompute`: `{other}` is not none, selective or full"
+                "column `recompute`: `{}` is not none, selective or full",
+                get("recompute")
             )));
         }
     };
     // Checked where the experiment loads (`training.precision`): a precision this build does
     // not know fails its row alone, as other keys a row sets do.
-    let precision = match get("precision") {
-        "" => "bf16",
+    let precision = match word("precision") {
+        p if p.is_empty() => "bf16".to_string(),
         p => p,
     };
 
@@ -1191,6 +1197,36 @@ mod tests {
 
     fn experiment(case: &Case) -> &str {
         case.experiment.as_deref().expect("an experiment")
+    }
+
+    /// The enumerated columns read in any case (and `yes`/`no` for a flag): a table written
+    /// `BF16`, `Selective`, `TRUE`, `S_PER_ITER` and `DGX-H100` is the same experiment as its
+    /// lower-case twin.
+    #[test]
+    fn enumerated_columns_read_in_any_case() {
+        let row = |gpu: &str, rest: &str| {
+            one(&format!(
+                "src,{gpu},64,32,4096,16384,32,2048,51200,8,1,8,1,1,1,64,{rest},megatron-core-0.8"
+            ))
+            .expect("parses")
+            .remove(0)
+        };
+        let lower = row("H100-SXM", "selective,true,bf16,1.5,s_per_iter,");
+        let upper = row("DGX-H100", "Selective,TRUE,BF16,1.5,S_PER_ITER,");
+        let yes = row("h100 sxm", " SELECTIVE ,yes,Bf16,1.5,s_per_iter,");
+        // The experiment differs only in the GPU's name as written.
+        let body = |c: &Case| {
+            experiment(c)
+                .lines()
+                .filter(|l| {
+                    !l.starts_with('#') && !l.starts_with("gpu =") && !l.starts_with("name =")
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(body(&lower), body(&upper));
+        assert_eq!(body(&lower), body(&yes));
+        assert!(one("src,H100-SXM,64,32,4096,16384,32,2048,51200,8,1,8,1,1,1,64,partial,true,bf16,1.5,s_per_iter,,megatron-core-0.8").is_err());
     }
 
     #[test]
