@@ -534,6 +534,9 @@ mod tests {
         assert_eq!(stand_in("nemo-24.08"), Some("nemo-24.07"));
         assert_eq!(stand_in("nemo-24.07.01"), Some("nemo-24.07"));
         assert_eq!(stand_in("nemo-25.11"), Some("nemo-25.07"));
+        // The two releases issue 16 names that the table does not list.
+        assert_eq!(stand_in("nemo-24.11"), Some("nemo-24.09"));
+        assert_eq!(stand_in("nemo-25.09"), Some("nemo-25.07"));
         assert_eq!(stand_in("nemo-23.11"), Some("nemo-24.03"));
         assert_eq!(stand_in("megatron-core-0.12"), Some("megatron-core-0.8"));
         assert_eq!(
