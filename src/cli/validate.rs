@@ -355,8 +355,8 @@ pub struct UnknownFramework {
 fn stand_in_note(named: &str, stand_in: &str, table: &str) -> String {
     format!(
         "framework `{named}` is not in {table}: the row ran with the launch facts of `{stand_in}`, \
-         the nearest release of its family not newer than it (give a table naming `{named}` \
-         with --frameworks to state its own)"
+         its family's nearest release there (the latest not newer, else the earliest; give a \
+         table naming `{named}` with --frameworks to state its own)"
     )
 }
 
