@@ -348,7 +348,7 @@ impl GpuDatabase {
 }
 
 /// A GPU name as compared: its letters (upper-cased) and digits alone.
-fn gpu_name_key(name: &str) -> String {
+pub fn gpu_name_key(name: &str) -> String {
     name.chars()
         .filter(char::is_ascii_alphanumeric)
         .map(|c| c.to_ascii_uppercase())

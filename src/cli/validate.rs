@@ -264,13 +264,9 @@ impl Unit {
 /// GPUs per NVLink domain, 18 trays per rack. `None` for a GPU without one: give the cluster
 /// in the row's `settings`.
 pub fn cluster_for(gpu: &str) -> Option<Vec<(String, String)>> {
-    // As GPU names are compared (`H100 SXM`, `DGX-H100`): letters and digits, the system's
-    // name before the GPU's dropped.
-    let key: String = gpu
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
+    // As GPU names are compared (`H100 SXM`, `DGX-H100`), the system's name before the GPU's
+    // dropped.
+    let key = sim::gpu::gpu_name_key(gpu).to_ascii_lowercase();
     let lower = key
         .strip_prefix("dgx")
         .or_else(|| key.strip_prefix("hgx"))
