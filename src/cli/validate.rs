@@ -266,7 +266,7 @@ impl Unit {
 pub fn cluster_for(gpu: &str) -> Option<Vec<(String, String)>> {
     // As GPU names are compared (`H100 SXM`, `DGX-H100`), the system's name before the GPU's
     // dropped.
-    let key = sim::gpu::gpu_name_key(gpu).to_ascii_lowercase();
+    let key = sim_models::gpu::gpu_name_key(gpu).to_ascii_lowercase();
     let lower = key
         .strip_prefix("dgx")
         .or_else(|| key.strip_prefix("hgx"))
