@@ -698,6 +698,11 @@ pub struct TrainingConfig {
     /// `Fp8Padding` / `Fp8Unpadding`).
     #[serde(default)]
     pub moe_router_padding_for_quantization: bool,
+    /// How the language-model loss's vocab-parallel cross entropy runs
+    /// (Megatron-Core `--cross-entropy-loss-fusion`, `--cross-entropy-fusion-impl`): `none`,
+    /// Megatron-Core's default, is the unfused fp32 PyTorch ops.
+    #[serde(default)]
+    pub cross_entropy_fusion: CrossEntropyFusion,
     /// How MoE layers move tokens to their experts and back over expert parallelism.
     #[serde(default)]
     pub moe_token_dispatcher: MoeTokenDispatcher,
@@ -761,6 +766,32 @@ pub struct TrainingConfig {
     /// (`sim::compute::host`).
     #[serde(default)]
     pub cuda_graphs: CudaGraphs,
+}
+
+/// The cross entropy of the language-model loss (`training.cross_entropy_fusion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CrossEntropyFusion {
+    /// Megatron-Core's `vocab_parallel_cross_entropy` as PyTorch ops in fp32 (the default,
+    /// `--cross-entropy-loss-fusion` off).
+    #[default]
+    None,
+    /// Megatron-Core's `fused_vocab_parallel_cross_entropy` (`--cross-entropy-fusion-impl
+    /// native`): the same fp32 passes fused by `jit_fuser`.
+    Native,
+    /// Transformer Engine's Triton `parallel_cross_entropy` (`--cross-entropy-fusion-impl
+    /// te`): an online softmax that writes the logits' gradient in place in the forward.
+    Te,
+}
+
+impl CrossEntropyFusion {
+    pub fn name(self) -> &'static str {
+        match self {
+            CrossEntropyFusion::None => "none",
+            CrossEntropyFusion::Native => "native",
+            CrossEntropyFusion::Te => "te",
+        }
+    }
 }
 
 /// CUDA graph capture scope (`training.cuda_graphs`).
@@ -995,6 +1026,7 @@ impl Default for TrainingConfig {
             moe_router_fusion: false,
             moe_permute_fusion: false,
             moe_router_padding_for_quantization: false,
+            cross_entropy_fusion: CrossEntropyFusion::None,
             moe_token_dispatcher: MoeTokenDispatcher::default(),
             overlap_grad_reduce: true,
             overlap_param_gather: true,

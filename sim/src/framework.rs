@@ -10,7 +10,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{AttentionBackend, CudaGraphs, Fp8Recipe, Routing, TeRelease, TpOverlapSms};
+use crate::config::{
+    AttentionBackend, CrossEntropyFusion, CudaGraphs, Fp8Recipe, Routing, TeRelease, TpOverlapSms,
+};
 
 /// Where the shipped table lives in the source tree (named in its errors).
 pub const SHIPPED_FILE: &str = "configs/frameworks.toml";
@@ -88,6 +90,7 @@ pub struct TrainingFacts {
     pub moe_router_padding_for_quantization: Option<Fact<bool>>,
     pub bucket_params: Option<Fact<u64>>,
     pub cuda_graphs: Option<Fact<CudaGraphs>>,
+    pub cross_entropy_fusion: Option<Fact<CrossEntropyFusion>>,
     pub transformer_engine: Option<Fact<TeRelease>>,
     /// The launcher's userbuffers settings, where one recipe is all the framework runs.
     pub tp_comm_overlap_sms: Option<Fact<TpOverlapSms>>,
@@ -191,6 +194,11 @@ impl Framework {
         }
         if let Some(f) = &t.cuda_graphs {
             keys.push(key("training", "cuda_graphs", f, |v| {
+                toml::Value::String(v.name().into())
+            }));
+        }
+        if let Some(f) = &t.cross_entropy_fusion {
+            keys.push(key("training", "cross_entropy_fusion", f, |v| {
                 toml::Value::String(v.name().into())
             }));
         }

@@ -1673,3 +1673,65 @@ fn the_alltoall_dispatcher_gathers_token_counts_and_router_padding_syncs_before_
     );
     assert!(syncs.iter().all(|s| s == "all-to-all"), "{syncs:?}");
 }
+
+/// `training.cross_entropy_fusion`: the loss's cross entropy reads and writes each logit as
+/// Megatron-Core's PyTorch ops (38 bytes forward in three passes, 14 backward), its
+/// `jit_fuser` functions (22 and 6) or Transformer Engine's Triton kernels (6 in two passes,
+/// 4 backward) do; only the last stage runs it.
+#[test]
+fn cross_entropy_reads_and_writes_each_logit_as_its_implementation_does() {
+    let traffic = |fusion: &str| {
+        let w = moe_workload(
+            "ce",
+            "qwen3-30b-a3b",
+            8,
+            "",
+            &format!("cross_entropy_fusion = \"{fusion}\""),
+        );
+        let mut by_pass = std::collections::BTreeMap::new();
+        for (stage, p) in w.programs.iter().enumerate() {
+            for op in &p.ops {
+                let OpKind::Compute { kernel } = op.kind else {
+                    continue;
+                };
+                let k = &p.kernels[kernel as usize];
+                if k.name != KernelName::CrossEntropy {
+                    continue;
+                }
+                assert_eq!(
+                    stage,
+                    w.programs.len() - 1,
+                    "only the last stage has the loss"
+                );
+                let entry = by_pass.entry(k.pass).or_insert((0u64, 0u32));
+                entry.0 += k.bytes;
+                entry.1 += 1;
+            }
+        }
+        let micro_batches = w.programs.last().expect("a stage").micro_batches;
+        // Qwen3-30B-A3B's 151,936-word vocabulary over TP 2, 4,096 tokens per micro-batch.
+        let logits = 4096 * 151_936 / 2;
+        by_pass
+            .into_iter()
+            .map(|(pass, (bytes, kernels))| {
+                (
+                    pass,
+                    bytes / (logits * u64::from(micro_batches)),
+                    kernels / micro_batches,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        traffic("none"),
+        [(Pass::Forward, 38, 3), (Pass::Backward, 14, 1)]
+    );
+    assert_eq!(
+        traffic("native"),
+        [(Pass::Forward, 22, 3), (Pass::Backward, 6, 1)]
+    );
+    assert_eq!(
+        traffic("te"),
+        [(Pass::Forward, 6, 2), (Pass::Backward, 4, 1)]
+    );
+}

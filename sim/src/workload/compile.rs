@@ -137,6 +137,7 @@ impl CompileOptions {
                 moe_router_fusion: t.moe_router_fusion,
                 moe_permute_fusion: t.moe_permute_fusion,
                 moe_router_padding_for_quantization: t.moe_router_padding_for_quantization,
+                cross_entropy_fusion: t.cross_entropy_fusion,
                 moe_alltoall_dispatcher: t.moe_token_dispatcher
                     == crate::config::MoeTokenDispatcher::Alltoall,
                 cp_comm: p.cp_comm,

@@ -32,7 +32,9 @@
 //!   `moe_act` before fc2's backward (`moe/experts.py`), `mlp`, `moe` and `shared_experts`
 //!   before their module's backward (`transformer_layer.py`, `moe/moe_layer.py`).
 
-use crate::config::{CpComm, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules};
+use crate::config::{
+    CpComm, CrossEntropyFusion, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules,
+};
 use crate::layout::GroupKind;
 use crate::model::{Activation, ModelSpec, Moe, Norm, Position};
 use crate::workload::userbuffers::UserbufferSms;
@@ -79,6 +81,8 @@ pub struct Dims {
     /// (`training.moe_router_padding_for_quantization`), so the experts copy nothing to pad
     /// them.
     pub moe_router_padding_for_quantization: bool,
+    /// How the loss's cross entropy runs (`training.cross_entropy_fusion`).
+    pub cross_entropy_fusion: CrossEntropyFusion,
     /// Tokens move through Megatron-Core's all-to-all dispatcher
     /// (`training.moe_token_dispatcher = "alltoall"`), which sizes its all-to-alls with an
     /// all-gather of every rank's token counts; DeepEP and HybridEP exchange them inside
@@ -2191,31 +2195,43 @@ impl LayerEmitter<'_> {
         self.dims.tokens() * self.model.vocab / self.dims.tp
     }
 
-    /// Vocab-parallel cross entropy's forward passes as Megatron runs them
-    /// (`tensor_parallel/cross_entropy.py`, fp32 unless `--fp16-lm-cross-entropy`), in bytes
-    /// per logit: cast to fp32 and take the max (read 2, write 4, read 4); subtract the max,
-    /// exponentiate in place and sum (8 + 8 + 4); divide by the sum in place, keeping the
-    /// softmax for backward (8).
-    fn cross_entropy_forward(&self) -> [Kernel; 3] {
+    /// Vocab-parallel cross entropy's forward passes, in bytes per logit, by
+    /// `training.cross_entropy_fusion`:
+    /// - `none`, Megatron's PyTorch ops (`tensor_parallel/cross_entropy.py`, fp32 unless
+    ///   `--fp16-lm-cross-entropy`): cast to fp32 and take the max (read 2, write 4, read 4);
+    ///   subtract the max, exponentiate in place and sum (8 + 8 + 4); divide by the sum in
+    ///   place, keeping the softmax for backward (8);
+    /// - `native`, the same three steps as `jit_fuser` functions
+    ///   (`fusions/fused_cross_entropy.py`): the fp32 copy written as the max is taken (2 + 4),
+    ///   exponentiated in place with its sum (8), divided in place (8);
+    /// - `te`, Transformer Engine's Triton kernels (`pytorch/triton/cross_entropy.py`): an
+    ///   online softmax reads the logits once (2), and a second kernel reads them again and
+    ///   writes their gradient in place (4).
+    fn cross_entropy_forward(&self) -> Vec<Kernel> {
         let d = self.dims;
         let n = self.logits_per_rank();
         let pass =
             |bytes: u64| elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * bytes, &d);
-        [pass(d.act_bytes() + 8), pass(20), pass(8)]
+        match d.cross_entropy_fusion {
+            CrossEntropyFusion::None => vec![pass(d.act_bytes() + 8), pass(20), pass(8)],
+            CrossEntropyFusion::Native => vec![pass(d.act_bytes() + 4), pass(8), pass(8)],
+            CrossEntropyFusion::Te => vec![pass(d.act_bytes()), pass(2 * d.act_bytes())],
+        }
     }
 
-    /// Backward: the saved softmax minus the one-hot target, times the loss gradient, in
-    /// place (8 bytes per logit), then cast back to the logits' dtype (4 + 2).
+    /// Backward: unfused, the saved softmax minus the one-hot target, times the loss
+    /// gradient, in place (8 bytes per logit), then cast back to the logits' dtype (4 + 2);
+    /// `native` fuses the two (4 + 2); `te` scales the gradient its forward wrote by the
+    /// per-token loss gradient (`element_mul_kernel`, read and write in the logits' dtype).
     fn cross_entropy_backward(&self) -> Kernel {
         let d = self.dims;
         let n = self.logits_per_rank();
-        elementwise(
-            KernelName::CrossEntropy,
-            Pass::Backward,
-            n,
-            n * (12 + d.act_bytes()),
-            &d,
-        )
+        let bytes = match d.cross_entropy_fusion {
+            CrossEntropyFusion::None => 12 + d.act_bytes(),
+            CrossEntropyFusion::Native => 4 + d.act_bytes(),
+            CrossEntropyFusion::Te => 2 * d.act_bytes(),
+        };
+        elementwise(KernelName::CrossEntropy, Pass::Backward, n, n * bytes, &d)
     }
 
     pub fn logits_forward(&self, b: &mut Builder) {
@@ -2224,10 +2240,11 @@ impl LayerEmitter<'_> {
         b.label.layer = NO_LAYER;
         b.compute(self.norm(KernelName::FinalNorm).forward(&d));
         self.column_forward(b, &self.logits_linear());
-        let [max, exp_sum, normalize] = self.cross_entropy_forward();
-        b.compute(max);
-        // All-reduces of one fp32 per token: the max, then the predicted logit and the sum of
-        // exponentials.
+        let passes = self.cross_entropy_forward();
+        // Megatron's: all-reduces of one fp32 per token, the max after the first pass, then
+        // the predicted logit and the sum of exponentials. Transformer Engine's: one
+        // all-gather of each rank's max, sum and target logit (3 fp32 per token, gathered from
+        // every rank) between its two kernels.
         let all_reduces = |b: &mut Builder, count: usize| {
             if d.tp > 1 {
                 for _ in 0..count {
@@ -2235,10 +2252,27 @@ impl LayerEmitter<'_> {
                 }
             }
         };
-        all_reduces(b, 1);
-        b.compute(exp_sum);
-        all_reduces(b, 2);
-        b.compute(normalize);
+        match passes.as_slice() {
+            [max, exp_sum, normalize] => {
+                b.compute(*max);
+                all_reduces(b, 1);
+                b.compute(*exp_sum);
+                all_reduces(b, 2);
+                b.compute(*normalize);
+            }
+            [online_softmax, loss_and_gradient] => {
+                b.compute(*online_softmax);
+                if d.tp > 1 {
+                    b.blocking(
+                        CollectiveOp::AllGather,
+                        GroupKind::Tp,
+                        d.tp * d.tokens() * 12,
+                    );
+                }
+                b.compute(*loss_and_gradient);
+            }
+            _ => unreachable!("cross entropy runs in two or three passes"),
+        }
     }
 
     pub fn logits_backward(&self, b: &mut Builder) {
