@@ -1057,6 +1057,20 @@ fn chain_kernels(w: &Workload, name: KernelName) -> (u32, u32) {
     (of(Pass::Forward), of(Pass::Backward))
 }
 
+/// Each launch of a kernel named `name` in `p`, with the op that launches it.
+fn launches(
+    p: &Program,
+    name: KernelName,
+) -> impl Iterator<Item = (&sim::workload::Op, &sim::workload::Kernel)> {
+    p.ops.iter().filter_map(move |op| {
+        let OpKind::Compute { kernel } = op.kind else {
+            return None;
+        };
+        let k = &p.kernels[kernel as usize];
+        (k.name == name).then_some((op, k))
+    })
+}
+
 /// Megatron-Core 0.12's router as DeepSeek-V3 configures it (sigmoid scores with an expert
 /// bias, group-limited top-k, token drop padded to capacity, sequence aux loss) issues 48 ops
 /// per forward, its gating GEMM one of them (`router.py`, `moe_utils.py`, counted line by
@@ -1356,14 +1370,7 @@ fn qk_layernorm_norms_each_layers_queries_and_keys() {
         let mut by_pass = std::collections::BTreeMap::new();
         // The first stage's program.
         for p in &w.programs[..1] {
-            for op in &p.ops {
-                let OpKind::Compute { kernel } = op.kind else {
-                    continue;
-                };
-                let k = &p.kernels[kernel as usize];
-                if k.name != KernelName::QkNorm {
-                    continue;
-                }
+            for (_, k) in launches(p, KernelName::QkNorm) {
                 let Shape::Elementwise { elements, .. } = k.shape else {
                     panic!("a norm is elementwise");
                 };
@@ -1408,12 +1415,8 @@ fn sliding_window_layers_attend_over_their_band_only() {
     let seq = model.seq_len;
     let mut seen = [0u32; 2];
     for p in &w.programs {
-        for op in &p.ops {
-            let OpKind::Compute { kernel } = op.kind else {
-                continue;
-            };
-            let k = &p.kernels[kernel as usize];
-            if k.name != KernelName::CoreAttention || k.pass != Pass::Forward {
+        for (op, k) in launches(p, KernelName::CoreAttention) {
+            if k.pass != Pass::Forward {
                 continue;
             }
             let Shape::Attention { seq_kv, causal, .. } = k.shape else {
@@ -1690,14 +1693,7 @@ fn cross_entropy_reads_and_writes_each_logit_as_its_implementation_does() {
         );
         let mut by_pass = std::collections::BTreeMap::new();
         for (stage, p) in w.programs.iter().enumerate() {
-            for op in &p.ops {
-                let OpKind::Compute { kernel } = op.kind else {
-                    continue;
-                };
-                let k = &p.kernels[kernel as usize];
-                if k.name != KernelName::CrossEntropy {
-                    continue;
-                }
+            for (_, k) in launches(p, KernelName::CrossEntropy) {
                 assert_eq!(
                     stage,
                     w.programs.len() - 1,
