@@ -45,6 +45,13 @@ use super::{
 };
 
 /// Everything about a rank's slice of the model that fixes its kernel shapes.
+/// The cross entropy's forward kernels: Megatron-Core's three passes (unfused or `jit_fuser`),
+/// with all-reduces between them over TP, or Transformer Engine's two, with an all-gather.
+enum CrossEntropyPasses {
+    Megatron([Kernel; 3]),
+    TransformerEngine([Kernel; 2]),
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Dims {
     pub tp: u64,
@@ -2207,15 +2214,22 @@ impl LayerEmitter<'_> {
     /// - `te`, Transformer Engine's Triton kernels (`pytorch/triton/cross_entropy.py`): an
     ///   online softmax reads the logits once (2), and a second kernel reads them again and
     ///   writes their gradient in place (4).
-    fn cross_entropy_forward(&self) -> Vec<Kernel> {
+    fn cross_entropy_forward(&self) -> CrossEntropyPasses {
         let d = self.dims;
         let n = self.logits_per_rank();
         let pass =
             |bytes: u64| elementwise(KernelName::CrossEntropy, Pass::Forward, n, n * bytes, &d);
         match d.cross_entropy_fusion {
-            CrossEntropyFusion::None => vec![pass(d.act_bytes() + 8), pass(20), pass(8)],
-            CrossEntropyFusion::Native => vec![pass(d.act_bytes() + 4), pass(8), pass(8)],
-            CrossEntropyFusion::Te => vec![pass(d.act_bytes()), pass(2 * d.act_bytes())],
+            CrossEntropyFusion::None => {
+                CrossEntropyPasses::Megatron([pass(d.act_bytes() + 8), pass(20), pass(8)])
+            }
+            CrossEntropyFusion::Native => {
+                CrossEntropyPasses::Megatron([pass(d.act_bytes() + 4), pass(8), pass(8)])
+            }
+            CrossEntropyFusion::Te => CrossEntropyPasses::TransformerEngine([
+                pass(d.act_bytes()),
+                pass(2 * d.act_bytes()),
+            ]),
         }
     }
 
@@ -2240,7 +2254,6 @@ impl LayerEmitter<'_> {
         b.label.layer = NO_LAYER;
         b.compute(self.norm(KernelName::FinalNorm).forward(&d));
         self.column_forward(b, &self.logits_linear());
-        let passes = self.cross_entropy_forward();
         // Megatron's: all-reduces of one fp32 per token, the max after the first pass, then
         // the predicted logit and the sum of exponentials. Transformer Engine's: one
         // all-gather of each rank's max, sum and target logit (3 fp32 per token, gathered from
@@ -2252,16 +2265,16 @@ impl LayerEmitter<'_> {
                 }
             }
         };
-        match passes.as_slice() {
-            [max, exp_sum, normalize] => {
-                b.compute(*max);
+        match self.cross_entropy_forward() {
+            CrossEntropyPasses::Megatron([max, exp_sum, normalize]) => {
+                b.compute(max);
                 all_reduces(b, 1);
-                b.compute(*exp_sum);
+                b.compute(exp_sum);
                 all_reduces(b, 2);
-                b.compute(*normalize);
+                b.compute(normalize);
             }
-            [online_softmax, loss_and_gradient] => {
-                b.compute(*online_softmax);
+            CrossEntropyPasses::TransformerEngine([online_softmax, loss_and_gradient]) => {
+                b.compute(online_softmax);
                 if d.tp > 1 {
                     b.blocking(
                         CollectiveOp::AllGather,
@@ -2269,9 +2282,8 @@ impl LayerEmitter<'_> {
                         d.tp * d.tokens() * 12,
                     );
                 }
-                b.compute(*loss_and_gradient);
+                b.compute(loss_and_gradient);
             }
-            _ => unreachable!("cross entropy runs in two or three passes"),
         }
     }
 
