@@ -56,9 +56,25 @@ impl Precision {
     /// FP32 scale per 128, is added by the caller). Other precisions: their element size.
     pub fn quantized_bytes(self, elements: u64) -> u64 {
         match self {
-            Precision::Mxfp8 => elements + elements / 32,
-            Precision::Nvfp4 => elements / 2 + elements / 16,
+            Precision::Mxfp8 => elements + self.block_scale_bytes(elements),
+            Precision::Nvfp4 => elements / 2 + self.block_scale_bytes(elements),
             p => elements * p.gemm_operand_bytes(),
+        }
+    }
+
+    /// Whether each small block of a GEMM operand carries its own scale, which the tensor
+    /// cores read in a swizzled layout (MXFP8, NVFP4).
+    pub fn is_block_scaled(self) -> bool {
+        matches!(self, Precision::Mxfp8 | Precision::Nvfp4)
+    }
+
+    /// Bytes of the block scales of `elements` of one quantized copy: an E8M0 byte per 32
+    /// (MXFP8), an E4M3 byte per 16 (NVFP4); none for the other precisions.
+    pub fn block_scale_bytes(self, elements: u64) -> u64 {
+        match self {
+            Precision::Mxfp8 => elements / 32,
+            Precision::Nvfp4 => elements / 16,
+            _ => 0,
         }
     }
 

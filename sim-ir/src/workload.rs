@@ -306,13 +306,16 @@ pub struct Op {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Shape {
     /// `batch` GEMMs of (m × k) · (k × n), on the GPU's SMs less `comm_sms` held back for
-    /// communication overlapped with it (`sim::workload::userbuffers`; 0: all of them).
+    /// communication overlapped with it (`sim::workload::userbuffers`; 0: all of them), after
+    /// `scale_swizzles` small kernels that bring block-scaled operands' scales into the
+    /// layout the tensor cores read (Transformer Engine's `swizzle_scaling_factors`; 0: none).
     Gemm {
         m: u64,
         n: u64,
         k: u64,
         batch: u64,
         comm_sms: u32,
+        scale_swizzles: u32,
     },
     /// Fused (flash) attention of `batch × heads` query heads of `seq_q` tokens over `seq_kv`
     /// keys, with `kv_heads` key/value heads (GQA).

@@ -225,3 +225,198 @@ fn memory_counts_quantized_copies_and_scales() {
     let act = |e: &Experiment| e.memory[0].activations;
     assert!(act(&nv) < act(&mx) && act(&mx) < act(&bf16));
 }
+
+/// DeepSeek-V3 cut to 4 layers and 32 experts, EP 8 (4 local experts), TP 2, on 16 B200s in
+/// MXFP8, as Transformer Engine `te` runs it.
+fn moe_mxfp8(te: &str) -> Experiment {
+    moe_mxfp8_with(te, "")
+}
+
+/// [`moe_mxfp8`] with more `[training]` keys.
+fn moe_mxfp8_with(te: &str, training: &str) -> Experiment {
+    support::experiment(
+        "block-scaling",
+        &format!("moe-mxfp8-te{te}-{}", training.len()),
+        &format!(
+            r#"
+[cluster]
+gpus = 16
+gpu = "B200"
+gpus_per_host = 8
+[model]
+preset = "deepseek-v3"
+layers = 4
+experts = 32
+[parallel]
+tp = 2
+ep = 8
+sequence_parallel = true
+global_batch = 16
+[training]
+memory_check = "off"
+precision = "mxfp8"
+transformer_engine = "{te}"
+{training}
+"#
+        ),
+    )
+}
+
+/// Block scales as each Transformer Engine release prepares them (`transformer_engine/pytorch/
+/// csrc`): before every MXFP8 GEMM both operands' scales are swizzled into cuBLAS's layout
+/// (`extensions/gemm.cpp` `swizzle_scaling_factors`), expert by expert in a grouped GEMM up to
+/// 2.6 and in one multi-tensor kernel per operand from 2.7 (PR #2019); from 2.12 the
+/// quantizers write GEMM-ready scales (`optimize_for_gemm`) and nothing is swizzled. Up to
+/// 2.6 each MXFP8 quantization zeroes its rowwise and columnwise scales (`quantizer.cpp`
+/// `at::zeros`), per expert split until 2.6 allocates the grouped splits' scales from one
+/// buffer per usage (`bulk_allocate_mxfp8_tensors`, PR #1934).
+#[test]
+fn mxfp8_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does() {
+    let local_experts = 4u64;
+    // Swizzle kernels of each MXFP8 GEMM call: (members, kernels) per op.
+    let swizzles = |te: &str| -> Vec<(u64, u32)> {
+        let w = compile(&moe_mxfp8(te)).expect("compile");
+        let p = w.program(0, 0);
+        kernels(p)
+            .iter()
+            .filter(|(k, _)| k.dtype == Precision::Mxfp8)
+            .filter_map(|(k, _)| match k.shape {
+                Shape::Gemm {
+                    batch,
+                    scale_swizzles,
+                    ..
+                } => Some((batch, scale_swizzles)),
+                _ => None,
+            })
+            .collect()
+    };
+    let grouped = |v: &[(u64, u32)]| -> Vec<u32> {
+        v.iter()
+            .filter(|(b, _)| *b == local_experts)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    let dense = |v: &[(u64, u32)]| -> Vec<u32> {
+        v.iter().filter(|(b, _)| *b == 1).map(|(_, s)| *s).collect()
+    };
+    let te25 = swizzles("2.5");
+    assert!(!grouped(&te25).is_empty() && !dense(&te25).is_empty());
+    assert!(grouped(&te25).iter().all(|s| *s == 8), "{te25:?}");
+    assert!(dense(&te25).iter().all(|s| *s == 2), "{te25:?}");
+    let te27 = swizzles("2.7");
+    assert!(grouped(&te27).iter().all(|s| *s == 2), "{te27:?}");
+    assert!(dense(&te27).iter().all(|s| *s == 2), "{te27:?}");
+    assert!(
+        swizzles("2.12").iter().all(|(_, s)| *s == 0),
+        "GEMM-ready scales from 2.12"
+    );
+
+    // The chunks of a userbuffers-overlapped GEMM are one `gemm` call: swizzled once.
+    let w = compile(&moe_mxfp8_with("2.9", "tp_comm_overlap = true")).expect("compile");
+    let p = w.program(0, 0);
+    let ops: Vec<Kernel> = p
+        .ops
+        .iter()
+        .filter_map(|op| match op.kind {
+            OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
+            _ => None,
+        })
+        .collect();
+    let unswizzled_repeat = ops.windows(2).any(|w| {
+        let same = |a: &Kernel, b: &Kernel| {
+            a.name == b.name
+                && a.pass == b.pass
+                && matches!(
+                    (a.shape, b.shape),
+                    (Shape::Gemm { m: ma, .. }, Shape::Gemm { m: mb, .. }) if ma == mb
+                )
+        };
+        same(&w[0], &w[1])
+            && matches!(
+                w[0].shape,
+                Shape::Gemm {
+                    scale_swizzles: 2,
+                    ..
+                }
+            )
+            && matches!(
+                w[1].shape,
+                Shape::Gemm {
+                    scale_swizzles: 0,
+                    ..
+                }
+            )
+    });
+    assert!(
+        unswizzled_repeat,
+        "a chunked GEMM swizzles in its first chunk only"
+    );
+
+    // The grouped fc1 input's quantization: one MXFP8 cast per expert split, and the fills
+    // of its scales.
+    let fc1_cast = |te: &str| {
+        let w = compile(&moe_mxfp8(te)).expect("compile");
+        let p = w.program(0, 0);
+        let kernel = |op: &sim::workload::Op| match op.kind {
+            OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
+            _ => None,
+        };
+        p.ops
+            .windows(2)
+            .find_map(|w| {
+                let (cast, fc1) = (kernel(&w[0])?, kernel(&w[1])?);
+                let is_fc1 = fc1.name == KernelName::ExpertUp && fc1.pass == Pass::Forward;
+                match cast.shape {
+                    Shape::Elementwise { kernels, .. }
+                        if cast.name == KernelName::Fp8Cast && is_fc1 =>
+                    {
+                        Some(kernels)
+                    }
+                    _ => None,
+                }
+            })
+            .expect("a cast before the experts' fc1")
+    };
+    let splits = u32::try_from(local_experts).unwrap();
+    assert_eq!(
+        fc1_cast("2.5"),
+        splits + 2 * splits,
+        "zeros per split before 2.6"
+    );
+    assert_eq!(
+        fc1_cast("2.6"),
+        splits + 2,
+        "one zeroed buffer per usage in 2.6"
+    );
+    assert_eq!(fc1_cast("2.7"), splits, "no zeros from 2.7");
+}
+
+/// What the swizzles cost: a launch each on the GPU beside their share of the scales'
+/// bytes, and a C++ launch each on the host; the measured GEMM itself is unchanged.
+#[test]
+fn a_swizzled_gemm_takes_its_swizzle_launches_longer() {
+    let model = ComputeModel::embedded().expect("compute model");
+    let db = sim::gpu::GpuDatabase::embedded().expect("GPU database");
+    let b200 = db.get("B200").expect("B200");
+    let (eff, _) = model.efficiency_of(b200);
+    let gemm = |scale_swizzles| Kernel {
+        name: KernelName::ExpertUp,
+        pass: Pass::Forward,
+        shape: Shape::Gemm {
+            m: 4096,
+            n: 4096,
+            k: 7168,
+            batch: 8,
+            comm_sms: 0,
+            scale_swizzles,
+        },
+        flops: 2 * 4096 * 4096 * 7168 * 8,
+        bytes: 8 * (4096 * 7168 + 7168 * 4096 + 4096 * 4096 * 2),
+        dtype: Precision::Mxfp8,
+    };
+    let plain = model.kernel_time(&gemm(0), b200).seconds();
+    let swizzled = model.kernel_time(&gemm(16), b200).seconds();
+    let launches = 16.0 * eff.launch_us * 1e-6;
+    assert!(swizzled - plain >= launches, "{plain} {swizzled}");
+    assert!(swizzled - plain < launches * 1.5, "{plain} {swizzled}");
+}

@@ -897,6 +897,7 @@ fn expert_gemm(pass: sim::workload::Pass, m: u64, n: u64, k: u64, batch: u64) ->
             k,
             batch,
             comm_sms: 0,
+            scale_swizzles: 0,
         },
         flops: 2 * m * n * k * batch,
         bytes: 2 * (m * k + k * n + m * n) * batch,

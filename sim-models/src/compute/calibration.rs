@@ -125,6 +125,7 @@ pub fn gemm_kernel(m: u64, n: u64, k: u64, dtype: Precision) -> Kernel {
             k,
             batch: 1,
             comm_sms: 0,
+            scale_swizzles: 0,
         },
         flops: 2 * m * n * k,
         bytes: (m * k + k * n) * e + m * n * dtype.activation_bytes(),

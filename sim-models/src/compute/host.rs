@@ -126,7 +126,15 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                     let key = (k.name, op.label.layer, op.label.micro_batch);
                     let repeat = previous == Some(key);
                     previous = Some(key);
-                    match k.shape {
+                    // Swizzling a block-scaled GEMM's scales happens inside its C++ call
+                    // (`swizzle_scaling_factors`): a launch per kernel.
+                    let swizzles = match k.shape {
+                        Shape::Gemm { scale_swizzles, .. } => {
+                            costs.launch.as_ps() * u64::from(scale_swizzles)
+                        }
+                        _ => 0,
+                    };
+                    let issue = match k.shape {
                         _ if repeat => costs.launch,
                         // Transformer Engine's GroupedLinear runs a batched GEMM (the local
                         // experts) as one cuBLAS call per member over 4 streams
@@ -148,7 +156,8 @@ pub fn issue_costs(program: &Program, costs: &HostCosts, graphs: CudaGraphs) -> 
                             SimTime::from_ps(costs.op.as_ps() * u64::from(kernels))
                         }
                         Shape::Fixed { .. } => costs.op,
-                    }
+                    };
+                    SimTime::from_ps(issue.as_ps() + swizzles)
                 }
                 OpKind::MemoryRead { .. } => SimTime::ZERO,
                 OpKind::Collective { .. } | OpKind::Send { .. } | OpKind::Recv { .. } => costs.op,
@@ -235,6 +244,7 @@ mod tests {
                     k: 7168,
                     batch,
                     comm_sms: 0,
+                    scale_swizzles: 0,
                 },
                 flops: 2 * 128 * 4096 * 7168 * batch,
                 bytes: 0,
@@ -271,6 +281,7 @@ mod tests {
                     k: 2048,
                     batch: 1,
                     comm_sms: 0,
+                    scale_swizzles: 0,
                 },
                 flops: 2 * 8192 * 2048 * 2048,
                 bytes: 2 * (8192 * 2048 * 2 + 2048 * 2048),

@@ -270,7 +270,8 @@ impl ComputeModel {
     pub fn as_engine_runs(&self, kernel: &Kernel, gpu: &GpuSpec, table: KernelTime) -> KernelTime {
         let (eff, _) = self.efficiency_of(gpu);
         let time = with_fast_accumulation(kernel, gpu, self.fp8_fast_accumulation(gpu), table);
-        with_main_grad_accumulation(kernel, gpu, eff, time)
+        let time = with_main_grad_accumulation(kernel, gpu, eff, time);
+        with_scale_swizzles(kernel, gpu, eff, time)
     }
 
     /// Duration of `kernel` on `gpu` as a measured table holds it (the kernel alone, as
@@ -425,6 +426,36 @@ fn with_main_grad_accumulation(
     retimed(kernel, gpu, time, seconds)
 }
 
+/// `time` with the kernels that swizzle a block-scaled GEMM's operand scales before it
+/// (`Shape::Gemm::scale_swizzles`): each a launch that reads and writes its share of the
+/// operands' scales. A measured table holds the GEMM alone, so they are added here.
+fn with_scale_swizzles(
+    kernel: &Kernel,
+    gpu: &GpuSpec,
+    eff: &ArchEfficiency,
+    time: KernelTime,
+) -> KernelTime {
+    let Shape::Gemm {
+        m,
+        n,
+        k,
+        batch,
+        scale_swizzles,
+        ..
+    } = kernel.shape
+    else {
+        return time;
+    };
+    if scale_swizzles == 0 {
+        return time;
+    }
+    let scales = kernel.dtype.block_scale_bytes(batch * (m * k + k * n));
+    let memory_s = 2.0 * scales as f64 / (hbm_bytes_per_s(gpu) * eff.memory_efficiency);
+    let seconds =
+        time.duration.as_secs_f64() + f64::from(scale_swizzles) * eff.launch_us * 1e-6 + memory_s;
+    retimed(kernel, gpu, time, seconds)
+}
+
 /// `time` of `kernel` on `gpu` changed to `seconds`, its bound and source kept and its achieved
 /// efficiency recomputed.
 fn retimed(kernel: &Kernel, gpu: &GpuSpec, time: KernelTime, seconds: f64) -> KernelTime {
@@ -505,6 +536,7 @@ pub fn model_time_at(
             k,
             batch,
             comm_sms,
+            ..
         } => {
             let compute_s = gemm_seconds(m, n, k, batch, kernel.dtype, gpu, eff, comm_sms) / clock;
             match &eff.gemm.grouped {
@@ -840,6 +872,7 @@ mod tests {
                 k: 2048,
                 batch: 1,
                 comm_sms: 0,
+                scale_swizzles: 0,
             },
             flops: 2 * 12288 * 12288 * 2048,
             bytes: 2 * (2 * 12288 * 2048 + 12288 * 12288),
@@ -884,6 +917,7 @@ mod tests {
                 k: 12288,
                 batch: 1,
                 comm_sms: 0,
+                scale_swizzles: 0,
             },
             flops: 2 * 4096 * 12288 * 12288,
             bytes: 4096 * 12288 * 2 + 12288 * 12288 + 4096 * 12288 * 2,

@@ -75,12 +75,15 @@ pub struct KernelTables {
 /// The canonical text of a shape, as the table's `shape` column writes it.
 pub fn shape_key(shape: &Shape) -> String {
     match *shape {
+        // A measured table row is the GEMM alone: the scale swizzles before it are added
+        // by the model (`with_scale_swizzles`), not keyed.
         Shape::Gemm {
             m,
             n,
             k,
             batch,
             comm_sms,
+            ..
         } => format!(
             "gemm:m={m};n={n};k={k};batch={batch}{}",
             // Written only when set, so tables of GEMMs on every SM keep their keys.
@@ -219,6 +222,7 @@ pub fn parse_shape(text: &str) -> Result<Shape, ShapeError> {
             k: num(2)?,
             batch: num(3)?,
             comm_sms: optional_count(4, 0)?,
+            scale_swizzles: 0,
         },
         "attention" => Shape::Attention {
             batch: num(0)?,
@@ -640,6 +644,7 @@ mod tests {
                 k: 12288,
                 batch: 1,
                 comm_sms: 20,
+                scale_swizzles: 0,
             },
             Shape::Elementwise {
                 elements: 524_288,
@@ -725,6 +730,7 @@ mod tests {
             k: 4096,
             batch: 1,
             comm_sms: 0,
+            scale_swizzles: 0,
         };
         assert_eq!(t.lookup(&other, h100), None);
         // The model falls back to the calibrated roofline and says so.

@@ -143,6 +143,7 @@ impl CompileOptions {
                 cp_comm: p.cp_comm,
                 fp8_attention: t.fp8_attention,
                 fp8_recipe: t.fp8_recipe(),
+                transformer_engine: t.transformer_engine.unwrap_or(TeRelease::NEWEST),
             },
             zero: p.zero,
             overlap_grad_reduce: t.overlap_grad_reduce,

@@ -34,6 +34,7 @@
 
 use crate::config::{
     CpComm, CrossEntropyFusion, Fp8Recipe, Precision, Recompute, RecomputeModule, RecomputeModules,
+    TeRelease,
 };
 use crate::layout::GroupKind;
 use crate::model::{Activation, ModelSpec, Moe, Norm, Position};
@@ -99,7 +100,37 @@ pub struct Dims {
     /// FP8 core attention (`training.fp8_attention`); otherwise FP8 runs attention in BF16.
     pub fp8_attention: bool,
     pub fp8_recipe: Fp8Recipe,
+    /// The Transformer Engine release the run used (`training.transformer_engine`): how it
+    /// handles block scales ([`Dims::scale_swizzle`], [`Dims::scale_zeroing_launches`]).
+    pub transformer_engine: TeRelease,
 }
+
+/// How Transformer Engine brings a block-scaled (MXFP8, NVFP4) GEMM's operand scales into
+/// the layout cuBLAS reads (`swizzle_scaling_factors` before every such GEMM,
+/// `transformer_engine/pytorch/csrc/extensions/gemm.cpp`, 2.3 to 2.11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScaleSwizzle {
+    /// The scales are already in the GEMM's layout, or the GEMM is not block-scaled.
+    None,
+    /// One kernel per operand of each GEMM, and of each member of a grouped GEMM (TE 2.3 to
+    /// 2.6: `te_general_grouped_gemm` swizzles expert by expert).
+    PerMember,
+    /// One kernel per operand of each GEMM; a grouped GEMM swizzles all its members in one
+    /// (TE 2.7 to 2.11: `multi_tensor_swizzle_scaling_factors`, PR #2019).
+    PerGemm,
+}
+
+/// The first Transformer Engine release that swizzles a grouped GEMM's scales in one kernel
+/// per operand and zero-pads them there, so quantizers allocate scales with `at::empty`
+/// (NVIDIA/TransformerEngine PR #2019, "Multi-tensor swizzle scaling factors for MXFP8 and
+/// fuse padding zeros", first in v2.7).
+const FUSED_SWIZZLE_FROM: TeRelease = TeRelease::new(2, 7);
+/// The first release whose grouped quantization allocates every expert's MXFP8 scales from
+/// one zeroed buffer per usage (`bulk_allocate_mxfp8_tensors`, PR #1934, first in v2.6).
+const BULK_SCALES_FROM: TeRelease = TeRelease::new(2, 6);
+/// The first release whose modules ask their quantizers for scales already in the GEMM's
+/// layout (`optimize_for_gemm`, `with_gemm_swizzled_scales`: no swizzle before the GEMM; v2.12).
+const GEMM_READY_SCALES_FROM: TeRelease = TeRelease::new(2, 12);
 
 impl Dims {
     /// Whether Transformer Engine's userbuffers overlap the TP communication (SP over a TP
@@ -204,6 +235,49 @@ impl Dims {
             (Precision::Fp8, Fp8Recipe::Current) | (Precision::Nvfp4, _) => 3,
             _ => 1,
         }
+    }
+
+    /// How this run's block-scaled GEMMs get their scales swizzled ([`ScaleSwizzle`]).
+    pub fn scale_swizzle(&self) -> ScaleSwizzle {
+        let te = self.transformer_engine;
+        if !self.precision.is_block_scaled() || te >= GEMM_READY_SCALES_FROM {
+            ScaleSwizzle::None
+        } else if te >= FUSED_SWIZZLE_FROM {
+            ScaleSwizzle::PerGemm
+        } else {
+            ScaleSwizzle::PerMember
+        }
+    }
+
+    /// Kernels Transformer Engine launches to swizzle the block scales of a GEMM call of
+    /// `batch` members ([`ScaleSwizzle`]): one per operand, per member under
+    /// [`ScaleSwizzle::PerMember`].
+    pub fn scale_swizzle_kernels(&self, batch: u64) -> u32 {
+        let per_operand = match self.scale_swizzle() {
+            ScaleSwizzle::None => return 0,
+            ScaleSwizzle::PerMember => batch.max(1),
+            ScaleSwizzle::PerGemm => 1,
+        };
+        u32::try_from(2 * per_operand).unwrap_or(u32::MAX)
+    }
+
+    /// Kernels that zero the scales of one MXFP8 quantization of `splits` expert splits
+    /// before TE 2.7: `MXFP8Quantizer::create_tensor` allocates the rowwise and the columnwise
+    /// scale inverses with `at::zeros` (`transformer_engine/pytorch/csrc/quantizer.cpp`, 2.1
+    /// to 2.6), a fill kernel each, per split until TE 2.6 zeroes one bulk buffer per usage.
+    /// Megatron-LM's DeepSeek-V3 GB200 guide found these `torch.zeros` kernels fragmenting the
+    /// experts' part (`docs/discussions/deepseek-v3-gb200-optimization`, section 2.1.2).
+    pub fn scale_zeroing_launches(&self, splits: u64) -> u32 {
+        let te = self.transformer_engine;
+        if self.precision != Precision::Mxfp8 || te >= FUSED_SWIZZLE_FROM {
+            return 0;
+        }
+        let tensors = if te >= BULK_SCALES_FROM {
+            1
+        } else {
+            splits.max(1)
+        };
+        u32::try_from(2 * tensors).unwrap_or(u32::MAX)
     }
 
     /// Whether a grouped GEMM's input is quantized one expert's split at a time: Transformer
@@ -422,6 +496,11 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
     } else {
         batch * (m * k + k * n) * dtype.gemm_operand_bytes()
     };
+    let scale_swizzles = if dtype == d.precision {
+        d.scale_swizzle_kernels(batch)
+    } else {
+        0
+    };
     Kernel {
         name,
         pass,
@@ -435,6 +514,7 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
             } else {
                 0
             },
+            scale_swizzles,
         },
         flops: 2 * m * n * k * batch,
         bytes: operands + batch * m * n * d.act_bytes(),
@@ -692,15 +772,23 @@ impl LayerEmitter<'_> {
         }
         let d = &self.dims;
         let splits = if d.quantizes_per_split() { l.batch } else { 1 };
+        let zeroing = d.scale_zeroing_launches(splits);
         let launches = u32::try_from(splits.max(1))
             .unwrap_or(u32::MAX)
-            .saturating_mul(d.quantize_launches());
+            .saturating_mul(d.quantize_launches())
+            .saturating_add(zeroing);
+        // The zeroed scales are written once more: rowwise and columnwise.
+        let zeroed_bytes = if zeroing > 0 {
+            2 * d.precision.block_scale_bytes(elements)
+        } else {
+            0
+        };
         let mut k = chained(
             elementwise(
                 KernelName::Fp8Cast,
                 pass,
                 elements,
-                d.cast_bytes(elements),
+                d.cast_bytes(elements) + zeroed_bytes,
                 d,
             ),
             launches,
@@ -741,11 +829,18 @@ impl LayerEmitter<'_> {
             tokens: l.tokens / chunks,
             ..*l
         };
-        for _ in 0..chunks {
-            b.compute(match pass {
+        for chunk in 0..chunks {
+            let mut k = match pass {
                 Pass::Dgrad => part.dgrad(&self.dims),
                 _ => part.forward(&self.dims),
-            });
+            };
+            // TE swizzles the scales once per `gemm` call, before the overlap splits it.
+            if let Shape::Gemm { scale_swizzles, .. } = &mut k.shape
+                && chunk > 0
+            {
+                *scale_swizzles = 0;
+            }
+            b.compute(k);
         }
     }
 
