@@ -226,17 +226,16 @@ fn memory_counts_quantized_copies_and_scales() {
     assert!(act(&nv) < act(&mx) && act(&mx) < act(&bf16));
 }
 
-/// DeepSeek-V3 cut to 4 layers and 32 experts, EP 8 (4 local experts), TP 2, on 16 B200s in
-/// MXFP8, as Transformer Engine `te` runs it.
-fn moe_mxfp8(te: &str) -> Experiment {
-    moe_mxfp8_with(te, "")
-}
-
-/// [`moe_mxfp8`] with more `[training]` keys.
-fn moe_mxfp8_with(te: &str, training: &str) -> Experiment {
+/// DeepSeek-V3 cut to 4 layers and 32 experts, EP 8 (4 local experts), TP 2 with SP, on 16
+/// B200s in `precision`, as Transformer Engine `te` runs it, with more `[training]` keys.
+fn moe_block_scaled(precision: &str, te: &str, training: &str) -> Experiment {
+    let tag: String = training
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
     support::experiment(
         "block-scaling",
-        &format!("moe-mxfp8-te{te}-{}", training.len()),
+        &format!("moe-{precision}-te{te}-{tag}"),
         &format!(
             r#"
 [cluster]
@@ -254,7 +253,7 @@ sequence_parallel = true
 global_batch = 16
 [training]
 memory_check = "off"
-precision = "mxfp8"
+precision = "{precision}"
 transformer_engine = "{te}"
 {training}
 "#
@@ -262,57 +261,105 @@ transformer_engine = "{te}"
     )
 }
 
-/// Block scales as each Transformer Engine release prepares them (`transformer_engine/pytorch/
-/// csrc`): before every MXFP8 GEMM both operands' scales are swizzled into cuBLAS's layout
-/// (`extensions/gemm.cpp` `swizzle_scaling_factors`), expert by expert in a grouped GEMM up to
-/// 2.6 and in one multi-tensor kernel per operand from 2.7 (PR #2019); from 2.12 the
-/// quantizers write GEMM-ready scales (`optimize_for_gemm`) and nothing is swizzled. Up to
-/// 2.6 each MXFP8 quantization zeroes its rowwise and columnwise scales (`quantizer.cpp`
-/// `at::zeros`), per expert split until 2.6 allocates the grouped splits' scales from one
-/// buffer per usage (`bulk_allocate_mxfp8_tensors`, PR #1934).
-#[test]
-fn mxfp8_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does() {
-    let local_experts = 4u64;
-    // Swizzle kernels of each MXFP8 GEMM call: (members, kernels) per op.
-    let swizzles = |te: &str| -> Vec<(u64, u32)> {
-        let w = compile(&moe_mxfp8(te)).expect("compile");
-        let p = w.program(0, 0);
-        kernels(p)
-            .iter()
-            .filter(|(k, _)| k.dtype == Precision::Mxfp8)
-            .filter_map(|(k, _)| match k.shape {
-                Shape::Gemm {
-                    batch,
-                    scale_swizzles,
-                    ..
-                } => Some((batch, scale_swizzles)),
-                _ => None,
-            })
-            .collect()
-    };
-    let grouped = |v: &[(u64, u32)]| -> Vec<u32> {
-        v.iter()
-            .filter(|(b, _)| *b == local_experts)
-            .map(|(_, s)| *s)
-            .collect()
-    };
-    let dense = |v: &[(u64, u32)]| -> Vec<u32> {
-        v.iter().filter(|(b, _)| *b == 1).map(|(_, s)| *s).collect()
-    };
-    let te25 = swizzles("2.5");
-    assert!(!grouped(&te25).is_empty() && !dense(&te25).is_empty());
-    assert!(grouped(&te25).iter().all(|s| *s == 8), "{te25:?}");
-    assert!(dense(&te25).iter().all(|s| *s == 2), "{te25:?}");
-    let te27 = swizzles("2.7");
-    assert!(grouped(&te27).iter().all(|s| *s == 2), "{te27:?}");
-    assert!(dense(&te27).iter().all(|s| *s == 2), "{te27:?}");
-    assert!(
-        swizzles("2.12").iter().all(|(_, s)| *s == 0),
-        "GEMM-ready scales from 2.12"
-    );
+/// Every GEMM of the first stage's program: (kernel, pass, members, swizzle kernels, type).
+fn gemm_swizzles(precision: &str, te: &str) -> Vec<(KernelName, Pass, u64, u32, Precision)> {
+    let w = compile(&moe_block_scaled(precision, te, "")).expect("compile");
+    let p = w.program(0, 0);
+    kernels(p)
+        .iter()
+        .filter_map(|(k, _)| match k.shape {
+            Shape::Gemm {
+                batch,
+                scale_swizzles,
+                ..
+            } => Some((k.name, k.pass, batch, scale_swizzles, k.dtype)),
+            _ => None,
+        })
+        .collect()
+}
 
-    // The chunks of a userbuffers-overlapped GEMM are one `gemm` call: swizzled once.
-    let w = compile(&moe_mxfp8_with("2.9", "tp_comm_overlap = true")).expect("compile");
+/// The swizzle kernels TE runs before a GEMM, as its release handles block scales (the rules
+/// of the test below, written out independently of the model's code).
+fn expected_swizzles(
+    precision: Precision,
+    te: (u32, u32),
+    name: KernelName,
+    pass: Pass,
+    batch: u64,
+) -> u32 {
+    let per_operand = if te < (2, 7) { batch } else { 1 };
+    let grouped = matches!(name, KernelName::ExpertUp | KernelName::ExpertDown);
+    // Megatron's row-parallel linears (their output gradient gathered under SP); the others
+    // here are column-parallel (their input gathered).
+    let row = matches!(
+        name,
+        KernelName::OutProj | KernelName::MlpDown | KernelName::SharedDown
+    );
+    let column = !grouped && !row;
+    let nvfp4_unready = precision == Precision::Nvfp4 && te < (2, 17);
+    let operands = if te < (2, 12) || nvfp4_unready {
+        2
+    } else {
+        let weight = pass != Pass::Wgrad && te < (2, 18);
+        let input = column && pass != Pass::Dgrad;
+        let grad = row && pass != Pass::Forward;
+        u32::from(weight) + u32::from(input) + u32::from(grad)
+    };
+    operands * u32::try_from(per_operand).unwrap()
+}
+
+/// Block scales as each Transformer Engine release prepares them (`transformer_engine/pytorch/
+/// csrc`). Before every block-scaled GEMM, each operand whose scales are not in cuBLAS's
+/// layout is swizzled (`extensions/gemm.cpp` `swizzle_scaling_factors`): up to 2.11 every
+/// operand, expert by expert in a grouped GEMM up to 2.6 and in one multi-tensor kernel per
+/// operand from 2.7 (PR #2019); from 2.12 activations and gradients come GEMM-ready
+/// (`optimize_for_gemm`) except a column-parallel input and a row-parallel output gradient
+/// under SP, and from 2.18 weights too. NVFP4 swizzles every operand up to 2.16 and follows
+/// the same rules after. Up to 2.6 each MXFP8 quantization zeroes its scales
+/// (`quantizer.cpp` `at::zeros`), per expert split until 2.6 zeroes one bulk buffer per usage,
+/// data and scales (`bulk_allocate_mxfp8_tensors`, PR #1934). Megatron's own GEMMs (output
+/// layer, router) stay BF16 and swizzle nothing.
+#[test]
+fn block_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does() {
+    let local_experts = 4u64;
+    for (precision, name) in [(Precision::Mxfp8, "mxfp8"), (Precision::Nvfp4, "nvfp4")] {
+        for te in [
+            (2, 5),
+            (2, 6),
+            (2, 7),
+            (2, 11),
+            (2, 12),
+            (2, 14),
+            (2, 17),
+            (2, 18),
+        ] {
+            let release = format!("{}.{}", te.0, te.1);
+            let gemms = gemm_swizzles(name, &release);
+            assert!(
+                gemms.iter().any(|g| g.2 == local_experts) && gemms.iter().any(|g| g.2 == 1),
+                "{name} {release}: grouped and dense GEMMs"
+            );
+            for (kernel, pass, batch, swizzles, dtype) in gemms {
+                let want = if dtype == precision {
+                    expected_swizzles(precision, te, kernel, pass, batch)
+                } else {
+                    assert!(
+                        matches!(kernel, KernelName::Logits | KernelName::Router),
+                        "{kernel:?} runs in {dtype:?}"
+                    );
+                    0
+                };
+                assert_eq!(
+                    swizzles, want,
+                    "{name} TE {release} {kernel:?} {pass:?} x{batch}"
+                );
+            }
+        }
+    }
+
+    // The chunks of a userbuffers-overlapped GEMM are one `gemm` call: the first carries its
+    // swizzles, the others none.
+    let w = compile(&moe_block_scaled("mxfp8", "2.9", "tp_comm_overlap = true")).expect("compile");
     let p = w.program(0, 0);
     let ops: Vec<Kernel> = p
         .ops
@@ -322,40 +369,27 @@ fn mxfp8_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does(
             _ => None,
         })
         .collect();
-    let unswizzled_repeat = ops.windows(2).any(|w| {
-        let same = |a: &Kernel, b: &Kernel| {
-            a.name == b.name
-                && a.pass == b.pass
-                && matches!(
-                    (a.shape, b.shape),
-                    (Shape::Gemm { m: ma, .. }, Shape::Gemm { m: mb, .. }) if ma == mb
-                )
-        };
-        same(&w[0], &w[1])
-            && matches!(
-                w[0].shape,
-                Shape::Gemm {
-                    scale_swizzles: 2,
-                    ..
-                }
-            )
-            && matches!(
-                w[1].shape,
-                Shape::Gemm {
-                    scale_swizzles: 0,
-                    ..
-                }
-            )
-    });
-    assert!(
-        unswizzled_repeat,
-        "a chunked GEMM swizzles in its first chunk only"
-    );
+    let mut chunked_calls = 0;
+    for run in ops.chunk_by(|a, b| a.name == b.name && a.pass == b.pass) {
+        let swizzles: Vec<u32> = run
+            .iter()
+            .filter_map(|k| match k.shape {
+                Shape::Gemm { scale_swizzles, .. } => Some(scale_swizzles),
+                _ => None,
+            })
+            .collect();
+        if swizzles.len() > 1 && run[0].dtype == Precision::Mxfp8 {
+            chunked_calls += 1;
+            assert_eq!(swizzles[0], 2, "{:?} {:?}", run[0].name, run[0].pass);
+            assert!(swizzles[1..].iter().all(|s| *s == 0), "{swizzles:?}");
+        }
+    }
+    assert!(chunked_calls > 0, "TP overlap chunks some GEMMs");
 
     // The grouped fc1 input's quantization: one MXFP8 cast per expert split, and the fills
     // of its scales.
     let fc1_cast = |te: &str| {
-        let w = compile(&moe_mxfp8(te)).expect("compile");
+        let w = compile(&moe_block_scaled("mxfp8", te, "")).expect("compile");
         let p = w.program(0, 0);
         let kernel = |op: &sim::workload::Op| match op.kind {
             OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
@@ -367,10 +401,10 @@ fn mxfp8_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does(
                 let (cast, fc1) = (kernel(&w[0])?, kernel(&w[1])?);
                 let is_fc1 = fc1.name == KernelName::ExpertUp && fc1.pass == Pass::Forward;
                 match cast.shape {
-                    Shape::Elementwise { kernels, .. }
+                    Shape::Elementwise { kernels, elements }
                         if cast.name == KernelName::Fp8Cast && is_fc1 =>
                     {
-                        Some(kernels)
+                        Some((kernels, elements, cast.bytes))
                     }
                     _ => None,
                 }
@@ -379,20 +413,28 @@ fn mxfp8_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does(
     };
     let splits = u32::try_from(local_experts).unwrap();
     assert_eq!(
-        fc1_cast("2.5"),
+        fc1_cast("2.5").0,
         splits + 2 * splits,
         "zeros per split before 2.6"
     );
     assert_eq!(
-        fc1_cast("2.6"),
+        fc1_cast("2.6").0,
         splits + 2,
         "one zeroed buffer per usage in 2.6"
     );
-    assert_eq!(fc1_cast("2.7"), splits, "no zeros from 2.7");
+    assert_eq!(fc1_cast("2.7").0, splits, "no zeros from 2.7");
+    // 2.6 zeroes its bulk buffers whole (data and scales, both usages); 2.5 each split's
+    // scales only.
+    let elements = fc1_cast("2.7").1;
+    assert_eq!(
+        fc1_cast("2.6").2 - fc1_cast("2.7").2,
+        2 * (elements + elements / 32)
+    );
+    assert_eq!(fc1_cast("2.5").2 - fc1_cast("2.7").2, 2 * (elements / 32));
 }
 
 /// What the swizzles cost: a launch each on the GPU beside their share of the scales'
-/// bytes, and a C++ launch each on the host; the measured GEMM itself is unchanged.
+/// bytes; the GEMM itself is unchanged.
 #[test]
 fn a_swizzled_gemm_takes_its_swizzle_launches_longer() {
     let model = ComputeModel::embedded().expect("compute model");

@@ -125,10 +125,17 @@ fn stream_peer(stream: Stream) -> Option<Peer> {
     })
 }
 
+/// How a GEMM's scale swizzles follow its shape in `fleetsim_kernel`.
+const SWIZZLES: &str = ";scale_swizzles=";
+
 /// The exact kernel, as `fleetsim_kernel` writes it: name, pass, shape, FLOPs, bytes, dtype.
 fn kernel_text(k: &Kernel) -> String {
     let shape = match k.shape {
         Shape::Fixed { ns } => format!("fixed:ns={ns}"),
+        // The table key leaves out the scale swizzles a GEMM runs first; the trace keeps them.
+        Shape::Gemm { scale_swizzles, .. } if scale_swizzles > 0 => {
+            format!("{}{SWIZZLES}{scale_swizzles}", shape_key(&k.shape))
+        }
         other => shape_key(&other),
     };
     format!(
@@ -146,12 +153,19 @@ fn parse_kernel(text: &str) -> Option<Kernel> {
     let [name, pass, shape, flops, bytes, dtype] = f.as_slice() else {
         return None;
     };
-    let shape = match shape.strip_prefix("fixed:ns=") {
+    let (shape, swizzles) = match shape.rsplit_once(SWIZZLES) {
+        Some((shape, n)) => (shape, n.parse().ok()?),
+        None => (*shape, 0),
+    };
+    let mut shape = match shape.strip_prefix("fixed:ns=") {
         Some(ns) => Shape::Fixed {
             ns: ns.parse().ok()?,
         },
         None => parse_shape(shape).ok()?,
     };
+    if let Shape::Gemm { scale_swizzles, .. } = &mut shape {
+        *scale_swizzles = swizzles;
+    }
     Some(Kernel {
         name: KernelName::from_name(name)?,
         pass: Pass::from_name(pass)?,
@@ -862,4 +876,32 @@ pub fn export(
     std::fs::write(&file, serde_json::to_string(&json).unwrap_or_default())?;
     written.push(file);
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block-scaled GEMM's scale swizzles survive the trip through a trace's kernel text.
+    #[test]
+    fn kernel_text_keeps_a_gemms_scale_swizzles() {
+        for scale_swizzles in [0, 2, 8] {
+            let k = Kernel {
+                name: KernelName::ExpertUp,
+                pass: Pass::Wgrad,
+                shape: Shape::Gemm {
+                    m: 4096,
+                    n: 4096,
+                    k: 7168,
+                    batch: 4,
+                    comm_sms: 0,
+                    scale_swizzles,
+                },
+                flops: 2 * 4096 * 4096 * 7168 * 4,
+                bytes: 1 << 30,
+                dtype: Precision::Mxfp8,
+            };
+            assert_eq!(parse_kernel(&kernel_text(&k)), Some(k));
+        }
+    }
 }

@@ -101,36 +101,64 @@ pub struct Dims {
     pub fp8_attention: bool,
     pub fp8_recipe: Fp8Recipe,
     /// The Transformer Engine release the run used (`training.transformer_engine`): how it
-    /// handles block scales ([`Dims::scale_swizzle`], [`Dims::scale_zeroing_launches`]).
+    /// handles block scales ([`Dims::scale_swizzle_kernels`], [`Dims::scale_fills`]).
     pub transformer_engine: TeRelease,
 }
 
-/// How Transformer Engine brings a block-scaled (MXFP8, NVFP4) GEMM's operand scales into
-/// the layout cuBLAS reads (`swizzle_scaling_factors` before every such GEMM,
-/// `transformer_engine/pytorch/csrc/extensions/gemm.cpp`, 2.3 to 2.11).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScaleSwizzle {
-    /// The scales are already in the GEMM's layout, or the GEMM is not block-scaled.
-    None,
-    /// One kernel per operand of each GEMM, and of each member of a grouped GEMM (TE 2.3 to
-    /// 2.6: `te_general_grouped_gemm` swizzles expert by expert).
-    PerMember,
-    /// One kernel per operand of each GEMM; a grouped GEMM swizzles all its members in one
-    /// (TE 2.7 to 2.11: `multi_tensor_swizzle_scaling_factors`, PR #2019).
-    PerGemm,
+/// Transformer Engine releases that change how block scales (MXFP8, NVFP4) are prepared
+/// for cuBLAS, which reads them in a swizzled layout (each tag read in NVIDIA/TransformerEngine):
+/// - every block-scaled GEMM call swizzles the scales of each operand whose scales are not
+///   already in that layout (`swizzle_scaling_factors` in `csrc/extensions/gemm.cpp`, 2.3 on;
+///   from Python in 2.1-2.2), a kernel per member of a grouped GEMM before
+///   [`MULTI_TENSOR_SWIZZLE_FROM`];
+/// - MXFP8 quantizers allocate their scales with `at::zeros` before
+///   [`MULTI_TENSOR_SWIZZLE_FROM`] (`csrc/quantizer.cpp`), a fill kernel per usage.
+///
+/// The first release that swizzles a grouped GEMM's operand in one multi-tensor kernel (at
+/// most [`MULTI_TENSOR_SWIZZLE_MAX`] tensors each) and zero-pads the scales there, so
+/// quantizers allocate them with `at::empty` (PR #2019, first in v2.7).
+const MULTI_TENSOR_SWIZZLE_FROM: TeRelease = TeRelease::new(2, 7);
+/// Tensors one multi-tensor swizzle kernel takes (`swizzle.cu` `kMaxTensorsPerKernel`).
+const MULTI_TENSOR_SWIZZLE_MAX: u64 = 64;
+/// The first release whose grouped quantization allocates every expert's MXFP8 tensors from
+/// one zeroed buffer per usage, data and scales (`bulk_allocate_mxfp8_tensors`, PR #1934).
+const BULK_SCALES_FROM: TeRelease = TeRelease::new(2, 6);
+/// The first release whose modules ask their activation and gradient quantizers for
+/// GEMM-ready scales (`optimize_for_gemm`): all but a column-parallel linear's input and a
+/// row-parallel linear's output gradient under SP, which are quantized before the TP
+/// all-gather (`module/linear.py`, `layernorm_mlp.py`, `grouped_linear.py`, v2.12).
+const GEMM_READY_ACTIVATIONS_FROM: TeRelease = TeRelease::new(2, 12);
+/// The first release that quantizes weights with GEMM-ready scales
+/// (`_enable_weight_preswizzle`, grouped linears' cached weights included; v2.18).
+const GEMM_READY_WEIGHTS_FROM: TeRelease = TeRelease::new(2, 18);
+/// The first release whose NVFP4 quantizer writes GEMM-ready scales where asked, from its
+/// Hadamard-transform cast (activations and gradients) and, from 2.18, its 2D weight
+/// quantization (`quantizer.cpp` `nvfp4_emits_gemm_swizzled_scales`); before it
+/// `with_gemm_swizzled_scales = false` always (v2.12-v2.16).
+const NVFP4_GEMM_READY_FROM: TeRelease = TeRelease::new(2, 17);
+
+/// A TE linear whose input Megatron all-gathers over TP under SP (`column_forward`).
+fn column_parallel(name: KernelName) -> bool {
+    matches!(
+        name,
+        KernelName::QkvProj
+            | KernelName::MlaQDown
+            | KernelName::MlaKvDown
+            | KernelName::MlaQUp
+            | KernelName::MlaKvUp
+            | KernelName::MlpUp
+            | KernelName::SharedUp
+            | KernelName::MtpProj
+    )
 }
 
-/// The first Transformer Engine release that swizzles a grouped GEMM's scales in one kernel
-/// per operand and zero-pads them there, so quantizers allocate scales with `at::empty`
-/// (NVIDIA/TransformerEngine PR #2019, "Multi-tensor swizzle scaling factors for MXFP8 and
-/// fuse padding zeros", first in v2.7).
-const FUSED_SWIZZLE_FROM: TeRelease = TeRelease::new(2, 7);
-/// The first release whose grouped quantization allocates every expert's MXFP8 scales from
-/// one zeroed buffer per usage (`bulk_allocate_mxfp8_tensors`, PR #1934, first in v2.6).
-const BULK_SCALES_FROM: TeRelease = TeRelease::new(2, 6);
-/// The first release whose modules ask their quantizers for scales already in the GEMM's
-/// layout (`optimize_for_gemm`, `with_gemm_swizzled_scales`: no swizzle before the GEMM; v2.12).
-const GEMM_READY_SCALES_FROM: TeRelease = TeRelease::new(2, 12);
+/// A TE linear whose output gradient Megatron all-gathers over TP under SP (`row_backward`).
+fn row_parallel(name: KernelName) -> bool {
+    matches!(
+        name,
+        KernelName::OutProj | KernelName::MlpDown | KernelName::SharedDown
+    )
+}
 
 impl Dims {
     /// Whether Transformer Engine's userbuffers overlap the TP communication (SP over a TP
@@ -237,47 +265,61 @@ impl Dims {
         }
     }
 
-    /// How this run's block-scaled GEMMs get their scales swizzled ([`ScaleSwizzle`]).
-    pub fn scale_swizzle(&self) -> ScaleSwizzle {
-        let te = self.transformer_engine;
-        if !self.precision.is_block_scaled() || te >= GEMM_READY_SCALES_FROM {
-            ScaleSwizzle::None
-        } else if te >= FUSED_SWIZZLE_FROM {
-            ScaleSwizzle::PerGemm
-        } else {
-            ScaleSwizzle::PerMember
-        }
-    }
-
-    /// Kernels Transformer Engine launches to swizzle the block scales of a GEMM call of
-    /// `batch` members ([`ScaleSwizzle`]): one per operand, per member under
-    /// [`ScaleSwizzle::PerMember`].
-    pub fn scale_swizzle_kernels(&self, batch: u64) -> u32 {
-        let per_operand = match self.scale_swizzle() {
-            ScaleSwizzle::None => return 0,
-            ScaleSwizzle::PerMember => batch.max(1),
-            ScaleSwizzle::PerGemm => 1,
-        };
-        u32::try_from(2 * per_operand).unwrap_or(u32::MAX)
-    }
-
-    /// Kernels that zero the scales of one MXFP8 quantization of `splits` expert splits
-    /// before TE 2.7: `MXFP8Quantizer::create_tensor` allocates the rowwise and the columnwise
-    /// scale inverses with `at::zeros` (`transformer_engine/pytorch/csrc/quantizer.cpp`, 2.1
-    /// to 2.6), a fill kernel each, per split until TE 2.6 zeroes one bulk buffer per usage.
-    /// Megatron-LM's DeepSeek-V3 GB200 guide found these `torch.zeros` kernels fragmenting the
-    /// experts' part (`docs/discussions/deepseek-v3-gb200-optimization`, section 2.1.2).
-    pub fn scale_zeroing_launches(&self, splits: u64) -> u32 {
-        let te = self.transformer_engine;
-        if self.precision != Precision::Mxfp8 || te >= FUSED_SWIZZLE_FROM {
+    /// Kernels Transformer Engine launches to swizzle the block scales of `name`'s GEMM call
+    /// in `pass`, of `batch` members: one per operand whose scales arrive unswizzled (the
+    /// weight in forward and dgrad, the input in forward and wgrad, the output gradient in
+    /// dgrad and wgrad; see [`GEMM_READY_ACTIVATIONS_FROM`], [`GEMM_READY_WEIGHTS_FROM`],
+    /// [`NVFP4_GEMM_READY_FROM`]), per member of a grouped GEMM before
+    /// [`MULTI_TENSOR_SWIZZLE_FROM`] and per [`MULTI_TENSOR_SWIZZLE_MAX`] members after.
+    pub fn scale_swizzle_kernels(&self, name: KernelName, pass: Pass, batch: u64) -> u32 {
+        if !self.precision.is_block_scaled() {
             return 0;
         }
-        let tensors = if te >= BULK_SCALES_FROM {
-            1
+        let te = self.transformer_engine;
+        let members = batch.max(1);
+        let per_operand = if te < MULTI_TENSOR_SWIZZLE_FROM {
+            members
         } else {
-            splits.max(1)
+            members.div_ceil(MULTI_TENSOR_SWIZZLE_MAX)
         };
-        u32::try_from(2 * tensors).unwrap_or(u32::MAX)
+        let nvfp4_unready = self.precision == Precision::Nvfp4 && te < NVFP4_GEMM_READY_FROM;
+        let operands: u64 = if te < GEMM_READY_ACTIVATIONS_FROM || nvfp4_unready {
+            2
+        } else {
+            let weight = pass != Pass::Wgrad && te < GEMM_READY_WEIGHTS_FROM;
+            let gathered_input = self.sp() && column_parallel(name) && pass != Pass::Dgrad;
+            let gathered_grad = self.sp() && row_parallel(name) && pass != Pass::Forward;
+            [weight, gathered_input, gathered_grad]
+                .into_iter()
+                .map(u64::from)
+                .sum()
+        };
+        u32::try_from(operands * per_operand).unwrap_or(u32::MAX)
+    }
+
+    /// Fill kernels, and the bytes they write, of one MXFP8 quantization of `elements` in
+    /// `splits` expert splits for `usages` copies (rowwise, columnwise) before TE 2.7:
+    /// `MXFP8Quantizer::create_tensor` allocates each copy's scales with `at::zeros`
+    /// (`csrc/quantizer.cpp`, 2.1-2.6), per split; 2.6 quantizes a grouped input's splits
+    /// into one buffer per usage, data and scales, zeroed whole (`bulk_allocate_mxfp8_tensors`).
+    /// Megatron-LM's DeepSeek-V3 GB200 guide found these `torch.zeros` kernels fragmenting the
+    /// experts' part (`docs/discussions/deepseek-v3-gb200-optimization`, section 2.1.2).
+    pub fn scale_fills(&self, splits: u64, elements: u64, usages: u32) -> (u32, u64) {
+        let te = self.transformer_engine;
+        if self.precision != Precision::Mxfp8 || te >= MULTI_TENSOR_SWIZZLE_FROM {
+            return (0, 0);
+        }
+        let usages_u64 = u64::from(usages);
+        let scales = self.precision.block_scale_bytes(elements);
+        let (fills, bytes) = if splits > 1 && te >= BULK_SCALES_FROM {
+            (
+                usages_u64,
+                usages_u64 * self.precision.quantized_bytes(elements),
+            )
+        } else {
+            (usages_u64 * splits.max(1), usages_u64 * scales)
+        };
+        (u32::try_from(fills).unwrap_or(u32::MAX), bytes)
     }
 
     /// Whether a grouped GEMM's input is quantized one expert's split at a time: Transformer
@@ -497,7 +539,7 @@ fn gemm(name: KernelName, pass: Pass, m: u64, n: u64, k: u64, batch: u64, d: &Di
         batch * (m * k + k * n) * dtype.gemm_operand_bytes()
     };
     let scale_swizzles = if dtype == d.precision {
-        d.scale_swizzle_kernels(batch)
+        d.scale_swizzle_kernels(name, pass, batch)
     } else {
         0
     };
@@ -664,7 +706,7 @@ impl LayerEmitter<'_> {
     /// its FP8 copy (`set_save_original_input`) and quantizes it again in the backward pass
     /// for its wgrad.
     fn requantize_input(&self, b: &mut Builder, l: &Linear, elements: u64) {
-        recomputing(b, |b| self.cast(b, l, Pass::Backward, elements));
+        recomputing(b, |b| self.cast_copies(b, l, Pass::Backward, elements, 1));
     }
 
     fn tp_group_active(&self) -> bool {
@@ -767,22 +809,22 @@ impl LayerEmitter<'_> {
     /// Transformer Engine does so ([`Dims::quantizes_per_split`]): the same bytes, in as many
     /// launches as the experts times [`Dims::quantize_launches`].
     fn cast(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64) {
+        self.cast_copies(b, l, pass, elements, 2);
+    }
+
+    /// [`Self::cast`] writing `usages` copies' scales (rowwise and columnwise: 2; the
+    /// columnwise copy a requantized wgrad input needs: 1).
+    fn cast_copies(&self, b: &mut Builder, l: &Linear, pass: Pass, elements: u64, usages: u32) {
         if !self.quantized(l) || elements == 0 {
             return;
         }
         let d = &self.dims;
         let splits = if d.quantizes_per_split() { l.batch } else { 1 };
-        let zeroing = d.scale_zeroing_launches(splits);
+        let (fills, zeroed_bytes) = d.scale_fills(splits, elements, usages);
         let launches = u32::try_from(splits.max(1))
             .unwrap_or(u32::MAX)
             .saturating_mul(d.quantize_launches())
-            .saturating_add(zeroing);
-        // The zeroed scales are written once more: rowwise and columnwise.
-        let zeroed_bytes = if zeroing > 0 {
-            2 * d.precision.block_scale_bytes(elements)
-        } else {
-            0
-        };
+            .saturating_add(fills);
         let mut k = chained(
             elementwise(
                 KernelName::Fp8Cast,
