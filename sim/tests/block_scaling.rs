@@ -361,14 +361,7 @@ fn block_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does(
     // swizzles, the others none.
     let w = compile(&moe_block_scaled("mxfp8", "2.9", "tp_comm_overlap = true")).expect("compile");
     let p = w.program(0, 0);
-    let ops: Vec<Kernel> = p
-        .ops
-        .iter()
-        .filter_map(|op| match op.kind {
-            OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
-            _ => None,
-        })
-        .collect();
+    let ops: Vec<Kernel> = support::compute_ops(p).map(|(_, k)| *k).collect();
     let mut chunked_calls = 0;
     for run in ops.chunk_by(|a, b| a.name == b.name && a.pass == b.pass) {
         let swizzles: Vec<u32> = run
@@ -387,18 +380,15 @@ fn block_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does(
     assert!(chunked_calls > 0, "TP overlap chunks some GEMMs");
 
     // The grouped fc1 input's quantization: one MXFP8 cast per expert split, and the fills
-    // of its scales.
+    // of its scales: (launches, elements, bytes) of the cast right before the experts' fc1.
     let fc1_cast = |te: &str| {
         let w = compile(&moe_block_scaled("mxfp8", te, "")).expect("compile");
-        let p = w.program(0, 0);
-        let kernel = |op: &sim::workload::Op| match op.kind {
-            OpKind::Compute { kernel } => Some(p.kernels[kernel as usize]),
-            _ => None,
-        };
-        p.ops
-            .windows(2)
-            .find_map(|w| {
-                let (cast, fc1) = (kernel(&w[0])?, kernel(&w[1])?);
+        let ops: Vec<Kernel> = support::compute_ops(w.program(0, 0))
+            .map(|(_, k)| *k)
+            .collect();
+        ops.windows(2)
+            .find_map(|pair| {
+                let [cast, fc1] = pair else { return None };
                 let is_fc1 = fc1.name == KernelName::ExpertUp && fc1.pass == Pass::Forward;
                 match cast.shape {
                     Shape::Elementwise { kernels, elements }
@@ -411,26 +401,16 @@ fn block_scales_are_zeroed_and_swizzled_as_each_transformer_engine_release_does(
             })
             .expect("a cast before the experts' fc1")
     };
+    let [te25, te26, te27] = ["2.5", "2.6", "2.7"].map(fc1_cast);
     let splits = u32::try_from(local_experts).unwrap();
-    assert_eq!(
-        fc1_cast("2.5").0,
-        splits + 2 * splits,
-        "zeros per split before 2.6"
-    );
-    assert_eq!(
-        fc1_cast("2.6").0,
-        splits + 2,
-        "one zeroed buffer per usage in 2.6"
-    );
-    assert_eq!(fc1_cast("2.7").0, splits, "no zeros from 2.7");
+    assert_eq!(te25.0, splits + 2 * splits, "zeros per split before 2.6");
+    assert_eq!(te26.0, splits + 2, "one zeroed buffer per usage in 2.6");
+    assert_eq!(te27.0, splits, "no zeros from 2.7");
     // 2.6 zeroes its bulk buffers whole (data and scales, both usages); 2.5 each split's
     // scales only.
-    let elements = fc1_cast("2.7").1;
-    assert_eq!(
-        fc1_cast("2.6").2 - fc1_cast("2.7").2,
-        2 * (elements + elements / 32)
-    );
-    assert_eq!(fc1_cast("2.5").2 - fc1_cast("2.7").2, 2 * (elements / 32));
+    let elements = te27.1;
+    assert_eq!(te26.2 - te27.2, 2 * (elements + elements / 32));
+    assert_eq!(te25.2 - te27.2, 2 * (elements / 32));
 }
 
 /// What the swizzles cost: a launch each on the GPU beside their share of the scales'

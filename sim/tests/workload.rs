@@ -1062,13 +1062,7 @@ fn launches(
     p: &Program,
     name: KernelName,
 ) -> impl Iterator<Item = (&sim::workload::Op, &sim::workload::Kernel)> {
-    p.ops.iter().filter_map(move |op| {
-        let OpKind::Compute { kernel } = op.kind else {
-            return None;
-        };
-        let k = &p.kernels[kernel as usize];
-        (k.name == name).then_some((op, k))
-    })
+    support::compute_ops(p).filter(move |(_, k)| k.name == name)
 }
 
 /// Megatron-Core 0.12's router as DeepSeek-V3 configures it (sigmoid scores with an expert

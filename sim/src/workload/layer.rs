@@ -45,7 +45,6 @@ use super::{
     Shape, Stream,
 };
 
-/// Everything about a rank's slice of the model that fixes its kernel shapes.
 /// The cross entropy's forward kernels: Megatron-Core's three passes (unfused or `jit_fuser`),
 /// with all-reduces between them over TP, or Transformer Engine's two, with an all-gather.
 enum CrossEntropyPasses {
@@ -53,6 +52,7 @@ enum CrossEntropyPasses {
     TransformerEngine([Kernel; 2]),
 }
 
+/// Everything about a rank's slice of the model that fixes its kernel shapes.
 #[derive(Debug, Clone, Copy)]
 pub struct Dims {
     pub tp: u64,

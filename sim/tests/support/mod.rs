@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use sim::experiment::Experiment;
-use sim::workload::{Kernel, KernelName, OpKind, Program};
+use sim::workload::{Kernel, KernelName, Op, OpKind, Program};
 
 /// The `include` line of the shipped rail-optimised H100 cluster, for experiments written
 /// outside `configs/`.
@@ -41,4 +41,12 @@ pub fn kernels_named(p: &Program, name: KernelName) -> Vec<(Kernel, u64)> {
         .into_iter()
         .filter(|(k, _)| k.name == name)
         .collect()
+}
+
+/// A program's compute ops in program order, each with the kernel it launches.
+pub fn compute_ops(p: &Program) -> impl Iterator<Item = (&Op, &Kernel)> {
+    p.ops.iter().filter_map(|op| match op.kind {
+        OpKind::Compute { kernel } => Some((op, &p.kernels[kernel as usize])),
+        _ => None,
+    })
 }
