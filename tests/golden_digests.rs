@@ -13,7 +13,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
-        "793f78b5db97657bb8dada805c09bd98",
+        "18a835c3406df1371f59197d465a2161",
     ),
     (
         "quickstart, flow",
@@ -22,7 +22,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"flow\"",
         ],
-        "815e89208aa571bef7def1c0a2ad3047",
+        "eab1d858b60b657478747fde4c4ce06e",
     ),
     (
         "quickstart, analytical",
@@ -31,7 +31,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "adc4d730f0b36a08dcef26514db9d008",
+        "9d317bd9208f253d9614e86d45b9f104",
     ),
     (
         // A 1F1B pipeline of eight stages: where the host waits for each step's transfers
@@ -44,17 +44,17 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "60202cca02e1297d27c4a5a9e36fd766",
+        "1bcf8b9f92d219159e8f89c92f8436c0",
     ),
     (
         "two jobs interleaved",
         &["tests/fixtures/jobs/interleaved.toml"],
-        "c97cde904b7887b50d5ce757a65b088c",
+        "77edd2fac70aaa46d6327cf60c56ef38",
     ),
     (
         "jobs of mixed kinds",
         &["tests/fixtures/jobs/mixed.toml"],
-        "bad075d27b46c93cfa40be548c952e15",
+        "2eb2002614519ed4161470d14c3a47cc",
     ),
     (
         "a straggler GPU",
@@ -64,7 +64,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "4283bd8966da5abdcb0f2d98e1b29c4c",
+        "e8b1ce07035f5a779ca25bf255659c4f",
     ),
     (
         "a Chakra trace",
@@ -74,7 +74,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "A100 and H100 in one job",
         &["configs/experiments/hetero-a100-h100-128.toml"],
-        "71a7b8cd3cc29005bccb197a00461b14",
+        "8743415feb22a640ba9be82cbf0f66df",
     ),
     (
         "Mixtral, alltoall dispatcher, analytical",
@@ -83,12 +83,12 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "5354d5b66c41200a01c936c03551db82",
+        "cc4daa4ec5d3feabd73aa6f747a159df",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "4f6065f3f91da1a0339483e1085f84f9",
+        "3f2ad19815f372793998048d80522f4e",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",
@@ -97,7 +97,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
             "--set",
             "network.model=\"analytical\"",
         ],
-        "9871305b1ece4d45aa151e083638b2a5",
+        "965846a062931e6943d8801d66fa3d02",
     ),
 ];
 

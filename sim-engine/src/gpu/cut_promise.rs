@@ -257,23 +257,34 @@ impl GpuLp {
         }
     }
 
-    /// The compute stream at `at`, no sooner than the GPU's last event: when the kernel
-    /// running then ends, and the position of the first kernel not started. A chain runs on
-    /// without events, each kernel taking the time it was given as it started (slowed as the
-    /// GPU is now, which only an event changes), so the kernel running at `at` may be further
-    /// along the chain than the one the state names.
+    /// The compute stream at `at`, no sooner than the GPU's last event: the least end of the
+    /// kernel running then, and the position of the first kernel not started. A chain runs on
+    /// without events, each kernel at the rate the GPU has now (which only an event changes),
+    /// so the kernel running at `at` may be further along the chain than the one the state
+    /// names. From `at` a collective may end beside it, so its least end is the rest of its
+    /// time alone at the fastest rate ([`GpuLp::retime_kernel`]).
     fn compute_at(&self, model: &SimModel, at: u64) -> (Option<u64>, u32) {
         let done = self.done[COMPUTE];
         if !matches!(self.running[COMPUTE], Running::Compute { .. }) {
             return (None, done);
         }
         let ops = &model.programs[self.program as usize].stream_ops[COMPUTE];
+        let (mut start, mut left) = (self.kernel_since_ps, self.kernel_left_ps);
         let (mut end, mut next) = (self.kernel_end_ps, done + 1);
         while end < at && next <= self.chain_last {
+            let alone = self.chip_kernel_ps(model, ops[next as usize]).unwrap_or(0);
+            (start, left) = (end, alone);
             end += self.kernel_ps(model, ops[next as usize]);
             next += 1;
         }
-        (Some(end.max(at)), next)
+        let rate = model.interference.compute_rate;
+        let now_rate = if self.kernel_slowed { rate } else { 1.0 };
+        // Progress rounded up and the rest at the fastest rate, less a picosecond: never
+        // later than the end any event can give it.
+        let done_by_at = (at.saturating_sub(start) as f64 * now_rate).ceil() as u64;
+        let rest = (left.saturating_sub(done_by_at) as f64 / rate.max(1.0)).floor() as u64;
+        let least = (at.max(start) + rest).saturating_sub(1);
+        (Some(least.min(end).max(at)), next)
     }
 
     /// The least time of the compute-stream kernels at positions `[from, to)`: from the

@@ -90,8 +90,14 @@ pub struct GpuLp {
     /// Streams whose head op may have become ready (a bit per stream): set when an op
     /// finishes, for its own stream and the streams of its dependents.
     pump_streams: u32,
-    /// When the running kernel ends.
+    /// When the running kernel ends, at the rate it runs now.
     kernel_end_ps: u64,
+    /// The running kernel pro rata: since `kernel_since_ps` (its start, or when a collective
+    /// last started or ended beside it) it has run slowed or not (`kernel_slowed`), with
+    /// `kernel_left_ps` of its time alone still to do then ([`GpuLp::retime_kernel`]).
+    kernel_since_ps: u64,
+    kernel_left_ps: u64,
+    kernel_slowed: bool,
     /// The compute stream's chain of kernels ([`super::ProgramIndex::chains_into_next`]):
     /// the stream position of its last kernel, the generation of its one pending
     /// [`Body::ComputeDone`], and whether it was planned with a collective running.
@@ -215,6 +221,9 @@ impl GpuLp {
             ops_done: 0,
             pump_streams: (1 << STREAMS) - 1,
             kernel_end_ps: 0,
+            kernel_since_ps: 0,
+            kernel_left_ps: 0,
+            kernel_slowed: false,
             chain_last: 0,
             chain_gen: 0,
             chain_slowed: false,

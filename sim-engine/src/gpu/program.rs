@@ -13,16 +13,13 @@ use crate::workload::{MemoryEvent, OpKind, Stream};
 use crate::{Body, Ctx, MEMORY_GROUP, P2P, SimModel, Tag};
 
 impl GpuLp {
-    /// How long `op`, a kernel starting now, takes on this chip.
+    /// How long `op`, a kernel starting now, takes on this chip if nothing starts or ends
+    /// beside it.
     pub(super) fn kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
         let base = self
             .chip_kernel_ps(model, op)
             .unwrap_or_else(|| unreachable!("op {op} is not a kernel"));
-        if self.comm_active > 0 {
-            crate::time::round_ps(base as f64 / model.interference.compute_rate)
-        } else {
-            base
-        }
+        slowed_ps(model, base, self.comm_active > 0)
     }
 
     /// How long `op` takes on this chip while nothing else runs: the part's time, this
@@ -49,8 +46,34 @@ impl GpuLp {
             self.live_bytes += e.alloc;
             self.peak_bytes = self.peak_bytes.max(self.live_bytes);
         }
-        self.kernel_end_ps = at + self.kernel_ps(model, op);
+        let alone = self
+            .chip_kernel_ps(model, op)
+            .unwrap_or_else(|| unreachable!("op {op} is not a kernel"));
+        self.kernel_slowed = self.comm_active > 0;
+        self.kernel_since_ps = at;
+        self.kernel_left_ps = alone;
+        self.kernel_end_ps = at + slowed_ps(model, alone, self.kernel_slowed);
         self.running[COMPUTE] = Running::Compute { op, start_ps: at };
+    }
+
+    /// A collective started or ended beside the running kernel at `now`: the kernel has done
+    /// what it did at its old rate and does the rest at the new one, so it is slowed for
+    /// the time it shares with communication, not for all of it or none
+    /// ([`crate::compute::Interference`]: the analytical evaluator's `overlap · (1 − rate)`).
+    fn retime_kernel(&mut self, model: &SimModel, now: u64) {
+        let slowed = self.comm_active > 0;
+        if slowed == self.kernel_slowed || !matches!(self.running[COMPUTE], Running::Compute { .. })
+        {
+            return;
+        }
+        // A chained kernel waiting for the host has not started: it all runs at the new rate.
+        if now > self.kernel_since_ps {
+            let done = progress_ps(model, now - self.kernel_since_ps, self.kernel_slowed);
+            self.kernel_left_ps = self.kernel_left_ps.saturating_sub(done);
+            self.kernel_since_ps = now;
+        }
+        self.kernel_slowed = slowed;
+        self.kernel_end_ps = self.kernel_since_ps + slowed_ps(model, self.kernel_left_ps, slowed);
     }
 
     /// The kernel just started and those chained after it run back to back: one
@@ -67,8 +90,16 @@ impl GpuLp {
     }
 
     /// Plans the chain's one [`Body::ComputeDone`] under a new generation, with the GPU
-    /// slowed as it is now.
+    /// slowed as it is now. One planned earlier in this same handler (a kernel and the
+    /// collective beside it starting at one instant) is taken back rather than left to
+    /// arrive stale: its sequence number stays used, so every later key is the same.
     fn emit_chain_end(&mut self, model: &SimModel, ctx: &mut Ctx) {
+        let (node, old) = (self.node, self.chain_gen);
+        if let Some(i) = ctx.out.iter().rposition(|(_, e)| {
+            e.target == node && matches!(e.body, Body::ComputeDone { chain } if chain == old)
+        }) {
+            ctx.out.remove(i);
+        }
         self.chain_slowed = self.comm_active > 0;
         self.chain_gen = self.chain_gen.wrapping_add(1);
         let end = self.chain_end_ps(model);
@@ -155,12 +186,12 @@ impl GpuLp {
         }
     }
 
-    /// A collective started or ended while a chain runs: the kernels not started yet take
-    /// another time, so the chain's end moves (its old event goes stale).
+    /// A collective started or ended while a chain runs: the running kernel goes on at the
+    /// new rate and the kernels not started yet take another time, so the chain's end moves
+    /// (its old event goes stale).
     fn replan_chain(&mut self, model: &SimModel, ctx: &mut Ctx) {
-        if self.done[COMPUTE] < self.chain_last
-            && matches!(self.running[COMPUTE], Running::Compute { .. })
-        {
+        if matches!(self.running[COMPUTE], Running::Compute { .. }) {
+            self.retime_kernel(model, ctx.now.as_ps());
             self.emit_chain_end(model, ctx);
         } else {
             // No chain runs: nothing to move until the next one is planned.
@@ -507,5 +538,23 @@ impl GpuLp {
                 name: op,
             });
         }
+    }
+}
+
+/// `alone` ps of a kernel's time alone, run slowed by communication or not.
+fn slowed_ps(model: &SimModel, alone: u64, slowed: bool) -> u64 {
+    if slowed {
+        crate::time::round_ps(alone as f64 / model.interference.compute_rate)
+    } else {
+        alone
+    }
+}
+
+/// How much of its time alone a kernel does in `wall` ps, slowed by communication or not.
+fn progress_ps(model: &SimModel, wall: u64, slowed: bool) -> u64 {
+    if slowed {
+        crate::time::round_ps(wall as f64 * model.interference.compute_rate)
+    } else {
+        wall
     }
 }
