@@ -4,11 +4,11 @@
 
 mod support;
 
-use sim::compute::Interference;
-use sim::config::ComputeConfig;
-use sim::layout::GroupKind;
 use sim::workload::{CollectiveOp, Label, OpKind, Program, Stream};
+use sim_config::ComputeConfig;
 use sim_engine::SimModel;
+use sim_ir::layout::GroupKind;
+use sim_models::compute::Interference;
 use support::*;
 
 /// Two GPUs of one data-parallel group, the analytical network, every chip at the
