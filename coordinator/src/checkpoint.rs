@@ -28,8 +28,9 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// (`GpuLp::host_anchor_ps` and the rest); 6 since one GPU per stage keeps its timeline
 /// (`GpuLp::timeline`); 7 since a segment carries its completion count and one byte of
 /// marks, and a GPU counts the segments of adaptively routed flows; 8 since it counts both
-/// kinds of pieces in one table (`GpuLp::pieces_seen`).
-const FORMAT: u32 = 8;
+/// kinds of pieces in one table (`GpuLp::pieces_seen`); 9 since a GPU times its running
+/// kernel pro rata (`GpuLp::kernel_since_ps`, `kernel_left_ps`, `kernel_slowed`).
+const FORMAT: u32 = 9;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:
