@@ -191,8 +191,8 @@ const CASES: &[Case] = &[
             "engine.symmetry=\"off\"",
         ],
         // (12.617084405161, 213d6058) until the engine slowed kernels pro rata (2026-12-07);
-        // not rerun since (docs/engine.md, "Recorded answers of the large presets").
-        answer: None,
+        // since, the one-replica iteration to the picosecond again.
+        answer: Some(("80c5bf5d83bdfeaf9f8cbb55312e8295", 12.720852903505)),
         huge: true,
         events: None,
     },
