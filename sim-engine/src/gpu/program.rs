@@ -16,10 +16,13 @@ impl GpuLp {
     /// How long `op`, a kernel starting now, takes on this chip if nothing starts or ends
     /// beside it.
     pub(super) fn kernel_ps(&self, model: &SimModel, op: u32) -> u64 {
-        let base = self
-            .chip_kernel_ps(model, op)
-            .unwrap_or_else(|| unreachable!("op {op} is not a kernel"));
-        slowed_ps(model, base, self.comm_active > 0)
+        slowed_ps(model, self.alone_ps(model, op), self.comm_active > 0)
+    }
+
+    /// [`GpuLp::chip_kernel_ps`] of an op the compute stream runs, which is always a kernel.
+    fn alone_ps(&self, model: &SimModel, op: u32) -> u64 {
+        self.chip_kernel_ps(model, op)
+            .unwrap_or_else(|| unreachable!("op {op} is not a kernel"))
     }
 
     /// How long `op` takes on this chip while nothing else runs: the part's time, this
@@ -46,9 +49,7 @@ impl GpuLp {
             self.live_bytes += e.alloc;
             self.peak_bytes = self.peak_bytes.max(self.live_bytes);
         }
-        let alone = self
-            .chip_kernel_ps(model, op)
-            .unwrap_or_else(|| unreachable!("op {op} is not a kernel"));
+        let alone = self.alone_ps(model, op);
         self.kernel_slowed = self.comm_active > 0;
         self.kernel_since_ps = at;
         self.kernel_left_ps = alone;
