@@ -84,9 +84,9 @@ const CASES: &[Case] = &[
         // (12.987608, 9dde6630); 838c468: 406 us more (12.988014110073, cab4b1cf). Issue
         // 17's twelfth and thirteenth steps (the fp32 main gradient, at 6 bytes per weight):
         // 206 ms more, recorded 2026-12-04 on 407ace4.
-        // (13.19427808246, 09fb0f3f) until the engine slowed kernels pro rata (2026-12-07);
-        // not rerun since (docs/engine.md, "Recorded answers of the large presets").
-        answer: None,
+        // (13.19427808246, 09fb0f3f) until the engine slowed kernels pro rata (2026-12-07):
+        // 70 ms more, re-recorded 2026-12-07 on dc3265f (239.6 M events, 1.27 GB peak RSS).
+        answer: Some(("6e83399ffb146314b61070740d143410", 13.264458240815)),
         huge: true,
         events: None,
     },
