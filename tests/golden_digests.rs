@@ -13,7 +13,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
-        "18a835c3406df1371f59197d465a2161",
+        "16a1f3c78cba913508642212eeca9081",
     ),
     (
         "quickstart, flow",
@@ -64,7 +64,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "e8b1ce07035f5a779ca25bf255659c4f",
+        "2d98498b8e166d64ad1940cc0e1568b5",
     ),
     (
         "a Chakra trace",
@@ -74,7 +74,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "A100 and H100 in one job",
         &["configs/experiments/hetero-a100-h100-128.toml"],
-        "8743415feb22a640ba9be82cbf0f66df",
+        "825db8f658722744ca78ec883fbd7116",
     ),
     (
         "Mixtral, alltoall dispatcher, analytical",
@@ -88,7 +88,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "3f2ad19815f372793998048d80522f4e",
+        "954f1ff4931f4cc70d5cd77240684e5c",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",

@@ -6,6 +6,12 @@
 //! its ingress port's buffer when it is queued at an egress port and released when that port
 //! starts transmitting it; crossing XOFF pauses the upstream port, falling to XON resumes it.
 //! Marking is RED on the egress queue (DCQCN paper, §3: `kmin`, `kmax`, `pmax`).
+//! A NIC's own port serves the queue pairs queued at it in turn, a segment each (start-time
+//! fair queuing, Goyal, Vin and Cheng, SIGCOMM'96), as its transmit scheduler does: a message
+//! posted on one queue pair behind another's backlog shares the wire with it instead of
+//! waiting out all of it. A queue pair's own messages go in order (RC semantics, InfiniBand
+//! Architecture Specification vol. 1, §9.5; the flow model's `QueuePair`). A switch port keeps
+//! one FIFO (per priority) across every flow.
 //!
 //! Links of classes that run analytically (`network.intra_host = "analytical"` for NVLink,
 //! PCIe and CXL) have no queue: a segment crosses them in latency + serialisation and the next
@@ -33,6 +39,12 @@ pub struct Port {
     ps_per_byte: f64,
     queue: VecDeque<Waiting>,
     queued_bytes: u64,
+    /// Whether the port serves its flows in turn ([`Port::fair_round`]): a NIC's.
+    fair: bool,
+    /// The round of the segment last put on the wire (fair ports; 0 elsewhere).
+    round: u64,
+    /// The queue pairs with segments queued at a fair port, and the round of each one's last.
+    flows: Vec<QueuedFlow>,
     busy_until: u64,
     /// Whether a `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is
     /// stale: an event at its picosecond (an arrival, a PFC resume) was handled first,
@@ -47,11 +59,27 @@ pub struct Port {
     run: RunMemo,
 }
 
-/// A segment queued at a port, with the time its tail is (or will be) here.
+/// A segment queued at a port, with the time its tail is (or will be) here and, at a fair
+/// port, the round it goes in (the queue is in round order).
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Waiting {
     seg: Segment,
     tail_ps: u64,
+    round: u64,
+}
+
+/// A queue pair with segments at a fair port: (sender, receiver, PXN relay, ECMP hash) as
+/// the flow model keys one, the round of its last queued segment, and how many it has there.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct QueuedFlow {
+    queue_pair: (NodeId, NodeId, NodeId, u64),
+    last_round: u64,
+    queued: u32,
+}
+
+/// The queue pair `seg` travels on.
+fn queue_pair(seg: &Segment) -> (NodeId, NodeId, NodeId, u64) {
+    (seg.src, seg.dst, seg.via, seg.hash)
 }
 
 /// Segments a port queue always keeps room for. Beyond it, a queue's buffer halves when less
@@ -63,6 +91,7 @@ const QUEUE_CAPACITY_KEPT: usize = 16;
 impl Port {
     fn new(model: &SimModel, link: LinkId) -> Self {
         let l = model.topology.link(link);
+        let sender = model.topology.nodes()[l.src as usize].kind;
         Port {
             link,
             dst: l.dst,
@@ -71,6 +100,9 @@ impl Port {
             ps_per_byte: ps_per_byte(l.bytes_per_s),
             queue: VecDeque::new(),
             queued_bytes: 0,
+            fair: matches!(sender, NodeKind::Nic | NodeKind::Gpu),
+            round: 0,
+            flows: Vec::new(),
             busy_until: 0,
             tx_scheduled: false,
             paused: false,
@@ -80,6 +112,43 @@ impl Port {
             },
             spans: Vec::new(),
             run: RunMemo::default(),
+        }
+    }
+
+    /// The round `seg` goes in at a fair port: one after its queue pair's last queued
+    /// segment, and no earlier than the round after the one on the wire, so a queue pair
+    /// that just got work goes after one segment of each queued ahead of it. Counts the
+    /// segment as queued.
+    fn fair_round(&mut self, seg: &Segment) -> u64 {
+        let next = self.round + 1;
+        let qp = queue_pair(seg);
+        match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
+            Some(f) => {
+                f.last_round = f.last_round.max(self.round) + 1;
+                f.queued += 1;
+                f.last_round
+            }
+            None => {
+                self.flows.push(QueuedFlow {
+                    queue_pair: qp,
+                    last_round: next,
+                    queued: 1,
+                });
+                next
+            }
+        }
+    }
+
+    /// A segment of round `round` leaves a fair port's queue for the wire.
+    fn leave_fair_queue(&mut self, seg: &Segment, round: u64) {
+        self.round = round;
+        let qp = queue_pair(seg);
+        if let Some(i) = self.flows.iter().position(|f| f.queue_pair == qp) {
+            self.flows[i].queued -= 1;
+            if self.flows[i].queued == 0 {
+                // Its last went at `round`: a later one starts from the port's round.
+                self.flows.swap_remove(i);
+            }
         }
     }
 }
@@ -396,9 +465,38 @@ impl Ports {
         let tail_ps = ctx.now.as_ps() + u64::from(seg.lag_ps);
         if port.queue.is_empty() && !port.paused && ctx.now.as_ps() >= port.busy_until {
             // An idle port sends at once: the segment never touches the queue's buffer.
-            self.transmit(model, i, Waiting { seg, tail_ps }, ctx);
+            if port.fair {
+                port.round += 1;
+            }
+            let round = port.round;
+            self.transmit(
+                model,
+                i,
+                Waiting {
+                    seg,
+                    tail_ps,
+                    round,
+                },
+                ctx,
+            );
+        } else if port.fair {
+            let round = port.fair_round(&seg);
+            let at = port.queue.partition_point(|w| w.round <= round);
+            port.queue.insert(
+                at,
+                Waiting {
+                    seg,
+                    tail_ps,
+                    round,
+                },
+            );
+            self.try_transmit(model, i, ctx);
         } else {
-            port.queue.push_back(Waiting { seg, tail_ps });
+            port.queue.push_back(Waiting {
+                seg,
+                tail_ps,
+                round: 0,
+            });
             self.try_transmit(model, i, ctx);
         }
     }
@@ -423,6 +521,9 @@ impl Ports {
             return;
         }
         if let Some(waiting) = port.queue.pop_front() {
+            if port.fair {
+                port.leave_fair_queue(&waiting.seg, waiting.round);
+            }
             self.transmit(model, i, waiting, ctx);
         }
     }
@@ -432,7 +533,9 @@ impl Ports {
         let Some(Some(port)) = self.ports.get_mut(i) else {
             return;
         };
-        let Waiting { mut seg, tail_ps } = waiting;
+        let Waiting {
+            mut seg, tail_ps, ..
+        } = waiting;
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
         let ps_per_byte = if model.faults.has_timed_links() {
@@ -1310,6 +1413,75 @@ pub(super) mod tests {
         assert!(shrank);
         assert_eq!(queue(&lp).0, 0, "drained");
         assert!(queue(&lp).1 <= QUEUE_CAPACITY_KEPT);
+    }
+
+    /// The flows in the order `node`'s fabric LP puts `arrivals` (all at time 0, in this
+    /// order) on the wire, its TxDones handled as they come.
+    fn sent_flows(model: &SimModel, node: NodeId, arrivals: &[Segment]) -> Vec<u32> {
+        let mut lp = FabricLp::new(model, node);
+        let (mut seq, mut hops) = (0, Vec::new());
+        let mut pending: Vec<(u64, Body)> =
+            arrivals.iter().map(|s| (0, Body::Segment(*s))).collect();
+        let mut sent = Vec::new();
+        while let Some(i) = (0..pending.len()).min_by_key(|&i| pending[i].0) {
+            let (now, body) = pending.remove(i);
+            let mut out = Vec::new();
+            let mut ctx = Ctx::new(SimTime::from_ps(now), node, &mut seq, &mut out, &mut hops);
+            lp.handle(model, body, &mut ctx);
+            for (k, e) in out {
+                match e.body {
+                    Body::TxDone { .. } => pending.push((k.time.as_ps(), e.body)),
+                    Body::Segment(s) if e.target != node => sent.push(s.flow),
+                    _ => {}
+                }
+            }
+        }
+        sent
+    }
+
+    /// A NIC's transmit scheduler serves its queue pairs in turn: an 8-byte amax all-reduce
+    /// posted on its own queue pair behind four 1 MiB segments of a gradient reduce-scatter
+    /// goes after one of them (start-time fair queuing: the one already in its round), not
+    /// after all four, 84 us at 400 Gb/s; posted on the reduce-scatter's queue pair it goes
+    /// after them (RC order). A switch port keeps one FIFO: there it waits them out.
+    #[test]
+    fn a_nic_serves_its_flows_in_turn_and_a_switch_port_in_order() {
+        let model = two_hosts_per_leaf();
+        let t = &model.topology;
+        let (src, dst) = (t.gpu(8), t.gpu(0));
+        let mut bulk = segment(src, dst, 3);
+        bulk.route = Route::plan(t, network_queues(t), src, bulk, &mut Vec::new());
+        bulk.bytes = 1 << 20;
+        let links = walk(t, src, &bulk.route);
+        let first = (0..bulk.route.len())
+            .find(|&h| bulk.route.queued(h))
+            .expect("a queued hop");
+        let nic = t.link(links[usize::from(first)]).src;
+        assert_eq!(t.nodes()[nic as usize].kind, NodeKind::Nic);
+        let arrivals = |hop: u8| {
+            let mut bulk = bulk;
+            bulk.hop = hop;
+            let mut amax = bulk;
+            amax.flow = 1;
+            amax.bytes = 8;
+            let mut own_qp = amax;
+            own_qp.hash = 4;
+            [
+                [bulk, bulk, bulk, bulk, bulk, own_qp],
+                [bulk, bulk, bulk, bulk, bulk, amax],
+            ]
+        };
+        // The first bulk segment goes at once; the amax on its own queue pair after the
+        // second, on the bulk's after all of them.
+        let [own, shared] = arrivals(first);
+        assert_eq!(sent_flows(&model, nic, &own), [0, 0, 1, 0, 0, 0]);
+        assert_eq!(sent_flows(&model, nic, &shared), [0, 0, 0, 0, 0, 1]);
+        let (at_leaf, leaf) = segment_at_the_leaf(&model);
+        assert_eq!(at_leaf.route, bulk.route);
+        assert_eq!(
+            sent_flows(&model, leaf, &arrivals(at_leaf.hop)[0]),
+            [0, 0, 0, 0, 0, 1]
+        );
     }
 
     #[test]
