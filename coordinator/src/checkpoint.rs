@@ -30,7 +30,7 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// marks, and a GPU counts the segments of adaptively routed flows; 8 since it counts both
 /// kinds of pieces in one table (`GpuLp::pieces_seen`); 9 since a GPU times its running
 /// kernel pro rata (`GpuLp::kernel_since_ps`, `kernel_left_ps`, `kernel_slowed`); 10 since
-/// a NIC's port serves its flows in turn (`net::Port` rounds, `Waiting::round`).
+/// a NIC's port serves its queue pairs in turn (`net::Port` rounds, `Waiting::round`).
 const FORMAT: u32 = 10;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,

@@ -604,7 +604,7 @@ pub struct FlowRequest {
 /// send requests in order (InfiniBand Architecture Specification, vol. 1, §9.5), so a
 /// connection's next message starts when the one before it has left; in the packet model
 /// its segments queue behind the earlier message's at the same ports.
-type QueuePair = (NodeId, NodeId, NodeId, u64);
+pub(crate) type QueuePair = (NodeId, NodeId, NodeId, u64);
 
 impl FlowRequest {
     fn queue_pair(&self) -> QueuePair {

@@ -19,6 +19,7 @@
 
 use std::collections::VecDeque;
 
+use super::flow::QueuePair;
 use super::memory_node::MemoryServer;
 use super::results::{LpReport, PortReport, Span};
 use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel};
@@ -39,7 +40,7 @@ pub struct Port {
     ps_per_byte: f64,
     queue: VecDeque<Waiting>,
     queued_bytes: u64,
-    /// Whether the port serves its flows in turn ([`Port::fair_round`]): a NIC's.
+    /// Whether the port serves its queue pairs in turn ([`Port::fair_round`]): a NIC's.
     fair: bool,
     /// The round of the segment last put on the wire (fair ports; 0 elsewhere).
     round: u64,
@@ -72,13 +73,13 @@ struct Waiting {
 /// the flow model keys one, the round of its last queued segment, and how many it has there.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct QueuedFlow {
-    queue_pair: (NodeId, NodeId, NodeId, u64),
+    queue_pair: QueuePair,
     last_round: u64,
     queued: u32,
 }
 
 /// The queue pair `seg` travels on.
-fn queue_pair(seg: &Segment) -> (NodeId, NodeId, NodeId, u64) {
+fn queue_pair(seg: &Segment) -> QueuePair {
     (seg.src, seg.dst, seg.via, seg.hash)
 }
 
@@ -139,9 +140,8 @@ impl Port {
         }
     }
 
-    /// A segment of round `round` leaves a fair port's queue for the wire.
-    fn leave_fair_queue(&mut self, seg: &Segment, round: u64) {
-        self.round = round;
+    /// A segment leaves a fair port's queue for the wire: its queue pair has one fewer there.
+    fn leave_fair_queue(&mut self, seg: &Segment) {
         let qp = queue_pair(seg);
         if let Some(i) = self.flows.iter().position(|f| f.queue_pair == qp) {
             self.flows[i].queued -= 1;
@@ -465,10 +465,7 @@ impl Ports {
         let tail_ps = ctx.now.as_ps() + u64::from(seg.lag_ps);
         if port.queue.is_empty() && !port.paused && ctx.now.as_ps() >= port.busy_until {
             // An idle port sends at once: the segment never touches the queue's buffer.
-            if port.fair {
-                port.round += 1;
-            }
-            let round = port.round;
+            let round = if port.fair { port.round + 1 } else { 0 };
             self.transmit(
                 model,
                 i,
@@ -522,7 +519,7 @@ impl Ports {
         }
         if let Some(waiting) = port.queue.pop_front() {
             if port.fair {
-                port.leave_fair_queue(&waiting.seg, waiting.round);
+                port.leave_fair_queue(&waiting.seg);
             }
             self.transmit(model, i, waiting, ctx);
         }
@@ -534,8 +531,14 @@ impl Ports {
             return;
         };
         let Waiting {
-            mut seg, tail_ps, ..
+            mut seg,
+            tail_ps,
+            round,
         } = waiting;
+        if port.fair {
+            // The round on the wire: a queue pair that gets work from now goes after it.
+            port.round = round;
+        }
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
         let ps_per_byte = if model.faults.has_timed_links() {

@@ -272,8 +272,7 @@ impl GpuLp {
         let (mut start, mut left) = (self.kernel_since_ps, self.kernel_left_ps);
         let (mut end, mut next) = (self.kernel_end_ps, done + 1);
         while end < at && next <= self.chain_last {
-            let alone = self.chip_kernel_ps(model, ops[next as usize]).unwrap_or(0);
-            (start, left) = (end, alone);
+            (start, left) = (end, self.alone_ps(model, ops[next as usize]));
             end += self.kernel_ps(model, ops[next as usize]);
             next += 1;
         }

@@ -20,7 +20,7 @@ impl GpuLp {
     }
 
     /// [`GpuLp::chip_kernel_ps`] of an op the compute stream runs, which is always a kernel.
-    fn alone_ps(&self, model: &SimModel, op: u32) -> u64 {
+    pub(super) fn alone_ps(&self, model: &SimModel, op: u32) -> u64 {
         self.chip_kernel_ps(model, op)
             .unwrap_or_else(|| unreachable!("op {op} is not a kernel"))
     }
