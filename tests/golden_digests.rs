@@ -13,7 +13,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "quickstart, packet",
         &["configs/experiments/quickstart.toml"],
-        "16a1f3c78cba913508642212eeca9081",
+        "2c94b4a92696a7dae5067816a8ac8800",
     ),
     (
         "quickstart, flow",
@@ -64,7 +64,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "2d98498b8e166d64ad1940cc0e1568b5",
+        "8492bd5481f6cad691ce65f5c99e66f5",
     ),
     (
         "a Chakra trace",
@@ -74,7 +74,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "A100 and H100 in one job",
         &["configs/experiments/hetero-a100-h100-128.toml"],
-        "825db8f658722744ca78ec883fbd7116",
+        "fa832c6766126e122d3e47dbffef9ae6",
     ),
     (
         "Mixtral, alltoall dispatcher, analytical",
@@ -88,7 +88,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "954f1ff4931f4cc70d5cd77240684e5c",
+        "3943bb8ca2018ee5c6e776ad0114b212",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",

@@ -30,8 +30,9 @@ pub const MANIFEST: &str = "checkpoint.json";
 /// marks, and a GPU counts the segments of adaptively routed flows; 8 since it counts both
 /// kinds of pieces in one table (`GpuLp::pieces_seen`); 9 since a GPU times its running
 /// kernel pro rata (`GpuLp::kernel_since_ps`, `kernel_left_ps`, `kernel_slowed`); 10 since
-/// a NIC's port serves its queue pairs in turn (`net::Port` rounds, `Waiting::round`).
-const FORMAT: u32 = 10;
+/// a NIC's port serves its queue pairs in turn (`net::Port` rounds, `Waiting::round`); 11
+/// since it counts its turns in bytes (`Port::wire_start`, `Waiting::start`).
+const FORMAT: u32 = 11;
 
 /// How often checkpoints are taken: `--checkpoint-every 2ms` (simulated time, units ps, ns,
 /// us, ms, s) or `--checkpoint-every wall:15m` (wall-clock time, as `humantime` reads it:

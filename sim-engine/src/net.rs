@@ -40,11 +40,16 @@ pub struct Port {
     ps_per_byte: f64,
     queue: VecDeque<Waiting>,
     queued_bytes: u64,
-    /// Whether the port serves its queue pairs in turn ([`Port::fair_round`]): a NIC's.
+    /// Whether the port serves its queue pairs in turn ([`Port::fair_start`]): a NIC's.
     fair: bool,
-    /// The round of the segment last put on the wire (fair ports; 0 elsewhere).
-    round: u64,
-    /// The queue pairs with segments queued at a fair port, and the round of each one's last.
+    /// Fair ports' virtual time, in bytes: the start tag of the segment last put on the
+    /// wire, its finish tag (its start plus its bytes) and its queue pair (0 and `None`
+    /// elsewhere).
+    wire_start: u64,
+    wire_finish: u64,
+    wire_queue_pair: Option<QueuePair>,
+    /// The queue pairs with segments queued at a fair port, and the finish tag of each
+    /// one's last.
     flows: Vec<QueuedFlow>,
     busy_until: u64,
     /// Whether a `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is
@@ -61,20 +66,21 @@ pub struct Port {
 }
 
 /// A segment queued at a port, with the time its tail is (or will be) here and, at a fair
-/// port, the round it goes in (the queue is in round order).
+/// port, its start tag (the queue is in start-tag order).
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Waiting {
     seg: Segment,
     tail_ps: u64,
-    round: u64,
+    start: u64,
 }
 
 /// A queue pair with segments at a fair port: (sender, receiver, PXN relay, ECMP hash) as
-/// the flow model keys one, the round of its last queued segment, and how many it has there.
+/// the flow model keys one, the finish tag of its last queued segment, and how many it has
+/// there.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct QueuedFlow {
     queue_pair: QueuePair,
-    last_round: u64,
+    last_finish: u64,
     queued: u32,
 }
 
@@ -102,7 +108,9 @@ impl Port {
             queue: VecDeque::new(),
             queued_bytes: 0,
             fair: matches!(sender, NodeKind::Nic | NodeKind::Gpu),
-            round: 0,
+            wire_start: 0,
+            wire_finish: 0,
+            wire_queue_pair: None,
             flows: Vec::new(),
             busy_until: 0,
             tx_scheduled: false,
@@ -116,26 +124,35 @@ impl Port {
         }
     }
 
-    /// The round `seg` goes in at a fair port: one after its queue pair's last queued
-    /// segment, and no earlier than the round after the one on the wire, so a queue pair
-    /// that just got work goes after one segment of each queued ahead of it. Counts the
-    /// segment as queued.
-    fn fair_round(&mut self, seg: &Segment) -> u64 {
-        let next = self.round + 1;
+    /// The start tag of `seg` at a busy fair port (start-time fair queuing, Goyal, Vin and
+    /// Cheng, SIGCOMM'96, §2, tags in bytes as a NIC's scheduler counts them): the virtual
+    /// time (the start tag of the segment on the wire) or its queue pair's last finish tag,
+    /// whichever is later. A queue pair that just got work therefore goes ahead of every
+    /// segment queued for a later virtual time, waiting at most for the one on the wire and
+    /// those that started with it; a busy one sends as many bytes as each other in turn.
+    /// Counts the segment as queued.
+    fn fair_start(&mut self, seg: &Segment) -> u64 {
         let qp = queue_pair(seg);
+        let bytes = u64::from(seg.bytes);
+        let on_wire = if self.wire_queue_pair == Some(qp) {
+            self.wire_finish
+        } else {
+            self.wire_start
+        };
         match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
             Some(f) => {
-                f.last_round = f.last_round.max(self.round) + 1;
+                let start = f.last_finish.max(on_wire);
+                f.last_finish = start + bytes;
                 f.queued += 1;
-                f.last_round
+                start
             }
             None => {
                 self.flows.push(QueuedFlow {
                     queue_pair: qp,
-                    last_round: next,
+                    last_finish: on_wire + bytes,
                     queued: 1,
                 });
-                next
+                on_wire
             }
         }
     }
@@ -146,7 +163,7 @@ impl Port {
         if let Some(i) = self.flows.iter().position(|f| f.queue_pair == qp) {
             self.flows[i].queued -= 1;
             if self.flows[i].queued == 0 {
-                // Its last went at `round`: a later one starts from the port's round.
+                // Its last is on the wire now: a later one starts at that one's finish.
                 self.flows.swap_remove(i);
             }
         }
@@ -464,27 +481,28 @@ impl Ports {
         port.stats.max_queue_bytes = port.stats.max_queue_bytes.max(port.queued_bytes);
         let tail_ps = ctx.now.as_ps() + u64::from(seg.lag_ps);
         if port.queue.is_empty() && !port.paused && ctx.now.as_ps() >= port.busy_until {
-            // An idle port sends at once: the segment never touches the queue's buffer.
-            let round = if port.fair { port.round + 1 } else { 0 };
+            // An idle port sends at once: the segment never touches the queue's buffer. Its
+            // start tag is where the last busy period's virtual time ended.
+            let start = port.wire_finish;
             self.transmit(
                 model,
                 i,
                 Waiting {
                     seg,
                     tail_ps,
-                    round,
+                    start,
                 },
                 ctx,
             );
         } else if port.fair {
-            let round = port.fair_round(&seg);
-            let at = port.queue.partition_point(|w| w.round <= round);
+            let start = port.fair_start(&seg);
+            let at = port.queue.partition_point(|w| w.start <= start);
             port.queue.insert(
                 at,
                 Waiting {
                     seg,
                     tail_ps,
-                    round,
+                    start,
                 },
             );
             self.try_transmit(model, i, ctx);
@@ -492,7 +510,7 @@ impl Ports {
             port.queue.push_back(Waiting {
                 seg,
                 tail_ps,
-                round: 0,
+                start: 0,
             });
             self.try_transmit(model, i, ctx);
         }
@@ -533,11 +551,13 @@ impl Ports {
         let Waiting {
             mut seg,
             tail_ps,
-            round,
+            start,
         } = waiting;
         if port.fair {
-            // The round on the wire: a queue pair that gets work from now goes after it.
-            port.round = round;
+            // The virtual time: a queue pair that gets work from now starts no earlier.
+            port.wire_start = start;
+            port.wire_finish = start + u64::from(seg.bytes);
+            port.wire_queue_pair = Some(queue_pair(&seg));
         }
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
@@ -1442,11 +1462,12 @@ pub(super) mod tests {
         sent
     }
 
-    /// A NIC's transmit scheduler serves its queue pairs in turn: an 8-byte amax all-reduce
-    /// posted on its own queue pair behind four 1 MiB segments of a gradient reduce-scatter
-    /// goes after one of them (start-time fair queuing: the one already in its round), not
-    /// after all four, 84 us at 400 Gb/s; posted on the reduce-scatter's queue pair it goes
-    /// after them (RC order). A switch port keeps one FIFO: there it waits them out.
+    /// A NIC's transmit scheduler serves its queue pairs in turn, byte for byte: an 8-byte
+    /// amax all-reduce posted on its own queue pair behind four queued 1 MiB segments of a
+    /// gradient reduce-scatter goes right after the one on the wire (start-time fair
+    /// queuing: its start tag is the virtual time, theirs are 1-4 MiB later), not after
+    /// all four, 84 us at 400 Gb/s; posted on the reduce-scatter's queue pair it goes after
+    /// them (RC order). A switch port keeps one FIFO: there it waits them out.
     #[test]
     fn a_nic_serves_its_flows_in_turn_and_a_switch_port_in_order() {
         let model = two_hosts_per_leaf();
@@ -1474,10 +1495,10 @@ pub(super) mod tests {
                 [bulk, bulk, bulk, bulk, bulk, amax],
             ]
         };
-        // The first bulk segment goes at once; the amax on its own queue pair after the
-        // second, on the bulk's after all of them.
+        // The first bulk segment goes at once; the amax on its own queue pair next, on the
+        // bulk's after all of them.
         let [own, shared] = arrivals(first);
-        assert_eq!(sent_flows(&model, nic, &own), [0, 0, 1, 0, 0, 0]);
+        assert_eq!(sent_flows(&model, nic, &own), [0, 1, 0, 0, 0, 0]);
         assert_eq!(sent_flows(&model, nic, &shared), [0, 0, 0, 0, 0, 1]);
         let (at_leaf, leaf) = segment_at_the_leaf(&model);
         assert_eq!(at_leaf.route, bulk.route);
