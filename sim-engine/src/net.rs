@@ -43,13 +43,11 @@ pub struct Port {
     /// Whether the port serves its queue pairs in turn ([`Port::fair_start`]): a NIC's.
     fair: bool,
     /// Fair ports' virtual time, in bytes: the start tag of the segment last put on the
-    /// wire, its finish tag (its start plus its bytes) and its queue pair (0 and `None`
-    /// elsewhere).
+    /// wire and the finish tag of the last served (0 elsewhere).
     wire_start: u64,
     wire_finish: u64,
-    wire_queue_pair: Option<QueuePair>,
-    /// The queue pairs with segments queued at a fair port, and the finish tag of each
-    /// one's last.
+    /// The queue pairs a fair port has a finish tag for beyond its virtual time: those
+    /// with segments queued, and those whose last went on the wire recently enough.
     flows: Vec<QueuedFlow>,
     busy_until: u64,
     /// Whether a `TxDone` is planned at `busy_until`. Any other `TxDone` still pending is
@@ -74,9 +72,8 @@ struct Waiting {
     start: u64,
 }
 
-/// A queue pair with segments at a fair port: (sender, receiver, PXN relay, ECMP hash) as
-/// the flow model keys one, the finish tag of its last queued segment, and how many it has
-/// there.
+/// A queue pair at a fair port: (sender, receiver, PXN relay, ECMP hash) as the flow model
+/// keys one, the finish tag of its last segment there, and how many it has queued.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct QueuedFlow {
     queue_pair: QueuePair,
@@ -110,7 +107,6 @@ impl Port {
             fair: matches!(sender, NodeKind::Nic | NodeKind::Gpu),
             wire_start: 0,
             wire_finish: 0,
-            wire_queue_pair: None,
             flows: Vec::new(),
             busy_until: 0,
             tx_scheduled: false,
@@ -132,16 +128,11 @@ impl Port {
     /// those that started with it; a busy one sends as many bytes as each other in turn.
     /// Counts the segment as queued.
     fn fair_start(&mut self, seg: &Segment) -> u64 {
-        let qp = queue_pair(seg);
-        let bytes = u64::from(seg.bytes);
-        let on_wire = if self.wire_queue_pair == Some(qp) {
-            self.wire_finish
-        } else {
-            self.wire_start
-        };
+        let (qp, bytes) = (queue_pair(seg), u64::from(seg.bytes));
+        let virtual_time = self.wire_start;
         match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
             Some(f) => {
-                let start = f.last_finish.max(on_wire);
+                let start = f.last_finish.max(virtual_time);
                 f.last_finish = start + bytes;
                 f.queued += 1;
                 start
@@ -149,23 +140,38 @@ impl Port {
             None => {
                 self.flows.push(QueuedFlow {
                     queue_pair: qp,
-                    last_finish: on_wire + bytes,
+                    last_finish: virtual_time + bytes,
                     queued: 1,
                 });
-                on_wire
+                virtual_time
             }
         }
+    }
+
+    /// A segment with start tag `start` goes on a fair port's wire: the virtual time moves
+    /// to it, its queue pair keeps its finish tag, and a queue pair with nothing queued is
+    /// forgotten once the virtual time has reached its finish tag (its next would start at
+    /// the virtual time anyway), so the list holds the busy ones and the just-served.
+    fn onto_fair_wire(&mut self, seg: &Segment, start: u64) {
+        let (qp, finish) = (queue_pair(seg), start + u64::from(seg.bytes));
+        self.wire_start = start;
+        self.wire_finish = self.wire_finish.max(finish);
+        match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
+            Some(f) => f.last_finish = f.last_finish.max(finish),
+            None => self.flows.push(QueuedFlow {
+                queue_pair: qp,
+                last_finish: finish,
+                queued: 0,
+            }),
+        }
+        self.flows.retain(|f| f.queued > 0 || f.last_finish > start);
     }
 
     /// A segment leaves a fair port's queue for the wire: its queue pair has one fewer there.
     fn leave_fair_queue(&mut self, seg: &Segment) {
         let qp = queue_pair(seg);
-        if let Some(i) = self.flows.iter().position(|f| f.queue_pair == qp) {
-            self.flows[i].queued -= 1;
-            if self.flows[i].queued == 0 {
-                // Its last is on the wire now: a later one starts at that one's finish.
-                self.flows.swap_remove(i);
-            }
+        if let Some(f) = self.flows.iter_mut().find(|f| f.queue_pair == qp) {
+            f.queued -= 1;
         }
     }
 }
@@ -554,10 +560,7 @@ impl Ports {
             start,
         } = waiting;
         if port.fair {
-            // The virtual time: a queue pair that gets work from now starts no earlier.
-            port.wire_start = start;
-            port.wire_finish = start + u64::from(seg.bytes);
-            port.wire_queue_pair = Some(queue_pair(&seg));
+            port.onto_fair_wire(&seg, start);
         }
         let bytes = u64::from(seg.bytes);
         port.queued_bytes -= bytes;
@@ -1441,10 +1444,18 @@ pub(super) mod tests {
     /// The flows in the order `node`'s fabric LP puts `arrivals` (all at time 0, in this
     /// order) on the wire, its TxDones handled as they come.
     fn sent_flows(model: &SimModel, node: NodeId, arrivals: &[Segment]) -> Vec<u32> {
+        let timed: Vec<(u64, Segment)> = arrivals.iter().map(|s| (0, *s)).collect();
+        sent_flows_at(model, node, &timed)
+    }
+
+    /// [`sent_flows`] with each segment arriving at its own time (ps).
+    fn sent_flows_at(model: &SimModel, node: NodeId, arrivals: &[(u64, Segment)]) -> Vec<u32> {
         let mut lp = FabricLp::new(model, node);
         let (mut seq, mut hops) = (0, Vec::new());
-        let mut pending: Vec<(u64, Body)> =
-            arrivals.iter().map(|s| (0, Body::Segment(*s))).collect();
+        let mut pending: Vec<(u64, Body)> = arrivals
+            .iter()
+            .map(|&(at, s)| (at, Body::Segment(s)))
+            .collect();
         let mut sent = Vec::new();
         while let Some(i) = (0..pending.len()).min_by_key(|&i| pending[i].0) {
             let (now, body) = pending.remove(i);
@@ -1506,6 +1517,35 @@ pub(super) mod tests {
             sent_flows(&model, leaf, &arrivals(at_leaf.hop)[0]),
             [0, 0, 0, 0, 0, 1]
         );
+    }
+
+    /// Start-time fair queuing keeps a queue pair's finish tag while the virtual time has
+    /// not reached it: a queue pair whose 1 MiB segment has just left the wire and which
+    /// posts another goes after the segment another queue pair queued behind it, as a
+    /// round robin would serve them; one that posts after a longer pause would not.
+    #[test]
+    fn a_queue_pair_back_at_once_keeps_its_place_in_the_turns() {
+        let model = two_hosts_per_leaf();
+        let t = &model.topology;
+        let (src, dst) = (t.gpu(8), t.gpu(0));
+        let mut a = segment(src, dst, 3);
+        a.route = Route::plan(t, network_queues(t), src, a, &mut Vec::new());
+        a.bytes = 1 << 20;
+        let links = walk(t, src, &a.route);
+        let first = (0..a.route.len())
+            .find(|&h| a.route.queued(h))
+            .expect("a queued hop");
+        a.hop = first;
+        let link = t.link(links[usize::from(first)]);
+        let nic = link.src;
+        let segment_ps = (f64::from(a.bytes) / link.bytes_per_s * 1e12) as u64;
+        let mut b = a;
+        b.flow = 1;
+        b.hash = 4;
+        // A's first goes at once, B's two queue behind it; A's second comes while B's first
+        // is on the wire (A's finish tag, 1 MiB, is B's second's start: it goes after it).
+        let arrivals = [(0, a), (0, b), (0, b), (segment_ps + segment_ps / 2, a)];
+        assert_eq!(sent_flows_at(&model, nic, &arrivals), [0, 1, 1, 0]);
     }
 
     #[test]
