@@ -64,7 +64,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "link faults on a spine-leaf fabric",
         &["tests/fixtures/faults/spine-leaf.toml"],
-        "8492bd5481f6cad691ce65f5c99e66f5",
+        "615e44addee7b2f2364742628ae09370",
     ),
     (
         "a Chakra trace",
@@ -88,7 +88,7 @@ const GOLDEN: [(&str, &[&str], &str); 13] = [
     (
         "DeepSeek-V3 cut down, DeepEP, packet",
         &["tests/fixtures/moe/deepep-32.toml"],
-        "3943bb8ca2018ee5c6e776ad0114b212",
+        "b45d3b41e0b7cccb6ddc7a20e45b8ee6",
     ),
     (
         "DeepSeek-V3 cut down, DeepEP, analytical",

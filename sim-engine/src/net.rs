@@ -6,8 +6,9 @@
 //! its ingress port's buffer when it is queued at an egress port and released when that port
 //! starts transmitting it; crossing XOFF pauses the upstream port, falling to XON resumes it.
 //! Marking is RED on the egress queue (DCQCN paper, §3: `kmin`, `kmax`, `pmax`).
-//! A NIC's own port serves the queue pairs queued at it in turn, a segment each (start-time
-//! fair queuing, Goyal, Vin and Cheng, SIGCOMM'96), as its transmit scheduler does: a message
+//! A NIC's own port serves the queue pairs queued at it in turn, byte for byte (start-time
+//! fair queuing with tags in bytes, Goyal, Vin and Cheng, SIGCOMM'96), as its transmit
+//! scheduler interleaves them packet by packet: a message
 //! posted on one queue pair behind another's backlog shares the wire with it instead of
 //! waiting out all of it. A queue pair's own messages go in order (RC semantics, InfiniBand
 //! Architecture Specification vol. 1, §9.5; the flow model's `QueuePair`). A switch port keeps
@@ -43,7 +44,8 @@ pub struct Port {
     /// Whether the port serves its queue pairs in turn ([`Port::fair_start`]): a NIC's.
     fair: bool,
     /// Fair ports' virtual time, in bytes: the start tag of the segment last put on the
-    /// wire and the finish tag of the last served (0 elsewhere).
+    /// wire (while it is on the wire), and the largest finish tag served (the virtual time
+    /// while nothing is); 0 elsewhere.
     wire_start: u64,
     wire_finish: u64,
     /// The queue pairs a fair port has a finish tag for beyond its virtual time: those
@@ -120,16 +122,22 @@ impl Port {
         }
     }
 
-    /// The start tag of `seg` at a busy fair port (start-time fair queuing, Goyal, Vin and
-    /// Cheng, SIGCOMM'96, §2, tags in bytes as a NIC's scheduler counts them): the virtual
-    /// time (the start tag of the segment on the wire) or its queue pair's last finish tag,
-    /// whichever is later. A queue pair that just got work therefore goes ahead of every
-    /// segment queued for a later virtual time, waiting at most for the one on the wire and
-    /// those that started with it; a busy one sends as many bytes as each other in turn.
-    /// Counts the segment as queued.
-    fn fair_start(&mut self, seg: &Segment) -> u64 {
+    /// The start tag of `seg` queued at a fair port at `now` (start-time fair queuing, Goyal,
+    /// Vin and Cheng, SIGCOMM'96, §2, tags in bytes as a NIC's scheduler counts them): the
+    /// virtual time or its queue pair's last finish tag, whichever is later. The virtual time
+    /// is the start tag of the segment in service: the one on the wire, or the head about to
+    /// go on it this picosecond; with neither (a paused port), the largest finish tag
+    /// served. A queue pair idle long enough for the virtual time to pass its last finish
+    /// therefore goes ahead of every segment queued for a later virtual time, waiting at most
+    /// for the one on the wire and those that started with it; a busy one sends as many
+    /// bytes as each other in turn. Counts the segment as queued.
+    fn fair_start(&mut self, seg: &Segment, now: u64) -> u64 {
         let (qp, bytes) = (queue_pair(seg), u64::from(seg.bytes));
-        let virtual_time = self.wire_start;
+        let virtual_time = match self.queue.front() {
+            _ if now < self.busy_until => self.wire_start,
+            Some(head) if !self.paused => head.start,
+            _ => self.wire_finish,
+        };
         match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
             Some(f) => {
                 let start = f.last_finish.max(virtual_time);
@@ -501,7 +509,7 @@ impl Ports {
                 ctx,
             );
         } else if port.fair {
-            let start = port.fair_start(&seg);
+            let start = port.fair_start(&seg, ctx.now.as_ps());
             let at = port.queue.partition_point(|w| w.start <= start);
             port.queue.insert(
                 at,
