@@ -138,22 +138,28 @@ impl Port {
             Some(head) if !self.paused => head.start,
             _ => self.wire_finish,
         };
-        match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
-            Some(f) => {
-                let start = f.last_finish.max(virtual_time);
-                f.last_finish = start + bytes;
-                f.queued += 1;
-                start
-            }
+        let f = self.fair_flow(qp);
+        let start = f.last_finish.max(virtual_time);
+        f.last_finish = start + bytes;
+        f.queued += 1;
+        start
+    }
+
+    /// Queue pair `qp`'s entry at a fair port, made with no finish tag and nothing queued
+    /// if it has none.
+    fn fair_flow(&mut self, qp: QueuePair) -> &mut QueuedFlow {
+        let i = match self.flows.iter().position(|f| f.queue_pair == qp) {
+            Some(i) => i,
             None => {
                 self.flows.push(QueuedFlow {
                     queue_pair: qp,
-                    last_finish: virtual_time + bytes,
-                    queued: 1,
+                    last_finish: 0,
+                    queued: 0,
                 });
-                virtual_time
+                self.flows.len() - 1
             }
-        }
+        };
+        &mut self.flows[i]
     }
 
     /// A segment with start tag `start` goes on a fair port's wire: the virtual time moves
@@ -164,14 +170,8 @@ impl Port {
         let (qp, finish) = (queue_pair(seg), start + u64::from(seg.bytes));
         self.wire_start = start;
         self.wire_finish = self.wire_finish.max(finish);
-        match self.flows.iter_mut().find(|f| f.queue_pair == qp) {
-            Some(f) => f.last_finish = f.last_finish.max(finish),
-            None => self.flows.push(QueuedFlow {
-                queue_pair: qp,
-                last_finish: finish,
-                queued: 0,
-            }),
-        }
+        let f = self.fair_flow(qp);
+        f.last_finish = f.last_finish.max(finish);
         self.flows.retain(|f| f.queued > 0 || f.last_finish > start);
     }
 
@@ -1487,9 +1487,9 @@ pub(super) mod tests {
     /// queuing: its start tag is the virtual time, theirs are 1-4 MiB later), not after
     /// all four, 84 us at 400 Gb/s; posted on the reduce-scatter's queue pair it goes after
     /// them (RC order). A switch port keeps one FIFO: there it waits them out.
-    #[test]
-    fn a_nic_serves_its_flows_in_turn_and_a_switch_port_in_order() {
-        let model = two_hosts_per_leaf();
+    /// A 1 MiB segment from GPU 8 to GPU 0 of [`two_hosts_per_leaf`], routed, with its first
+    /// queued hop (its NIC's port) and that hop's link.
+    fn bulk_at_its_nic(model: &SimModel) -> (Segment, u8, LinkId) {
         let t = &model.topology;
         let (src, dst) = (t.gpu(8), t.gpu(0));
         let mut bulk = segment(src, dst, 3);
@@ -1499,8 +1499,16 @@ pub(super) mod tests {
         let first = (0..bulk.route.len())
             .find(|&h| bulk.route.queued(h))
             .expect("a queued hop");
-        let nic = t.link(links[usize::from(first)]).src;
-        assert_eq!(t.nodes()[nic as usize].kind, NodeKind::Nic);
+        let link = links[usize::from(first)];
+        assert_eq!(t.nodes()[t.link(link).src as usize].kind, NodeKind::Nic);
+        (bulk, first, link)
+    }
+
+    #[test]
+    fn a_nic_serves_its_flows_in_turn_and_a_switch_port_in_order() {
+        let model = two_hosts_per_leaf();
+        let (bulk, first, link) = bulk_at_its_nic(&model);
+        let nic = model.topology.link(link).src;
         let arrivals = |hop: u8| {
             let mut bulk = bulk;
             bulk.hop = hop;
@@ -1534,17 +1542,9 @@ pub(super) mod tests {
     #[test]
     fn a_queue_pair_back_at_once_keeps_its_place_in_the_turns() {
         let model = two_hosts_per_leaf();
-        let t = &model.topology;
-        let (src, dst) = (t.gpu(8), t.gpu(0));
-        let mut a = segment(src, dst, 3);
-        a.route = Route::plan(t, network_queues(t), src, a, &mut Vec::new());
-        a.bytes = 1 << 20;
-        let links = walk(t, src, &a.route);
-        let first = (0..a.route.len())
-            .find(|&h| a.route.queued(h))
-            .expect("a queued hop");
+        let (mut a, first, link) = bulk_at_its_nic(&model);
         a.hop = first;
-        let link = t.link(links[usize::from(first)]);
+        let link = model.topology.link(link);
         let nic = link.src;
         let segment_ps = (f64::from(a.bytes) / link.bytes_per_s * 1e12) as u64;
         let mut b = a;
