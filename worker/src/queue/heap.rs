@@ -1,53 +1,19 @@
-//! The queue for small partitions: a 4-ary min-heap of 24-byte keys, each pointing into a slab that holds the events: sifting
-//! moves keys, never event bodies, and a 4-ary heap halves the depth a pop walks (pops are
+//! The queue for small partitions: a 4-ary min-heap of 24-byte keys ([`SlotKey`]), each
+//! pointing into a slab that holds the events: sifting moves keys, never event bodies, and a 4-ary heap halves the depth a pop walks (pops are
 //! as frequent as pushes here). Freed slab slots are reused, so a steady-state run does not
 //! allocate. Each pop asks the cache for the next top's event: in a heap of thousands (131,072
 //! GPUs in the reduce-scatter) that event was written long ago and is no longer cached.
 
 use sim_ir::event::EventKey;
-use sim_ir::time::SimTime;
 
-use super::SEQUENCE_LIMIT;
-
-/// Bits of a key's word that hold the origin's sequence: the origin LP sits above them.
-const SEQUENCE_BITS: u32 = SEQUENCE_LIMIT.trailing_zeros();
+use super::SlotKey;
 
 /// A min-queue of events by [`EventKey`]: a 4-ary heap of keys over a slab of events.
 #[derive(Debug)]
 pub struct HeapQueue<E> {
-    heap: Vec<HeapKey>,
+    heap: Vec<SlotKey>,
     slab: Vec<Option<E>>,
     free: Vec<u32>,
-}
-
-/// An [`EventKey`] and the slab slot of its event. The origin LP and its sequence share one
-/// word (the sequence below [`SEQUENCE_LIMIT`]), so that two keys compare as one
-/// 128-bit number: with three fields compared in turn, popping took 4% more of a packet-level
-/// run (`gpt3-175b-h100-1024`, one thread: 15.2 against 15.9 s).
-#[derive(Debug, Clone, Copy)]
-struct HeapKey {
-    time_ps: u64,
-    /// The origin LP above, its sequence in the low [`SEQUENCE_BITS`].
-    lp_seq: u64,
-    slot: u32,
-}
-
-impl HeapKey {
-    fn order(&self) -> u128 {
-        (u128::from(self.time_ps) << 64) | u128::from(self.lp_seq)
-    }
-
-    fn key(&self) -> EventKey {
-        EventKey {
-            time: SimTime::from_ps(self.time_ps),
-            origin_lp: (self.lp_seq >> SEQUENCE_BITS) as u32,
-            origin_seq: self.lp_seq & (SEQUENCE_LIMIT - 1),
-        }
-    }
-
-    fn before(&self, other: &HeapKey) -> bool {
-        self.order() < other.order()
-    }
 }
 
 const ARITY: usize = 4;
@@ -64,14 +30,8 @@ impl<E> Default for HeapQueue<E> {
 
 impl<E> HeapQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
-        debug_assert!(super::key_fits(&key), "{key:?} does not fit a heap key");
         let slot = sim_ir::slab::insert(&mut self.slab, &mut self.free, event);
-        let entry = HeapKey {
-            time_ps: key.time.as_ps(),
-            lp_seq: (u64::from(key.origin_lp) << SEQUENCE_BITS)
-                | (key.origin_seq & (SEQUENCE_LIMIT - 1)),
-            slot,
-        };
+        let entry = SlotKey::new(&key, slot);
         let mut i = self.heap.len();
         self.heap.push(entry);
         while i > 0 {

@@ -46,6 +46,51 @@ pub fn key_fits(key: &EventKey) -> bool {
     key.origin_seq < SEQUENCE_LIMIT
 }
 
+/// Bits of a key's word that hold the origin's sequence: the origin LP sits above them.
+const SEQUENCE_BITS: u32 = SEQUENCE_LIMIT.trailing_zeros();
+
+/// An [`EventKey`] and the slab slot of its event: what both queues move, sort and compare,
+/// so that an event's body is written once and read once, however often its key moves. The
+/// origin LP and its sequence share one word (the sequence below [`SEQUENCE_LIMIT`]), so
+/// that two keys compare as one 128-bit number: with three fields compared in turn, popping
+/// took 4% more of a packet-level run (`gpt3-175b-h100-1024`, one thread: 15.2 against
+/// 15.9 s).
+#[derive(Debug, Clone, Copy)]
+struct SlotKey {
+    time_ps: u64,
+    /// The origin LP above, its sequence in the low [`SEQUENCE_BITS`].
+    lp_seq: u64,
+    slot: u32,
+}
+
+impl SlotKey {
+    fn new(key: &EventKey, slot: u32) -> SlotKey {
+        debug_assert!(key_fits(key), "{key:?} does not fit a queue key");
+        SlotKey {
+            time_ps: key.time.as_ps(),
+            lp_seq: (u64::from(key.origin_lp) << SEQUENCE_BITS)
+                | (key.origin_seq & (SEQUENCE_LIMIT - 1)),
+            slot,
+        }
+    }
+
+    fn order(&self) -> u128 {
+        (u128::from(self.time_ps) << 64) | u128::from(self.lp_seq)
+    }
+
+    fn key(&self) -> EventKey {
+        EventKey {
+            time: SimTime::from_ps(self.time_ps),
+            origin_lp: (self.lp_seq >> SEQUENCE_BITS) as u32,
+            origin_seq: self.lp_seq & (SEQUENCE_LIMIT - 1),
+        }
+    }
+
+    fn before(&self, other: &SlotKey) -> bool {
+        self.order() < other.order()
+    }
+}
+
 /// A min-queue of events keyed by `(time, origin LP, origin sequence)`.
 #[derive(Debug)]
 pub struct EventQueue<E> {

@@ -5,21 +5,26 @@
 //! Pushes append to a vector and pops walk vectors front to back, so the queue streams
 //! through memory instead of chasing a heap's cache lines: at 131,072 GPUs a partition holds
 //! tens of thousands of pending events, and a 4-ary heap of them spent a third of the run in
-//! cache misses. Events live in the buckets themselves (no slab to miss in). Bucket 0 holds
-//! the events at (or, for a late push, before) `last`: a vector sorted by the full key once
-//! per split (ties in time pop by origin LP, then origin sequence), plus a small binary heap
-//! for pushes that land on `last` while it drains: a symmetric workload puts thousands of
-//! events on the same picosecond, and sorting them once is cheaper than sifting each through
-//! a heap.
+//! cache misses. The buckets hold 24-byte keys over a slab of events, as the small heap
+//! does: a key moves about four times before it pops (each split passes a bucket down), and
+//! moving 104-byte events instead spent a quarter of `gpt3-175b-h100-1024`'s packet run on
+//! one thread loading and storing them. Pops ask the cache for the bodies of the events the
+//! runner's hints will read (`HINTED`). Bucket 0 holds the keys at (or, for a late push,
+//! before) `last`: a vector sorted by the full key once per split (ties in time pop by
+//! origin LP, then origin sequence), plus a small binary heap for pushes that land on `last`
+//! while it drains: a symmetric workload puts thousands of events on the same picosecond,
+//! and sorting them once is cheaper than sifting each through a heap.
 //!
 //! The engine's time never runs backwards inside a partition: an LP emits at or after its
 //! event's time, and a peer's event is at or after the window it was sent in ends. Should a
 //! push still land before `last`, bucket 0 takes it and it pops first, in key order.
 
-use std::cmp::Ordering;
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use sim_ir::event::EventKey;
+
+use super::SlotKey;
 
 /// Buckets: 0 for `time <= last`, then one per bit position of `time XOR last`.
 const BUCKETS: usize = 65;
@@ -33,45 +38,50 @@ const BUCKETS: usize = 65;
 /// (`cargo bench -p worker --bench queue`).
 const KEPT_ROOM: usize = 1024;
 
-/// A min-queue of events by [`EventKey`]: a radix heap on time.
+/// How far past the next event the runner's hints look (`peek(n)`, `worker/src/prefetch.rs`):
+/// the bodies up to there are asked of the cache ahead of them.
+const HINTED: usize = 4;
+
+/// A min-queue of events by [`EventKey`]: a radix heap on time, of keys over a slab of
+/// events.
 #[derive(Debug)]
 pub struct RadixQueue<E> {
     /// The time of the last bucket split (the latest popped time, or earlier).
     last: u64,
-    /// Events at `last` from the last split, sorted latest key first (pop from the end).
-    now: Vec<Entry<E>>,
-    /// Events pushed at or before `last` since the split, earliest key on top.
-    late: BinaryHeap<Entry<E>>,
-    /// `buckets[b]` (b ≥ 1): events whose `time XOR last` has its highest set bit at `b - 1`.
-    buckets: Vec<Vec<Entry<E>>>,
+    /// Keys at `last` from the last split, sorted latest first (pop from the end).
+    now: Vec<SlotKey>,
+    /// Keys pushed at or before `last` since the split, earliest on top.
+    late: BinaryHeap<Reverse<Ordered>>,
+    /// `buckets[b]` (b ≥ 1): keys whose `time XOR last` has its highest set bit at `b - 1`.
+    buckets: Vec<Vec<SlotKey>>,
     /// The earliest time in each bucket (`u64::MAX` when empty).
     bucket_min: [u64; BUCKETS],
     /// Bit `b` set when `buckets[b]` is not empty.
     occupied: u128,
+    /// The events, where their keys point; freed slots are reused.
+    slab: Vec<Option<E>>,
+    free: Vec<u32>,
     len: usize,
 }
 
-#[derive(Debug)]
-struct Entry<E> {
-    key: EventKey,
-    event: E,
-}
+/// A key ordered by `(time, origin, sequence)`, for the heap of late pushes.
+#[derive(Debug, Clone, Copy)]
+struct Ordered(SlotKey);
 
-// `BinaryHeap` is a max-heap: the earliest key compares greatest.
-impl<E> PartialEq for Entry<E> {
+impl PartialEq for Ordered {
     fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
+        self.0.order() == other.0.order()
     }
 }
-impl<E> Eq for Entry<E> {}
-impl<E> PartialOrd for Entry<E> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+impl Eq for Ordered {}
+impl PartialOrd for Ordered {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl<E> Ord for Entry<E> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.key.cmp(&self.key)
+impl Ord for Ordered {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.order().cmp(&other.0.order())
     }
 }
 
@@ -84,6 +94,8 @@ impl<E> Default for RadixQueue<E> {
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
             bucket_min: [u64::MAX; BUCKETS],
             occupied: 0,
+            slab: Vec::new(),
+            free: Vec::new(),
             len: 0,
         }
     }
@@ -92,32 +104,37 @@ impl<E> Default for RadixQueue<E> {
 impl<E> RadixQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
         self.len += 1;
-        self.place(Entry { key, event });
-    }
-
-    fn place(&mut self, entry: Entry<E>) {
-        if entry.key.time.as_ps() <= self.last {
-            self.late.push(entry);
-            return;
+        let slot = sim_ir::slab::insert(&mut self.slab, &mut self.free, event);
+        let key = SlotKey::new(&key, slot);
+        if key.time_ps <= self.last {
+            self.late.push(Reverse(Ordered(key)));
+        } else {
+            self.place_ahead(key);
         }
-        self.place_ahead(entry);
     }
 
-    /// Files an event later than `last` in its bucket.
-    fn place_ahead(&mut self, entry: Entry<E>) {
-        let b = (u64::BITS - (entry.key.time.as_ps() ^ self.last).leading_zeros()) as usize;
-        self.bucket_min[b] = self.bucket_min[b].min(entry.key.time.as_ps());
+    /// Files a key later than `last` in its bucket.
+    fn place_ahead(&mut self, key: SlotKey) {
+        let b = (u64::BITS - (key.time_ps ^ self.last).leading_zeros()) as usize;
+        self.bucket_min[b] = self.bucket_min[b].min(key.time_ps);
         self.occupied |= 1 << b;
-        self.buckets[b].push(entry);
+        self.buckets[b].push(key);
+    }
+
+    /// The key that pops next among `now` and `late`, and whether it is `late`'s.
+    fn front(&self) -> Option<(SlotKey, bool)> {
+        match (self.now.last(), self.late.peek()) {
+            (Some(a), Some(Reverse(Ordered(b)))) if b.before(a) => Some((*b, true)),
+            (Some(a), _) => Some((*a, false)),
+            (None, Some(Reverse(Ordered(b)))) => Some((*b, true)),
+            (None, None) => None,
+        }
     }
 
     /// Time of the earliest pending event.
     pub fn next_time_ps(&self) -> Option<u64> {
-        match (self.now.last(), self.late.peek()) {
-            (Some(a), Some(b)) => return Some(a.key.time.min(b.key.time).as_ps()),
-            (Some(a), None) => return Some(a.key.time.as_ps()),
-            (None, Some(b)) => return Some(b.key.time.as_ps()),
-            (None, None) => {}
+        if let Some((key, _)) = self.front() {
+            return Some(key.time_ps);
         }
         (self.occupied != 0).then(|| self.bucket_min[self.occupied.trailing_zeros() as usize])
     }
@@ -130,17 +147,14 @@ impl<E> RadixQueue<E> {
         if self.now.is_empty() && self.late.is_empty() {
             self.split_lowest();
         }
-        // `Entry`'s order is reversed: the greater entry is the earlier key.
-        let from_late = match (self.now.last(), self.late.peek()) {
-            (Some(a), Some(b)) => b > a,
-            (None, _) => true,
-            (Some(_), None) => false,
-        };
-        let entry = if from_late {
-            self.late.pop()?
+        let (key, from_late) = self.front()?;
+        if from_late {
+            self.late.pop();
         } else {
-            self.now.pop()?
-        };
+            self.now.pop();
+        }
+        let event = self.slab[key.slot as usize].take()?;
+        self.free.push(key.slot);
         self.len -= 1;
         if self.len == 0 {
             self.now.shrink_to(KEPT_ROOM);
@@ -148,12 +162,31 @@ impl<E> RadixQueue<E> {
             for bucket in &mut self.buckets {
                 bucket.shrink_to(KEPT_ROOM);
             }
+            self.slab.clear();
+            self.free.clear();
+            self.slab.shrink_to(KEPT_ROOM);
+            self.free.shrink_to(KEPT_ROOM);
+        } else {
+            // The next pop reads that event's body, and the runner's hints read the bodies of
+            // the few after it (`peek`), each written when it was pushed: start loading the
+            // next one and the one entering the hints' reach while this one is handled.
+            if let Some((next, _)) = self.front() {
+                self.prefetch_body(next);
+            }
+            if let Some(ahead) = self.now.len().checked_sub(1 + HINTED) {
+                self.prefetch_body(self.now[ahead]);
+            }
         }
-        Some((entry.key, entry.event))
+        Some((key.key(), event))
+    }
+
+    fn prefetch_body(&self, key: SlotKey) {
+        let body = &self.slab[key.slot as usize];
+        crate::prefetch::prefetch_span((std::ptr::from_ref(body).cast(), size_of_val(body)));
     }
 
     /// Moves `last` up to the lowest bucket's earliest time and spreads that bucket over the
-    /// lower ones; its earliest events land in `now`. Only called with `now` and `late`
+    /// lower ones; its earliest keys land in `now`. Only called with `now` and `late`
     /// empty.
     fn split_lowest(&mut self) {
         if self.occupied == 0 {
@@ -166,18 +199,21 @@ impl<E> RadixQueue<E> {
         let mut moving = std::mem::take(&mut self.buckets[b]);
         let kept = KEPT_ROOM.max(self.len);
         self.now.shrink_to(kept);
-        for entry in moving.drain(..) {
-            if entry.key.time.as_ps() == self.last {
-                self.now.push(entry);
+        for key in moving.drain(..) {
+            if key.time_ps == self.last {
+                self.now.push(key);
             } else {
-                self.place_ahead(entry);
+                self.place_ahead(key);
             }
         }
-        // Ascending `Entry` order is latest key first.
+        // Latest key first: pops take from the end.
         if self.now.len() > 1 {
-            self.now.sort_unstable();
+            self.now.sort_unstable_by_key(|k| Reverse(k.order()));
         }
-        // Keep the emptied vector's capacity for the next events of this bucket, up to a
+        for &key in self.now.iter().rev().take(1 + HINTED) {
+            self.prefetch_body(key);
+        }
+        // Keep the emptied vector's capacity for the next keys of this bucket, up to a
         // bound.
         moving.shrink_to(kept);
         self.buckets[b] = moving;
@@ -185,19 +221,28 @@ impl<E> RadixQueue<E> {
 
     /// The `n`-th event to pop from now, where that is known without a split: a hint.
     pub fn peek(&self, n: usize) -> Option<&E> {
-        if let Some(late) = self.late.peek() {
-            return match (n, self.now.last()) {
-                (0, Some(a)) if a > late => Some(&a.event),
-                (0, _) => Some(&late.event),
-                _ => None,
-            };
-        }
-        let i = self.now.len().checked_sub(1 + n)?;
-        Some(&self.now[i].event)
+        let key = if let Some(Reverse(Ordered(late))) = self.late.peek() {
+            match (n, self.now.last()) {
+                (0, Some(a)) if a.before(late) => *a,
+                (0, _) => *late,
+                _ => return None,
+            }
+        } else {
+            self.now[self.now.len().checked_sub(1 + n)?]
+        };
+        self.slab[key.slot as usize].as_ref()
     }
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Every pending key, in no particular order.
+    fn keys(&self) -> impl Iterator<Item = &SlotKey> {
+        self.now
+            .iter()
+            .chain(self.late.iter().map(|Reverse(Ordered(k))| k))
+            .chain(self.buckets.iter().flatten())
     }
 
     /// Takes every pending event out, in no particular order.
@@ -205,20 +250,19 @@ impl<E> RadixQueue<E> {
         self.len = 0;
         self.occupied = 0;
         self.bucket_min = [u64::MAX; BUCKETS];
+        self.free.clear();
+        let slab = &mut self.slab;
         self.now
             .drain(..)
-            .chain(self.late.drain())
+            .chain(self.late.drain().map(|Reverse(Ordered(k))| k))
             .chain(self.buckets.iter_mut().flat_map(|b| b.drain(..)))
-            .map(|e| (e.key, e.event))
+            .filter_map(move |k| Some((k.key(), slab[k.slot as usize].take()?)))
     }
 
     /// Every pending event, in no particular order (checkpoints sort them).
     pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
-        self.now
-            .iter()
-            .chain(self.late.iter())
-            .chain(self.buckets.iter().flatten())
-            .map(|e| (e.key, &e.event))
+        self.keys()
+            .filter_map(|k| Some((k.key(), self.slab[k.slot as usize].as_ref()?)))
     }
 }
 
@@ -233,6 +277,7 @@ mod tests {
             self.now.capacity()
                 + self.late.capacity()
                 + self.buckets.iter().map(Vec::capacity).sum::<usize>()
+                + self.slab.capacity()
         }
     }
 
