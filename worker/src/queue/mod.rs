@@ -91,6 +91,24 @@ impl SlotKey {
     }
 }
 
+/// Keys order by `(time, origin, sequence)`; the slot plays no part (keys are unique).
+impl Ord for SlotKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.order().cmp(&other.order())
+    }
+}
+impl PartialOrd for SlotKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for SlotKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.order() == other.order()
+    }
+}
+impl Eq for SlotKey {}
+
 /// A min-queue of events keyed by `(time, origin LP, origin sequence)`.
 #[derive(Debug)]
 pub struct EventQueue<E> {

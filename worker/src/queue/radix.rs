@@ -51,7 +51,7 @@ pub struct RadixQueue<E> {
     /// Keys at `last` from the last split, sorted latest first (pop from the end).
     now: Vec<SlotKey>,
     /// Keys pushed at or before `last` since the split, earliest on top.
-    late: BinaryHeap<Reverse<Ordered>>,
+    late: BinaryHeap<Reverse<SlotKey>>,
     /// `buckets[b]` (b ≥ 1): keys whose `time XOR last` has its highest set bit at `b - 1`.
     buckets: Vec<Vec<SlotKey>>,
     /// The earliest time in each bucket (`u64::MAX` when empty).
@@ -62,27 +62,6 @@ pub struct RadixQueue<E> {
     slab: Vec<Option<E>>,
     free: Vec<u32>,
     len: usize,
-}
-
-/// A key ordered by `(time, origin, sequence)`, for the heap of late pushes.
-#[derive(Debug, Clone, Copy)]
-struct Ordered(SlotKey);
-
-impl PartialEq for Ordered {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.order() == other.0.order()
-    }
-}
-impl Eq for Ordered {}
-impl PartialOrd for Ordered {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ordered {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.order().cmp(&other.0.order())
-    }
 }
 
 impl<E> Default for RadixQueue<E> {
@@ -107,7 +86,7 @@ impl<E> RadixQueue<E> {
         let slot = sim_ir::slab::insert(&mut self.slab, &mut self.free, event);
         let key = SlotKey::new(&key, slot);
         if key.time_ps <= self.last {
-            self.late.push(Reverse(Ordered(key)));
+            self.late.push(Reverse(key));
         } else {
             self.place_ahead(key);
         }
@@ -124,9 +103,9 @@ impl<E> RadixQueue<E> {
     /// The key that pops next among `now` and `late`, and whether it is `late`'s.
     fn front(&self) -> Option<(SlotKey, bool)> {
         match (self.now.last(), self.late.peek()) {
-            (Some(a), Some(Reverse(Ordered(b)))) if b.before(a) => Some((*b, true)),
+            (Some(a), Some(Reverse(b))) if b.before(a) => Some((*b, true)),
             (Some(a), _) => Some((*a, false)),
-            (None, Some(Reverse(Ordered(b)))) => Some((*b, true)),
+            (None, Some(Reverse(b))) => Some((*b, true)),
             (None, None) => None,
         }
     }
@@ -221,7 +200,7 @@ impl<E> RadixQueue<E> {
 
     /// The `n`-th event to pop from now, where that is known without a split: a hint.
     pub fn peek(&self, n: usize) -> Option<&E> {
-        let key = if let Some(Reverse(Ordered(late))) = self.late.peek() {
+        let key = if let Some(Reverse(late)) = self.late.peek() {
             match (n, self.now.last()) {
                 (0, Some(a)) if a.before(late) => *a,
                 (0, _) => *late,
@@ -241,7 +220,7 @@ impl<E> RadixQueue<E> {
     fn keys(&self) -> impl Iterator<Item = &SlotKey> {
         self.now
             .iter()
-            .chain(self.late.iter().map(|Reverse(Ordered(k))| k))
+            .chain(self.late.iter().map(|Reverse(k)| k))
             .chain(self.buckets.iter().flatten())
     }
 
@@ -254,7 +233,7 @@ impl<E> RadixQueue<E> {
         let slab = &mut self.slab;
         self.now
             .drain(..)
-            .chain(self.late.drain().map(|Reverse(Ordered(k))| k))
+            .chain(self.late.drain().map(|Reverse(k)| k))
             .chain(self.buckets.iter_mut().flat_map(|b| b.drain(..)))
             .filter_map(move |k| Some((k.key(), slab[k.slot as usize].take()?)))
     }
