@@ -529,7 +529,8 @@ impl Partition {
                 }
                 continue;
             }
-            if map.partition_of[event.target as usize] == self.id {
+            // With one partition every LP is this one's: no lookup.
+            if map.partitions == 1 || map.partition_of[event.target as usize] == self.id {
                 if matches!(event.body, Body::Arrived { inline: true, .. }) {
                     self.inline.push(event);
                     continue;
