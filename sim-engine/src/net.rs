@@ -1481,12 +1481,6 @@ pub(super) mod tests {
         sent
     }
 
-    /// A NIC's transmit scheduler serves its queue pairs in turn, byte for byte: an 8-byte
-    /// amax all-reduce posted on its own queue pair behind four queued 1 MiB segments of a
-    /// gradient reduce-scatter goes right after the one on the wire (start-time fair
-    /// queuing: its start tag is the virtual time, theirs are 1-4 MiB later), not after
-    /// all four, 84 us at 400 Gb/s; posted on the reduce-scatter's queue pair it goes after
-    /// them (RC order). A switch port keeps one FIFO: there it waits them out.
     /// A 1 MiB segment from GPU 8 to GPU 0 of [`two_hosts_per_leaf`], routed, with its first
     /// queued hop (its NIC's port) and that hop's link.
     fn bulk_at_its_nic(model: &SimModel) -> (Segment, u8, LinkId) {
@@ -1504,6 +1498,12 @@ pub(super) mod tests {
         (bulk, first, link)
     }
 
+    /// A NIC's transmit scheduler serves its queue pairs in turn, byte for byte: an 8-byte
+    /// amax all-reduce posted on its own queue pair behind four queued 1 MiB segments of a
+    /// gradient reduce-scatter goes right after the one on the wire (start-time fair
+    /// queuing: its start tag is the virtual time, theirs are 1-4 MiB later), not after
+    /// all four, 84 us at 400 Gb/s; posted on the reduce-scatter's queue pair it goes after
+    /// them (RC order). A switch port keeps one FIFO: there it waits them out.
     #[test]
     fn a_nic_serves_its_flows_in_turn_and_a_switch_port_in_order() {
         let model = two_hosts_per_leaf();
