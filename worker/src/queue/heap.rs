@@ -6,14 +6,13 @@
 
 use sim_ir::event::EventKey;
 
-use super::SlotKey;
+use super::{Bodies, SlotKey};
 
 /// A min-queue of events by [`EventKey`]: a 4-ary heap of keys over a slab of events.
 #[derive(Debug)]
 pub struct HeapQueue<E> {
     heap: Vec<SlotKey>,
-    slab: Vec<Option<E>>,
-    free: Vec<u32>,
+    bodies: Bodies<E>,
 }
 
 const ARITY: usize = 4;
@@ -22,15 +21,14 @@ impl<E> Default for HeapQueue<E> {
     fn default() -> Self {
         HeapQueue {
             heap: Vec::new(),
-            slab: Vec::new(),
-            free: Vec::new(),
+            bodies: Bodies::default(),
         }
     }
 }
 
 impl<E> HeapQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
-        let slot = sim_ir::slab::insert(&mut self.slab, &mut self.free, event);
+        let slot = self.bodies.insert(event);
         let entry = SlotKey::new(&key, slot);
         let mut i = self.heap.len();
         self.heap.push(entry);
@@ -83,16 +81,11 @@ impl<E> HeapQueue<E> {
             }
             heap[i] = last;
         }
-        let event = self.slab[top.slot as usize].take()?;
-        self.free.push(top.slot);
+        let event = self.bodies.take(top.slot)?;
         // The next pop reads the new top's event, which was written long ago: start loading
         // it while this one is handled.
         if let Some(next) = self.heap.first() {
-            let body = &self.slab[next.slot as usize];
-            crate::prefetch::prefetch_span((
-                std::ptr::from_ref(body).cast(),
-                std::mem::size_of_val(body),
-            ));
+            self.bodies.prefetch(next.slot);
         }
         Some((top.key(), event))
     }
@@ -103,19 +96,16 @@ impl<E> HeapQueue<E> {
 
     /// Takes every pending event out, in no particular order.
     pub fn drain(&mut self) -> impl Iterator<Item = (EventKey, E)> + '_ {
-        self.free.clear();
-        let slab = &mut self.slab;
-        self.heap.drain(..).filter_map(move |k| {
-            let event = slab[k.slot as usize].take()?;
-            Some((k.key(), event))
-        })
+        let bodies = &mut self.bodies;
+        self.heap
+            .drain(..)
+            .filter_map(move |k| Some((k.key(), bodies.take(k.slot)?)))
     }
 
     /// Every pending event, in no particular order (checkpoints sort them).
     pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
-        self.heap.iter().filter_map(|k| {
-            let event = self.slab[k.slot as usize].as_ref()?;
-            Some((k.key(), event))
-        })
+        self.heap
+            .iter()
+            .filter_map(|k| Some((k.key(), self.bodies.get(k.slot)?)))
     }
 }

@@ -109,6 +109,60 @@ impl PartialEq for SlotKey {
 }
 impl Eq for SlotKey {}
 
+/// The events of a queue, in the slots its keys name. Freed slots are reused, so a
+/// steady-state run does not allocate.
+#[derive(Debug)]
+struct Bodies<E> {
+    slots: Vec<Option<E>>,
+    free: Vec<u32>,
+}
+
+impl<E> Default for Bodies<E> {
+    fn default() -> Self {
+        Bodies {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<E> Bodies<E> {
+    fn insert(&mut self, event: E) -> u32 {
+        sim_ir::slab::insert(&mut self.slots, &mut self.free, event)
+    }
+
+    fn take(&mut self, slot: u32) -> Option<E> {
+        let event = self.slots[slot as usize].take()?;
+        self.free.push(slot);
+        Some(event)
+    }
+
+    fn get(&self, slot: u32) -> Option<&E> {
+        self.slots[slot as usize].as_ref()
+    }
+
+    /// Asks the cache for the event in `slot`, which the queue reads soon: it was written
+    /// when pushed, long ago in a large queue.
+    fn prefetch(&self, slot: u32) {
+        let body = &self.slots[slot as usize];
+        crate::prefetch::prefetch_span((std::ptr::from_ref(body).cast(), size_of_val(body)));
+    }
+
+    /// Forgets every slot (none may hold an event) and keeps room for `room`.
+    fn reset(&mut self, room: usize) {
+        debug_assert!(self.slots.iter().all(Option::is_none));
+        self.slots.clear();
+        self.free.clear();
+        self.slots.shrink_to(room);
+        self.free.shrink_to(room);
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+}
+
 /// A min-queue of events keyed by `(time, origin LP, origin sequence)`.
 #[derive(Debug)]
 pub struct EventQueue<E> {

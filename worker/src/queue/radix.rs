@@ -24,7 +24,7 @@ use std::collections::BinaryHeap;
 
 use sim_ir::event::EventKey;
 
-use super::SlotKey;
+use super::{Bodies, SlotKey};
 
 /// Buckets: 0 for `time <= last`, then one per bit position of `time XOR last`.
 const BUCKETS: usize = 65;
@@ -58,9 +58,7 @@ pub struct RadixQueue<E> {
     bucket_min: [u64; BUCKETS],
     /// Bit `b` set when `buckets[b]` is not empty.
     occupied: u128,
-    /// The events, where their keys point; freed slots are reused.
-    slab: Vec<Option<E>>,
-    free: Vec<u32>,
+    bodies: Bodies<E>,
     len: usize,
 }
 
@@ -73,8 +71,7 @@ impl<E> Default for RadixQueue<E> {
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
             bucket_min: [u64::MAX; BUCKETS],
             occupied: 0,
-            slab: Vec::new(),
-            free: Vec::new(),
+            bodies: Bodies::default(),
             len: 0,
         }
     }
@@ -83,7 +80,7 @@ impl<E> Default for RadixQueue<E> {
 impl<E> RadixQueue<E> {
     pub fn push(&mut self, key: EventKey, event: E) {
         self.len += 1;
-        let slot = sim_ir::slab::insert(&mut self.slab, &mut self.free, event);
+        let slot = self.bodies.insert(event);
         let key = SlotKey::new(&key, slot);
         if key.time_ps <= self.last {
             self.late.push(Reverse(key));
@@ -132,8 +129,7 @@ impl<E> RadixQueue<E> {
         } else {
             self.now.pop();
         }
-        let event = self.slab[key.slot as usize].take()?;
-        self.free.push(key.slot);
+        let event = self.bodies.take(key.slot)?;
         self.len -= 1;
         if self.len == 0 {
             self.now.shrink_to(KEPT_ROOM);
@@ -141,27 +137,19 @@ impl<E> RadixQueue<E> {
             for bucket in &mut self.buckets {
                 bucket.shrink_to(KEPT_ROOM);
             }
-            self.slab.clear();
-            self.free.clear();
-            self.slab.shrink_to(KEPT_ROOM);
-            self.free.shrink_to(KEPT_ROOM);
+            self.bodies.reset(KEPT_ROOM);
         } else {
             // The next pop reads that event's body, and the runner's hints read the bodies of
             // the few after it (`peek`), each written when it was pushed: start loading the
             // next one and the one entering the hints' reach while this one is handled.
             if let Some((next, _)) = self.front() {
-                self.prefetch_body(next);
+                self.bodies.prefetch(next.slot);
             }
             if let Some(ahead) = self.now.len().checked_sub(1 + HINTED) {
-                self.prefetch_body(self.now[ahead]);
+                self.bodies.prefetch(self.now[ahead].slot);
             }
         }
         Some((key.key(), event))
-    }
-
-    fn prefetch_body(&self, key: SlotKey) {
-        let body = &self.slab[key.slot as usize];
-        crate::prefetch::prefetch_span((std::ptr::from_ref(body).cast(), size_of_val(body)));
     }
 
     /// Moves `last` up to the lowest bucket's earliest time and spreads that bucket over the
@@ -190,7 +178,7 @@ impl<E> RadixQueue<E> {
             self.now.sort_unstable_by_key(|k| Reverse(k.order()));
         }
         for &key in self.now.iter().rev().take(1 + HINTED) {
-            self.prefetch_body(key);
+            self.bodies.prefetch(key.slot);
         }
         // Keep the emptied vector's capacity for the next keys of this bucket, up to a
         // bound.
@@ -209,7 +197,7 @@ impl<E> RadixQueue<E> {
         } else {
             self.now[self.now.len().checked_sub(1 + n)?]
         };
-        self.slab[key.slot as usize].as_ref()
+        self.bodies.get(key.slot)
     }
 
     pub fn len(&self) -> usize {
@@ -229,19 +217,18 @@ impl<E> RadixQueue<E> {
         self.len = 0;
         self.occupied = 0;
         self.bucket_min = [u64::MAX; BUCKETS];
-        self.free.clear();
-        let slab = &mut self.slab;
+        let bodies = &mut self.bodies;
         self.now
             .drain(..)
             .chain(self.late.drain().map(|Reverse(k)| k))
             .chain(self.buckets.iter_mut().flat_map(|b| b.drain(..)))
-            .filter_map(move |k| Some((k.key(), slab[k.slot as usize].take()?)))
+            .filter_map(move |k| Some((k.key(), bodies.take(k.slot)?)))
     }
 
     /// Every pending event, in no particular order (checkpoints sort them).
     pub fn iter(&self) -> impl Iterator<Item = (EventKey, &E)> {
         self.keys()
-            .filter_map(|k| Some((k.key(), self.slab[k.slot as usize].as_ref()?)))
+            .filter_map(|k| Some((k.key(), self.bodies.get(k.slot)?)))
     }
 }
 
@@ -256,7 +243,7 @@ mod tests {
             self.now.capacity()
                 + self.late.capacity()
                 + self.buckets.iter().map(Vec::capacity).sum::<usize>()
-                + self.slab.capacity()
+                + self.bodies.capacity()
         }
     }
 
