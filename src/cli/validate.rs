@@ -1504,6 +1504,7 @@ mod tests {
             ("mcore_dsv3_gb200.csv", 6),
             ("nemo2407_h100.csv", 12),
             ("bridge_summary.csv", 17),
+            ("bridge_2604.csv", 18),
         ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("configs/validation")
