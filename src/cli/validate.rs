@@ -1505,6 +1505,14 @@ mod tests {
             ("nemo2407_h100.csv", 12),
             ("bridge_summary.csv", 17),
             ("bridge_2604.csv", 18),
+            ("e2e_frontier.csv", 20),
+            ("mlperf_gpt3.csv", 3),
+            ("nemotron4_340b.csv", 10),
+            ("grok1_314b.csv", 6),
+            ("llama31_h100.csv", 14),
+            ("deepseek_v3.csv", 1),
+            ("bridge_qwen3.csv", 15),
+            ("bridge_more.csv", 16),
         ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("configs/validation")
