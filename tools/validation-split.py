@@ -47,8 +47,10 @@ def rows(runs):
             if r["failure"]:
                 continue
             case = os.path.join(os.path.dirname(path), "cases", os.path.basename(r["case"]))
-            text = open(case).read()
-            experts = int(key(text, "experts")) if key(text, "experts") != "-" else 1
+            with open(case) as f:
+                text = f.read()
+            named = key(text, "experts")
+            experts = int(named) if named != "-" else 1
             measured, predicted = float(r["measured"]), float(r["predicted"])
             fast = measured / predicted - 1 if r["unit"] == "s_per_iter" else predicted / measured - 1
             yield {

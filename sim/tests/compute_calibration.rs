@@ -729,13 +729,25 @@ fn h200_runs_gemms_at_h100_speed_and_large_memory_bound_kernels_at_its_hbm_bandw
     );
 }
 
-/// The SDPA benchmark's causal attention (batch 1, 128 query and 8 KV heads, head 128, BF16)
-/// over `seq` tokens, as fleetsim times a kernel.
-fn sdpa_kernel(pass: sim::workload::Pass, seq: u64) -> Kernel {
+/// A BF16 core attention of `shape` (a `Shape::Attention`) in `pass`, as fleetsim times a
+/// kernel: its executed work comes from the shape.
+fn attention_kernel(pass: sim::workload::Pass, shape: Shape) -> Kernel {
     Kernel {
         name: sim::workload::KernelName::CoreAttention,
         pass,
-        shape: Shape::Attention {
+        shape,
+        flops: 0,
+        bytes: 0,
+        dtype: Precision::Bf16,
+    }
+}
+
+/// The SDPA benchmark's causal attention (batch 1, 128 query and 8 KV heads, head 128, BF16)
+/// over `seq` tokens.
+fn sdpa_kernel(pass: sim::workload::Pass, seq: u64) -> Kernel {
+    attention_kernel(
+        pass,
+        Shape::Attention {
             batch: 1,
             heads: 128,
             kv_heads: 8,
@@ -746,10 +758,7 @@ fn sdpa_kernel(pass: sim::workload::Pass, seq: u64) -> Kernel {
             flash: true,
             dropout: false,
         },
-        flops: 0,
-        bytes: 0,
-        dtype: Precision::Bf16,
-    }
+    )
 }
 
 /// [`sdpa_kernel`]'s milliseconds on `gpu` at the burst clock, as a benchmark loop runs it.
@@ -1103,24 +1112,18 @@ fn sliding_window_backward_follows_cudnn_on_gb200_and_stays_linear_in_sequence()
     let (eff, fitted) = families.for_architecture("blackwell");
     let window = 128;
     let backward_ms = |seq: u64| {
-        let kernel = Kernel {
-            name: sim::workload::KernelName::CoreAttention,
-            pass: sim::workload::Pass::Backward,
-            shape: Shape::Attention {
-                batch: 2,
-                heads: 128,
-                kv_heads: 128,
-                seq_q: seq,
-                seq_kv: window + 1,
-                head_dim: 64,
-                causal: false,
-                flash: true,
-                dropout: false,
-            },
-            flops: 0,
-            bytes: 0,
-            dtype: Precision::Bf16,
+        let band = Shape::Attention {
+            batch: 2,
+            heads: 128,
+            kv_heads: 128,
+            seq_q: seq,
+            seq_kv: window + 1,
+            head_dim: 64,
+            causal: false,
+            flash: true,
+            dropout: false,
         };
+        let kernel = attention_kernel(sim::workload::Pass::Backward, band);
         model_time_at(&kernel, gb200, eff, fitted, ClockState::Burst).seconds() * 1e3
     };
     let rows: Vec<Vec<f64>> = sdpa_rows("gb200-cudnn922/sdpa-swa128-bf16.csv", 5)
