@@ -337,7 +337,9 @@ impl<P> FlowSolver<P> {
             }
         }
         let mut grow: Vec<u32> = pending.links;
+        let mut filled: Option<Filled> = None;
         loop {
+            let before = members.len();
             for l in grow.drain(..) {
                 if scratch.region_mark[l as usize] == epoch {
                     continue;
@@ -350,8 +352,15 @@ impl<P> FlowSolver<P> {
                     }
                 }
             }
+            if let Some(done) = filled.take_if(|_| members.len() == before) {
+                // The region grew by links whose flows were all members already (a NIC
+                // link only this flow crosses): filling the same members again would
+                // give the same rates.
+                self.apply(now, &done);
+                break;
+            }
             members.sort_unstable();
-            let filled = self.fill(&members, &mut scratch);
+            let filled = filled.insert(self.fill(&members, &mut scratch));
             // Grow by what the new rates disturb outside the region.
             for &(id, rate, bottleneck) in &filled.rates {
                 let f = self.flows[id as usize].as_ref().expect("member is active");
@@ -382,7 +391,7 @@ impl<P> FlowSolver<P> {
                 }
             }
             if grow.is_empty() {
-                self.apply(now, &filled);
+                self.apply(now, filled);
                 break;
             }
         }
@@ -432,10 +441,19 @@ impl<P> FlowSolver<P> {
             }
         }
         w.unfrozen = count;
-        w.queued = vec![f64::INFINITY; w.residual.len()];
-        for k in 0..w.residual.len() {
-            w.offer(k);
-        }
+        // Every constraint link has a member, so each offers its share: heapified at once
+        // (linear), where pushing them one by one cost a sift each.
+        w.queued = (0..w.residual.len())
+            .map(|k| w.share(k).unwrap_or(f64::INFINITY))
+            .collect();
+        w.heap = w
+            .queued
+            .iter()
+            .enumerate()
+            .filter(|(_, share)| share.is_finite())
+            .map(|(k, &share)| Reverse((Level(share), k as u32)))
+            .collect::<Vec<_>>()
+            .into();
         w.rate_of = vec![None; members.len()];
         let mut by_cap: Vec<u32> = (0..members.len() as u32).collect();
         by_cap.sort_by(|&a, &b| {
