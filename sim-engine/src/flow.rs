@@ -169,13 +169,15 @@ impl Filling {
         &mut self,
         i: usize,
         links: &[u32],
-        local: impl Fn(u32) -> usize,
+        local: impl Fn(u32) -> Option<usize>,
         level: f64,
         bottleneck: u32,
     ) {
         self.rate_of[i] = Some((level, bottleneck));
         for &l in links {
-            let k = local(l);
+            let Some(k) = local(l) else {
+                continue;
+            };
             self.residual[k] -= level;
             self.unfrozen[k] -= 1;
             self.offer(k);
@@ -383,6 +385,10 @@ impl<P> FlowSolver<P> {
                             continue;
                         }
                         let link = &self.links[l as usize];
+                        if link.flows.len() == 1 {
+                            // Only this member crosses it: the region would gain nothing.
+                            continue;
+                        }
                         let after = link.load - f.rate + rate;
                         if link.saturated() || after >= link.capacity * (1.0 - EPS) {
                             grow.push(l);
@@ -398,6 +404,28 @@ impl<P> FlowSolver<P> {
         self.scratch = scratch;
     }
 
+    /// Of the links only flow `f` crosses, the one that would bind it first in [`Self::fill`]
+    /// (the least share, the first in its list among equals). Its other private links can
+    /// never be a member's lowest share while it is unfrozen, and no other member crosses
+    /// them, so the filling leaves them out: a ring lane crosses thousands of NIC links
+    /// that nothing else shares.
+    fn tightest_private_link(&self, f: &Fluid<P>) -> Option<u32> {
+        let mut best: Option<(f64, u32)> = None;
+        for &l in &f.links {
+            let link = &self.links[l as usize];
+            if link.flows.len() != 1 {
+                continue;
+            }
+            // The share `fill` would give it: its residual with the member's rate added
+            // back, over one member, in the same operations.
+            let share = (link.capacity - link.load + f.rate).max(0.0);
+            if best.is_none_or(|(b, _)| share.total_cmp(&b).is_lt()) {
+                best = Some((share, l));
+            }
+        }
+        best.map(|(_, l)| l)
+    }
+
     /// Max-min rates of `members` (sorted), every other flow's rate fixed: progressive
     /// filling over the links they cross, each offering its capacity less the fixed flows'
     /// load.
@@ -410,8 +438,12 @@ impl<P> FlowSolver<P> {
         for (i, &id) in members.iter().enumerate() {
             s.member_of[id as usize] = i as u32;
             let f = member(id);
+            let kept = self.tightest_private_link(f);
             for &l in &f.links {
                 let li = l as usize;
+                if self.links[li].flows.len() == 1 && Some(l) != kept {
+                    continue;
+                }
                 if s.link_mark[li] != mark {
                     s.link_mark[li] = mark;
                     s.local_of[li] = w.residual.len() as u32;
@@ -435,6 +467,9 @@ impl<P> FlowSolver<P> {
         w.crossing = vec![0; w.start.last().copied().unwrap_or(0) as usize];
         for (i, &id) in members.iter().enumerate() {
             for &l in &member(id).links {
+                if s.link_mark[l as usize] != mark {
+                    continue;
+                }
                 let k = s.local_of[l as usize] as usize;
                 w.crossing[next[k] as usize] = i as u32;
                 next[k] += 1;
@@ -462,7 +497,8 @@ impl<P> FlowSolver<P> {
         });
         let mut next_cap = 0;
         let mut left = members.len();
-        let local = |l: u32| s.local_of[l as usize] as usize;
+        let local =
+            |l: u32| (s.link_mark[l as usize] == mark).then(|| s.local_of[l as usize] as usize);
         let mut frozen_here: Vec<u32> = Vec::new();
         while left > 0 {
             let link_level = w.lowest();
@@ -1065,6 +1101,41 @@ mod tests {
         let b = s.add(0, vec![0], f64::INFINITY, GB, 1);
         s.recompute(0);
         assert_eq!(rates(&s, &[a, b]), vec![1.0 * GB, 9.0 * GB]);
+    }
+
+    #[test]
+    fn a_lane_is_bound_by_the_tightest_of_the_links_it_alone_crosses() {
+        // A ring lane over 40 links of its own (the 23rd the narrowest, 1.5 GB/s) and one it
+        // shares with another flow: the filling keeps only the narrowest private link, and
+        // the rates are the global water-filling's, before and after the other flow ends.
+        let private: Vec<f64> = (0..40)
+            .map(|i| {
+                if i == 23 {
+                    1.5 * GB
+                } else {
+                    (3 + i % 5) as f64 * GB
+                }
+            })
+            .collect();
+        let capacity: Vec<f64> = private.iter().copied().chain([4.0 * GB]).collect();
+        let shared = private.len() as u32;
+        let mut s = FlowSolver::new(capacity.iter().copied());
+        let lane_links: Vec<u32> = (0..=shared).collect();
+        let lane = s.add(0, lane_links.clone(), f64::INFINITY, 1e15, 0);
+        let other = s.add(0, vec![shared], f64::INFINITY, 1e15, 1);
+        s.recompute(0);
+        let want = reference(
+            &capacity,
+            &[
+                (lane_links.clone(), f64::INFINITY),
+                (vec![shared], f64::INFINITY),
+            ],
+        );
+        assert_eq!(want, vec![1.5 * GB, 2.5 * GB]);
+        assert_eq!(rates(&s, &[lane, other]), want);
+        s.remove_for_test(other);
+        s.recompute(1);
+        assert_eq!(rates(&s, &[lane]), vec![1.5 * GB]);
     }
 
     #[test]
