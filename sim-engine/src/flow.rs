@@ -51,6 +51,12 @@ impl SharedLink {
     fn saturated(&self) -> bool {
         self.load >= self.capacity * (1.0 - EPS)
     }
+
+    /// One flow crosses it, once (a flow listing it twice is listed twice here): that flow
+    /// alone loads it, and re-solving it brings no other flow in.
+    fn private(&self) -> bool {
+        self.flows.len() == 1
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -362,9 +368,9 @@ impl<P> FlowSolver<P> {
                 break;
             }
             members.sort_unstable();
-            let filled = filled.insert(self.fill(&members, &mut scratch));
+            let latest = filled.insert(self.fill(&members, &mut scratch));
             // Grow by what the new rates disturb outside the region.
-            for &(id, rate, bottleneck) in &filled.rates {
+            for &(id, rate, bottleneck) in &latest.rates {
                 let f = self.flows[id as usize].as_ref().expect("member is active");
                 if bottleneck != NO_BOTTLENECK && scratch.region_mark[bottleneck as usize] != epoch
                 {
@@ -385,7 +391,7 @@ impl<P> FlowSolver<P> {
                             continue;
                         }
                         let link = &self.links[l as usize];
-                        if link.flows.len() == 1 {
+                        if link.private() {
                             // Only this member crosses it: the region would gain nothing.
                             continue;
                         }
@@ -397,7 +403,7 @@ impl<P> FlowSolver<P> {
                 }
             }
             if grow.is_empty() {
-                self.apply(now, filled);
+                self.apply(now, latest);
                 break;
             }
         }
@@ -413,7 +419,7 @@ impl<P> FlowSolver<P> {
         let mut best: Option<(f64, u32)> = None;
         for &l in &f.links {
             let link = &self.links[l as usize];
-            if link.flows.len() != 1 {
+            if !link.private() {
                 continue;
             }
             // The share `fill` would give it: its residual with the member's rate added
@@ -441,7 +447,7 @@ impl<P> FlowSolver<P> {
             let kept = self.tightest_private_link(f);
             for &l in &f.links {
                 let li = l as usize;
-                if self.links[li].flows.len() == 1 && Some(l) != kept {
+                if self.links[li].private() && Some(l) != kept {
                     continue;
                 }
                 if s.link_mark[li] != mark {
