@@ -117,8 +117,9 @@ const CASES: &[Case] = &[
         huge: false,
         // 125.5 M on 2026-12-05; 98.5 M with members' chain ends run ahead, 97.6 M with
         // leaders' too; 102.3 M once a collective's end re-plans the kernel beside it (pro
-        // rata, 2026-12-07), and 3 k more once a NIC serves its queue pairs in turn.
-        events: Some(102_298_920),
+        // rata, 2026-12-07), and 3 k more once a NIC serves its queue pairs in turn; 97.6 M
+        // with chain ends run ahead beside the next kernel (2026-12-07, twenty-second session).
+        events: Some(97_601_320),
     },
     Case {
         name: "gpt3-175b-1k-flow-one-thread",
@@ -130,8 +131,9 @@ const CASES: &[Case] = &[
         // 38.2 M at issue 19's start; 17.4 M with answers bundled; 11.18 M with members'
         // chain ends run ahead, 10.29 M with leaders' too; 14.99 M once a collective's end
         // re-plans the kernel beside it (pro rata, 2026-12-07; 19.69 M before a chain end
-        // planned twice in one handler kept one event).
-        events: Some(14_989_077),
+        // planned twice in one handler kept one event); 10.29 M with chain ends run ahead
+        // beside the next kernel (2026-12-07, twenty-second session).
+        events: Some(10_291_477),
     },
     Case {
         name: "gpt3-175b-1k-symmetric",

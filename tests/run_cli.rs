@@ -697,7 +697,7 @@ fn closed_form_arrivals_and_answers_handed_over_within_a_partition_change_no_ans
 }
 
 /// A kernel chain whose end can only start a closed-form collective answered inside its
-/// NVLink domain is handled as it starts, with no event of its own
+/// NVLink domain (and the next kernel beside it) is handled as it starts, with no event of its own
 /// (`engine.chain_ends_ahead`, `GpuLp::chain_end_is_foregone`): the same answer as an event
 /// for every chain end, at both network models and across partitions, with fewer chain-end
 /// events.
@@ -731,8 +731,10 @@ fn chain_ends_handled_ahead_change_no_answer() {
             "{model}"
         );
         assert_eq!(ahead["breakdown_s"], events["breakdown_s"], "{model}");
+        // Fewer than half: the ends where the compute stream goes on beside the collective
+        // are handled ahead too (2026-12-07; about two thirds were left before).
         assert!(
-            chain_ends(&ahead) * 4 < chain_ends(&events) * 3,
+            chain_ends(&ahead) * 2 < chain_ends(&events),
             "{model}: {} chain-end events ahead, {} with an event each",
             chain_ends(&ahead),
             chain_ends(&events)

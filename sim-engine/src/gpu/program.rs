@@ -256,11 +256,13 @@ impl GpuLp {
 
     /// Whether nothing can happen on this GPU before the chain just planned ends but what
     /// its end starts, a closed-form collective within its NVLink domain
-    /// ([`GpuLp::runs_closed_in_domain`]): every other stream idle,
-    /// and each one's next op waiting for the chain's last kernel or for an op that cannot
-    /// end before it (chained kernels release nothing, [`crate::ProgramIndex::chains_into_next`]).
-    /// Then the chain's end is known now, and so is what it does: the link this rank
-    /// sends on and its slowdown change only with its own streams. Nothing that arrives
+    /// ([`GpuLp::runs_closed_in_domain`]) and the compute stream's next kernel: every other
+    /// stream idle, and each one's next op waiting for the chain's last kernel or for an op
+    /// that cannot end before it (chained kernels release nothing,
+    /// [`crate::ProgramIndex::chains_into_next`]). Then the chain's end is known now, and so
+    /// is what it does: the link this rank sends on and its slowdown change only with its own
+    /// streams, and the next chain runs beside the collective from the end, as it would
+    /// (slowed until the collective's end, an event of its own). Nothing that arrives
     /// meanwhile touches it: a leader's answer comes after the arrival; the leader applies
     /// a member's arrival to the collective it runs ahead as it would have from the early
     /// list at the start; an arrival for another collective waits in the early list; a host
@@ -281,6 +283,7 @@ impl GpuLp {
         let last = index.stream_ops[COMPUTE][self.chain_last as usize];
         let done = |d: u32| self.op_done(model, d);
         let mut started = None;
+        let mut computes_on = None;
         for s in 0..STREAMS {
             let head = match s {
                 COMPUTE => self.chain_last as usize + 1,
@@ -293,9 +296,13 @@ impl GpuLp {
             if !deps.iter().all(|&d| d == last || done(d)) {
                 continue;
             }
-            // Ready before the chain ends (waiting for the host alone), or a second op, or
-            // the compute stream going on.
-            if s == COMPUTE || started.is_some() || !deps.contains(&last) {
+            // The compute stream goes on from the chain's end (its stream is busy till then).
+            if s == COMPUTE {
+                computes_on = Some(op);
+                continue;
+            }
+            // Ready before the chain ends (waiting for the host alone), or a second op.
+            if started.is_some() || !deps.contains(&last) {
                 return false;
             }
             started = Some(op);
@@ -308,9 +315,11 @@ impl GpuLp {
         };
         if !model.host_issued[self.kernel_table as usize].is_empty() {
             let syncs = &program.host_syncs;
+            // No host sync resolves ahead of time: each op starts as the host has issued it.
+            let latest = computes_on.map_or(op, |c| c.max(op));
             if syncs
                 .get(self.host_sync_cursor as usize)
-                .is_some_and(|&sync| op >= sync)
+                .is_some_and(|&sync| latest >= sync)
                 || self.issued_ps(model, op) > end_ps
             {
                 return false;
