@@ -354,6 +354,9 @@ pub type HotSpan = (*const u8, usize);
 /// No hint.
 pub const NO_SPAN: HotSpan = (std::ptr::null(), 0);
 
+/// The spans an event's handler reads ([`Lp::hot_state`]), [`NO_SPAN`] where fewer.
+pub type HotSpans = [HotSpan; 4];
+
 /// An event addressed to an LP (a topology node).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -1103,10 +1106,13 @@ impl Lp {
     /// for a cache hint ([`NO_SPAN`] where nothing is known): the runner asks while the
     /// events before run. Shallow needs only the inline fields; deep reads what the shallow
     /// spans hold, so it comes an event later. Nothing is read through the spans.
-    pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
+    pub fn hot_state(&self, model: &SimModel, body: &Body, deep: bool) -> HotSpans {
         match self {
-            Lp::Gpu(g) => g.hot_state(body, deep),
-            Lp::Fabric(f) => f.ports.hot_state(body, deep),
+            Lp::Gpu(g) => g.hot_state(model, body, deep),
+            Lp::Fabric(f) => {
+                let [a, b] = f.ports.hot_state(body, deep);
+                [a, b, NO_SPAN, NO_SPAN]
+            }
         }
     }
 

@@ -369,7 +369,7 @@ impl Partition {
         let mut n = 0;
         self.lineage.window(end_ps);
         while let Some((key, queued)) = self.queue.pop_before(end) {
-            self.prefetch_next_events(map);
+            self.prefetch_next_events(model, map);
             match queued {
                 Queued::One(event) => {
                     self.events_by_kind[event.body.kind_index()] += 1;
@@ -391,12 +391,27 @@ impl Partition {
         if let Some((_, first)) = events.first() {
             self.events_by_kind[first.body.kind_index()] += 1;
         }
+        // The members of a bundle are as cold as any event's LP, but not in the queue the
+        // hints look ahead in: each hinted one handler ahead.
+        let hints = self.queue.hints();
+        if hints {
+            for (_, event) in events.iter().skip(1) {
+                crate::prefetch::prefetch(std::ptr::from_ref(self.lp_of(map, event)).cast());
+            }
+        }
         let mut rest = events.drain(..);
-        for (key, event) in rest.by_ref() {
+        while let Some((key, event)) = rest.next() {
+            let next = rest.as_slice().first().filter(|_| hints).map(|(_, e)| e);
+            if let Some(next) = next {
+                self.prefetch_hot_state(model, map, next, false);
+            }
             self.queued_at_now = false;
             self.handle(model, map, key, event, end_ps);
             if self.queued_at_now {
                 break;
+            }
+            if let Some((_, next)) = rest.as_slice().first().filter(|_| hints) {
+                self.prefetch_hot_state(model, map, next, true);
             }
         }
         for (key, event) in rest {
@@ -436,21 +451,30 @@ impl Partition {
     /// Cache hints, a pipeline over the events next in line: three ahead the LP, two ahead
     /// what its handler reads first, one ahead what that leads to. At scale each is a miss
     /// that would otherwise wait its turn.
-    fn prefetch_next_events(&self, map: &LpMap) {
-        let lp_of = |e: &Event| &self.lps[map.local_index[e.target as usize] as usize];
+    fn prefetch_next_events(&self, model: &SimModel, map: &LpMap) {
         let peek = |n: usize| match self.queue.peek(n)? {
             Queued::One(e) => Some(e),
             Queued::Bundle(b) => self.bundles[*b as usize].first().map(|(_, e)| e),
         };
         if let Some(e) = peek(2) {
-            crate::prefetch::prefetch(std::ptr::from_ref(lp_of(e)).cast());
+            crate::prefetch::prefetch(std::ptr::from_ref(self.lp_of(map, e)).cast());
         }
         for (ahead, deep) in [(1, false), (0, true)] {
             if let Some(e) = peek(ahead) {
-                for span in lp_of(e).hot_state(&e.body, deep) {
-                    crate::prefetch::prefetch_span(span);
-                }
+                self.prefetch_hot_state(model, map, e, deep);
             }
+        }
+    }
+
+    /// The LP `event` goes to.
+    fn lp_of(&self, map: &LpMap, event: &Event) -> &Lp {
+        &self.lps[map.local_index[event.target as usize] as usize]
+    }
+
+    /// Cache hints for what the handler of `event` reads ([`Lp::hot_state`]).
+    fn prefetch_hot_state(&self, model: &SimModel, map: &LpMap, event: &Event, deep: bool) {
+        for span in self.lp_of(map, event).hot_state(model, &event.body, deep) {
+            crate::prefetch::prefetch_span(span);
         }
     }
 
@@ -472,7 +496,14 @@ impl Partition {
     /// Hands the arrivals routed inline to their LPs ([`Lp::arrive_inline`]) at `now`.
     fn hand_over_inline(&mut self, model: &SimModel, map: &LpMap, now: u64) {
         let mut inline = std::mem::take(&mut self.inline);
-        for event in inline.drain(..) {
+        // Their LPs were asked for as they were routed: the rest of each one's state a
+        // handler ahead, as for a bundle.
+        let hints = self.queue.hints();
+        let mut rest = inline.drain(..);
+        while let Some(event) = rest.next() {
+            if let Some(next) = rest.as_slice().first().filter(|_| hints) {
+                self.prefetch_hot_state(model, map, next, false);
+            }
             let i = map.local_index[event.target as usize] as usize;
             let mut ctx = Ctx::new(
                 SimTime::from_ps(now),
@@ -488,7 +519,11 @@ impl Partition {
             {
                 p.touch(i as u32);
             }
+            if let Some(next) = rest.as_slice().first().filter(|_| hints) {
+                self.prefetch_hot_state(model, map, next, true);
+            }
         }
+        drop(rest);
         self.inline = inline;
     }
 
@@ -532,6 +567,10 @@ impl Partition {
             // With one partition every LP is this one's: no lookup.
             if map.partitions == 1 || map.partition_of[event.target as usize] == self.id {
                 if matches!(event.body, Body::Arrived { inline: true, .. }) {
+                    if self.queue.hints() {
+                        let lp = std::ptr::from_ref(self.lp_of(map, &event));
+                        crate::prefetch::prefetch(lp.cast());
+                    }
                     self.inline.push(event);
                     continue;
                 }

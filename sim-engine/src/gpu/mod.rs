@@ -33,12 +33,14 @@ pub use transport::{flow_hash, injected_tag, segment_size};
 
 use super::net::Ports;
 use super::results::{GpuReport, LpReport, Span, Timeline};
-use super::{Body, Ctx, HotSpan, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, SimModel, Tag};
+use super::{
+    Body, Ctx, HotSpan, HotSpans, INJECTED, MEMORY_GROUP, NO_NODE, NO_SPAN, SimModel, Tag,
+};
 use crate::hash::{mix, splitmix64};
 use crate::layout::GroupKind;
 use crate::time::SimTime;
 use crate::topology::NodeId;
-use crate::workload::Stream;
+use crate::workload::{OpKind, Stream};
 use collective::{CollectiveSlot, CommRun, GroupInfo};
 use cut_promise::Crossing;
 use transport::{Flow, PathCache, SerialConnection};
@@ -63,8 +65,21 @@ pub(in crate::gpu) enum Running {
     Comm(Box<CommRun>),
 }
 
-/// The leading fields of a [`GpuLp`] that every event reads: up to its running ops.
-const HOT_BYTES: usize = std::mem::offset_of!(GpuLp, running);
+/// The most bytes one hint asks for beyond the LP's own fields: a struct read in full, up to
+/// four lines.
+const HINT_LIMIT: usize = 256;
+
+/// A hint for all of `value`, up to [`HINT_LIMIT`] bytes.
+fn hint_whole<T>(value: &T) -> HotSpan {
+    (
+        std::ptr::from_ref(value).cast(),
+        size_of::<T>().min(HINT_LIMIT),
+    )
+}
+
+/// The leading fields of a [`GpuLp`] that every event reads, its running ops included: a
+/// chain's end asks whether every other stream is idle ([`GpuLp::chain_end_is_foregone`]).
+const HOT_BYTES: usize = std::mem::offset_of!(GpuLp, running) + size_of::<[Running; STREAMS]>();
 
 /// `repr(C)`, hot fields first: an event at 131K GPUs finds its GPU cold, and
 /// [`GpuLp::hot_state`] asks for the lines every handler reads (the first [`HOT_BYTES`]).
@@ -337,13 +352,15 @@ impl GpuLp {
         self.pump(model, ctx);
     }
 
-    /// [`super::Lp::hot_state`] for a GPU: shallow, the fields every handler reads (the
-    /// first [`HOT_BYTES`]) and the running op or flow slot the event names; deep, that
-    /// op's communication state or that flow (read through the slot), the spare run a
-    /// finished kernel's successor may start in, or the port a segment passing through
-    /// takes.
-    pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
-        const HINT_BYTES: usize = 128;
+    /// [`super::Lp::hot_state`] for a GPU. Shallow: the fields every handler reads (the
+    /// first [`HOT_BYTES`], the running ops with them), and the flow slot the event names or
+    /// the table of collective slots. Deep, read through those: the flow; a communication
+    /// op's run, its group, its slot (its statistics when it ends) and the slot of the op
+    /// after it on its stream (its plan when it starts); or, for a finished chain, the spare
+    /// run its successor may start in, with that collective's slot and group. For a segment
+    /// passing through, the port it takes.
+    pub fn hot_state(&self, model: &SimModel, body: &Body, deep: bool) -> HotSpans {
+        const FLOW_BYTES: usize = 128;
         let stream = match body {
             Body::ComputeDone { .. } => Some(COMPUTE),
             Body::Message { tag } | Body::ClearToSend { tag } | Body::Arrived { tag, .. } => {
@@ -352,35 +369,119 @@ impl GpuLp {
             Body::SendDone { stream } => Some(usize::from(*stream)),
             _ => None,
         };
-        let running = stream.and_then(|s| self.running.get(s));
         if !deep {
-            let second = match (body, running) {
-                (Body::Ack { flow, .. } | Body::FlowDone { flow }, _) => (
+            let second = match body {
+                Body::Ack { flow, .. } | Body::FlowDone { flow } => (
                     self.flows.as_ptr().wrapping_add(*flow as usize).cast(),
                     size_of::<Option<Box<Flow>>>(),
                 ),
-                (_, Some(r)) => (std::ptr::from_ref(r).cast(), size_of::<Running>()),
+                _ if stream.is_some() => (
+                    std::ptr::from_ref(&self.collectives).cast(),
+                    size_of::<Vec<CollectiveSlot>>(),
+                ),
                 _ => NO_SPAN,
             };
-            return [(std::ptr::from_ref(self).cast(), HOT_BYTES), second];
+            return [
+                (std::ptr::from_ref(self).cast(), HOT_BYTES),
+                second,
+                NO_SPAN,
+                NO_SPAN,
+            ];
         }
-        match (body, running) {
+        match (body, stream) {
             (Body::Ack { flow, .. } | Body::FlowDone { flow }, _) => {
                 match self.flows.get(*flow as usize) {
-                    Some(Some(f)) => [(std::ptr::from_ref(&**f).cast(), HINT_BYTES), NO_SPAN],
-                    _ => [NO_SPAN; 2],
+                    Some(Some(f)) => [
+                        (std::ptr::from_ref(&**f).cast(), FLOW_BYTES),
+                        NO_SPAN,
+                        NO_SPAN,
+                        NO_SPAN,
+                    ],
+                    _ => [NO_SPAN; 4],
                 }
             }
-            (Body::Segment(seg), _) if seg.dst != self.node => self.ports.hot_state(body, false),
-            (Body::ComputeDone { .. }, _) => match &self.spare_run {
-                Some(run) => [(std::ptr::from_ref(&**run).cast(), HINT_BYTES), NO_SPAN],
-                None => [NO_SPAN; 2],
-            },
-            (_, Some(Running::Comm(run))) => {
-                [(std::ptr::from_ref(&**run).cast(), HINT_BYTES), NO_SPAN]
+            (Body::Segment(seg), _) if seg.dst != self.node => {
+                let [a, b] = self.ports.hot_state(body, false);
+                [a, b, NO_SPAN, NO_SPAN]
             }
-            _ => [NO_SPAN; 2],
+            (Body::ComputeDone { .. }, _) => {
+                let spare = self.spare_run.as_deref().map_or(NO_SPAN, hint_whole);
+                let (slot, group) = self.released_collective_state(model);
+                [spare, slot, group, NO_SPAN]
+            }
+            (_, Some(s)) => {
+                let Running::Comm(run) = &self.running[s] else {
+                    return [NO_SPAN; 4];
+                };
+                let index = &model.programs[self.program as usize];
+                let slot_at = |position: usize| {
+                    let op = index.stream_ops[s].get(position)?;
+                    self.slot_span(index, *op)
+                };
+                // The group from the tag: the run's own fields are only now asked for.
+                let group = match body {
+                    Body::Message { tag }
+                    | Body::ClearToSend { tag }
+                    | Body::Arrived { tag, .. } => {
+                        crate::communicator_group(tag.group).map_or(NO_SPAN, |k| self.group_span(k))
+                    }
+                    _ => NO_SPAN,
+                };
+                [
+                    hint_whole(&**run),
+                    group,
+                    slot_at(self.done[s] as usize).unwrap_or(NO_SPAN),
+                    slot_at(self.done[s] as usize + 1).unwrap_or(NO_SPAN),
+                ]
+            }
+            _ => [NO_SPAN; 4],
         }
+    }
+
+    /// The slot and group a collective that a finished chain releases will read: the head
+    /// of the first idle stream that waits on the chain's last kernel, if a collective.
+    fn released_collective_state(&self, model: &SimModel) -> (HotSpan, HotSpan) {
+        let index = &model.programs[self.program as usize];
+        let program = &model.workload.programs[self.program as usize];
+        let Some(&last) = index.stream_ops[COMPUTE].get(self.chain_last as usize) else {
+            return (NO_SPAN, NO_SPAN);
+        };
+        let streams = index.dependent_streams[last as usize] & !(1 << COMPUTE);
+        for s in (0..STREAMS).filter(|s| streams & (1 << s) != 0) {
+            if !matches!(self.running[s], Running::Idle) {
+                continue;
+            }
+            let Some(&op) = index.stream_ops[s].get(self.done[s] as usize) else {
+                continue;
+            };
+            let OpKind::Collective { group, .. } = program.ops[op as usize].kind else {
+                continue;
+            };
+            let slot = self.slot_span(index, op).unwrap_or(NO_SPAN);
+            return (slot, self.group_span(group));
+        }
+        (NO_SPAN, NO_SPAN)
+    }
+
+    /// Where this rank keeps collective op `op`'s plan and statistics; `None` for another op.
+    fn slot_span(&self, index: &super::ProgramIndex, op: u32) -> Option<HotSpan> {
+        let slot = *index.collective_slot.get(op as usize)?;
+        (slot != super::NO_SLOT).then(|| {
+            (
+                self.collectives
+                    .as_ptr()
+                    .wrapping_add(usize::from(slot))
+                    .cast(),
+                size_of::<CollectiveSlot>(),
+            )
+        })
+    }
+
+    /// This rank's view of its group of `kind`, once made.
+    fn group_span(&self, kind: GroupKind) -> HotSpan {
+        self.groups[kind as usize]
+            .as_deref()
+            .map_or(NO_SPAN, hint_whole)
     }
 
     /// Injected flow `index` ([`SimModel::flows`]) arrived here at `now`.

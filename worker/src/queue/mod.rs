@@ -250,6 +250,12 @@ impl<E> EventQueue<E> {
         }
     }
 
+    /// Whether the runner should ask the cache ahead of the events it handles: only for a
+    /// large queue ([`EventQueue::peek`]).
+    pub fn hints(&self) -> bool {
+        matches!(self.repr, Repr::Radix(_))
+    }
+
     pub fn len(&self) -> usize {
         match &self.repr {
             Repr::Heap(h) => h.len(),
@@ -387,6 +393,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// At scale the next events rarely share a time: a large queue still names the next one
+    /// after a pop, where it is alone at its time (it named none until the next pop split).
+    #[test]
+    fn peek_sees_the_next_event_alone_at_its_time() {
+        let mut q = queue_in(1);
+        for t in [50u64, 10, 40, 20, 30] {
+            q.push(
+                EventKey {
+                    time: SimTime::from_ps(t),
+                    origin_lp: 0,
+                    origin_seq: t,
+                },
+                t,
+            );
+        }
+        assert_eq!(q.pop_before(SimTime::MAX).map(|(_, t)| t), Some(10));
+        assert_eq!(q.peek(0).copied(), Some(20));
     }
 
     #[test]

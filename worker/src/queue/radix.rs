@@ -139,6 +139,12 @@ impl<E> RadixQueue<E> {
             }
             self.bodies.reset(KEPT_ROOM);
         } else {
+            // Split now what the next pop would split first, so that the runner's hints
+            // (`peek`) see the next event while this one is handled: its time is rarely this
+            // one's.
+            if self.now.is_empty() && self.late.is_empty() {
+                self.split_lowest();
+            }
             // The next pop reads that event's body, and the runner's hints read the bodies of
             // the few after it (`peek`), each written when it was pushed: start loading the
             // next one and the one entering the hints' reach while this one is handled.
