@@ -1109,10 +1109,7 @@ impl Lp {
     pub fn hot_state(&self, model: &SimModel, body: &Body, deep: bool) -> HotSpans {
         match self {
             Lp::Gpu(g) => g.hot_state(model, body, deep),
-            Lp::Fabric(f) => {
-                let [a, b] = f.ports.hot_state(body, deep);
-                [a, b, NO_SPAN, NO_SPAN]
-            }
+            Lp::Fabric(f) => f.ports.hot_state(body, deep),
         }
     }
 

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use super::flow::QueuePair;
 use super::memory_node::MemoryServer;
 use super::results::{LpReport, PortReport, Span};
-use super::{Body, Ctx, HotSpan, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel};
+use super::{Body, Ctx, HotSpans, NO_LINK, NO_NODE, NO_SPAN, Segment, SimModel};
 use crate::hash::splitmix64;
 use crate::serialisation_ps;
 use crate::time::{SimTime, ps_per_byte};
@@ -721,18 +721,18 @@ impl Ports {
     /// it: a transmit reads its queue, clock, counters and link) and the ingress counter the
     /// event names. Deep: the port's queue slot the handler will write or read, found
     /// through the port, so ask for it once the shallow lines are loaded.
-    pub fn hot_state(&self, body: &Body, deep: bool) -> [HotSpan; 2] {
+    pub fn hot_state(&self, body: &Body, deep: bool) -> HotSpans {
         let (port, enqueue) = match body {
             Body::Segment(seg) => match seg.route.port(seg.hop) {
                 Some(i) => (i, true),
-                None => return [NO_SPAN; 2],
+                None => return [NO_SPAN; 4],
             },
             Body::TxDone { port } => (*port as usize, false),
-            _ => return [NO_SPAN; 2],
+            _ => return [NO_SPAN; 4],
         };
         if deep {
             let Some(Some(p)) = self.ports.get(port) else {
-                return [NO_SPAN; 2];
+                return [NO_SPAN; 4];
             };
             let (front, back) = p.queue.as_slices();
             let slot = match (enqueue, back.is_empty()) {
@@ -740,7 +740,12 @@ impl Ports {
                 (true, true) => front.as_ptr().wrapping_add(front.len()),
                 (true, false) => back.as_ptr().wrapping_add(back.len()),
             };
-            return [(slot.cast(), size_of::<Waiting>()), NO_SPAN];
+            return [
+                (slot.cast(), size_of::<Waiting>()),
+                NO_SPAN,
+                NO_SPAN,
+                NO_SPAN,
+            ];
         }
         let ingress = match body {
             Body::Segment(seg) if seg.ingress_port != NO_PORT => (
@@ -758,6 +763,8 @@ impl Ports {
                 size_of::<Option<Port>>(),
             ),
             ingress,
+            NO_SPAN,
+            NO_SPAN,
         ]
     }
 

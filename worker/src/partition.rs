@@ -393,16 +393,12 @@ impl Partition {
         }
         // The members of a bundle are as cold as any event's LP, but not in the queue the
         // hints look ahead in: each hinted one handler ahead.
-        let hints = self.queue.hints();
-        if hints {
-            for (_, event) in events.iter().skip(1) {
-                crate::prefetch::prefetch(std::ptr::from_ref(self.lp_of(map, event)).cast());
-            }
+        for (_, event) in events.iter().skip(1) {
+            self.prefetch_lp(map, event);
         }
         let mut rest = events.drain(..);
         while let Some((key, event)) = rest.next() {
-            let next = rest.as_slice().first().filter(|_| hints).map(|(_, e)| e);
-            if let Some(next) = next {
+            if let Some((_, next)) = rest.as_slice().first() {
                 self.prefetch_hot_state(model, map, next, false);
             }
             self.queued_at_now = false;
@@ -410,7 +406,7 @@ impl Partition {
             if self.queued_at_now {
                 break;
             }
-            if let Some((_, next)) = rest.as_slice().first().filter(|_| hints) {
+            if let Some((_, next)) = rest.as_slice().first() {
                 self.prefetch_hot_state(model, map, next, true);
             }
         }
@@ -457,7 +453,7 @@ impl Partition {
             Queued::Bundle(b) => self.bundles[*b as usize].first().map(|(_, e)| e),
         };
         if let Some(e) = peek(2) {
-            crate::prefetch::prefetch(std::ptr::from_ref(self.lp_of(map, e)).cast());
+            self.prefetch_lp(map, e);
         }
         for (ahead, deep) in [(1, false), (0, true)] {
             if let Some(e) = peek(ahead) {
@@ -471,8 +467,20 @@ impl Partition {
         &self.lps[map.local_index[event.target as usize] as usize]
     }
 
-    /// Cache hints for what the handler of `event` reads ([`Lp::hot_state`]).
+    /// A cache hint for the LP `event` goes to, where the queue is large enough for hints
+    /// ([`EventQueue::hints`]).
+    fn prefetch_lp(&self, map: &LpMap, event: &Event) {
+        if self.queue.hints() {
+            crate::prefetch::prefetch(std::ptr::from_ref(self.lp_of(map, event)).cast());
+        }
+    }
+
+    /// Cache hints for what the handler of `event` reads ([`Lp::hot_state`]), where the
+    /// queue is large enough for hints.
     fn prefetch_hot_state(&self, model: &SimModel, map: &LpMap, event: &Event, deep: bool) {
+        if !self.queue.hints() {
+            return;
+        }
         for span in self.lp_of(map, event).hot_state(model, &event.body, deep) {
             crate::prefetch::prefetch_span(span);
         }
@@ -498,10 +506,9 @@ impl Partition {
         let mut inline = std::mem::take(&mut self.inline);
         // Their LPs were asked for as they were routed: the rest of each one's state a
         // handler ahead, as for a bundle.
-        let hints = self.queue.hints();
         let mut rest = inline.drain(..);
         while let Some(event) = rest.next() {
-            if let Some(next) = rest.as_slice().first().filter(|_| hints) {
+            if let Some(next) = rest.as_slice().first() {
                 self.prefetch_hot_state(model, map, next, false);
             }
             let i = map.local_index[event.target as usize] as usize;
@@ -519,7 +526,7 @@ impl Partition {
             {
                 p.touch(i as u32);
             }
-            if let Some(next) = rest.as_slice().first().filter(|_| hints) {
+            if let Some(next) = rest.as_slice().first() {
                 self.prefetch_hot_state(model, map, next, true);
             }
         }
@@ -567,10 +574,7 @@ impl Partition {
             // With one partition every LP is this one's: no lookup.
             if map.partitions == 1 || map.partition_of[event.target as usize] == self.id {
                 if matches!(event.body, Body::Arrived { inline: true, .. }) {
-                    if self.queue.hints() {
-                        let lp = std::ptr::from_ref(self.lp_of(map, &event));
-                        crate::prefetch::prefetch(lp.cast());
-                    }
+                    self.prefetch_lp(map, &event);
                     self.inline.push(event);
                     continue;
                 }

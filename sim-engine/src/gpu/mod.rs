@@ -361,13 +361,16 @@ impl GpuLp {
     /// passing through, the port it takes.
     pub fn hot_state(&self, model: &SimModel, body: &Body, deep: bool) -> HotSpans {
         const FLOW_BYTES: usize = 128;
+        let tag = match body {
+            Body::Message { tag } | Body::ClearToSend { tag } | Body::Arrived { tag, .. } => {
+                Some(tag)
+            }
+            _ => None,
+        };
         let stream = match body {
             Body::ComputeDone { .. } => Some(COMPUTE),
-            Body::Message { tag } | Body::ClearToSend { tag } | Body::Arrived { tag, .. } => {
-                Some(usize::from(tag.stream))
-            }
             Body::SendDone { stream } => Some(usize::from(*stream)),
-            _ => None,
+            _ => tag.map(|t| usize::from(t.stream)),
         };
         if !deep {
             let second = match body {
@@ -400,10 +403,7 @@ impl GpuLp {
                     _ => [NO_SPAN; 4],
                 }
             }
-            (Body::Segment(seg), _) if seg.dst != self.node => {
-                let [a, b] = self.ports.hot_state(body, false);
-                [a, b, NO_SPAN, NO_SPAN]
-            }
+            (Body::Segment(seg), _) if seg.dst != self.node => self.ports.hot_state(body, false),
             (Body::ComputeDone { .. }, _) => {
                 let spare = self.spare_run.as_deref().map_or(NO_SPAN, hint_whole);
                 let (slot, group) = self.released_collective_state(model);
@@ -419,14 +419,9 @@ impl GpuLp {
                     self.slot_span(index, *op)
                 };
                 // The group from the tag: the run's own fields are only now asked for.
-                let group = match body {
-                    Body::Message { tag }
-                    | Body::ClearToSend { tag }
-                    | Body::Arrived { tag, .. } => {
-                        crate::communicator_group(tag.group).map_or(NO_SPAN, |k| self.group_span(k))
-                    }
-                    _ => NO_SPAN,
-                };
+                let group = tag
+                    .and_then(|t| crate::communicator_group(t.group))
+                    .map_or(NO_SPAN, |k| self.group_span(k));
                 [
                     hint_whole(&**run),
                     group,
